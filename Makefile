@@ -1,0 +1,30 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+PIP    := $(BIN)/pip install --disable-pip-version-check -q -c constraints.txt
+
+.PHONY: setup demo test bench-engine bench-client clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) -e '.[all]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/latlab bench
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench-engine: $(STAMP)
+	$(BIN)/python benchmarks/engine.py
+
+bench-client: $(STAMP)
+	$(BIN)/python benchmarks/client.py
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

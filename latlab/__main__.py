@@ -1,0 +1,3 @@
+from latlab.cli import main
+
+main()

@@ -1,0 +1,142 @@
+"""A run folder: `config.json`, `requests.jsonl` (appended as requests finish), `summary.json`.
+
+    runs/20261121-101500-demo/
+        config.json       everything needed to rerun it, plus the clock anchor
+        requests.jsonl    one RequestTimeline per line, written as each request finishes
+        summary.json      the metrics, written at the end (recomputable from the two above)
+        report.html       the self-contained report
+
+Records are appended with one `write()` on an O_APPEND descriptor, so several worker
+processes can share the file and a crash loses at most the requests still in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import orjson
+
+from latlab.timeline import RequestTimeline
+
+CONFIG = "config.json"
+REQUESTS = "requests.jsonl"
+SUMMARY = "summary.json"
+REPORT = "report.html"
+
+
+class RunDirError(Exception):
+    """A folder that is not a readable latlab run."""
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @classmethod
+    def create(cls, root: Path | str, name: str = "run") -> RunDir:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "run"
+        base = Path(root) / f"{stamp}-{slug}"
+        path, n = base, 1
+        while True:
+            try:
+                path.mkdir(parents=True)
+                return cls(path)
+            except FileExistsError:
+                n += 1
+                path = base.with_name(f"{base.name}-{n}")
+
+    @classmethod
+    def open(cls, path: Path | str) -> RunDir:
+        run = cls(Path(path))
+        if not run.path.is_dir():
+            raise RunDirError(f"{path}: no such run folder")
+        if not (run.path / CONFIG).is_file() and not (run.path / REQUESTS).is_file():
+            raise RunDirError(f"{path}: not a latlab run folder (no {CONFIG} or {REQUESTS})")
+        return run
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def requests_path(self) -> Path:
+        return self.path / REQUESTS
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / SUMMARY
+
+    @property
+    def report_path(self) -> Path:
+        return self.path / REPORT
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        _write_json(self.config_path, config)
+
+    def read_config(self) -> dict[str, Any]:
+        return _read_json(self.config_path) if self.config_path.is_file() else {}
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        _write_json(self.summary_path, summary)
+
+    def read_summary(self) -> dict[str, Any] | None:
+        return _read_json(self.summary_path) if self.summary_path.is_file() else None
+
+    def record_writer(self) -> RecordWriter:
+        return RecordWriter(self.requests_path)
+
+    def iter_records(self) -> Iterator[RequestTimeline]:
+        """Every complete record; a torn last line (crash mid-write) is skipped."""
+        if not self.requests_path.is_file():
+            return
+        with self.requests_path.open("rb") as f:
+            for line in f:
+                if not line.endswith(b"\n"):
+                    break
+                try:
+                    yield RequestTimeline.from_json(orjson.loads(line))
+                except (orjson.JSONDecodeError, TypeError, ValueError) as e:
+                    raise RunDirError(f"{self.requests_path}: unreadable record: {e}") from e
+
+    def read_records(self) -> list[RequestTimeline]:
+        return list(self.iter_records())
+
+
+class RecordWriter:
+    """Appends records to `requests.jsonl`, one atomic write per record."""
+
+    def __init__(self, path: Path) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, record: RequestTimeline) -> None:
+        os.write(self._fd, orjson.dumps(record.to_json(), option=orjson.OPT_APPEND_NEWLINE))
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    tmp.replace(path)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise RunDirError(f"{path}: unreadable: {e}") from e

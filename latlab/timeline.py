@@ -1,0 +1,185 @@
+"""The core record: one `RequestTimeline` per request, successful or not.
+
+Client timestamps are `time.perf_counter_ns()` of the load-generator process (CLOCK_MONOTONIC,
+shared by every process on the machine); the run's wall-clock anchor maps them to dates.
+Server timings are durations on the server's own clock, so no clock synchronisation is needed.
+Missing values are `None`, never 0.
+
+The server-timing protocol (latlab's own, documented in the README):
+
+* a streamed response carries, in its final usage event, a top-level ``server_timing`` object
+  ``{"preprocess": ms, "queue": ms, "prefill": ms, "decode": ms, "postprocess": ms, "total": ms}``
+  next to ``usage`` (``prompt_tokens``, ``completion_tokens``,
+  ``prompt_tokens_details.cached_tokens``) and ``id``;
+* a non-streamed response carries the same durations in a W3C ``Server-Timing`` header:
+  ``preprocess;dur=1.2, queue;dur=0.4, prefill;dur=31.0, decode;dur=412.9, postprocess;dur=0.2,
+  total;dur=445.7``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any
+
+SERVER_TIMING_STAGES = ("preprocess", "queue", "prefill", "decode", "postprocess", "total")
+
+
+class Outcome(StrEnum):
+    """How a request ended. Everything but `OK` is a failure class."""
+
+    OK = "ok"
+    HTTP_4XX = "http_4xx"
+    HTTP_429 = "http_429"
+    HTTP_5XX = "http_5xx"
+    TIMEOUT = "timeout"
+    CONNECTION_REFUSED = "connection_refused"
+    CONNECTION_RESET = "connection_reset"
+    STREAM_BROKEN = "stream_broken"
+    BAD_PAYLOAD = "bad_payload"
+    CANCELLED = "cancelled"
+    CLIENT_ERROR = "client_error"
+
+
+@dataclass(slots=True)
+class ServerTiming:
+    """Stage durations (ms) a server reports for one request, measured from its receipt."""
+
+    preprocess: float | None = None
+    queue: float | None = None
+    prefill: float | None = None
+    decode: float | None = None
+    postprocess: float | None = None
+    total: float | None = None
+
+    def to_json(self) -> dict[str, float]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> ServerTiming | None:
+        if not isinstance(data, dict):
+            return None
+        values = {}
+        for name in SERVER_TIMING_STAGES:
+            value = data.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+                values[name] = float(value)
+        return cls(**values) if values else None
+
+    def to_header(self) -> str:
+        return ", ".join(f"{k};dur={v:.3f}" for k, v in self.to_json().items())
+
+    @classmethod
+    def from_header(cls, header: str | None) -> ServerTiming | None:
+        if not header:
+            return None
+        values: dict[str, float] = {}
+        for metric in header.split(","):
+            match = _SERVER_TIMING_METRIC.match(metric.strip())
+            if match and match["name"] in SERVER_TIMING_STAGES:
+                values[match["name"]] = float(match["dur"])
+        return cls.from_json(values)
+
+
+_SERVER_TIMING_METRIC = re.compile(
+    r'^(?P<name>[A-Za-z0-9_.-]+)\s*(?:;[^;]*?)*?;\s*dur\s*=\s*"?(?P<dur>[0-9.eE+-]+)"?'
+)
+
+
+@dataclass(slots=True)
+class ConnectionTiming:
+    """Phases of acquiring a connection (ns). `new` is False when a pooled one was reused."""
+
+    new: bool
+    pool_wait_ns: int | None = None
+    dns_ns: int | None = None
+    connect_ns: int | None = None
+    tls_ns: int | None = None
+
+    @property
+    def setup_ns(self) -> int:
+        """DNS + TCP + TLS of a new connection (0 for a reused one)."""
+        return sum(v for v in (self.dns_ns, self.connect_ns, self.tls_ns) if v is not None)
+
+
+@dataclass(slots=True)
+class RequestTimeline:
+    """Everything latlab knows about one request: workload, client events, server timings."""
+
+    id: str
+    index: int
+    worker: int = 0
+
+    # What the workload asked for.
+    api: str = "completions"
+    prompt_tokens_planned: int | None = None
+    max_tokens: int | None = None
+    tenant: str | None = None
+    priority: int | None = None
+
+    # Client events (perf_counter_ns of the load generator).
+    scheduled_ns: int | None = None
+    sent_ns: int | None = None
+    headers_ns: int | None = None
+    first_token_ns: int | None = None
+    last_token_ns: int | None = None
+    usage_ns: int | None = None
+    done_ns: int | None = None
+    connection: ConnectionTiming | None = None
+    token_ns: list[int] = field(default_factory=list)
+    token_counts: list[int] = field(default_factory=list)
+
+    # Outcome.
+    outcome: Outcome = Outcome.OK
+    status: int | None = None
+    error: str | None = None
+
+    # Token counts: from the server's usage when offered, else counted by the client (flagged).
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    tokens_from_usage: bool = False
+
+    server: ServerTiming | None = None
+    server_request_id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == Outcome.OK
+
+    @property
+    def origin_ns(self) -> int | None:
+        """When the request's clock starts: its scheduled time, else its send time."""
+        return self.scheduled_ns if self.scheduled_ns is not None else self.sent_ns
+
+    @property
+    def output_tokens(self) -> int | None:
+        """Generated tokens: the server's usage count, else the sum of per-event counts."""
+        if self.completion_tokens is not None:
+            return self.completion_tokens
+        return sum(self.token_counts) if self.token_counts else None
+
+    def add_token_event(self, t_ns: int, n_tokens: int = 1) -> None:
+        if self.first_token_ns is None:
+            self.first_token_ns = t_ns
+        self.last_token_ns = t_ns
+        self.token_ns.append(t_ns)
+        self.token_counts.append(n_tokens)
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["outcome"] = str(self.outcome)
+        data["connection"] = asdict(self.connection) if self.connection else None
+        data["server"] = self.server.to_json() if self.server else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RequestTimeline:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["outcome"] = Outcome(values.get("outcome", "ok"))
+        if values.get("connection"):
+            values["connection"] = ConnectionTiming(**values["connection"])
+        values["server"] = ServerTiming.from_json(values.get("server"))
+        return cls(**values)

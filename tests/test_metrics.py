@@ -1,0 +1,139 @@
+import math
+
+import numpy as np
+import pytest
+
+from latlab.metrics import (
+    Window,
+    distribution,
+    meets_slos,
+    parse_slo,
+    percentile,
+    percentile_ci,
+    request_metrics,
+    summarize,
+)
+from latlab.timeline import Outcome, RequestTimeline, ServerTiming
+
+MS = 1_000_000
+
+
+def streamed(index: int, scheduled_ms: float, sent_ms: float, token_ms: list[float],
+             counts: list[int] | None = None, usage: int | None = None,
+             done_ms: float | None = None) -> RequestTimeline:
+    r = RequestTimeline(id=f"r{index}", index=index, scheduled_ns=int(scheduled_ms * MS),
+                        sent_ns=int(sent_ms * MS))
+    for t, k in zip(token_ms, counts or [1] * len(token_ms)):
+        r.add_token_event(int(t * MS), k)
+    r.done_ns = int((done_ms if done_ms is not None else token_ms[-1] + 1) * MS)
+    if usage is not None:
+        r.completion_tokens, r.tokens_from_usage = usage, True
+    return r
+
+
+def test_request_metrics_follow_the_definitions():
+    # first token at +50 ms, then events every 10 ms; the third event carries 3 tokens
+    r = streamed(0, scheduled_ms=0, sent_ms=5, token_ms=[55, 65, 75, 85], counts=[1, 1, 3, 1],
+                 usage=6, done_ms=90)
+    m = request_metrics(r)
+    assert m.ttft == pytest.approx(50)
+    assert m.ttft_sched == pytest.approx(55)
+    assert m.e2e == pytest.approx(85)
+    assert m.e2e_sched == pytest.approx(90)
+    assert m.lateness == pytest.approx(5)
+    assert m.tpot == pytest.approx(30 / 5)
+    assert m.chunk_gaps == pytest.approx([10, 10, 10])
+    assert m.itl == pytest.approx([10, 10 / 3, 10 / 3, 10 / 3, 10])
+    assert m.output_tokens == 6
+
+
+def test_tpot_needs_two_tokens_and_failures_have_no_e2e():
+    one = streamed(0, 0, 0, [40], usage=1)
+    assert request_metrics(one).tpot is None
+    broken = streamed(1, 0, 0, [40, 50])
+    broken.outcome = Outcome.STREAM_BROKEN
+    m = request_metrics(broken)
+    assert m.ttft == pytest.approx(40) and m.e2e is None and m.tpot is None
+
+
+def test_client_count_is_the_fallback_without_usage():
+    r = streamed(0, 0, 0, [10, 20, 30], counts=[1, 2, 1])
+    assert r.output_tokens == 4 and not r.tokens_from_usage
+
+
+def test_percentile_is_linear_and_matches_numpy():
+    data = sorted(np.random.default_rng(1).lognormal(size=257))
+    for q in (50, 90, 99, 99.9):
+        assert percentile(data, q) == pytest.approx(np.percentile(data, q))
+    assert percentile([1.0, 2.0, math.inf], 50) == 2.0
+    assert percentile([1.0, 2.0, math.inf], 60) == math.inf
+
+
+def test_percentile_ci_covers_the_true_quantile():
+    rng = np.random.default_rng(7)
+    true_p90 = -math.log(0.1)  # exponential(1)
+    covered = 0
+    for _ in range(200):
+        sample = np.sort(rng.exponential(size=400))
+        low, high = percentile_ci(sample, 90)
+        covered += low <= true_p90 <= high
+    assert 0.9 <= covered / 200 <= 1.0
+
+
+def test_small_samples_are_flagged_and_unbounded():
+    d = distribution(range(50))
+    assert not d.percentiles["p99"].reliable and d.percentiles["p99"].ci_high is None
+    assert d.percentiles["p50"].reliable
+    assert distribution([]).n == 0
+
+
+def test_slo_parsing():
+    assert parse_slo("ttft=200ms") == ("ttft", 200.0)
+    assert parse_slo("tpot=0.05s") == ("tpot", 50.0)
+    for bad in ("ttft", "speed=3ms", "ttft=-1ms", "ttft=0"):
+        with pytest.raises(ValueError):
+            parse_slo(bad)
+
+
+def test_summary_counts_failures_and_goodput():
+    records = [streamed(i, i * 100, i * 100, [i * 100 + 20 + 10 * j for j in range(5)], usage=5)
+               for i in range(8)]
+    records[3].first_token_ns = records[3].sent_ns + 500 * MS  # slow TTFT
+    failed = RequestTimeline(id="x", index=8, scheduled_ns=800 * MS, sent_ns=800 * MS,
+                             done_ns=801 * MS, outcome=Outcome.HTTP_429, status=429)
+    records.append(failed)
+    window = Window.of_run(records)
+    s = summarize(records, window, slos={"ttft": 100.0})
+    assert s.requests == 9 and s.ok == 8 and s.failures == {"http_429": 1}
+    assert s.goodput.good == 7
+    assert s.failure_adjusted["ttft"].max == math.inf
+    assert s.latency["ttft"].n == 8
+    assert any("failed" in w for w in s.warnings)
+    assert s.to_json()["failure_adjusted"]["ttft"]["max"] == "inf"
+    assert meets_slos(request_metrics(records[0]), {"itl": 10.0})
+    assert not meets_slos(request_metrics(records[0]), {"itl": 9.0})
+
+
+def test_throughput_counts_only_the_window():
+    records = [streamed(i, i * 1000, i * 1000, [i * 1000 + 100 * j for j in range(1, 11)], usage=10)
+               for i in range(10)]
+    window = Window(start_ns=2000 * MS, end_ns=8000 * MS)
+    s = summarize(records, window)
+    assert s.in_window == 6
+    assert s.throughput.output_tokens_per_s == pytest.approx(60 / 6.0)
+    assert s.throughput.offered_rate == pytest.approx(1.0)
+
+
+def test_server_timing_round_trips():
+    timing = ServerTiming(preprocess=1.5, queue=0.25, prefill=31.0, decode=400.0,
+                          postprocess=0.1, total=433.0)
+    assert ServerTiming.from_header(timing.to_header()) == timing
+    assert ServerTiming.from_json(timing.to_json()) == timing
+    assert ServerTiming.from_header('cache;desc="hit", queue;dur=3.5') == ServerTiming(queue=3.5)
+    assert ServerTiming.from_header("garbage") is None
+
+
+def test_timeline_json_round_trip():
+    r = streamed(0, 0, 1, [10, 20], counts=[1, 2], usage=3)
+    r.server = ServerTiming(queue=1.0)
+    assert RequestTimeline.from_json(r.to_json()) == r
