@@ -1,0 +1,5 @@
+"""Explaining latency: per-request decomposition, aggregate budgets, diagnosis."""
+
+from latlab.analysis.run import RunAnalysis, analyze
+
+__all__ = ["RunAnalysis", "analyze"]

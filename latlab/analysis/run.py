@@ -1,0 +1,148 @@
+"""`analyze(run)`: everything the reports show about one run folder, computed once.
+
+It reads `config.json` (optional), `requests.jsonl` and `summary.json`; a partial run without
+`summary.json` gets its summary recomputed from the records and the config's measurement
+window (`warmup_s`, `cooldown_s`) and SLOs (`slos`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from latlab.analysis.budget import (
+    Budget,
+    Group,
+    Row,
+    budget,
+    by_priority,
+    by_prompt_length,
+    by_tenant,
+    in_flight_at_send,
+    over_time,
+    tail_budget,
+)
+from latlab.analysis.decompose import decompose
+from latlab.analysis.findings import Finding, Unevaluated
+from latlab.metrics import Window, parse_slo, request_metrics, summarize
+from latlab.rundir import RunDir, RunDirError
+from latlab.timeline import RequestTimeline
+
+UNATTRIBUTED_NOTE_SHARE = 0.05
+
+
+@dataclass
+class RunAnalysis:
+    """A run's records, per-request decomposition, aggregate budgets, breakdowns and findings."""
+
+    run: RunDir
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    summary_recomputed: bool
+    rows: list[Row]
+    mean: Budget | None
+    tail: Budget | None
+    by_prompt: list[Group]
+    by_tenant: list[Group]
+    by_priority: list[Group]
+    over_time: list[Group]
+    findings: list[Finding] = field(default_factory=list)
+    unevaluated: list[Unevaluated] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def records(self) -> list[RequestTimeline]:
+        return [row.record for row in self.rows]
+
+    @property
+    def decomposed(self) -> list[Row]:
+        """The rows with a decomposition (the successful requests)."""
+        return [row for row in self.rows if row.parts is not None]
+
+    @property
+    def has_server_timings(self) -> bool:
+        return any(row.parts.has_server for row in self.decomposed)
+
+    @property
+    def client(self) -> dict[str, Any] | None:
+        """The load generator's self-check (`summary.json` → `client`), when it wrote one."""
+        client = self.summary.get("client")
+        return client if isinstance(client, dict) else None
+
+
+def analyze(run: RunDir) -> RunAnalysis:
+    """Decompose, aggregate and diagnose one run folder (which may be a partial run)."""
+    from latlab.analysis.diagnose import diagnose
+
+    config = run.read_config()
+    records = run.read_records()
+    summary = run.read_summary()
+    recomputed = summary is None
+    if summary is None:
+        summary = summarize(records, _window(records, config), _slos(config)).to_json()
+
+    rows = [Row(record=r, metrics=request_metrics(r), parts=decompose(r), in_flight=n)
+            for r, n in zip(records, in_flight_at_send(records))]
+    parts = [row.parts for row in rows if row.parts is not None]
+    analysis = RunAnalysis(
+        run=run,
+        config=config,
+        summary=summary,
+        summary_recomputed=recomputed,
+        rows=rows,
+        mean=budget(parts),
+        tail=tail_budget(parts),
+        by_prompt=by_prompt_length(rows),
+        by_tenant=by_tenant(rows),
+        by_priority=by_priority(rows),
+        over_time=over_time(rows),
+    )
+    analysis.findings, analysis.unevaluated = diagnose(analysis)
+    analysis.notes = _notes(analysis)
+    return analysis
+
+
+def _notes(a: RunAnalysis) -> list[str]:
+    notes = []
+    if a.summary_recomputed:
+        notes.append("no summary.json (a partial run?): the summary was recomputed from the records")
+    if not a.rows:
+        notes.append("the run has no records yet")
+    elif not a.decomposed:
+        notes.append("no request succeeded: there is no latency budget to show")
+    elif not a.has_server_timings:
+        notes.append("the server reported no timings: network, preprocess, queue and prefill are "
+                     "unavailable and lumped into 'first token (unsplit)'")
+    if a.mean is not None and abs(a.mean.share("unattributed")) >= UNATTRIBUTED_NOTE_SHARE:
+        notes.append(f"{100 * a.mean.share('unattributed'):.0f}% of the mean E2E is unattributed "
+                     "(not small): the server's stage timings do not cover all of its time")
+    return notes
+
+
+def _number(config: dict[str, Any], key: str) -> float:
+    value = config.get(key, 0.0)
+    if value is None:
+        return 0.0
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise RunDirError(f"config.json: {key} must be a non-negative number of seconds, got {value!r}")
+    return float(value)
+
+
+def _window(records: list[RequestTimeline], config: dict[str, Any]) -> Window | None:
+    return Window.of_run(records, warmup_s=_number(config, "warmup_s"),
+                         cooldown_s=_number(config, "cooldown_s"))
+
+
+def _slos(config: dict[str, Any]) -> dict[str, float] | None:
+    """`slos` as `{"ttft": 200}` (ms) or `["ttft=200ms", ...]`."""
+    raw = config.get("slos")
+    if not raw:
+        return None
+    try:
+        if isinstance(raw, dict):
+            return dict(parse_slo(f"{name}={value}ms") for name, value in raw.items())
+        if isinstance(raw, list):
+            return dict(parse_slo(str(item)) for item in raw)
+    except ValueError as e:
+        raise RunDirError(f"config.json: slos: {e}") from e
+    raise RunDirError(f"config.json: slos must be a mapping or a list, got {raw!r}")
