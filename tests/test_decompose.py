@@ -1,0 +1,115 @@
+import pytest
+from timelines import MS, steady, timeline, write_run
+
+from latlab.analysis import analyze
+from latlab.analysis.budget import budget, in_flight_at_send, tail_budget
+from latlab.analysis.decompose import COMPONENTS, Quality, decompose
+from latlab.timeline import Outcome
+
+
+def test_components_recover_the_planted_stages_and_add_up():
+    r = timeline(0, 100, client_wait=3, connect=2, upload=4, download=6, preprocess=1.5,
+                 queue=7, prefill=20, tokens=5, itl=10, postprocess=0.25, tail=0.5, untimed=0.75)
+    d = decompose(r)
+    expected = {"client_wait": 3, "connect": 2, "network": 10, "preprocess": 1.5, "queue": 7,
+                "prefill": 20, "decode": 40, "postprocess": 0.75, "unattributed": 0.75}
+    assert {k: d.ms(k) for k in expected} == pytest.approx(expected, abs=1e-6)
+    assert d.total == pytest.approx((r.done_ns - r.scheduled_ns) / MS)
+    assert sum(d.ms(c) for c in COMPONENTS) == pytest.approx(d.total)
+    assert d.quality("connect") == Quality.EXACT and d.quality("queue") == Quality.EXACT
+    assert d.quality("network") == Quality.DERIVED and d.quality("client_wait") == Quality.DERIVED
+    assert "ttft_unsplit" not in d.components
+    assert d.bucket("network") == pytest.approx(12)
+    assert d.bucket("queue & overhead") == pytest.approx(3 + 1.5 + 7 + 0.75 + 0.75)
+
+
+def test_without_server_timings_the_client_view_is_kept_and_the_rest_unavailable():
+    r = timeline(0, 0, client_wait=3, connect=2, queue=7, prefill=20, tokens=5, itl=10,
+                 server=False)
+    d = decompose(r)
+    for name in ("network", "preprocess", "queue", "prefill"):
+        assert d.quality(name) == Quality.UNAVAILABLE and d.components[name].ms is None
+    assert d.ms("ttft_unsplit") == pytest.approx((r.first_token_ns - r.sent_ns) / MS)
+    assert d.ms("ttft_unsplit") == pytest.approx(0.5 + 1 + 7 + 20 + 0.5)
+    assert d.ms("decode") == pytest.approx(40) and d.quality("decode") == Quality.ESTIMATED
+    assert d.ms("postprocess") == pytest.approx((r.done_ns - r.last_token_ns) / MS)
+    assert d.ms("unattributed") == pytest.approx(0, abs=1e-9)
+    assert sum(d.ms(c) for c in COMPONENTS) == pytest.approx(d.total)
+
+
+def test_a_partial_server_timing_leaves_its_time_unattributed():
+    r = timeline(0, 0, upload=4, download=6, queue=7)
+    r.server.total = None
+    r.server.queue = None
+    d = decompose(r)
+    assert d.quality("network") == Quality.UNAVAILABLE and d.quality("queue") == Quality.UNAVAILABLE
+    assert d.ms("unattributed") == pytest.approx(4 + 6 + 7)
+    assert sum(d.ms(c) for c in COMPONENTS) == pytest.approx(d.total)
+
+
+def test_non_streamed_and_unscheduled_requests():
+    r = timeline(0, 50, client_wait=5, upload=4, download=6, tail=0.0)
+    r.usage_ns = None  # the body's arrival is done
+    r.scheduled_ns = None
+    d = decompose(r)
+    assert d.total == pytest.approx((r.done_ns - r.sent_ns) / MS)
+    assert d.quality("client_wait") == Quality.UNAVAILABLE
+    assert d.ms("network") == pytest.approx(10)
+    assert sum(d.ms(c) for c in COMPONENTS) == pytest.approx(d.total)
+
+
+def test_failed_requests_have_no_decomposition():
+    assert decompose(timeline(0, 0, outcome=Outcome.HTTP_5XX)) is None
+
+
+def test_tail_budget_shows_what_makes_slow_requests_slow():
+    records = steady(99) + [timeline(99, 99 * 100, queue=500)]
+    parts = [decompose(r) for r in records]
+    mean, tail = budget(parts), tail_budget(parts)
+    assert sum(mean.components.values()) == pytest.approx(mean.total)
+    assert tail.n == 1 and tail.components["queue"] == pytest.approx(500)
+    assert mean.components["queue"] == pytest.approx(5)
+    assert tail.share("queue & overhead") > 0.8 > 0.2 > mean.share("queue & overhead")
+    assert mean.buckets().keys() == {"network", "queue & overhead", "prefill", "decode"}
+
+
+def test_mixed_runs_report_coverage():
+    records = [timeline(i, i * 100, server=i % 2 == 0) for i in range(10)]
+    b = budget([decompose(r) for r in records])
+    assert b.coverage["queue"] == pytest.approx(0.5) and b.coverage["ttft_unsplit"] == 0.5
+    assert "first token (unsplit)" in b.buckets()
+    assert sum(b.components.values()) == pytest.approx(b.total)
+
+
+def test_in_flight_at_send_counts_the_others():
+    records = [timeline(0, 0, tokens=20), timeline(1, 10), timeline(2, 20), timeline(3, 500)]
+    assert in_flight_at_send(records) == [0, 1, 2, 0]
+
+
+def test_analyze_breaks_the_run_down(tmp_path):
+    records = [timeline(i, i * 50, prompt=[10, 300, 2000][i % 3], tenant="ab"[i % 2],
+                        priority=i % 2, prefill=[5, 20, 90][i % 3]) for i in range(60)]
+    a = analyze(write_run(tmp_path, records))
+    assert [g.label for g in a.by_prompt] == ["0–63", "256–1023", "1024–4095"]
+    assert [round(g.budget.components["prefill"]) for g in a.by_prompt] == [5, 20, 90]
+    assert [(g.label, g.n) for g in a.by_tenant] == [("a", 30), ("b", 30)]
+    assert [g.label for g in a.by_priority] == ["0", "1"]
+    assert 2 <= len(a.over_time) <= 10 and sum(g.n for g in a.over_time) == 60
+    assert not a.summary_recomputed
+    assert [f.rule for f in a.findings] == ["prefill_dominates"]
+
+
+def test_analyze_recomputes_the_summary_of_a_partial_run(tmp_path):
+    records = steady(30)
+    run = write_run(tmp_path, records, config={"warmup_s": 1.0}, summary=False)
+    a = analyze(run)
+    assert a.summary_recomputed and any("recomputed" in n for n in a.notes)
+    assert a.summary["in_window"] == 20  # requests scheduled in the first second are warmup
+    assert a.mean.n == 30  # the budget still covers every request
+
+
+def test_notes_say_when_the_server_reports_nothing_or_leaves_time_unattributed(tmp_path):
+    client_only = analyze(write_run(tmp_path, steady(20, server=False)))
+    assert any("no timings" in n for n in client_only.notes)
+    leaky = analyze(write_run(tmp_path, steady(20, untimed=30)))
+    assert any("unattributed" in n and "not small" in n for n in leaky.notes)

@@ -1,0 +1,183 @@
+"""Each rule fires on records built to show its symptom and stays silent on a healthy run."""
+
+import re
+
+import pytest
+from timelines import MS, steady, timeline, write_run
+
+from latlab.analysis import analyze
+from latlab.analysis.findings import Finding, Severity, Unevaluated
+from latlab.metrics import Window, summarize
+from latlab.timeline import Outcome
+
+
+@pytest.fixture
+def diagnosed(tmp_path):
+    def run(records, **kwargs):
+        a = analyze(write_run(tmp_path, records, **kwargs))
+        return {f.rule: f for f in a.findings}, {u.rule: u for u in a.unevaluated}, a
+    return run
+
+
+def test_a_healthy_run_has_no_findings(diagnosed):
+    findings, unevaluated, _ = diagnosed(steady(40, prompt=50))
+    assert findings == {}
+    assert set(unevaluated) == {"tenant_interference"}
+
+
+def test_every_finding_carries_numbers(diagnosed):
+    records = [timeline(i, i * 10, queue=i * 20, untimed=25, prefill=300, prompt=500 + 100 * i,
+                        stalls={3: 60}) for i in range(40)]
+    records += [timeline(40 + i, i * 10, outcome=Outcome.HTTP_429) for i in range(5)]
+    findings, _, a = diagnosed(records)
+    assert len(findings) >= 4
+    for f in findings.values():
+        assert f.evidence and all(re.search(r"\d", line) for line in f.evidence), f
+        assert f.where and f.fix
+    order = [f.severity for f in a.findings]
+    assert order == sorted(order, reverse=True)
+
+
+def test_failures(diagnosed):
+    records = steady(40) + [timeline(40 + i, i * 100, outcome=Outcome.HTTP_5XX) for i in range(4)]
+    findings, _, _ = diagnosed(records)
+    f = findings["failures"]
+    assert f.severity == Severity.WARNING and "http_5xx: 4" in " ".join(f.evidence)
+    assert "failures" not in diagnosed(steady(40))[0]
+
+
+def test_rejections(diagnosed):
+    records = steady(40) + [timeline(40 + i, i * 100, outcome=Outcome.HTTP_429) for i in range(10)]
+    findings, _, _ = diagnosed(records)
+    assert findings["rejections"].severity == Severity.CRITICAL
+    assert "failures" not in findings  # a rejection is reported as a rejection only
+
+
+def test_client_bottleneck_from_the_self_check(diagnosed):
+    check = {"bottleneck": True, "reasons": ["event-loop lag p99 85 ms"], "loop_lag_p99_ms": 85.0}
+    findings, _, _ = diagnosed(steady(40), client=check)
+    assert "event-loop lag p99 85 ms" in findings["client_bottleneck"].evidence
+    late = steady(40, client_wait=50)
+    assert "client_bottleneck" not in diagnosed(late, client=check | {"bottleneck": False})[0]
+
+
+def test_client_bottleneck_from_the_records(diagnosed):
+    findings, _, _ = diagnosed(steady(40, client_wait=50))
+    assert "p99 50.0 ms" in findings["client_bottleneck"].evidence[0]
+    assert "client_bottleneck" not in diagnosed(steady(40, client_wait=1, connect=30))[0]
+    unscheduled = steady(40)
+    for r in unscheduled:
+        r.scheduled_ns = None
+    assert "client_bottleneck" in diagnosed(unscheduled)[1]
+
+
+def overloaded(n: int = 40) -> list:
+    return [timeline(i, i * 10, queue=i * 30) for i in range(n)]
+
+
+def test_explodes_at_peak(tmp_path):
+    records = overloaded()
+    run = write_run(tmp_path, records)
+    run.write_summary(summarize(records, Window(0, 450 * MS)).to_json())
+    f = {f.rule: f for f in analyze(run).findings}["explodes_at_peak"]
+    assert f.severity == Severity.CRITICAL and "req/s" in f.evidence[0]
+
+
+def test_explodes_at_peak_is_silent_when_the_server_keeps_up_and_unevaluated_without_a_window(
+        tmp_path):
+    records = steady(40)
+    run = write_run(tmp_path, records)
+    run.write_summary(summarize(records, Window(0, 5000 * MS)).to_json())
+    a = analyze(run)
+    assert "explodes_at_peak" not in {f.rule for f in a.findings}
+    run.write_summary(summarize(records).to_json())  # no window: no throughput
+    assert "explodes_at_peak" in {u.rule for u in analyze(run).unevaluated}
+
+
+def test_load_growth(diagnosed):
+    records = steady(20) + [timeline(20 + i, 2000 + i * 100, queue=80) for i in range(20)]
+    findings, _, _ = diagnosed(records)
+    assert "queue" in findings["load_growth"].where
+    assert "load_growth" not in diagnosed(steady(40))[0]
+    assert "load_growth" in diagnosed(steady(40, server=False))[1]
+
+
+def test_tiny_prompts_slow(diagnosed):
+    slow = [timeline(i, i * 100, prompt=10 + 50 * i, prefill=1 + i, upload=40) for i in range(40)]
+    findings, _, _ = diagnosed(slow)
+    assert findings["tiny_prompts_slow"].where == "network"
+    queued = [timeline(i, i * 100, prompt=10 + 50 * i, prefill=1 + i, queue=60) for i in range(40)]
+    assert diagnosed(queued)[0]["tiny_prompts_slow"].where == "queue"
+    fast = [timeline(i, i * 100, prompt=10 + 50 * i, prefill=1 + i) for i in range(40)]
+    assert "tiny_prompts_slow" not in diagnosed(fast)[0]
+
+
+def test_prefill_dominates(diagnosed):
+    records = [timeline(i, i * 1000, prompt=100 * (i + 1), prefill=0.2 * 100 * (i + 1))
+               for i in range(40)]
+    f = diagnosed(records)[0]["prefill_dominates"]
+    assert f.where == "prefill" and "correlation" in f.evidence[1]
+    flat = [timeline(i, i * 1000, prompt=100 * (i + 1), prefill=300 if i % 2 else 30)
+            for i in range(40)]
+    assert "prefill_dominates" not in diagnosed(flat)[0]  # does not grow with prompt length
+    assert "prefill_dominates" not in diagnosed(steady(40))[0]
+
+
+def stuttering(stall_at: int) -> list:
+    # Request i+1 prefills (30 ms) while request i is ≈70 ms into its decode, near token 14.
+    return [timeline(i, i * 100, prefill=30, tokens=30, stalls={stall_at: 30}) for i in range(40)]
+
+
+def test_stutter_when_stalls_coincide_with_other_prefills(diagnosed):
+    f = diagnosed(stuttering(14))[0]["stutter"]
+    assert f.severity == Severity.WARNING and "prefill" in f.where
+    assert "98% of stalls" in f.evidence[2]  # 39 of 40: the last request has no successor
+
+
+def test_stutter_not_explained_by_prefills(diagnosed):
+    f = diagnosed(stuttering(2))[0]["stutter"]
+    assert f.severity == Severity.INFO and "something else" in f.where
+
+
+def test_no_stutter_without_stalls(diagnosed):
+    assert "stutter" not in diagnosed(steady(40, tokens=30))[0]
+    assert "stutter" in diagnosed(steady(4, tokens=5))[1]
+
+
+def tenants(light_queue: float) -> list:
+    heavy = [timeline(i, 2000 + i * 100, tenant="big", prompt=4000, tokens=60)
+             for i in range(10)]
+    light = [timeline(100 + i, i * 50, tenant="small", prompt=50,
+                      queue=light_queue if 2000 <= i * 50 < 3300 else 0.0) for i in range(80)]
+    return heavy + light
+
+
+def test_tenant_interference(diagnosed):
+    f = diagnosed(tenants(100))[0]["tenant_interference"]
+    assert "'big'" in f.title and "'small'" in f.title
+    assert "tenant_interference" not in diagnosed(tenants(0))[0]
+    one = [timeline(i, i * 50, tenant="solo") for i in range(20)]
+    assert "tenant_interference" in diagnosed(one)[1]
+
+
+def test_cold_start(diagnosed):
+    records = [timeline(0, 0, prefill=800)] + steady(40)[1:]
+    f = diagnosed(records)[0]["cold_start"]
+    assert "request #0" in f.evidence[1]
+    assert "cold_start" not in diagnosed(steady(40))[0]
+    assert "cold_start" in diagnosed(steady(10))[1]
+
+
+def test_unattributed(diagnosed):
+    f = diagnosed(steady(40, untimed=20))[0]["unattributed"]
+    assert "20.0 ms per request" in f.evidence[1]
+    assert "unattributed" not in diagnosed(steady(40, untimed=1))[0]
+
+
+def test_rules_without_successful_requests_say_what_they_need(diagnosed):
+    findings, unevaluated, _ = diagnosed([timeline(i, i * 10, outcome=Outcome.TIMEOUT)
+                                          for i in range(5)])
+    assert set(findings) == {"failures"}
+    assert unevaluated["stutter"].needs == "needs successful requests"
+    assert all(isinstance(u, Unevaluated) for u in unevaluated.values())
+    assert all(isinstance(f, Finding) for f in findings.values())
