@@ -54,9 +54,11 @@ def test_rejections(diagnosed):
 
 
 def test_client_bottleneck_from_the_self_check(diagnosed):
-    check = {"bottleneck": True, "reasons": ["event-loop lag p99 85 ms"], "loop_lag_p99_ms": 85.0}
+    check = {"workers": 1, "loop_lag_ms": {"p50": 0.2, "p99": 85.0, "max": 120.0},
+             "lateness_p99_ms": 1.5, "bottleneck": True, "reasons": ["event-loop lag p99 85 ms"]}
     findings, _, _ = diagnosed(steady(40), client=check)
-    assert "event-loop lag p99 85 ms" in findings["client_bottleneck"].evidence
+    evidence = findings["client_bottleneck"].evidence
+    assert evidence[0] == "event-loop lag p99 85 ms" and "loop_lag_ms.p99=85" in evidence[1]
     late = steady(40, client_wait=50)
     assert "client_bottleneck" not in diagnosed(late, client=check | {"bottleneck": False})[0]
 

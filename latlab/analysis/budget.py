@@ -11,8 +11,9 @@ composition of a slow request, which is not the composition of an average one.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -42,6 +43,7 @@ class Budget:
     total: float
     components: dict[str, float]
     coverage: dict[str, float]
+    quality: dict[str, Quality | None]  # each component's most common quality (None: absent)
 
     def bucket(self, name: str) -> float:
         return sum(self.components[c] for c in BUCKETS[name])
@@ -67,7 +69,13 @@ def budget(parts: Sequence[Decomposition]) -> Budget | None:
         components={c: sum(p.ms(c) for p in parts) / n for c in COMPONENTS},
         coverage={c: sum(p.quality(c) not in (None, Quality.UNAVAILABLE) for p in parts) / n
                   for c in COMPONENTS},
+        quality={c: _most_common(p.quality(c) for p in parts) for c in COMPONENTS},
     )
+
+
+def _most_common(qualities: Iterable[Quality | None]) -> Quality | None:
+    counts = Counter(q for q in qualities if q is not None)
+    return counts.most_common(1)[0][0] if counts else None
 
 
 def tail_budget(parts: Sequence[Decomposition], q: float = TAIL_PERCENTILE) -> Budget | None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from latlab.analysis.budget import prompt_bucket, prompt_tokens
-from latlab.analysis.decompose import SERVER_STAGES
+from latlab.analysis.decompose import SERVER_STAGES, Quality
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean, ms, pct
+from latlab.load.selfcheck import zero_gap_share
 from latlab.metrics import percentile
 from latlab.timeline import Outcome
 
@@ -20,7 +19,6 @@ if TYPE_CHECKING:
 
 FAILURE_WARNING, FAILURE_CRITICAL = 0.01, 0.10
 CLIENT_LATE_MS, CLIENT_LATE_SHARE = 10.0, 0.05
-ZERO_GAP_NS = 50_000
 SHORTFALL = 0.9
 QUEUE_DOMINATES = 0.5
 UNATTRIBUTED_SHARE = 0.05
@@ -83,16 +81,14 @@ def client_bottleneck(a: RunAnalysis) -> Finding | Unevaluated | None:
         if not client["bottleneck"]:
             return None
         evidence = [str(reason) for reason in client.get("reasons") or []]
-        evidence.append("client self-check: " + ", ".join(
-            f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in client.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)))
+        evidence.append("client self-check: " + ", ".join(_numbers(client)))
         return Finding("client_bottleneck", Severity.CRITICAL,
                        "the load generator itself is the bottleneck", evidence,
                        where="the load generator: requests left late, so latencies from send "
                              "understate what users would see",
                        fix="add client workers or lower the rate; read the from-schedule latencies",
                        impact=1.0)
-    rows = [r for r in a.decomposed if r.parts.quality("client_wait") != "unavailable"]
+    rows = [r for r in a.decomposed if r.parts.quality("client_wait") != Quality.UNAVAILABLE]
     if not rows:
         return Unevaluated("client_bottleneck", "needs scheduled send times or the client "
                                                 "self-check (summary.json → client)")
@@ -100,10 +96,10 @@ def client_bottleneck(a: RunAnalysis) -> Finding | Unevaluated | None:
     p50, p99 = percentile(waits, 50), percentile(waits, 99)
     if p99 < CLIENT_LATE_MS or p99 < CLIENT_LATE_SHARE * a.mean.total:
         return None
-    sent = np.sort(np.array([r.record.sent_ns for r in a.rows if r.record.sent_ns is not None]))
-    bursts = float(np.mean(np.diff(sent) < ZERO_GAP_NS)) if len(sent) > 1 else 0.0
-    evidence = [f"client wait (sent − scheduled − connection setup): p50 {ms(p50)}, p99 {ms(p99)}",
-                f"{pct(bursts)} of sends followed the previous one within 50 µs (bursts)"]
+    evidence = [f"client wait (sent − scheduled − connection setup): p50 {ms(p50)}, p99 {ms(p99)}"]
+    bursts = zero_gap_share(a.records)
+    if bursts is not None:
+        evidence.append(f"{pct(bursts)} of token events arrived in zero-gap bursts")
     if a.config.get("concurrency"):
         evidence.append(f"includes waiting for a free slot under --concurrency "
                         f"{a.config['concurrency']}")
@@ -112,6 +108,17 @@ def client_bottleneck(a: RunAnalysis) -> Finding | Unevaluated | None:
                    where="the load generator (or its concurrency cap)",
                    fix="add client workers, raise the concurrency cap or lower the rate",
                    impact=mean([r.parts.ms("client_wait") for r in rows]) / a.mean.total)
+
+
+def _numbers(section: dict, prefix: str = "") -> list[str]:
+    """`name=value` for every number in the section, one level of nesting deep."""
+    out = []
+    for key, value in section.items():
+        if isinstance(value, dict) and not prefix:
+            out += _numbers(value, f"{key}.")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append(f"{prefix}{key}={value:.3g}")
+    return out
 
 
 def explodes_at_peak(a: RunAnalysis) -> Finding | Unevaluated | None:
