@@ -1,0 +1,41 @@
+from pathlib import Path
+
+import pytest
+
+from latlab.rundir import RunDir, RunDirError
+from latlab.store import RunStore, resolve_run
+
+
+def make_run(root: Path, name: str, target: str, tags: list[str], ttft_p99: float) -> RunDir:
+    run = RunDir.create(root, name)
+    run.write_config({"name": name, "target": target, "model": "tiny", "tags": tags})
+    run.write_summary({"in_window": 10, "ok": 9,
+                       "latency": {"ttft": {"percentiles": {"p99": {"value": ttft_p99}}}},
+                       "throughput": {"output_tokens_per_s": 123.0}})
+    return run
+
+
+def test_register_list_filter_and_resolve(tmp_path):
+    a = make_run(tmp_path, "a", "http://127.0.0.1:1", ["nightly"], 50.0)
+    b = make_run(tmp_path, "b", "http://127.0.0.1:2", [], 70.0)
+    with RunStore(tmp_path) as store:
+        id_a = store.register(a.path, config=a.read_config(), summary=a.read_summary())
+        id_b = store.register(b.path, config=b.read_config(), summary=b.read_summary())
+        assert id_a != id_b
+        assert store.register(a.path, config=a.read_config()) == id_a  # refresh keeps the id
+        assert [r.name for r in store.list(tag="nightly")] == ["a"]
+        assert [r.name for r in store.list(target=":2")] == ["b"]
+        assert store.get(id_b).numbers["ttft_p99"] == 70.0
+    assert resolve_run(str(id_b), tmp_path) == b.path.resolve()
+    assert resolve_run(str(a.path), tmp_path) == a.path
+    with pytest.raises(RunDirError, match="no run with id 99"):
+        resolve_run("99", tmp_path)
+
+
+def test_rescan_finds_unregistered_runs(tmp_path):
+    make_run(tmp_path, "x", "t", [], 1.0)
+    make_run(tmp_path, "y", "t", [], 2.0)
+    with RunStore(tmp_path) as store:
+        assert store.rescan() == 2
+        assert store.rescan() == 0
+        assert len(store.list()) == 2
