@@ -100,7 +100,7 @@ def print_findings(console: Console, analysis: RunAnalysis, unevaluated: bool = 
 SUMMARY_ROWS = (("ttft", "TTFT"), ("ttft_sched", "  from schedule"), ("tpot", "TPOT"),
                 ("itl", "ITL (per token)"), ("itl_request_mean", "  per-request mean"),
                 ("chunk_gap", "inter-chunk gap"), ("e2e", "E2E"), ("e2e_sched", "  from schedule"),
-                ("lateness", "lateness (sent − scheduled)"))
+                ("lateness", "lateness"))
 FAILURE_ROWS = (("ttft", "TTFT failure-adjusted"), ("e2e", "E2E failure-adjusted"))
 
 

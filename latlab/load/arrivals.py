@@ -1,0 +1,122 @@
+"""When to send: closed-loop users, or an open-loop schedule of arrival times.
+
+Open-loop arrival times are offsets in seconds from the run's start `t0`, an absolute
+schedule: a request keeps its scheduled time however late the client sends it. A linear
+ramp warps a unit-rate process through the ramp's cumulative rate (time rescaling), so
+Poisson stays Poisson and gamma keeps its burstiness while the rate grows.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterator, Literal
+
+import numpy as np
+import orjson
+from pydantic import BaseModel, Field, model_validator
+
+Process = Literal["closed", "poisson", "gamma", "constant", "trace"]
+OPEN_LOOP = ("poisson", "gamma", "constant")
+_BLOCK = 4096
+
+
+class ArrivalError(ValueError):
+    """An arrival option or trace that cannot be used; the message names it."""
+
+
+class ArrivalConfig(BaseModel):
+    """Closed loop: `users` each send their next request when the last one ends.
+    Open loop: `rate` requests/s with Poisson, gamma (`burstiness` is its shape: 1 is
+    Poisson, below 1 burstier, CV = 1/sqrt(burstiness)) or constant gaps, or the
+    timestamps of a `trace`. `max_concurrency` caps requests in flight (late sends show as
+    lateness); `ramp_s` grows the rate (or the number of users) linearly from zero."""
+
+    process: Process = "closed"
+    users: int = Field(default=4, ge=1)
+    rate: float | None = Field(default=None, gt=0)
+    burstiness: float = Field(default=1.0, gt=0)
+    max_concurrency: int | None = Field(default=None, ge=1)
+    ramp_s: float = Field(default=0.0, ge=0)
+    trace: Path | None = None
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> ArrivalConfig:
+        if self.process in OPEN_LOOP and self.rate is None:
+            raise ValueError(f"a {self.process} arrival process needs a rate")
+        if self.process == "trace" and self.trace is None:
+            raise ValueError("trace replay needs a trace file")
+        return self
+
+    @property
+    def open_loop(self) -> bool:
+        return self.process != "closed"
+
+
+def arrival_times(config: ArrivalConfig) -> Iterator[float]:
+    """Arrival offsets (s) from the run's start, non-decreasing, the first at 0. Endless,
+    except for a trace."""
+    if config.process == "trace":
+        yield from load_trace(config.trace)
+        return
+    rng = np.random.default_rng([config.seed, 2])
+    shape = config.burstiness
+    start = 0.0
+    first = True
+    while True:
+        if config.process == "constant":
+            gaps = np.ones(_BLOCK)
+        elif config.process == "poisson":
+            gaps = rng.exponential(1.0, _BLOCK)
+        else:
+            gaps = rng.gamma(shape, 1.0 / shape, _BLOCK)
+        if first:
+            gaps[0] = 0.0
+            first = False
+        points = start + np.cumsum(gaps)
+        start = float(points[-1])
+        yield from _unwarp(points, config.rate, config.ramp_s).tolist()
+
+
+def _unwarp(unit_points: np.ndarray, rate: float, ramp_s: float) -> np.ndarray:
+    """Times t at which the ramp's cumulative rate Λ(t) reaches each unit-rate point."""
+    if ramp_s <= 0:
+        return unit_points / rate
+    ramp_area = rate * ramp_s / 2  # Λ at the end of the ramp
+    during = np.sqrt(2 * ramp_s * np.minimum(unit_points, ramp_area) / rate)
+    return np.where(unit_points < ramp_area, during, ramp_s + (unit_points - ramp_area) / rate)
+
+
+def user_start_times(users: int, ramp_s: float) -> list[float]:
+    """Closed loop: user u starts at u/users of the ramp (all at 0 without one)."""
+    return [ramp_s * u / users for u in range(users)]
+
+
+def load_trace(path: Path | None) -> list[float]:
+    """Offsets (s) from a JSONL trace: one `timestamp` (s) or `timestamp_ms` per line,
+    relative to the earliest one."""
+    try:
+        lines = Path(path).read_bytes().splitlines()
+    except (OSError, TypeError) as e:
+        raise ArrivalError(f"--trace {path}: cannot read it: {getattr(e, 'strerror', e)}") from None
+    times = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            raise ArrivalError(f"--trace {path}: line {n}: not JSON ({e})") from None
+        value = row.get("timestamp") if isinstance(row, dict) else None
+        scale = 1.0
+        if value is None and isinstance(row, dict) and "timestamp_ms" in row:
+            value, scale = row["timestamp_ms"], 1e-3
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise ArrivalError(f"--trace {path}: line {n}: needs a numeric `timestamp` (s) "
+                               "or `timestamp_ms`")
+        times.append(value * scale)
+    if not times:
+        raise ArrivalError(f"--trace {path}: no timestamps in it")
+    times.sort()
+    return [t - times[0] for t in times]

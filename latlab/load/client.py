@@ -1,0 +1,296 @@
+"""The HTTP side: send one streaming request to an OpenAI-compatible server and fill its
+`RequestTimeline` as the bytes arrive.
+
+`sent` is taken when the connection is ready, just before the request bytes are written:
+the connection phases (pool wait, DNS, connect) lie between `scheduled` and `sent` and are
+recorded in `connection`; a request that never got a connection has no `sent`. Every read from the socket gets one timestamp, shared by the SSE
+events it completes: events that arrive together have a zero gap, which is the truth.
+A role-only delta, empty text or a usage-only event is not a token event; an event's token
+count is the growth of the cumulative per-chunk usage when the server offers it, else 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from time import perf_counter_ns
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import orjson
+
+from latlab.load.workload import Api, RequestSpec
+from latlab.timeline import ConnectionTiming, Outcome, RequestTimeline, ServerTiming
+
+ERROR_BODY_BYTES = 2048
+
+
+class _StreamFault(Exception):
+    def __init__(self, outcome: Outcome, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+class Client:
+    """One aiohttp session with a pool of `pool_size` connections (0: unbounded)."""
+
+    def __init__(self, url: str, model: str, api: Api = "completions", *,
+                 api_key: str | None = None, pool_size: int = 0, timeout_s: float = 600.0,
+                 ignore_eos: bool = True, continuous_usage: bool = True) -> None:
+        self.url = url.rstrip("/") + ("/v1/chat/completions" if api == "chat" else "/v1/completions")
+        self.model = model
+        self.chat = api == "chat"
+        self.ignore_eos = ignore_eos
+        self.stream_options = {"include_usage": True}
+        if continuous_usage:
+            self.stream_options["continuous_usage_stats"] = True
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        self._pool_size = pool_size
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Client:
+        connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0,
+                                         ttl_dns_cache=300)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
+                                              trace_configs=[_connection_trace()],
+                                              skip_auto_headers=("User-Agent",))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def body(self, spec: RequestSpec) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "stream": True,
+                                "stream_options": self.stream_options,
+                                "max_tokens": spec.max_tokens}
+        if self.chat:
+            body["messages"] = spec.messages
+        else:
+            body["prompt"] = spec.prompt
+        if self.ignore_eos:
+            body["ignore_eos"] = True
+            body["min_tokens"] = spec.max_tokens
+        if spec.tenant is not None:
+            body["user"] = spec.tenant
+        if spec.priority is not None:
+            body["priority"] = spec.priority
+        return body
+
+    async def send(self, spec: RequestSpec, r: RequestTimeline) -> None:
+        """Send `spec` and record everything in `r`; never raises but for cancellation."""
+        data = orjson.dumps(self.body(spec))
+        headers = self.headers | {"X-Request-Id": r.id}
+        try:
+            async with self._session.post(self.url, data=data, headers=headers,
+                                          trace_request_ctx=r) as resp:
+                r.headers_ns = perf_counter_ns()
+                r.status = resp.status
+                r.server_request_id = resp.headers.get("X-Request-Id")
+                r.server = ServerTiming.from_header(resp.headers.get("Server-Timing"))
+                if resp.status != 200:
+                    await self._http_error(resp, r)
+                elif not resp.content_type.startswith("text/event-stream"):
+                    r.outcome = Outcome.BAD_PAYLOAD
+                    r.error = f"not a stream: Content-Type {resp.content_type!r}"
+                else:
+                    await self._read_stream(resp, r)
+        except asyncio.CancelledError:
+            r.outcome, r.error = Outcome.CANCELLED, "cancelled before the response ended"
+            raise
+        except _StreamFault as e:
+            r.outcome, r.error = e.outcome, str(e)
+        except Exception as e:  # every failure becomes a classified record
+            r.outcome, r.error = _classify(e, r.headers_ns is not None), _describe(e)
+        finally:
+            if r.done_ns is None or not r.ok:
+                r.done_ns = perf_counter_ns()
+
+    async def _http_error(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> None:
+        status = resp.status
+        if status == 429:
+            r.outcome = Outcome.HTTP_429
+        elif status >= 500:
+            r.outcome = Outcome.HTTP_5XX
+        else:
+            r.outcome = Outcome.HTTP_4XX
+        body = (await resp.content.read(ERROR_BODY_BYTES)).decode("utf-8", "replace").strip()
+        r.error = f"HTTP {status} {resp.reason or ''}".rstrip() + (f": {body}" if body else "")
+
+    async def _read_stream(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> None:
+        chat = self.chat
+        loads = orjson.loads
+        now = perf_counter_ns
+        buf = b""
+        cumulative_base: int | None = None  # usage.completion_tokens at the last token event
+        usage = timing = None
+        done = False
+        async for chunk in resp.content.iter_any():
+            t = now()
+            buf = buf + chunk if buf else chunk
+            if b"\r" in buf:
+                buf = buf.replace(b"\r\n", b"\n")
+            pos = 0
+            while (end := buf.find(b"\n\n", pos)) >= 0:
+                event = buf[pos:end]
+                pos = end + 2
+                data = event[6:] if event[:6] == b"data: " and b"\n" not in event else _data(event)
+                if data is None:
+                    continue
+                if data[:1] != b"{":
+                    if data.strip() == b"[DONE]":
+                        done, r.done_ns = True, t
+                        continue
+                    raise _StreamFault(Outcome.BAD_PAYLOAD, f"malformed event: {_cut(data)}")
+                try:
+                    obj = loads(data)
+                    choices = obj.get("choices")
+                    u = obj.get("usage")
+                    cumulative = u.get("completion_tokens") if u else None
+                    if choices:
+                        c = choices[0]
+                        if chat:
+                            d = c.get("delta")
+                            token = d and (d.get("content") or d.get("reasoning_content")
+                                           or d.get("reasoning") or d.get("tool_calls"))
+                        else:
+                            token = c.get("text")
+                    else:
+                        token = None
+                        if u is None and "error" in obj:
+                            raise _StreamFault(Outcome.STREAM_BROKEN,
+                                               f"server error event: {_cut(data)}")
+                except (orjson.JSONDecodeError, AttributeError, TypeError, IndexError):
+                    raise _StreamFault(Outcome.BAD_PAYLOAD,
+                                       f"malformed event: {_cut(data)}") from None
+                if token:
+                    k = 1
+                    if cumulative is not None:
+                        if cumulative_base is not None:
+                            k = cumulative - cumulative_base if cumulative > cumulative_base else 1
+                        elif not r.token_ns and cumulative > 0:
+                            k = cumulative
+                        cumulative_base = cumulative
+                    r.add_token_event(t, k)
+                elif cumulative is not None and not r.token_ns:
+                    cumulative_base = cumulative
+                if u:
+                    usage, r.usage_ns = u, t
+                    timing = obj.get("server_timing") or timing
+                if r.server_request_id is None:
+                    r.server_request_id = obj.get("id")
+            if pos:
+                buf = buf[pos:]
+        if usage:
+            _apply_usage(r, usage)
+        if timing:
+            r.server = ServerTiming.from_json(timing) or r.server
+        if not done:
+            raise _StreamFault(Outcome.STREAM_BROKEN, "stream ended before [DONE]"
+                               + (f" (unparsed: {_cut(buf)})" if buf.strip() else ""))
+
+
+def _data(event: bytes) -> bytes | None:
+    """The data of an SSE event with several lines, comments or fields; None without data."""
+    lines = [line[5:] for line in event.split(b"\n") if line[:5] == b"data:"]
+    if not lines:
+        return None
+    return b"\n".join(line[1:] if line[:1] == b" " else line for line in lines)
+
+
+def _apply_usage(r: RequestTimeline, usage: dict[str, Any]) -> None:
+    if not isinstance(usage, dict):
+        return
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if isinstance(prompt, int):
+        r.prompt_tokens = prompt
+    if isinstance(completion, int):
+        r.completion_tokens = completion
+        r.tokens_from_usage = True
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        r.cached_tokens = details["cached_tokens"]
+
+
+def _classify(e: Exception, after_headers: bool) -> Outcome:
+    if isinstance(e, asyncio.TimeoutError):
+        return Outcome.TIMEOUT
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return Outcome.CONNECTION_REFUSED
+    if isinstance(e, aiohttp.ClientPayloadError):
+        return Outcome.STREAM_BROKEN
+    if isinstance(e, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionError)):
+        return Outcome.STREAM_BROKEN if after_headers else Outcome.CONNECTION_RESET
+    if isinstance(e, aiohttp.ClientResponseError):
+        return Outcome.BAD_PAYLOAD
+    return Outcome.CLIENT_ERROR
+
+
+def _describe(e: Exception) -> str:
+    text = str(e) or repr(e)
+    return f"{type(e).__name__}: {text}"
+
+
+def _cut(data: bytes, limit: int = 200) -> str:
+    text = data.decode("utf-8", "replace")
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _connection_trace() -> aiohttp.TraceConfig:
+    """Connection phases into `RequestTimeline.connection`, and `sent` once the connection is
+    ready (the request's timeline is the trace's request context)."""
+    trace = aiohttp.TraceConfig()
+
+    async def queued_start(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+        ctx.queued_ns = perf_counter_ns()
+
+    async def queued_end(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+        ctx.pool_wait_ns = perf_counter_ns() - ctx.queued_ns
+
+    async def create_start(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+        ctx.create_ns = perf_counter_ns()
+
+    async def dns_start(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+        ctx.dns_start_ns = perf_counter_ns()
+
+    async def dns_end(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+        ctx.dns_ns = perf_counter_ns() - ctx.dns_start_ns
+
+    async def create_end(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+        r = ctx.trace_request_ctx
+        r.sent_ns = perf_counter_ns()
+        dns = getattr(ctx, "dns_ns", None)
+        r.connection = ConnectionTiming(new=True, pool_wait_ns=getattr(ctx, "pool_wait_ns", None),
+                                        dns_ns=dns, connect_ns=r.sent_ns - ctx.create_ns - (dns or 0))
+
+    async def reuse(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+        r = ctx.trace_request_ctx
+        r.sent_ns = perf_counter_ns()
+        r.connection = ConnectionTiming(new=False, pool_wait_ns=getattr(ctx, "pool_wait_ns", None))
+
+    trace.on_connection_queued_start.append(queued_start)
+    trace.on_connection_queued_end.append(queued_end)
+    trace.on_connection_create_start.append(create_start)
+    trace.on_dns_resolvehost_start.append(dns_start)
+    trace.on_dns_resolvehost_end.append(dns_end)
+    trace.on_connection_create_end.append(create_end)
+    trace.on_connection_reuseconn.append(reuse)
+    return trace
+
+
+async def list_models(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:
+    """The model ids a server lists at /v1/models (raises aiohttp/OS errors, ValueError)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with session.get(url.rstrip("/") + "/v1/models", headers=headers) as resp:
+            if resp.status != 200:
+                raise ValueError(f"HTTP {resp.status} from {url}/v1/models")
+            data = await resp.json(content_type=None)
+    models = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(models, list):
+        raise ValueError(f"{url}/v1/models: no `data` list in the answer")
+    return [m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)]

@@ -1,0 +1,296 @@
+"""Run a bench: target, run folder, worker processes, summary.
+
+    result = run_bench(BenchConfig(url="http://127.0.0.1:8000", requests=200))
+    result.run.path, result.summary["latency"]["ttft"]
+
+With `url=None` the embedded engine is started for the run and stopped after it. With
+`workers > 1` the workers are spawned processes that share one absolute schedule and append
+to the same requests.jsonl; this process only shows progress and writes the summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import queue as queue_module
+import secrets
+import shlex
+import signal
+import sys
+import threading
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from rich.console import Console
+
+from latlab import __version__
+from latlab.load.arrivals import load_trace
+from latlab.load.client import list_models
+from latlab.load.config import BenchConfig
+from latlab.load.progress import ProgressDisplay
+from latlab.load.selfcheck import client_section
+from latlab.load.target import EngineError, start_engine
+from latlab.load.worker import Worker, WorkerPlan, WorkerResult
+from latlab.load.workload import Workload
+from latlab.metrics import Window, summarize
+from latlab.rundir import RunDir
+from latlab.timeline import RequestTimeline
+
+START_LEAD_S = 0.05
+WORKER_START_TIMEOUT_S = 120.0
+MODELS_TIMEOUT_S = 10.0
+
+
+class BenchError(Exception):
+    """A run that could not start: the message says why and what to change."""
+
+
+@dataclass
+class BenchResult:
+    run: RunDir
+    summary: dict[str, Any]
+    failed: bool
+    message: str | None = None
+
+
+def run_bench(config: BenchConfig, *, console: Console | None = None, progress: bool = False,
+              command: Sequence[str] | None = None) -> BenchResult:
+    """Run `config` to the end (or Ctrl-C) and write config.json, requests.jsonl and
+    summary.json into a new folder under `config.out`. Raises `BenchError`, or the
+    workload's/arrivals' `ValueError`s for bad input, before any load is sent."""
+    workload = Workload(config.workload)
+    if config.arrivals.process == "trace":
+        load_trace(config.arrivals.trace)
+    run = RunDir.create(config.out, config.name)
+    settings = _settings(config, command)
+    run.write_config(settings)
+    engine = None
+    try:
+        url = config.url
+        if url is None:
+            if console is not None:
+                console.print("starting the embedded engine (latlab serve)…", style="dim")
+            try:
+                engine = start_engine(config.serve_args, log_path=run.path / "engine.log")
+            except EngineError as e:
+                raise BenchError(str(e)) from None
+            url = engine.url
+            settings["target"]["engine_ready_s"] = engine.ready_s
+        model = config.model or _discover_model(url, config)
+        settings["target"] |= {"url": url, "model": model}
+        run.write_config(settings)
+        key = config.api_key.get_secret_value() if config.api_key else None
+        plan = WorkerPlan(0, url, model, str(run.path), secrets.token_hex(3), 0, key)
+        display = (ProgressDisplay(console or Console(stderr=True), config.duration_s,
+                                   config.requests) if progress else None)
+        with display or nullcontext():
+            update = display.update if display else None
+            if config.workers == 1:
+                results = [_run_here(config, plan, workload, run, settings, update)]
+            else:
+                results = _run_processes(config, plan, run, settings, update)
+    finally:
+        if engine is not None:
+            engine.stop()
+    return _finish(config, run, settings, results)
+
+
+def run_window(config: dict[str, Any], records: Sequence[RequestTimeline]) -> Window | None:
+    """The measurement window of a run from its config.json, also for a partial run."""
+    clock = config.get("clock", {})
+    return Window.of_run(records, start_ns=clock.get("t0_ns"), end_ns=clock.get("end_ns"),
+                         warmup_s=config.get("warmup_s", 0.0),
+                         cooldown_s=config.get("cooldown_s", 0.0))
+
+
+def _settings(config: BenchConfig, command: Sequence[str] | None) -> dict[str, Any]:
+    return {
+        "latlab_version": __version__,
+        "command": shlex.join(command if command is not None else sys.argv),
+        "bench": config.model_dump(mode="json"),
+        "target": {"url": config.url, "model": config.model, "embedded": config.url is None,
+                   "api_key_given": config.api_key is not None},
+        "warmup_s": config.warmup_s,
+        "cooldown_s": config.cooldown_s,
+        "duration_s": config.duration_s,
+        "slos": config.slos,
+        "concurrency": config.arrivals.max_concurrency if config.arrivals.open_loop else None,
+        "clock": {},
+    }
+
+
+def _discover_model(url: str, config: BenchConfig) -> str:
+    key = config.api_key.get_secret_value() if config.api_key else None
+    try:
+        models = asyncio.run(list_models(url, key, MODELS_TIMEOUT_S))
+    except Exception as e:  # any failure means the same to the user: give --model
+        raise BenchError(f"--model not given and {url}/v1/models did not list one "
+                         f"({type(e).__name__}: {e}); give --model") from None
+    if not models:
+        raise BenchError(f"--model not given and {url}/v1/models lists none; give --model")
+    return models[0]
+
+
+def _start_clock(run: RunDir, settings: dict[str, Any]) -> int:
+    """Fix the run's start `t0` a little ahead, with the wall-clock anchor, in config.json."""
+    anchor_ns, unix = time.perf_counter_ns(), time.time()
+    t0 = anchor_ns + int(START_LEAD_S * 1e9)
+    settings["clock"] = {"perf_counter_ns": anchor_ns, "unix_time": unix, "t0_ns": t0,
+                         "end_ns": None}
+    run.write_config(settings)
+    return t0
+
+
+def _run_here(config: BenchConfig, plan: WorkerPlan, workload: Workload, run: RunDir,
+              settings: dict[str, Any], update: Callable | None) -> WorkerResult:
+    import uvloop
+
+    plan.t0_ns = _start_clock(run, settings)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(Worker(config, plan, workload, update).run())
+
+
+def _run_processes(config: BenchConfig, plan: WorkerPlan, run: RunDir, settings: dict[str, Any],
+                   update: Callable | None) -> list[WorkerResult]:
+    ctx = mp.get_context("spawn")
+    messages = ctx.Queue()
+    go = ctx.Event()
+    t0 = ctx.Value("q", 0)
+    procs = [ctx.Process(target=_worker_process, daemon=True,
+                         args=(config.model_dump(mode="json"), plan.__dict__ | {"worker": w},
+                               messages, go, t0))
+             for w in range(config.workers)]
+    interrupted = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def forward(_sig: int, _frame: Any) -> None:
+            interrupted.set()
+            for p in procs:
+                if p.pid is not None and p.is_alive():
+                    os.kill(p.pid, signal.SIGINT)
+        previous = signal.signal(signal.SIGINT, forward)
+    try:
+        for p in procs:
+            p.start()
+        ready: set[int] = set()
+        deadline = time.monotonic() + WORKER_START_TIMEOUT_S
+        while len(ready) < len(procs):
+            message = _next_message(messages, procs, deadline, interrupted)
+            if message["type"] == "error":
+                raise BenchError(message["error"])
+            ready.add(message["worker"])
+        t0.value = _start_clock(run, settings)
+        go.set()
+        results: dict[int, WorkerResult] = {}
+        while len(results) < len(procs):
+            try:
+                message = messages.get(timeout=0.2)
+            except queue_module.Empty:
+                for w, p in enumerate(procs):
+                    if not p.is_alive() and w not in results and messages.empty():
+                        results[w] = _lost_worker(w, p.exitcode)
+                continue
+            if message["type"] == "snapshot" and update:
+                update(message)
+            elif message["type"] == "done":
+                result = WorkerResult.from_json(message["result"])
+                results[result.worker] = result
+        return [results[w] for w in sorted(results)]
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _next_message(messages: Any, procs: list, deadline: float,
+                  interrupted: threading.Event) -> dict[str, Any]:
+    while time.monotonic() < deadline and not interrupted.is_set():
+        try:
+            return messages.get(timeout=0.2)
+        except queue_module.Empty:
+            dead = [p for p in procs if not p.is_alive()]
+            if dead:
+                raise BenchError(f"worker process exited with code {dead[0].exitcode} "
+                                 "before the run started") from None
+    raise BenchError("interrupted before the run started" if interrupted.is_set()
+                     else f"worker processes not ready after {WORKER_START_TIMEOUT_S:g} s")
+
+
+def _lost_worker(worker: int, exitcode: int | None) -> WorkerResult:
+    from latlab.load.selfcheck import WorkerHealth
+
+    return WorkerResult(worker, WorkerHealth(worker), "aborted", time.perf_counter_ns(),
+                        f"worker {worker} died (exit code {exitcode}); its finished requests "
+                        "are kept")
+
+
+def _worker_process(config_json: dict[str, Any], plan_fields: dict[str, Any], messages: Any,
+                    go: Any, t0: Any) -> None:
+    import uvloop
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the event loop handles it
+    plan = WorkerPlan(**plan_fields)
+    config = BenchConfig.model_validate(config_json)
+    try:
+        workload = Workload(config.workload)
+    except ValueError as e:
+        messages.put({"type": "error", "worker": plan.worker, "error": str(e)})
+        return
+    messages.put({"type": "ready", "worker": plan.worker})
+    if not go.wait(WORKER_START_TIMEOUT_S):
+        return
+    plan.t0_ns = t0.value
+    worker = Worker(config, plan, workload, lambda s: messages.put({"type": "snapshot", **s}))
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        result = runner.run(worker.run())
+    messages.put({"type": "done", "result": result.to_json()})
+
+
+def _finish(config: BenchConfig, run: RunDir, settings: dict[str, Any],
+            results: list[WorkerResult]) -> BenchResult:
+    reasons = {r.stop_reason for r in results}
+    messages = list(dict.fromkeys(r.message for r in results if r.message))
+    clock = settings["clock"]
+    if reasons & {"interrupted", "aborted"}:
+        clock["end_ns"] = max(r.stopped_ns for r in results)
+        if config.duration_s:
+            clock["end_ns"] = min(clock["end_ns"], clock["t0_ns"] + int(config.duration_s * 1e9))
+    elif reasons == {"duration"}:
+        clock["end_ns"] = clock["t0_ns"] + int(config.duration_s * 1e9)
+    run.write_config(settings)
+
+    records = run.read_records()
+    window = run_window(settings, records)
+    summary = summarize(records, window, config.slos).to_json()
+    client = client_section([r.health for r in results], records)
+    summary["client"] = client
+    summary["window"] = ({"start_ns": window.start_ns, "end_ns": window.end_ns,
+                          "seconds": window.duration_s} if window else None)
+    summary["stop_reason"] = ("interrupted" if "interrupted" in reasons
+                              else "aborted" if "aborted" in reasons else sorted(reasons)[0])
+    if client["bottleneck"]:
+        summary["warnings"].append("the client was the bottleneck: " + "; ".join(client["reasons"]))
+    summary["warnings"][:0] = messages
+    ok = sum(1 for r in records if r.ok)
+    failed = ok == 0 or "aborted" in reasons
+    message = messages[0] if messages else None
+    if not records:
+        message = message or "no request was sent"
+    elif ok == 0 and not message:
+        message = f"every request failed ({_failure_counts(records)})"
+    run.write_summary(summary)
+    return BenchResult(run, summary, failed, message)
+
+
+def _failure_counts(records: Sequence[RequestTimeline]) -> str:
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[str(r.outcome)] = counts.get(str(r.outcome), 0) + 1
+    last = records[-1]
+    return ", ".join(f"{k} ×{v}" for k, v in counts.items()) + f"; last: {last.error}"

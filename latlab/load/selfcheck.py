@@ -1,0 +1,154 @@
+"""Is the client the bottleneck? Event-loop lag, process CPU and send lateness per worker,
+zero-gap token bursts over the run, and the rules that turn them into a verdict.
+
+Loop lag is sampled every 10 ms as the larger of: how long a ready callback waits for its
+turn (a `sleep(0)` round trip, precise) and how late the 10 ms timer fired beyond the event
+loop's 1 ms timer resolution (catches long stalls). Dispatch lateness is how late the
+arrival loop woke against the schedule (waits for a concurrency cap are not counted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import psutil
+
+from latlab.timeline import RequestTimeline
+
+SAMPLE_INTERVAL_S = 0.010
+CPU_INTERVAL_S = 1.0
+TIMER_RESOLUTION_NS = 1_000_000
+
+MAX_LATENESS_P99_MS = 5.0
+MAX_LOOP_LAG_P99_MS = 5.0
+MAX_CPU_PERCENT = 85.0
+MAX_ZERO_GAP_SHARE = 0.10
+BUSY_LOOP_LAG_P99_MS = 1.0
+BUSY_CPU_PERCENT = 60.0
+
+
+@dataclass
+class WorkerHealth:
+    """What one worker process measured about itself."""
+
+    worker: int
+    loop_lag_ms: list[float] = field(default_factory=list)
+    dispatch_lateness_ms: list[float] = field(default_factory=list)
+    cpu_mean: float = 0.0
+    cpu_max: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WorkerHealth:
+        return cls(**data)
+
+
+class HealthSampler:
+    """Runs beside a worker's load: loop lag every 10 ms, CPU every second."""
+
+    def __init__(self, worker: int) -> None:
+        self.health = WorkerHealth(worker)
+        self._process = psutil.Process()
+        self._task: asyncio.Task[None] | None = None
+        self._cpu_start = 0.0
+        self._wall_start = 0.0
+
+    def start(self) -> None:
+        self._cpu_start = _cpu_seconds(self._process)
+        self._wall_start = time.perf_counter()
+        self._process.cpu_percent(None)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def note_dispatch(self, late_ns: int) -> None:
+        self.health.dispatch_lateness_ms.append(late_ns / 1e6)
+
+    async def stop(self) -> WorkerHealth:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        wall = time.perf_counter() - self._wall_start
+        if wall > 0:
+            self.health.cpu_mean = 100 * (_cpu_seconds(self._process) - self._cpu_start) / wall
+        self.health.cpu_max = max(self.health.cpu_max, self.health.cpu_mean)
+        return self.health
+
+    async def _run(self) -> None:
+        lags = self.health.loop_lag_ms
+        interval_ns = int(SAMPLE_INTERVAL_S * 1e9)
+        next_cpu = time.perf_counter() + CPU_INTERVAL_S
+        while True:
+            due = time.perf_counter_ns() + interval_ns
+            await asyncio.sleep(SAMPLE_INTERVAL_S)
+            woke = time.perf_counter_ns()
+            await asyncio.sleep(0)
+            turn = time.perf_counter_ns() - woke
+            lags.append(max(turn, woke - due - TIMER_RESOLUTION_NS) / 1e6)
+            if time.perf_counter() >= next_cpu:
+                next_cpu += CPU_INTERVAL_S
+                self.health.cpu_max = max(self.health.cpu_max, self._process.cpu_percent(None))
+
+
+def _cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def zero_gap_share(records: Sequence[RequestTimeline]) -> float | None:
+    """Share of gaps between a request's token events that are exactly zero (same read)."""
+    gaps = zeros = 0
+    for r in records:
+        t = r.token_ns
+        if len(t) > 1:
+            gaps += len(t) - 1
+            zeros += int(np.count_nonzero(np.diff(t) == 0))
+    return zeros / gaps if gaps else None
+
+
+def client_section(workers: Sequence[WorkerHealth],
+                   records: Sequence[RequestTimeline]) -> dict[str, Any]:
+    """The `client` section of summary.json, with the bottleneck verdict and its reasons."""
+    lags = np.asarray([v for w in workers for v in w.loop_lag_ms])
+    late = np.asarray([v for w in workers for v in w.dispatch_lateness_ms])
+    lag = {"p50": _pct(lags, 50), "p99": _pct(lags, 99), "max": float(lags.max()) if lags.size else None}
+    lateness_p99 = _pct(late, 99)
+    zero_share = zero_gap_share(records)
+    cpu_means = [w.cpu_mean for w in workers]
+    reasons = []
+    if lateness_p99 is not None and lateness_p99 > MAX_LATENESS_P99_MS:
+        reasons.append(f"sends ran late against the schedule: lateness p99 {lateness_p99:.1f} ms "
+                       f"(limit {MAX_LATENESS_P99_MS:g} ms)")
+    if lag["p99"] is not None and lag["p99"] > MAX_LOOP_LAG_P99_MS:
+        reasons.append(f"event-loop lag p99 {lag['p99']:.1f} ms (limit {MAX_LOOP_LAG_P99_MS:g} ms): "
+                       "timestamps were taken late")
+    for w in workers:
+        if w.cpu_mean > MAX_CPU_PERCENT:
+            reasons.append(f"worker {w.worker} used {w.cpu_mean:.0f}% of a CPU core "
+                           f"(limit {MAX_CPU_PERCENT:g}%): add --workers")
+    busy = (lag["p99"] or 0) > BUSY_LOOP_LAG_P99_MS or max(cpu_means, default=0) > BUSY_CPU_PERCENT
+    if zero_share is not None and zero_share > MAX_ZERO_GAP_SHARE and busy:
+        reasons.append(f"{100 * zero_share:.0f}% of token events arrived in zero-gap bursts "
+                       "while the client was busy: it read them late, not as they came")
+    return {
+        "workers": len(workers),
+        "loop_lag_ms": lag,
+        "cpu_percent": {
+            "mean": float(np.mean(cpu_means)) if cpu_means else None,
+            "max": max((w.cpu_max for w in workers), default=None),
+            "per_process": [{"worker": w.worker, "mean": w.cpu_mean, "max": w.cpu_max}
+                            for w in workers],
+        },
+        "lateness_p99_ms": lateness_p99,
+        "zero_gap_share": zero_share,
+        "bottleneck": bool(reasons),
+        "reasons": reasons,
+    }
+
+
+def _pct(values: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(values, q)) if values.size else None

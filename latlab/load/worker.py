@@ -1,0 +1,255 @@
+"""One load-generating process: its share of the schedule, its connection pool, its records.
+
+Worker `w` of `W` sends the open-loop arrivals `i` with `i % W == w`, or runs users
+`w, w + W, ...` of a closed loop (request `k` of the worker gets index `k·W + w`). All
+workers read the same absolute schedule: `t0_ns` on CLOCK_MONOTONIC, which
+`perf_counter_ns` reads in every process alike. Each record is appended to requests.jsonl
+the moment its request ends, cancelled ones included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import perf_counter_ns
+from typing import Any, Callable
+
+from latlab.load.arrivals import arrival_times, user_start_times
+from latlab.load.client import Client
+from latlab.load.config import BenchConfig
+from latlab.load.selfcheck import HealthSampler, WorkerHealth
+from latlab.load.workload import RequestSpec, Workload
+from latlab.metrics import NS_PER_MS
+from latlab.rundir import RunDir
+from latlab.timeline import Outcome, RequestTimeline
+
+SNAPSHOT_INTERVAL_S = 0.5
+FIRST_FAILURES_ABORT = 10
+CONSECUTIVE_FAILURES_ABORT = 200
+
+
+@dataclass
+class WorkerPlan:
+    """What one worker process needs besides the config (picklable)."""
+
+    worker: int
+    url: str
+    model: str
+    run_path: str
+    run_id: str
+    t0_ns: int
+    api_key: str | None = None
+
+
+@dataclass
+class WorkerResult:
+    worker: int
+    health: WorkerHealth
+    stop_reason: str
+    stopped_ns: int
+    message: str | None = None
+    requests: int = 0
+    failed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "health": self.health.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WorkerResult:
+        return cls(**{**data, "health": WorkerHealth.from_json(data["health"])})
+
+
+@dataclass
+class _Counters:
+    dispatched: int = 0
+    done: int = 0
+    failed: int = 0
+    tokens_done: int = 0
+    consecutive_failures: int = 0
+    ttft_new: list[float] = field(default_factory=list)
+
+
+class Worker:
+    def __init__(self, config: BenchConfig, plan: WorkerPlan, workload: Workload,
+                 on_snapshot: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.config = config
+        self.plan = plan
+        self.workload = workload
+        self.on_snapshot = on_snapshot
+        self.w, self.n = plan.worker, config.workers
+        self.t0 = plan.t0_ns
+        self.end_ns = plan.t0_ns + int(config.duration_s * 1e9) if config.duration_s else None
+        self.health = HealthSampler(plan.worker)
+        self.counters = _Counters()
+        self.in_flight: dict[int, RequestTimeline] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.stop_reason: str | None = None
+        self.message: str | None = None
+        self.stopped_ns: int | None = None
+        self._main: asyncio.Task[None] | None = None
+        self._next_k = 0
+        arrivals = config.arrivals
+        cap = arrivals.users if not arrivals.open_loop else arrivals.max_concurrency
+        self.slots = config.share(cap, self.w) if cap else 0
+        self._cap = asyncio.Semaphore(self.slots) if arrivals.open_loop and self.slots else None
+        self.writer = RunDir(Path(plan.run_path)).record_writer()
+        self.client = Client(plan.url, plan.model, config.workload.api, api_key=plan.api_key,
+                             pool_size=self.slots, timeout_s=config.timeout_s,
+                             ignore_eos=config.ignore_eos, continuous_usage=config.continuous_usage)
+
+    async def run(self) -> WorkerResult:
+        loop = asyncio.get_running_loop()
+        handled = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self.interrupt)
+                handled.append(sig)
+            except (RuntimeError, ValueError):  # not the main thread
+                pass
+        snapshots = loop.create_task(self._snapshots())
+        self.health.start()
+        try:
+            async with self.client:
+                load = self._open_loop() if self.config.arrivals.open_loop else self._closed_loop()
+                self._main = loop.create_task(load)
+                try:
+                    await self._main
+                except asyncio.CancelledError:
+                    pass
+                self._stop("done")
+                if self.tasks:
+                    await asyncio.gather(*self.tasks, return_exceptions=True)
+        finally:
+            for sig in handled:
+                loop.remove_signal_handler(sig)
+            snapshots.cancel()
+            self.writer.close()
+            health = await self.health.stop()
+            self._snapshot()
+        c = self.counters
+        return WorkerResult(self.w, health, self.stop_reason or "done", self.stopped_ns,
+                            self.message, c.done, c.failed)
+
+    def interrupt(self) -> None:
+        """Ctrl-C: stop scheduling and cancel what is in flight (recorded as cancelled)."""
+        self._stop("interrupted", "interrupted: requests in flight were cancelled")
+        for task in self.tasks:
+            task.cancel()
+        if self._main is not None:
+            self._main.cancel()
+
+    def _stop(self, reason: str, message: str | None = None) -> None:
+        if self.stop_reason is None:
+            self.stop_reason, self.message, self.stopped_ns = reason, message, perf_counter_ns()
+
+    async def _open_loop(self) -> None:
+        limit = self.config.requests
+        for index, offset in enumerate(arrival_times(self.config.arrivals)):
+            if limit is not None and index >= limit:
+                return self._stop("requests")
+            scheduled = self.t0 + int(offset * 1e9)
+            if self.end_ns is not None and scheduled >= self.end_ns:
+                return self._stop("duration")
+            if index % self.n != self.w:
+                continue
+            spec = self.workload.request(index)
+            await _sleep_until(scheduled)
+            if self.stop_reason is not None:
+                return
+            self.health.note_dispatch(perf_counter_ns() - scheduled)
+            task = asyncio.get_running_loop().create_task(self._request(spec, scheduled))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        self._stop("trace")
+
+    async def _closed_loop(self) -> None:
+        starts = user_start_times(self.config.arrivals.users, self.config.arrivals.ramp_s)
+        users = [self._user(start) for start in starts[self.w::self.n]]
+        await asyncio.gather(*users)
+
+    async def _user(self, start_s: float) -> None:
+        scheduled = self.t0 + int(start_s * 1e9)
+        while self.stop_reason is None:
+            index = self._next_k * self.n + self.w
+            if self.config.requests is not None and index >= self.config.requests:
+                return self._stop("requests")
+            if self.end_ns is not None and scheduled >= self.end_ns:
+                return self._stop("duration")
+            self._next_k += 1
+            spec = self.workload.request(index)
+            await _sleep_until(scheduled)
+            self.health.note_dispatch(perf_counter_ns() - scheduled)
+            await self._request(spec, scheduled)
+            scheduled = perf_counter_ns()
+
+    async def _request(self, spec: RequestSpec, scheduled_ns: int) -> None:
+        r = RequestTimeline(id=f"{self.plan.run_id}-{spec.index}", index=spec.index,
+                            worker=self.w, api=self.config.workload.api,
+                            prompt_tokens_planned=spec.prompt_tokens, max_tokens=spec.max_tokens,
+                            tenant=spec.tenant, priority=spec.priority, scheduled_ns=scheduled_ns)
+        self.in_flight[spec.index] = r
+        self.counters.dispatched += 1
+        try:
+            if self._cap is None:
+                await self.client.send(spec, r)
+            else:
+                async with self._cap:
+                    await self.client.send(spec, r)
+        except asyncio.CancelledError:
+            if r.sent_ns is None:
+                r.outcome, r.error = Outcome.CANCELLED, "cancelled before it was sent"
+                r.done_ns = perf_counter_ns()
+            raise
+        finally:
+            del self.in_flight[spec.index]
+            self.writer.write(r)
+            self._finished(r)
+
+    def _finished(self, r: RequestTimeline) -> None:
+        c = self.counters
+        c.done += 1
+        c.tokens_done += sum(r.token_counts)
+        if r.ok:
+            c.consecutive_failures = 0
+            if r.first_token_ns is not None and r.sent_ns is not None:
+                c.ttft_new.append((r.first_token_ns - r.sent_ns) / NS_PER_MS)
+            return
+        c.failed += 1
+        if r.outcome == Outcome.CANCELLED:
+            return
+        c.consecutive_failures += 1
+        if c.failed == c.consecutive_failures == FIRST_FAILURES_ABORT and c.done == c.failed:
+            self._abort(f"stopped early: the first {FIRST_FAILURES_ABORT} requests all failed; "
+                        f"last: {r.outcome}: {r.error}")
+        elif c.consecutive_failures == CONSECUTIVE_FAILURES_ABORT:
+            self._abort(f"stopped early: {CONSECUTIVE_FAILURES_ABORT} requests in a row failed; "
+                        f"last: {r.outcome}: {r.error}")
+
+    def _abort(self, message: str) -> None:
+        """Stop scheduling; requests in flight finish (closed-loop users stop after theirs)."""
+        self._stop("aborted", message)
+        if self._main is not None and self.config.arrivals.open_loop:
+            self._main.cancel()
+
+    async def _snapshots(self) -> None:
+        while True:
+            await asyncio.sleep(SNAPSHOT_INTERVAL_S)
+            self._snapshot()
+
+    def _snapshot(self) -> None:
+        if self.on_snapshot is None:
+            return
+        c = self.counters
+        tokens = c.tokens_done + sum(len(r.token_ns) for r in self.in_flight.values())
+        self.on_snapshot({"worker": self.w, "dispatched": c.dispatched, "done": c.done,
+                          "failed": c.failed, "in_flight": len(self.in_flight),
+                          "tokens": tokens, "ttft": c.ttft_new})
+        c.ttft_new = []
+
+
+async def _sleep_until(t_ns: int) -> None:
+    """Sleep until `t_ns`; the loop's 1 ms timers may wake early, so check and go again."""
+    while (delay := t_ns - perf_counter_ns()) > 0:
+        await asyncio.sleep(delay / 1e9)

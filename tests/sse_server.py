@@ -1,0 +1,128 @@
+"""Small in-test OpenAI-style streaming servers with known timings (127.0.0.1, port 0).
+
+Each server runs its own event loop in a thread, so sync tests (the CLI, `run_bench`) and
+async tests (the client) can both use it. A handler scripts one response: the events, the
+sleep before each, a status, or a cut connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+import orjson
+from aiohttp import web
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + (obj if isinstance(obj, bytes) else orjson.dumps(obj)) + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def completion(text: str, usage: dict | None = None, **extra: Any) -> bytes:
+    return sse({"id": "cmpl-1", "object": "text_completion",
+                "choices": [{"index": 0, "text": text, "finish_reason": None}],
+                "usage": usage, **extra})
+
+
+def chat(delta: dict, usage: dict | None = None) -> bytes:
+    return sse({"id": "chat-1", "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": None}], "usage": usage})
+
+
+def usage_only(prompt: int, completion_tokens: int, server_timing: dict | None = None,
+               cached: int | None = None) -> bytes:
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
+                             "total_tokens": prompt + completion_tokens}
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    body: dict[str, Any] = {"id": "cmpl-1", "choices": [], "usage": usage}
+    if server_timing is not None:
+        body["server_timing"] = server_timing
+    return sse(body)
+
+
+@dataclass
+class Step:
+    """Sleep `delay_s`, then write `data` (or cut the connection when `data` is None)."""
+
+    delay_s: float
+    data: bytes | None
+
+
+def stream(steps: list[Step], headers: dict[str, str] | None = None) -> Handler:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", **(headers or {})})
+        await resp.prepare(request)
+        for step in steps:
+            if step.delay_s:
+                await asyncio.sleep(step.delay_s)
+            if step.data is None:
+                request.transport.close()
+                return resp
+            await resp.write(step.data)
+        await resp.write_eof()
+        return resp
+
+    return handle
+
+
+def status(code: int, body: dict | None = None) -> Handler:
+    async def handle(request: web.Request) -> web.Response:
+        return web.json_response(body or {"error": {"message": f"status {code}"}}, status=code)
+
+    return handle
+
+
+@dataclass
+class Server:
+    """Serves `handler` at /v1/completions and /v1/chat/completions; lists `model`."""
+
+    handler: Handler
+    model: str = "fake-model"
+    received: list[dict[str, Any]] = field(default_factory=list)
+    url: str = ""
+
+    def __enter__(self) -> Server:
+        started = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, args=(started,), daemon=True)
+        self._thread.start()
+        if not started.wait(10):
+            raise RuntimeError("test server did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _serve(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+
+        async def generate(request: web.Request) -> web.StreamResponse:
+            self.received.append({"body": await request.json(), "headers": dict(request.headers),
+                                  "path": request.path})
+            return await self.handler(request)
+
+        async def models(request: web.Request) -> web.Response:
+            return web.json_response({"object": "list", "data": [{"id": self.model}]})
+
+        app.router.add_post("/v1/completions", generate)
+        app.router.add_post("/v1/chat/completions", generate)
+        app.router.add_get("/v1/models", models)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        port = site._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        started.set()
+        self._loop.run_forever()
