@@ -77,6 +77,10 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    def decode_stream(self) -> tokenizers.decoders.DecodeStream:
+        """An incremental decoder: `step(self.backend, id)` gives the new text, or None."""
+        return tokenizers.decoders.DecodeStream(skip_special_tokens=True)
+
     def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
         """The prompt text for chat messages, ending where the assistant's reply begins.
 

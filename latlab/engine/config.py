@@ -1,0 +1,120 @@
+"""Model shapes (presets or a checkpoint's config.json) and the engine's serving knobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot work, with a message naming the option."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The shape of a Llama-family decoder (Llama, Mistral, Qwen2)."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int | None = None
+    max_position_embeddings: int = 4096
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    rms_norm_eps: float = 1e-6
+    attention_bias: bool = False
+    tie_word_embeddings: bool = True
+
+    @property
+    def attention_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def num_parameters(self) -> int:
+        d, h = self.hidden_size, self.attention_head_dim
+        attention = d * h * (self.num_heads * 2 + self.num_kv_heads * 2)
+        if self.attention_bias:
+            attention += h * (self.num_heads + 2 * self.num_kv_heads)
+        layer = attention + 3 * d * self.intermediate_size + 2 * d
+        embeddings = self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
+        return self.num_layers * layer + embeddings + d
+
+    def kv_bytes_per_token(self, element_size: int) -> int:
+        return 2 * self.num_layers * self.num_kv_heads * self.attention_head_dim * element_size
+
+
+# Random-weight presets over the bundled tokenizer (vocab 8192).
+PRESETS: dict[str, ModelConfig] = {
+    "tiny": ModelConfig(
+        vocab_size=8192, hidden_size=64, intermediate_size=128, num_layers=2,
+        num_heads=4, num_kv_heads=2, max_position_embeddings=1024,
+    ),
+    "default": ModelConfig(
+        vocab_size=8192, hidden_size=384, intermediate_size=1024, num_layers=6,
+        num_heads=6, num_kv_heads=2, max_position_embeddings=4096,
+    ),
+}
+
+
+@dataclass
+class EngineConfig:
+    """How the engine serves: memory, batching and scheduling limits.
+
+    `num_kv_blocks` fixes the KV pool size; without it the pool gets `kv_cache_mib` of memory.
+    """
+
+    model: str = "default"
+    max_model_len: int = 2048
+    block_size: int = 16
+    num_kv_blocks: int | None = None
+    kv_cache_mib: int = 256
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 512
+    enable_chunked_prefill: bool = True
+    batching: Literal["continuous", "static"] = "continuous"
+    max_waiting: int = 256
+    threads: int = 1
+    seed: int = 0
+    dtype: str = "float32"
+    warmup: bool = True
+
+    def with_overrides(self, **changes: Any) -> EngineConfig:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def resolve_kv_blocks(self, model: ModelConfig, element_size: int) -> int:
+        if self.num_kv_blocks is not None:
+            return self.num_kv_blocks
+        block_bytes = self.block_size * model.kv_bytes_per_token(element_size)
+        return max(1, (self.kv_cache_mib << 20) // block_bytes)
+
+    def validate(self, model: ModelConfig, num_kv_blocks: int) -> None:
+        """Reject settings under which some request could never finish."""
+        checks = [
+            (self.block_size >= 1, "--block-size must be at least 1"),
+            (self.max_num_seqs >= 1, "--max-num-seqs must be at least 1"),
+            (self.max_waiting >= 1, "--max-waiting must be at least 1"),
+            (self.threads >= 1, "--threads must be at least 1"),
+            (self.batching in ("continuous", "static"),
+             f"--batching must be continuous or static, not {self.batching!r}"),
+            (self.dtype in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}"),
+            (2 <= self.max_model_len <= model.max_position_embeddings,
+             f"--max-model-len must be between 2 and the model's "
+             f"{model.max_position_embeddings} positions, not {self.max_model_len}"),
+            (self.max_num_batched_tokens >= self.max_num_seqs,
+             f"--max-num-batched-tokens ({self.max_num_batched_tokens}) must be at least "
+             f"--max-num-seqs ({self.max_num_seqs})"),
+            (self.enable_chunked_prefill or self.max_num_batched_tokens >= self.max_model_len,
+             f"without chunked prefill --max-num-batched-tokens ({self.max_num_batched_tokens}) "
+             f"must be at least --max-model-len ({self.max_model_len})"),
+            (num_kv_blocks * self.block_size >= self.max_model_len,
+             f"the KV cache ({num_kv_blocks} blocks of {self.block_size} tokens) must hold at "
+             f"least one sequence of --max-model-len {self.max_model_len} tokens"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)

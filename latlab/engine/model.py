@@ -1,0 +1,208 @@
+"""A Llama-family decoder (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU).
+
+Tokens of a step arrive flattened, `[num_tokens, hidden]`, so every linear layer runs once per
+step whatever the mix of prefills and decodes. Attention reads and writes a paged KV cache
+described by `AttentionMetadata`; with no metadata the model runs a plain dense causal pass
+over one sequence (the reference the paged path is tested against).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from latlab.engine.config import ModelConfig
+
+
+@dataclass
+class PrefillChunk:
+    """A run of new tokens of one sequence: batch rows [start, end), `context_len` after it."""
+
+    start: int
+    end: int
+    context_len: int
+    block_table: torch.Tensor
+    mask: torch.Tensor | None  # [end - start, context_len]; None when causal from position 0
+
+
+@dataclass
+class AttentionMetadata:
+    """Where one step's tokens go in the KV cache and what each attends to.
+
+    The first `num_decode_tokens` rows are single-token decodes, attended in one batched call;
+    each prefill chunk after them gets its own call.
+    """
+
+    slot_mapping: torch.Tensor
+    num_decode_tokens: int
+    decode_block_tables: torch.Tensor | None
+    decode_mask: torch.Tensor | None  # [num_decodes, 1, 1, max_blocks * block_size]
+    prefills: list[PrefillChunk]
+
+
+def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
+    dim = config.attention_head_dim
+    steps = torch.arange(0, dim, 2, dtype=torch.float64, device="cpu")
+    inv_freq = 1.0 / (config.rope_theta ** (steps / dim))
+    scaling = config.rope_scaling or {}
+    if scaling.get("rope_type", scaling.get("type")) == "llama3":
+        factor = scaling["factor"]
+        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old_len = scaling["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (old_len / wavelen - low) / (high - low)
+        scaled = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        inv_freq = torch.where(wavelen > old_len / low, inv_freq / factor,
+                               torch.where(wavelen < old_len / high, inv_freq, scaled))
+    return inv_freq
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
+        self.head_dim = config.attention_head_dim
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size,
+                                  bias=config.attention_bias)
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
+        self.k_cache = torch.empty(0)
+        self.v_cache = torch.empty(0)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                meta: AttentionMetadata | None) -> torch.Tensor:
+        n = x.shape[0]
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = apply_rope(q.view(n, self.num_heads, self.head_dim), cos, sin)
+        k = apply_rope(k.view(n, self.num_kv_heads, self.head_dim), cos, sin)
+        v = v.view(n, self.num_kv_heads, self.head_dim)
+        if meta is None:
+            out = _sdpa(q, k, v, mask=None)
+        else:
+            out = self._paged(q, k, v, meta)
+        return self.o_proj(out.reshape(n, self.q_size))
+
+    def _paged(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               meta: AttentionMetadata) -> torch.Tensor:
+        slots = self.k_cache.view(-1, self.num_kv_heads, self.head_dim)
+        slots.index_copy_(0, meta.slot_mapping, k)
+        self.v_cache.view_as(slots).index_copy_(0, meta.slot_mapping, v)
+        out = torch.empty_like(q)
+        d = meta.num_decode_tokens
+        if d:
+            tables = meta.decode_block_tables
+            keys = _gather(self.k_cache, tables.flatten()).unflatten(0, (d, -1)).transpose(1, 2)
+            values = _gather(self.v_cache, tables.flatten()).unflatten(0, (d, -1)).transpose(1, 2)
+            out[:d] = F.scaled_dot_product_attention(
+                q[:d].unsqueeze(2), keys, values, attn_mask=meta.decode_mask, enable_gqa=True
+            ).squeeze(2)
+        for chunk in meta.prefills:
+            keys = _gather(self.k_cache, chunk.block_table)[: chunk.context_len]
+            values = _gather(self.v_cache, chunk.block_table)[: chunk.context_len]
+            out[chunk.start : chunk.end] = _sdpa(q[chunk.start : chunk.end], keys, values,
+                                                 chunk.mask)
+        return out
+
+
+def _gather(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
+    """The cached tokens of `block_ids`, in order: `[len(block_ids) * block_size, heads, dim]`."""
+    return cache.index_select(0, block_ids).flatten(0, 1)
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+          mask: torch.Tensor | None) -> torch.Tensor:
+    """Attention for one sequence, `[tokens, heads, head_dim]` in and out; causal when no mask."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+        attn_mask=mask, is_causal=mask is None, enable_gqa=True,
+    )
+    return out.transpose(0, 1)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                meta: AttentionMetadata | None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class CausalLM(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        # On the CPU even when the weights are built on the meta device (checkpoint loading).
+        positions = torch.arange(config.max_position_embeddings, dtype=torch.float64, device="cpu")
+        angles = torch.outer(positions, rope_inv_freq(config))
+        self.register_buffer("rope_cos", angles.cos().float(), persistent=False)
+        self.register_buffer("rope_sin", angles.sin().float(), persistent=False)
+
+    @classmethod
+    def random(cls, config: ModelConfig, seed: int, dtype: torch.dtype) -> CausalLM:
+        """Random weights, the same for a given (config, seed) on any machine."""
+        model = cls(config)
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith("layernorm.weight") or name == "norm.weight":
+                    param.fill_(1.0)
+                elif name.endswith("bias"):
+                    param.normal_(0.0, 0.02, generator=generator)
+                else:
+                    param.normal_(0.0, 1.0 / math.sqrt(param.shape[-1]), generator=generator)
+        return model.to(dtype).eval()
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> None:
+        dtype = self.embed_tokens.weight.dtype
+        for layer in self.layers:
+            attn = layer.self_attn
+            shape = (num_blocks, block_size, attn.num_kv_heads, attn.head_dim)
+            attn.k_cache = torch.zeros(shape, dtype=dtype)
+            attn.v_cache = torch.zeros(shape, dtype=dtype)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                meta: AttentionMetadata | None = None) -> torch.Tensor:
+        """Hidden states `[num_tokens, hidden]` for flattened tokens at `positions`."""
+        dtype = self.embed_tokens.weight.dtype
+        cos = self.rope_cos[positions].unsqueeze(1).to(dtype)
+        sin = self.rope_sin[positions].unsqueeze(1).to(dtype)
+        x = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            x = layer(x, cos, sin, meta)
+        return self.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()

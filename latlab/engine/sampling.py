@@ -1,0 +1,102 @@
+"""What a request asks of generation (`SamplingParams`) and how a batch of logits becomes tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+
+import torch
+
+from latlab.engine.sequence import Sequence
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Greedy when temperature is 0; `top_k` 0 and `top_p` 1 switch those filters off.
+
+    `ignore_eos` and `min_tokens` let benchmarks fix output lengths: the first keeps going past
+    the end-of-sequence token, the second forbids stopping (EOS, stop tokens and stop strings)
+    before that many tokens.
+    """
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    min_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.max_tokens >= 1, "max_tokens must be at least 1"),
+            (self.temperature >= 0, "temperature must be 0 or more"),
+            (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
+            (self.top_k >= 0, "top_k must be 0 (off) or more"),
+            (0 <= self.min_tokens <= self.max_tokens, "min_tokens must be in [0, max_tokens]"),
+            (all(self.stop), "stop strings must not be empty"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+
+class Sampler:
+    """Turns `[num_seqs, vocab]` logits into one token per sequence.
+
+    Sequences with a seed draw from their own generator, so their output does not depend on
+    what else shares the batch; the others share the engine's seeded generator.
+    """
+
+    def __init__(self, seed: int, stop_token_ids: Seq[int]) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+        self.stop_token_ids = list(stop_token_ids)
+
+    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
+        params = [seq.params for seq in seqs]
+        for row, seq in enumerate(seqs):
+            if seq.num_output_tokens < seq.params.min_tokens:
+                logits[row, self.stop_token_ids + list(seq.params.stop_token_ids)] = -torch.inf
+        tokens = logits.argmax(dim=-1)
+        rows = [i for i, p in enumerate(params) if p.temperature > 0]
+        if rows:
+            index = torch.tensor(rows)
+            temperature = torch.tensor([params[i].temperature for i in rows]).unsqueeze(1)
+            drawn = self._draw(logits[index] / temperature, [seqs[i] for i in rows])
+            tokens.index_copy_(0, index, drawn)
+        return tokens.tolist()
+
+    def _draw(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        """Inverse-CDF sampling (one cumsum and one search per batch, far cheaper on a CPU
+        than `torch.multinomial`), after the top-k and top-p filters on sorted candidates."""
+        vocab = logits.shape[1]
+        top_k = [seq.params.top_k or vocab for seq in seqs]
+        top_p = [seq.params.top_p for seq in seqs]
+        order = None
+        if min(top_p) < 1:
+            logits, order = logits.sort(dim=-1, descending=True)
+        elif min(top_k) < vocab:
+            logits, order = logits.topk(max(top_k), dim=-1)
+        if order is not None:
+            ranks = torch.arange(logits.shape[1])
+            logits.masked_fill_(ranks >= torch.tensor(top_k).unsqueeze(1), -torch.inf)
+        probs = logits.softmax(dim=-1)
+        if min(top_p) < 1:
+            mass_before = probs.cumsum(dim=-1) - probs
+            probs.masked_fill_(mass_before > torch.tensor(top_p).unsqueeze(1), 0.0)
+        cdf = probs.cumsum(dim=-1)
+        drawn = torch.searchsorted(cdf, self._uniform(seqs).unsqueeze(1) * cdf[:, -1:], right=True)
+        drawn = drawn.clamp_max_(cdf.shape[1] - 1)
+        return (drawn if order is None else order.gather(1, drawn)).squeeze(1)
+
+    def _uniform(self, seqs: list[Sequence]) -> torch.Tensor:
+        """One U[0, 1) draw per sequence, from its own generator when it has a seed."""
+        u = torch.rand(len(seqs), generator=self.generator)
+        for i, seq in enumerate(seqs):
+            if seq.params.seed is not None:
+                if seq.generator is None:
+                    seq.generator = torch.Generator().manual_seed(seq.params.seed)
+                u[i] = torch.rand(1, generator=seq.generator)
+        return u

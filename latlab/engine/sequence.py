@@ -1,0 +1,111 @@
+"""One request inside the engine: its tokens, KV blocks, status and stage timestamps."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum, StrEnum
+from typing import TYPE_CHECKING
+
+from latlab.timeline import ServerTiming
+
+if TYPE_CHECKING:
+    import torch
+
+    from latlab.engine.detokenizer import Detokenizer
+    from latlab.engine.sampling import SamplingParams
+
+
+class SequenceStatus(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class FinishReason(StrEnum):
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+
+
+@dataclass(slots=True)
+class StageTimes:
+    """`time.perf_counter_ns()` of each stage on the server's clock; None until it happens."""
+
+    received: int
+    enqueued: int
+    first_scheduled: int | None = None
+    first_token: int | None = None
+    last_token: int | None = None
+    completed: int | None = None
+
+    def server_timing(self) -> ServerTiming:
+        """The protocol's stage durations (ms); a stage that did not happen is None."""
+
+        def ms(start: int | None, end: int | None) -> float | None:
+            return None if start is None or end is None else (end - start) / 1e6
+
+        return ServerTiming(
+            preprocess=ms(self.received, self.enqueued),
+            queue=ms(self.enqueued, self.first_scheduled),
+            prefill=ms(self.first_scheduled, self.first_token),
+            decode=ms(self.first_token, self.last_token),
+            postprocess=ms(self.last_token, self.completed),
+            total=ms(self.received, self.completed),
+        )
+
+
+@dataclass(eq=False)
+class Sequence:
+    """Prompt plus generated tokens; `num_computed_tokens` of them are in the KV cache."""
+
+    request_id: str
+    token_ids: list[int]
+    params: SamplingParams
+    times: StageTimes
+    priority: int = 0
+    tenant: str | None = None
+    num_prompt_tokens: int = 0
+    num_computed_tokens: int = 0
+    num_cached_tokens: int = 0
+    num_preemptions: int = 0
+    block_table: list[int] = field(default_factory=list)
+    status: SequenceStatus = SequenceStatus.WAITING
+    finish_reason: FinishReason | None = None
+    token_times: list[int] = field(default_factory=list)
+    detokenizer: Detokenizer | None = None
+    generator: torch.Generator | None = None
+
+    def __post_init__(self) -> None:
+        self.num_prompt_tokens = len(self.token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def append_token(self, token_id: int, now_ns: int) -> None:
+        self.token_ids.append(token_id)
+        self.token_times.append(now_ns)
+        if self.times.first_token is None:
+            self.times.first_token = now_ns
+        self.times.last_token = now_ns
+
+    def mark_scheduled(self) -> None:
+        if self.times.first_scheduled is None:
+            self.times.first_scheduled = time.perf_counter_ns()
