@@ -1,0 +1,122 @@
+"""The OpenAI-compatible HTTP front of the engine (FastAPI).
+
+Routes: /v1/completions, /v1/chat/completions, /v1/models (API key checked when set),
+/health, /ready (200 only once warm-up is done), /metrics (Prometheus).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from latlab.server.async_engine import AsyncEngine
+from latlab.server.openai_serving import OpenAIServing, ServerSettings
+from latlab.server.schemas import ApiError, ModelCard, ModelList
+from latlab.server.telemetry import Telemetry
+
+
+class RequestIdMiddleware:
+    """Echo the request id in `X-Request-Id`: the handler's (state.request_id), else the
+    client's own header."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        state = scope.setdefault("state", {})
+        incoming = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                rid = state.get("request_id")
+                value = rid.encode("latin-1", "replace") if rid else incoming
+                if value:
+                    message["headers"] = [*message.get("headers", []), (b"x-request-id", value)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def create_app(engine: AsyncEngine, settings: ServerSettings, warmup: bool = True) -> FastAPI:
+    """The app; its lifespan starts the engine thread (warming up first) and stops it."""
+    telemetry = Telemetry(lambda: engine.stats)
+    serving = OpenAIServing(engine, settings, telemetry)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine.start(warmup)
+        try:
+            yield
+        finally:
+            engine.stop()
+
+    app = FastAPI(title="latlab serve", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.add_middleware(RequestIdMiddleware)
+    app.state.engine = engine
+    app.state.telemetry = telemetry
+
+    async def check_api_key(request: Request) -> None:
+        if settings.api_key is None:
+            return
+        if request.headers.get("authorization", "") != f"Bearer {settings.api_key}":
+            raise ApiError(401, "a valid API key is required: Authorization: Bearer <key>",
+                           type="authentication_error", code="invalid_api_key")
+
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(check_api_key)])
+    v1.add_api_route("/completions", serving.completions, methods=["POST"])
+    v1.add_api_route("/chat/completions", serving.chat, methods=["POST"])
+
+    @v1.get("/models")
+    async def models() -> dict[str, Any]:
+        card = ModelCard(id=settings.served_model_name,
+                         max_model_len=engine.engine.config.max_model_len)
+        return ModelList(data=[card]).model_dump()
+
+    app.include_router(v1)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if engine.failed:
+            return JSONResponse({"status": "failed", "error": engine.failed}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/ready")
+    async def ready() -> JSONResponse:
+        if engine.ready.is_set() and not engine.failed:
+            return JSONResponse({"status": "ready", "startup_s": engine.startup_s})
+        return JSONResponse({"status": "failed" if engine.failed else "warming up"},
+                            status_code=503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(telemetry.render(), media_type="text/plain; version=0.0.4")
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, e: ApiError) -> JSONResponse:
+        if 400 <= e.status < 500 and e.status not in (401, 429):
+            telemetry.requests.labels("invalid").inc()
+        return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, e: RequestValidationError) -> JSONResponse:
+        error = e.errors()[0]
+        param = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or None
+        return await api_error(request, ApiError(400, f"{param}: {error['msg']}", param=param))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+        kind = "not_found_error" if e.status_code == 404 else "invalid_request_error"
+        return JSONResponse(ApiError(e.status_code, str(e.detail), type=kind).body(),
+                            status_code=e.status_code, headers=e.headers)
+
+    return app

@@ -1,0 +1,202 @@
+"""The engine's step loop in its own thread, so it never blocks the HTTP event loop.
+
+Requests and aborts reach the engine thread through a queue it drains before every step; each
+step's outputs come back to the event loop in one `call_soon_threadsafe` call and are fanned
+out to per-request asyncio queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from latlab.engine.engine import EngineStats, LLMEngine, RequestOutput
+from latlab.engine.sampling import SamplingParams
+
+log = logging.getLogger("latlab.serve")
+
+
+class QueueFull(Exception):
+    """The waiting queue is at its limit: the request is turned away (HTTP 429)."""
+
+
+class EngineNotReady(Exception):
+    """The engine is still warming up, or shutting down (HTTP 503)."""
+
+
+class EngineRequestError(Exception):
+    """The engine refused the request (e.g. a token id outside the vocabulary)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Add:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    received_ns: int
+    priority: int
+    tenant: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Abort:
+    request_id: str
+
+
+class RequestStream:
+    """The outputs of one request, as an async iterator that ends after the finished one."""
+
+    def __init__(self, engine: AsyncEngine, request_id: str) -> None:
+        self._engine = engine
+        self.request_id = request_id
+        self._queue: asyncio.Queue[RequestOutput | Exception] = asyncio.Queue()
+        self.finished = False
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self.finished:
+            raise StopAsyncIteration
+        item = await self._queue.get()
+        if isinstance(item, Exception):
+            self.finished = True
+            raise item
+        self.finished = item.finished
+        return item
+
+    def abort(self) -> None:
+        """Stop generating and free the request's KV blocks (a no-op once it has finished)."""
+        if not self.finished:
+            self.finished = True
+            self._engine._abort(self.request_id)
+
+    def _put(self, item: RequestOutput | Exception) -> None:
+        self._queue.put_nowait(item)
+
+
+class AsyncEngine:
+    """Runs an `LLMEngine` in a thread; `submit` from the event loop, iterate the stream."""
+
+    def __init__(self, engine: LLMEngine, max_waiting: int) -> None:
+        self.engine = engine
+        self.max_waiting = max_waiting
+        self.stats: EngineStats = engine.stats()
+        self.ready = asyncio.Event()
+        self.startup_s: float | None = None
+        self.failed: str | None = None
+        self._streams: dict[str, RequestStream] = {}
+        self._commands: queue.SimpleQueue[_Add | _Abort] = queue.SimpleQueue()
+        self._wakeup = threading.Event()
+        self._stopping = False
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, warmup: bool = True) -> None:
+        """Start the engine thread (call from the event loop); `ready` is set after warm-up."""
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, args=(warmup,),
+                                        name="latlab-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the engine thread; requests still in flight end with EngineNotReady."""
+        self._stopping = True
+        self._wakeup.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._fail_all(EngineNotReady("the server is shutting down"))
+
+    def _fail_all(self, error: Exception) -> None:
+        for stream in self._streams.values():
+            stream._put(error)
+        self._streams.clear()
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.engine.scheduler.waiting) + self._commands.qsize()
+
+    def submit(self, prompt_token_ids: list[int], params: SamplingParams, *, received_ns: int,
+               priority: int = 0, tenant: str | None = None) -> RequestStream:
+        """Queue a request; raises QueueFull or EngineNotReady instead of queueing it."""
+        if self.failed:
+            raise EngineNotReady(f"the engine failed: {self.failed}")
+        if not self.ready.is_set() or self._stopping:
+            raise EngineNotReady("the engine is warming up" if not self._stopping
+                                 else "the server is shutting down")
+        if self.num_waiting >= self.max_waiting:
+            raise QueueFull(f"{self.num_waiting} requests are already waiting "
+                            f"(--max-waiting {self.max_waiting})")
+        stream = RequestStream(self, str(next(self._ids)))
+        self._streams[stream.request_id] = stream
+        self._commands.put(_Add(stream.request_id, prompt_token_ids, params, received_ns,
+                                priority, tenant))
+        self._wakeup.set()
+        return stream
+
+    def _abort(self, request_id: str) -> None:
+        self._streams.pop(request_id, None)
+        self._commands.put(_Abort(request_id))
+        self._wakeup.set()
+
+    def _run(self, warmup: bool) -> None:
+        try:
+            self._serve(warmup)
+        except Exception as e:  # a bug in the engine: fail loudly, never hang the clients
+            log.exception("the engine thread failed")
+            self.failed = f"{type(e).__name__}: {e}"
+            self._loop.call_soon_threadsafe(self._fail_all, EngineNotReady(self.failed))
+
+    def _serve(self, warmup: bool) -> None:
+        started = time.perf_counter()
+        if warmup:
+            self.engine.warmup()
+        self.startup_s = time.perf_counter() - started
+        self.stats = self.engine.stats()
+        self._loop.call_soon_threadsafe(self.ready.set)
+        while not self._stopping:
+            errors = self._drain_commands()
+            if errors:
+                self._loop.call_soon_threadsafe(self._dispatch, errors)
+            if not self.engine.has_unfinished():
+                self._wakeup.wait()
+                self._wakeup.clear()
+                continue
+            outputs = self.engine.step()
+            self.stats = self.engine.stats()
+            if outputs:
+                self._loop.call_soon_threadsafe(self._dispatch, outputs)
+
+    def _drain_commands(self) -> list[tuple[str, Exception]]:
+        errors = []
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return errors
+            if isinstance(command, _Abort):
+                self.engine.abort(command.request_id)
+                continue
+            try:
+                self.engine.add_request(command.request_id, command.prompt_token_ids,
+                                        command.params, received_ns=command.received_ns,
+                                        priority=command.priority, tenant=command.tenant)
+            except ValueError as e:
+                errors.append((command.request_id, EngineRequestError(str(e))))
+
+    def _dispatch(self, items: list[RequestOutput] | list[tuple[str, Exception]]) -> None:
+        for item in items:
+            request_id, payload = ((item.request_id, item) if isinstance(item, RequestOutput)
+                                   else item)
+            stream = self._streams.get(request_id)
+            if stream is None:
+                continue
+            stream._put(payload)
+            if isinstance(payload, Exception) or payload.finished:
+                del self._streams[request_id]

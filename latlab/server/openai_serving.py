@@ -1,0 +1,261 @@
+"""`/v1/completions` and `/v1/chat/completions`: parse, tokenize, submit, stream or collect.
+
+Timestamps: `received` is taken when the handler starts (before the body is read), so
+`preprocess` covers reading, validation, the chat template and tokenization.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+from fastapi import Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ValidationError
+
+from latlab.engine.engine import RequestOutput
+from latlab.server.async_engine import (AsyncEngine, EngineNotReady, EngineRequestError,
+                                        QueueFull, RequestStream)
+from latlab.server.schemas import (ApiError, AssistantMessage, ChatChoice,
+                                   ChatCompletionRequest, ChatCompletionResponse,
+                                   CompletionChoice, CompletionRequest, CompletionResponse,
+                                   GenerationRequest, Usage)
+from latlab.server.telemetry import Telemetry
+
+Api = Literal["completion", "chat"]
+
+
+@dataclass
+class ServerSettings:
+    served_model_name: str
+    api_key: str | None = None
+    max_body_bytes: int = 4 << 20
+
+
+class EngineStreamResponse(StreamingResponse):
+    """Closes its generator however the response ends, so a disconnect aborts the request."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()
+
+
+class OpenAIServing:
+    def __init__(self, engine: AsyncEngine, settings: ServerSettings,
+                 telemetry: Telemetry) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.telemetry = telemetry
+        self.tokenizer = engine.engine.tokenizer
+        self.max_model_len = engine.engine.config.max_model_len
+        self.vocab_size = engine.engine.model_config.vocab_size
+
+    async def completions(self, request: Request) -> Any:
+        received = _begin(request, "completion")
+        body = await self._read(request, CompletionRequest)
+        prompt = body.prompt
+        if prompt and isinstance(prompt[0], (list, str)) and not isinstance(prompt, str):
+            if len(prompt) != 1:
+                raise ApiError(400, "latlab serve takes one prompt per request", param="prompt")
+            prompt = prompt[0]
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if any(not 0 <= t < self.vocab_size for t in ids):
+            raise ApiError(400, f"prompt token ids must be in [0, {self.vocab_size})",
+                           param="prompt")
+        return await self._serve(request, "completion", body, ids, body.max_tokens or 16,
+                                 received)
+
+    async def chat(self, request: Request) -> Any:
+        received = _begin(request, "chat")
+        body = await self._read(request, ChatCompletionRequest)
+        messages = [{"role": m.role, "content": m.text} for m in body.messages]
+        ids = self.tokenizer.encode(self.tokenizer.apply_chat_template(messages))
+        max_tokens = body.max_completion_tokens or body.max_tokens
+        return await self._serve(request, "chat", body, ids, max_tokens, received)
+
+    async def _read(self, request: Request, model: type[BaseModel]) -> Any:
+        limit = self.settings.max_body_bytes
+        length = request.headers.get("content-length", "")
+        data = bytearray()
+        if not (length.isdigit() and int(length) > limit):
+            async for chunk in request.stream():
+                data += chunk
+                if len(data) > limit:
+                    break
+        if len(data) > limit or (length.isdigit() and int(length) > limit):
+            raise ApiError(413, f"the request body is larger than {limit} bytes",
+                           code="request_too_large")
+        try:
+            return model.model_validate_json(bytes(data))
+        except ValidationError as e:
+            error = e.errors(include_url=False)[0]
+            if error["type"] == "json_invalid":
+                raise ApiError(400, f"the body is not valid JSON: {error['msg']}") from None
+            param = ".".join(str(part) for part in error["loc"]) or None
+            message = error["msg"].removeprefix("Value error, ")
+            raise ApiError(400, f"{param}: {message}" if param else message,
+                           param=param) from None
+
+    async def _serve(self, request: Request, api: Api, body: GenerationRequest,
+                     ids: list[int], max_tokens: int | None, received: int) -> Any:
+        name = self.settings.served_model_name
+        if body.model is not None and body.model != name:
+            raise ApiError(404, f"the model {body.model!r} does not exist; this server serves "
+                           f"{name!r}", param="model", code="model_not_found")
+        if not ids:
+            raise ApiError(400, "the prompt is empty", param="prompt")
+        if max_tokens is None:
+            max_tokens = max(1, self.max_model_len - len(ids))
+        if len(ids) + max_tokens > self.max_model_len:
+            raise ApiError(400, f"This model's maximum context length is {self.max_model_len} "
+                           f"tokens. However, you requested {len(ids) + max_tokens} tokens "
+                           f"({len(ids)} in the prompt, {max_tokens} in the completion).",
+                           param="max_tokens", code="context_length_exceeded")
+        try:
+            params = body.sampling_params(max_tokens)
+        except ValueError as e:
+            raise ApiError(400, str(e)) from None
+        try:
+            stream = self.engine.submit(ids, params, received_ns=received,
+                                        priority=body.priority, tenant=body.user)
+        except QueueFull as e:
+            self.telemetry.requests.labels("rejected").inc()
+            raise ApiError(429, f"the server is at capacity: {e}", type="rate_limit_error",
+                           code="rate_limit_exceeded", headers={"Retry-After": "1"}) from None
+        except EngineNotReady as e:
+            self.telemetry.requests.labels("unavailable").inc()
+            raise ApiError(503, str(e), type="service_unavailable",
+                           headers={"Retry-After": "1"}) from None
+        rid = request.state.request_id
+        if body.stream:
+            events = _Events(api, rid, name, body, stream, self.telemetry, len(ids))
+            return EngineStreamResponse(events.sse(), media_type="text/event-stream",
+                                        headers={"Cache-Control": "no-cache"})
+        return await self._collect(request, api, rid, stream)
+
+    async def _collect(self, request: Request, api: Api, rid: str,
+                       stream: RequestStream) -> JSONResponse:
+        task = asyncio.ensure_future(_drain(stream))
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not task.done():
+                task.cancel()
+                stream.abort()
+                self.telemetry.requests.labels("abort").inc()
+        if task.cancelled():
+            return JSONResponse({}, status_code=499)  # nobody is listening any more
+        try:
+            text, last = task.result()
+        except EngineRequestError as e:
+            raise ApiError(400, str(e)) from None
+        except EngineNotReady as e:
+            raise ApiError(503, str(e), type="service_unavailable") from None
+        last.times.completed = time.perf_counter_ns()
+        self.telemetry.observe_request(last.times, last.num_prompt_tokens,
+                                       last.num_output_tokens, str(last.finish_reason))
+        usage = Usage(**_usage(last))
+        reason, name = str(last.finish_reason), self.settings.served_model_name
+        if api == "chat":
+            response: Any = ChatCompletionResponse(
+                id=rid, model=name, usage=usage, choices=[ChatChoice(
+                    message=AssistantMessage(content=text), finish_reason=reason)])
+        else:
+            response = CompletionResponse(id=rid, model=name, usage=usage, choices=[
+                CompletionChoice(text=text, finish_reason=reason)])
+        return JSONResponse(response.model_dump(), headers={
+            "Server-Timing": last.times.server_timing().to_header()})
+
+
+async def _drain(stream: RequestStream) -> tuple[str, RequestOutput]:
+    parts, last = [], None
+    async for out in stream:
+        parts.append(out.text)
+        last = out
+    return "".join(parts), last
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+class _Events:
+    """The SSE events of one streamed response: one per engine step that adds text."""
+
+    def __init__(self, api: Api, rid: str, model: str, body: GenerationRequest,
+                 stream: RequestStream, telemetry: Telemetry, num_prompt_tokens: int) -> None:
+        self.api, self.stream, self.telemetry = api, stream, telemetry
+        self.num_prompt_tokens = num_prompt_tokens
+        self.include_usage, self.continuous = body.include_usage, body.continuous_usage
+        self.head = {"id": rid,
+                     "object": "chat.completion.chunk" if api == "chat" else "text_completion",
+                     "created": int(time.time()), "model": model}
+
+    async def sse(self) -> AsyncIterator[bytes]:
+        try:
+            if self.api == "chat":
+                yield self._chunk({"role": "assistant"}, None, 0)
+            previous_ns = last = None
+            async for last in self.stream:
+                if previous_ns is not None:
+                    self.telemetry.itl.observe((last.token_time_ns - previous_ns) / 1e9)
+                previous_ns = last.token_time_ns
+                if last.text or last.finished:
+                    text = last.text
+                    reason = str(last.finish_reason) if last.finished else None
+                    content = ({"content": text} if text else {}) if self.api == "chat" else text
+                    yield self._chunk(content, reason, last.num_output_tokens)
+            last.times.completed = time.perf_counter_ns()
+            if self.include_usage:
+                yield _sse({**self.head, "choices": [], "usage": _usage(last),
+                            "server_timing": last.times.server_timing().to_json()})
+            yield b"data: [DONE]\n\n"
+            self.telemetry.observe_request(last.times, last.num_prompt_tokens,
+                                           last.num_output_tokens, str(last.finish_reason))
+        except (EngineRequestError, EngineNotReady) as e:
+            status = 400 if isinstance(e, EngineRequestError) else 503
+            yield _sse(ApiError(status, str(e)).body())
+            yield b"data: [DONE]\n\n"
+        finally:
+            if not self.stream.finished:
+                self.stream.abort()
+                self.telemetry.requests.labels("abort").inc()
+
+    def _chunk(self, content: dict[str, str] | str, finish_reason: str | None,
+               completion_tokens: int) -> bytes:
+        """A chunk with a chat `delta` or a completion `text`; cumulative usage if asked."""
+        choice = {"index": 0, "delta" if self.api == "chat" else "text": content,
+                  "logprobs": None, "finish_reason": finish_reason}
+        chunk = {**self.head, "choices": [choice]}
+        if self.continuous:
+            chunk["usage"] = {"prompt_tokens": self.num_prompt_tokens,
+                              "completion_tokens": completion_tokens,
+                              "total_tokens": self.num_prompt_tokens + completion_tokens}
+        return _sse(chunk)
+
+
+def _usage(out: RequestOutput) -> dict[str, Any]:
+    return Usage.of(out.num_prompt_tokens, out.num_output_tokens,
+                    out.num_cached_tokens).model_dump()
+
+
+def _sse(data: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+def _begin(request: Request, api: Api) -> int:
+    """Stamp receipt and fix the request id: the client's X-Request-Id, else a new one."""
+    received = time.perf_counter_ns()
+    request.state.request_id = (request.headers.get("x-request-id")
+                                or f"{'chatcmpl' if api == 'chat' else 'cmpl'}-{uuid.uuid4().hex}")
+    return received

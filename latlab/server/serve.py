@@ -1,0 +1,64 @@
+"""`latlab serve`: build the engine, start uvicorn on uvloop, announce readiness.
+
+`run_server` blocks until SIGINT/SIGTERM, then shuts down cleanly (in-flight streams end,
+the engine thread stops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from dataclasses import replace
+
+import uvicorn
+import uvloop
+
+from latlab.engine.config import EngineConfig
+from latlab.engine.engine import LLMEngine
+from latlab.server.app import create_app
+from latlab.server.async_engine import AsyncEngine
+from latlab.server.openai_serving import ServerSettings
+
+
+def build_server(config: EngineConfig, settings: ServerSettings, host: str,
+                 port: int) -> uvicorn.Server:
+    """A uvicorn server around a new engine; the engine warms up once the server starts."""
+    engine = LLMEngine(replace(config, warmup=False))
+    app = create_app(AsyncEngine(engine, config.max_waiting), settings, warmup=config.warmup)
+    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                         access_log=False, timeout_graceful_shutdown=5,
+                                         lifespan="on"))
+
+
+def run_server(config: EngineConfig, settings: ServerSettings, host: str = "127.0.0.1",
+               port: int = 8000) -> None:
+    started = time.perf_counter()
+    server = build_server(config, settings, host, port)
+
+    async def main() -> None:
+        announce = asyncio.create_task(_announce(server, config, host, port, started))
+        try:
+            await server.serve()
+        finally:
+            announce.cancel()
+
+    uvloop.run(main())
+    if not server.started:
+        sys.exit(1)
+
+
+async def _announce(server: uvicorn.Server, config: EngineConfig, host: str, port: int,
+                    started: float) -> None:
+    engine: AsyncEngine = server.config.app.state.engine
+    while not (server.started and engine.ready.is_set()):
+        if engine.failed:
+            print(f"latlab serve: the engine failed: {engine.failed}", file=sys.stderr)
+            server.should_exit = True
+            return
+        await asyncio.sleep(0.01)
+    model = engine.engine.model_config
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    print(f"latlab serve: ready on {url} (model {config.model}, "
+          f"{model.num_parameters / 1e6:.1f}M parameters, warm-up {engine.startup_s:.1f} s, "
+          f"startup {time.perf_counter() - started:.1f} s)", flush=True)

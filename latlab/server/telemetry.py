@@ -1,0 +1,80 @@
+"""Prometheus metrics of `latlab serve` (names follow vLLM's where there is one)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from latlab.engine.engine import EngineStats
+from latlab.engine.sequence import StageTimes
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5,
+                   0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
+PREFIX = "latlab"
+
+
+class _EngineCollector(Collector):
+    """Gauges and counters read from the engine's latest stats at scrape time."""
+
+    def __init__(self, stats: Callable[[], EngineStats]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats()
+        yield GaugeMetricFamily(f"{PREFIX}_num_requests_running",
+                                "Requests in the running batch.", value=s.num_running)
+        yield GaugeMetricFamily(f"{PREFIX}_num_requests_waiting",
+                                "Requests waiting to be scheduled.", value=s.num_waiting)
+        yield GaugeMetricFamily(f"{PREFIX}_kv_cache_usage_perc",
+                                "Fraction of KV-cache blocks in use (0-1).", value=s.kv_usage)
+        yield CounterMetricFamily(f"{PREFIX}_num_preemptions",
+                                  "Requests preempted for lack of KV blocks.",
+                                  value=s.num_preemptions)
+        yield CounterMetricFamily(f"{PREFIX}_engine_steps", "Engine steps run.",
+                                  value=s.num_steps)
+
+
+class Telemetry:
+    def __init__(self, stats: Callable[[], EngineStats]) -> None:
+        self.registry = CollectorRegistry()
+
+        def histogram(name: str, doc: str) -> Histogram:
+            return Histogram(f"{PREFIX}_{name}_seconds", doc, buckets=LATENCY_BUCKETS,
+                             registry=self.registry)
+
+        self.ttft = histogram("time_to_first_token", "Receipt to first token computed.")
+        self.itl = histogram("inter_token_latency", "Gap between consecutive tokens computed.")
+        self.e2e = histogram("e2e_request_latency", "Receipt to response complete.")
+        self.queue = histogram("request_queue_time", "Enqueued to first scheduled.")
+        self.prefill = histogram("request_prefill_time", "First scheduled to first token.")
+        self.decode = histogram("request_decode_time", "First token to last token.")
+        self.prompt_tokens = Counter(f"{PREFIX}_prompt_tokens", "Prompt tokens of finished "
+                                     "requests.", registry=self.registry)
+        self.generation_tokens = Counter(f"{PREFIX}_generation_tokens", "Tokens generated.",
+                                         registry=self.registry)
+        self.requests = Counter(f"{PREFIX}_requests", "Requests by outcome: stop, length, "
+                                "abort, rejected (429), invalid (4xx), unavailable (503).",
+                                ["outcome"], registry=self.registry)
+        self.registry.register(_EngineCollector(stats))
+
+    def observe_request(self, times: StageTimes, prompt_tokens: int, completion_tokens: int,
+                        outcome: str) -> None:
+        """Record a request that reached the engine, when its response is complete."""
+        for histogram, start, end in (
+            (self.ttft, times.received, times.first_token),
+            (self.e2e, times.received, times.completed),
+            (self.queue, times.enqueued, times.first_scheduled),
+            (self.prefill, times.first_scheduled, times.first_token),
+            (self.decode, times.first_token, times.last_token),
+        ):
+            if start is not None and end is not None:
+                histogram.observe((end - start) / 1e9)
+        self.prompt_tokens.inc(prompt_tokens)
+        self.generation_tokens.inc(completion_tokens)
+        self.requests.labels(outcome).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
