@@ -166,5 +166,96 @@ def bench(
     raise typer.Exit(code)
 
 
+@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+def serve(
+    model: str = typer.Option("default", help="A preset (tiny, default: random weights) or a "
+                              "Hugging Face checkpoint folder (Llama, Mistral, Qwen2)."),
+    host: str = typer.Option("127.0.0.1", help="Interface to bind."),
+    port: int = typer.Option(8000, help="Port to bind."),
+    api_key: str | None = typer.Option(None, help="Require `Authorization: Bearer KEY` on /v1."),
+    served_model_name: str | None = typer.Option(None, help="Model id in the API "
+                                                 "[default: --model]."),
+    max_model_len: int = typer.Option(2048, help="Context length (prompt + output tokens)."),
+    max_num_seqs: int = typer.Option(32, help="Most sequences in a running batch."),
+    max_num_batched_tokens: int = typer.Option(512, help="Token budget of one engine step."),
+    block_size: int = typer.Option(16, help="Tokens per KV-cache block."),
+    num_kv_blocks: int | None = typer.Option(None, help="KV-cache blocks [default: as many "
+                                             "as --kv-cache-mib holds]."),
+    kv_cache_mib: int = typer.Option(256, help="KV-cache memory when --num-kv-blocks is unset."),
+    batching: str = typer.Option("continuous", help="continuous (iteration-level) or static "
+                                 "(a batch admits nobody until it has finished)."),
+    chunked_prefill: bool = typer.Option(True, help="Cut long prompts into chunks that fit "
+                                         "the step budget."),
+    max_waiting: int = typer.Option(256, help="Waiting-queue limit; beyond it requests get 429."),
+    threads: int = typer.Option(1, help="Torch intra-op threads."),
+    seed: int = typer.Option(0, help="Seed of the preset weights and of unseeded sampling."),
+    dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
+    warmup: bool = typer.Option(True, help="Warm up before reporting ready."),
+) -> None:
+    """Serve a model through an OpenAI-compatible API (latlab's reference engine, on CPU)."""
+    from latlab.engine.config import ConfigError, EngineConfig
+    from latlab.engine.loader import ModelLoadError
+    from latlab.server.openai_serving import ServerSettings
+    from latlab.server.serve import run_server
+
+    config = EngineConfig(
+        model=model, max_model_len=max_model_len, block_size=block_size,
+        num_kv_blocks=num_kv_blocks, kv_cache_mib=kv_cache_mib, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, enable_chunked_prefill=chunked_prefill,
+        batching=batching, max_waiting=max_waiting, threads=threads, seed=seed, dtype=dtype,
+        warmup=warmup)
+    settings = ServerSettings(served_model_name=served_model_name or model, api_key=api_key)
+    try:
+        run_server(config, settings, host=host, port=port)
+    except (ConfigError, ModelLoadError) as e:
+        typer.echo(f"latlab serve: error: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+tokenizer_app = typer.Typer(help="The tokenizer latlab's engine uses.", no_args_is_help=True)
+app.add_typer(tokenizer_app, name="tokenizer")
+
+
+@tokenizer_app.command("export")
+def tokenizer_export(
+    folder: Path = typer.Argument(..., help="Where to write the Hugging Face tokenizer folder."),
+    model: str = typer.Option("default", help="A preset or a checkpoint folder, as in serve."),
+) -> None:
+    """Write the tokenizer as a Hugging Face folder, so other tools count tokens the same way."""
+    from latlab.engine.config import PRESETS
+    from latlab.engine.tokenizer import Tokenizer, TokenizerError
+
+    try:
+        tokenizer = Tokenizer.load(None if model in PRESETS else model)
+    except TokenizerError as e:
+        typer.echo(f"latlab tokenizer export: error: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote {tokenizer.save_pretrained(folder)}")
+
+
+model_app = typer.Typer(help="The models latlab's engine serves.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+
+
+@model_app.command("export")
+def model_export(
+    folder: Path = typer.Argument(..., help="Where to write the checkpoint folder."),
+    model: str = typer.Option("default", help="The preset to export."),
+    seed: int = typer.Option(0, help="Seed of the random weights (as `latlab serve --seed`)."),
+) -> None:
+    """Write a preset as a Hugging Face Llama checkpoint (config.json, model.safetensors,
+    tokenizer), so other engines can serve the very same model."""
+    import torch
+
+    from latlab.engine.config import PRESETS
+    from latlab.engine.loader import load_model, save_checkpoint
+
+    if model not in PRESETS:
+        typer.echo(f"latlab model export: error: --model must be one of {', '.join(PRESETS)}",
+                   err=True)
+        raise typer.Exit(2)
+    typer.echo(f"wrote {save_checkpoint(load_model(model, torch.float32, seed), folder)}")
+
+
 def main() -> None:
     app()
