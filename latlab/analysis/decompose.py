@@ -7,7 +7,7 @@ With server timings (latlab's protocol), every component but `ttft_unsplit` is m
     network       = (usage − sent) − server.total                derived  (upload + transit + proxies)
     preprocess, queue, prefill, decode                           exact    (server's own clock)
     postprocess   = server.postprocess + (done − usage)          derived  (the stream's tail)
-    unattributed  = E2E-from-schedule − all of the above        derived  (incl. server.total − Σ stages)
+    unattributed  = E2E-from-schedule − all of the above         derived  (incl. server.total − Σ stages)
 
 `usage` is the arrival of the event that carries the server's timings (the final usage event of
 a stream, the body of a non-streamed response). Without server timings the client can still say:
@@ -83,11 +83,6 @@ class Decomposition:
 
     def bucket(self, name: str) -> float:
         return sum(self.ms(c) for c in BUCKETS[name])
-
-    @property
-    def ttft_part(self) -> float:
-        """The part of the time spent before the first token: everything but decode and after."""
-        return self.total - self.ms("decode") - self.ms("postprocess") - self.ms("unattributed")
 
 
 def _ms(later: int | None, earlier: int | None) -> float | None:

@@ -2,7 +2,7 @@
 
 It reads `config.json` (optional), `requests.jsonl` and `summary.json`; a partial run without
 `summary.json` gets its summary recomputed from the records and the config's measurement
-window (`warmup_s`, `cooldown_s`) and SLOs (`slos`).
+window (`clock.t0_ns`, `clock.end_ns`, `warmup_s`, `cooldown_s`) and SLOs (`slos`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from latlab.analysis.budget import (
 )
 from latlab.analysis.decompose import decompose
 from latlab.analysis.findings import Finding, Unevaluated
-from latlab.metrics import Window, parse_slo, request_metrics, summarize
+from latlab.metrics import parse_slo, request_metrics, summarize
 from latlab.rundir import RunDir, RunDirError
 from latlab.timeline import RequestTimeline
 
@@ -79,7 +79,9 @@ def analyze(run: RunDir) -> RunAnalysis:
     summary = run.read_summary()
     recomputed = summary is None
     if summary is None:
-        summary = summarize(records, _window(records, config), _slos(config)).to_json()
+        from latlab.load.runner import run_window
+
+        summary = summarize(records, run_window(config, records), _slos(config)).to_json()
 
     rows = [Row(record=r, metrics=request_metrics(r), parts=decompose(r), in_flight=n)
             for r, n in zip(records, in_flight_at_send(records))]
@@ -117,20 +119,6 @@ def _notes(a: RunAnalysis) -> list[str]:
         notes.append(f"{100 * a.mean.share('unattributed'):.0f}% of the mean E2E is unattributed "
                      "(not small): the server's stage timings do not cover all of its time")
     return notes
-
-
-def _number(config: dict[str, Any], key: str) -> float:
-    value = config.get(key, 0.0)
-    if value is None:
-        return 0.0
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-        raise RunDirError(f"config.json: {key} must be a non-negative number of seconds, got {value!r}")
-    return float(value)
-
-
-def _window(records: list[RequestTimeline], config: dict[str, Any]) -> Window | None:
-    return Window.of_run(records, warmup_s=_number(config, "warmup_s"),
-                         cooldown_s=_number(config, "cooldown_s"))
 
 
 def _slos(config: dict[str, Any]) -> dict[str, float] | None:

@@ -60,6 +60,9 @@ def over_time_figure(a: RunAnalysis) -> go.Figure | None:
     fig.add_scatter(x=centers, y=p50, name="TTFT p50 (ms)", mode="lines+markers", row=3, col=1)
     fig.add_scatter(x=centers, y=p99, name="TTFT p99 (ms)", mode="lines+markers", row=3, col=1)
     fig.update_xaxes(title_text="seconds since the run started", row=3, col=1)
+    fig.update_yaxes(title_text="tokens/s", row=1, col=1, secondary_y=False)
+    fig.update_yaxes(title_text="req/s", row=1, col=1, secondary_y=True)
+    fig.update_yaxes(title_text="ms", row=3, col=1)
     fig.update_layout(**{**LAYOUT, "height": 640, "title": "Over time",
                          "legend": dict(orientation="h", y=-0.1)})
     return fig
