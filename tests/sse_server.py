@@ -108,7 +108,7 @@ class Server:
         app = web.Application()
 
         async def generate(request: web.Request) -> web.StreamResponse:
-            self.received.append({"body": await request.json(), "headers": dict(request.headers),
+            self.received.append({"body": await request.json(), "headers": request.headers.copy(),
                                   "path": request.path})
             return await self.handler(request)
 
