@@ -18,7 +18,7 @@ from latlab.load.config import BenchConfig
 from latlab.load.workload import LengthDistribution, WorkloadConfig, WorkloadError
 from latlab.metrics import FORMULAS, parse_slo
 
-EXIT_OK, EXIT_FAILED_RUN, EXIT_BAD_OPTIONS = 0, 1, 2
+EXIT_OK, EXIT_FAILED_RUN, EXIT_BAD_OPTIONS, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_DURATION_S = 20.0
 DEFAULT_USERS = 4
 
@@ -161,6 +161,9 @@ def run_command(config: BenchConfig, *, json_output: bool, progress: bool | None
     except BenchError as e:
         err.print(f"latlab bench: {e}", style="bold red", markup=False, highlight=False)
         return EXIT_FAILED_RUN
+    except KeyboardInterrupt:
+        err.print("latlab bench: interrupted (records written so far are kept)", style="yellow")
+        return EXIT_INTERRUPTED
     if json_output:
         sys.stdout.write(orjson.dumps(result.summary | {"run": str(result.run.path)},
                                       option=orjson.OPT_INDENT_2).decode() + "\n")

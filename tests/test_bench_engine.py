@@ -1,0 +1,63 @@
+"""The no-URL path: `latlab bench` starts the embedded engine, runs, and stops it."""
+
+import socket
+from urllib.parse import urlparse
+
+import pytest
+from typer.testing import CliRunner
+
+from latlab.cli import app
+from latlab.load.target import EngineError, start_engine
+from latlab.rundir import RunDir
+
+pytest.importorskip("torch")
+
+TINY = "--model tiny --max-model-len 1024"
+
+
+def refused(url: str) -> bool:
+    u = urlparse(url)
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex((u.hostname, u.port)) != 0
+
+
+def test_bench_without_url_runs_the_embedded_engine_and_stops_it(tmp_path):
+    result = CliRunner().invoke(app, ["bench", "--serve-args", TINY, "--requests", "8",
+                                      "--prompt-tokens", "24", "--output-tokens", "6",
+                                      "--out", str(tmp_path), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    (path,) = list(tmp_path.iterdir())
+    run = RunDir.open(path)
+    config = run.read_config()
+    assert config["target"]["embedded"] and config["target"]["engine_ready_s"] > 0
+    assert config["bench"]["serve_args"] == TINY.split()
+    records = run.read_records()
+    assert len(records) == 8 and all(r.ok for r in records)
+    assert all(r.completion_tokens == 6 and r.prompt_tokens == 24 for r in records)
+    assert all(r.server is not None and r.server.total is not None for r in records)
+    assert "ready on" in (path / "engine.log").read_text()
+    assert refused(config["target"]["url"])
+
+
+def test_an_engine_that_cannot_start_is_a_clear_failure(tmp_path):
+    result = CliRunner().invoke(app, ["bench", "--serve-args", "--model /nonexistent/model",
+                                      "--requests", "3", "--out", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "latlab serve exited" in result.output and "/nonexistent/model" in result.output
+
+
+def test_start_and_stop_the_engine(tmp_path):
+    engine = start_engine(TINY.split(), log_path=tmp_path / "engine.log", ready_timeout_s=60)
+    try:
+        assert engine.alive and engine.ready_s > 0 and not refused(engine.url)
+    finally:
+        code = engine.stop()
+    assert not engine.alive and code is not None
+    assert refused(engine.url)
+
+
+def test_engine_error_carries_the_log_tail(tmp_path):
+    with pytest.raises(EngineError, match="exited with code") as e:
+        start_engine(["--no-such-option"], log_path=tmp_path / "engine.log", ready_timeout_s=60)
+    assert "no-such-option" in str(e.value)
