@@ -165,6 +165,7 @@ class AsyncEngine:
             if errors:
                 self._loop.call_soon_threadsafe(self._dispatch, errors)
             if not self.engine.has_unfinished():
+                self.stats = self.engine.stats()
                 self._wakeup.wait()
                 self._wakeup.clear()
                 continue

@@ -95,13 +95,7 @@ class OpenAIServing:
         try:
             return model.model_validate_json(bytes(data))
         except ValidationError as e:
-            error = e.errors(include_url=False)[0]
-            if error["type"] == "json_invalid":
-                raise ApiError(400, f"the body is not valid JSON: {error['msg']}") from None
-            param = ".".join(str(part) for part in error["loc"]) or None
-            message = error["msg"].removeprefix("Value error, ")
-            raise ApiError(400, f"{param}: {message}" if param else message,
-                           param=param) from None
+            raise _invalid(e) from None
 
     async def _serve(self, request: Request, api: Api, body: GenerationRequest,
                      ids: list[int], max_tokens: int | None, received: int) -> Any:
@@ -174,6 +168,30 @@ class OpenAIServing:
                 CompletionChoice(text=text, finish_reason=reason)])
         return JSONResponse(response.model_dump(), headers={
             "Server-Timing": last.times.server_timing().to_header()})
+
+
+def _invalid(e: ValidationError) -> ApiError:
+    """A 400 naming the first bad field; for a field of several types, the types it takes."""
+    errors = e.errors(include_url=False)
+    first = errors[0]
+    if first["type"] == "json_invalid":
+        return ApiError(400, f"the body is not valid JSON: {first['msg']}")
+    loc = [p for p in first["loc"] if not _is_type_tag(p)]
+    param = ".".join(map(str, loc)) or None
+    tags = [str(err["loc"][len(loc)]) for err in errors
+            if len(err["loc"]) > len(loc) and list(err["loc"][: len(loc)]) == loc
+            and _is_type_tag(err["loc"][len(loc)])]
+    if len(tags) > 1:
+        message = (f"{type(first['input']).__name__} is not accepted; "
+                   f"it takes {', '.join(dict.fromkeys(tags))}")
+    else:
+        message = first["msg"].removeprefix("Value error, ")
+    return ApiError(400, f"{param}: {message}" if param else message, param=param)
+
+
+def _is_type_tag(part: object) -> bool:
+    """Pydantic's name for one branch of a union in an error location (`str`, `list[int]`)."""
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part)
 
 
 async def _drain(stream: RequestStream) -> tuple[str, RequestOutput]:

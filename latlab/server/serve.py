@@ -7,8 +7,12 @@ the engine thread stops).
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import uvicorn
@@ -21,12 +25,30 @@ from latlab.server.async_engine import AsyncEngine
 from latlab.server.openai_serving import ServerSettings
 
 
+class _Server(uvicorn.Server):
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """SIGINT/SIGTERM start a graceful shutdown, after which the process exits 0
+        (uvicorn's own handler re-raises the signal once it has shut down)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.handle_exit, sig, None)
+        try:
+            yield
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+
 def build_server(config: EngineConfig, settings: ServerSettings, host: str,
                  port: int) -> uvicorn.Server:
     """A uvicorn server around a new engine; the engine warms up once the server starts."""
     engine = LLMEngine(replace(config, warmup=False))
     app = create_app(AsyncEngine(engine, config.max_waiting), settings, warmup=config.warmup)
-    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+    return _Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                          access_log=False, timeout_graceful_shutdown=5,
                                          lifespan="on"))
 
@@ -46,6 +68,7 @@ def run_server(config: EngineConfig, settings: ServerSettings, host: str = "127.
     uvloop.run(main())
     if not server.started:
         sys.exit(1)
+    print("latlab serve: stopped", flush=True)
 
 
 async def _announce(server: uvicorn.Server, config: EngineConfig, host: str, port: int,

@@ -1,0 +1,57 @@
+"""`latlab serve` in-process for tests: uvicorn in a thread on a free 127.0.0.1 port."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from latlab.engine.config import EngineConfig
+from latlab.server.async_engine import AsyncEngine
+from latlab.server.openai_serving import ServerSettings
+from latlab.server.serve import build_server
+
+TINY = dict(model="tiny", max_model_len=256, block_size=8, max_num_seqs=8,
+            max_num_batched_tokens=64, num_kv_blocks=64)
+
+
+@dataclass
+class RunningServer:
+    url: str
+    engine: AsyncEngine
+
+
+@contextmanager
+def running_server(api_key: str | None = None, **engine_options: object) -> Iterator[RunningServer]:
+    """A ready server with the tiny preset (override any EngineConfig field)."""
+    config = EngineConfig(**{**TINY, **engine_options})
+    settings = ServerSettings(served_model_name="tiny", api_key=api_key)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = build_server(config, settings, "127.0.0.1", port)
+    engine: AsyncEngine = server.config.app.state.engine
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not (server.started and engine.ready.is_set()):
+            assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.01)
+        yield RunningServer(f"http://127.0.0.1:{port}", engine)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+        assert not thread.is_alive(), "server did not stop"
+
+
+def wait_until(condition, timeout_s: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)

@@ -1,0 +1,151 @@
+"""latlab serve through real HTTP: the official openai client, server timings, errors, metrics."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from engine_server import running_server
+from prometheus_client.parser import text_string_to_metric_families
+
+from latlab.timeline import SERVER_TIMING_STAGES, ServerTiming
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_server() as s:
+        yield s
+
+
+@pytest.fixture
+def client(server):
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0) as c:
+        yield c
+
+
+def check_timing(timing: ServerTiming | None) -> None:
+    assert timing is not None
+    values = timing.to_json()
+    assert set(values) == set(SERVER_TIMING_STAGES)
+    parts = [values[k] for k in SERVER_TIMING_STAGES if k != "total"]
+    assert all(v >= 0 for v in parts)
+    assert sum(parts) <= values["total"] * 1.001 + 0.01
+    assert values["prefill"] > 0 and values["decode"] > 0
+
+
+def test_completion_non_streamed(client):
+    raw = client.completions.with_raw_response.create(
+        model="tiny", prompt="def main():", max_tokens=7, temperature=0,
+        extra_headers={"X-Request-Id": "req-42"}, extra_body={"ignore_eos": True})
+    completion = raw.parse()
+    assert raw.headers["x-request-id"] == "req-42"
+    assert completion.id == "req-42"
+    assert completion.usage.completion_tokens == 7
+    assert completion.choices[0].finish_reason == "length"
+    assert completion.choices[0].text
+    check_timing(ServerTiming.from_header(raw.headers["server-timing"]))
+
+
+def test_completion_streamed_with_usage_and_timing(client):
+    chunks = list(client.completions.create(
+        model="tiny", prompt="import os", max_tokens=9, temperature=0, stream=True,
+        stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+    text_chunks = [c for c in chunks if c.choices]
+    assert text_chunks[-1].choices[0].finish_reason == "length"
+    final = chunks[-1]
+    assert final.choices == [] and final.usage.completion_tokens == 9
+    assert final.usage.prompt_tokens_details.cached_tokens == 0
+    check_timing(ServerTiming.from_json(final.model_extra["server_timing"]))
+    # Greedy: the streamed text is the non-streamed text.
+    whole = client.completions.create(model="tiny", prompt="import os", max_tokens=9,
+                                      temperature=0, extra_body={"ignore_eos": True})
+    assert "".join(c.choices[0].text for c in text_chunks) == whole.choices[0].text
+
+
+def test_chat_streamed_and_not(client):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    chunks = list(client.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=6, temperature=0, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
+        extra_body={"ignore_eos": True}))
+    first = chunks[0]
+    assert first.choices[0].delta.role == "assistant" and not first.choices[0].delta.content
+    assert first.usage.completion_tokens == 0
+    counts = [c.usage.completion_tokens for c in chunks]
+    assert counts == sorted(counts) and counts[-1] == 6
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    reply = client.chat.completions.create(model="tiny", messages=messages, max_tokens=6,
+                                           temperature=0, extra_body={"ignore_eos": True})
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.choices[0].message.content == streamed
+    assert reply.usage.prompt_tokens == chunks[-1].usage.prompt_tokens > 0
+
+
+def test_models_health_ready(server, client):
+    assert [m.id for m in client.models.list()] == ["tiny"]
+    assert httpx.get(server.url + "/health").status_code == 200
+    ready = httpx.get(server.url + "/ready")
+    assert ready.status_code == 200 and ready.json()["startup_s"] > 0
+
+
+@pytest.mark.parametrize("body, status, param", [
+    (b'{"prompt": "x"', 400, None),
+    (b'[1, 2]', 400, None),
+    (b'{"prompt": 5}', 400, "prompt"),
+    (b'{"prompt": "x", "temperature": "hot"}', 400, "temperature"),
+    (b'{"prompt": "x", "max_tokens": -3}', 400, "max_tokens"),
+    (b'{"prompt": "x", "max_tokens": 1000000000}', 400, "max_tokens"),
+    (b'{"prompt": "x", "model": "gpt-5"}', 404, "model"),
+    (b'{"prompt": "x", "n": 3}', 400, None),
+    (b'{"prompt": ""}', 400, "prompt"),
+    (b'{"prompt": [1, 999999]}', 400, "prompt"),
+    (b'{"prompt": "x", "min_tokens": 9, "max_tokens": 2}', 400, None),
+    (b'{"prompt": "' + b"word " * 400 + b'", "max_tokens": 2}', 400, "max_tokens"),
+    (b'{"prompt": "' + b"x" * (5 << 20) + b'"}', 413, None),
+])
+def test_bad_input_gets_an_openai_error(server, body, status, param):
+    r = httpx.post(server.url + "/v1/completions", content=body,
+                   headers={"Content-Type": "application/json", "X-Request-Id": "bad-1"})
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"] and error["param"] == param
+    assert r.headers["x-request-id"] == "bad-1"
+
+
+def test_bad_chat_and_unknown_routes(server):
+    r = httpx.post(server.url + "/v1/chat/completions", json={"messages": []})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    r = httpx.post(server.url + "/v1/chat/completions",
+                   json={"messages": [{"role": "robot", "content": "x"}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages.0.role"
+    assert httpx.get(server.url + "/v1/nothing").json()["error"]["type"] == "not_found_error"
+    assert httpx.get(server.url + "/v1/completions").status_code == 405
+
+
+def test_metrics_parse(server, client):
+    client.completions.create(model="tiny", prompt="x", max_tokens=3,
+                              extra_body={"ignore_eos": True})
+    text = httpx.get(server.url + "/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in ("latlab_time_to_first_token_seconds", "latlab_inter_token_latency_seconds",
+                 "latlab_e2e_request_latency_seconds", "latlab_request_queue_time_seconds",
+                 "latlab_request_prefill_time_seconds", "latlab_request_decode_time_seconds",
+                 "latlab_num_requests_running", "latlab_num_requests_waiting",
+                 "latlab_kv_cache_usage_perc", "latlab_generation_tokens", "latlab_requests"):
+        assert name in families, name
+    samples = {s.name: s.value for s in families["latlab_generation_tokens"].samples}
+    assert samples["latlab_generation_tokens_total"] >= 3
+    outcomes = {s.labels["outcome"] for s in families["latlab_requests"].samples}
+    assert "length" in outcomes
+
+
+def test_api_key_is_enforced():
+    with running_server(api_key="s3cret") as s:
+        assert httpx.get(s.url + "/v1/models").status_code == 401
+        r = httpx.post(s.url + "/v1/completions", json={"prompt": "x"},
+                       headers={"Authorization": "Bearer wrong"})
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.get(s.url + "/health").status_code == 200
+        with openai.OpenAI(base_url=s.url + "/v1", api_key="s3cret", max_retries=0) as c:
+            assert c.completions.create(model="tiny", prompt="x", max_tokens=2).usage
