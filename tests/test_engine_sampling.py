@@ -1,0 +1,115 @@
+"""Sampling options and incremental detokenization."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from latlab.engine.config import EngineConfig
+from latlab.engine.detokenizer import Detokenizer
+from latlab.engine.engine import LLMEngine
+from latlab.engine.sampling import Sampler, SamplingParams
+from latlab.engine.sequence import FinishReason, Sequence, StageTimes
+from latlab.engine.tokenizer import Tokenizer
+
+PROMPT = Tokenizer.default().encode("def fibonacci(n):\n    return")
+
+
+@pytest.fixture(scope="module")
+def engine() -> LLMEngine:
+    return LLMEngine(EngineConfig(model="tiny", max_model_len=128, block_size=8,
+                                  num_kv_blocks=64, max_num_seqs=4, max_num_batched_tokens=64))
+
+
+def one(engine: LLMEngine, **params: object) -> Sequence:
+    return engine.generate([PROMPT], SamplingParams(**params))[0]
+
+
+def test_seeded_sampling_is_reproducible_whatever_shares_the_batch(engine):
+    alone = one(engine, max_tokens=20, seed=7, ignore_eos=True).output_token_ids
+    crowd = engine.generate([PROMPT, PROMPT[:3], PROMPT],
+                            SamplingParams(max_tokens=20, seed=7, ignore_eos=True))
+    assert crowd[0].output_token_ids == alone == crowd[2].output_token_ids
+    other = one(engine, max_tokens=20, seed=8, ignore_eos=True).output_token_ids
+    assert other != alone
+
+
+def test_top_k_1_and_a_tiny_top_p_are_greedy(engine):
+    greedy = one(engine, max_tokens=15, temperature=0.0, ignore_eos=True).output_token_ids
+    assert one(engine, max_tokens=15, top_k=1, ignore_eos=True).output_token_ids == greedy
+    assert one(engine, max_tokens=15, top_p=1e-6, ignore_eos=True).output_token_ids == greedy
+    sampled = one(engine, max_tokens=15, temperature=1.0, seed=1, ignore_eos=True)
+    assert sampled.output_token_ids != greedy
+
+
+def test_top_k_keeps_only_the_k_best():
+    sampler = Sampler(seed=0, stop_token_ids=[])
+    logits = torch.tensor([[0.0, 5.0, 4.0, 3.0, 2.0]]).repeat(200, 1)
+    seqs = [Sequence(str(i), [1], SamplingParams(top_k=2, temperature=2.0), StageTimes(0, 0))
+            for i in range(200)]
+    drawn = sampler(logits.clone(), seqs)
+    assert set(drawn) == {1, 2}
+
+
+def test_stop_strings_cut_the_text_and_end_the_request(engine):
+    full = one(engine, max_tokens=30, temperature=0.0, ignore_eos=True)
+    text = full.detokenizer.text
+    stop = text[len(text) // 2 : len(text) // 2 + 3]
+    assert stop and text.count(stop) >= 1
+    seq = one(engine, max_tokens=30, temperature=0.0, stop=(stop,))
+    assert seq.finish_reason is FinishReason.STOP
+    assert seq.detokenizer.text == text[: text.index(stop)]
+    assert seq.num_output_tokens < full.num_output_tokens
+
+
+def test_eos_stops_unless_ignored_and_min_tokens_forbids_it(engine):
+    greedy = one(engine, max_tokens=12, temperature=0.0, ignore_eos=True).output_token_ids
+    fake_eos = greedy[4]
+    first = greedy.index(fake_eos)
+    saved = engine.stop_token_ids, engine.runner.sampler.stop_token_ids
+    engine.stop_token_ids, engine.runner.sampler.stop_token_ids = {fake_eos}, [fake_eos]
+    try:
+        stopped = one(engine, max_tokens=12, temperature=0.0)
+        assert stopped.finish_reason is FinishReason.STOP
+        assert stopped.output_token_ids == greedy[: first + 1]
+        ignored = one(engine, max_tokens=12, temperature=0.0, ignore_eos=True)
+        assert ignored.finish_reason is FinishReason.LENGTH
+        assert ignored.output_token_ids == greedy
+        held = one(engine, max_tokens=12, temperature=0.0, min_tokens=8)
+        assert held.num_output_tokens >= 8
+        assert fake_eos not in held.output_token_ids[:8]
+    finally:
+        engine.stop_token_ids, engine.runner.sampler.stop_token_ids = saved
+
+
+def test_streamed_text_is_the_decoded_text():
+    tokenizer = Tokenizer.default()
+    text = "naïve café — 日本語 ok\n\tdone"
+    ids = tokenizer.encode(text)
+    detok = Detokenizer(tokenizer)
+    pieces = []
+    for token in ids:
+        detok.push(token)
+        pieces.append(detok.release())
+    pieces.append(detok.release(final=True))
+    assert "".join(pieces) == tokenizer.decode(ids) == text
+    assert "" in pieces  # multi-byte characters are held until complete
+
+
+def test_text_that_may_start_a_stop_string_is_held_back():
+    tokenizer = Tokenizer.default()
+    detok = Detokenizer(tokenizer, stop=("STOP",))
+    released = ""
+    for token in tokenizer.encode("abc ST"):
+        assert not detok.push(token)
+        released += detok.release()
+    assert released == "abc"
+    hit = any(detok.push(t) for t in tokenizer.encode("OP!"))
+    assert hit and detok.text == "abc " and detok.release(final=True) == " "
+
+
+def test_invalid_sampling_params_name_the_field():
+    with pytest.raises(ValueError, match="min_tokens"):
+        SamplingParams(max_tokens=2, min_tokens=3)
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0)
