@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from latlab.engine.tokenizer import Tokenizer
+from latlab.load.datasets import DatasetError
 from latlab.load.workload import LengthDistribution, Workload, WorkloadConfig, WorkloadError
 
 
@@ -131,7 +132,7 @@ def test_sharegpt_dataset(tmp_path, tokenizer):
 def test_bad_datasets_are_rejected_by_line(tmp_path, content, fragment):
     path = tmp_path / "bad.jsonl"
     path.write_text(content)
-    with pytest.raises(WorkloadError) as e:
+    with pytest.raises(DatasetError) as e:
         Workload(WorkloadConfig(dataset=path))
     assert "--dataset" in str(e.value) and fragment in str(e.value)
 
@@ -142,7 +143,7 @@ def test_unreadable_dataset(tmp_path):
     os.chmod(path, 0)
     if os.access(path, os.R_OK):  # root reads anything
         path = tmp_path / "missing.jsonl"
-    with pytest.raises(WorkloadError, match="--dataset .*cannot read it"):
+    with pytest.raises(DatasetError, match="--dataset .*cannot read it"):
         Workload(WorkloadConfig(dataset=path))
 
 

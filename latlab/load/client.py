@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import asyncio
 from time import perf_counter_ns
-from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
 import orjson
 
+from latlab.load.connection import connection_trace
 from latlab.load.workload import Api, RequestSpec
-from latlab.timeline import ConnectionTiming, Outcome, RequestTimeline, ServerTiming
+from latlab.timeline import Outcome, RequestTimeline, ServerTiming
 
 ERROR_BODY_BYTES = 2048
 
@@ -55,7 +55,7 @@ class Client:
         connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0,
                                          ttl_dns_cache=300)
         self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
-                                              trace_configs=[_connection_trace()],
+                                              trace_configs=[connection_trace()],
                                               skip_auto_headers=("User-Agent",))
         return self
 
@@ -237,48 +237,6 @@ def _describe(e: Exception) -> str:
 def _cut(data: bytes, limit: int = 200) -> str:
     text = data.decode("utf-8", "replace")
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-def _connection_trace() -> aiohttp.TraceConfig:
-    """Connection phases into `RequestTimeline.connection`, and `sent` once the connection is
-    ready (the request's timeline is the trace's request context)."""
-    trace = aiohttp.TraceConfig()
-
-    async def queued_start(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
-        ctx.queued_ns = perf_counter_ns()
-
-    async def queued_end(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
-        ctx.pool_wait_ns = perf_counter_ns() - ctx.queued_ns
-
-    async def create_start(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
-        ctx.create_ns = perf_counter_ns()
-
-    async def dns_start(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
-        ctx.dns_start_ns = perf_counter_ns()
-
-    async def dns_end(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
-        ctx.dns_ns = perf_counter_ns() - ctx.dns_start_ns
-
-    async def create_end(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
-        r = ctx.trace_request_ctx
-        r.sent_ns = perf_counter_ns()
-        dns = getattr(ctx, "dns_ns", None)
-        r.connection = ConnectionTiming(new=True, pool_wait_ns=getattr(ctx, "pool_wait_ns", None),
-                                        dns_ns=dns, connect_ns=r.sent_ns - ctx.create_ns - (dns or 0))
-
-    async def reuse(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
-        r = ctx.trace_request_ctx
-        r.sent_ns = perf_counter_ns()
-        r.connection = ConnectionTiming(new=False, pool_wait_ns=getattr(ctx, "pool_wait_ns", None))
-
-    trace.on_connection_queued_start.append(queued_start)
-    trace.on_connection_queued_end.append(queued_end)
-    trace.on_connection_create_start.append(create_start)
-    trace.on_dns_resolvehost_start.append(dns_start)
-    trace.on_dns_resolvehost_end.append(dns_end)
-    trace.on_connection_create_end.append(create_end)
-    trace.on_connection_reuseconn.append(reuse)
-    return trace
 
 
 async def list_models(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from latlab.load.arrivals import OPEN_LOOP, ArrivalConfig, ArrivalError
 from latlab.load.config import BenchConfig
+from latlab.load.datasets import DatasetError
 from latlab.load.workload import LengthDistribution, WorkloadConfig, WorkloadError
 from latlab.metrics import FORMULAS, parse_slo
 
@@ -82,7 +83,7 @@ def build_config(*, url: str | None, model: str | None, api_key: str | None, api
                            name=name or ("engine" if url is None else "bench"), tags=tags)
     except ValidationError as e:
         raise OptionError(_validation_message(e)) from None
-    except (WorkloadError, ArrivalError) as e:
+    except WorkloadError as e:
         raise OptionError(str(e)) from None
 
 
@@ -155,7 +156,7 @@ def run_command(config: BenchConfig, *, json_output: bool, progress: bool | None
     show_progress = err.is_terminal if progress is None else progress
     try:
         result = run_bench(config, console=err, progress=show_progress, command=sys.argv)
-    except (WorkloadError, ArrivalError) as e:
+    except (WorkloadError, ArrivalError, DatasetError) as e:
         err.print(f"latlab bench: error: {e}", markup=False, highlight=False)
         return EXIT_BAD_OPTIONS
     except BenchError as e:

@@ -14,6 +14,10 @@ from latlab.load.workload import WorkloadConfig
 from latlab.metrics import SLO_METRICS
 
 
+class BenchError(Exception):
+    """A run that could not start: the message says why and what to change."""
+
+
 class BenchConfig(BaseModel):
     """A bench run: the target, the workload, the arrivals and when to stop."""
 

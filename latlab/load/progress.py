@@ -52,13 +52,13 @@ class ProgressDisplay:
         line.append(f"{elapsed:5.1f} s", style="bold")
         if self.duration_s:
             line.append(f" / {self.duration_s:g} s")
-        line.append(f"   done {total['done']}" + (f"/{self.requests}" if self.requests else ""))
-        line.append(f"   in flight {total['in_flight']}")
-        line.append(f"   errors {total['failed']}", style="red" if total["failed"] else "")
+        line.append(f"  done {total['done']}" + (f"/{self.requests}" if self.requests else ""))
+        line.append(f"  in flight {total['in_flight']}")
+        line.append(f"  errors {total['failed']}", style="red" if total["failed"] else "")
         if self._ttft:
             p50, p99 = np.percentile(np.asarray(self._ttft), [50, 99])
-            line.append(f"   TTFT p50 {p50:.0f} ms  p99 {p99:.0f} ms")
+            line.append(f"  TTFT p50 {p50:.0f} p99 {p99:.0f} ms")
         (t_a, n_a), (t_b, n_b) = self._tokens[0], self._tokens[-1]
         if t_b > t_a:
-            line.append(f"   {(n_b - n_a) / (t_b - t_a):,.0f} tok/s")
+            line.append(f"  {(n_b - n_a) / (t_b - t_a):,.0f} tok/s")
         return line

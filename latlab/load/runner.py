@@ -11,14 +11,9 @@ to the same requests.jsonl; this process only shows progress and writes the summ
 from __future__ import annotations
 
 import asyncio
-import multiprocessing as mp
-import os
-import queue as queue_module
 import secrets
 import shlex
-import signal
 import sys
-import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -29,10 +24,11 @@ from rich.console import Console
 from latlab import __version__
 from latlab.load.arrivals import load_trace
 from latlab.load.client import list_models
-from latlab.load.config import BenchConfig
+from latlab.load.config import BenchConfig, BenchError
 from latlab.load.progress import ProgressDisplay
 from latlab.load.selfcheck import client_section
 from latlab.load.target import EngineError, start_engine
+from latlab.load.processes import run_workers
 from latlab.load.worker import Worker, WorkerPlan, WorkerResult
 from latlab.load.workload import Workload
 from latlab.metrics import Window, summarize
@@ -40,12 +36,7 @@ from latlab.rundir import RunDir
 from latlab.timeline import RequestTimeline
 
 START_LEAD_S = 0.05
-WORKER_START_TIMEOUT_S = 120.0
 MODELS_TIMEOUT_S = 10.0
-
-
-class BenchError(Exception):
-    """A run that could not start: the message says why and what to change."""
 
 
 @dataclass
@@ -91,7 +82,7 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
             if config.workers == 1:
                 results = [_run_here(config, plan, workload, run, settings, update)]
             else:
-                results = _run_processes(config, plan, run, settings, update)
+                results = run_workers(config, plan, lambda: _start_clock(run, settings), update)
     finally:
         if engine is not None:
             engine.stop()
@@ -151,105 +142,6 @@ def _run_here(config: BenchConfig, plan: WorkerPlan, workload: Workload, run: Ru
     plan.t0_ns = _start_clock(run, settings)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(Worker(config, plan, workload, update).run())
-
-
-def _run_processes(config: BenchConfig, plan: WorkerPlan, run: RunDir, settings: dict[str, Any],
-                   update: Callable | None) -> list[WorkerResult]:
-    ctx = mp.get_context("spawn")
-    messages = ctx.Queue()
-    go = ctx.Event()
-    t0 = ctx.Value("q", 0)
-    procs = [ctx.Process(target=_worker_process, daemon=True,
-                         args=(config.model_dump(mode="json"), plan.__dict__ | {"worker": w},
-                               messages, go, t0))
-             for w in range(config.workers)]
-    interrupted = threading.Event()
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        def forward(_sig: int, _frame: Any) -> None:
-            interrupted.set()
-            for p in procs:
-                if p.pid is not None and p.is_alive():
-                    os.kill(p.pid, signal.SIGINT)
-        previous = signal.signal(signal.SIGINT, forward)
-    try:
-        for p in procs:
-            p.start()
-        ready: set[int] = set()
-        deadline = time.monotonic() + WORKER_START_TIMEOUT_S
-        while len(ready) < len(procs):
-            message = _next_message(messages, procs, deadline, interrupted)
-            if message["type"] == "error":
-                raise BenchError(message["error"])
-            ready.add(message["worker"])
-        t0.value = _start_clock(run, settings)
-        go.set()
-        results: dict[int, WorkerResult] = {}
-        while len(results) < len(procs):
-            try:
-                message = messages.get(timeout=0.2)
-            except queue_module.Empty:
-                for w, p in enumerate(procs):
-                    if not p.is_alive() and w not in results and messages.empty():
-                        results[w] = _lost_worker(w, p.exitcode)
-                continue
-            if message["type"] == "snapshot" and update:
-                update(message)
-            elif message["type"] == "done":
-                result = WorkerResult.from_json(message["result"])
-                results[result.worker] = result
-        return [results[w] for w in sorted(results)]
-    finally:
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-
-
-def _next_message(messages: Any, procs: list, deadline: float,
-                  interrupted: threading.Event) -> dict[str, Any]:
-    while time.monotonic() < deadline and not interrupted.is_set():
-        try:
-            return messages.get(timeout=0.2)
-        except queue_module.Empty:
-            dead = [p for p in procs if not p.is_alive()]
-            if dead:
-                raise BenchError(f"worker process exited with code {dead[0].exitcode} "
-                                 "before the run started") from None
-    raise BenchError("interrupted before the run started" if interrupted.is_set()
-                     else f"worker processes not ready after {WORKER_START_TIMEOUT_S:g} s")
-
-
-def _lost_worker(worker: int, exitcode: int | None) -> WorkerResult:
-    from latlab.load.selfcheck import WorkerHealth
-
-    return WorkerResult(worker, WorkerHealth(worker), "aborted", time.perf_counter_ns(),
-                        f"worker {worker} died (exit code {exitcode}); its finished requests "
-                        "are kept")
-
-
-def _worker_process(config_json: dict[str, Any], plan_fields: dict[str, Any], messages: Any,
-                    go: Any, t0: Any) -> None:
-    import uvloop
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the event loop handles it
-    plan = WorkerPlan(**plan_fields)
-    config = BenchConfig.model_validate(config_json)
-    try:
-        workload = Workload(config.workload)
-    except ValueError as e:
-        messages.put({"type": "error", "worker": plan.worker, "error": str(e)})
-        return
-    messages.put({"type": "ready", "worker": plan.worker})
-    if not go.wait(WORKER_START_TIMEOUT_S):
-        return
-    plan.t0_ns = t0.value
-    worker = Worker(config, plan, workload, lambda s: messages.put({"type": "snapshot", **s}))
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        result = runner.run(worker.run())
-    messages.put({"type": "done", "result": result.to_json()})
 
 
 def _finish(config: BenchConfig, run: RunDir, settings: dict[str, Any],

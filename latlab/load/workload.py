@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import orjson
 from pydantic import BaseModel, Field, model_validator
 
 from latlab.engine.tokenizer import Tokenizer, TokenizerError
+from latlab.load.datasets import load_dataset
 
 Api = Literal["completions", "chat"]
 _WORD = re.compile(r" [a-z]{2,12}")
@@ -118,16 +118,6 @@ class RequestSpec:
     priority: int | None = None
 
 
-@dataclass(slots=True)
-class _Entry:
-    prompt: str | None
-    messages: list[dict[str, Any]] | None
-    output_tokens: int | None
-    output_text: str | None
-    tenant: str | None
-    priority: int | None
-
-
 class Workload:
     """Builds request `i` of a run from its `WorkloadConfig`."""
 
@@ -218,68 +208,3 @@ def _choice(weights: dict[Any, float]):
     p = np.asarray([weights[k] for k in labels], dtype=float)
     p /= p.sum()
     return lambda rng: labels[int(rng.choice(len(labels), p=p))]
-
-
-def load_dataset(path: Path) -> list[_Entry]:
-    """JSONL (`prompt` or `messages`, optional `output_tokens`/`max_tokens`, `tenant`,
-    `priority` per line) or ShareGPT JSON (a list of `conversations`)."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise WorkloadError(f"--dataset {path}: cannot read it: {e.strerror}") from None
-    entries = _sharegpt(raw, path) if raw.lstrip()[:1] == b"[" else _jsonl(raw, path)
-    if not entries:
-        raise WorkloadError(f"--dataset {path}: no usable requests in it")
-    return entries
-
-
-def _jsonl(raw: bytes, path: Path) -> list[_Entry]:
-    entries = []
-    for n, line in enumerate(raw.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError as e:
-            raise WorkloadError(f"--dataset {path}: line {n}: not JSON ({e})") from None
-        if not isinstance(row, dict):
-            raise WorkloadError(f"--dataset {path}: line {n}: expected an object")
-        prompt, messages = row.get("prompt"), row.get("messages")
-        if not isinstance(prompt, str) and not _is_messages(messages):
-            raise WorkloadError(f"--dataset {path}: line {n}: needs a string `prompt` or a "
-                                "`messages` list of {role, content}")
-        output = row.get("output_tokens", row.get("max_tokens"))
-        if output is not None and (not isinstance(output, int) or output < 1):
-            raise WorkloadError(f"--dataset {path}: line {n}: output_tokens must be a "
-                                "positive integer")
-        priority = row.get("priority")
-        if priority is not None and not isinstance(priority, int):
-            raise WorkloadError(f"--dataset {path}: line {n}: priority must be an integer")
-        tenant = row.get("tenant")
-        entries.append(_Entry(prompt if isinstance(prompt, str) else None,
-                              messages if not isinstance(prompt, str) else None,
-                              output, None, str(tenant) if tenant is not None else None, priority))
-    return entries
-
-
-def _sharegpt(raw: bytes, path: Path) -> list[_Entry]:
-    try:
-        rows = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise WorkloadError(f"--dataset {path}: not JSON ({e})") from None
-    entries = []
-    for row in rows:
-        turns = row.get("conversations") if isinstance(row, dict) else None
-        if not isinstance(turns, list) or len(turns) < 2:
-            continue
-        first, reply = turns[0], turns[1]
-        if not all(isinstance(t, dict) and isinstance(t.get("value"), str) for t in (first, reply)):
-            continue
-        if first.get("from") in ("human", "user") and first["value"] and reply["value"]:
-            entries.append(_Entry(first["value"], None, None, reply["value"], None, None))
-    return entries
-
-
-def _is_messages(value: Any) -> bool:
-    return (isinstance(value, list) and bool(value)
-            and all(isinstance(m, dict) and "role" in m and "content" in m for m in value))

@@ -1,0 +1,98 @@
+"""Datasets of prompts from local files: JSONL or ShareGPT JSON.
+
+JSONL: one object per line with a string `prompt` or a `messages` list of {role, content},
+and optionally `output_tokens` (or `max_tokens`), `tenant` and `priority`.
+ShareGPT: a JSON list of {"conversations": [{"from": "human", "value": ...},
+{"from": "gpt", "value": ...}, ...]}; the first human turn is the prompt and the reply's
+length (in the target's tokens) the output length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be used; the message names --dataset and the line."""
+
+
+@dataclass(slots=True)
+class DatasetEntry:
+    """One request of a dataset: a prompt or messages, and what it says about its output."""
+
+    prompt: str | None
+    messages: list[dict[str, Any]] | None
+    output_tokens: int | None
+    output_text: str | None
+    tenant: str | None
+    priority: int | None
+
+
+
+def load_dataset(path: Path) -> list[DatasetEntry]:
+    """JSONL (`prompt` or `messages`, optional `output_tokens`/`max_tokens`, `tenant`,
+    `priority` per line) or ShareGPT JSON (a list of `conversations`)."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise DatasetError(f"--dataset {path}: cannot read it: {e.strerror}") from None
+    entries = _sharegpt(raw, path) if raw.lstrip()[:1] == b"[" else _jsonl(raw, path)
+    if not entries:
+        raise DatasetError(f"--dataset {path}: no usable requests in it")
+    return entries
+
+
+def _jsonl(raw: bytes, path: Path) -> list[DatasetEntry]:
+    entries = []
+    for n, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            raise DatasetError(f"--dataset {path}: line {n}: not JSON ({e})") from None
+        if not isinstance(row, dict):
+            raise DatasetError(f"--dataset {path}: line {n}: expected an object")
+        prompt, messages = row.get("prompt"), row.get("messages")
+        if not isinstance(prompt, str) and not _is_messages(messages):
+            raise DatasetError(f"--dataset {path}: line {n}: needs a string `prompt` or a "
+                                "`messages` list of {role, content}")
+        output = row.get("output_tokens", row.get("max_tokens"))
+        if output is not None and (not isinstance(output, int) or output < 1):
+            raise DatasetError(f"--dataset {path}: line {n}: output_tokens must be a "
+                                "positive integer")
+        priority = row.get("priority")
+        if priority is not None and not isinstance(priority, int):
+            raise DatasetError(f"--dataset {path}: line {n}: priority must be an integer")
+        tenant = row.get("tenant")
+        entries.append(DatasetEntry(prompt if isinstance(prompt, str) else None,
+                              messages if not isinstance(prompt, str) else None,
+                              output, None, str(tenant) if tenant is not None else None, priority))
+    return entries
+
+
+def _sharegpt(raw: bytes, path: Path) -> list[DatasetEntry]:
+    try:
+        rows = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise DatasetError(f"--dataset {path}: not JSON ({e})") from None
+    entries = []
+    for row in rows:
+        turns = row.get("conversations") if isinstance(row, dict) else None
+        if not isinstance(turns, list) or len(turns) < 2:
+            continue
+        first, reply = turns[0], turns[1]
+        if not all(isinstance(t, dict) and isinstance(t.get("value"), str) for t in (first, reply)):
+            continue
+        if first.get("from") in ("human", "user") and first["value"] and reply["value"]:
+            entries.append(DatasetEntry(first["value"], None, None, reply["value"], None, None))
+    return entries
+
+
+def _is_messages(value: Any) -> bool:
+    return (isinstance(value, list) and bool(value)
+            and all(isinstance(m, dict) and "role" in m and "content" in m for m in value))
