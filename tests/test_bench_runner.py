@@ -171,6 +171,10 @@ def test_ctrl_c_keeps_finished_records_and_writes_a_summary(tmp_path):
     assert sum(r.outcome == Outcome.CANCELLED for r in records) == 2
     assert result.run.summary_path.is_file()
     assert any("interrupted" in w for w in result.summary["warnings"])
+    # the window ends before the first cancelled request: Ctrl-C is not the server's failure
+    first_cancelled = min(r.scheduled_ns for r in records if r.outcome == Outcome.CANCELLED)
+    assert result.run.read_config()["clock"]["end_ns"] == first_cancelled
+    assert result.summary["failures"] == {} and result.summary["ok"] > 0
 
 
 def test_a_partial_run_folder_recomputes_its_window(tmp_path):

@@ -33,7 +33,7 @@ from latlab.load.worker import Worker, WorkerPlan, WorkerResult
 from latlab.load.workload import Workload
 from latlab.metrics import Window, summarize
 from latlab.rundir import RunDir
-from latlab.timeline import RequestTimeline
+from latlab.timeline import Outcome, RequestTimeline
 
 START_LEAD_S = 0.05
 MODELS_TIMEOUT_S = 10.0
@@ -148,16 +148,10 @@ def _finish(config: BenchConfig, run: RunDir, settings: dict[str, Any],
             results: list[WorkerResult]) -> BenchResult:
     reasons = {r.stop_reason for r in results}
     messages = list(dict.fromkeys(r.message for r in results if r.message))
-    clock = settings["clock"]
-    if reasons & {"interrupted", "aborted"}:
-        clock["end_ns"] = max(r.stopped_ns for r in results)
-        if config.duration_s:
-            clock["end_ns"] = min(clock["end_ns"], clock["t0_ns"] + int(config.duration_s * 1e9))
-    elif reasons == {"duration"}:
-        clock["end_ns"] = clock["t0_ns"] + int(config.duration_s * 1e9)
-    run.write_config(settings)
-
     records = run.read_records()
+    settings["clock"]["end_ns"] = _end_ns(config, settings["clock"]["t0_ns"], reasons, results,
+                                          records)
+    run.write_config(settings)
     window = run_window(settings, records)
     summary = summarize(records, window, config.slos).to_json()
     client = client_section([r.health for r in results], records)
@@ -178,6 +172,19 @@ def _finish(config: BenchConfig, run: RunDir, settings: dict[str, Any],
         message = f"every request failed ({_failure_counts(records)})"
     run.write_summary(summary)
     return BenchResult(run, summary, failed, message)
+
+
+def _end_ns(config: BenchConfig, t0_ns: int, reasons: set[str], results: list[WorkerResult],
+            records: Sequence[RequestTimeline]) -> int | None:
+    """Where the measurement window ends: the end of --duration; for a stopped run, when it
+    stopped, and for an interrupted one before the first request Ctrl-C cancelled (a request
+    the user cancelled is not the server's failure); else (None) the last activity."""
+    end = t0_ns + int(config.duration_s * 1e9) if config.duration_s else None
+    if not reasons & {"interrupted", "aborted"}:
+        return end if reasons == {"duration"} else None
+    stopped = max(r.stopped_ns for r in results)
+    cancelled = [r.origin_ns for r in records if r.outcome == Outcome.CANCELLED]
+    return min(t for t in (end, stopped, min(cancelled, default=None)) if t is not None)
 
 
 def _failure_counts(records: Sequence[RequestTimeline]) -> str:
