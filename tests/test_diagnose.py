@@ -56,10 +56,12 @@ def test_rejections(diagnosed):
 def test_client_bottleneck_from_the_self_check(diagnosed):
     check = {"workers": 1, "loop_lag_ms": {"p50": 0.2, "p99": 85.0, "max": 120.0},
              "lateness_p99_ms": 1.5, "bottleneck": True, "reasons": ["event-loop lag p99 85 ms"]}
-    findings, _, _ = diagnosed(steady(40), client=check)
-    evidence = findings["client_bottleneck"].evidence
-    assert evidence[0] == "event-loop lag p99 85 ms" and "loop_lag_ms.p99=85" in evidence[1]
+    finding = diagnosed(steady(40), client=check)[0]["client_bottleneck"]
+    assert finding.evidence[0] == "event-loop lag p99 85 ms"
+    assert "loop_lag_ms.p99=85" in finding.evidence[-1]
+    assert finding.severity == Severity.WARNING  # nothing left late: the timestamps are suspect
     late = steady(40, client_wait=50)
+    assert diagnosed(late, client=check)[0]["client_bottleneck"].severity == Severity.CRITICAL
     assert "client_bottleneck" not in diagnosed(late, client=check | {"bottleneck": False})[0]
 
 
@@ -83,6 +85,15 @@ def test_explodes_at_peak(tmp_path):
     run.write_summary(summarize(records, Window(0, 450 * MS)).to_json())
     f = {f.rule: f for f in analyze(run).findings}["explodes_at_peak"]
     assert f.severity == Severity.CRITICAL and "req/s" in f.evidence[0]
+    assert f.where.startswith("queue") and "queueing" in f.title
+
+
+def test_explodes_at_peak_names_decode_when_batches_slow_down(tmp_path):
+    records = [timeline(i, i * 10, tokens=50, itl=5 + i) for i in range(40)]
+    run = write_run(tmp_path, records)
+    run.write_summary(summarize(records, Window(0, 450 * MS)).to_json())
+    f = {f.rule: f for f in analyze(run).findings}["explodes_at_peak"]
+    assert f.where.startswith("decode") and "of the offered rate" in f.title
 
 
 def test_explodes_at_peak_is_silent_when_the_server_keeps_up_and_unevaluated_without_a_window(
@@ -112,6 +123,8 @@ def test_tiny_prompts_slow(diagnosed):
     assert diagnosed(queued)[0]["tiny_prompts_slow"].where == "queue"
     fast = [timeline(i, i * 100, prompt=10 + 50 * i, prefill=1 + i) for i in range(40)]
     assert "tiny_prompts_slow" not in diagnosed(fast)[0]
+    no_tiny = [timeline(i, i * 100, prompt=500 + i, upload=40) for i in range(40)]
+    assert "tiny_prompts_slow" in diagnosed(no_tiny)[1]
 
 
 def test_prefill_dominates(diagnosed):
@@ -183,3 +196,10 @@ def test_rules_without_successful_requests_say_what_they_need(diagnosed):
     assert unevaluated["stutter"].needs == "needs successful requests"
     assert all(isinstance(u, Unevaluated) for u in unevaluated.values())
     assert all(isinstance(f, Finding) for f in findings.values())
+
+
+def test_prefill_dominates_with_few_requests_per_prompt_bucket(diagnosed):
+    records = [timeline(i, i * 1000, prompt=4 ** (i + 3), prefill=0.2 * 4 ** (i + 3))
+               for i in range(5)]
+    f = diagnosed(records)[0]["prefill_dominates"]
+    assert f.evidence[0].startswith("all prompts:")

@@ -76,38 +76,40 @@ def rejections(a: RunAnalysis) -> Finding | None:
 
 
 def client_bottleneck(a: RunAnalysis) -> Finding | Unevaluated | None:
+    """From the load generator's self-check when it wrote one, else from the records; critical
+    when the client's wait before sending reaches CLIENT_LATE_SHARE of the mean E2E."""
+    rows = [r for r in a.decomposed if r.parts.quality("client_wait") != Quality.UNAVAILABLE]
+    waits = sorted(r.parts.ms("client_wait") for r in rows)
+    p99 = percentile(waits, 99) if waits else 0.0
+    share = p99 / a.mean.total if a.mean.total > 0 else 0.0
+    late = [f"client wait (sent − scheduled − connection setup): p50 "
+            f"{ms(percentile(waits, 50))}, p99 {ms(p99)} ({pct(share)} of the mean E2E)"] if waits else []
+    where = "the load generator: requests left late, so latencies from send understate " \
+            "what users would see"
+    fix = "add client workers (--workers), raise the concurrency cap or lower the rate"
+    severity = Severity.CRITICAL if share >= CLIENT_LATE_SHARE else Severity.WARNING
     client = a.client
     if client is not None and "bottleneck" in client:
         if not client["bottleneck"]:
             return None
         evidence = [str(reason) for reason in client.get("reasons") or []]
-        evidence.append("client self-check: " + ", ".join(_numbers(client)))
-        return Finding("client_bottleneck", Severity.CRITICAL,
-                       "the load generator itself is the bottleneck", evidence,
-                       where="the load generator: requests left late, so latencies from send "
-                             "understate what users would see",
-                       fix="add client workers or lower the rate; read the from-schedule latencies",
-                       impact=1.0)
-    rows = [r for r in a.decomposed if r.parts.quality("client_wait") != Quality.UNAVAILABLE]
+        evidence += late + ["client self-check: " + ", ".join(_numbers(client))]
+        return Finding("client_bottleneck", severity, "the load generator itself is the bottleneck",
+                       evidence, where=where, fix=fix, impact=share)
     if not rows:
         return Unevaluated("client_bottleneck", "needs scheduled send times or the client "
                                                 "self-check (summary.json → client)")
-    waits = sorted(r.parts.ms("client_wait") for r in rows)
-    p50, p99 = percentile(waits, 50), percentile(waits, 99)
-    if p99 < CLIENT_LATE_MS or p99 < CLIENT_LATE_SHARE * a.mean.total:
+    if p99 < CLIENT_LATE_MS or share < CLIENT_LATE_SHARE:
         return None
-    evidence = [f"client wait (sent − scheduled − connection setup): p50 {ms(p50)}, p99 {ms(p99)}"]
     bursts = zero_gap_share(a.records)
     if bursts is not None:
-        evidence.append(f"{pct(bursts)} of token events arrived in zero-gap bursts")
+        late.append(f"{pct(bursts)} of token events arrived in zero-gap bursts")
     if a.config.get("concurrency"):
-        evidence.append(f"includes waiting for a free slot under --concurrency "
-                        f"{a.config['concurrency']}")
-    return Finding("client_bottleneck", Severity.WARNING,
-                   f"requests left the client late (p99 {ms(p99)} after their schedule)", evidence,
-                   where="the load generator (or its concurrency cap)",
-                   fix="add client workers, raise the concurrency cap or lower the rate",
-                   impact=mean([r.parts.ms("client_wait") for r in rows]) / a.mean.total)
+        late.append(f"includes waiting for a free slot under --max-concurrency "
+                    f"{a.config['concurrency']}")
+    return Finding("client_bottleneck", severity,
+                   f"requests left the client late (p99 {ms(p99)} after their schedule)", late,
+                   where=where, fix=fix, impact=share)
 
 
 def _numbers(section: dict, prefix: str = "") -> list[str]:
@@ -121,34 +123,49 @@ def _numbers(section: dict, prefix: str = "") -> list[str]:
     return out
 
 
+OVERLOAD_WHERE = {
+    "queue & overhead": ("queue: the server accepts more work than it can serve",
+                         "admission control (cap the queue, reject early with 429), priorities, "
+                         "or more capacity; offer at most the achieved rate"),
+    "decode": ("decode: the running batch grew until every step slowed down",
+               "cap the running batch (max sequences) or concurrency per instance, add capacity"),
+    "prefill": ("prefill: prompts arrive faster than they can be prefilled",
+                "prefix caching, shorter prompts, more capacity"),
+    "network": ("network: the link cannot carry the load", "move closer, more bandwidth"),
+    "first token (unsplit)": ("before the first token (no server timings split it)",
+                              "offer at most the achieved rate; add server timings to see more"),
+}
+
+
 def explodes_at_peak(a: RunAnalysis) -> Finding | Unevaluated | None:
+    """Achieved below offered; the finding names the bucket the p99 tail spends most in."""
     t = a.summary.get("throughput")
     if not isinstance(t, dict) or not t.get("offered_rate"):
         return Unevaluated("explodes_at_peak", "needs the offered and achieved request rates "
                                                "(a measurement window: summary.json → throughput)")
     offered, achieved = t["offered_rate"], t.get("achieved_rate") or 0.0
-    if achieved >= SHORTFALL * offered or a.mean is None:
+    if achieved >= SHORTFALL * offered:
         return None
     if not a.has_server_timings:
         return Unevaluated("explodes_at_peak", f"achieved {achieved:.2f} of {offered:.2f} req/s "
-                           "offered; needs server timings to tell whether the queue dominates")
-    share, tail = a.mean.share("queue & overhead"), a.tail.share("queue & overhead")
-    if share < QUEUE_DOMINATES:
-        return None
+                           "offered; needs server timings to tell where the time goes")
+    buckets = a.tail.buckets()
+    worst = max(buckets, key=buckets.get)
+    share, tail = a.mean.share(worst), a.tail.share(worst)
     evidence = [f"achieved {achieved:.2f} req/s of {offered:.2f} offered ({pct(achieved / offered)})",
-                f"queue & overhead: {pct(share)} of the mean E2E, {pct(tail)} of the p99 tail's",
+                f"{worst}: {pct(share)} of the mean E2E, {pct(tail)} of the p99 tail's",
                 f"up to {max(r.in_flight for r in a.rows)} requests in flight"]
     windows = [g for g in a.over_time if g.budget is not None]
     if len(windows) >= 2:
-        evidence.append(f"queue per request: {ms(windows[0].budget.components['queue'])} in "
-                        f"{windows[0].label} → {ms(windows[-1].budget.components['queue'])} in "
-                        f"{windows[-1].label}")
-    return Finding("explodes_at_peak", Severity.CRITICAL,
-                   f"overloaded: {pct(share)} of the time is queueing and the server falls behind",
-                   evidence, where="queue: the server accepts more work than it can serve",
-                   fix="admission control (cap the queue, reject early with 429), priorities, "
-                       "or more capacity; offer at most the achieved rate",
-                   impact=share)
+        first, last = windows[0], windows[-1]
+        evidence.append(f"{worst} per request: {ms(first.budget.bucket(worst))} in {first.label} "
+                        f"→ {ms(last.budget.bucket(worst))} in {last.label}")
+    where, fix = OVERLOAD_WHERE[worst]
+    title = (f"overloaded: {pct(share)} of the time is queueing and the server falls behind"
+             if worst == "queue & overhead" and share >= QUEUE_DOMINATES else
+             f"overloaded: the server completes {pct(achieved / offered)} of the offered rate")
+    return Finding("explodes_at_peak", Severity.CRITICAL, title, evidence, where=where, fix=fix,
+                   impact=1 - achieved / offered)
 
 
 def unattributed(a: RunAnalysis) -> Finding | None:

@@ -7,17 +7,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from latlab.analysis.budget import Row, prompt_tokens
+from latlab.analysis.budget import Row, prompt_bucket, prompt_tokens
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean, ms, pct
 from latlab.metrics import NS_PER_MS, percentile
 
 if TYPE_CHECKING:
     from latlab.analysis.run import RunAnalysis
 
-TINY_QUANTILE, TINY_WAIT_MS, TINY_WAIT_SHARE = 25.0, 20.0, 0.5
+TINY_TOKENS, TINY_MIN_REQUESTS, TINY_WAIT_MS, TINY_WAIT_SHARE = 128, 3, 20.0, 0.5
 LOAD_GROWTH, LOAD_WAIT_MS, LOAD_SHARE, LOAD_SHARE_RISE = 2.0, 10.0, 0.2, 0.2
-LONG_QUANTILE, PREFILL_TTFT_SHARE, PREFILL_E2E_SHARE, PREFILL_CORRELATION = 75.0, 0.5, 0.25, 0.5
-STUTTER_MIN_SAMPLES, STUTTER_RATIO, STALL_FACTOR, STALL_COINCIDE = 50, 3.0, 3.0, 0.5
+LONG_MIN_REQUESTS, PREFILL_TTFT_SHARE, PREFILL_E2E_SHARE, PREFILL_CORRELATION = 3, 0.5, 0.25, 0.5
+STUTTER_MIN_SAMPLES, STUTTER_RATIO, STALL_FACTOR = 50, 3.0, 3.0
+STALL_COINCIDE, STALL_LIFT = 0.5, 0.25
 TENANT_SIZE_RATIO, TENANT_SLOWDOWN, TENANT_MIN_MS, TENANT_MIN_REQUESTS = 2.0, 1.5, 10.0, 5
 
 NEEDS_SERVER = "needs server timings (the server-timing protocol) to split the time"
@@ -34,12 +35,12 @@ def _before_first_token(row: Row) -> float:
 
 
 def tiny_prompts_slow(a: RunAnalysis) -> Finding | Unevaluated | None:
-    rows = [r for r in _server_rows(a) if prompt_tokens(r) is not None]
-    if len(rows) < 5:
-        return Unevaluated("tiny_prompts_slow", NEEDS_SERVER + " and prompt token counts "
-                                                               "of ≥ 5 successful requests")
-    cut = percentile(sorted(prompt_tokens(r) for r in rows), TINY_QUANTILE)
-    tiny = [r for r in rows if prompt_tokens(r) <= cut]
+    if not _server_rows(a):
+        return Unevaluated("tiny_prompts_slow", NEEDS_SERVER)
+    tiny = [r for r in _server_rows(a) if (prompt_tokens(r) or TINY_TOKENS + 1) <= TINY_TOKENS]
+    if len(tiny) < TINY_MIN_REQUESTS:
+        return Unevaluated("tiny_prompts_slow", f"needs ≥ {TINY_MIN_REQUESTS} successful "
+                                                f"requests of ≤ {TINY_TOKENS} prompt tokens")
     waits = {
         "network": mean([r.parts.ms("connect") + r.parts.ms("network") for r in tiny]),
         "queue": mean([r.parts.ms("client_wait") + r.parts.ms("queue") for r in tiny]),
@@ -52,7 +53,7 @@ def tiny_prompts_slow(a: RunAnalysis) -> Finding | Unevaluated | None:
     fixes = {"network": "move the client closer to the server, reuse connections (keep-alive)",
              "queue": "cap the queue depth and add capacity: short requests wait behind others",
              "preprocess": "speed up request handling (tokenizer, chat template, validation)"}
-    evidence = [f"{len(tiny)} requests with ≤ {cut:.0f} prompt tokens: {ms(wait)} before any "
+    evidence = [f"{len(tiny)} requests with ≤ {TINY_TOKENS} prompt tokens: {ms(wait)} before any "
                 f"compute against {ms(prefill)} of prefill ({pct(wait / (wait + prefill))} waiting)"]
     evidence += [f"{name}: {ms(v)}" for name, v in waits.items()]
     return Finding("tiny_prompts_slow", Severity.WARNING,
@@ -111,14 +112,17 @@ def prefill_dominates(a: RunAnalysis) -> Finding | Unevaluated | None:
                                                                "of ≥ 5 successful requests")
     tokens = np.array([prompt_tokens(r) for r in rows], dtype=float)
     prefill = np.array([r.parts.ms("prefill") for r in rows])
-    cut = percentile(sorted(tokens), LONG_QUANTILE)
-    long = [r for r in rows if prompt_tokens(r) >= cut]
+    buckets = [prompt_bucket(prompt_tokens(r)) for r in rows]
+    longest = max((b for b in set(buckets) if buckets.count(b) >= LONG_MIN_REQUESTS),
+                  key=lambda b: max(prompt_tokens(r) for r, rb in zip(rows, buckets) if rb == b),
+                  default=None)
+    long = [r for r, b in zip(rows, buckets) if longest is None or b == longest]
     long_prefill = mean([r.parts.ms("prefill") for r in long])
     share = long_prefill / max(mean([_before_first_token(r) for r in long]), 1e-9)
     e2e_share = long_prefill / mean([r.parts.total for r in long])
     if share < PREFILL_TTFT_SHARE or e2e_share < PREFILL_E2E_SHARE:
         return None
-    evidence = [f"prompts of ≥ {cut:.0f} tokens: prefill {ms(long_prefill)} is {pct(share)} of "
+    evidence = [f"{f'prompts of {longest} tokens' if longest else 'all prompts'}: prefill {ms(long_prefill)} is {pct(share)} of "
                 f"their time to first token and {pct(e2e_share)} of their E2E"]
     if tokens.max() > 1.5 * max(tokens.min(), 1):
         correlation = float(np.corrcoef(tokens, prefill)[0, 1]) if prefill.std() > 0 else 0.0
@@ -131,7 +135,7 @@ def prefill_dominates(a: RunAnalysis) -> Finding | Unevaluated | None:
         evidence.append(f"every prompt has ≈{tokens.mean():.0f} tokens: growth not measurable")
     cached = sum(r.record.cached_tokens or 0 for r in rows) / max(tokens.sum(), 1)
     evidence.append(f"{pct(cached)} of prompt tokens came from the prefix cache")
-    return Finding("prefill_dominates", Severity.WARNING if e2e_share >= 0.5 else Severity.INFO,
+    return Finding("prefill_dominates", Severity.WARNING if e2e_share >= 0.3 else Severity.INFO,
                    f"nothing, then fast: prefill is {pct(share)} of the time to first token",
                    evidence, where="prefill",
                    fix="shorter prompts, prefix caching for shared prefixes, chunked prefill",
@@ -167,14 +171,14 @@ def stutter(a: RunAnalysis) -> Finding | Unevaluated | None:
         during, baseline = prefills.overlap_share(stalls), prefills.overlap_share(normal)
         evidence.append(f"{pct(during)} of stalls overlap another request's prefill, "
                         f"against {pct(baseline)} of normal gaps")
-        coincide = during >= STALL_COINCIDE and during >= 2 * baseline
+        coincide = during >= STALL_COINCIDE and during - baseline >= STALL_LIFT
     if coincide:
         return Finding("stutter", Severity.WARNING,
                        "starts, then stutters: decode stalls while other requests prefill",
                        evidence, where="decode, interrupted by other requests' prefills",
                        fix="chunked prefill (a token budget per step), smaller decode batches",
                        impact=impact)
-    return Finding("stutter", Severity.INFO, "decode stalls not explained by prefills", evidence,
+    return Finding("stutter", Severity.INFO, "decode stalls not clearly tied to other requests' prefills", evidence,
                    where="decode, interrupted by something else",
                    fix="look for CPU contention, GC pauses or buffering proxies on the stream",
                    impact=impact)

@@ -41,9 +41,14 @@ td:first-child,th:first-child{text-align:left}tr:nth-child(even){background:#f6f
 def write_html(run: RunDir, analysis: RunAnalysis, path: Path | None = None) -> Path:
     """Write the report (default: the run folder's `report.html`) and return its path."""
     path = path or run.report_path
+    target = analysis.config.get("target")
+    about = [time.strftime("%Y-%m-%d %H:%M:%S"), f"{len(analysis.rows)} requests"]
+    if isinstance(target, dict):
+        about += [str(target[k]) for k in ("url", "model") if target.get(k)]
+    if analysis.config.get("command"):
+        about.append(str(analysis.config["command"]))
     page = [f"<h1>latlab report: {_e(run.path.name)}</h1>",
-            f"<p class=dim>{_e(time.strftime('%Y-%m-%d %H:%M:%S'))} · {len(analysis.rows)} "
-            f"requests · {_e(str(analysis.config.get('target', '')))}</p>"]
+            f"<p class=dim>{_e(' · '.join(about))}</p>"]
     page += [f"<div class=note>{_e(n)}</div>"
              for n in [*analysis.notes, *analysis.summary.get("warnings", [])]]
     page += ["<h2>Summary</h2>", _summary_table(analysis.summary), _findings(analysis)]
