@@ -81,14 +81,16 @@ class RunStore:
         """Add or refresh one run folder; returns its id."""
         path = Path(path).resolve()
         config = config or {}
+        target = config.get("target") or {}
+        bench = config.get("bench") or {}
         row = {
             "path": str(path),
             "kind": kind,
-            "name": config.get("name") or path.name,
-            "created": config.get("created") or time.time(),
-            "target": config.get("target"),
-            "model": config.get("model"),
-            "tags": json.dumps(list(config.get("tags") or [])),
+            "name": config.get("name") or bench.get("name") or path.name,
+            "created": (config.get("clock") or {}).get("unix_time") or time.time(),
+            "target": target.get("url"),
+            "model": target.get("model"),
+            "tags": json.dumps(list(config.get("tags") or bench.get("tags") or [])),
             **key_numbers(summary or {}),
         }
         columns = ", ".join(row)

@@ -8,7 +8,8 @@ from latlab.store import RunStore, resolve_run
 
 def make_run(root: Path, name: str, target: str, tags: list[str], ttft_p99: float) -> RunDir:
     run = RunDir.create(root, name)
-    run.write_config({"name": name, "target": target, "model": "tiny", "tags": tags})
+    run.write_config({"bench": {"name": name, "tags": tags},
+                      "target": {"url": target, "model": "tiny"}})
     run.write_summary({"in_window": 10, "ok": 9,
                        "latency": {"ttft": {"percentiles": {"p99": {"value": ttft_p99}}}},
                        "throughput": {"output_tokens_per_s": 123.0}})
