@@ -10,6 +10,7 @@ arrival loop woke against the schedule (waits for a concurrency cap are not coun
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
@@ -40,6 +41,7 @@ class WorkerHealth:
     dispatch_lateness_ms: list[float] = field(default_factory=list)
     cpu_mean: float = 0.0
     cpu_max: float = 0.0
+    load_average: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,6 +65,7 @@ class HealthSampler:
         self._cpu_start = _cpu_seconds(self._process)
         self._wall_start = time.perf_counter()
         self._process.cpu_percent(None)
+        self.health.load_average = psutil.getloadavg()[0]
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def note_dispatch(self, late_ns: int) -> None:
@@ -76,6 +79,7 @@ class HealthSampler:
         if wall > 0:
             self.health.cpu_mean = 100 * (_cpu_seconds(self._process) - self._cpu_start) / wall
         self.health.cpu_max = max(self.health.cpu_max, self.health.cpu_mean)
+        self.health.load_average = max(self.health.load_average, psutil.getloadavg()[0])
         return self.health
 
     async def _run(self) -> None:
@@ -92,6 +96,7 @@ class HealthSampler:
             if time.perf_counter() >= next_cpu:
                 next_cpu += CPU_INTERVAL_S
                 self.health.cpu_max = max(self.health.cpu_max, self._process.cpu_percent(None))
+                self.health.load_average = max(self.health.load_average, psutil.getloadavg()[0])
 
 
 def _cpu_seconds(process: psutil.Process) -> float:
@@ -123,9 +128,14 @@ def client_section(workers: Sequence[WorkerHealth],
     if lateness_p99 is not None and lateness_p99 > MAX_LATENESS_P99_MS:
         reasons.append(f"sends ran late against the schedule: lateness p99 {lateness_p99:.1f} ms "
                        f"(limit {MAX_LATENESS_P99_MS:g} ms)")
+    cpus = os.cpu_count() or 1
+    load = max((w.load_average for w in workers), default=0.0)
     if lag["p99"] is not None and lag["p99"] > MAX_LOOP_LAG_P99_MS:
+        starved = max(cpu_means, default=0) < BUSY_CPU_PERCENT and load > cpus
         reasons.append(f"event-loop lag p99 {lag['p99']:.1f} ms (limit {MAX_LOOP_LAG_P99_MS:g} ms): "
-                       "timestamps were taken late")
+                       "timestamps were taken late"
+                       + (f"; the client was not busy itself but the machine was oversubscribed "
+                          f"(load average {load:.1f} on {cpus} CPUs)" if starved else ""))
     for w in workers:
         if w.cpu_mean > MAX_CPU_PERCENT:
             reasons.append(f"worker {w.worker} used {w.cpu_mean:.0f}% of a CPU core "
@@ -144,6 +154,7 @@ def client_section(workers: Sequence[WorkerHealth],
                             for w in workers],
         },
         "lateness_p99_ms": lateness_p99,
+        "machine": {"cpus": cpus, "load_average_max": load},
         "zero_gap_share": zero_share,
         "bottleneck": bool(reasons),
         "reasons": reasons,

@@ -1,0 +1,70 @@
+"""The client self-check: what it measures and when it calls the client the bottleneck."""
+
+import asyncio
+import time
+
+from latlab.load.selfcheck import HealthSampler, WorkerHealth, client_section, zero_gap_share
+from latlab.timeline import RequestTimeline
+
+MS = 1_000_000
+
+
+def health(worker=0, lag=0.1, late=0.2, cpu=20.0, load=0.5) -> WorkerHealth:
+    return WorkerHealth(worker, loop_lag_ms=[lag] * 100, dispatch_lateness_ms=[late] * 100,
+                        cpu_mean=cpu, cpu_max=cpu + 5, load_average=load)
+
+
+def stream(gaps_ms: list[float]) -> RequestTimeline:
+    r = RequestTimeline(id="r", index=0)
+    t = 0
+    r.add_token_event(t)
+    for gap in gaps_ms:
+        t += int(gap * MS)
+        r.add_token_event(t)
+    return r
+
+
+def test_a_healthy_client_is_not_the_bottleneck():
+    c = client_section([health(0), health(1)], [stream([10, 10, 10])])
+    assert c["bottleneck"] is False and c["reasons"] == []
+    assert c["workers"] == 2 and c["loop_lag_ms"]["p99"] == 0.1
+    assert c["lateness_p99_ms"] == 0.2 and c["zero_gap_share"] == 0.0
+    assert [p["worker"] for p in c["cpu_percent"]["per_process"]] == [0, 1]
+
+
+def test_each_rule_fires_with_its_numbers():
+    late = client_section([health(late=12.0)], [])
+    assert late["bottleneck"] and "lateness p99 12.0 ms" in late["reasons"][0]
+    lag = client_section([health(lag=9.0, cpu=70)], [])
+    assert "event-loop lag p99 9.0 ms" in lag["reasons"][0]
+    assert "oversubscribed" not in lag["reasons"][0]
+    cpu = client_section([health(cpu=97.0)], [])
+    assert "worker 0 used 97% of a CPU core" in cpu["reasons"][0]
+
+
+def test_loop_lag_without_own_cpu_blames_the_oversubscribed_machine():
+    c = client_section([health(lag=20.0, cpu=30.0, load=64.0)], [])
+    assert "oversubscribed (load average 64.0" in c["reasons"][0]
+
+
+def test_zero_gap_bursts_count_only_while_the_client_is_busy():
+    bursty = [stream([0, 0, 10, 0, 10])]
+    assert zero_gap_share(bursty) == 0.6
+    quiet = client_section([health()], bursty)
+    assert quiet["zero_gap_share"] == 0.6 and not quiet["bottleneck"]
+    busy = client_section([health(lag=2.0)], bursty)
+    assert busy["bottleneck"] and "60% of token events arrived in zero-gap bursts" in busy["reasons"][0]
+
+
+async def test_the_sampler_sees_a_blocked_loop():
+    sampler = HealthSampler(3)
+    sampler.start()
+    await asyncio.sleep(0.1)
+    end = time.perf_counter() + 0.06
+    while time.perf_counter() < end:  # block the event loop, busy, for 60 ms
+        pass
+    await asyncio.sleep(0.05)
+    h = await sampler.stop()
+    assert h.worker == 3 and len(h.loop_lag_ms) >= 5
+    assert max(h.loop_lag_ms) > 30
+    assert h.cpu_mean > 0
