@@ -212,6 +212,79 @@ def serve(
         raise typer.Exit(2) from None
 
 
+@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+def compare(
+    runs: list[str] = typer.Argument(..., metavar="RUN_A RUN_B [RUN...]", help="Run folders or "
+                                     "run ids (see `latlab runs`); each is compared with the first."),
+    fail_if: list[str] = typer.Option([], "--fail-if", help="Regression gate like "
+                                      "'p99_ttft>+10%' or 'output_tokens_per_s<-5%' (repeatable); "
+                                      "exit code 1 when one trips."),
+    require_significance: bool = typer.Option(False, help="Let a gate trip only when its change "
+                                              "is significant (95% CI excludes zero)."),
+    allow_different_workloads: bool = typer.Option(False, help="Compare runs whose workloads "
+                                                   "differ."),
+    runs_dir: Path = typer.Option(Path("runs"), help="Runs folder holding the run store."),
+) -> None:
+    """Compare runs side by side: each metric's change, its confidence, and which component
+    of the latency budget it came from."""
+    from rich.console import Console
+
+    from latlab.analysis import analyze
+    from latlab.analysis.compare import compare as compare_runs
+    from latlab.analysis.gate import Gate, GateError
+    from latlab.report.comparison import print_comparison
+    from latlab.rundir import RunDir, RunDirError
+    from latlab.store import resolve_run
+
+    console = Console()
+    if len(runs) < 2:
+        typer.echo("latlab compare: error: give at least two runs", err=True)
+        raise typer.Exit(2)
+    try:
+        gates = [Gate.parse(text) for text in fail_if]
+        analyses = [analyze(RunDir.open(resolve_run(ref, runs_dir))) for ref in runs]
+        tripped = []
+        for ref, analysis in zip(runs[1:], analyses[1:]):
+            comparison = compare_runs(analyses[0], analysis)
+            if comparison.workload_differences and not allow_different_workloads:
+                raise RunDirError(f"{runs[0]} and {ref} ran different workloads ("
+                                  + "; ".join(comparison.workload_differences)
+                                  + "); pass --allow-different-workloads to compare anyway")
+            print_comparison(console, comparison, runs[0], ref)
+            tripped += [m for g in gates if (m := g.check(comparison, require_significance))]
+    except (RunDirError, GateError) as e:
+        typer.echo(f"latlab compare: error: {e}", err=True)
+        raise typer.Exit(2) from None
+    for message in tripped:
+        console.print(f"[red]regression:[/] {message}")
+    if gates and not tripped:
+        console.print(f"[green]all {len(gates)} gates passed[/]")
+    raise typer.Exit(1 if tripped else 0)
+
+
+@app.command("runs", context_settings={"help_option_names": ["-h", "--help"]})
+def list_runs(
+    runs_dir: Path = typer.Option(Path("runs"), help="Runs folder holding the run store."),
+    target: str | None = typer.Option(None, help="Only runs whose target URL contains this."),
+    model: str | None = typer.Option(None, help="Only runs whose model contains this."),
+    tag: str | None = typer.Option(None, help="Only runs with this tag."),
+    kind: str | None = typer.Option(None, help="bench, sweep or coldstart."),
+    limit: int = typer.Option(30, min=1, help="Show at most this many, newest first."),
+    rescan: bool = typer.Option(False, help="First register run folders the store misses."),
+) -> None:
+    """List past runs with their key numbers; `latlab compare` takes their ids."""
+    from rich.console import Console
+
+    from latlab.report.comparison import print_runs
+    from latlab.store import RunStore
+
+    with RunStore(runs_dir) as store:
+        if rescan:
+            store.rescan()
+        print_runs(Console(), store.list(target=target, model=model, tag=tag, kind=kind,
+                                         limit=limit))
+
+
 tokenizer_app = typer.Typer(help="The tokenizer latlab's engine uses.", no_args_is_help=True)
 app.add_typer(tokenizer_app, name="tokenizer")
 

@@ -1,0 +1,190 @@
+"""Compare runs: every summary metric's change, whether it is real, and where it came from.
+
+A latency change carries the bootstrap CI of `b − a` (`significance.py`) and is attributed
+to components: the mean component budgets of the requests *at* that statistic in each run
+(all requests for the mean, those at or above the percentile for p90/p99, the p40–p60 band
+for the median), so "p99 TTFT −38%" reads "queue −41 ms, prefill unchanged".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from latlab.analysis.budget import Budget, Row, budget
+from latlab.analysis.run import RunAnalysis
+from latlab.analysis.significance import bootstrap_difference, statistic
+
+LATENCY_METRICS = {"ttft": "TTFT", "ttft_sched": "TTFT from schedule", "tpot": "TPOT",
+                   "itl": "ITL", "e2e": "E2E", "e2e_sched": "E2E from schedule"}
+STATS = ("mean", "p50", "p90", "p99")
+RATES = {"output_tokens_per_s": ("output tokens/s", "tok/s"),
+         "achieved_rate": ("achieved rate", "req/s"),
+         "goodput": ("goodput", "req/s")}
+ATTRIBUTED = {
+    "ttft": ("network", "preprocess", "queue", "prefill", "ttft_unsplit"),
+    "ttft_sched": ("client_wait", "connect", "network", "preprocess", "queue", "prefill",
+                   "ttft_unsplit"),
+    "e2e": ("network", "preprocess", "queue", "prefill", "ttft_unsplit", "decode",
+            "postprocess", "unattributed"),
+    "e2e_sched": ("client_wait", "connect", "network", "preprocess", "queue", "prefill",
+                  "ttft_unsplit", "decode", "postprocess", "unattributed"),
+}
+# Workload settings that may differ between comparable runs: where the load goes, not what.
+NOT_WORKLOAD = {"url", "model", "api_key", "serve_args", "out", "name", "tags", "workers",
+                "timeout_s", "slos", "seed", "tokenizer"}
+
+
+@dataclass
+class Change:
+    key: str
+    label: str
+    unit: str
+    a: float | None
+    b: float | None
+    lower_is_better: bool = True
+    ci: tuple[float, float] | None = None
+    significant: bool | None = None
+    attribution: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def relative(self) -> float | None:
+        return self.delta / self.a if self.delta is not None and self.a else None
+
+    @property
+    def verdict(self) -> str:
+        if self.delta is None or self.delta == 0 or self.significant is False:
+            return "same"
+        better = (self.delta < 0) == self.lower_is_better
+        return "better" if better else "worse"
+
+
+@dataclass
+class Comparison:
+    a: RunAnalysis
+    b: RunAnalysis
+    changes: list[Change]
+    budgets: dict[str, tuple[Budget | None, Budget | None]]
+    workload_differences: list[str]
+
+    def change(self, key: str) -> Change | None:
+        return next((c for c in self.changes if c.key == key), None)
+
+
+def window_rows(analysis: RunAnalysis) -> list[Row]:
+    """The successful requests inside the run's measurement window."""
+    window = analysis.summary.get("window") or {}
+    start, end = window.get("start_ns"), window.get("end_ns")
+    return [r for r in analysis.rows if r.record.ok and r.parts is not None
+            and (start is None or (r.record.origin_ns or 0) >= start)
+            and (end is None or (r.record.origin_ns or 0) < end)]
+
+
+def metric_values(rows: list[Row], metric: str) -> np.ndarray:
+    if metric == "itl":
+        return np.asarray([v for r in rows for v in r.metrics.itl], dtype=float)
+    values = [getattr(r.metrics, metric) for r in rows]
+    return np.asarray([v for v in values if v is not None], dtype=float)
+
+
+def rows_at(rows: list[Row], metric: str, stat: str) -> list[Row]:
+    """The requests that make up a statistic: all (mean), the tail (p90, p99), the middle (p50)."""
+    keyed = [(getattr(r.metrics, metric), r) for r in rows]
+    keyed = [(v, r) for v, r in keyed if v is not None]
+    if stat == "mean" or not keyed:
+        return [r for _, r in keyed]
+    values = np.asarray([v for v, _ in keyed])
+    q = float(stat[1:])
+    low, high = (np.percentile(values, q), np.inf) if q >= 90 else np.percentile(
+        values, [max(q - 10, 0), min(q + 10, 100)])
+    return [r for v, r in keyed if low <= v <= high]
+
+
+def attribute(a_rows: list[Row], b_rows: list[Row], metric: str, stat: str) -> dict[str, float]:
+    """Per component, the change (ms) of its mean over the requests at the statistic."""
+    ba = budget([r.parts for r in rows_at(a_rows, metric, stat)])
+    bb = budget([r.parts for r in rows_at(b_rows, metric, stat)])
+    if ba is None or bb is None:
+        return {}
+    return {c: bb.components[c] - ba.components[c] for c in ATTRIBUTED[metric]
+            if ba.components[c] or bb.components[c]}
+
+
+def compare(a: RunAnalysis, b: RunAnalysis, seed: int = 0) -> Comparison:
+    a_rows, b_rows = window_rows(a), window_rows(b)
+    changes: list[Change] = []
+    for metric, label in LATENCY_METRICS.items():
+        va, vb = metric_values(a_rows, metric), metric_values(b_rows, metric)
+        if len(va) == 0 or len(vb) == 0:
+            changes += [Change(f"{s}_{metric}", f"{label} {s}", "ms",
+                               float(statistic(va, s)) if len(va) else None,
+                               float(statistic(vb, s)) if len(vb) else None) for s in STATS]
+            continue
+        for stat, diff in bootstrap_difference(va, vb, STATS, seed=seed).items():
+            change = Change(f"{stat}_{metric}", f"{label} {stat}", "ms", diff.a, diff.b,
+                            ci=(diff.ci_low, diff.ci_high), significant=diff.significant)
+            if metric in ATTRIBUTED:
+                change.attribution = attribute(a_rows, b_rows, metric, stat)
+            changes.append(change)
+    changes += _rate_changes(a.summary, b.summary)
+    changes.append(_error_rate(a.summary, b.summary))
+    budgets = {"mean": (budget([r.parts for r in a_rows]), budget([r.parts for r in b_rows])),
+               "p99 tail": (_tail(a_rows), _tail(b_rows))}
+    return Comparison(a, b, changes, budgets, workload_differences(a.config, b.config))
+
+
+def _tail(rows: list[Row]) -> Budget | None:
+    return budget([r.parts for r in rows_at(rows, "e2e_sched", "p99")])
+
+
+def _rate_changes(a: dict[str, Any], b: dict[str, Any]) -> list[Change]:
+    changes = []
+    for key, (label, unit) in RATES.items():
+        if key == "goodput":
+            va, vb = ((s.get("goodput") or {}).get("requests_per_s") for s in (a, b))
+        else:
+            va, vb = ((s.get("throughput") or {}).get(key) for s in (a, b))
+        if va is not None or vb is not None:
+            changes.append(Change(key, label, unit, va, vb, lower_is_better=False))
+    return changes
+
+
+def _error_rate(a: dict[str, Any], b: dict[str, Any]) -> Change:
+    """Failed share of the window's requests (%), with Fisher's exact test for significance."""
+    from scipy.stats import fisher_exact
+
+    counts = [(s.get("in_window") or 0, s.get("ok") or 0) for s in (a, b)]
+    rates = [100 * (n - ok) / n if n else None for n, ok in counts]
+    change = Change("error_rate", "error rate", "%", rates[0], rates[1])
+    if all(n for n, _ in counts):
+        table = [[n - ok, ok] for n, ok in counts]
+        change.significant = bool(fisher_exact(table).pvalue < 0.05)
+    return change
+
+
+def workload_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The workload settings (what was sent, how, for how long) that differ between runs."""
+    flat_a, flat_b = _flatten(a.get("bench") or {}), _flatten(b.get("bench") or {})
+    differences = []
+    for key in sorted(flat_a.keys() | flat_b.keys()):
+        if key.split(".")[-1] in NOT_WORKLOAD:
+            continue
+        if flat_a.get(key) != flat_b.get(key):
+            differences.append(f"{key}: {flat_a.get(key)!r} vs {flat_b.get(key)!r}")
+    return differences
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat |= _flatten(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -1,0 +1,112 @@
+"""Terminal output of `latlab compare`: the changes, where they came from, the budgets."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from latlab.analysis.budget import Budget
+from latlab.analysis.compare import Change, Comparison
+from latlab.analysis.decompose import BUCKETS, LABELS
+from latlab.store import StoredRun
+
+VERDICT_STYLE = {"better": "green", "worse": "red", "same": "dim"}
+UNCHANGED_MS = 1.0
+UNCHANGED_SHARE = 0.05
+
+
+def print_comparison(console: Console, comparison: Comparison, a_label: str, b_label: str) -> None:
+    for difference in comparison.workload_differences:
+        console.print(f"[yellow]workloads differ:[/] {difference}")
+    table = Table(title=f"{b_label} against {a_label}", title_justify="left")
+    for column in ("metric", a_label, b_label, "change", "95% CI of change", "verdict"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for change in comparison.changes:
+        style = VERDICT_STYLE[change.verdict]
+        table.add_row(change.label, _value(change.a, change.unit), _value(change.b, change.unit),
+                      _delta(change), _ci(change), f"[{style}]{change.verdict}[/]")
+    console.print(table)
+    lines = [attribution_line(c) for c in comparison.changes if c.significant and c.attribution]
+    if lines:
+        console.print("\n[bold]Where the changes come from[/] (components of the requests at "
+                      "each statistic)")
+        for line in lines:
+            console.print(f"  {line}")
+    for name, (a, b) in comparison.budgets.items():
+        if a is not None and b is not None:
+            console.print()
+            console.print(_budget_table(f"{name} budget (ms)", a, b, a_label, b_label))
+
+
+def attribution_line(change: Change) -> str:
+    """`p99 TTFT -38% (-52.1 ms): queue -41.0 ms, network +2.0 ms; prefill unchanged`."""
+    delta = change.delta or 0.0
+    floor = max(UNCHANGED_MS, UNCHANGED_SHARE * abs(delta))
+    moved = sorted(((c, d) for c, d in change.attribution.items() if abs(d) >= floor),
+                   key=lambda item: -abs(item[1]))
+    same = [LABELS[c] for c, d in change.attribution.items() if abs(d) < floor]
+    parts = ", ".join(f"{LABELS[c]} {d:+.1f} ms" for c, d in moved) or "no single component"
+    rel = f"{100 * change.relative:+.0f}% " if change.relative is not None else ""
+    tail = f"; {', '.join(same)} unchanged" if same else ""
+    return f"{change.label} {rel}({delta:+.1f} ms): {parts}{tail}"
+
+
+def _budget_table(title: str, a: Budget, b: Budget, a_label: str, b_label: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("bucket", a_label, b_label, "change"):
+        table.add_column(column, justify="left" if column == "bucket" else "right")
+    for bucket in BUCKETS:
+        va, vb = a.bucket(bucket), b.bucket(bucket)
+        if va or vb:
+            table.add_row(bucket, f"{va:.1f}", f"{vb:.1f}", f"{vb - va:+.1f}")
+    table.add_row("total", f"{a.total:.1f}", f"{b.total:.1f}", f"{b.total - a.total:+.1f}",
+                  style="bold")
+    return table
+
+
+def _value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.2f}" if unit in ("req/s", "%") else f"{value:.1f}"
+
+
+def _delta(change: Change) -> str:
+    if change.delta is None:
+        return "–"
+    rel = f" ({100 * change.relative:+.0f}%)" if change.relative is not None else ""
+    return f"{change.delta:+.2f}{rel}" if change.unit in ("req/s", "%") else f"{change.delta:+.1f}{rel}"
+
+
+def _ci(change: Change) -> str:
+    if change.ci is None:
+        return "–"
+    return f"[{change.ci[0]:+.1f}, {change.ci[1]:+.1f}]"
+
+
+def print_runs(console: Console, runs: list[StoredRun]) -> None:
+    """`latlab runs`: one row per stored run, newest first."""
+    if not runs:
+        console.print("no runs stored yet (run `latlab bench`, or `latlab runs --rescan`)")
+        return
+    table = Table(title="runs", title_justify="left")
+    for column in ("id", "when", "kind", "name", "target", "model", "ok/requests",
+                   "TTFT p50", "TTFT p99", "E2E p99", "tok/s", "req/s", "tags"):
+        table.add_column(column, justify="right" if column in _NUMERIC else "left")
+    for run in runs:
+        n = run.numbers
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.created)) if run.created else ""
+        table.add_row(str(run.id), when, run.kind, run.name or "", run.target or "embedded",
+                      run.model or "", f"{n['ok'] or 0}/{n['requests'] or 0}",
+                      _num(n["ttft_p50"]), _num(n["ttft_p99"]), _num(n["e2e_p99"]),
+                      _num(n["output_tokens_per_s"]), _num(n["achieved_rate"], 2),
+                      ", ".join(run.tags))
+    console.print(table)
+
+
+_NUMERIC = {"id", "ok/requests", "TTFT p50", "TTFT p99", "E2E p99", "tok/s", "req/s"}
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
