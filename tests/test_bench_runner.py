@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import orjson
 import pytest
@@ -154,21 +155,32 @@ def test_workers_share_one_schedule_and_one_file(tmp_path):
     assert {r.worker for r in records} == {0, 1}
     assert all(r.worker == r.index % 2 for r in records)
     t0 = result.run.read_config()["clock"]["t0_ns"]
-    assert sorted(r.scheduled_ns - t0 for r in records) == [round(i / 80.0 * 1e9) for i in range(40)]
+    assert sorted(r.scheduled_ns - t0 for r in records) == [int(i / 80.0 * 1e9) for i in range(40)]
     client = result.summary["client"]
     assert client["workers"] == 2 and len(client["cpu_percent"]["per_process"]) == 2
+
+
+def interrupt_after_first_record(root) -> None:
+    """Ctrl-C (SIGINT to this process) once a run under `root` has written a record."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any(p.stat().st_size for p in root.glob("*/requests.jsonl")):
+            time.sleep(0.2)
+            signal.raise_signal(signal.SIGINT)
+            return
+        time.sleep(0.05)
 
 
 def test_ctrl_c_keeps_finished_records_and_writes_a_summary(tmp_path):
     slow = [Step(0, completion("a")), Step(0.3, usage_only(8, 1)), Step(0, DONE)]
     with Server(stream(slow)) as server:
-        threading.Timer(1.0, lambda: signal.raise_signal(signal.SIGINT)).start()
+        threading.Thread(target=interrupt_after_first_record, args=(tmp_path,)).start()
         result = run_bench(config(server.url, tmp_path, requests=None, duration_s=20.0,
                                   arrivals=ArrivalConfig(users=2)))
     records = result.run.read_records()
     assert result.summary["stop_reason"] == "interrupted"
     assert {r.outcome for r in records} == {Outcome.OK, Outcome.CANCELLED}
-    assert sum(r.outcome == Outcome.CANCELLED for r in records) == 2
+    assert 1 <= sum(r.outcome == Outcome.CANCELLED for r in records) <= 2
     assert result.run.summary_path.is_file()
     assert any("interrupted" in w for w in result.summary["warnings"])
     # the window ends before the first cancelled request: Ctrl-C is not the server's failure
