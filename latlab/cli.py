@@ -224,12 +224,14 @@ def compare(
     allow_different_workloads: bool = typer.Option(False, help="Compare runs whose workloads "
                                                    "differ."),
     runs_dir: Path = typer.Option(Path("runs"), help="Runs folder holding the run store."),
+    full: bool = typer.Option(False, "--full", help="Show mean and p90 too, not only p50 and p99."),
 ) -> None:
     """Compare runs side by side: each metric's change, its confidence, and which component
     of the latency budget it came from."""
     from rich.console import Console
 
     from latlab.analysis import analyze
+    from latlab.analysis.compare import CompareError
     from latlab.analysis.compare import compare as compare_runs
     from latlab.analysis.gate import Gate, GateError
     from latlab.report.comparison import print_comparison
@@ -250,9 +252,10 @@ def compare(
                 raise RunDirError(f"{runs[0]} and {ref} ran different workloads ("
                                   + "; ".join(comparison.workload_differences)
                                   + "); pass --allow-different-workloads to compare anyway")
-            print_comparison(console, comparison, runs[0], ref)
+            print_comparison(console, comparison, str(analyses[0].run.path),
+                             str(analysis.run.path), full=full)
             tripped += [m for g in gates if (m := g.check(comparison, require_significance))]
-    except (RunDirError, GateError) as e:
+    except (RunDirError, GateError, CompareError) as e:
         typer.echo(f"latlab compare: error: {e}", err=True)
         raise typer.Exit(2) from None
     for message in tripped:

@@ -40,3 +40,19 @@ def test_rescan_finds_unregistered_runs(tmp_path):
         assert store.rescan() == 2
         assert store.rescan() == 0
         assert len(store.list()) == 2
+
+
+def test_runs_command_lists_and_filters(tmp_path):
+    from typer.testing import CliRunner
+
+    from latlab.cli import app
+
+    make_run(tmp_path, "alpha", "http://127.0.0.1:1", ["nightly"], 50.0)
+    make_run(tmp_path, "beta", "http://127.0.0.1:2", [], 70.0)
+    cli = CliRunner()
+    empty = cli.invoke(app, ["runs", "--runs-dir", str(tmp_path)])
+    assert empty.exit_code == 0 and "no runs stored yet" in empty.output
+    listed = cli.invoke(app, ["runs", "--runs-dir", str(tmp_path), "--rescan"])
+    assert "alpha" in listed.output and "beta" in listed.output
+    tagged = cli.invoke(app, ["runs", "--runs-dir", str(tmp_path), "--tag", "nightly"])
+    assert "alpha" in tagged.output and "beta" not in tagged.output

@@ -20,6 +20,7 @@ from latlab.analysis.significance import bootstrap_difference, statistic
 LATENCY_METRICS = {"ttft": "TTFT", "ttft_sched": "TTFT from schedule", "tpot": "TPOT",
                    "itl": "ITL", "e2e": "E2E", "e2e_sched": "E2E from schedule"}
 STATS = ("mean", "p50", "p90", "p99")
+UNTESTED_NOISE = 0.05  # a change without a CI must exceed this share to be called a change
 RATES = {"output_tokens_per_s": ("output tokens/s", "tok/s"),
          "achieved_rate": ("achieved rate", "req/s"),
          "goodput": ("goodput", "req/s")}
@@ -59,7 +60,10 @@ class Change:
 
     @property
     def verdict(self) -> str:
+        """better, worse or same; without a CI only a change beyond 5% counts."""
         if self.delta is None or self.delta == 0 or self.significant is False:
+            return "same"
+        if self.significant is None and abs(self.relative or 0.0) < UNTESTED_NOISE:
             return "same"
         better = (self.delta < 0) == self.lower_is_better
         return "better" if better else "worse"
@@ -116,8 +120,16 @@ def attribute(a_rows: list[Row], b_rows: list[Row], metric: str, stat: str) -> d
             if ba.components[c] or bb.components[c]}
 
 
+class CompareError(ValueError):
+    """Runs that cannot be compared."""
+
+
 def compare(a: RunAnalysis, b: RunAnalysis, seed: int = 0) -> Comparison:
     a_rows, b_rows = window_rows(a), window_rows(b)
+    for analysis, rows in ((a, a_rows), (b, b_rows)):
+        if not rows:
+            raise CompareError(f"{analysis.run.path}: no successful request in its window "
+                               "to compare")
     changes: list[Change] = []
     for metric, label in LATENCY_METRICS.items():
         va, vb = metric_values(a_rows, metric), metric_values(b_rows, metric)

@@ -17,18 +17,26 @@ UNCHANGED_MS = 1.0
 UNCHANGED_SHARE = 0.05
 
 
-def print_comparison(console: Console, comparison: Comparison, a_label: str, b_label: str) -> None:
+SHOWN_STATS = ("p50", "p99")
+
+
+def print_comparison(console: Console, comparison: Comparison, a_name: str, b_name: str,
+                     full: bool = False) -> None:
+    """B against A; `full` shows every statistic (mean, p50, p90, p99), else p50 and p99."""
+    console.print(f"[bold]A[/] = {a_name}\n[bold]B[/] = {b_name}")
     for difference in comparison.workload_differences:
         console.print(f"[yellow]workloads differ:[/] {difference}")
-    table = Table(title=f"{b_label} against {a_label}", title_justify="left")
-    for column in ("metric", a_label, b_label, "change", "95% CI of change", "verdict"):
+    shown = [c for c in comparison.changes
+             if full or c.unit != "ms" or c.key.split("_")[0] in SHOWN_STATS]
+    table = Table(title="B against A", title_justify="left")
+    for column in ("metric", "A", "B", "change", "95% CI of change", "verdict"):
         table.add_column(column, justify="left" if column == "metric" else "right")
-    for change in comparison.changes:
+    for change in shown:
         style = VERDICT_STYLE[change.verdict]
         table.add_row(change.label, _value(change.a, change.unit), _value(change.b, change.unit),
                       _delta(change), _ci(change), f"[{style}]{change.verdict}[/]")
     console.print(table)
-    lines = [attribution_line(c) for c in comparison.changes if c.significant and c.attribution]
+    lines = [attribution_line(c) for c in shown if c.significant and c.attribution]
     if lines:
         console.print("\n[bold]Where the changes come from[/] (components of the requests at "
                       "each statistic)")
@@ -37,7 +45,7 @@ def print_comparison(console: Console, comparison: Comparison, a_label: str, b_l
     for name, (a, b) in comparison.budgets.items():
         if a is not None and b is not None:
             console.print()
-            console.print(_budget_table(f"{name} budget (ms)", a, b, a_label, b_label))
+            console.print(_budget_table(f"{name} budget (ms)", a, b))
 
 
 def attribution_line(change: Change) -> str:
@@ -53,9 +61,9 @@ def attribution_line(change: Change) -> str:
     return f"{change.label} {rel}({delta:+.1f} ms): {parts}{tail}"
 
 
-def _budget_table(title: str, a: Budget, b: Budget, a_label: str, b_label: str) -> Table:
+def _budget_table(title: str, a: Budget, b: Budget) -> Table:
     table = Table(title=title, title_justify="left")
-    for column in ("bucket", a_label, b_label, "change"):
+    for column in ("bucket", "A", "B", "change"):
         table.add_column(column, justify="left" if column == "bucket" else "right")
     for bucket in BUCKETS:
         va, vb = a.bucket(bucket), b.bucket(bucket)

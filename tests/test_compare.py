@@ -1,0 +1,88 @@
+"""latlab compare: changes with CIs, attribution to components, workload check, gates."""
+
+import numpy as np
+import pytest
+from timelines import timeline, write_run
+from typer.testing import CliRunner
+
+from latlab.analysis import analyze
+from latlab.analysis.compare import CompareError, compare, workload_differences
+from latlab.analysis.gate import Gate, GateError
+from latlab.cli import app
+from latlab.report.comparison import attribution_line
+
+BENCH = {"bench": {"workload": {"prompt_tokens": "fixed:100"}, "arrivals": {"rate": 10.0},
+                   "url": "http://127.0.0.1:1", "name": "x"}}
+
+
+def run_with(tmp_path, queue_ms: float, n: int = 80, seed: int = 0, config=None):
+    rng = np.random.default_rng(seed)
+    records = [timeline(i, i * 100, queue=queue_ms * rng.uniform(0.5, 1.5),
+                        prefill=20 * rng.uniform(0.9, 1.1)) for i in range(n)]
+    return analyze(write_run(tmp_path, records, config=config or BENCH))
+
+
+def test_a_queue_regression_is_significant_and_attributed_to_queue(tmp_path):
+    a = run_with(tmp_path, queue_ms=10)
+    b = run_with(tmp_path, queue_ms=60, seed=1)
+    c = compare(a, b)
+    ttft = c.change("p50_ttft")
+    assert ttft.significant and ttft.verdict == "worse"
+    assert ttft.delta == pytest.approx(50, rel=0.3)
+    moved = max(ttft.attribution, key=lambda k: abs(ttft.attribution[k]))
+    assert moved == "queue"
+    assert abs(ttft.attribution["prefill"]) < 3
+    line = attribution_line(ttft)
+    assert "queue +" in line and "prefill" in line and "unchanged" in line
+    assert c.change("p50_tpot").verdict == "same"
+    assert c.budgets["mean"][1].bucket("queue & overhead") > c.budgets["mean"][0].bucket(
+        "queue & overhead")
+
+
+def test_same_setup_twice_is_not_a_change(tmp_path):
+    c = compare(run_with(tmp_path, 10, seed=2), run_with(tmp_path, 10, seed=3))
+    assert c.change("p50_ttft").verdict == "same"
+
+
+def test_workload_differences_ignore_where_the_load_went():
+    other_target = {"bench": {**BENCH["bench"], "url": "http://127.0.0.1:2", "name": "y"}}
+    assert workload_differences(BENCH, other_target) == []
+    other_rate = {"bench": {**BENCH["bench"], "arrivals": {"rate": 20.0}}}
+    assert workload_differences(BENCH, other_rate) == ["arrivals.rate: 10.0 vs 20.0"]
+
+
+def test_gates(tmp_path):
+    c = compare(run_with(tmp_path, 10), run_with(tmp_path, 60, seed=1))
+    assert "p50_ttft>+10%" in Gate.parse("p50_ttft>+10%").check(c)
+    assert Gate.parse("p50_ttft>+500%").check(c) is None
+    assert Gate.parse("p50_ttft>+0.01s").check(c) is not None  # absolute, in seconds
+    assert Gate.parse("p50_tpot>+10%").check(c, require_significance=True) is None
+    with pytest.raises(GateError, match="expected KEY>VALUE"):
+        Gate.parse("ttft got worse")
+    with pytest.raises(GateError, match="unknown metric 'p42_speed'"):
+        Gate.parse("p42_speed>1").check(c)
+
+
+def test_a_run_without_successes_cannot_be_compared(tmp_path):
+    from latlab.timeline import Outcome
+    empty = analyze(write_run(tmp_path, [timeline(0, 0, outcome=Outcome.HTTP_5XX)], config=BENCH))
+    with pytest.raises(CompareError, match="no successful request"):
+        compare(run_with(tmp_path, 10), empty)
+
+
+def test_cli_exit_codes(tmp_path):
+    a = run_with(tmp_path, 10).run.path
+    b = run_with(tmp_path, 60, seed=1).run.path
+    slower_rate = {"bench": {**BENCH["bench"], "arrivals": {"rate": 99.0}}}
+    d = run_with(tmp_path, 10, config=slower_rate).run.path
+    cli = CliRunner()
+    ok = cli.invoke(app, ["compare", str(a), str(b)])
+    assert ok.exit_code == 0 and "queue" in ok.output
+    tripped = cli.invoke(app, ["compare", str(a), str(b), "--fail-if", "p99_ttft>+10%"])
+    assert tripped.exit_code == 1 and "regression" in tripped.output
+    passed = cli.invoke(app, ["compare", str(a), str(b), "--fail-if", "p99_tpot>+50%"])
+    assert passed.exit_code == 0 and "gates passed" in passed.output
+    refused = cli.invoke(app, ["compare", str(a), str(d)])
+    assert refused.exit_code == 2 and "different workloads" in refused.output
+    assert cli.invoke(app, ["compare", str(a), str(d), "--allow-different-workloads"]).exit_code == 0
+    assert cli.invoke(app, ["compare", str(a), str(tmp_path / "nope")]).exit_code == 2
