@@ -167,17 +167,23 @@ def _window_label(start: int, width: float, t: int) -> str:
     return f"{i * width / 1e9:.1f}–{(i + 1) * width / 1e9:.1f} s"
 
 
+def in_flight_at(starts: Sequence[int], ends: Sequence[int], times: Sequence[int]) -> np.ndarray:
+    """For each time, how many of the intervals `[start, end)` contain it."""
+    return (np.searchsorted(np.sort(np.asarray(starts, dtype=np.int64)), times, side="right")
+            - np.searchsorted(np.sort(np.asarray(ends, dtype=np.int64)), times, side="right"))
+
+
 def in_flight_at_send(records: Sequence[RequestTimeline]) -> list[int]:
     """For each record, how many other requests had been sent and were not finished when it was sent."""
-    sent = np.array([r.sent_ns if r.sent_ns is not None else -1 for r in records], dtype=np.int64)
-    ends = np.sort(np.array([_end(r) for r in records if r.sent_ns is not None], dtype=np.int64))
-    started = np.sort(sent[sent >= 0])
-    counts = np.searchsorted(started, sent, side="right") - np.searchsorted(ends, sent, side="right")
-    return [max(int(c) - 1, 0) if s >= 0 else 0 for c, s in zip(counts, sent)]
+    sent = [r for r in records if r.sent_ns is not None]
+    counts = iter(in_flight_at([r.sent_ns for r in sent], [request_end(r) for r in sent],
+                               [r.sent_ns for r in sent]))
+    return [max(int(next(counts)) - 1, 0) if r.sent_ns is not None else 0 for r in records]
 
 
-def _end(r: RequestTimeline) -> int:
+def request_end(r: RequestTimeline) -> int:
+    """When a sent request stopped occupying the server, as far as the client knows."""
     for t in (r.done_ns, r.last_token_ns, r.headers_ns, r.sent_ns):
         if t is not None:
             return t
-    raise AssertionError("a sent request has a sent time")
+    raise ValueError(f"request {r.id} was never sent")

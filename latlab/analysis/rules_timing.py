@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from latlab.analysis.budget import Row, prompt_bucket, prompt_tokens
+from latlab.analysis.budget import Row, in_flight_at, prompt_bucket, prompt_tokens, request_end
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean, ms, pct
 from latlab.metrics import NS_PER_MS, percentile
 
@@ -144,31 +144,31 @@ def prefill_dominates(a: RunAnalysis) -> Finding | Unevaluated | None:
 
 def stutter(a: RunAnalysis) -> Finding | Unevaluated | None:
     rows = [r for r in a.decomposed if len(r.record.token_ns) >= 2]
-    itl = sorted(v for r in rows for v in r.metrics.itl)
+    itl = np.sort(np.fromiter((v for r in rows for v in r.metrics.itl), dtype=float))
     if len(itl) < STUTTER_MIN_SAMPLES:
         return Unevaluated("stutter", f"needs ≥ {STUTTER_MIN_SAMPLES} inter-token samples "
                                       f"(streamed responses of ≥ 2 tokens; has {len(itl)})")
     p50, p99 = percentile(itl, 50), percentile(itl, 99)
     if p50 <= 0 or p99 < STUTTER_RATIO * p50:
         return None
+    begin = np.concatenate([np.asarray(r.record.token_ns[:-1], dtype=np.int64) for r in rows])
+    end = np.concatenate([np.asarray(r.record.token_ns[1:], dtype=np.int64) for r in rows])
+    owner = np.concatenate([np.full(len(r.record.token_ns) - 1, r.record.index) for r in rows])
+    tokens = np.concatenate([np.maximum(r.record.token_counts[1:], 1) for r in rows])
+    gap_ms = (end - begin) / NS_PER_MS
+    stalled = gap_ms / tokens >= STALL_FACTOR * p50
     prefills = _Prefills(a.decomposed)
-    stalls, normal, stall_ms = [], [], 0.0
-    for r in rows:
-        t, k = r.record.token_ns, r.record.token_counts
-        for i in range(1, len(t)):
-            gap = (t[i] - t[i - 1]) / NS_PER_MS
-            stalled = gap / max(k[i], 1) >= STALL_FACTOR * p50
-            (stalls if stalled else normal).append((t[i - 1], t[i], r.record.index))
-            stall_ms += gap if stalled else 0.0
     evidence = [f"ITL p99 {ms(p99)} is {p99 / p50:.1f}× its p50 {ms(p50)}",
-                f"{len(stalls)} stalls (gaps ≥ {STALL_FACTOR:.0f}× the p50) in {len(rows)} streams"]
-    impact = stall_ms / sum(r.parts.total for r in rows)
+                f"{int(stalled.sum())} stalls (gaps ≥ {STALL_FACTOR:.0f}× the p50) in {len(rows)} "
+                f"streams"]
+    impact = float(gap_ms[stalled].sum()) / sum(r.parts.total for r in rows)
     if not prefills:
         evidence.append("server prefill timings are needed to test whether stalls coincide "
                         "with other requests' prefills")
         coincide = False
     else:
-        during, baseline = prefills.overlap_share(stalls), prefills.overlap_share(normal)
+        during = prefills.overlap_share(begin[stalled], end[stalled], owner[stalled])
+        baseline = prefills.overlap_share(begin[~stalled], end[~stalled], owner[~stalled])
         evidence.append(f"{pct(during)} of stalls overlap another request's prefill, "
                         f"against {pct(baseline)} of normal gaps")
         coincide = during >= STALL_COINCIDE and during - baseline >= STALL_LIFT
@@ -178,7 +178,8 @@ def stutter(a: RunAnalysis) -> Finding | Unevaluated | None:
                        evidence, where="decode, interrupted by other requests' prefills",
                        fix="chunked prefill (a token budget per step), smaller decode batches",
                        impact=impact)
-    return Finding("stutter", Severity.INFO, "decode stalls not clearly tied to other requests' prefills", evidence,
+    return Finding("stutter", Severity.INFO,
+                   "decode stalls not clearly tied to other requests' prefills", evidence,
                    where="decode, interrupted by something else",
                    fix="look for CPU contention, GC pauses or buffering proxies on the stream",
                    impact=impact)
@@ -200,18 +201,20 @@ class _Prefills:
     def __bool__(self) -> bool:
         return len(self.starts) > 0
 
-    def overlap_share(self, gaps: list[tuple[int, int, int]], sample: int = 2000) -> float:
-        """The share of (an even sample of) `gaps` overlapping another request's prefill."""
-        if not gaps:
+    def overlap_share(self, begin: np.ndarray, end: np.ndarray, owner: np.ndarray,
+                      sample: int = 2000) -> float:
+        """The share of (an even sample of) the gaps `[begin, end]` of request `owner` that
+        overlap another request's prefill."""
+        if not len(begin):
             return 0.0
-        gaps = gaps[:: max(1, len(gaps) // sample)]
+        step = max(1, len(begin) // sample)
+        begin, end, owner = begin[::step], end[::step], owner[::step]
         hits = 0
-        for begin, end, owner in gaps:
-            lo = np.searchsorted(self.starts, begin - self.longest, side="left")
-            hi = np.searchsorted(self.starts, end, side="left")
-            near = slice(lo, hi)
-            hits += bool(np.any((self.ends[near] > begin) & (self.owners[near] != owner)))
-        return hits / len(gaps)
+        for b, e, o in zip(begin, end, owner):
+            near = slice(np.searchsorted(self.starts, b - self.longest, side="left"),
+                         np.searchsorted(self.starts, e, side="left"))
+            hits += bool(np.any((self.ends[near] > b) & (self.owners[near] != o)))
+        return hits / len(begin)
 
 
 def tenant_interference(a: RunAnalysis) -> Finding | Unevaluated | None:
@@ -222,19 +225,17 @@ def tenant_interference(a: RunAnalysis) -> Finding | Unevaluated | None:
     if len(tenants) < 2:
         return Unevaluated("tenant_interference", "needs requests from ≥ 2 tenants "
                                                   "(tenant labels in the workload)")
-    size = {t: mean([(r.record.prompt_tokens or r.record.prompt_tokens_planned or 0)
-                     + (r.record.output_tokens or 0) for r in rs]) for t, rs in tenants.items()}
+    size = {t: mean([(prompt_tokens(r) or 0) + (r.record.output_tokens or 0) for r in rs])
+            for t, rs in tenants.items()}
     heavy, light = max(size, key=size.get), min(size, key=size.get)
     if size[heavy] < TENANT_SIZE_RATIO * max(size[light], 1):
         return None
-    spans = [(r.record.sent_ns, r.record.done_ns or r.record.last_token_ns or r.record.sent_ns)
-             for r in tenants[heavy] if r.record.sent_ns is not None]
-    alone, crowded = [], []
-    for r in tenants[light]:
-        if r.metrics.ttft is None:
-            continue
-        busy = any(s <= r.record.sent_ns < e for s, e in spans)
-        (crowded if busy else alone).append(r.metrics.ttft)
+    sent = [r.record for r in tenants[heavy] if r.record.sent_ns is not None]
+    timed = [r for r in tenants[light] if r.metrics.ttft is not None]
+    busy = in_flight_at([r.sent_ns for r in sent], [request_end(r) for r in sent],
+                        [r.record.sent_ns for r in timed]) > 0
+    alone = [r.metrics.ttft for r, b in zip(timed, busy) if not b]
+    crowded = [r.metrics.ttft for r, b in zip(timed, busy) if b]
     if min(len(alone), len(crowded)) < TENANT_MIN_REQUESTS:
         return Unevaluated("tenant_interference", f"needs ≥ {TENANT_MIN_REQUESTS} requests of "
                            f"tenant {light!r} both with and without {heavy!r}'s requests in flight")
