@@ -88,7 +88,7 @@ class RunStore:
             "kind": kind,
             "name": config.get("name") or bench.get("name") or path.name,
             "created": (config.get("clock") or {}).get("unix_time") or time.time(),
-            "target": target.get("url"),
+            "target": "embedded" if target.get("embedded") else target.get("url"),
             "model": target.get("model"),
             "tags": json.dumps(list(config.get("tags") or bench.get("tags") or [])),
             **key_numbers(summary or {}),

@@ -99,22 +99,25 @@ def print_runs(console: Console, runs: list[StoredRun]) -> None:
         console.print("no runs stored yet (run `latlab bench`, or `latlab runs --rescan`)")
         return
     table = Table(title="runs", title_justify="left")
-    for column in ("id", "when", "kind", "name", "target", "model", "ok/requests",
-                   "TTFT p50", "TTFT p99", "E2E p99", "tok/s", "req/s", "tags"):
-        table.add_column(column, justify="right" if column in _NUMERIC else "left")
+    for column in ("id", "when", "name", "target", "model", "ok", "TTFT p50", "TTFT p99",
+                   "E2E p99", "tok/s"):
+        table.add_column(column, justify="right" if column in _NUMERIC else "left",
+                         no_wrap=column in ("id", "name", "when"))
     for run in runs:
         n = run.numbers
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.created)) if run.created else ""
-        table.add_row(str(run.id), when, run.kind, run.name or "", run.target or "embedded",
-                      run.model or "", f"{n['ok'] or 0}/{n['requests'] or 0}",
-                      _num(n["ttft_p50"]), _num(n["ttft_p99"]), _num(n["e2e_p99"]),
-                      _num(n["output_tokens_per_s"]), _num(n["achieved_rate"], 2),
-                      ", ".join(run.tags))
+        when = time.strftime("%m-%d %H:%M", time.localtime(run.created)) if run.created else ""
+        kind = "" if run.kind == "bench" else f"{run.kind}: "
+        name = kind + (run.name or "") + "".join(f" #{t}" for t in run.tags)
+        table.add_row(str(run.id), when, name, run.target or "", run.model or "",
+                      f"{n['ok'] or 0}/{n['requests'] or 0}", _num(n["ttft_p50"]),
+                      _num(n["ttft_p99"]), _num(n["e2e_p99"]), _num(n["output_tokens_per_s"]))
     console.print(table)
 
 
-_NUMERIC = {"id", "ok/requests", "TTFT p50", "TTFT p99", "E2E p99", "tok/s", "req/s"}
+_NUMERIC = {"id", "ok", "TTFT p50", "TTFT p99", "E2E p99", "tok/s"}
 
 
-def _num(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
+def _num(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}"
