@@ -1,10 +1,11 @@
-"""The embedded target: `latlab serve` in its own process on a free loopback port.
+"""The embedded target: `latlab serve` in its own process on a free loopback port, or any
+server command (`start_server`).
 
     with start_engine(["--model", "tiny"], log_path=run.path / "engine.log") as engine:
         ... send load to engine.url ...
 
-The engine runs in its own session, so a Ctrl-C in the terminal reaches latlab, which stops
-the engine (SIGTERM, then SIGKILL) on every way out.
+The server runs in its own session (a new process group), so a Ctrl-C in the terminal reaches
+latlab, which stops the whole group (SIGTERM, then SIGKILL) on every way out, children too.
 """
 
 from __future__ import annotations
@@ -31,11 +32,16 @@ class EngineError(RuntimeError):
 
 
 @dataclass
-class EmbeddedEngine:
+class ServerProcess:
+    """A server in its own process group; `ready_s` is from just before its start to the
+    first 200 of `ready_url`."""
+
     url: str
     process: subprocess.Popen[bytes]
     log_path: Path
     started_s: float
+    ready_url: str
+    name: str = "latlab serve"
     ready_s: float | None = None
 
     @property
@@ -49,37 +55,42 @@ class EmbeddedEngine:
             return ""
         return "\n".join(text.strip().splitlines()[-lines:])
 
-    def wait_ready(self, timeout_s: float) -> None:
-        """Poll /ready until it answers 200; raise `EngineError` if the engine dies or is slow."""
+    def wait_ready(self, timeout_s: float, poll_s: float = READY_POLL_S) -> None:
+        """Poll `ready_url` until it answers 200; raise `EngineError` if the server dies or
+        is slow."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.alive:
-                raise EngineError(f"latlab serve exited with code {self.process.returncode} "
+                raise EngineError(f"{self.name} exited with code {self.process.returncode} "
                                   f"before it was ready; its log ({self.log_path}):\n"
                                   f"{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(self.url + "/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        self.ready_s = time.monotonic() - self.started_s
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(READY_POLL_S)
-        raise EngineError(f"latlab serve was not ready after {timeout_s:g} s; its log "
-                          f"({self.log_path}):\n{self.log_tail()}")
+            if answers(self.ready_url):
+                self.ready_s = time.monotonic() - self.started_s
+                return
+            time.sleep(poll_s)
+        raise EngineError(f"{self.name} was not ready after {timeout_s:g} s ({self.ready_url} "
+                          f"never answered 200); its log ({self.log_path}):\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
-        """SIGTERM, then SIGKILL after `timeout_s`; returns the exit code."""
+        """SIGTERM to the process group, SIGKILL after `timeout_s`, then SIGKILL to whatever
+        of the group outlived its leader; returns the leader's exit code."""
         if self.alive:
-            self.process.send_signal(signal.SIGTERM)
+            self._signal_group(signal.SIGTERM)
             try:
                 self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                self._signal_group(signal.SIGKILL)
                 self.process.wait(timeout_s)
+        self._signal_group(signal.SIGKILL)
         return self.process.returncode
 
-    def __enter__(self) -> EmbeddedEngine:
+    def _signal_group(self, sig: signal.Signals) -> None:
+        try:
+            os.killpg(self.process.pid, sig)
+        except (ProcessLookupError, PermissionError):  # the group is gone
+            pass
+
+    def __enter__(self) -> ServerProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -92,23 +103,47 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def answers(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether `url` answers a GET with 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 def start_engine(serve_args: Sequence[str] = (), *, ready_timeout_s: float = 120.0,
-                 log_path: Path | None = None, host: str = "127.0.0.1") -> EmbeddedEngine:
+                 log_path: Path | None = None, host: str = "127.0.0.1",
+                 poll_s: float = READY_POLL_S) -> ServerProcess:
     """Start `python -m latlab serve` on a free port of `host` and wait until it is ready."""
     port = free_port(host)
-    if log_path is None:
-        fd, name = tempfile.mkstemp(prefix="latlab-engine-", suffix=".log")
-        os.close(fd)
-        log_path = Path(name)
     command = [sys.executable, "-m", "latlab", "serve", "--host", host, "--port", str(port),
                *serve_args]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-    engine = EmbeddedEngine(f"http://{host}:{port}", process, log_path, time.monotonic())
+    url = f"http://{host}:{port}"
+    return start_server(command, url, url + "/ready", ready_timeout_s=ready_timeout_s,
+                        log_path=log_path, poll_s=poll_s)
+
+
+def start_server(command: Sequence[str], url: str, ready_url: str, *,
+                 ready_timeout_s: float = 120.0, log_path: Path | None = None,
+                 poll_s: float = READY_POLL_S, name: str = "latlab serve") -> ServerProcess:
+    """Start `command` in a new process group (output to `log_path`) and wait until
+    `ready_url` answers 200; on any failure (Ctrl-C too) the group is stopped."""
+    if log_path is None:
+        fd, temp = tempfile.mkstemp(prefix="latlab-server-", suffix=".log")
+        os.close(fd)
+        log_path = Path(temp)
+    started = time.monotonic()
     try:
-        engine.wait_ready(ready_timeout_s)
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as e:
+        raise EngineError(f"{name}: cannot start {command[0]!r}: {e.strerror or e}") from None
+    server = ServerProcess(url, process, log_path, started, ready_url, name)
+    try:
+        server.wait_ready(ready_timeout_s, poll_s)
     except BaseException:
-        engine.stop()
+        server.stop()
         raise
-    return engine
+    return server
