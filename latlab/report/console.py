@@ -30,6 +30,8 @@ def print_budget(console: Console, analysis: RunAnalysis, full: bool = False) ->
                   Text("(E2E from schedule; the components add up to it)", style="dim"))
     if mean is None or tail is None:
         console.print(Text("no successful request: nothing to decompose", style="yellow"))
+        for note in analysis.notes:
+            console.print(Text(f"  note: {note}", style="yellow"))
         return
     plain = console.color_system is None
     for label, b in (("mean", mean), (f"p99 tail (n={tail.n})", tail)):
