@@ -137,3 +137,32 @@ def test_timeline_json_round_trip():
     r = streamed(0, 0, 1, [10, 20], counts=[1, 2], usage=3)
     r.server = ServerTiming(queue=1.0)
     assert RequestTimeline.from_json(r.to_json()) == r
+
+
+def _served(i: int, arrival_ms: float, start_ms: float, service_ms: float) -> RequestTimeline:
+    return streamed(i, arrival_ms, arrival_ms, [start_ms + service_ms / 2, start_ms + service_ms],
+                    usage=2, done_ms=start_ms + service_ms)
+
+
+def test_a_stable_short_window_did_not_fall_behind():
+    # 5 req/s, each takes 170 ms: some are still running when the window closes
+    records = [_served(i, i * 200, i * 200, 170) for i in range(40)]
+    window = Window(start_ns=0, end_ns=7_050 * MS)
+    t = summarize(records, window).throughput
+    assert t.achieved_rate < 0.99 * t.offered_rate
+    assert not t.fell_behind
+    assert t.mean_concurrency == pytest.approx(0.85, abs=0.1)
+
+
+def test_an_overloaded_server_fell_behind():
+    # 10 req/s offered to a server that serves one request per 150 ms, one at a time
+    records, free = [], 0.0
+    for i in range(100):
+        start = max(i * 100.0, free)
+        free = start + 150
+        records.append(_served(i, i * 100, start, 150))
+    s = summarize(records, Window(start_ns=0, end_ns=10_000 * MS))
+    t = s.throughput
+    assert t.fell_behind and t.backlog_growth > 20
+    assert t.achieved_rate == pytest.approx(1000 / 150, rel=0.05)
+    assert any("fell behind" in w for w in s.warnings)
