@@ -30,17 +30,25 @@ class PrefillChunk:
 
 
 @dataclass
+class DecodeGroup:
+    """Single-token rows [start, end) attended in one call, their block tables padded alike."""
+
+    start: int
+    end: int
+    block_tables: torch.Tensor  # [end - start, max_blocks]
+    mask: torch.Tensor  # [end - start, 1, 1, max_blocks * block_size]
+
+
+@dataclass
 class AttentionMetadata:
     """Where one step's tokens go in the KV cache and what each attends to.
 
-    The first `num_decode_tokens` rows are single-token decodes, attended in one batched call;
-    each prefill chunk after them gets its own call.
+    Decodes come first, in groups of similar context length (padding every decode to the
+    longest context would multiply the KV bytes read); each prefill chunk gets its own call.
     """
 
     slot_mapping: torch.Tensor
-    num_decode_tokens: int
-    decode_block_tables: torch.Tensor | None
-    decode_mask: torch.Tensor | None  # [num_decodes, 1, 1, max_blocks * block_size]
+    decodes: list[DecodeGroup]
     prefills: list[PrefillChunk]
 
 
@@ -98,13 +106,13 @@ class Attention(nn.Module):
         slots.index_copy_(0, meta.slot_mapping, k)
         self.v_cache.view_as(slots).index_copy_(0, meta.slot_mapping, v)
         out = torch.empty_like(q)
-        d = meta.num_decode_tokens
-        if d:
-            tables = meta.decode_block_tables
-            keys = _gather(self.k_cache, tables.flatten()).unflatten(0, (d, -1)).transpose(1, 2)
-            values = _gather(self.v_cache, tables.flatten()).unflatten(0, (d, -1)).transpose(1, 2)
-            out[:d] = F.scaled_dot_product_attention(
-                q[:d].unsqueeze(2), keys, values, attn_mask=meta.decode_mask, enable_gqa=True
+        for group in meta.decodes:
+            rows, tables = group.end - group.start, group.block_tables.flatten()
+            keys = _gather(self.k_cache, tables).unflatten(0, (rows, -1)).transpose(1, 2)
+            values = _gather(self.v_cache, tables).unflatten(0, (rows, -1)).transpose(1, 2)
+            out[group.start : group.end] = F.scaled_dot_product_attention(
+                q[group.start : group.end].unsqueeze(2), keys, values, attn_mask=group.mask,
+                enable_gqa=True,
             ).squeeze(2)
         for chunk in meta.prefills:
             keys = _gather(self.k_cache, chunk.block_table)[: chunk.context_len]

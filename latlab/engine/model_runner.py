@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from latlab.engine.model import AttentionMetadata, CausalLM, PrefillChunk
+from latlab.engine.model import AttentionMetadata, CausalLM, DecodeGroup, PrefillChunk
 from latlab.engine.sampling import Sampler
 from latlab.engine.sequence import Sequence
+
+# A decode joins the current group while its block table is longer than 1/GROUP_SPREAD of the
+# group's longest: padding then costs at most that factor in KV bytes read.
+GROUP_SPREAD = 1.5
 
 
 class ModelRunner:
@@ -21,9 +25,11 @@ class ModelRunner:
     def execute(self, scheduled: list[tuple[Sequence, int]]) -> list[int | None]:
         """Compute `n` more tokens of each `(seq, n)`; a token for each sequence now complete.
 
-        Single-token work (decodes) goes first in the batch so it is attended in one call.
+        Single-token work (decodes) goes first in the batch, longest context first, so that
+        decodes of similar length are attended together.
         """
-        order = sorted(range(len(scheduled)), key=lambda i: scheduled[i][1] != 1)
+        order = sorted(range(len(scheduled)), key=lambda i: (
+            scheduled[i][1] != 1, -scheduled[i][0].num_computed_tokens))
         batch = [scheduled[i] for i in order]
         input_ids: list[int] = []
         positions: list[int] = []
@@ -53,14 +59,15 @@ class ModelRunner:
     def _attention_metadata(self, batch: list[tuple[Sequence, int]],
                             slots: list[int]) -> AttentionMetadata:
         decodes = [seq for seq, n in batch if n == 1]
-        tables = masks = None
-        if decodes:
-            width = max(len(seq.block_table) for seq in decodes)
-            tables = torch.tensor([seq.block_table + [0] * (width - len(seq.block_table))
-                                   for seq in decodes])
-            context = torch.tensor([seq.num_computed_tokens + 1 for seq in decodes])
-            masks = torch.arange(width * self.block_size) < context.unsqueeze(1)
-            masks = masks[:, None, None, :]
+        groups = []
+        start = 0
+        while start < len(decodes):
+            width = len(decodes[start].block_table)
+            end = start + 1
+            while end < len(decodes) and len(decodes[end].block_table) * GROUP_SPREAD > width:
+                end += 1
+            groups.append(self._decode_group(decodes, start, end))
+            start = end
         prefills = []
         row = len(decodes)
         for seq, n in batch[len(decodes) :]:
@@ -72,4 +79,13 @@ class ModelRunner:
             prefills.append(PrefillChunk(row, row + n, context,
                                          torch.tensor(seq.block_table[:blocks]), mask))
             row += n
-        return AttentionMetadata(torch.tensor(slots), len(decodes), tables, masks, prefills)
+        return AttentionMetadata(torch.tensor(slots), groups, prefills)
+
+    def _decode_group(self, decodes: list[Sequence], start: int, end: int) -> DecodeGroup:
+        members = decodes[start:end]
+        width = len(members[0].block_table)
+        tables = torch.tensor([seq.block_table + [0] * (width - len(seq.block_table))
+                               for seq in members])
+        context = torch.tensor([seq.num_computed_tokens + 1 for seq in members])
+        mask = torch.arange(width * self.block_size) < context.unsqueeze(1)
+        return DecodeGroup(start, end, tables, mask[:, None, None, :])
