@@ -30,9 +30,15 @@ def print_budget(console: Console, analysis: RunAnalysis, full: bool = False) ->
                   Text("(E2E from schedule; the components add up to it)", style="dim"))
     if mean is None or tail is None:
         console.print(Text("no successful request: nothing to decompose", style="yellow"))
-        for note in analysis.notes:
-            console.print(Text(f"  note: {note}", style="yellow"))
-        return
+    else:
+        _print_bars(console, mean, tail)
+    for note in analysis.notes:
+        console.print(Text(f"  note: {note}", style="yellow"))
+    if full and mean is not None and tail is not None:
+        console.print(_components_table(mean, tail))
+
+
+def _print_bars(console: Console, mean: Budget, tail: Budget) -> None:
     plain = console.color_system is None
     for label, b in (("mean", mean), (f"p99 tail (n={tail.n})", tail)):
         console.print(Text.assemble(f"  {label:<16}", _bar(b, plain), f"  {ms(b.total)}"))
@@ -46,10 +52,6 @@ def print_budget(console: Console, analysis: RunAnalysis, full: bool = False) ->
                        ms(mean.bucket(name)), f"{100 * mean.share(name):.0f}% of the mean",
                        f"{100 * tail.share(name):.0f}% of the tail")
     console.print(legend)
-    for note in analysis.notes:
-        console.print(Text(f"  note: {note}", style="yellow"))
-    if full:
-        console.print(_components_table(mean, tail))
 
 
 def _bar(b: Budget, plain: bool) -> Text:
