@@ -1,12 +1,10 @@
 """The HTTP side: send one streaming request to an OpenAI-compatible server and fill its
-`RequestTimeline` as the bytes arrive.
+`RequestTimeline` as the bytes arrive (the stream itself is parsed by `sse.StreamParser`).
 
 `sent` is taken when the connection is ready, just before the request bytes are written:
 the connection phases (pool wait, DNS, connect) lie between `scheduled` and `sent` and are
-recorded in `connection`; a request that never got a connection has no `sent`. Every read from the socket gets one timestamp, shared by the SSE
-events it completes: events that arrive together have a zero gap, which is the truth.
-A role-only delta, empty text or a usage-only event is not a token event; an event's token
-count is the growth of the cumulative per-chunk usage when the server offers it, else 1.
+recorded in `connection`; a request that never got a connection has no `sent`. Every
+failure becomes an outcome class of the record, never an exception.
 """
 
 from __future__ import annotations
@@ -19,16 +17,11 @@ import aiohttp
 import orjson
 
 from latlab.load.connection import connection_trace
+from latlab.load.sse import StreamFault, StreamParser
 from latlab.load.workload import Api, RequestSpec
 from latlab.timeline import Outcome, RequestTimeline, ServerTiming
 
 ERROR_BODY_BYTES = 2048
-
-
-class _StreamFault(Exception):
-    def __init__(self, outcome: Outcome, message: str) -> None:
-        super().__init__(message)
-        self.outcome = outcome
 
 
 class Client:
@@ -101,7 +94,7 @@ class Client:
         except asyncio.CancelledError:
             r.outcome, r.error = Outcome.CANCELLED, "cancelled before the response ended"
             raise
-        except _StreamFault as e:
+        except StreamFault as e:
             r.outcome, r.error = e.outcome, str(e)
         except Exception as e:  # every failure becomes a classified record
             r.outcome, r.error = _classify(e, r.headers_ns is not None), _describe(e)
@@ -121,98 +114,10 @@ class Client:
         r.error = f"HTTP {status} {resp.reason or ''}".rstrip() + (f": {body}" if body else "")
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> None:
-        chat = self.chat
-        loads = orjson.loads
-        now = perf_counter_ns
-        buf = b""
-        cumulative_base: int | None = None  # usage.completion_tokens at the last token event
-        usage = timing = None
-        done = False
+        parser = StreamParser(r, self.chat)
         async for chunk in resp.content.iter_any():
-            t = now()
-            buf = buf + chunk if buf else chunk
-            if b"\r" in buf:
-                buf = buf.replace(b"\r\n", b"\n")
-            pos = 0
-            while (end := buf.find(b"\n\n", pos)) >= 0:
-                event = buf[pos:end]
-                pos = end + 2
-                data = event[6:] if event[:6] == b"data: " and b"\n" not in event else _data(event)
-                if data is None:
-                    continue
-                if data[:1] != b"{":
-                    if data.strip() == b"[DONE]":
-                        done, r.done_ns = True, t
-                        continue
-                    raise _StreamFault(Outcome.BAD_PAYLOAD, f"malformed event: {_cut(data)}")
-                try:
-                    obj = loads(data)
-                    choices = obj.get("choices")
-                    u = obj.get("usage")
-                    cumulative = u.get("completion_tokens") if u else None
-                    if choices:
-                        c = choices[0]
-                        if chat:
-                            d = c.get("delta")
-                            token = d and (d.get("content") or d.get("reasoning_content")
-                                           or d.get("reasoning") or d.get("tool_calls"))
-                        else:
-                            token = c.get("text")
-                    else:
-                        token = None
-                        if u is None and "error" in obj:
-                            raise _StreamFault(Outcome.STREAM_BROKEN,
-                                               f"server error event: {_cut(data)}")
-                except (orjson.JSONDecodeError, AttributeError, TypeError, IndexError):
-                    raise _StreamFault(Outcome.BAD_PAYLOAD,
-                                       f"malformed event: {_cut(data)}") from None
-                if token:
-                    k = 1
-                    if cumulative is not None:
-                        if cumulative_base is not None:
-                            k = cumulative - cumulative_base if cumulative > cumulative_base else 1
-                        elif not r.token_ns and cumulative > 0:
-                            k = cumulative
-                        cumulative_base = cumulative
-                    r.add_token_event(t, k)
-                elif cumulative is not None and not r.token_ns:
-                    cumulative_base = cumulative
-                if u:
-                    usage, r.usage_ns = u, t
-                    timing = obj.get("server_timing") or timing
-                if r.server_request_id is None:
-                    r.server_request_id = obj.get("id")
-            if pos:
-                buf = buf[pos:]
-        if usage:
-            _apply_usage(r, usage)
-        if timing:
-            r.server = ServerTiming.from_json(timing) or r.server
-        if not done:
-            raise _StreamFault(Outcome.STREAM_BROKEN, "stream ended before [DONE]"
-                               + (f" (unparsed: {_cut(buf)})" if buf.strip() else ""))
-
-
-def _data(event: bytes) -> bytes | None:
-    """The data of an SSE event with several lines, comments or fields; None without data."""
-    lines = [line[5:] for line in event.split(b"\n") if line[:5] == b"data:"]
-    if not lines:
-        return None
-    return b"\n".join(line[1:] if line[:1] == b" " else line for line in lines)
-
-
-def _apply_usage(r: RequestTimeline, usage: dict[str, Any]) -> None:
-    if not isinstance(usage, dict):
-        return
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if isinstance(prompt, int):
-        r.prompt_tokens = prompt
-    if isinstance(completion, int):
-        r.completion_tokens = completion
-        r.tokens_from_usage = True
-    details = usage.get("prompt_tokens_details")
-    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-        r.cached_tokens = details["cached_tokens"]
+            parser.feed(chunk, perf_counter_ns())
+        parser.finish()
 
 
 def _classify(e: Exception, after_headers: bool) -> Outcome:
@@ -232,11 +137,6 @@ def _classify(e: Exception, after_headers: bool) -> Outcome:
 def _describe(e: Exception) -> str:
     text = str(e) or repr(e)
     return f"{type(e).__name__}: {text}"
-
-
-def _cut(data: bytes, limit: int = 200) -> str:
-    text = data.decode("utf-8", "replace")
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 async def list_models(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:

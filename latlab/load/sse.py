@@ -1,0 +1,139 @@
+"""Server-sent events of an OpenAI-style stream, parsed as they arrive.
+
+Every read from the socket gets one timestamp, shared by the SSE events it completes:
+events that arrive together have a zero gap, which is the truth. A role-only delta, empty
+text or a usage-only event is not a token event; an event's token count is the growth of the
+cumulative per-chunk usage when the server offers it (vLLM's `continuous_usage_stats`), else
+1. The last usage seen (and its `server_timing`) is the request's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from latlab.timeline import Outcome, RequestTimeline, ServerTiming
+
+
+class StreamFault(Exception):
+    """A stream that went wrong: its outcome class and what was seen."""
+
+    def __init__(self, outcome: Outcome, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+class StreamParser:
+    """Turns the bytes of an OpenAI-style SSE stream into token events on a timeline.
+
+    `feed` takes each socket read with its arrival time; `finish` applies the usage and
+    server timings and raises `StreamFault` for a stream that never sent [DONE]."""
+
+    __slots__ = ("r", "chat", "buf", "cumulative_base", "usage", "timing", "done")
+
+    def __init__(self, r: RequestTimeline, chat: bool) -> None:
+        self.r = r
+        self.chat = chat
+        self.buf = b""
+        self.cumulative_base: int | None = None  # usage.completion_tokens at the last token event
+        self.usage: dict[str, Any] | None = None
+        self.timing: dict[str, Any] | None = None
+        self.done = False
+
+    def feed(self, chunk: bytes, t: int) -> None:
+        buf = self.buf + chunk if self.buf else chunk
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        view = memoryview(buf)
+        pos = 0
+        while (end := buf.find(b"\n\n", pos)) >= 0:
+            start, pos = pos, end + 2
+            if buf.startswith(b"data: {", start) and buf.find(b"\n", start, end) < 0:
+                self._event(view[start + 6:end], t)  # the common case, without a copy
+                continue
+            data = _data(buf[start:end])
+            if data is None:
+                continue
+            if data.strip() == b"[DONE]":
+                self.done, self.r.done_ns = True, t
+            elif data[:1] == b"{":
+                self._event(data, t)
+            else:
+                raise StreamFault(Outcome.BAD_PAYLOAD, f"malformed event: {_cut(data)}")
+        self.buf = buf[pos:] if pos else buf
+
+    def _event(self, data: bytes | memoryview, t: int) -> None:
+        r = self.r
+        try:
+            obj = orjson.loads(data)
+            choices = obj.get("choices")
+            u = obj.get("usage")
+            cumulative = u.get("completion_tokens") if u else None
+            if choices:
+                c = choices[0]
+                if self.chat:
+                    d = c.get("delta")
+                    token = d and (d.get("content") or d.get("reasoning_content")
+                                   or d.get("reasoning") or d.get("tool_calls"))
+                else:
+                    token = c.get("text")
+            else:
+                token = None
+                if u is None and "error" in obj:
+                    raise StreamFault(Outcome.STREAM_BROKEN, f"server error event: {_cut(data)}")
+        except (orjson.JSONDecodeError, AttributeError, TypeError, IndexError):
+            raise StreamFault(Outcome.BAD_PAYLOAD, f"malformed event: {_cut(data)}") from None
+        if token:
+            k = 1
+            if cumulative is not None:
+                base = self.cumulative_base
+                if base is not None:
+                    k = cumulative - base if cumulative > base else 1
+                elif not r.token_ns and cumulative > 0:
+                    k = cumulative
+                self.cumulative_base = cumulative
+            r.add_token_event(t, k)
+        elif cumulative is not None and not r.token_ns:
+            self.cumulative_base = cumulative
+        if u:
+            self.usage, r.usage_ns = u, t
+            self.timing = obj.get("server_timing") or self.timing
+        if r.server_request_id is None:
+            r.server_request_id = obj.get("id")
+
+    def finish(self) -> None:
+        if self.usage:
+            _apply_usage(self.r, self.usage)
+        if self.timing:
+            self.r.server = ServerTiming.from_json(self.timing) or self.r.server
+        if not self.done:
+            raise StreamFault(Outcome.STREAM_BROKEN, "stream ended before [DONE]"
+                               + (f" (unparsed: {_cut(self.buf)})" if self.buf.strip() else ""))
+
+
+def _data(event: bytes) -> bytes | None:
+    """The data of an SSE event with several lines, comments or fields; None without data."""
+    lines = [line[5:] for line in event.split(b"\n") if line[:5] == b"data:"]
+    if not lines:
+        return None
+    return b"\n".join(line[1:] if line[:1] == b" " else line for line in lines)
+
+
+def _apply_usage(r: RequestTimeline, usage: dict[str, Any]) -> None:
+    if not isinstance(usage, dict):
+        return
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if isinstance(prompt, int):
+        r.prompt_tokens = prompt
+    if isinstance(completion, int):
+        r.completion_tokens = completion
+        r.tokens_from_usage = True
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        r.cached_tokens = details["cached_tokens"]
+
+
+def _cut(data: bytes | memoryview, limit: int = 200) -> str:
+    text = bytes(data).decode("utf-8", "replace")
+    return text if len(text) <= limit else text[:limit] + "…"
