@@ -40,8 +40,9 @@ def print_budget(console: Console, analysis: RunAnalysis, full: bool = False) ->
 
 def _print_bars(console: Console, mean: Budget, tail: Budget) -> None:
     plain = console.color_system is None
+    width = max(10, min(BAR_WIDTH, console.width - 32))
     for label, b in (("mean", mean), (f"p99 tail (n={tail.n})", tail)):
-        console.print(Text.assemble(f"  {label:<16}", _bar(b, plain), f"  {ms(b.total)}"))
+        console.print(Text.assemble(f"  {label:<16}", _bar(b, plain, width), f"  {ms(b.total)}"))
     legend = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
     legend.add_column()
     for _ in range(3):
@@ -54,12 +55,12 @@ def _print_bars(console: Console, mean: Budget, tail: Budget) -> None:
     console.print(legend)
 
 
-def _bar(b: Budget, plain: bool) -> Text:
+def _bar(b: Budget, plain: bool, width: int) -> Text:
     values = {name: max(v, 0.0) for name, v in b.buckets().items()}
     whole = sum(values.values()) or 1.0
     bar = Text()
     for name, v in values.items():
-        bar.append((_BLOCKS[name] if plain else "█") * round(BAR_WIDTH * v / whole),
+        bar.append((_BLOCKS[name] if plain else "█") * round(width * v / whole),
                    style=BUCKET_COLORS[name])
     return bar
 
