@@ -134,3 +134,13 @@ def test_the_bench_command_does_not_import_torch(tmp_path):
                 "assert r.exit_code == 0, r.output\n"
                 "assert 'torch' not in sys.modules, 'torch imported'\n")
         subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_the_embedded_engines_checkpoint_tokenizer_counts_the_prompts(tmp_path):
+    from latlab.engine.tokenizer import Tokenizer
+
+    checkpoint = Tokenizer.load(None).save_pretrained(tmp_path / "checkpoint")
+    out = tmp_path / "runs"
+    result = bench("--serve-args", f"--model {checkpoint}", "--requests", "2", "--out", str(out))
+    assert result.exit_code == 1  # a folder with only a tokenizer is no model: serve refuses it
+    assert only_run(out).read_config()["bench"]["workload"]["tokenizer"] == str(checkpoint)

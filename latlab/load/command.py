@@ -54,6 +54,8 @@ def build_config(*, url: str | None, model: str | None, api_key: str | None, api
         serve = shlex.split(serve_args)
     except ValueError as e:
         raise OptionError(f"--serve-args {serve_args!r}: {e}") from None
+    if tokenizer is None and url is None:
+        tokenizer = _engine_tokenizer(serve)
     if api not in ("completions", "chat"):
         raise OptionError(f"--api {api!r}: expected completions or chat")
     try:
@@ -85,6 +87,17 @@ def build_config(*, url: str | None, model: str | None, api_key: str | None, api
         raise OptionError(_validation_message(e)) from None
     except WorkloadError as e:
         raise OptionError(str(e)) from None
+
+
+def _engine_tokenizer(serve_args: list[str]) -> str | None:
+    """The embedded engine's checkpoint folder, when it serves one: prompts are then counted
+    in that model's tokens."""
+    for i, arg in enumerate(serve_args):
+        value = serve_args[i + 1] if arg == "--model" and i + 1 < len(serve_args) else (
+            arg.removeprefix("--model=") if arg.startswith("--model=") else None)
+        if value and (Path(value) / "tokenizer.json").is_file():
+            return value
+    return None
 
 
 def _process(users: int | None, rate: float | None, arrival: str | None,
