@@ -56,18 +56,23 @@ def write_html(run: RunDir, analysis: RunAnalysis, path: Path | None = None) -> 
     page += ["<h2>Run configuration</h2>",
              f"<pre>{_e(json.dumps(analysis.config, indent=2, default=str))}</pre>",
              "<h2>Definitions</h2>", _definitions(analysis.summary)]
-    document = (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
-                f"<title>latlab report: {_e(run.path.name)}</title><style>{STYLE}</style>"
-                f"<script>{get_plotlyjs()}</script></head><body>{''.join(page)}</body></html>")
-    path.write_text(document, encoding="utf-8")
+    path.write_text(document(f"latlab report: {run.path.name}", page), encoding="utf-8")
     return path
+
+
+def document(title: str, body: list[str]) -> str:
+    """A self-contained page of `body`'s HTML parts: the reports' style, plotly.js inline."""
+    return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
+            f"<title>{_e(title)}</title><style>{STYLE}</style>"
+            f"<script>{get_plotlyjs()}</script></head><body>{''.join(body)}</body></html>")
 
 
 def _e(text: str) -> str:
     return html.escape(text, quote=True)
 
 
-def _chart(fig: go.Figure | None, about: str) -> str:
+def chart(fig: go.Figure | None, about: str) -> str:
+    """A figure with its caption, for `document`."""
     if fig is None:
         return ""
     return (f"<p class=dim>{_e(about)}</p>"
@@ -78,27 +83,27 @@ def _charts(a: RunAnalysis) -> list[str]:
     if a.mean is None:
         return ["<h2>Latency budget</h2><p>No successful request: nothing to decompose.</p>"]
     out = ["<h2>Latency budget</h2>",
-           _chart(figures.budget_figure(a), "The mean request and the p99 tail (requests at or "
+           chart(figures.budget_figure(a), "The mean request and the p99 tail (requests at or "
                   "above the p99 of E2E from schedule), in the four buckets."),
-           _chart(figures.components_figure(a), "Every component, with its quality flag."),
+           chart(figures.components_figure(a), "Every component, with its quality flag."),
            _components_table(a),
-           _chart(figures.groups_figure(a.by_prompt, "Budget by prompt length",
+           chart(figures.groups_figure(a.by_prompt, "Budget by prompt length",
                                         "prompt tokens"),
                   "Share of the mean E2E per bucket: prefill's share should grow with length."),
-           _chart(figures.groups_figure(a.over_time, "Budget over the run", "window"),
+           chart(figures.groups_figure(a.over_time, "Budget over the run", "window"),
                   "Share of the mean E2E per bucket in consecutive windows of the run."),
            "<h2>Distributions</h2>",
-           _chart(figures.cdf_figure(a), "Successful requests; ITL pooled over tokens."),
-           _chart(figures.ttft_prompt_figure(a), "Each dot is a request."),
+           chart(figures.cdf_figure(a), "Successful requests; ITL pooled over tokens."),
+           chart(figures.ttft_prompt_figure(a), "Each dot is a request."),
            "<h2>The slowest requests</h2>",
-           _chart(figures.waterfall_figure(a), "Stages laid end to end from the scheduled time; "
+           chart(figures.waterfall_figure(a), "Stages laid end to end from the scheduled time; "
                   "network is upload and download together."),
-           "<h2>Over time</h2>", _chart(over_time_figure(a), "Bins of the run's span.")]
+           "<h2>Over time</h2>", chart(over_time_figure(a), "Bins of the run's span.")]
     tenants = figures.tenants_figure(a)
     if tenants is not None:
         out += ["<h2>Tenants and priorities</h2>",
-                _chart(tenants, "Latency percentiles per label."),
-                _chart(figures.groups_figure(a.by_tenant or a.by_priority, "Budget per label",
+                chart(tenants, "Latency percentiles per label."),
+                chart(figures.groups_figure(a.by_tenant or a.by_priority, "Budget per label",
                                              "label"), "Share of the mean E2E per bucket.")]
     return out
 
