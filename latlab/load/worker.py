@@ -72,6 +72,8 @@ class _Counters:
 
 
 class Worker:
+    """Runs one process's share of the load on its own event loop and connection pool."""
+
     def __init__(self, config: BenchConfig, plan: WorkerPlan, workload: Workload,
                  on_snapshot: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.config = config
