@@ -1,13 +1,19 @@
 """The no-URL path: `latlab bench` starts the embedded engine, runs, and stops it."""
 
 import socket
+import threading
+import time
 from urllib.parse import urlparse
 
+import psutil
 import pytest
 from typer.testing import CliRunner
 
 from latlab.cli import app
+from latlab.load.config import BenchConfig
+from latlab.load.runner import run_bench
 from latlab.load.target import EngineError, start_engine
+from latlab.load.workload import LengthDistribution, WorkloadConfig
 from latlab.rundir import RunDir
 
 pytest.importorskip("torch")
@@ -61,3 +67,28 @@ def test_engine_error_carries_the_log_tail(tmp_path):
     with pytest.raises(EngineError, match="exited with code") as e:
         start_engine(["--no-such-option"], log_path=tmp_path / "engine.log", ready_timeout_s=60)
     assert "no-such-option" in str(e.value)
+
+
+def kill_engine_after_first_record(root) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any(p.stat().st_size for p in root.glob("*/requests.jsonl")):
+            for child in psutil.Process().children():
+                if "serve" in child.cmdline():
+                    child.kill()
+            return
+        time.sleep(0.05)
+
+
+def test_an_engine_dying_mid_run_is_reported_and_the_folder_stays_valid(tmp_path):
+    killer = threading.Thread(target=kill_engine_after_first_record, args=(tmp_path,))
+    killer.start()
+    config = BenchConfig(serve_args=TINY.split(), duration_s=30.0, out=tmp_path,
+                         workload=WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=16),
+                                                 output_tokens=LengthDistribution(kind="fixed", a=4)))
+    result = run_bench(config)
+    killer.join()
+    records = result.run.read_records()
+    assert result.failed and "the embedded engine exited" in result.message
+    assert any(r.ok for r in records) and any(not r.ok for r in records)
+    assert result.run.read_summary()["failures"]

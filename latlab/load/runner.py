@@ -59,6 +59,7 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
     settings = _settings(config, command)
     run.write_config(settings)
     engine = None
+    notes: list[str] = []
     try:
         url = config.url
         if url is None:
@@ -83,10 +84,13 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
                 results = [_run_here(config, plan, workload, run, settings, update)]
             else:
                 results = run_workers(config, plan, lambda: _start_clock(run, settings), update)
+        if engine is not None and not engine.alive:
+            notes.append(f"the embedded engine exited with code {engine.process.returncode} "
+                         f"during the run; its log ({engine.log_path}):\n{engine.log_tail(5)}")
     finally:
         if engine is not None:
             engine.stop()
-    return _finish(config, run, settings, results)
+    return _finish(config, run, settings, results, notes)
 
 
 def run_window(config: dict[str, Any], records: Sequence[RequestTimeline]) -> Window | None:
@@ -145,9 +149,9 @@ def _run_here(config: BenchConfig, plan: WorkerPlan, workload: Workload, run: Ru
 
 
 def _finish(config: BenchConfig, run: RunDir, settings: dict[str, Any],
-            results: list[WorkerResult]) -> BenchResult:
+            results: list[WorkerResult], notes: list[str]) -> BenchResult:
     reasons = {r.stop_reason for r in results}
-    messages = list(dict.fromkeys(r.message for r in results if r.message))
+    messages = list(dict.fromkeys([r.message for r in results if r.message] + notes))
     records = run.read_records()
     settings["clock"]["end_ns"] = _end_ns(config, settings["clock"]["t0_ns"], reasons, results,
                                           records)
@@ -165,7 +169,7 @@ def _finish(config: BenchConfig, run: RunDir, settings: dict[str, Any],
     summary["warnings"][:0] = messages
     ok = sum(1 for r in records if r.ok)
     failed = ok == 0 or "aborted" in reasons
-    message = messages[0] if messages else None
+    message = "\n".join(messages) if messages else None
     if not records:
         message = message or "no request was sent"
     elif ok == 0 and not message:
