@@ -262,8 +262,9 @@ FAILURE_ADJUSTED = ("ttft", "ttft_sched", "e2e", "e2e_sched")
 class Throughput:
     """Rates over the measurement window.
 
-    `backlog_growth` is how many more requests were in flight at the window's end than at its
-    start: about zero (± a few) when the target keeps up, the growing queue when it does not.
+    `backlog_growth` is how many more requests were in flight when the window's last request
+    arrived than at the window's start: about zero (± a few) when the target keeps up, the
+    growing queue when it does not.
     `fell_behind` needs both an achieved rate under 95% of the offered one and a backlog
     growth beyond the noise of a stable queue, so a short window's edge effects do not
     raise a false alarm.
@@ -406,7 +407,8 @@ def _throughput(
     spans = [(r.sent_ns, _end_ns(r)) for r in records if r.sent_ns is not None]
     busy_ns = sum(max(0, min(end, window.end_ns) - max(start, window.start_ns))
                   for start, end in spans)
-    backlog = (sum(1 for s, e in spans if s <= window.end_ns < e)
+    arrivals_end = min(window.end_ns, max((r.origin_ns for r in chosen), default=0) + 1)
+    backlog = (sum(1 for s, e in spans if s <= arrivals_end < e)
                - sum(1 for s, e in spans if s <= window.start_ns < e))
     concurrency = busy_ns / 1e9 / seconds
     offered, achieved = len(chosen) / seconds, completed / seconds
@@ -446,7 +448,7 @@ def _warnings(s: Summary) -> list[str]:
         if t.fell_behind:
             warnings.append(f"achieved {t.achieved_rate:.2f} req/s of {t.offered_rate:.2f} offered "
                             f"({100 * t.achieved_rate / t.offered_rate:.0f}%), {t.backlog_growth} "
-                            "more requests in flight at the end than at the start: the target "
+                            "more requests in flight at the last arrival than at the start: the target "
                             "fell behind")
     if s.ok and s.tokens_from_usage < 1.0:
         warnings.append(f"{100 * (1 - s.tokens_from_usage):.0f}% of requests had no server usage: "

@@ -144,7 +144,7 @@ def explodes_at_peak(a: RunAnalysis) -> Finding | Unevaluated | None:
         return Unevaluated("explodes_at_peak", "needs the offered and achieved request rates "
                                                "(a measurement window: summary.json → throughput)")
     offered, achieved = t["offered_rate"], t.get("achieved_rate") or 0.0
-    if achieved >= SHORTFALL * offered:
+    if not t.get("fell_behind", achieved < SHORTFALL * offered):
         return None
     if not a.has_server_timings:
         return Unevaluated("explodes_at_peak", f"achieved {achieved:.2f} of {offered:.2f} req/s "
@@ -152,7 +152,9 @@ def explodes_at_peak(a: RunAnalysis) -> Finding | Unevaluated | None:
     buckets = a.tail.buckets()
     worst = max(buckets, key=buckets.get)
     share, tail = a.mean.share(worst), a.tail.share(worst)
-    evidence = [f"achieved {achieved:.2f} req/s of {offered:.2f} offered ({pct(achieved / offered)})",
+    evidence = [f"achieved {achieved:.2f} req/s of {offered:.2f} offered ({pct(achieved / offered)})"
+                + (f"; {t['backlog_growth']} more requests in flight at the last arrival "
+                   "than at the window's start" if "backlog_growth" in t else ""),
                 f"{worst}: {pct(share)} of the mean E2E, {pct(tail)} of the p99 tail's",
                 f"up to {max(r.in_flight for r in a.rows)} requests in flight"]
     windows = [g for g in a.over_time if g.budget is not None]
