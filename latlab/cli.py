@@ -83,8 +83,8 @@ def report(
 def bench(
     url: str | None = typer.Option(None, help="Target server (http://HOST:PORT). Without it the "
                                    "embedded engine (latlab serve) is started for the run."),
-    model: str | None = typer.Option(None, help="Model name to request [default: the first the "
-                                     "server lists at /v1/models]."),
+    model: str | None = typer.Option(None, help="Model name to request (default: the first the "
+                                     "server lists at /v1/models)."),
     api_key: str | None = typer.Option(None, envvar="OPENAI_API_KEY", show_envvar=True,
                                        help="Bearer token for the target."),
     api: str = typer.Option("completions", help="completions or chat."),
@@ -102,13 +102,13 @@ def bench(
     priority: list[str] = typer.Option([], help="Priority INT[:WEIGHT], sent as `priority` "
                                        "(repeatable)."),
     tokenizer: str | None = typer.Option(None, help="The target's tokenizer (tokenizer.json or "
-                                         "HF folder) [default: latlab's bundled one]."),
+                                         "HF folder) (default: latlab's bundled one)."),
     seed: int = typer.Option(0, help="Seed of the workload and the arrivals."),
-    users: int | None = typer.Option(None, help=f"Closed loop: N users, each sends when its "
-                                     f"last request ends [default: 4 without --rate]."),
+    users: int | None = typer.Option(None, help="Closed loop: N users, each sends when its "
+                                     "last request ends (default: 4 without --rate)."),
     rate: float | None = typer.Option(None, help="Open loop: requests per second."),
     arrival: str | None = typer.Option(None, help="Open-loop arrivals: poisson, gamma or "
-                                       "constant [default: poisson]."),
+                                       "constant (default: poisson)."),
     burstiness: float | None = typer.Option(None, help="Gamma shape: 1 is Poisson, below 1 "
                                             "burstier (CV = 1/sqrt(burstiness))."),
     max_concurrency: int | None = typer.Option(None, help="Cap on requests in flight (open "
@@ -116,13 +116,13 @@ def bench(
     ramp: float = typer.Option(0.0, help="Seconds to ramp the rate (or users) up from zero."),
     trace: Path | None = typer.Option(None, help="Replay arrival times from JSONL "
                                       "(`timestamp` s or `timestamp_ms` per line)."),
-    duration: float | None = typer.Option(None, help="Seconds of load [default: 20 unless "
-                                          "--requests]."),
+    duration: float | None = typer.Option(None, help="Seconds of load (default: 20 unless "
+                                          "--requests)."),
     requests: int | None = typer.Option(None, help="Stop after this many requests."),
     warmup: float | None = typer.Option(None, help="Seconds excluded from statistics at the "
-                                        "start [default: 10% of --duration, at most 5]."),
-    cooldown: float | None = typer.Option(None, help="Seconds excluded at the end [default: 5% "
-                                          "of --duration, at most 2]."),
+                                        "start (default: 10% of --duration, at most 5)."),
+    cooldown: float | None = typer.Option(None, help="Seconds excluded at the end (default: 5% "
+                                          "of --duration, at most 2)."),
     timeout: float = typer.Option(300.0, help="Per-request timeout in seconds."),
     workers: int = typer.Option(1, help="Client processes sharing the schedule."),
     ignore_eos: bool = typer.Option(True, help="Send ignore_eos and min_tokens to hold the "
@@ -137,7 +137,7 @@ def bench(
     tag: list[str] = typer.Option([], help="Free-form tag recorded in config.json (repeatable)."),
     json_output: bool = typer.Option(False, "--json", help="Print summary.json to stdout."),
     progress: bool | None = typer.Option(None, "--progress/--no-progress",
-                                         help="Live progress [default: on a terminal]."),
+                                         help="Live progress (default: on a terminal)."),
     explain: bool = typer.Option(False, "--explain", help="Print the metric formulas and exit."),
 ) -> None:
     """Run a workload against an OpenAI-compatible server and measure every request."""
