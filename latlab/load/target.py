@@ -97,6 +97,19 @@ class ServerProcess:
         self.stop()
 
 
+def interrupt_on_sigterm() -> None:
+    """Make SIGTERM raise KeyboardInterrupt like Ctrl-C, so the cleanup that stops the servers
+    latlab started runs for it too (main thread only; an event loop's own handlers replace it
+    while they are installed)."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        pass
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
