@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import orjson
 from pydantic import ValidationError
@@ -48,23 +48,14 @@ def build_config(*, url: str | None, model: str | None, api_key: str | None, api
                  continuous_usage: bool, slos: list[str], serve_args: str, out: Path,
                  name: str | None, tags: list[str]) -> BenchConfig:
     """The `BenchConfig` of the command line; raises `OptionError` naming the bad option."""
-    import shlex
-
-    try:
-        serve = shlex.split(serve_args)
-    except ValueError as e:
-        raise OptionError(f"--serve-args {serve_args!r}: {e}") from None
+    serve = split_serve_args(serve_args)
     if tokenizer is None and url is None:
-        tokenizer = _engine_tokenizer(serve)
-    if api not in ("completions", "chat"):
-        raise OptionError(f"--api {api!r}: expected completions or chat")
+        tokenizer = engine_tokenizer(serve)
+    workload = workload_config(api=api, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                               dataset=dataset, prefix_tokens=prefix_tokens,
+                               prefix_fraction=prefix_fraction, tenants=tenants,
+                               priorities=priorities, tokenizer=tokenizer, seed=seed)
     try:
-        workload = WorkloadConfig(
-            api=api, prompt_tokens=LengthDistribution.parse(prompt_tokens, "--prompt-tokens"),
-            output_tokens=LengthDistribution.parse(output_tokens, "--output-tokens"),
-            dataset=dataset, prefix_tokens=prefix_tokens, prefix_fraction=prefix_fraction,
-            tenants=_weights(tenants, "--tenant", str), tokenizer=tokenizer, seed=seed,
-            priorities=_weights(priorities, "--priority", int))
         arrivals = ArrivalConfig(users=users or DEFAULT_USERS, rate=rate,
                                  burstiness=burstiness or 1.0, max_concurrency=max_concurrency,
                                  ramp_s=ramp, trace=trace, seed=seed,
@@ -84,12 +75,42 @@ def build_config(*, url: str | None, model: str | None, api_key: str | None, api
                            serve_args=serve, out=out,
                            name=name or ("engine" if url is None else "bench"), tags=tags)
     except ValidationError as e:
-        raise OptionError(_validation_message(e)) from None
+        raise OptionError(validation_message(e)) from None
     except WorkloadError as e:
         raise OptionError(str(e)) from None
 
 
-def _engine_tokenizer(serve_args: list[str]) -> str | None:
+def split_serve_args(serve_args: str) -> list[str]:
+    import shlex
+
+    try:
+        return shlex.split(serve_args)
+    except ValueError as e:
+        raise OptionError(f"--serve-args {serve_args!r}: {e}") from None
+
+
+def workload_config(*, api: str, prompt_tokens: str, output_tokens: str,
+                    dataset: Path | None = None, prefix_tokens: int = 0,
+                    prefix_fraction: float = 1.0, tenants: Sequence[str] = (),
+                    priorities: Sequence[str] = (), tokenizer: str | None = None,
+                    seed: int = 0) -> WorkloadConfig:
+    """The workload of the command line; raises `OptionError` naming the bad option."""
+    if api not in ("completions", "chat"):
+        raise OptionError(f"--api {api!r}: expected completions or chat")
+    try:
+        return WorkloadConfig(
+            api=api, prompt_tokens=LengthDistribution.parse(prompt_tokens, "--prompt-tokens"),
+            output_tokens=LengthDistribution.parse(output_tokens, "--output-tokens"),
+            dataset=dataset, prefix_tokens=prefix_tokens, prefix_fraction=prefix_fraction,
+            tenants=_weights(tenants, "--tenant", str), tokenizer=tokenizer, seed=seed,
+            priorities=_weights(priorities, "--priority", int))
+    except ValidationError as e:
+        raise OptionError(validation_message(e)) from None
+    except WorkloadError as e:
+        raise OptionError(str(e)) from None
+
+
+def engine_tokenizer(serve_args: list[str]) -> str | None:
     """The embedded engine's checkpoint folder, when it serves one: prompts are then counted
     in that model's tokens."""
     for i, arg in enumerate(serve_args):
@@ -118,7 +139,7 @@ def _process(users: int | None, rate: float | None, arrival: str | None,
     return "closed"
 
 
-def _weights(items: list[str], option: str, kind: type) -> dict[Any, float]:
+def _weights(items: Sequence[str], option: str, kind: type) -> dict[Any, float]:
     weights: dict[Any, float] = {}
     for item in items:
         label, _, weight = item.rpartition(":") if ":" in item else (item, "", "1")
@@ -137,7 +158,7 @@ def _slo(text: str) -> tuple[str, float]:
         raise OptionError(f"--slo: {e}") from None
 
 
-def _validation_message(e: ValidationError) -> str:
+def validation_message(e: ValidationError) -> str:
     first = e.errors()[0]
     field = next((str(part) for part in reversed(first["loc"]) if str(part) in _OPTIONS), None)
     message = first["msg"].removeprefix("Value error, ")
