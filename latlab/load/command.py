@@ -76,8 +76,6 @@ def build_config(*, url: str | None, model: str | None, api_key: str | None, api
                            name=name or ("engine" if url is None else "bench"), tags=tags)
     except ValidationError as e:
         raise OptionError(validation_message(e)) from None
-    except WorkloadError as e:
-        raise OptionError(str(e)) from None
 
 
 def split_serve_args(serve_args: str) -> list[str]:
