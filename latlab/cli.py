@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from latlab import __version__
+from latlab.load import options
 
 app = typer.Typer(
     name="latlab",
@@ -81,63 +82,43 @@ def report(
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 def bench(
-    url: str | None = typer.Option(None, help="Target server (http://HOST:PORT). Without it the "
-                                   "embedded engine (latlab serve) is started for the run."),
-    model: str | None = typer.Option(None, help="Model name to request (default: the first the "
-                                     "server lists at /v1/models)."),
-    api_key: str | None = typer.Option(None, envvar="OPENAI_API_KEY", show_envvar=True,
-                                       help="Bearer token for the target."),
-    api: str = typer.Option("completions", help="completions or chat."),
-    prompt_tokens: str = typer.Option("lognormal:256,128", help="Prompt length distribution: "
-                                      "N, fixed:N, uniform:LO,HI, normal:MEAN,STD, "
-                                      "lognormal:MEAN,STD (in tokens)."),
-    output_tokens: str = typer.Option("lognormal:64,32", help="Output length distribution (held "
-                                      "with max_tokens, ignore_eos and min_tokens)."),
-    dataset: Path | None = typer.Option(None, help="JSONL (prompt or messages, optional "
-                                        "output_tokens, tenant, priority) or ShareGPT JSON."),
-    prefix_tokens: int = typer.Option(0, help="A shared system prompt of this many tokens..."),
-    prefix_fraction: float = typer.Option(1.0, help="...for this fraction of the requests."),
-    tenant: list[str] = typer.Option([], help="Tenant label NAME[:WEIGHT], sent as `user` "
-                                     "(repeatable)."),
-    priority: list[str] = typer.Option([], help="Priority INT[:WEIGHT], sent as `priority` "
-                                       "(repeatable)."),
-    tokenizer: str | None = typer.Option(None, help="The target's tokenizer (tokenizer.json or "
-                                         "HF folder) (default: latlab's bundled one)."),
-    seed: int = typer.Option(0, help="Seed of the workload and the arrivals."),
+    url: options.Url = None,
+    model: options.Model = None,
+    api_key: options.ApiKey = None,
+    api: options.Api = "completions",
+    prompt_tokens: options.PromptTokens = "lognormal:256,128",
+    output_tokens: options.OutputTokens = "lognormal:64,32",
+    dataset: options.Dataset = None,
+    prefix_tokens: options.PrefixTokens = 0,
+    prefix_fraction: options.PrefixFraction = 1.0,
+    tenant: options.Tenant = [],
+    priority: options.Priority = [],
+    tokenizer: options.Tokenizer = None,
+    seed: options.Seed = 0,
     users: int | None = typer.Option(None, help="Closed loop: N users, each sends when its "
                                      "last request ends (default: 4 without --rate)."),
     rate: float | None = typer.Option(None, help="Open loop: requests per second."),
-    arrival: str | None = typer.Option(None, help="Open-loop arrivals: poisson, gamma or "
-                                       "constant (default: poisson)."),
-    burstiness: float | None = typer.Option(None, help="Gamma shape: 1 is Poisson, below 1 "
-                                            "burstier (CV = 1/sqrt(burstiness))."),
-    max_concurrency: int | None = typer.Option(None, help="Cap on requests in flight (open "
-                                               "loop); waiting shows as lateness."),
+    arrival: options.Arrival = None,
+    burstiness: options.Burstiness = None,
+    max_concurrency: options.MaxConcurrency = None,
     ramp: float = typer.Option(0.0, help="Seconds to ramp the rate (or users) up from zero."),
     trace: Path | None = typer.Option(None, help="Replay arrival times from JSONL "
                                       "(`timestamp` s or `timestamp_ms` per line)."),
-    duration: float | None = typer.Option(None, help="Seconds of load (default: 20 unless "
-                                          "--requests)."),
-    requests: int | None = typer.Option(None, help="Stop after this many requests."),
-    warmup: float | None = typer.Option(None, help="Seconds excluded from statistics at the "
-                                        "start (default: 10% of --duration, at most 5)."),
-    cooldown: float | None = typer.Option(None, help="Seconds excluded at the end (default: 5% "
-                                          "of --duration, at most 2)."),
-    timeout: float = typer.Option(300.0, help="Per-request timeout in seconds."),
-    workers: int = typer.Option(1, help="Client processes sharing the schedule."),
-    ignore_eos: bool = typer.Option(True, help="Send ignore_eos and min_tokens to hold the "
-                                    "output length."),
-    continuous_usage: bool = typer.Option(True, help="Ask for cumulative usage in every chunk "
-                                          "(tokens per event)."),
-    slo: list[str] = typer.Option([], help="SLO like ttft=200ms or tpot=50ms (repeatable); "
-                                  "sets goodput."),
-    serve_args: str = typer.Option("", help="Arguments for the embedded latlab serve."),
-    out: Path = typer.Option(Path("runs"), help="Folder for run folders."),
-    name: str | None = typer.Option(None, help="Run name (in the folder name)."),
-    tag: list[str] = typer.Option([], help="Free-form tag recorded in config.json (repeatable)."),
+    duration: options.Duration = None,
+    requests: options.Requests = None,
+    warmup: options.Warmup = None,
+    cooldown: options.Cooldown = None,
+    timeout: options.Timeout = 300.0,
+    workers: options.Workers = 1,
+    ignore_eos: options.IgnoreEos = True,
+    continuous_usage: options.ContinuousUsage = True,
+    slo: options.Slo = [],
+    serve_args: options.ServeArgs = "",
+    out: options.Out = Path("runs"),
+    name: options.Name = None,
+    tag: options.Tag = [],
     json_output: bool = typer.Option(False, "--json", help="Print summary.json to stdout."),
-    progress: bool | None = typer.Option(None, "--progress/--no-progress",
-                                         help="Live progress (default: on a terminal)."),
+    progress: options.Progress = None,
     explain: bool = typer.Option(False, "--explain", help="Print the metric formulas and exit."),
 ) -> None:
     """Run a workload against an OpenAI-compatible server and measure every request."""
