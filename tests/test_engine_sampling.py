@@ -113,3 +113,17 @@ def test_invalid_sampling_params_name_the_field():
         SamplingParams(max_tokens=2, min_tokens=3)
     with pytest.raises(ValueError, match="top_p"):
         SamplingParams(top_p=0)
+
+
+def test_greedy_and_sampled_requests_share_a_batch(engine):
+    greedy = one(engine, max_tokens=10, temperature=0.0, ignore_eos=True).output_token_ids
+    seeded = one(engine, max_tokens=10, seed=3, ignore_eos=True).output_token_ids
+    a = engine.add_request("mixed-greedy", PROMPT, SamplingParams(max_tokens=10, temperature=0.0,
+                                                                  ignore_eos=True))
+    b = engine.add_request("mixed-seeded", PROMPT, SamplingParams(max_tokens=10, seed=3,
+                                                                  ignore_eos=True))
+    c = engine.add_request("mixed-other", PROMPT[:4], SamplingParams(max_tokens=10))
+    while engine.has_unfinished():
+        engine.step()
+    assert a.output_token_ids == greedy and b.output_token_ids == seeded
+    assert c.is_finished

@@ -59,13 +59,15 @@ class Sampler:
         for row, seq in enumerate(seqs):
             if seq.num_output_tokens < seq.params.min_tokens:
                 logits[row, self.stop_token_ids + list(seq.params.stop_token_ids)] = -torch.inf
-        tokens = logits.argmax(dim=-1)
         rows = [i for i, p in enumerate(params) if p.temperature > 0]
-        if rows:
-            index = torch.tensor(rows)
-            temperature = torch.tensor([params[i].temperature for i in rows]).unsqueeze(1)
-            drawn = self._draw(logits[index] / temperature, [seqs[i] for i in rows])
-            tokens.index_copy_(0, index, drawn)
+        if not rows:
+            return logits.argmax(dim=-1).tolist()
+        temperature = torch.tensor([params[i].temperature for i in rows]).unsqueeze(1)
+        if len(rows) == len(seqs):
+            return self._draw(logits / temperature, seqs).tolist()
+        tokens = logits.argmax(dim=-1)
+        index = torch.tensor(rows)
+        tokens[index] = self._draw(logits[index] / temperature, [seqs[i] for i in rows])
         return tokens.tolist()
 
     def _draw(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:

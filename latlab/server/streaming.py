@@ -1,0 +1,97 @@
+"""Server-sent events of a streamed completion or chat completion.
+
+One event per engine step that adds text (an event may carry several tokens when text was
+held back); chat streams open with a role-only delta; with `stream_options.include_usage` a
+final event carries `usage` and the `server_timing` object; `continuous_usage_stats` puts the
+cumulative usage in every event. The stream ends with `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import orjson
+from fastapi.responses import StreamingResponse
+
+from latlab.engine.engine import RequestOutput
+from latlab.server.async_engine import EngineNotReady, EngineRequestError, RequestStream
+from latlab.server.schemas import ApiError, GenerationRequest, Usage
+from latlab.server.telemetry import Telemetry
+
+Api = Literal["completion", "chat"]
+
+
+class EngineStreamResponse(StreamingResponse):
+    """Closes its generator however the response ends, so a disconnect aborts the request."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()
+
+
+class StreamEvents:
+    """The SSE events of one streamed response: one per engine step that adds text."""
+
+    def __init__(self, api: Api, rid: str, model: str, body: GenerationRequest,
+                 stream: RequestStream, telemetry: Telemetry, num_prompt_tokens: int) -> None:
+        self.api, self.stream, self.telemetry = api, stream, telemetry
+        self.num_prompt_tokens = num_prompt_tokens
+        self.include_usage, self.continuous = body.include_usage, body.continuous_usage
+        self.head = {"id": rid,
+                     "object": "chat.completion.chunk" if api == "chat" else "text_completion",
+                     "created": int(time.time()), "model": model}
+
+    async def sse(self) -> AsyncIterator[bytes]:
+        try:
+            if self.api == "chat":
+                yield self._chunk({"role": "assistant"}, None, 0)
+            previous_ns = last = None
+            async for last in self.stream:
+                if previous_ns is not None:
+                    self.telemetry.itl.observe((last.token_time_ns - previous_ns) / 1e9)
+                previous_ns = last.token_time_ns
+                if last.text or last.finished:
+                    text = last.text
+                    reason = str(last.finish_reason) if last.finished else None
+                    content = ({"content": text} if text else {}) if self.api == "chat" else text
+                    yield self._chunk(content, reason, last.num_output_tokens)
+            last.times.completed = time.perf_counter_ns()
+            if self.include_usage:
+                yield _sse({**self.head, "choices": [], "usage": usage_of(last),
+                            "server_timing": last.times.server_timing().to_json()})
+            yield b"data: [DONE]\n\n"
+            self.telemetry.observe_request(last.times, last.num_prompt_tokens,
+                                           last.num_output_tokens, str(last.finish_reason))
+        except (EngineRequestError, EngineNotReady) as e:
+            status = 400 if isinstance(e, EngineRequestError) else 503
+            yield _sse(ApiError(status, str(e)).body())
+            yield b"data: [DONE]\n\n"
+        finally:
+            if not self.stream.finished:
+                self.stream.abort()
+                self.telemetry.requests.labels("abort").inc()
+
+    def _chunk(self, content: dict[str, str] | str, finish_reason: str | None,
+               completion_tokens: int) -> bytes:
+        """A chunk with a chat `delta` or a completion `text`; cumulative usage if asked."""
+        choice = {"index": 0, "delta" if self.api == "chat" else "text": content,
+                  "logprobs": None, "finish_reason": finish_reason}
+        chunk = {**self.head, "choices": [choice]}
+        if self.continuous:
+            chunk["usage"] = {"prompt_tokens": self.num_prompt_tokens,
+                              "completion_tokens": completion_tokens,
+                              "total_tokens": self.num_prompt_tokens + completion_tokens}
+        return _sse(chunk)
+
+
+def usage_of(out: RequestOutput) -> dict[str, Any]:
+    return Usage.of(out.num_prompt_tokens, out.num_output_tokens,
+                    out.num_cached_tokens).model_dump()
+
+
+def _sse(data: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(data) + b"\n\n"
