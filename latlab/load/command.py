@@ -30,6 +30,11 @@ _OPTIONS = {
     "max_concurrency": "--max-concurrency", "ramp_s": "--ramp", "trace": "--trace",
     "prefix_tokens": "--prefix-tokens", "prefix_fraction": "--prefix-fraction",
     "tenants": "--tenant", "priorities": "--priority", "dataset": "--dataset",
+    "rates": "--rates", "concurrencies": "--concurrencies", "points": "--points",
+    "saturation_users": "--saturation-users", "max_error_rate": "--max-error-rate",
+    "percentile": "--percentile", "price_per_hour": "--price-per-hour", "runs": "--runs",
+    "warm_requests": "--warm-requests", "idle_gaps_s": "--idle-gaps",
+    "ready_timeout_s": "--ready-timeout",
 }
 
 
