@@ -25,8 +25,10 @@ class RunningServer:
 
 
 @contextmanager
-def running_server(api_key: str | None = None, **engine_options: object) -> Iterator[RunningServer]:
-    """A ready server with the tiny preset (override any EngineConfig field)."""
+def running_server(api_key: str | None = None, wait_ready: bool = True,
+                   **engine_options: object) -> Iterator[RunningServer]:
+    """A server with the tiny preset (override any EngineConfig field), ready unless
+    `wait_ready` is False (then only listening)."""
     config = EngineConfig(**{**TINY, **engine_options})
     settings = ServerSettings(served_model_name="tiny", api_key=api_key)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -39,7 +41,7 @@ def running_server(api_key: str | None = None, **engine_options: object) -> Iter
     thread.start()
     try:
         deadline = time.monotonic() + 60
-        while not (server.started and engine.ready.is_set()):
+        while not (server.started and (engine.ready.is_set() or not wait_ready)):
             assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
             time.sleep(0.01)
         yield RunningServer(f"http://127.0.0.1:{port}", engine)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+
 import httpx
 import openai
 import pytest
-from engine_server import running_server
+from engine_server import running_server, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
+from latlab.engine.engine import LLMEngine
 from latlab.timeline import SERVER_TIMING_STAGES, ServerTiming
 
 
@@ -149,3 +152,25 @@ def test_api_key_is_enforced():
         assert httpx.get(s.url + "/health").status_code == 200
         with openai.OpenAI(base_url=s.url + "/v1", api_key="s3cret", max_retries=0) as c:
             assert c.completions.create(model="tiny", prompt="x", max_tokens=2).usage
+
+
+def test_not_ready_until_warmed_up(monkeypatch):
+    release = threading.Event()
+    warmup = LLMEngine.warmup
+
+    def slow_warmup(self):
+        assert release.wait(30)
+        warmup(self)
+
+    monkeypatch.setattr(LLMEngine, "warmup", slow_warmup)
+    with running_server(wait_ready=False) as s:
+        try:
+            assert httpx.get(s.url + "/health").status_code == 200
+            assert httpx.get(s.url + "/ready").status_code == 503
+            r = httpx.post(s.url + "/v1/completions", json={"prompt": "x"})
+            assert r.status_code == 503 and r.headers["retry-after"] == "1"
+            assert "warming up" in r.json()["error"]["message"]
+        finally:
+            release.set()
+        wait_until(lambda: httpx.get(s.url + "/ready").status_code == 200, what="readiness")
+        assert httpx.post(s.url + "/v1/completions", json={"prompt": "x"}).status_code == 200
