@@ -148,6 +148,208 @@ def bench(
 
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
+def sweep(
+    rates: str | None = typer.Option(None, help="Open-loop request rates to run, e.g. 1,2,4 "
+                                     "(default: automatic)."),
+    concurrencies: str | None = typer.Option(None, help="Closed-loop user counts to run "
+                                             "instead, e.g. 1,4,16."),
+    points: int = typer.Option(6, help="Automatic plan: rates spread between the synchronous "
+                               "rate and the saturation throughput."),
+    saturation_users: int = typer.Option(64, help="Automatic plan: users of the closed-loop "
+                                         "probe that finds the saturation throughput."),
+    max_error_rate: float = typer.Option(0.05, help="Stop once a point's error rate exceeds "
+                                         "this fraction."),
+    percentile: float = typer.Option(99.0, help="The percentile the SLOs and the knee are "
+                                     "judged at."),
+    price_per_hour: float | None = typer.Option(None, help="What the server costs per hour: "
+                                                "adds cost per million output tokens and per "
+                                                "thousand requests."),
+    url: options.Url = None,
+    model: options.Model = None,
+    api_key: options.ApiKey = None,
+    api: options.Api = "completions",
+    prompt_tokens: options.PromptTokens = "lognormal:256,128",
+    output_tokens: options.OutputTokens = "lognormal:64,32",
+    dataset: options.Dataset = None,
+    prefix_tokens: options.PrefixTokens = 0,
+    prefix_fraction: options.PrefixFraction = 1.0,
+    tenant: options.Tenant = [],
+    priority: options.Priority = [],
+    tokenizer: options.Tokenizer = None,
+    seed: options.Seed = 0,
+    arrival: options.Arrival = None,
+    burstiness: options.Burstiness = None,
+    max_concurrency: options.MaxConcurrency = None,
+    duration: options.Duration = None,
+    requests: options.Requests = None,
+    warmup: options.Warmup = None,
+    cooldown: options.Cooldown = None,
+    timeout: options.Timeout = 300.0,
+    workers: options.Workers = 1,
+    ignore_eos: options.IgnoreEos = True,
+    continuous_usage: options.ContinuousUsage = True,
+    slo: options.Slo = [],
+    serve_args: options.ServeArgs = "",
+    out: options.Out = Path("runs"),
+    name: options.Name = None,
+    tag: options.Tag = [],
+    json_output: bool = typer.Option(False, "--json", help="Print sweep.json to stdout."),
+    progress: options.Progress = None,
+) -> None:
+    """Find the load a server takes: bench runs over rates (or concurrencies), the
+    throughput–latency curve, its knee, the highest rate within the SLOs, and its cost.
+
+    Each point is a bench run (--duration, --requests, the workload options); without --url
+    one embedded engine (--serve-args) serves the whole sweep."""
+    import sys
+
+    import orjson
+    from pydantic import ValidationError
+    from rich.console import Console
+
+    from latlab.load import command
+    from latlab.load.arrivals import ArrivalError
+    from latlab.load.config import BenchError
+    from latlab.load.datasets import DatasetError
+    from latlab.load.sweep import SweepConfig, run_sweep
+    from latlab.load.target import interrupt_on_sigterm
+    from latlab.load.workload import WorkloadError
+    from latlab.report.capacity import print_sweep
+
+    err = Console(stderr=True)
+    try:
+        base = command.build_config(
+            url=url, model=model, api_key=api_key, api=api, prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens, dataset=dataset, prefix_tokens=prefix_tokens,
+            prefix_fraction=prefix_fraction, tenants=tenant, priorities=priority,
+            tokenizer=tokenizer, seed=seed, users=1, rate=None, arrival=None, burstiness=None,
+            max_concurrency=max_concurrency, ramp=0.0, trace=None, duration=duration,
+            requests=requests, warmup=warmup, cooldown=cooldown, timeout=timeout,
+            workers=workers, ignore_eos=ignore_eos, continuous_usage=continuous_usage,
+            slos=slo, serve_args=serve_args, out=out, name=name, tags=tag)
+        config = SweepConfig(
+            base=base, rates=options.parse_numbers(rates, "--rates"),
+            concurrencies=options.parse_numbers(concurrencies, "--concurrencies", int),
+            points=points, saturation_users=saturation_users, max_error_rate=max_error_rate,
+            percentile=percentile, price_per_hour=price_per_hour, burstiness=burstiness or 1.0,
+            arrival=arrival or ("gamma" if burstiness is not None else "poisson"))
+    except (command.OptionError, ValidationError) as e:
+        message = command.validation_message(e) if isinstance(e, ValidationError) else e
+        typer.echo(f"latlab sweep: error: {message}", err=True)
+        raise typer.Exit(command.EXIT_BAD_OPTIONS)
+    interrupt_on_sigterm()
+    try:
+        result = run_sweep(config, console=err, command=sys.argv,
+                           progress=err.is_terminal if progress is None else progress)
+    except (WorkloadError, ArrivalError, DatasetError) as e:
+        err.print(f"latlab sweep: error: {e}", markup=False, highlight=False)
+        raise typer.Exit(command.EXIT_BAD_OPTIONS)
+    except BenchError as e:
+        err.print(f"latlab sweep: {e}", style="bold red", markup=False, highlight=False)
+        raise typer.Exit(command.EXIT_FAILED_RUN)
+    if json_output:
+        sys.stdout.write(orjson.dumps(result.data | {"folder": str(result.path)},
+                                      option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print_sweep(Console(), result.data, result.path)
+    err.print(f"sweep folder: {result.path} (sweep.json, sweep.html)", highlight=False)
+    if result.stop_reason == "interrupted":
+        raise typer.Exit(command.EXIT_INTERRUPTED)
+    raise typer.Exit(command.EXIT_OK if result.points else command.EXIT_FAILED_RUN)
+
+
+@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+def coldstart(
+    runs: int = typer.Option(3, help="How many times to start the server."),
+    command: str | None = typer.Option(None, "--command", help="The server command to start "
+                                       "(default: the embedded engine, with --serve-args)."),
+    url: str | None = typer.Option(None, help="Where --command's server answers requests "
+                                   "(http://HOST:PORT)."),
+    ready_url: str | None = typer.Option(None, help="Polled until it answers 200 (default: "
+                                         "--url + /v1/models)."),
+    warm_requests: int = typer.Option(5, help="Requests after the first; their median is the "
+                                      "warm baseline."),
+    idle_gaps: str = typer.Option("1s,5s", help="Idle gaps to probe, e.g. 1s,5s,30s (empty: "
+                                  "none)."),
+    ready_timeout: float = typer.Option(300.0, help="Seconds to wait for the server to be "
+                                        "ready."),
+    serve_args: options.ServeArgs = "",
+    model: options.Model = None,
+    api_key: options.ApiKey = None,
+    api: options.Api = "completions",
+    prompt_tokens: options.PromptTokens = "128",
+    output_tokens: options.OutputTokens = "32",
+    dataset: options.Dataset = None,
+    tokenizer: options.Tokenizer = None,
+    seed: options.Seed = 0,
+    timeout: options.Timeout = 300.0,
+    ignore_eos: options.IgnoreEos = True,
+    continuous_usage: options.ContinuousUsage = True,
+    out: options.Out = Path("runs"),
+    name: options.Name = None,
+    tag: options.Tag = [],
+    json_output: bool = typer.Option(False, "--json", help="Print coldstart.json to stdout."),
+) -> None:
+    """Measure cold start: start the server --runs times; time to ready, the first request
+    against the warm ones after it, and the next request after idle gaps. Every process it
+    starts is stopped, on errors and Ctrl-C too."""
+    import shlex
+    import sys
+
+    import orjson
+    from pydantic import ValidationError
+    from rich.console import Console
+
+    from latlab.load import command as bench_command
+    from latlab.load.coldstart import ColdstartConfig, run_coldstart
+    from latlab.load.config import BenchError
+    from latlab.load.datasets import DatasetError
+    from latlab.load.target import interrupt_on_sigterm
+    from latlab.load.workload import WorkloadError
+    from latlab.report.capacity import print_coldstart
+
+    err = Console(stderr=True)
+    try:
+        server = shlex.split(command) if command else []
+        serve = bench_command.split_serve_args(serve_args)
+        if tokenizer is None and not server:
+            tokenizer = bench_command.engine_tokenizer(serve)
+        config = ColdstartConfig(
+            runs=runs, command=server, url=url, ready_url=ready_url, serve_args=serve,
+            model=model, api_key=api_key, warm_requests=warm_requests,
+            idle_gaps_s=options.parse_seconds(idle_gaps, "--idle-gaps"),
+            ready_timeout_s=ready_timeout, timeout_s=timeout, ignore_eos=ignore_eos,
+            continuous_usage=continuous_usage, out=out, tags=tag,
+            name=name or (Path(server[0]).name if server else "engine"),
+            workload=bench_command.workload_config(
+                api=api, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                dataset=dataset, tokenizer=tokenizer, seed=seed))
+    except (bench_command.OptionError, ValidationError) as e:
+        message = bench_command.validation_message(e) if isinstance(e, ValidationError) else e
+        typer.echo(f"latlab coldstart: error: {message}", err=True)
+        raise typer.Exit(bench_command.EXIT_BAD_OPTIONS)
+    interrupt_on_sigterm()
+    try:
+        result = run_coldstart(config, console=err, command=sys.argv)
+    except (WorkloadError, DatasetError) as e:
+        err.print(f"latlab coldstart: error: {e}", markup=False, highlight=False)
+        raise typer.Exit(bench_command.EXIT_BAD_OPTIONS)
+    except BenchError as e:
+        err.print(f"latlab coldstart: {e}", style="bold red", markup=False, highlight=False)
+        raise typer.Exit(bench_command.EXIT_FAILED_RUN)
+    if json_output:
+        sys.stdout.write(orjson.dumps(result.data | {"run": str(result.run.path)},
+                                      option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print_coldstart(Console(), result.data, result.run.path)
+    err.print(f"run folder: {result.run.path} (coldstart.json, requests.jsonl)", highlight=False)
+    if result.interrupted:
+        err.print("latlab coldstart: interrupted (the starts finished so far are kept)",
+                  style="yellow")
+        raise typer.Exit(bench_command.EXIT_INTERRUPTED)
+
+
+@app.command(context_settings={"help_option_names": ["-h", "--help"]})
 def serve(
     model: str = typer.Option("default", help="A preset (tiny, default: random weights) or a "
                               "Hugging Face checkpoint folder (Llama, Mistral, Qwen2)."),

@@ -66,3 +66,32 @@ Tag = Annotated[list[str], typer.Option(
     help="Free-form tag recorded in config.json (repeatable).")]
 Progress = Annotated[bool | None, typer.Option(
     "--progress/--no-progress", help="Live progress (default: on a terminal).")]
+
+
+def parse_numbers(text: str | None, option: str, kind: type = float) -> list | None:
+    """`"1,2,4"` → `[1.0, 2.0, 4.0]` (None stays None); a bad list is a usage error."""
+    if text is None:
+        return None
+    try:
+        return [kind(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: expected a comma-separated list of "
+                                 f"{'whole ' if kind is int else ''}numbers",
+                                 param_hint=option) from None
+
+
+_UNITS_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "": 1.0}
+
+
+def parse_seconds(text: str, option: str) -> list[float]:
+    """`"500ms,5s,1m"` → `[0.5, 5.0, 60.0]` (a bare number is seconds)."""
+    gaps = []
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        number = item.rstrip("ms")
+        unit = item[len(number):]
+        try:
+            gaps.append(float(number) * _UNITS_S[unit])
+        except (ValueError, KeyError):
+            raise typer.BadParameter(f"{item!r}: expected a duration like 500ms, 5s or 1m",
+                                     param_hint=option) from None
+    return gaps

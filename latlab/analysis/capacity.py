@@ -1,0 +1,297 @@
+"""Capacity: the throughput–latency curve of a sweep, its knee, the highest load that meets
+the SLOs, when to stop escalating, and what a request or a token costs.
+
+Definitions (quoted in the sweep's output):
+
+* Load is what the sweep controls: the offered rate (req/s, open loop) or the number of
+  users (closed loop). The synchronous point (one user) counts as load = its achieved rate.
+* Knee: the last point before the first segment of the curve along which the latency
+  (E2E from schedule at the sweep's percentile) grows faster than the achieved throughput in
+  relative terms — elasticity Δln(latency) / Δln(throughput) above 1, or latency rising while
+  throughput does not. Scale-free: it does not depend on the units or on the range swept.
+* SLO-max: the highest load whose percentile of every SLO metric meets its limit, with
+  failed requests counted as infinitely slow. Between the last passing point and the first
+  failing one it is interpolated linearly in the limiting metric; never above the last load
+  measured.
+* Saturated: a point whose load rose by ≥ 10% over the previous one while its achieved
+  rate rose by less than a quarter of that (log terms), stayed below 90% of the offered rate
+  (open loop), and the median E2E from schedule rose by ≥ 10%.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Sequence
+
+from latlab.metrics import percentile
+from latlab.timeline import Outcome
+
+if TYPE_CHECKING:
+    from latlab.analysis.run import RunAnalysis
+
+Mode = Literal["synchronous", "throughput", "rate", "concurrency"]
+UNITS: dict[str, str] = {"synchronous": "req/s", "rate": "req/s", "throughput": "users",
+                         "concurrency": "users"}
+KNEE_ELASTICITY = 1.0
+SATURATION_LOAD_GROWTH = 0.10
+SATURATION_ACHIEVED_SHARE = 0.25
+SATURATION_BEHIND = 0.90
+SATURATION_LATENCY_GROWTH = 0.10
+STOP_RULE = ("stop escalating when a point is clearly saturated (load +≥10% over the previous "
+             "point, achieved rate up by less than a quarter of that and below 90% of offered, "
+             "median E2E from schedule +≥10%) or its error rate exceeds --max-error-rate")
+
+
+@dataclass
+class Point:
+    """One operating point of a sweep: its load, what it achieved and what that cost."""
+
+    label: str
+    mode: Mode
+    load: float
+    achieved: float
+    error_rate: float
+    requests: int
+    latency: float | None  # E2E from schedule at the sweep's percentile, successful requests
+    median_latency: float | None  # E2E from schedule p50
+    slo_values: dict[str, float]  # each SLO metric at the percentile, failed = inf
+    output_tokens_per_s: float
+    goodput: float | None = None
+    latencies: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    budget: dict[str, dict[str, float]] = field(default_factory=dict)
+    run: str = ""
+    interrupted: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def unit(self) -> str:
+        return UNITS[self.mode]
+
+    def passes(self, slos: dict[str, float]) -> bool:
+        return all(self.slo_values.get(m, math.inf) <= limit for m, limit in slos.items())
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["slo_values"] = {k: "inf" if math.isinf(v) else v for k, v in self.slo_values.items()}
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Point:
+        values = {k: math.inf if v == "inf" else v for k, v in data["slo_values"].items()}
+        return cls(**{**data, "slo_values": values})
+
+
+def measure(analysis: RunAnalysis, label: str, mode: Mode, load: float | None,
+            slos: dict[str, float], q: float) -> Point:
+    """The point of one bench run; `load=None` takes the achieved rate (synchronous)."""
+    from latlab.load.runner import run_window
+
+    s = analysis.summary
+    window = run_window(analysis.config, analysis.records)
+    rows = [r for r in analysis.rows if window is None or r.record.origin_ns in window]
+    judged = [r for r in rows if r.record.outcome != Outcome.CANCELLED]
+    failed = sum(1 for r in judged if not r.record.ok)
+    ok_e2e = sorted(r.metrics.e2e_sched for r in judged
+                    if r.record.ok and r.metrics.e2e_sched is not None)
+    throughput = s.get("throughput") or {}
+    achieved = throughput.get("achieved_rate") or 0.0
+    return Point(
+        label=label, mode=mode, load=achieved if load is None else load, achieved=achieved,
+        error_rate=failed / len(judged) if judged else 0.0, requests=len(judged),
+        latency=percentile(ok_e2e, q) if ok_e2e else None,
+        median_latency=percentile(ok_e2e, 50) if ok_e2e else None,
+        slo_values={m: _slo_percentile(judged, m, q) for m in slos},
+        output_tokens_per_s=throughput.get("output_tokens_per_s") or 0.0,
+        goodput=(s.get("goodput") or {}).get("requests_per_s"),
+        latencies={m: {p: ((s["latency"][m].get("percentiles") or {}).get(p) or {}).get("value")
+                       for p in ("p50", "p99")}
+                   for m in ("ttft", "tpot", "e2e", "ttft_sched", "e2e_sched")},
+        budget={name: b.buckets() for name, b in (("mean", analysis.mean), ("tail", analysis.tail))
+                if b is not None},
+        run=str(analysis.run.path), interrupted=s.get("stop_reason") == "interrupted",
+        warnings=list(s.get("warnings") or []))
+
+
+def _slo_percentile(rows: Sequence[Any], metric: str, q: float) -> float:
+    """The q-th percentile of `metric` as the SLO judges it (ITL: a request's largest gap);
+    a failed request is infinitely slow, a request without the metric is left out."""
+    values = []
+    for row in rows:
+        if not row.record.ok:
+            values.append(math.inf)
+            continue
+        m = row.metrics
+        value = max(m.itl, default=None) if metric == "itl" else getattr(m, metric)
+        if value is not None:
+            values.append(value)
+    return percentile(sorted(values), q) if values else math.inf
+
+
+def curve(points: Sequence[Point]) -> list[Point]:
+    """The points the curve analysis uses, by load: not the saturation probe, not an
+    interrupted point."""
+    chosen = [p for p in points if p.mode != "throughput" and not p.interrupted]
+    return sorted(chosen, key=lambda p: p.load)
+
+
+@dataclass
+class Knee:
+    point: Point
+    next: Point
+    elasticity: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.point.label, "load": self.point.load, "unit": self.point.unit,
+                "achieved": self.point.achieved, "latency": self.point.latency,
+                "next": self.next.label, "elasticity": _finite(self.elasticity)}
+
+
+def elasticity(a: Point, b: Point) -> float | None:
+    """Δln(latency) / Δln(achieved) from `a` to `b`; inf when latency rose at flat throughput."""
+    if not (a.latency and b.latency and a.achieved > 0 and b.achieved > 0):
+        return None
+    rise = math.log(b.latency / a.latency)
+    gain = math.log(b.achieved / a.achieved)
+    if gain <= 0:
+        return math.inf if rise > 0 else 0.0
+    return rise / gain
+
+
+def knee(points: Sequence[Point]) -> Knee | None:
+    """The knee of the curve (see the module's definition); None when latency never grows
+    faster than throughput within the points measured."""
+    ordered = curve(points)
+    for a, b in zip(ordered, ordered[1:]):
+        e = elasticity(a, b)
+        if e is not None and e > KNEE_ELASTICITY:
+            return Knee(a, b, e)
+    return None
+
+
+def saturation(prev: Point, cur: Point) -> str | None:
+    """Why `cur` is clearly saturated compared with `prev`, or None."""
+    if min(prev.load, cur.load, prev.achieved) <= 0 or not (prev.median_latency
+                                                             and cur.median_latency):
+        return None
+    load_growth = math.log(cur.load / prev.load)
+    achieved_growth = math.log(max(cur.achieved, 1e-12) / prev.achieved)
+    latency_growth = cur.median_latency / prev.median_latency - 1
+    behind = cur.mode != "rate" or cur.achieved < SATURATION_BEHIND * cur.load
+    if (load_growth >= math.log1p(SATURATION_LOAD_GROWTH)
+            and achieved_growth < SATURATION_ACHIEVED_SHARE * load_growth and behind
+            and latency_growth >= SATURATION_LATENCY_GROWTH):
+        return (f"load {prev.load:.3g} → {cur.load:.3g} {cur.unit} "
+                f"(+{100 * math.expm1(load_growth):.0f}%), achieved {prev.achieved:.3g} → "
+                f"{cur.achieved:.3g} req/s ({100 * math.expm1(achieved_growth):+.0f}%), "
+                f"median E2E from schedule {prev.median_latency:.0f} → "
+                f"{cur.median_latency:.0f} ms (+{100 * latency_growth:.0f}%)")
+    return None
+
+
+def too_many_errors(point: Point, limit: float) -> str | None:
+    if point.error_rate > limit:
+        return (f"error rate {100 * point.error_rate:.1f}% at {point.label} exceeds "
+                f"--max-error-rate {100 * limit:g}%")
+    return None
+
+
+@dataclass
+class SloMax:
+    """The answer to "how much load within the SLOs", with the evidence on both sides."""
+
+    slos: dict[str, float]
+    percentile: float
+    load: float | None
+    achieved: float | None
+    output_tokens_per_s: float | None
+    passing: Point | None
+    failing: Point | None
+    interpolated: bool
+    limiting: str | None
+    statement: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = {k: v for k, v in asdict(self).items() if k not in ("passing", "failing")}
+        for side in ("passing", "failing"):
+            p: Point | None = getattr(self, side)
+            data[side] = None if p is None else {
+                "label": p.label, "load": p.load, "achieved": p.achieved, "run": p.run,
+                "values": {k: _finite(v) for k, v in p.slo_values.items()}}
+        return data
+
+
+def slo_max(points: Sequence[Point], slos: dict[str, float], q: float) -> SloMax | None:
+    """The highest load meeting `slos` at percentile `q` (see the module's definition)."""
+    ordered = curve(points)
+    if not slos or not ordered:
+        return None
+    name = f"p{q:g}"
+    wanted = ", ".join(f"{name} {m} ≤ {v:g} ms" for m, v in slos.items())
+    first_fail = next((i for i, p in enumerate(ordered) if not p.passes(slos)), None)
+    notes = []
+    if first_fail is not None:
+        above = [p.label for p in ordered[first_fail + 1:] if p.passes(slos)]
+        if above:
+            notes.append(f"{', '.join(above)} passed again above the first failing point "
+                         f"(noise?); the answer stays below the first failure")
+    if first_fail is None:
+        top = ordered[-1]
+        return SloMax(slos, q, top.load, top.achieved, top.output_tokens_per_s, top, None, False,
+                      None, f"{wanted}: met at every point measured, up to {top.load:.3g} "
+                      f"{top.unit} ({top.label}); the limit lies above it, unmeasured", notes)
+    fail = ordered[first_fail]
+    if first_fail == 0:
+        return SloMax(slos, q, None, None, None, None, fail, False, _worst(fail, slos),
+                      f"{wanted}: not met even at the lowest load measured, {fail.load:.3g} "
+                      f"{fail.unit} ({fail.label})", notes)
+    ok = ordered[first_fail - 1]
+    crossings = {m: _crossing(ok, fail, m, limit) for m, limit in slos.items()
+                 if fail.slo_values[m] > limit}
+    limiting = min(crossings, key=lambda m: crossings[m])
+    load = crossings[limiting]
+    interpolated = load > ok.load
+    share = (load - ok.load) / (fail.load - ok.load) if fail.load > ok.load else 0.0
+    achieved = ok.achieved + share * (fail.achieved - ok.achieved)
+    tokens = ok.output_tokens_per_s + share * (fail.output_tokens_per_s - ok.output_tokens_per_s)
+    how = (f"interpolated linearly in {name} {limiting} between" if interpolated else
+           f"{name} {limiting} cannot be interpolated (failed requests at {fail.label}); between")
+    statement = (f"{wanted}: ≈ {load:.3g} {ok.unit}, {how} the last passing point {ok.label} "
+                 f"({name} {limiting} {ok.slo_values[limiting]:.0f} ms) and the first failing "
+                 f"{fail.label} ({name} {limiting} {_ms(fail.slo_values[limiting])})")
+    return SloMax(slos, q, load, achieved, tokens, ok, fail, interpolated, limiting, statement,
+                  notes)
+
+
+def _crossing(ok: Point, fail: Point, metric: str, limit: float) -> float:
+    """Where `metric` reaches `limit` on the line between `ok` and `fail` (ok's load when it
+    cannot be interpolated)."""
+    a, b = ok.slo_values[metric], fail.slo_values[metric]
+    if math.isinf(b) or b <= a or fail.load <= ok.load:
+        return ok.load
+    return ok.load + (limit - a) / (b - a) * (fail.load - ok.load)
+
+
+def _worst(point: Point, slos: dict[str, float]) -> str:
+    return max(slos, key=lambda m: point.slo_values[m] / slos[m])
+
+
+def cost(price_per_hour: float, requests_per_s: float | None,
+         output_tokens_per_s: float | None) -> dict[str, float | None]:
+    """What a million output tokens and a thousand requests cost when the server, paid
+    `price_per_hour`, serves at these rates all hour."""
+    def per(unit: float, rate: float | None) -> float | None:
+        return price_per_hour / (rate * 3600) * unit if rate else None
+
+    return {"per_million_output_tokens": per(1e6, output_tokens_per_s),
+            "per_thousand_requests": per(1e3, requests_per_s)}
+
+
+def _finite(value: float) -> float | str:
+    return "inf" if math.isinf(value) else value
+
+
+def _ms(value: float) -> str:
+    return "failed requests (∞)" if math.isinf(value) else f"{value:.0f} ms"
+

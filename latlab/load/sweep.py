@@ -1,0 +1,272 @@
+"""`run_sweep`: bench runs over request rates or concurrencies in one folder, and the answers.
+
+    result = run_sweep(SweepConfig(base=BenchConfig(url=url, duration_s=20),
+                                   slos={"ttft": 500.0}))
+    result.data["slo_max"]["load"], result.path / "sweep.json"
+
+Explicit `rates` (open loop) or `concurrencies` (closed loop) run in increasing order.
+Without them the plan is automatic: the synchronous point (one user), the saturation probe
+(a closed loop of `saturation_users`), then `points` open-loop rates spread evenly from the
+synchronous rate (at most half the probe's throughput) up to the probe's throughput, then
+×1.5 steps past it — each step only while the stop rule has not fired. Every point is a
+complete bench run folder inside the sweep folder; sweep.json is rewritten after each, so
+Ctrl-C keeps the points already measured. Without a URL one embedded engine serves them all.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import orjson
+from pydantic import BaseModel, Field, model_validator
+from rich.console import Console
+
+from latlab import __version__
+from latlab.analysis import capacity
+from latlab.analysis.capacity import Point
+from latlab.load.arrivals import OPEN_LOOP, ArrivalConfig
+from latlab.load.config import BenchConfig, BenchError
+from latlab.load.target import EngineError, start_engine
+from latlab.rundir import RunDir
+
+SWEEP_JSON = "sweep.json"
+ESCALATION = 1.5
+MAX_ESCALATIONS = 3
+Step = tuple[str, str, capacity.Mode, float | None, ArrivalConfig]  # folder, label, mode, load
+
+
+class SweepConfig(BaseModel):
+    """A sweep: the bench run every point shares (`base`), the loads and the stop rule."""
+
+    base: BenchConfig
+    rates: list[float] | None = None
+    concurrencies: list[int] | None = None
+    points: int = Field(default=6, ge=1, le=50)
+    saturation_users: int = Field(default=64, ge=2)
+    arrival: str = "poisson"
+    burstiness: float = Field(default=1.0, gt=0)
+    max_error_rate: float = Field(default=0.05, ge=0, le=1)
+    percentile: float = Field(default=99.0, gt=0, lt=100)
+    price_per_hour: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepConfig:
+        if self.rates is not None and self.concurrencies is not None:
+            raise ValueError("--rates (open loop) and --concurrencies (closed loop) exclude "
+                             "each other")
+        if self.rates is not None and (not self.rates or min(self.rates) <= 0):
+            raise ValueError(f"--rates {self.rates}: give positive requests per second")
+        if self.concurrencies is not None and (not self.concurrencies
+                                               or min(self.concurrencies) < 1):
+            raise ValueError(f"--concurrencies {self.concurrencies}: give whole numbers ≥ 1")
+        if self.arrival not in OPEN_LOOP:
+            raise ValueError(f"--arrival {self.arrival!r}: expected one of {', '.join(OPEN_LOOP)}")
+        return self
+
+
+@dataclass
+class SweepResult:
+    path: Path
+    data: dict[str, Any]
+    points: list[Point]
+
+    @property
+    def stop_reason(self) -> str:
+        return self.data["stop"]["reason"]
+
+
+def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: bool = False,
+              command: Sequence[str] = ()) -> SweepResult:
+    """Run the sweep to its stop rule, Ctrl-C or a failure, writing sweep.json after every
+    point and the HTML report at the end. Raises `BenchError` when the target cannot be
+    used (after writing what was measured)."""
+    from latlab.store import RunStore
+
+    console = console or Console(stderr=True)
+    folder = RunDir.create(config.base.out, f"sweep-{config.base.name}").path
+    sweep = _Sweep(config, folder, list(command))
+    engine = None
+    try:
+        url = config.base.url
+        if url is None:
+            console.print("starting the embedded engine (latlab serve) for the whole sweep…",
+                          style="dim")
+            try:
+                engine = start_engine(config.base.serve_args, log_path=folder / "engine.log")
+            except EngineError as e:
+                raise BenchError(str(e)) from None
+            url = engine.url
+            sweep.target |= {"url": url, "engine_ready_s": engine.ready_s}
+        for step in _plan(config, sweep.points):
+            if sweep.stop_after(sweep.run_point(url, step, console, progress)):
+                break
+        else:
+            sweep.stop("all_points" if config.rates or config.concurrencies else
+                       "escalation_limit",
+                       "every load given was run" if config.rates or config.concurrencies else
+                       f"not clearly saturated after {MAX_ESCALATIONS} steps of ×{ESCALATION} "
+                       "past the probe's throughput")
+    except KeyboardInterrupt:
+        sweep.stop("interrupted", "interrupted (Ctrl-C): the points finished so far are kept")
+    except BaseException as e:
+        sweep.stop("failed", str(e))
+        raise
+    finally:
+        if engine is not None:
+            engine.stop()
+        sweep.finish()
+        with RunStore(config.base.out) as store:
+            store.register(folder, "sweep", sweep.store_config(), sweep.store_summary())
+    return SweepResult(folder, sweep.data(), sweep.points)
+
+
+def _plan(config: SweepConfig, points: list[Point]) -> Iterator[Step]:
+    """The steps of the sweep; an automatic plan reads the points measured so far."""
+    shape = dict(burstiness=config.burstiness, seed=config.base.arrivals.seed,
+                 max_concurrency=config.base.arrivals.max_concurrency)
+
+    def rate(r: float) -> Step:
+        return (f"rate-{r:.3g}", f"{r:.3g} req/s", "rate", r,
+                ArrivalConfig(process=config.arrival, rate=r, **shape))
+
+    def users(n: int, mode: capacity.Mode = "concurrency") -> Step:
+        label = {"synchronous": "sync (1 user)", "throughput": f"probe ({n} users)"}
+        return (f"{mode}-{n}", label.get(mode, f"{n} users"), mode,
+                None if mode == "synchronous" else float(n),
+                ArrivalConfig(process="closed", users=n, seed=config.base.arrivals.seed))
+
+    if config.rates is not None:
+        yield from (rate(r) for r in sorted(set(config.rates)))
+        return
+    if config.concurrencies is not None:
+        yield from (users(n) for n in sorted(set(config.concurrencies)))
+        return
+    yield users(1, "synchronous")
+    yield users(config.saturation_users, "throughput")
+    sync, probe = points[0].achieved, points[-1].achieved
+    if probe <= 0:
+        raise BenchError(f"the saturation probe completed no request "
+                         f"({points[-1].run}): nothing to spread rates over")
+    low = min(sync, probe / 2) if sync > 0 else probe / 2
+    for r in np.linspace(low, probe, config.points + 1)[1:]:
+        yield rate(float(r))
+    for k in range(1, MAX_ESCALATIONS + 1):
+        yield rate(probe * ESCALATION ** k)
+
+
+class _Sweep:
+    """The sweep folder's state: its points and stop, written to sweep.json."""
+
+    def __init__(self, config: SweepConfig, folder: Path, command: list[str]) -> None:
+        self.config = config
+        self.folder = folder
+        self.command = command
+        self.created = time.time()
+        self.points: list[Point] = []
+        self.target: dict[str, Any] = {"url": config.base.url, "model": config.base.model,
+                                       "embedded": config.base.url is None,
+                                       "serve_args": config.base.serve_args}
+        self.stopped: dict[str, str] = {"reason": "running", "message": ""}
+        self.requests = 0
+
+    def run_point(self, url: str, step: Step, console: Console, progress: bool) -> Point:
+        from latlab.analysis import analyze
+        from latlab.load.runner import run_bench
+        from latlab.store import RunStore
+
+        name, label, mode, load, arrivals = step
+        base = self.config.base
+        workers = base.workers if arrivals.open_loop else min(base.workers, arrivals.users)
+        bench = BenchConfig(**{**dict(base), "url": url, "out": self.folder, "arrivals": arrivals,
+                               "name": f"p{len(self.points):02d}-{name}", "workers": workers,
+                               "tags": [*base.tags, f"sweep:{self.folder.name}"]})
+        console.print(f"[bold]point {len(self.points) + 1}[/]: {label}")
+        result = run_bench(bench, console=console, progress=progress, command=self.command)
+        analysis = analyze(result.run)
+        point = capacity.measure(analysis, label, mode, load, self.config.base.slos,
+                                 self.config.percentile)
+        self.points.append(point)
+        self.target["model"] = analysis.config.get("target", {}).get("model")
+        self.requests += result.summary.get("requests", 0)
+        with RunStore(base.out) as store:
+            store.register(result.run.path, "bench", analysis.config, result.summary)
+        console.print(f"  achieved {point.achieved:.3g} req/s · p{self.config.percentile:g} E2E "
+                      f"from schedule {_ms(point.latency)} · errors "
+                      f"{100 * point.error_rate:.1f}% · {result.run.path.name}", style="dim")
+        self.write()
+        return point
+
+    def stop_after(self, point: Point) -> str | None:
+        """Whether the sweep ends after `point` (and why)."""
+        if point.interrupted:
+            self.stop("interrupted", "interrupted (Ctrl-C): the points finished so far are kept")
+            return "interrupted"
+        if point.mode == "throughput":
+            return None
+        if message := capacity.too_many_errors(point, self.config.max_error_rate):
+            self.stop("error_rate", message)
+            return "error_rate"
+        earlier = [p for p in self.points[:-1] if p.mode != "throughput"]
+        if earlier and (message := capacity.saturation(earlier[-1], point)):
+            self.stop("saturated", message)
+            return "saturated"
+        return None
+
+    def stop(self, reason: str, message: str) -> None:
+        if self.stopped["reason"] == "running":
+            self.stopped = {"reason": reason, "message": message}
+
+    def data(self) -> dict[str, Any]:
+        c = self.config
+        knee = capacity.knee(self.points)
+        best = capacity.slo_max(self.points, c.base.slos, c.percentile)
+        points = [p.to_json() for p in self.points]
+        if c.price_per_hour:
+            for p, out in zip(self.points, points):
+                out["cost"] = capacity.cost(c.price_per_hour, p.achieved, p.output_tokens_per_s)
+        return {
+            "kind": "sweep", "latlab_version": __version__, "created": self.created,
+            "command": self.command, "target": self.target,
+            "config": c.model_dump(mode="json", exclude={"base"}) | {
+                "max_concurrency": c.base.arrivals.max_concurrency,
+                "bench": c.base.model_dump(mode="json", exclude={"arrivals"})},
+            "percentile": c.percentile, "slos": c.base.slos,
+            "definitions": {"capacity": capacity.__doc__, "stop_rule": capacity.STOP_RULE},
+            "points": points,
+            "curve": [p.label for p in capacity.curve(self.points)],
+            "knee": knee.to_json() if knee else None,
+            "slo_max": best.to_json() if best else None,
+            "slo_max_cost": (capacity.cost(c.price_per_hour, best.achieved,
+                                           best.output_tokens_per_s)
+                             if c.price_per_hour and best and best.load is not None else None),
+            "price_per_hour": c.price_per_hour,
+            "stop": self.stopped,
+        }
+
+    def write(self) -> None:
+        path = self.folder / SWEEP_JSON
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_bytes(orjson.dumps(self.data(), option=orjson.OPT_INDENT_2))
+        tmp.replace(path)
+
+    def finish(self) -> None:
+        from latlab.report.sweep import write_sweep_html
+
+        self.write()
+        if self.points:
+            write_sweep_html(self.folder, self.data())
+
+    def store_config(self) -> dict[str, Any]:
+        return {"name": self.folder.name, "target": self.target, "tags": self.config.base.tags,
+                "clock": {"unix_time": self.created}}
+
+    def store_summary(self) -> dict[str, Any]:
+        return {"requests": self.requests}
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0f} ms"
