@@ -1,6 +1,6 @@
 """How much load can latlab's client generate and still time every token right?
 
-    python benchmarks/client.py            # the full run (about 3 minutes)
+    python benchmarks/client.py            # the full run (about a minute)
     python benchmarks/client.py --quick    # fewer, shorter configurations
 
 Local streaming servers run in their own processes (they must not steal the measured
