@@ -113,6 +113,7 @@ def run_coldstart(config: ColdstartConfig, *, console: Console | None = None,
             for i in range(config.runs):
                 console.print(f"[bold]start {i + 1} of {config.runs}[/]", highlight=False)
                 runs.append(_one_start(config, workload, run, writer, i, settings["target"]))
+                console.print(_line(runs[-1]), style="dim", highlight=False)
                 _write(run, settings, runs, interrupted)
     except KeyboardInterrupt:
         interrupted = True
@@ -209,6 +210,18 @@ def _summarize_start(i: int, ready_s: float | None, records: list[RequestTimelin
             "excess": {"ttft": excess(first.ttft, "ttft"), "e2e": excess(first.e2e, "e2e")},
             "idle": idle, "error": None if records[0].ok else
             f"first request failed: {records[0].outcome}: {records[0].error}"}
+
+
+def _line(start: dict[str, Any]) -> str:
+    if start["error"]:
+        return f"  ready in {start['ready_s']:.2f} s; {start['error']}"
+    first, warm = start["first"], start["warm"]
+    return (f"  ready in {start['ready_s']:.2f} s; first TTFT {_ms(first['ttft'])} vs warm "
+            f"{_ms(warm['ttft'])}, E2E {_ms(first['e2e'])} vs {_ms(warm['e2e'])}")
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0f} ms"
 
 
 def _median(values: list[float | None]) -> float | None:

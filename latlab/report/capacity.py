@@ -102,10 +102,12 @@ def print_coldstart(console: Console, result: dict[str, Any], folder: Path) -> N
                       number(warm["e2e"]), number(excess["e2e"], "{:+.0f}"))
     s = result["summary"]
     table.add_section()
-    table.add_row("median [min, max]", _spread(s["ready_s"], "{:.2f}"),
-                  _spread(s["first_ttft"]), _spread(s["warm_ttft"]),
-                  _spread(s["excess_ttft"], "{:+.0f}"), _spread(s["first_e2e"]),
-                  _spread(s["warm_e2e"]), _spread(s["excess_e2e"], "{:+.0f}"), style="bold")
+    columns = (("ready_s", "{:.2f}"), ("first_ttft", "{:.0f}"), ("warm_ttft", "{:.0f}"),
+               ("excess_ttft", "{:+.0f}"), ("first_e2e", "{:.0f}"), ("warm_e2e", "{:.0f}"),
+               ("excess_e2e", "{:+.0f}"))
+    for stat in ("median", "min", "max"):
+        table.add_row(stat, *(number(s[key][stat], fmt) for key, fmt in columns),
+                      style="bold" if stat == "median" else "dim")
     console.print(table)
     if result["idle"]:
         idle = Table(title="idle-gap probe: the next request after the server sat idle "

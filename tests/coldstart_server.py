@@ -1,0 +1,75 @@
+"""A fake server *command* for `latlab coldstart` tests (run as `python coldstart_server.py`).
+
+It sleeps `--delay` s before it listens (so time to ready has a known lower bound), makes the
+first request `--cold-ms` slower and a request after more than `--idle-after` s of idleness
+`--idle-ms` slower, and with `--pidfile` starts a child (`sleep`) and appends both pids, so a
+test can check the whole process group is stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+from sse_server import DONE, completion, usage_only
+
+TOKENS = 3
+BASE_S = 0.005
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--cold-ms", type=float, default=0.0)
+    parser.add_argument("--idle-after", type=float, default=1e9)
+    parser.add_argument("--idle-ms", type=float, default=0.0)
+    parser.add_argument("--pidfile", type=Path)
+    parser.add_argument("--no-models", action="store_true")
+    args = parser.parse_args()
+    if args.pidfile:
+        child = subprocess.Popen(["sleep", "600"])
+        with args.pidfile.open("a") as f:
+            f.write(f"{os.getpid()} {child.pid}\n")
+    time.sleep(args.delay)
+    state = {"served": 0, "last": time.monotonic()}
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        extra = args.cold_ms if state["served"] == 0 else 0.0
+        if time.monotonic() - state["last"] > args.idle_after:
+            extra += args.idle_ms
+        state["served"] += 1
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await asyncio.sleep(extra / 1e3)
+        for k in range(1, TOKENS + 1):
+            await asyncio.sleep(BASE_S)
+            await resp.write(completion("x", {"prompt_tokens": 8, "completion_tokens": k}))
+        await resp.write(usage_only(8, TOKENS))
+        await resp.write(DONE)
+        await resp.write_eof()
+        state["last"] = time.monotonic()
+        return resp
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "cold-model"}]})
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", generate)
+    app.router.add_get("/health", health)
+    if not args.no_models:
+        app.router.add_get("/v1/models", models)
+    web.run_app(app, host="127.0.0.1", port=args.port, print=None, handle_signals=True)
+
+
+if __name__ == "__main__":
+    main()
