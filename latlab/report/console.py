@@ -168,7 +168,7 @@ def _summary_lines(s: dict) -> list[Text]:
                           f"{t['total_tokens_per_s']:,.0f} total tok/s"))
         offered = (f"offered     {t['offered_rate']:.2f} req/s · sent {t['sent_rate']:.2f} · "
                    f"achieved {t['achieved_rate']:.2f}")
-        short = t["offered_rate"] > 0 and t["achieved_rate"] < 0.95 * t["offered_rate"]
+        short = t.get("fell_behind", False)
         if short:
             offered += (f"  ACHIEVED ONLY {100 * t['achieved_rate'] / t['offered_rate']:.0f}% "
                         "OF THE OFFERED RATE")
