@@ -1,0 +1,139 @@
+"""`run_sweep` and `latlab sweep` against fake servers with a capacity: the folder, the stop
+rules, the SLO-max and its evidence, cost, the store, the CLI."""
+
+import math
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from capacity_server import capacity
+from latlab.cli import app
+from latlab.load.config import BenchConfig
+from latlab.load.sweep import ESCALATION, SweepConfig, run_sweep
+from latlab.load.workload import LengthDistribution, WorkloadConfig
+from latlab.rundir import RunDir
+from latlab.store import RunStore
+from sse_server import Server
+
+SMALL = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=8),
+                       output_tokens=LengthDistribution(kind="fixed", a=4))
+
+
+def sweep(url: str, tmp_path, slos=None, duration=0.6, **kw):
+    base = BenchConfig(url=url, workload=SMALL, duration_s=duration, out=tmp_path,
+                       slos=slos or {})
+    return run_sweep(SweepConfig(base=base, **kw))
+
+
+def test_explicit_rates_make_a_curve_with_its_answers_and_evidence(tmp_path):
+    with Server(capacity(1, 0.02)) as server:  # serves 50 req/s at most
+        result = sweep(server.url, tmp_path, slos={"ttft": 250.0}, duration=1.0,
+                       rates=[150, 5, 20], price_per_hour=3.6)
+    data = orjson.loads((result.path / "sweep.json").read_bytes())
+    assert data == orjson.loads(orjson.dumps(result.data))
+    assert [p["load"] for p in data["points"]] == [5, 20, 150]
+    assert data["stop"]["reason"] in ("all_points", "saturated")
+    low, mid, high = data["points"]
+    assert high["achieved"] < 0.6 * 150  # far beyond the capacity
+
+    best = data["slo_max"]
+    ok, fail = best["passing"], best["failing"]
+    assert fail["values"]["ttft"] == "inf" or fail["values"]["ttft"] > 250
+    assert ok["values"]["ttft"] <= 250 and ok["load"] <= best["load"] <= fail["load"]
+    if best["interpolated"]:
+        a, b = ok["values"]["ttft"], fail["values"]["ttft"]
+        assert best["load"] == pytest.approx(
+            ok["load"] + (250 - a) / (b - a) * (fail["load"] - ok["load"]))
+    for side in (ok, fail):
+        assert RunDir.open(side["run"]).read_summary()["requests"] > 0
+
+    knee = data["knee"]
+    assert knee is not None and knee["label"] in ("5 req/s", "20 req/s")
+    assert knee["elasticity"] == "inf" or knee["elasticity"] > 1
+
+    queue = [p["budget"]["mean"]["queue & overhead"] / sum(p["budget"]["mean"].values())
+             for p in (low, high)]
+    assert queue[1] > 0.8 and queue[1] > queue[0]  # the queue takes over past the knee
+
+    for p in data["points"]:
+        assert p["cost"]["per_million_output_tokens"] == pytest.approx(
+            3.6 / (p["output_tokens_per_s"] * 3600) * 1e6)
+        assert p["cost"]["per_thousand_requests"] == pytest.approx(3.6 / (p["achieved"] * 3.6))
+    assert data["slo_max_cost"]["per_thousand_requests"] == pytest.approx(
+        3.6 / (best["achieved"] * 3.6))
+
+    folders = sorted(p.name for p in result.path.iterdir() if p.is_dir())
+    assert len(folders) == 3 and all(RunDir.open(result.path / f).read_summary() for f in folders)
+    assert "SLO-max" in (result.path / "sweep.html").read_text()
+    with RunStore(tmp_path) as store:
+        assert {r.path.name for r in store.list(kind="bench")} == set(folders)
+        (entry,) = store.list(kind="sweep")
+    assert entry.path == result.path.resolve() and entry.target == server.url
+
+
+def test_a_saturated_server_stops_the_escalation(tmp_path):
+    with Server(capacity(1, 0.05)) as server:  # 20 req/s at most
+        result = sweep(server.url, tmp_path, duration=0.5, rates=[5, 40, 80, 160])
+    assert result.stop_reason == "saturated"
+    assert [p.load for p in result.points] == [5, 40, 80]
+    assert "160" not in str(list(result.path.iterdir()))
+    assert "+100%" in result.data["stop"]["message"]  # 40 → 80 req/s
+
+
+def test_errors_above_the_limit_stop_the_sweep(tmp_path):
+    with Server(capacity(1, 0.05, max_waiting=4)) as server:  # beyond: 429
+        result = sweep(server.url, tmp_path, slos={"ttft": 1000.0}, duration=1.0,
+                       rates=[2, 100, 200], max_error_rate=0.1)
+    assert result.stop_reason == "error_rate"
+    assert [p.load for p in result.points] == [2, 100]
+    assert result.points[1].error_rate > 0.1 and math.isinf(result.points[1].slo_values["ttft"])
+    best = result.data["slo_max"]
+    assert best["load"] == 2 and not best["interpolated"]  # failures: no interpolation
+
+
+def test_the_automatic_plan_finds_sync_and_saturation_then_escalates(tmp_path):
+    with Server(capacity(2, 0.04)) as server:  # 50 req/s at most, 2 at a time
+        result = sweep(server.url, tmp_path, points=3, saturation_users=8)
+    sync, probe, *rates = result.points
+    assert sync.mode == "synchronous" and sync.load == sync.achieved > 0
+    assert probe.mode == "throughput" and probe.load == 8
+    loads = [p.load for p in rates]
+    assert all(p.mode == "rate" for p in rates) and loads == sorted(loads)
+    spread = loads[:3]
+    assert spread[0] > min(sync.achieved, probe.achieved / 2)
+    assert spread[-1] == pytest.approx(probe.achieved)
+    assert [round(x / probe.achieved, 6) for x in loads[3:]] == [
+        round(ESCALATION ** k, 6) for k in range(1, len(loads) - 2)]
+    assert result.stop_reason == "saturated"
+    assert "probe" not in result.data["curve"][0] and len(result.data["curve"]) == len(rates) + 1
+
+
+def test_sweep_cli(tmp_path):
+    runner = CliRunner()
+    with Server(capacity(4, 0.02)) as server:
+        result = runner.invoke(app, ["sweep", "--url", server.url, "--concurrencies", "4,1",
+                                     "--duration", "0.5", "--prompt-tokens", "8",
+                                     "--output-tokens", "4", "--slo", "ttft=2s",
+                                     "--price-per-hour", "2", "--out", str(tmp_path), "--json",
+                                     "--no-progress"])
+    assert result.exit_code == 0, result.output
+    data = orjson.loads(result.stdout)
+    assert [(p["mode"], p["load"]) for p in data["points"]] == [("concurrency", 1),
+                                                                ("concurrency", 4)]
+    assert data["slo_max"]["load"] == 4 and "users" in data["slo_max"]["statement"]
+    assert data["slos"] == {"ttft": 2000.0} and data["price_per_hour"] == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rates", "1,x"], "--rates"),
+    (["--rates", "1", "--concurrencies", "2"], "exclude each other"),
+    (["--percentile", "120"], "--percentile"),
+    (["--rates", "0,1"], "--rates"),
+    (["--arrival", "burst"], "--arrival"),
+])
+def test_bad_sweep_options_are_named(tmp_path, args, message):
+    result = CliRunner().invoke(app, ["sweep", "--url", "http://127.0.0.1:9", *args,
+                                      "--out", str(tmp_path)])
+    assert result.exit_code == 2 and message in result.output
+    assert not list(tmp_path.iterdir())

@@ -1,0 +1,74 @@
+"""A sweep without --url: one embedded engine serves every point, and Ctrl-C stops the sweep
+cleanly — the finished points kept, the engine stopped."""
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import orjson
+import pytest
+
+from latlab.rundir import RunDir
+
+pytest.importorskip("torch")
+
+TINY = "--model tiny --max-model-len 256 --num-kv-blocks 64 --block-size 8"
+
+
+def wait_for(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def serving(port: int) -> list[str]:
+    """Live processes whose command line holds `--port PORT`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and any(a == b"--port" and b == str(port).encode()
+                                for a, b in zip(cmdline, cmdline[1:])):
+            found.append(proc.name)
+    return found
+
+
+def test_ctrl_c_keeps_the_finished_points_and_stops_the_one_engine(tmp_path):
+    command = [sys.executable, "-m", "latlab", "sweep", "--serve-args", TINY,
+               "--rates", "2,3,4", "--duration", "3", "--prompt-tokens", "16",
+               "--output-tokens", "4", "--out", str(tmp_path), "--no-progress"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: list(tmp_path.glob("*-sweep-engine/sweep.json")), 120, "sweep.json")
+        folder = next(tmp_path.glob("*-sweep-engine"))
+        wait_for(lambda: list(folder.glob("*-p01-*/config.json")), 120, "the second point")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err.decode()
+    data = orjson.loads((folder / "sweep.json").read_bytes())
+    assert data["stop"]["reason"] == "interrupted"
+    assert data["points"][0]["load"] == 2 and not data["points"][0]["interrupted"]
+    assert len(data["points"]) < 3
+    assert (folder / "sweep.html").is_file() and (folder / "engine.log").is_file()
+    configs = [RunDir.open(p).read_config() for p in folder.iterdir() if p.is_dir()]
+    urls = {c["target"]["url"] for c in configs}
+    assert len(configs) == 2 and len(urls) == 1  # one engine for every point
+    assert all(c["bench"]["serve_args"] == TINY.split() for c in configs)
+    assert data["target"]["embedded"] and data["target"]["engine_ready_s"] > 0
+    port = urlparse(urls.pop()).port
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+    assert serving(port) == []
