@@ -10,7 +10,7 @@ import torch
 from latlab.engine.config import ConfigError, EngineConfig, ModelConfig
 from latlab.engine.engine import LLMEngine
 from latlab.engine.loader import LoadedModel, ModelLoadError, load_model, save_checkpoint
-from latlab.engine.model import CausalLM
+from latlab.engine.model import CausalLM, rope_inv_freq
 from latlab.engine.sampling import SamplingParams
 from latlab.engine.tokenizer import Tokenizer
 
@@ -114,3 +114,33 @@ def test_add_request_validates_the_prompt():
     e.add_request("d", [1, 2], GREEDY)
     with pytest.raises(ValueError, match="already in the engine"):
         e.add_request("d", [1, 2], GREEDY)
+
+
+def test_llama3_rope_scaling_stretches_only_the_low_frequencies():
+    base = ModelConfig(vocab_size=8192, hidden_size=64, intermediate_size=96, num_layers=1,
+                       num_heads=1, num_kv_heads=1, rope_theta=500000.0)
+    scaled = replace(base, rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                         "original_max_position_embeddings": 8192})
+    plain, stretched = rope_inv_freq(base), rope_inv_freq(scaled)
+    assert stretched[0] == plain[0]                                  # fastest: untouched
+    torch.testing.assert_close(stretched[-1], plain[-1] / 8.0)       # slowest: / factor
+    assert torch.all(stretched <= plain) and torch.all(stretched >= plain / 8.0)
+
+
+def test_export_commands_write_loadable_folders(tmp_path):
+    from typer.testing import CliRunner
+
+    from latlab.cli import app
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["tokenizer", "export", str(tmp_path / "tok")])
+    assert result.exit_code == 0, result.output
+    exported = Tokenizer.load(tmp_path / "tok")
+    assert exported.encode("hello world") == Tokenizer.default().encode("hello world")
+    assert exported.eos_token == "<|eos|>"
+    result = runner.invoke(app, ["model", "export", str(tmp_path / "m"), "--model", "tiny"])
+    assert result.exit_code == 0, result.output
+    assert load_model(str(tmp_path / "m"), torch.float32, seed=9).config.num_layers == 2
+    result = runner.invoke(app, ["model", "export", str(tmp_path / "x"), "--model", "huge"])
+    assert result.exit_code == 2 and "--model must be one of" in result.output
