@@ -6,6 +6,7 @@ Routes: /v1/completions, /v1/chat/completions, /v1/models (API key checked when 
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -68,7 +69,8 @@ def create_app(engine: AsyncEngine, settings: ServerSettings, warmup: bool = Tru
     async def check_api_key(request: Request) -> None:
         if settings.api_key is None:
             return
-        if request.headers.get("authorization", "") != f"Bearer {settings.api_key}":
+        given = request.headers.get("authorization", "").encode()
+        if not hmac.compare_digest(given, f"Bearer {settings.api_key}".encode()):
             raise ApiError(401, "a valid API key is required: Authorization: Bearer <key>",
                            type="authentication_error", code="invalid_api_key")
 

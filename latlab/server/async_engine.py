@@ -92,6 +92,9 @@ class AsyncEngine:
         self.failed: str | None = None
         self._streams: dict[str, RequestStream] = {}
         self._commands: queue.SimpleQueue[_Add | _Abort] = queue.SimpleQueue()
+        # Requests handed over and taken in: each counter is written by one thread only.
+        self._submitted = 0
+        self._taken_in = 0
         self._wakeup = threading.Event()
         self._stopping = False
         self._ids = itertools.count()
@@ -120,7 +123,7 @@ class AsyncEngine:
 
     @property
     def num_waiting(self) -> int:
-        return len(self.engine.scheduler.waiting) + self._commands.qsize()
+        return len(self.engine.scheduler.waiting) + self._submitted - self._taken_in
 
     def submit(self, prompt_token_ids: list[int], params: SamplingParams, *, received_ns: int,
                priority: int = 0, tenant: str | None = None) -> RequestStream:
@@ -135,6 +138,7 @@ class AsyncEngine:
                             f"(--max-waiting {self.max_waiting})")
         stream = RequestStream(self, str(next(self._ids)))
         self._streams[stream.request_id] = stream
+        self._submitted += 1
         self._commands.put(_Add(stream.request_id, prompt_token_ids, params, received_ns,
                                 priority, tenant))
         self._wakeup.set()
@@ -190,6 +194,7 @@ class AsyncEngine:
                                         priority=command.priority, tenant=command.tenant)
             except ValueError as e:
                 errors.append((command.request_id, EngineRequestError(str(e))))
+            self._taken_in += 1
 
     def _dispatch(self, items: list[RequestOutput] | list[tuple[str, Exception]]) -> None:
         for item in items:

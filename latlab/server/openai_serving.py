@@ -69,16 +69,16 @@ class OpenAIServing:
 
     async def _read(self, request: Request, model: type[BaseModel]) -> Any:
         limit = self.settings.max_body_bytes
+        too_large = ApiError(413, f"the request body is larger than {limit} bytes",
+                             code="request_too_large")
         length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            raise too_large
         data = bytearray()
-        if not (length.isdigit() and int(length) > limit):
-            async for chunk in request.stream():
-                data += chunk
-                if len(data) > limit:
-                    break
-        if len(data) > limit or (length.isdigit() and int(length) > limit):
-            raise ApiError(413, f"the request body is larger than {limit} bytes",
-                           code="request_too_large")
+        async for chunk in request.stream():
+            data += chunk
+            if len(data) > limit:
+                raise too_large
         try:
             return model.model_validate_json(bytes(data))
         except ValidationError as e:
