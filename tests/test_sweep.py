@@ -2,6 +2,7 @@
 rules, the SLO-max and its evidence, cost, the store, the CLI."""
 
 import math
+import signal
 
 import orjson
 import pytest
@@ -137,3 +138,17 @@ def test_bad_sweep_options_are_named(tmp_path, args, message):
                                       "--out", str(tmp_path)])
     assert result.exit_code == 2 and message in result.output
     assert not list(tmp_path.iterdir())
+
+
+def test_a_point_hands_back_the_signal_handlers_it_borrowed(tmp_path):
+    from latlab.load.target import interrupt_on_sigterm
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        interrupt_on_sigterm()
+        armed = signal.getsignal(signal.SIGTERM)
+        with Server(capacity(1, 0.01)) as server:
+            sweep(server.url, tmp_path, duration=0.3, rates=[5])
+        assert signal.getsignal(signal.SIGTERM) is armed  # still stops the engine on SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, before)

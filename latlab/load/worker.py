@@ -103,11 +103,12 @@ class Worker:
 
     async def run(self) -> WorkerResult:
         loop = asyncio.get_running_loop()
-        handled = []
+        handled = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
+                previous = signal.getsignal(sig)
                 loop.add_signal_handler(sig, self.interrupt)
-                handled.append(sig)
+                handled[sig] = previous
             except (RuntimeError, ValueError):  # not the main thread
                 pass
         snapshots = loop.create_task(self._snapshots())
@@ -124,8 +125,10 @@ class Worker:
                 if self.tasks:
                     await asyncio.gather(*self.tasks, return_exceptions=True)
         finally:
-            for sig in handled:
+            for sig, previous in handled.items():
                 loop.remove_signal_handler(sig)
+                if previous is not None:  # e.g. a sweep's own SIGTERM handling
+                    signal.signal(sig, previous)
             snapshots.cancel()
             self.writer.close()
             health = await self.health.stop()
