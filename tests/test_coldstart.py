@@ -113,7 +113,8 @@ def test_a_url_already_answering_is_refused_before_anything_starts(tmp_path):
     assert result.exit_code == 1 and "already answers" in result.output
 
 
-def test_ctrl_c_keeps_the_finished_starts_and_stops_the_server(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_keeps_the_finished_starts_and_stops_the_server(tmp_path, sig):
     port, pids = free_port(), tmp_path / "pids"
     command = [sys.executable, "-m", "latlab", "coldstart", "--command", fake(port, pids),
                "--url", f"http://127.0.0.1:{port}", "--runs", "3", "--warm-requests", "2",
@@ -124,7 +125,7 @@ def test_ctrl_c_keeps_the_finished_starts_and_stops_the_server(tmp_path):
         while not (pids.is_file() and len(pids.read_text().splitlines()) >= 2):
             assert time.monotonic() < deadline and proc.poll() is None, "no second start"
             time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
