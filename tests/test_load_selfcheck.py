@@ -4,13 +4,16 @@ import asyncio
 import time
 
 from latlab.load.selfcheck import HealthSampler, WorkerHealth, client_section, zero_gap_share
+from latlab.metrics import Window
 from latlab.timeline import RequestTimeline
 
 MS = 1_000_000
 
 
 def health(worker=0, lag=0.1, late=0.2, cpu=20.0, load=0.5) -> WorkerHealth:
-    return WorkerHealth(worker, loop_lag_ms=[lag] * 100, dispatch_lateness_ms=[late] * 100,
+    times = [i * 10 * MS for i in range(100)]  # one sample every 10 ms for a second
+    return WorkerHealth(worker, loop_lag_ms=[lag] * 100, loop_lag_at_ns=times,
+                        dispatch_lateness_ms=[late] * 100, dispatch_at_ns=times,
                         cpu_mean=cpu, cpu_max=cpu + 5, load_average=load)
 
 
@@ -40,6 +43,15 @@ def test_each_rule_fires_with_its_numbers():
     assert "oversubscribed" not in lag["reasons"][0]
     cpu = client_section([health(cpu=97.0)], [])
     assert "worker 0 used 97% of a CPU core" in cpu["reasons"][0]
+
+
+def test_only_the_measurement_window_is_judged():
+    h = health()
+    h.loop_lag_ms[:10] = [50.0] * 10  # a start-up stall in the first 100 ms
+    h.dispatch_lateness_ms[:10] = [30.0] * 10
+    assert client_section([h], [])["bottleneck"]
+    c = client_section([h], [], Window(100 * MS, 1000 * MS))
+    assert not c["bottleneck"] and c["loop_lag_ms"]["max"] == 0.1 and c["lateness_p99_ms"] == 0.2
 
 
 def test_loop_lag_without_own_cpu_blames_the_oversubscribed_machine():

@@ -158,7 +158,7 @@ def _finish(config: BenchConfig, run: RunDir, settings: dict[str, Any],
     run.write_config(settings)
     window = run_window(settings, records)
     summary = summarize(records, window, config.slos).to_json()
-    client = client_section([r.health for r in results], records)
+    client = client_section([r.health for r in results], records, window)
     summary["client"] = client
     summary["window"] = ({"start_ns": window.start_ns, "end_ns": window.end_ns,
                           "seconds": window.duration_s} if window else None)

@@ -4,7 +4,8 @@ zero-gap token bursts over the run, and the rules that turn them into a verdict.
 Loop lag is sampled every 10 ms as the larger of: how long a ready callback waits for its
 turn (a `sleep(0)` round trip, precise) and how late the 10 ms timer fired beyond the event
 loop's 1 ms timer resolution (catches long stalls). Dispatch lateness is how late the
-arrival loop woke against the schedule (waits for a concurrency cap are not counted).
+arrival loop woke against the schedule (waits for a concurrency cap are not counted). The
+verdict looks at the measurement window only, like the summary.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 import psutil
 
+from latlab.metrics import Window
 from latlab.timeline import RequestTimeline
 
 SAMPLE_INTERVAL_S = 0.010
@@ -38,7 +40,9 @@ class WorkerHealth:
 
     worker: int
     loop_lag_ms: list[float] = field(default_factory=list)
+    loop_lag_at_ns: list[int] = field(default_factory=list)
     dispatch_lateness_ms: list[float] = field(default_factory=list)
+    dispatch_at_ns: list[int] = field(default_factory=list)
     cpu_mean: float = 0.0
     cpu_max: float = 0.0
     load_average: float = 0.0
@@ -70,6 +74,7 @@ class HealthSampler:
 
     def note_dispatch(self, late_ns: int) -> None:
         self.health.dispatch_lateness_ms.append(late_ns / 1e6)
+        self.health.dispatch_at_ns.append(time.perf_counter_ns())
 
     async def stop(self) -> WorkerHealth:
         if self._task is not None:
@@ -83,7 +88,7 @@ class HealthSampler:
         return self.health
 
     async def _run(self) -> None:
-        lags = self.health.loop_lag_ms
+        lags, lag_times = self.health.loop_lag_ms, self.health.loop_lag_at_ns
         interval_ns = int(SAMPLE_INTERVAL_S * 1e9)
         next_cpu = time.perf_counter() + CPU_INTERVAL_S
         while True:
@@ -93,6 +98,7 @@ class HealthSampler:
             await asyncio.sleep(0)
             turn = time.perf_counter_ns() - woke
             lags.append(max(turn, woke - due - TIMER_RESOLUTION_NS) / 1e6)
+            lag_times.append(woke)
             if time.perf_counter() >= next_cpu:
                 next_cpu += CPU_INTERVAL_S
                 self.health.cpu_max = max(self.health.cpu_max, self._process.cpu_percent(None))
@@ -104,10 +110,14 @@ def _cpu_seconds(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-def zero_gap_share(records: Sequence[RequestTimeline]) -> float | None:
-    """Share of gaps between a request's token events that are exactly zero (same read)."""
+def zero_gap_share(records: Sequence[RequestTimeline],
+                   window: Window | None = None) -> float | None:
+    """Share of gaps between a request's token events that are exactly zero (same read),
+    over the requests scheduled in `window` (all without one)."""
     gaps = zeros = 0
     for r in records:
+        if window is not None and r.origin_ns not in window:
+            continue
         t = r.token_ns
         if len(t) > 1:
             gaps += len(t) - 1
@@ -115,14 +125,16 @@ def zero_gap_share(records: Sequence[RequestTimeline]) -> float | None:
     return zeros / gaps if gaps else None
 
 
-def client_section(workers: Sequence[WorkerHealth],
-                   records: Sequence[RequestTimeline]) -> dict[str, Any]:
-    """The `client` section of summary.json, with the bottleneck verdict and its reasons."""
-    lags = np.asarray([v for w in workers for v in w.loop_lag_ms])
-    late = np.asarray([v for w in workers for v in w.dispatch_lateness_ms])
+def client_section(workers: Sequence[WorkerHealth], records: Sequence[RequestTimeline],
+                   window: Window | None = None) -> dict[str, Any]:
+    """The `client` section of summary.json, with the bottleneck verdict and its reasons.
+    Lag, lateness and bursts count inside the measurement `window` (start-up is not judged);
+    CPU is over the whole run."""
+    lags = _inside(window, [(w.loop_lag_at_ns, w.loop_lag_ms) for w in workers])
+    late = _inside(window, [(w.dispatch_at_ns, w.dispatch_lateness_ms) for w in workers])
     lag = {"p50": _pct(lags, 50), "p99": _pct(lags, 99), "max": float(lags.max()) if lags.size else None}
     lateness_p99 = _pct(late, 99)
-    zero_share = zero_gap_share(records)
+    zero_share = zero_gap_share(records, window)
     cpu_means = [w.cpu_mean for w in workers]
     reasons = []
     if lateness_p99 is not None and lateness_p99 > MAX_LATENESS_P99_MS:
@@ -159,6 +171,11 @@ def client_section(workers: Sequence[WorkerHealth],
         "bottleneck": bool(reasons),
         "reasons": reasons,
     }
+
+
+def _inside(window: Window | None, series: list[tuple[list[int], list[float]]]) -> np.ndarray:
+    values = [v for times, vs in series for t, v in zip(times, vs) if window is None or t in window]
+    return np.asarray(values, dtype=float)
 
 
 def _pct(values: np.ndarray, q: float) -> float | None:
