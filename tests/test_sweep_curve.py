@@ -12,9 +12,9 @@ from latlab.analysis.capacity import (
     elasticity,
     knee,
     saturation,
-    slo_max,
     too_many_errors,
 )
+from latlab.analysis.slo_max import slo_max
 
 
 def pt(load: float, latency: float, achieved: float | None = None, median: float | None = None,

@@ -28,6 +28,7 @@ from rich.console import Console
 from latlab import __version__
 from latlab.analysis import capacity
 from latlab.analysis.capacity import Point
+from latlab.analysis.slo_max import slo_max
 from latlab.load.arrivals import OPEN_LOOP, ArrivalConfig
 from latlab.load.config import BenchConfig, BenchError
 from latlab.load.target import EngineError, start_engine
@@ -105,11 +106,11 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
             if sweep.stop_after(sweep.run_point(url, step, console, progress)):
                 break
         else:
-            sweep.stop("all_points" if config.rates or config.concurrencies else
-                       "escalation_limit",
-                       "every load given was run" if config.rates or config.concurrencies else
-                       f"not clearly saturated after {MAX_ESCALATIONS} steps of ×{ESCALATION} "
-                       "past the probe's throughput")
+            if config.rates is not None or config.concurrencies is not None:
+                sweep.stop("all_points", "every load given was run")
+            else:
+                sweep.stop("escalation_limit", f"not clearly saturated after {MAX_ESCALATIONS} "
+                           f"steps of ×{ESCALATION} past the probe's throughput")
     except KeyboardInterrupt:
         sweep.stop("interrupted", "interrupted (Ctrl-C): the points finished so far are kept")
     except BaseException as e:
@@ -223,7 +224,7 @@ class _Sweep:
     def data(self) -> dict[str, Any]:
         c = self.config
         knee = capacity.knee(self.points)
-        best = capacity.slo_max(self.points, c.base.slos, c.percentile)
+        best = slo_max(self.points, c.base.slos, c.percentile)
         points = [p.to_json() for p in self.points]
         if c.price_per_hour:
             for p, out in zip(self.points, points):

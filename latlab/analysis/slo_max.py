@@ -1,0 +1,97 @@
+"""The answer to "how much load within the SLOs": the highest load of a sweep whose
+percentile of every SLO metric meets its limit, with the measured points on both sides
+(see `latlab.analysis.capacity` for the definition)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from latlab.analysis.capacity import Point, curve, json_number
+
+
+@dataclass
+class SloMax:
+    """The answer to "how much load within the SLOs", with the evidence on both sides."""
+
+    slos: dict[str, float]
+    percentile: float
+    load: float | None
+    achieved: float | None
+    output_tokens_per_s: float | None
+    passing: Point | None
+    failing: Point | None
+    interpolated: bool
+    limiting: str | None
+    statement: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = {k: v for k, v in asdict(self).items() if k not in ("passing", "failing")}
+        for side in ("passing", "failing"):
+            p: Point | None = getattr(self, side)
+            data[side] = None if p is None else {
+                "label": p.label, "load": p.load, "achieved": p.achieved, "run": p.run,
+                "values": {k: json_number(v) for k, v in p.slo_values.items()}}
+        return data
+
+
+def slo_max(points: Sequence[Point], slos: dict[str, float], q: float) -> SloMax | None:
+    """The highest load meeting `slos` at percentile `q` (see the module's definition)."""
+    ordered = curve(points)
+    if not slos or not ordered:
+        return None
+    name = f"p{q:g}"
+    wanted = ", ".join(f"{name} {m} ≤ {v:g} ms" for m, v in slos.items())
+    first_fail = next((i for i, p in enumerate(ordered) if not p.passes(slos)), None)
+    notes = []
+    if first_fail is not None:
+        above = [p.label for p in ordered[first_fail + 1:] if p.passes(slos)]
+        if above:
+            notes.append(f"{', '.join(above)} passed again above the first failing point "
+                         f"(noise?); the answer stays below the first failure")
+    if first_fail is None:
+        top = ordered[-1]
+        return SloMax(slos, q, top.load, top.achieved, top.output_tokens_per_s, top, None, False,
+                      None, f"{wanted}: met at every point measured, up to {top.load:.3g} "
+                      f"{top.unit} ({top.label}); the limit lies above it, unmeasured", notes)
+    fail = ordered[first_fail]
+    if first_fail == 0:
+        return SloMax(slos, q, None, None, None, None, fail, False, _worst(fail, slos),
+                      f"{wanted}: not met even at the lowest load measured, {fail.load:.3g} "
+                      f"{fail.unit} ({fail.label})", notes)
+    ok = ordered[first_fail - 1]
+    crossings = {m: _crossing(ok, fail, m, limit) for m, limit in slos.items()
+                 if fail.slo_values[m] > limit}
+    limiting = min(crossings, key=lambda m: crossings[m])
+    load = crossings[limiting]
+    interpolated = load > ok.load
+    share = (load - ok.load) / (fail.load - ok.load) if fail.load > ok.load else 0.0
+    achieved = ok.achieved + share * (fail.achieved - ok.achieved)
+    tokens = ok.output_tokens_per_s + share * (fail.output_tokens_per_s - ok.output_tokens_per_s)
+    how = (f"interpolated linearly in {name} {limiting} between" if interpolated else
+           f"{name} {limiting} cannot be interpolated (failed requests at {fail.label}); between")
+    statement = (f"{wanted}: ≈ {load:.3g} {ok.unit}, {how} the last passing point {ok.label} "
+                 f"({name} {limiting} {ok.slo_values[limiting]:.0f} ms) and the first failing "
+                 f"{fail.label} ({name} {limiting} {_ms(fail.slo_values[limiting])})")
+    return SloMax(slos, q, load, achieved, tokens, ok, fail, interpolated, limiting, statement,
+                  notes)
+
+
+def _crossing(ok: Point, fail: Point, metric: str, limit: float) -> float:
+    """Where `metric` reaches `limit` on the line between `ok` and `fail` (ok's load when it
+    cannot be interpolated)."""
+    a, b = ok.slo_values[metric], fail.slo_values[metric]
+    if math.isinf(b) or b <= a or fail.load <= ok.load:
+        return ok.load
+    return ok.load + (limit - a) / (b - a) * (fail.load - ok.load)
+
+
+def _worst(point: Point, slos: dict[str, float]) -> str:
+    return max(slos, key=lambda m: point.slo_values[m] / slos[m])
+
+
+def _ms(value: float) -> str:
+    return "failed requests (∞)" if math.isinf(value) else f"{value:.0f} ms"
+
