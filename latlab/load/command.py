@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import orjson
 from pydantic import ValidationError
@@ -18,6 +18,10 @@ from latlab.load.config import BenchConfig
 from latlab.load.datasets import DatasetError
 from latlab.load.workload import LengthDistribution, WorkloadConfig, WorkloadError
 from latlab.metrics import FORMULAS, parse_slo
+from latlab.rundir import RunDir
+
+if TYPE_CHECKING:
+    from latlab.analysis import RunAnalysis
 
 EXIT_OK, EXIT_FAILED_RUN, EXIT_BAD_OPTIONS, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_DURATION_S = 20.0
@@ -202,12 +206,39 @@ def run_command(config: BenchConfig, *, json_output: bool, progress: bool | None
     except KeyboardInterrupt:
         err.print("latlab bench: interrupted (records written so far are kept)", style="yellow")
         return EXIT_INTERRUPTED
+    analysis = _explain(result.run, err)
     if json_output:
-        sys.stdout.write(orjson.dumps(result.summary | {"run": str(result.run.path)},
+        findings = [f.to_json() for f in analysis.findings] if analysis else None
+        sys.stdout.write(orjson.dumps(result.summary | {"run": str(result.run.path),
+                                                        "findings": findings},
                                       option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         print_summary(out, result.summary, result.run.path)
+        if analysis is not None:
+            from latlab.report.console import print_budget, print_findings
+
+            out.print()
+            print_budget(out, analysis)
+            out.print()
+            print_findings(out, analysis, unevaluated=False)
+            out.print(f"report: {analysis.run.report_path}")
     if result.message:
         err.print(f"latlab bench: {result.message}", style="bold red" if result.failed else "yellow",
                   markup=False, highlight=False)
     return EXIT_FAILED_RUN if result.failed else EXIT_OK
+
+
+def _explain(run: RunDir, err: Console) -> RunAnalysis | None:
+    """Decompose and diagnose the finished run and write its report.html. The run folder is
+    complete already: a failure here loses nothing and `latlab report` can redo it."""
+    from latlab.analysis import analyze
+    from latlab.report.html import write_html
+
+    try:
+        analysis = analyze(run)
+        write_html(run, analysis)
+    except Exception as e:  # noqa: BLE001 - the measurement is safe on disk; say what failed
+        err.print(f"latlab bench: could not explain the run ({type(e).__name__}: {e}); "
+                  f"try `latlab report {run.path}`", style="yellow", markup=False)
+        return None
+    return analysis
