@@ -374,6 +374,8 @@ def serve(
     seed: int = typer.Option(0, help="Seed of the preset weights and of unseeded sampling."),
     dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
     warmup: bool = typer.Option(True, help="Warm up before reporting ready."),
+    otel_file: Path | None = typer.Option(None, help="Append an OpenTelemetry span per "
+                                          "request (stages as events) to this JSON-lines file."),
 ) -> None:
     """Serve a model through an OpenAI-compatible API (latlab's reference engine, on CPU)."""
     from latlab.engine.config import ConfigError, EngineConfig
@@ -387,7 +389,8 @@ def serve(
         max_num_batched_tokens=max_num_batched_tokens, enable_chunked_prefill=chunked_prefill,
         batching=batching, max_waiting=max_waiting, threads=threads, seed=seed, dtype=dtype,
         warmup=warmup)
-    settings = ServerSettings(served_model_name=served_model_name or model, api_key=api_key)
+    settings = ServerSettings(served_model_name=served_model_name or model, api_key=api_key,
+                              otel_file=otel_file)
     try:
         run_server(config, settings, host=host, port=port)
     except (ConfigError, ModelLoadError) as e:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from latlab.engine.config import EngineConfig
 from latlab.server.async_engine import AsyncEngine
@@ -26,11 +27,12 @@ class RunningServer:
 
 @contextmanager
 def running_server(api_key: str | None = None, wait_ready: bool = True,
+                   otel_file: Path | None = None,
                    **engine_options: object) -> Iterator[RunningServer]:
     """A server with the tiny preset (override any EngineConfig field), ready unless
     `wait_ready` is False (then only listening)."""
     config = EngineConfig(**{**TINY, **engine_options})
-    settings = ServerSettings(served_model_name="tiny", api_key=api_key)
+    settings = ServerSettings(served_model_name="tiny", api_key=api_key, otel_file=otel_file)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

@@ -6,6 +6,7 @@ import threading
 
 import httpx
 import openai
+import orjson
 import pytest
 from engine_server import running_server, wait_until
 from prometheus_client.parser import text_string_to_metric_families
@@ -174,3 +175,18 @@ def test_not_ready_until_warmed_up(monkeypatch):
             release.set()
         wait_until(lambda: httpx.get(s.url + "/ready").status_code == 200, what="readiness")
         assert httpx.post(s.url + "/v1/completions", json={"prompt": "x"}).status_code == 200
+
+
+def test_otel_file_gets_a_span_per_request_with_stage_events(tmp_path):
+    path = tmp_path / "spans.jsonl"
+    with running_server(otel_file=path) as s:
+        for stream in (False, True):
+            r = httpx.post(s.url + "/v1/completions", headers={"X-Request-Id": f"t-{stream}"},
+                           json={"prompt": "x", "max_tokens": 3, "stream": stream})
+            assert r.status_code == 200
+    spans = [orjson.loads(line) for line in path.read_text().splitlines()]
+    assert sorted(sp["attributes"]["latlab.request_id"] for sp in spans) == ["t-False", "t-True"]
+    for span in spans:
+        assert [e["name"] for e in span["events"]] == ["enqueued", "scheduled", "first_token",
+                                                       "last_token"]
+        assert span["attributes"]["latlab.completion_tokens"] == 3

@@ -161,7 +161,8 @@ class LLMEngine:
         generator = torch.Generator().manual_seed(0)
 
         def prompt(n: int) -> list[int]:
-            return torch.randint(0, self.model_config.vocab_size, (n,), generator=generator).tolist()
+            vocab = self.model_config.vocab_size
+            return torch.randint(0, vocab, (n,), generator=generator).tolist()
 
         size = 1
         while True:

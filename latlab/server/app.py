@@ -21,6 +21,7 @@ from latlab.server.async_engine import AsyncEngine
 from latlab.server.openai_serving import OpenAIServing, ServerSettings
 from latlab.server.schemas import ApiError, ModelCard, ModelList
 from latlab.server.telemetry import Telemetry
+from latlab.server.tracing import RequestTracer
 
 
 class RequestIdMiddleware:
@@ -49,7 +50,8 @@ class RequestIdMiddleware:
 
 def create_app(engine: AsyncEngine, settings: ServerSettings, warmup: bool = True) -> FastAPI:
     """The app; its lifespan starts the engine thread (warming up first) and stops it."""
-    telemetry = Telemetry(lambda: engine.stats)
+    tracer = RequestTracer(settings.otel_file) if settings.otel_file else None
+    telemetry = Telemetry(lambda: engine.stats, tracer)
     serving = OpenAIServing(engine, settings, telemetry)
 
     @asynccontextmanager
@@ -59,6 +61,8 @@ def create_app(engine: AsyncEngine, settings: ServerSettings, warmup: bool = Tru
             yield
         finally:
             engine.stop()
+            if tracer is not None:
+                tracer.shutdown()
 
     app = FastAPI(title="latlab serve", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)

@@ -10,6 +10,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fastapi import Request
@@ -32,6 +33,7 @@ class ServerSettings:
     served_model_name: str
     api_key: str | None = None
     max_body_bytes: int = 4 << 20
+    otel_file: Path | None = None
 
 
 class OpenAIServing:
@@ -142,7 +144,7 @@ class OpenAIServing:
         except EngineNotReady as e:
             raise ApiError(503, str(e), type="service_unavailable") from None
         last.times.completed = time.perf_counter_ns()
-        self.telemetry.observe_request(last.times, last.num_prompt_tokens,
+        self.telemetry.observe_request(rid, last.times, last.num_prompt_tokens,
                                        last.num_output_tokens, str(last.finish_reason))
         usage = Usage(**usage_of(last))
         reason, name = str(last.finish_reason), self.settings.served_model_name

@@ -64,8 +64,9 @@ class StreamEvents:
                 yield _sse({**self.head, "choices": [], "usage": usage_of(last),
                             "server_timing": last.times.server_timing().to_json()})
             yield b"data: [DONE]\n\n"
-            self.telemetry.observe_request(last.times, last.num_prompt_tokens,
-                                           last.num_output_tokens, str(last.finish_reason))
+            self.telemetry.observe_request(self.head["id"], last.times,
+                                           last.num_prompt_tokens, last.num_output_tokens,
+                                           str(last.finish_reason))
         except (EngineRequestError, EngineNotReady) as e:
             status = 400 if isinstance(e, EngineRequestError) else 503
             yield _sse(ApiError(status, str(e)).body())

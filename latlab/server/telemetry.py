@@ -11,6 +11,7 @@ from prometheus_client.registry import Collector
 
 from latlab.engine.engine import EngineStats
 from latlab.engine.sequence import StageTimes
+from latlab.server.tracing import RequestTracer
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5,
                    0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
@@ -41,7 +42,11 @@ class _EngineCollector(Collector):
 
 
 class Telemetry:
-    def __init__(self, stats: Callable[[], EngineStats]) -> None:
+    """The Prometheus metrics, and the per-request trace when one is kept."""
+
+    def __init__(self, stats: Callable[[], EngineStats],
+                 tracer: RequestTracer | None = None) -> None:
+        self.tracer = tracer
         self.registry = CollectorRegistry()
 
         def histogram(name: str, doc: str) -> Histogram:
@@ -63,8 +68,8 @@ class Telemetry:
                                 ["outcome"], registry=self.registry)
         self.registry.register(_EngineCollector(stats))
 
-    def observe_request(self, times: StageTimes, prompt_tokens: int, completion_tokens: int,
-                        outcome: str) -> None:
+    def observe_request(self, request_id: str, times: StageTimes, prompt_tokens: int,
+                        completion_tokens: int, outcome: str) -> None:
         """Record a request that reached the engine, when its response is complete."""
         for histogram, start, end in (
             (self.ttft, times.received, times.first_token),
@@ -78,6 +83,8 @@ class Telemetry:
         self.prompt_tokens.inc(prompt_tokens)
         self.generation_tokens.inc(completion_tokens)
         self.requests.labels(outcome).inc()
+        if self.tracer is not None:
+            self.tracer.record(request_id, times, prompt_tokens, completion_tokens, outcome)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
