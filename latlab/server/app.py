@@ -21,7 +21,6 @@ from latlab.server.async_engine import AsyncEngine
 from latlab.server.openai_serving import OpenAIServing, ServerSettings
 from latlab.server.schemas import ApiError, ModelCard, ModelList
 from latlab.server.telemetry import Telemetry
-from latlab.server.tracing import RequestTracer
 
 
 class RequestIdMiddleware:
@@ -50,7 +49,11 @@ class RequestIdMiddleware:
 
 def create_app(engine: AsyncEngine, settings: ServerSettings, warmup: bool = True) -> FastAPI:
     """The app; its lifespan starts the engine thread (warming up first) and stops it."""
-    tracer = RequestTracer(settings.otel_file) if settings.otel_file else None
+    tracer = None
+    if settings.otel_file:
+        from latlab.server.tracing import RequestTracer  # the SDK only when asked for
+
+        tracer = RequestTracer(settings.otel_file)
     telemetry = Telemetry(lambda: engine.stats, tracer)
     serving = OpenAIServing(engine, settings, telemetry)
 

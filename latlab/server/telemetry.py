@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import (CollectorRegistry, Counter, Histogram, disable_created_metrics,
                                generate_latest)
@@ -11,7 +12,9 @@ from prometheus_client.registry import Collector
 
 from latlab.engine.engine import EngineStats
 from latlab.engine.sequence import StageTimes
-from latlab.server.tracing import RequestTracer
+
+if TYPE_CHECKING:
+    from latlab.server.tracing import RequestTracer
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5,
                    0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
