@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from latlab.cli import app
 from latlab.rundir import RunDir
+from latlab.store import RunStore
 from sse_server import DONE, Server, Step, completion, status, stream, usage_only
 
 STEPS = [Step(0.005, completion("a", {"prompt_tokens": 8, "completion_tokens": 1})),
@@ -21,7 +22,7 @@ def bench(*args: str):
 
 
 def only_run(root) -> RunDir:
-    (path,) = list(root.iterdir())
+    (path,) = [p for p in root.iterdir() if p.is_dir()]
     return RunDir.open(path)
 
 
@@ -47,6 +48,9 @@ def test_json_output_exit_code_and_run_folder(tmp_path):
     config = run.read_config()
     assert "--rate 60" in config["command"] and config["bench"]["arrivals"]["process"] == "poisson"
     assert len(run.read_records()) == 24
+    assert summary["findings"] is not None and run.report_path.is_file()
+    with RunStore(tmp_path) as store:
+        assert [r.path for r in store.list()] == [run.path.resolve()]
 
 
 def test_the_summary_table(tmp_path):

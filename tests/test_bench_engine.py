@@ -33,7 +33,7 @@ def test_bench_without_url_runs_the_embedded_engine_and_stops_it(tmp_path):
                                       "--prompt-tokens", "24", "--output-tokens", "6",
                                       "--out", str(tmp_path), "--no-progress"])
     assert result.exit_code == 0, result.output
-    (path,) = list(tmp_path.iterdir())
+    (path,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     run = RunDir.open(path)
     config = run.read_config()
     assert config["target"]["embedded"] and config["target"]["engine_ready_s"] > 0

@@ -19,6 +19,7 @@ from latlab.load.datasets import DatasetError
 from latlab.load.workload import LengthDistribution, WorkloadConfig, WorkloadError
 from latlab.metrics import FORMULAS, parse_slo
 from latlab.rundir import RunDir
+from latlab.store import RunStore
 
 if TYPE_CHECKING:
     from latlab.analysis import RunAnalysis
@@ -206,6 +207,8 @@ def run_command(config: BenchConfig, *, json_output: bool, progress: bool | None
     except KeyboardInterrupt:
         err.print("latlab bench: interrupted (records written so far are kept)", style="yellow")
         return EXIT_INTERRUPTED
+    with RunStore(config.out) as store:
+        store.register(result.run.path, "bench", result.run.read_config(), result.summary)
     analysis = _explain(result.run, err)
     if json_output:
         findings = [f.to_json() for f in analysis.findings] if analysis else None

@@ -33,7 +33,6 @@ from latlab.load.worker import Worker, WorkerPlan, WorkerResult
 from latlab.load.workload import Workload
 from latlab.metrics import Window, summarize
 from latlab.rundir import RunDir
-from latlab.store import RunStore
 from latlab.timeline import Outcome, RequestTimeline
 
 START_LEAD_S = 0.05
@@ -176,8 +175,6 @@ def _finish(config: BenchConfig, run: RunDir, settings: dict[str, Any],
     elif ok == 0 and not message:
         message = f"every request failed ({_failure_counts(records)})"
     run.write_summary(summary)
-    with RunStore(config.out) as store:
-        store.register(run.path, "bench", settings, summary)
     return BenchResult(run, summary, failed, message)
 
 
