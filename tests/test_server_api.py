@@ -8,10 +8,12 @@ import httpx
 import openai
 import orjson
 import pytest
+import torch
 from engine_server import running_server, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from latlab.engine.engine import LLMEngine
+from latlab.engine.loader import load_model, save_checkpoint
 from latlab.timeline import SERVER_TIMING_STAGES, ServerTiming
 
 
@@ -190,3 +192,18 @@ def test_otel_file_gets_a_span_per_request_with_stage_events(tmp_path):
         assert [e["name"] for e in span["events"]] == ["enqueued", "scheduled", "first_token",
                                                        "last_token"]
         assert span["attributes"]["latlab.completion_tokens"] == 3
+
+
+def test_a_chat_template_that_rejects_the_messages_gives_400(tmp_path):
+    tiny = load_model("tiny", torch.float32, seed=0)
+    tiny.tokenizer.chat_template = (
+        "{% if messages[0]['role'] != 'user' %}{{ raise_exception('user first, please') }}"
+        "{% endif %}{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    folder = save_checkpoint(tiny, tmp_path / "model")
+    with running_server(model=str(folder)) as s:
+        r = httpx.post(s.url + "/v1/chat/completions", json={
+            "messages": [{"role": "system", "content": "x"}], "max_tokens": 2})
+        assert r.status_code == 400 and "user first, please" in r.json()["error"]["message"]
+        r = httpx.post(s.url + "/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "x"}], "max_tokens": 2})
+        assert r.status_code == 200

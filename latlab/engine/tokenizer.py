@@ -84,12 +84,21 @@ class Tokenizer:
     def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
         """The prompt text for chat messages, ending where the assistant's reply begins.
 
-        A model's own Jinja template is used when it has one; otherwise ChatML.
+        A model's own Jinja template is used when it has one; otherwise ChatML. A template
+        that rejects the messages raises `jinja2.TemplateError`.
         """
         if self.chat_template:
+            import time
+
             import jinja2
 
+            def raise_exception(message: str) -> None:
+                raise jinja2.TemplateError(message)
+
             env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+            # The helpers Hugging Face templates call (transformers defines the same two).
+            env.globals.update(raise_exception=raise_exception,
+                               strftime_now=lambda fmt: time.strftime(fmt))
             return env.from_string(self.chat_template).render(
                 messages=messages,
                 add_generation_prompt=True,

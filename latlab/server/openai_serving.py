@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jinja2
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
@@ -65,7 +66,12 @@ class OpenAIServing:
         received = _begin(request, "chat")
         body = await self._read(request, ChatCompletionRequest)
         messages = [{"role": m.role, "content": m.text} for m in body.messages]
-        ids = self.tokenizer.encode(self.tokenizer.apply_chat_template(messages))
+        try:
+            prompt = self.tokenizer.apply_chat_template(messages)
+        except jinja2.TemplateError as e:
+            raise ApiError(400, f"the model's chat template rejects these messages: {e}",
+                           param="messages") from None
+        ids = self.tokenizer.encode(prompt)
         max_tokens = body.max_completion_tokens or body.max_tokens
         return await self._serve(request, "chat", body, ids, max_tokens, received)
 
