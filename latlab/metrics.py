@@ -22,6 +22,7 @@ PERCENTILES: dict[str, float] = {"p50": 50, "p90": 90, "p95": 95, "p99": 99, "p9
 CONFIDENCE = 0.95
 MIN_TAIL_SAMPLES = 10
 SHORTFALL = 0.95
+BURST_SHARE = 0.1
 BACKLOG_NOISE_MIN = 3
 BACKLOG_NOISE_SIGMAS = 3.0
 
@@ -262,6 +263,9 @@ FAILURE_ADJUSTED = ("ttft", "ttft_sched", "e2e", "e2e_sched")
 class Throughput:
     """Rates over the measurement window.
 
+    `offered_rate` and `sent_rate` are over the window's arrivals: the window, or up to its
+    last arrival when the arrivals stopped inside it; both are None for a burst, whose
+    arrivals span under 10% of the window.
     `backlog_growth` is how many more requests were in flight when the window's last request
     arrived than at the window's start: about zero (± a few) when the target keeps up, the
     growing queue when it does not.
@@ -271,8 +275,8 @@ class Throughput:
     """
 
     window_s: float
-    offered_rate: float
-    sent_rate: float
+    offered_rate: float | None
+    sent_rate: float | None
     achieved_rate: float
     output_tokens_per_s: float
     total_tokens_per_s: float
@@ -403,26 +407,34 @@ def _throughput(
         # Scale per-event counts to the server's usage count when they disagree.
         scale = (r.completion_tokens / event_total) if r.completion_tokens else 1.0
         output_tokens += in_window * scale
-    sent = sum(1 for r in records if r.sent_ns in window)
+
+    # The offered load spans the window unless the arrivals stopped inside it (a run stopped
+    # by count drains its last requests inside the window): then it ends at the last arrival.
+    continued = any(r.origin_ns is not None and r.origin_ns >= window.end_ns for r in records)
+    last = max((r.origin_ns for r in chosen), default=window.start_ns) + 1
+    arrivals = Window(window.start_ns, window.end_ns if continued else min(window.end_ns, last))
+    burst = arrivals.duration_s < BURST_SHARE * window.duration_s
+    offered = None if burst else len(chosen) / arrivals.duration_s
+    sent = None if burst else sum(1 for r in chosen if r.sent_ns in arrivals) / arrivals.duration_s
+
     spans = [(r.sent_ns, _end_ns(r)) for r in records if r.sent_ns is not None]
     busy_ns = sum(max(0, min(end, window.end_ns) - max(start, window.start_ns))
                   for start, end in spans)
-    arrivals_end = min(window.end_ns, max((r.origin_ns for r in chosen), default=0) + 1)
-    backlog = (sum(1 for s, e in spans if s <= arrivals_end < e)
+    backlog = (sum(1 for s, e in spans if s <= arrivals.end_ns < e)
                - sum(1 for s, e in spans if s <= window.start_ns < e))
     concurrency = busy_ns / 1e9 / seconds
-    offered, achieved = len(chosen) / seconds, completed / seconds
+    achieved = completed / seconds
     noise = max(BACKLOG_NOISE_MIN, BACKLOG_NOISE_SIGMAS * math.sqrt(2 * max(concurrency, 1.0)))
     return Throughput(
         window_s=window.duration_s,
         offered_rate=offered,
-        sent_rate=sent / seconds,
+        sent_rate=sent,
         achieved_rate=achieved,
         output_tokens_per_s=output_tokens / seconds,
         total_tokens_per_s=(output_tokens + prompt_tokens) / seconds,
         mean_concurrency=concurrency,
         backlog_growth=backlog,
-        fell_behind=achieved < SHORTFALL * offered and backlog > noise,
+        fell_behind=offered is not None and achieved < SHORTFALL * offered and backlog > noise,
     )
 
 
@@ -441,7 +453,7 @@ def _warnings(s: Summary) -> list[str]:
         warnings.append(f"{failed} of {s.in_window} requests failed ({100 * failed / s.in_window:.1f}%): "
                         "see failures and the failure-adjusted percentiles")
     t = s.throughput
-    if t and t.offered_rate > 0:
+    if t and t.offered_rate:
         if t.sent_rate < SHORTFALL * t.offered_rate:
             warnings.append(f"the client sent {t.sent_rate:.2f} req/s of {t.offered_rate:.2f} offered: "
                             "it could not keep the schedule")

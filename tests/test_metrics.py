@@ -166,3 +166,23 @@ def test_an_overloaded_server_fell_behind():
     assert t.fell_behind and t.backlog_growth > 20
     assert t.achieved_rate == pytest.approx(1000 / 150, rel=0.05)
     assert any("fell behind" in w for w in s.warnings)
+
+
+def test_a_run_stopped_by_count_is_judged_on_its_arrivals_not_its_drain():
+    # 40 arrivals at 10 req/s to a one-at-a-time server of 6.7 req/s; the window runs until
+    # the last request is done, long after the arrivals stopped
+    records, free = [], 0.0
+    for i in range(40):
+        start = max(i * 100.0, free)
+        free = start + 150
+        records.append(_served(i, i * 100, start, 150))
+    t = summarize(records, Window.of_run(records)).throughput
+    assert t.offered_rate == pytest.approx(10, rel=0.05)
+    assert t.fell_behind
+
+
+def test_a_burst_has_no_offered_rate():
+    records = [_served(i, 0, i * 50, 50) for i in range(20)]
+    t = summarize(records, Window.of_run(records)).throughput
+    assert t.offered_rate is None and t.sent_rate is None and not t.fell_behind
+    assert t.achieved_rate == pytest.approx(20)

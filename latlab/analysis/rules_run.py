@@ -140,6 +140,8 @@ OVERLOAD_WHERE = {
 def explodes_at_peak(a: RunAnalysis) -> Finding | Unevaluated | None:
     """Achieved below offered; the finding names the bucket the p99 tail spends most in."""
     t = a.summary.get("throughput")
+    if isinstance(t, dict) and "offered_rate" in t and t["offered_rate"] is None:
+        return None  # a burst: every request offered at once, nothing to fall behind of
     if not isinstance(t, dict) or not t.get("offered_rate"):
         return Unevaluated("explodes_at_peak", "needs the offered and achieved request rates "
                                                "(a measurement window: summary.json → throughput)")

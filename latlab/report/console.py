@@ -167,7 +167,8 @@ def _summary_lines(s: dict) -> list[Text]:
                           f"{t['output_tokens_per_s']:,.0f} output tok/s · "
                           f"{t['total_tokens_per_s']:,.0f} total tok/s"))
         offered = (f"offered     {t['offered_rate']:.2f} req/s · sent {t['sent_rate']:.2f} · "
-                   f"achieved {t['achieved_rate']:.2f}")
+                   f"achieved {t['achieved_rate']:.2f}" if t.get("offered_rate") is not None
+                   else f"offered     a burst (no rate) · achieved {t['achieved_rate']:.2f} req/s")
         short = t.get("fell_behind", False)
         if short:
             offered += (f"  ACHIEVED ONLY {100 * t['achieved_rate'] / t['offered_rate']:.0f}% "

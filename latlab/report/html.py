@@ -132,7 +132,9 @@ def _summary_table(summary: dict[str, Any]) -> str:
     lines = [f"{summary.get('ok', 0)} of {summary.get('in_window', 0)} requests in the window "
              f"succeeded; failures: {json.dumps(summary.get('failures') or {})}"]
     if t:
-        lines.append(f"offered {t['offered_rate']:.2f} req/s, achieved {t['achieved_rate']:.2f} "
+        offered = ("a burst" if t.get("offered_rate") is None
+                   else f"{t['offered_rate']:.2f} req/s")
+        lines.append(f"offered {offered}, achieved {t['achieved_rate']:.2f} "
                      f"req/s, {t['output_tokens_per_s']:.1f} output tokens/s over "
                      f"{t['window_s']:.1f} s")
     return (f"<table><tr>{head}</tr>{''.join(rows)}</table>"
