@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import uvicorn
+
 from latlab.engine.config import EngineConfig
 from latlab.server.async_engine import AsyncEngine
 from latlab.server.openai_serving import ServerSettings
@@ -23,6 +25,7 @@ TINY = dict(model="tiny", max_model_len=256, block_size=8, max_num_seqs=8,
 class RunningServer:
     url: str
     engine: AsyncEngine
+    server: uvicorn.Server
 
 
 @contextmanager
@@ -46,7 +49,7 @@ def running_server(api_key: str | None = None, wait_ready: bool = True,
         while not (server.started and (engine.ready.is_set() or not wait_ready)):
             assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
             time.sleep(0.01)
-        yield RunningServer(f"http://127.0.0.1:{port}", engine)
+        yield RunningServer(f"http://127.0.0.1:{port}", engine, server)
     finally:
         server.should_exit = True
         thread.join(timeout=30)

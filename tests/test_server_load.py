@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import httpx
+import orjson
 from engine_server import running_server, wait_until
 
 LONG = {"prompt": "x", "max_tokens": 200, "ignore_eos": True, "stream": True}
@@ -67,6 +68,19 @@ def test_disconnected_non_streamed_request_is_aborted():
         assert server.engine.stats.num_steps < 1000  # cut short, not run to the end
         text = httpx.get(server.url + "/metrics").text
         assert 'latlab_requests_total{outcome="abort"} 1.0' in text
+
+
+def test_shutdown_ends_streams_in_flight_with_an_error_event():
+    with running_server(max_model_len=1024, num_kv_blocks=130) as s:
+        body = {"prompt": "x", "max_tokens": 1000, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", s.url + "/v1/completions", json=body, timeout=30) as r:
+            lines = (line for line in r.iter_lines() if line)
+            assert next(lines).startswith("data: {")
+            s.server.should_exit = True
+            rest = list(lines)
+    assert rest[-1] == "data: [DONE]"
+    assert "the server is shutting down" in rest[-2]
+    assert orjson.loads(rest[-2].removeprefix("data: "))["error"]["type"] == "service_unavailable"
 
 
 def test_sigterm_stops_serve_cleanly():

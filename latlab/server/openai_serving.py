@@ -25,7 +25,8 @@ from latlab.server.schemas import (ApiError, AssistantMessage, ChatChoice,
                                    ChatCompletionRequest, ChatCompletionResponse,
                                    CompletionChoice, CompletionRequest, CompletionResponse,
                                    GenerationRequest, Usage)
-from latlab.server.streaming import Api, EngineStreamResponse, StreamEvents, usage_of
+from latlab.server.streaming import (Api, EngineStreamResponse, StreamEvents, engine_error,
+                                     usage_of)
 from latlab.server.telemetry import Telemetry
 
 
@@ -145,10 +146,8 @@ class OpenAIServing:
             return JSONResponse({}, status_code=499)  # nobody is listening any more
         try:
             text, last = task.result()
-        except EngineRequestError as e:
-            raise ApiError(400, str(e)) from None
-        except EngineNotReady as e:
-            raise ApiError(503, str(e), type="service_unavailable") from None
+        except (EngineRequestError, EngineNotReady) as e:
+            raise engine_error(e) from None
         last.times.completed = time.perf_counter_ns()
         self.telemetry.observe_request(rid, last.times, last.num_prompt_tokens,
                                        last.num_output_tokens, str(last.finish_reason))

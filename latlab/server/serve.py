@@ -26,6 +26,16 @@ from latlab.server.openai_serving import ServerSettings
 
 
 class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, engine: AsyncEngine) -> None:
+        super().__init__(config)
+        self.engine = engine
+
+    async def shutdown(self, sockets: list | None = None) -> None:
+        # End the requests in flight now (an error event, then [DONE]) rather than cancel
+        # them after the graceful-shutdown timeout.
+        self.engine.stop()
+        await super().shutdown(sockets)
+
     @contextmanager
     def capture_signals(self) -> Iterator[None]:
         """SIGINT/SIGTERM start a graceful shutdown, after which the process exits 0
@@ -46,11 +56,11 @@ class _Server(uvicorn.Server):
 def build_server(config: EngineConfig, settings: ServerSettings, host: str,
                  port: int) -> uvicorn.Server:
     """A uvicorn server around a new engine; the engine warms up once the server starts."""
-    engine = LLMEngine(replace(config, warmup=False))
-    app = create_app(AsyncEngine(engine, config.max_waiting), settings, warmup=config.warmup)
+    engine = AsyncEngine(LLMEngine(replace(config, warmup=False)), config.max_waiting)
+    app = create_app(engine, settings, warmup=config.warmup)
     return _Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                         access_log=False, timeout_graceful_shutdown=5,
-                                         lifespan="on"))
+                                  access_log=False, timeout_graceful_shutdown=5,
+                                  lifespan="on"), engine)
 
 
 def run_server(config: EngineConfig, settings: ServerSettings, host: str = "127.0.0.1",

@@ -68,8 +68,7 @@ class StreamEvents:
                                            last.num_prompt_tokens, last.num_output_tokens,
                                            str(last.finish_reason))
         except (EngineRequestError, EngineNotReady) as e:
-            status = 400 if isinstance(e, EngineRequestError) else 503
-            yield _sse(ApiError(status, str(e)).body())
+            yield _sse(engine_error(e).body())
             yield b"data: [DONE]\n\n"
         finally:
             if not self.stream.finished:
@@ -87,6 +86,12 @@ class StreamEvents:
                               "completion_tokens": completion_tokens,
                               "total_tokens": self.num_prompt_tokens + completion_tokens}
         return _sse(chunk)
+
+
+def engine_error(e: EngineRequestError | EngineNotReady) -> ApiError:
+    if isinstance(e, EngineRequestError):
+        return ApiError(400, str(e))
+    return ApiError(503, str(e), type="service_unavailable")
 
 
 def usage_of(out: RequestOutput) -> dict[str, Any]:
