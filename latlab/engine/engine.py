@@ -74,9 +74,13 @@ class LLMEngine:
             self.warmup()
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                    *, received_ns: int | None = None, priority: int = 0,
-                    tenant: str | None = None) -> Sequence:
-        """Queue a request. Raises ValueError for a prompt the engine cannot take."""
+                    *, received_ns: int | None = None, enqueued_ns: int | None = None,
+                    priority: int = 0, tenant: str | None = None) -> Sequence:
+        """Queue a request. Raises ValueError for a prompt the engine cannot take.
+
+        `received_ns` and `enqueued_ns` (`perf_counter_ns`) default to now: a server passes
+        when it got the request and when it handed it over after preprocessing.
+        """
         now = time.perf_counter_ns()
         if request_id in self.sequences:
             raise ValueError(f"request id {request_id!r} is already in the engine")
@@ -89,7 +93,7 @@ class LLMEngine:
         if not all(0 <= t < vocab for t in prompt_token_ids):
             raise ValueError(f"prompt token ids must be in [0, {vocab})")
         seq = Sequence(request_id, list(prompt_token_ids), params,
-                       StageTimes(received=received_ns or now, enqueued=now),
+                       StageTimes(received=received_ns or now, enqueued=enqueued_ns or now),
                        priority=priority, tenant=tenant)
         seq.detokenizer = Detokenizer(self.tokenizer, params.stop)
         self.sequences[request_id] = seq

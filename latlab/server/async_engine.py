@@ -39,6 +39,7 @@ class _Add:
     prompt_token_ids: list[int]
     params: SamplingParams
     received_ns: int
+    enqueued_ns: int
     priority: int
     tenant: str | None
 
@@ -140,7 +141,7 @@ class AsyncEngine:
         self._streams[stream.request_id] = stream
         self._submitted += 1
         self._commands.put(_Add(stream.request_id, prompt_token_ids, params, received_ns,
-                                priority, tenant))
+                                time.perf_counter_ns(), priority, tenant))
         self._wakeup.set()
         return stream
 
@@ -191,6 +192,7 @@ class AsyncEngine:
             try:
                 self.engine.add_request(command.request_id, command.prompt_token_ids,
                                         command.params, received_ns=command.received_ns,
+                                        enqueued_ns=command.enqueued_ns,
                                         priority=command.priority, tenant=command.tenant)
             except ValueError as e:
                 errors.append((command.request_id, EngineRequestError(str(e))))
