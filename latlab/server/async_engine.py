@@ -162,6 +162,8 @@ class AsyncEngine:
         started = time.perf_counter()
         if warmup:
             self.engine.warmup()
+        if self._stopping:
+            return
         self.startup_s = time.perf_counter() - started
         self.stats = self.engine.stats()
         self._loop.call_soon_threadsafe(self.ready.set)
