@@ -56,12 +56,22 @@ def test_no_knee_while_latency_grows_slower_than_throughput():
     assert knee([pt(1, 100)]) is None
 
 
-def test_the_probe_and_interrupted_points_stay_out_of_the_curve():
+def test_sync_probe_and_interrupted_points_stay_out_of_the_curve():
+    sync = pt(0.5, 10, mode="synchronous")  # a closed loop never queues like Poisson arrivals
     probe = pt(64, 5000, achieved=9.0, mode="throughput")
     cut = pt(8, 9000, interrupted=True)
-    points = [*mm1([1, 3]), probe, cut]
+    points = [sync, *mm1([1, 3]), probe, cut]
     assert [p.load for p in curve(points)] == [1, 3]
     assert knee(points) is None
+
+
+def test_an_open_loop_point_counts_no_more_throughput_than_it_was_offered():
+    # 3 → 4 req/s offered, the 3 req/s window happened to complete 3.6/s: throughput rose
+    # 3 → 3.9, not 3.6 → 3.9, and latency doubled: a knee at 3.
+    points = [pt(2, 100), pt(3, 110, achieved=3.6), pt(4, 220, achieved=3.9)]
+    assert points[1].throughput == 3 and points[2].throughput == 3.9
+    assert knee(points).point.load == 3
+    assert elasticity(points[1], points[2]) == pytest.approx(math.log(2) / math.log(1.3))
 
 
 def slo_points(values: list[float], loads=(2, 4, 6, 8), metric="ttft") -> list[Point]:

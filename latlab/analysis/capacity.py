@@ -4,10 +4,15 @@ the SLOs, when to stop escalating, and what a request or a token costs.
 Definitions (quoted in the sweep's output):
 
 * Load is what the sweep controls: the offered rate (req/s, open loop) or the number of
-  users (closed loop). The synchronous point (one user) counts as load = its achieved rate.
+  users (closed loop). The curve is the open-loop rates, or the concurrencies: the
+  synchronous point (one user, no contention) and the saturation probe are shown beside it,
+  not analysed with it — a closed loop never queues the way the same mean rate of Poisson
+  arrivals does.
+* Throughput is the achieved rate (completions in the window / its length); for an
+  open-loop point at most its offered rate, since a surplus is the window's noise.
 * Knee: the last point before the first segment of the curve along which the latency
-  (E2E from schedule at the sweep's percentile) grows faster than the achieved throughput in
-  relative terms — elasticity Δln(latency) / Δln(throughput) above 1, or latency rising while
+  (E2E from schedule at the sweep's percentile) grows faster than the throughput in relative
+  terms — elasticity Δln(latency) / Δln(throughput) above 1, or latency rising while
   throughput does not. Scale-free: it does not depend on the units or on the range swept.
 * SLO-max: the highest load whose percentile of every SLO metric meets its limit, with
   failed requests counted as infinitely slow. Between the last passing point and the first
@@ -67,6 +72,10 @@ class Point:
     @property
     def unit(self) -> str:
         return UNITS[self.mode]
+
+    @property
+    def throughput(self) -> float:
+        return min(self.achieved, self.load) if self.mode == "rate" else self.achieved
 
     def passes(self, slos: dict[str, float]) -> bool:
         return all(self.slo_values.get(m, math.inf) <= limit for m, limit in slos.items())
@@ -129,9 +138,9 @@ def _slo_percentile(rows: Sequence[Any], metric: str, q: float) -> float:
 
 
 def curve(points: Sequence[Point]) -> list[Point]:
-    """The points the curve analysis uses, by load: not the saturation probe, not an
-    interrupted point."""
-    chosen = [p for p in points if p.mode != "throughput" and not p.interrupted]
+    """The points the curve analysis uses, by load: the open-loop rates or the
+    concurrencies, not an interrupted one."""
+    chosen = [p for p in points if p.mode in ("rate", "concurrency") and not p.interrupted]
     return sorted(chosen, key=lambda p: p.load)
 
 
@@ -148,11 +157,12 @@ class Knee:
 
 
 def elasticity(a: Point, b: Point) -> float | None:
-    """Δln(latency) / Δln(achieved) from `a` to `b`; inf when latency rose at flat throughput."""
-    if not (a.latency and b.latency and a.achieved > 0 and b.achieved > 0):
+    """Δln(latency) / Δln(throughput) from `a` to `b`; inf when latency rose at flat
+    throughput."""
+    if not (a.latency and b.latency and a.throughput > 0 and b.throughput > 0):
         return None
     rise = math.log(b.latency / a.latency)
-    gain = math.log(b.achieved / a.achieved)
+    gain = math.log(b.throughput / a.throughput)
     if gain <= 0:
         return math.inf if rise > 0 else 0.0
     return rise / gain

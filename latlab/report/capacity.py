@@ -7,48 +7,59 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 
 def print_sweep(console: Console, sweep: dict[str, Any], folder: Path) -> None:
-    """The table of points (in order of load, the saturation probe last) and the answers."""
+    """The table of points (in order of load; the points beside the curve dimmed), their
+    cost, and the answers."""
     q = f"p{sweep['percentile']:g}"
     slos = sweep.get("slos") or {}
-    priced = bool(sweep.get("price_per_hour"))
-    table = Table(title=f"sweep {folder.name} (latencies in ms)", title_justify="left")
-    for column in ("point", "achieved/s", "errors", "TTFT p50", "TTFT p99", "TPOT p50",
-                   "E2E p50", "E2E p99", "tok/s"):
-        table.add_column(column, justify="left" if column == "point" else "right")
-    for m, limit in slos.items():
-        table.add_column(f"{q} {m}\n≤ {limit:g}", justify="right")
-    if slos:
-        table.add_column("goodput/s", justify="right")
-    if priced:
-        table.add_column("$/M tok", justify="right")
-        table.add_column("$/k req", justify="right")
+    points = sorted(sweep["points"], key=lambda p: (p["mode"] == "throughput", p["load"]))
     knee = (sweep.get("knee") or {}).get("label")
-    for p in sorted(sweep["points"], key=lambda p: (p["mode"] == "throughput", p["load"])):
+    table = _table(f"sweep {folder.name} (latencies in ms; ◆ the knee)",
+                   ["point", "achieved\nreq/s", "errors", "TTFT\np50 / p99", "TPOT\np50",
+                    "E2E\np50 / p99", "output\ntok/s",
+                    *(f"{q} {m}\n≤ {limit:g}" for m, limit in slos.items()),
+                    *(["goodput\nreq/s"] if slos else [])])
+    for p in points:
         lat = p["latencies"]
-        label = p["label"] + (" ◆ knee" if p["label"] == knee else "") + (
-            " (interrupted)" if p["interrupted"] else "")
-        row = [label, f"{p['achieved']:.3g}", f"{100 * p['error_rate']:.1f}%",
-               number(lat["ttft"]["p50"]), number(lat["ttft"]["p99"]), number(lat["tpot"]["p50"]),
-               number(lat["e2e"]["p50"]), number(lat["e2e"]["p99"]), f"{p['output_tokens_per_s']:.0f}"]
+        row = [p["label"] + (" ◆" if p["label"] == knee else "")
+               + (" (interrupted)" if p["interrupted"] else ""),
+               f"{p['achieved']:.3g}", f"{100 * p['error_rate']:.1f}%",
+               f"{number(lat['ttft']['p50'])} / {number(lat['ttft']['p99'])}",
+               number(lat["tpot"]["p50"]),
+               f"{number(lat['e2e']['p50'])} / {number(lat['e2e']['p99'])}",
+               f"{p['output_tokens_per_s']:.0f}"]
         for m, limit in slos.items():
             v = p["slo_values"][m]
             ok = v != "inf" and v <= limit
             row.append(Text(f"{number(v)} {'✓' if ok else '✗'}", style="green" if ok else "red"))
         if slos:
             row.append(number(p["goodput"], "{:.3g}"))
-        if priced:
-            row += [money(p["cost"]["per_million_output_tokens"]),
-                    money(p["cost"]["per_thousand_requests"])]
-        table.add_row(*row, style="dim" if p["mode"] == "throughput" else None)
+        table.add_row(*row, style=None if p["label"] in sweep["curve"] else "dim")
     console.print(table)
+    if sweep.get("price_per_hour"):
+        cost = _table(f"cost at ${sweep['price_per_hour']:g}/hour",
+                      ["point", "$ per million\noutput tokens", "$ per thousand\nrequests"])
+        for p in points:
+            cost.add_row(p["label"], money(p["cost"]["per_million_output_tokens"]),
+                         money(p["cost"]["per_thousand_requests"]))
+        console.print(cost)
     for line in sweep_answers(sweep):
         console.print(line)
+
+
+def _table(title: str, columns: list[str]) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
+                  pad_edge=False)
+    for i, column in enumerate(columns):
+        table.add_column(column, justify="right" if i else "left", no_wrap=bool(i),
+                         min_width=None if i else 10)
+    return table
 
 
 def sweep_answers(sweep: dict[str, Any]) -> list[Text]:
@@ -138,4 +149,4 @@ def number(value: Any, fmt: str = "{:.0f}") -> str:
 
 
 def money(value: float | None) -> str:
-    return "–" if value is None else f"${value:.4g}"
+    return "–" if value is None else f"${value:.3g}"
