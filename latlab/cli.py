@@ -358,7 +358,8 @@ def serve(
     api_key: str | None = typer.Option(None, help="Require `Authorization: Bearer KEY` on /v1."),
     served_model_name: str | None = typer.Option(None, help="Model id in the API "
                                                  "[default: --model]."),
-    max_model_len: int = typer.Option(2048, help="Context length (prompt + output tokens)."),
+    max_model_len: int | None = typer.Option(None, help="Context length (prompt + output "
+                                             "tokens) [default: the model's, at most 2048]."),
     max_num_seqs: int = typer.Option(32, help="Most sequences in a running batch."),
     max_num_batched_tokens: int = typer.Option(512, help="Token budget of one engine step."),
     block_size: int = typer.Option(16, help="Tokens per KV-cache block."),

@@ -61,15 +61,19 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 
+DEFAULT_MAX_MODEL_LEN = 2048
+
+
 @dataclass
 class EngineConfig:
     """How the engine serves: memory, batching and scheduling limits.
 
     `num_kv_blocks` fixes the KV pool size; without it the pool gets `kv_cache_mib` of memory.
+    `max_model_len` defaults to the model's positions, at most `DEFAULT_MAX_MODEL_LEN`.
     """
 
     model: str = "default"
-    max_model_len: int = 2048
+    max_model_len: int | None = None
     block_size: int = 16
     num_kv_blocks: int | None = None
     kv_cache_mib: int = 256
@@ -85,6 +89,11 @@ class EngineConfig:
 
     def with_overrides(self, **changes: Any) -> EngineConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def resolve_max_model_len(self, model: ModelConfig) -> int:
+        if self.max_model_len is not None:
+            return self.max_model_len
+        return min(DEFAULT_MAX_MODEL_LEN, model.max_position_embeddings)
 
     def resolve_kv_blocks(self, model: ModelConfig, element_size: int) -> int:
         if self.num_kv_blocks is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -57,6 +57,7 @@ class LLMEngine:
         torch.set_num_threads(config.threads)
         dtype = getattr(torch, config.dtype)
         loaded = load_model(config.model, dtype, config.seed)
+        config = replace(config, max_model_len=config.resolve_max_model_len(loaded.config))
         self.config = config
         self.model_config = loaded.config
         self.tokenizer = loaded.tokenizer
