@@ -99,10 +99,16 @@ def chromium() -> str:
         if os.geteuid() != 0 or shutil.which("apt-get") is None:
             pytest.skip(f"{CHROMIUM} is missing and cannot be installed here (needs root and "
                         "apt-get): install Debian's chromium package")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        install = ["apt-get", "install", "-y", "-q", "chromium"]
         try:
-            subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], check=True,
-                           capture_output=True, timeout=INSTALL_TIMEOUT_S,
-                           env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+            if subprocess.run(install, capture_output=True, env=env,
+                              timeout=INSTALL_TIMEOUT_S).returncode != 0:
+                # a fresh machine may have no package lists yet
+                subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env,
+                               timeout=INSTALL_TIMEOUT_S, check=True)
+                subprocess.run(install, capture_output=True, env=env, timeout=INSTALL_TIMEOUT_S,
+                               check=True)
         except (subprocess.SubprocessError, OSError) as e:
             pytest.skip(f"{CHROMIUM} is missing and `apt-get install chromium` failed: {e}")
     return CHROMIUM
