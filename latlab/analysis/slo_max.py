@@ -54,13 +54,14 @@ def slo_max(points: Sequence[Point], slos: dict[str, float], q: float) -> SloMax
     if first_fail is None:
         top = ordered[-1]
         return SloMax(slos, q, top.load, top.achieved, top.output_tokens_per_s, top, None, False,
-                      None, f"{wanted}: met at every point measured, up to {top.load:.3g} "
-                      f"{top.unit} ({top.label}); the limit lies above it, unmeasured", notes)
+                      None, f"{wanted}: met at every point measured, up to {top.label}; the "
+                      "limit lies above it, unmeasured", notes)
     fail = ordered[first_fail]
     if first_fail == 0:
         return SloMax(slos, q, None, None, None, None, fail, False, _worst(fail, slos),
-                      f"{wanted}: not met even at the lowest load measured, {fail.load:.3g} "
-                      f"{fail.unit} ({fail.label})", notes)
+                      f"{wanted}: not met even at the lowest load measured, {fail.label} "
+                      f"({name} {_worst(fail, slos)} {_ms(fail.slo_values[_worst(fail, slos)])})",
+                      notes)
     ok = ordered[first_fail - 1]
     crossings = {m: _crossing(ok, fail, m, limit) for m, limit in slos.items()
                  if fail.slo_values[m] > limit}
