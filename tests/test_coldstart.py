@@ -85,7 +85,7 @@ def test_cold_and_idle_excess_over_the_warm_baseline(tmp_path):
     assert run.read_config()["kind"] == "coldstart"
     with RunStore(tmp_path / "runs") as store:
         (entry,) = store.list(kind="coldstart")
-    assert entry.path == run.path.resolve()
+    assert entry.path == run.path.resolve() and entry.numbers["ok"] == 12
     assert all_gone(pids)  # the server and its child, both runs
 
 

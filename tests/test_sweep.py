@@ -72,6 +72,8 @@ def test_explicit_rates_make_a_curve_with_its_answers_and_evidence(tmp_path):
         assert {r.path.name for r in store.list(kind="bench")} == set(folders)
         (entry,) = store.list(kind="sweep")
     assert entry.path == result.path.resolve() and entry.target == server.url
+    assert entry.numbers["ok"] == sum(RunDir.open(result.path / f).read_summary()["ok"]
+                                      for f in folders)
 
 
 def test_a_saturated_server_stops_the_escalation(tmp_path):

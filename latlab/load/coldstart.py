@@ -121,8 +121,9 @@ def run_coldstart(config: ColdstartConfig, *, console: Console | None = None,
         run.write_config(settings)
         data = _write(run, settings, runs, interrupted)
         with RunStore(config.out) as store:
+            records = run.read_records()
             store.register(run.path, "coldstart", settings,
-                           {"requests": sum(1 for _ in run.iter_records())})
+                           {"requests": len(records), "ok": sum(r.ok for r in records)})
     return ColdstartResult(run, data, interrupted)
 
 

@@ -172,7 +172,7 @@ class _Sweep:
                                        "embedded": config.base.url is None,
                                        "serve_args": config.base.serve_args}
         self.stopped: dict[str, str] = {"reason": "running", "message": ""}
-        self.requests = 0
+        self.requests = self.ok = 0
 
     def run_point(self, url: str, step: Step, console: Console, progress: bool) -> Point:
         from latlab.analysis import analyze
@@ -193,6 +193,7 @@ class _Sweep:
         self.points.append(point)
         self.target["model"] = analysis.config.get("target", {}).get("model")
         self.requests += result.summary.get("requests", 0)
+        self.ok += result.summary.get("ok", 0)
         with RunStore(base.out) as store:
             store.register(result.run.path, "bench", analysis.config, result.summary)
         console.print(f"  achieved {point.achieved:.3g} req/s · p{self.config.percentile:g} E2E "
@@ -266,7 +267,7 @@ class _Sweep:
                 "clock": {"unix_time": self.created}}
 
     def store_summary(self) -> dict[str, Any]:
-        return {"requests": self.requests}
+        return {"requests": self.requests, "ok": self.ok}
 
 
 def _ms(value: float | None) -> str:
