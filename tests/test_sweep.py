@@ -67,7 +67,8 @@ def test_explicit_rates_make_a_curve_with_its_answers_and_evidence(tmp_path):
 
     folders = sorted(p.name for p in result.path.iterdir() if p.is_dir())
     assert len(folders) == 3 and all(RunDir.open(result.path / f).read_summary() for f in folders)
-    assert "SLO-max" in (result.path / "sweep.html").read_text()
+    page = (result.path / "sweep.html").read_text()
+    assert "SLO-max" in page and page.count('class="plotly-graph-div"') == 2  # curve, budgets
     with RunStore(tmp_path) as store:
         assert {r.path.name for r in store.list(kind="bench")} == set(folders)
         (entry,) = store.list(kind="sweep")

@@ -35,11 +35,13 @@ def write_sweep_html(folder: Path, sweep: dict[str, Any]) -> Path:
             "<h2>Answers</h2>", _answers(sweep),
             "<h2>Throughput and latency</h2>",
             chart(curve_figure(sweep, curve, points), "Each marker is a point of the sweep, at "
-                  "the throughput it achieved; dashed lines are the SLO limits, the grey line "
-                  "the knee, the green one the SLO-max."),
+                  "the throughput it achieved; grey markers are the points beside the curve "
+                  "(the synchronous one and the saturation probe, p99); dashed lines are the "
+                  "SLO limits."),
             "<h2>Where the time goes at each point</h2>",
             chart(budget_figure(points), "Share of E2E from schedule per bucket, by point in "
-                  "order of load: past the knee the queue's share takes over."),
+                  "order of load: where the added latency comes from as the load grows — the "
+                  "queue, or slower decoding in bigger batches."),
             "<h2>Points</h2>", _points_table(sweep),
             "<h2>Definitions</h2>",
             f"<pre>{_e(sweep['definitions']['capacity'] or '')}</pre>",
@@ -80,15 +82,21 @@ def curve_figure(sweep: dict[str, Any], curve: list[dict[str, Any]],
     fig.add_scatter(x=x, y=y, text=labels, mode="lines+markers", name=good, row=2, col=2,
                     line=dict(color="#4cb86b"),
                     hovertemplate="%{text}: %{x:.3g} req/s → %{y:.3g}<extra></extra>")
-    probes = [p for p in points if p["mode"] == "throughput"]
-    for p in probes:
-        fig.add_scatter(x=[p["achieved"]], y=[p["latencies"]["e2e"]["p99"]], row=2, col=1,
-                        mode="markers", marker=dict(symbol="x", size=10, color="#777"),
-                        name=p["label"], hovertemplate="%{x:.3g} req/s, p99 %{y:.0f} ms"
-                                                       "<extra>saturation probe</extra>")
-    for answer, color in ((sweep.get("knee"), "#999"), (sweep.get("slo_max"), "#4cb86b")):
+    beside = [p for p in points if p["label"] not in sweep["curve"] and not p["interrupted"]]
+    for p in beside:
+        symbol = "circle-open" if p["mode"] == "synchronous" else "x"
+        for i, (metric, name) in enumerate(CURVE_METRICS):
+            fig.add_scatter(x=[p["achieved"]], y=[p["latencies"][metric]["p99"]], mode="markers",
+                            marker=dict(symbol=symbol, size=9, color="#777"), name=p["label"],
+                            legendgroup=p["label"], showlegend=i == 0, row=i // 2 + 1,
+                            col=i % 2 + 1, hovertemplate="%{x:.3g} req/s, p99 %{y:.0f} ms"
+                                                         f"<extra>{p['label']}</extra>")
+    for answer, name, color in ((sweep.get("knee"), "knee", "#777"),
+                                (sweep.get("slo_max"), "SLO-max", "#4cb86b")):
         if answer and answer.get("achieved") is not None:
-            fig.add_vline(x=answer["achieved"], line_dash="dot", line_color=color)
+            fig.add_vline(x=answer["achieved"], line_dash="dot", line_color=color,
+                          annotation_text=name, annotation_font_color=color,
+                          annotation_font_size=10)
     fig.update_xaxes(title_text="achieved throughput (req/s)", rangemode="tozero")
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(**{**LAYOUT, "height": 620, "title": "The throughput–latency curve"})
