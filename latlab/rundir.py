@@ -17,10 +17,11 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import orjson
 
+from latlab.metrics import Window
 from latlab.timeline import RequestTimeline
 
 CONFIG = "config.json"
@@ -127,6 +128,15 @@ class RecordWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def run_window(config: dict[str, Any], records: Sequence[RequestTimeline]) -> Window | None:
+    """The measurement window of a run from its config.json (`clock.t0_ns`, `clock.end_ns`,
+    `warmup_s`, `cooldown_s`), also for a partial run whose window was never closed."""
+    clock = config.get("clock") or {}
+    return Window.of_run(records, start_ns=clock.get("t0_ns"), end_ns=clock.get("end_ns"),
+                         warmup_s=config.get("warmup_s") or 0.0,
+                         cooldown_s=config.get("cooldown_s") or 0.0)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

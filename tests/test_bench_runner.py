@@ -12,7 +12,8 @@ import pytest
 
 from latlab.load.arrivals import ArrivalConfig
 from latlab.load.config import BenchConfig
-from latlab.load.runner import run_bench, run_window
+from latlab.load.runner import run_bench
+from latlab.rundir import run_window
 from latlab.load.workload import LengthDistribution, WorkloadConfig
 from latlab.rundir import RunDir
 from latlab.timeline import Outcome

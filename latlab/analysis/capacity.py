@@ -94,12 +94,8 @@ class Point:
 def measure(analysis: RunAnalysis, label: str, mode: Mode, load: float | None,
             slos: dict[str, float], q: float) -> Point:
     """The point of one bench run; `load=None` takes the achieved rate (synchronous)."""
-    from latlab.load.runner import run_window
-
     s = analysis.summary
-    window = run_window(analysis.config, analysis.records)
-    rows = [r for r in analysis.rows if window is None or r.record.origin_ns in window]
-    judged = [r for r in rows if r.record.outcome != Outcome.CANCELLED]
+    judged = [r for r in analysis.measured if r.record.outcome != Outcome.CANCELLED]
     failed = sum(1 for r in judged if not r.record.ok)
     ok_e2e = sorted(r.metrics.e2e_sched for r in judged
                     if r.record.ok and r.metrics.e2e_sched is not None)

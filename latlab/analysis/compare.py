@@ -81,15 +81,6 @@ class Comparison:
         return next((c for c in self.changes if c.key == key), None)
 
 
-def window_rows(analysis: RunAnalysis) -> list[Row]:
-    """The successful requests inside the run's measurement window."""
-    window = analysis.summary.get("window") or {}
-    start, end = window.get("start_ns"), window.get("end_ns")
-    return [r for r in analysis.rows if r.record.ok and r.parts is not None
-            and (start is None or (r.record.origin_ns or 0) >= start)
-            and (end is None or (r.record.origin_ns or 0) < end)]
-
-
 def metric_values(rows: list[Row], metric: str) -> np.ndarray:
     if metric == "itl":
         return np.asarray([v for r in rows for v in r.metrics.itl], dtype=float)
@@ -125,7 +116,7 @@ class CompareError(ValueError):
 
 
 def compare(a: RunAnalysis, b: RunAnalysis, seed: int = 0) -> Comparison:
-    a_rows, b_rows = window_rows(a), window_rows(b)
+    a_rows, b_rows = a.decomposed, b.decomposed
     for analysis, rows in ((a, a_rows), (b, b_rows)):
         if not rows:
             raise CompareError(f"{analysis.run.path}: no successful request in its window "

@@ -193,7 +193,8 @@ def unattributed(a: RunAnalysis) -> Finding | None:
 
 
 def cold_start(a: RunAnalysis) -> Finding | Unevaluated | None:
-    rows = sorted((r for r in a.decomposed if r.metrics.ttft is not None),
+    """The first requests of the whole run (warmup included) against the later ones."""
+    rows = sorted((r for r in a.rows if r.parts is not None and r.metrics.ttft is not None),
                   key=lambda r: r.record.sent_ns)
     if len(rows) < COLD_MIN_REQUESTS:
         return Unevaluated("cold_start", f"needs ≥ {COLD_MIN_REQUESTS} successful requests to "

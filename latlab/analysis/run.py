@@ -3,6 +3,10 @@
 It reads `config.json` (optional), `requests.jsonl` and `summary.json`; a partial run without
 `summary.json` gets its summary recomputed from the records and the config's measurement
 window (`clock.t0_ns`, `clock.end_ns`, `warmup_s`, `cooldown_s`) and SLOs (`slos`).
+
+Budgets, breakdowns and findings cover the requests scheduled inside the measurement window,
+as the summary does; the records outside it (warmup, cooldown) stay in `rows` for the time
+series, the exports and the cold-start rule.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from latlab.analysis.budget import (
 )
 from latlab.analysis.decompose import decompose
 from latlab.analysis.findings import Finding, Unevaluated
-from latlab.metrics import parse_slo, request_metrics, summarize
-from latlab.rundir import RunDir, RunDirError
+from latlab.metrics import Window, parse_slo, request_metrics, summarize
+from latlab.rundir import RunDir, RunDirError, run_window
 from latlab.timeline import RequestTimeline
 
 UNATTRIBUTED_NOTE_SHARE = 0.05
@@ -40,6 +44,7 @@ class RunAnalysis:
     summary: dict[str, Any]
     summary_recomputed: bool
     rows: list[Row]
+    window: Window | None
     mean: Budget | None
     tail: Budget | None
     by_prompt: list[Group]
@@ -55,9 +60,14 @@ class RunAnalysis:
         return [row.record for row in self.rows]
 
     @property
+    def measured(self) -> list[Row]:
+        """The rows scheduled inside the measurement window (all of them without a window)."""
+        return measured(self.rows, self.window)
+
+    @property
     def decomposed(self) -> list[Row]:
-        """The rows with a decomposition (the successful requests)."""
-        return [row for row in self.rows if row.parts is not None]
+        """The measured rows with a decomposition (the successful requests)."""
+        return [row for row in self.measured if row.parts is not None]
 
     @property
     def has_server_timings(self) -> bool:
@@ -76,32 +86,37 @@ def analyze(run: RunDir) -> RunAnalysis:
 
     config = run.read_config()
     records = run.read_records()
+    window = run_window(config, records)
     summary = run.read_summary()
     recomputed = summary is None
     if summary is None:
-        from latlab.load.runner import run_window
-
-        summary = summarize(records, run_window(config, records), _slos(config)).to_json()
+        summary = summarize(records, window, _slos(config)).to_json()
 
     rows = [Row(record=r, metrics=request_metrics(r), parts=decompose(r), in_flight=n)
             for r, n in zip(records, in_flight_at_send(records))]
-    parts = [row.parts for row in rows if row.parts is not None]
+    inside = measured(rows, window)
+    parts = [row.parts for row in inside if row.parts is not None]
     analysis = RunAnalysis(
         run=run,
         config=config,
         summary=summary,
         summary_recomputed=recomputed,
         rows=rows,
+        window=window,
         mean=budget(parts),
         tail=tail_budget(parts),
-        by_prompt=by_prompt_length(rows),
-        by_tenant=by_tenant(rows),
-        by_priority=by_priority(rows),
+        by_prompt=by_prompt_length(inside),
+        by_tenant=by_tenant(inside),
+        by_priority=by_priority(inside),
         over_time=over_time(rows),
     )
     analysis.findings, analysis.unevaluated = diagnose(analysis)
     analysis.notes = _notes(analysis)
     return analysis
+
+
+def measured(rows: list[Row], window: Window | None) -> list[Row]:
+    return rows if window is None else [r for r in rows if r.record.origin_ns in window]
 
 
 def _notes(a: RunAnalysis) -> list[str]:

@@ -31,8 +31,8 @@ from latlab.load.target import EngineError, start_engine
 from latlab.load.processes import run_workers
 from latlab.load.worker import Worker, WorkerPlan, WorkerResult
 from latlab.load.workload import Workload
-from latlab.metrics import Window, summarize
-from latlab.rundir import RunDir
+from latlab.metrics import summarize
+from latlab.rundir import RunDir, run_window
 from latlab.timeline import Outcome, RequestTimeline
 
 START_LEAD_S = 0.05
@@ -91,14 +91,6 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
         if engine is not None:
             engine.stop()
     return _finish(config, run, settings, results, notes)
-
-
-def run_window(config: dict[str, Any], records: Sequence[RequestTimeline]) -> Window | None:
-    """The measurement window of a run from its config.json, also for a partial run."""
-    clock = config.get("clock", {})
-    return Window.of_run(records, start_ns=clock.get("t0_ns"), end_ns=clock.get("end_ns"),
-                         warmup_s=config.get("warmup_s", 0.0),
-                         cooldown_s=config.get("cooldown_s", 0.0))
 
 
 def _settings(config: BenchConfig, command: Sequence[str] | None) -> dict[str, Any]:

@@ -79,7 +79,7 @@ def _cdf(values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
 
 def cdf_figure(a: RunAnalysis) -> go.Figure:
     """CDFs of TTFT, TPOT, ITL and E2E (successful requests; ITL pooled over tokens)."""
-    ok = [r.metrics for r in a.rows if r.record.ok]
+    ok = [r.metrics for r in a.measured if r.record.ok]
     series = {
         "TTFT (ms)": [m.ttft for m in ok if m.ttft is not None],
         "TPOT (ms)": [m.tpot for m in ok if m.tpot is not None],
@@ -99,7 +99,7 @@ def cdf_figure(a: RunAnalysis) -> go.Figure:
 
 def ttft_prompt_figure(a: RunAnalysis) -> go.Figure:
     """TTFT against prompt length, one colour per tenant."""
-    rows = [r for r in a.rows if r.metrics.ttft is not None and prompt_tokens(r) is not None]
+    rows = [r for r in a.measured if r.metrics.ttft is not None and prompt_tokens(r) is not None]
     rows = rows[:: max(1, len(rows) // MAX_POINTS)]
     fig = _figure("TTFT against prompt length", xaxis_title="prompt tokens",
                   yaxis_title="TTFT (ms)")
