@@ -22,6 +22,7 @@ test: $(STAMP)
 
 bench-engine: $(STAMP)
 	$(BIN)/python benchmarks/engine.py
+	$(BIN)/python benchmarks/engine_step.py
 
 bench-client: $(STAMP)
 	$(BIN)/python benchmarks/client.py

@@ -1,0 +1,110 @@
+"""Where an engine step's time goes: the model against the bookkeeping around it.
+
+    python benchmarks/engine_step.py            # the default preset, one torch thread
+    python benchmarks/engine_step.py --model tiny
+
+For batches of 1 to 64 decoding sequences (128-token prompts, temperature 1) it times whole
+`LLMEngine.step()` calls and, inside them, the model (forward pass and logits); the rest is
+scheduling, batch building, sampling and detokenization. It also times one 512-token prefill chunk.
+Tokens/s per batch size is printed as a ratio against batch 1, measured in the same process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from latlab.engine.config import EngineConfig
+from latlab.engine.engine import LLMEngine
+from latlab.engine.sampling import SamplingParams
+from latlab.metrics import percentile
+
+PROMPT_TOKENS = 128
+PREFILL_CHUNK = 512
+BATCHES = (1, 8, 32, 64)
+
+
+class ForwardTimer:
+    """Wraps the model's forward pass and its logits head, and adds up their wall time."""
+
+    def __init__(self, engine: LLMEngine) -> None:
+        model = engine.runner.model
+        self.total_ns = 0
+        model.forward = self.timed(model.forward)
+        model.compute_logits = self.timed(model.compute_logits)
+
+    def timed(self, inner):
+        def call(*args, **kwargs):
+            start = time.perf_counter_ns()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.total_ns += time.perf_counter_ns() - start
+        return call
+
+
+def decode_steps(engine: LLMEngine, timer: ForwardTimer, batch: int,
+                 steps: int) -> tuple[float, float]:
+    """Median step time and median model time (ms) of `steps` steps of `batch` decodes."""
+    params = SamplingParams(max_tokens=steps + 4, temperature=1.0, ignore_eos=True)
+    generator = torch.Generator().manual_seed(batch)
+    vocab = engine.model_config.vocab_size
+    for i in range(batch):
+        prompt = torch.randint(0, vocab, (PROMPT_TOKENS,), generator=generator).tolist()
+        engine.add_request(f"b{batch}-{i}", prompt, params)
+    while any(s.num_computed_tokens < s.num_prompt_tokens for s in engine.scheduler.running) \
+            or engine.scheduler.waiting:
+        engine.step()
+    step_ms, model_ms = [], []
+    for _ in range(steps):
+        timer.total_ns = 0
+        start = time.perf_counter_ns()
+        engine.step()
+        step_ms.append((time.perf_counter_ns() - start) / 1e6)
+        model_ms.append(timer.total_ns / 1e6)
+    while engine.has_unfinished():
+        engine.step()
+    return percentile(sorted(step_ms), 50), percentile(sorted(model_ms), 50)
+
+
+def prefill_chunk(engine: LLMEngine, timer: ForwardTimer, rounds: int = 5) -> float:
+    """Median time (ms) of a step that prefills one `PREFILL_CHUNK`-token prompt."""
+    params = SamplingParams(max_tokens=1, temperature=1.0, ignore_eos=True)
+    times = []
+    for i in range(rounds):
+        prompt = [(i * 7 + j) % engine.model_config.vocab_size for j in range(PREFILL_CHUNK)]
+        engine.add_request(f"prefill-{i}", prompt, params)
+        start = time.perf_counter_ns()
+        engine.step()
+        times.append((time.perf_counter_ns() - start) / 1e6)
+        while engine.has_unfinished():
+            engine.step()
+    return percentile(sorted(times), 50)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="default")
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args()
+    engine = LLMEngine(EngineConfig(model=args.model, max_num_seqs=max(BATCHES),
+                                    max_num_batched_tokens=PREFILL_CHUNK, threads=1))
+    timer = ForwardTimer(engine)
+    params = sum(p.numel() for p in engine.runner.model.parameters())
+    print(f"model {args.model} ({params / 1e6:.1f}M parameters), 1 torch thread, "
+          f"{PROMPT_TOKENS}-token prompts, median of {args.steps} steps")
+    print(f"{'batch':>6} {'step ms':>9} {'model ms':>9} {'other ms':>9} {'tok/s':>8} {'x batch 1':>10}")
+    base = None
+    for batch in BATCHES:
+        step, model = decode_steps(engine, timer, batch, args.steps)
+        tokens_per_s = batch / step * 1000
+        base = base or tokens_per_s
+        print(f"{batch:>6} {step:>9.2f} {model:>9.2f} {step - model:>9.2f} "
+              f"{tokens_per_s:>8.0f} {tokens_per_s / base:>9.1f}x")
+    print(f"one {PREFILL_CHUNK}-token prefill step: {prefill_chunk(engine, timer):.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
