@@ -252,6 +252,21 @@ def meets_slos(m: RequestMetrics, slos: dict[str, float]) -> bool:
     return True
 
 
+def zero_gap_share(records: Sequence[RequestTimeline],
+                   window: Window | None = None) -> float | None:
+    """Share of gaps between a request's token events that are exactly zero (same read),
+    over the requests scheduled in `window` (all without one)."""
+    gaps = zeros = 0
+    for r in records:
+        if window is not None and r.origin_ns not in window:
+            continue
+        t = r.token_ns
+        if len(t) > 1:
+            gaps += len(t) - 1
+            zeros += int(np.count_nonzero(np.diff(t) == 0))
+    return zeros / gaps if gaps else None
+
+
 # --- the run summary -----------------------------------------------------------------------
 
 LATENCY_METRICS = ("ttft", "ttft_sched", "tpot", "itl", "itl_request_mean", "chunk_gap", "e2e",

@@ -3,7 +3,8 @@
 import asyncio
 import time
 
-from latlab.load.selfcheck import HealthSampler, WorkerHealth, client_section, zero_gap_share
+from latlab.load.selfcheck import HealthSampler, WorkerHealth, client_section
+from latlab.metrics import zero_gap_share
 from latlab.metrics import Window
 from latlab.timeline import RequestTimeline
 

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 from latlab.analysis.budget import prompt_bucket, prompt_tokens
 from latlab.analysis.decompose import SERVER_STAGES, Quality
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean, ms, pct
-from latlab.load.selfcheck import zero_gap_share
-from latlab.metrics import percentile
+from latlab.metrics import percentile, zero_gap_share
 from latlab.timeline import Outcome
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 import psutil
 
-from latlab.metrics import Window
+from latlab.metrics import Window, zero_gap_share
 from latlab.timeline import RequestTimeline
 
 SAMPLE_INTERVAL_S = 0.010
@@ -108,21 +108,6 @@ class HealthSampler:
 def _cpu_seconds(process: psutil.Process) -> float:
     times = process.cpu_times()
     return times.user + times.system
-
-
-def zero_gap_share(records: Sequence[RequestTimeline],
-                   window: Window | None = None) -> float | None:
-    """Share of gaps between a request's token events that are exactly zero (same read),
-    over the requests scheduled in `window` (all without one)."""
-    gaps = zeros = 0
-    for r in records:
-        if window is not None and r.origin_ns not in window:
-            continue
-        t = r.token_ns
-        if len(t) > 1:
-            gaps += len(t) - 1
-            zeros += int(np.count_nonzero(np.diff(t) == 0))
-    return zeros / gaps if gaps else None
 
 
 def client_section(workers: Sequence[WorkerHealth], records: Sequence[RequestTimeline],
