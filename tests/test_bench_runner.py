@@ -203,6 +203,8 @@ def test_a_partial_run_folder_recomputes_its_window(tmp_path):
 
 def test_the_load_generator_does_not_import_torch():
     code = ("import sys, latlab.load.runner, latlab.load.command, latlab.report.console\n"
+            "import latlab.load.sweep, latlab.load.coldstart, latlab.analysis.compare\n"
+            "import latlab.report.html, latlab.report.sweep, latlab.store\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n"
             "assert not any(m.startswith('latlab.engine.') and m != 'latlab.engine.tokenizer' "
             "for m in sys.modules)\n")
