@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Iterator, Literal
 
 import numpy as np
-import orjson
 from pydantic import BaseModel, Field, model_validator
+
+from latlab.load.datasets import jsonl_rows
 
 Process = Literal["closed", "poisson", "gamma", "constant", "trace"]
 OPEN_LOOP = ("poisson", "gamma", "constant")
@@ -97,17 +98,11 @@ def load_trace(path: Path | None) -> list[float]:
     """Offsets (s) from a JSONL trace: one `timestamp` (s) or `timestamp_ms` per line,
     relative to the earliest one."""
     try:
-        lines = Path(path).read_bytes().splitlines()
+        raw = Path(path).read_bytes()
     except (OSError, TypeError) as e:
         raise ArrivalError(f"--trace {path}: cannot read it: {getattr(e, 'strerror', e)}") from None
     times = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError as e:
-            raise ArrivalError(f"--trace {path}: line {n}: not JSON ({e})") from None
+    for n, row in jsonl_rows(raw, f"--trace {path}", ArrivalError):
         value = row.get("timestamp") if isinstance(row, dict) else None
         scale = 1.0
         if value is None and isinstance(row, dict) and "timestamp_ms" in row:

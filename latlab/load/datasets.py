@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import orjson
 
@@ -46,15 +46,20 @@ def load_dataset(path: Path) -> list[DatasetEntry]:
     return entries
 
 
-def _jsonl(raw: bytes, path: Path) -> list[DatasetEntry]:
-    entries = []
+def jsonl_rows(raw: bytes, where: str, error: type[ValueError]) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) of every non-blank line; `error` names `where` and the line."""
     for n, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            row = orjson.loads(line)
+            yield n, orjson.loads(line)
         except orjson.JSONDecodeError as e:
-            raise DatasetError(f"--dataset {path}: line {n}: not JSON ({e})") from None
+            raise error(f"{where}: line {n}: not JSON ({e})") from None
+
+
+def _jsonl(raw: bytes, path: Path) -> list[DatasetEntry]:
+    entries = []
+    for n, row in jsonl_rows(raw, f"--dataset {path}", DatasetError):
         if not isinstance(row, dict):
             raise DatasetError(f"--dataset {path}: line {n}: expected an object")
         prompt, messages = row.get("prompt"), row.get("messages")
