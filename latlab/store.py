@@ -14,9 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from latlab.rundir import RunDir, RunDirError
 
 DB_NAME = "latlab.db"
+SWEEP_JSON = "sweep.json"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -121,10 +124,29 @@ class RunStore:
         row = self._db.execute("SELECT * FROM runs WHERE id=?", (id,)).fetchone()
         return self._row(row) if row else None
 
+    def register_sweep(self, folder: Path | str) -> int:
+        """Add or refresh a sweep folder from its sweep.json; returns its id."""
+        try:
+            data = orjson.loads((Path(folder) / SWEEP_JSON).read_bytes())
+        except (OSError, orjson.JSONDecodeError) as e:
+            raise RunDirError(f"{folder}: no readable {SWEEP_JSON}: {e}") from None
+        points = data.get("points") or []
+        requests = sum(p.get("requests") or 0 for p in points)
+        ok = sum(round((p.get("requests") or 0) * (1 - (p.get("error_rate") or 0.0)))
+                 for p in points)
+        config = {"name": Path(folder).name, "target": data.get("target"),
+                  "tags": ((data.get("config") or {}).get("bench") or {}).get("tags"),
+                  "clock": {"unix_time": data.get("created")}}
+        return self.register(folder, "sweep", config, {"requests": requests, "ok": ok})
+
     def rescan(self) -> int:
-        """Register every run folder under the root that is missing; returns how many."""
+        """Register every run and sweep folder under the root that is missing; returns how many."""
         known = {r[0] for r in self._db.execute("SELECT path FROM runs")}
         added = 0
+        for sweep_path in sorted(self.root.glob(f"**/{SWEEP_JSON}")):
+            if str(sweep_path.parent.resolve()) not in known:
+                self.register_sweep(sweep_path.parent)
+                added += 1
         for config_path in sorted(self.root.glob("**/config.json")):
             folder = config_path.parent.resolve()
             if str(folder) in known:

@@ -56,3 +56,18 @@ def test_runs_command_lists_and_filters(tmp_path):
     assert "alpha" in listed.output and "beta" in listed.output
     tagged = cli.invoke(app, ["runs", "--runs-dir", str(tmp_path), "--tag", "nightly"])
     assert "alpha" in tagged.output and "beta" not in tagged.output
+
+
+def test_rescan_finds_sweeps_by_their_sweep_json(tmp_path):
+    import orjson
+
+    folder = tmp_path / "20261121-120000-sweep-x"
+    folder.mkdir()
+    (folder / "sweep.json").write_bytes(orjson.dumps({
+        "created": 1.0, "target": {"url": "http://127.0.0.1:1", "model": "m"},
+        "config": {"bench": {"tags": ["t"]}},
+        "points": [{"requests": 10, "error_rate": 0.0}, {"requests": 20, "error_rate": 0.5}]}))
+    with RunStore(tmp_path) as store:
+        assert store.rescan() == 1
+        (run,) = store.list(kind="sweep")
+        assert run.numbers["requests"] == 30 and run.numbers["ok"] == 20 and run.tags == ["t"]

@@ -121,7 +121,7 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
             engine.stop()
         sweep.finish()
         with RunStore(config.base.out) as store:
-            store.register(folder, "sweep", sweep.store_config(), sweep.store_summary())
+            store.register_sweep(folder)
     return SweepResult(folder, sweep.data(), sweep.points)
 
 
@@ -172,7 +172,6 @@ class _Sweep:
                                        "embedded": config.base.url is None,
                                        "serve_args": config.base.serve_args}
         self.stopped: dict[str, str] = {"reason": "running", "message": ""}
-        self.requests = self.ok = 0
 
     def run_point(self, url: str, step: Step, console: Console, progress: bool) -> Point:
         from latlab.analysis import analyze
@@ -192,8 +191,6 @@ class _Sweep:
                                  self.config.percentile)
         self.points.append(point)
         self.target["model"] = analysis.config.get("target", {}).get("model")
-        self.requests += result.summary.get("requests", 0)
-        self.ok += result.summary.get("ok", 0)
         with RunStore(base.out) as store:
             store.register(result.run.path, "bench", analysis.config, result.summary)
         console.print(f"  achieved {point.achieved:.3g} req/s · p{self.config.percentile:g} E2E "
@@ -261,13 +258,6 @@ class _Sweep:
         self.write()
         if self.points:
             write_sweep_html(self.folder, self.data())
-
-    def store_config(self) -> dict[str, Any]:
-        return {"name": self.folder.name, "target": self.target, "tags": self.config.base.tags,
-                "clock": {"unix_time": self.created}}
-
-    def store_summary(self) -> dict[str, Any]:
-        return {"requests": self.requests, "ok": self.ok}
 
 
 def _ms(value: float | None) -> str:
