@@ -85,7 +85,7 @@ def curve_figure(sweep: dict[str, Any], curve: list[dict[str, Any]],
     beside = [p for p in points if p["label"] not in sweep["curve"] and not p["interrupted"]]
     for p in beside:
         symbol = "circle-open" if p["mode"] == "synchronous" else "x"
-        for i, (metric, name) in enumerate(CURVE_METRICS):
+        for i, (metric, _) in enumerate(CURVE_METRICS):
             fig.add_scatter(x=[p["achieved"]], y=[p["latencies"][metric]["p99"]], mode="markers",
                             marker=dict(symbol=symbol, size=9, color="#777"), name=p["label"],
                             legendgroup=p["label"], showlegend=i == 0, row=i // 2 + 1,
