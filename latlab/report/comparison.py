@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -98,11 +99,12 @@ def print_runs(console: Console, runs: list[StoredRun]) -> None:
     if not runs:
         console.print("no runs stored yet (run `latlab bench`, or `latlab runs --rescan`)")
         return
-    table = Table(title="runs", title_justify="left")
+    table = Table(title="runs", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ("id", "when", "name", "target", "model", "ok", "TTFT p50", "TTFT p99",
                    "E2E p99", "tok/s"):
         table.add_column(column, justify="right" if column in _NUMERIC else "left",
-                         no_wrap=column in ("id", "name", "when"))
+                         no_wrap=column in ("id", "when"),
+                         max_width=28 if column in ("name", "target") else None)
     for run in runs:
         n = run.numbers
         when = time.strftime("%m-%d %H:%M", time.localtime(run.created)) if run.created else ""
