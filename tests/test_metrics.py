@@ -144,6 +144,16 @@ def _served(i: int, arrival_ms: float, start_ms: float, service_ms: float) -> Re
                     usage=2, done_ms=start_ms + service_ms)
 
 
+def one_at_a_time(n: int, gap_ms: float, service_ms: float) -> list[RequestTimeline]:
+    """`n` requests arriving every `gap_ms` at a server that serves one at a time."""
+    records, free = [], 0.0
+    for i in range(n):
+        start = max(i * gap_ms, free)
+        free = start + service_ms
+        records.append(_served(i, i * gap_ms, start, service_ms))
+    return records
+
+
 def test_a_stable_short_window_did_not_fall_behind():
     # 5 req/s, each takes 170 ms: some are still running when the window closes
     records = [_served(i, i * 200, i * 200, 170) for i in range(40)]
@@ -156,11 +166,7 @@ def test_a_stable_short_window_did_not_fall_behind():
 
 def test_an_overloaded_server_fell_behind():
     # 10 req/s offered to a server that serves one request per 150 ms, one at a time
-    records, free = [], 0.0
-    for i in range(100):
-        start = max(i * 100.0, free)
-        free = start + 150
-        records.append(_served(i, i * 100, start, 150))
+    records = one_at_a_time(100, gap_ms=100, service_ms=150)
     s = summarize(records, Window(start_ns=0, end_ns=10_000 * MS))
     t = s.throughput
     assert t.fell_behind and t.backlog_growth > 20
@@ -171,11 +177,7 @@ def test_an_overloaded_server_fell_behind():
 def test_a_run_stopped_by_count_is_judged_on_its_arrivals_not_its_drain():
     # 40 arrivals at 10 req/s to a one-at-a-time server of 6.7 req/s; the window runs until
     # the last request is done, long after the arrivals stopped
-    records, free = [], 0.0
-    for i in range(40):
-        start = max(i * 100.0, free)
-        free = start + 150
-        records.append(_served(i, i * 100, start, 150))
+    records = one_at_a_time(40, gap_ms=100, service_ms=150)
     t = summarize(records, Window.of_run(records)).throughput
     assert t.offered_rate == pytest.approx(10, rel=0.05)
     assert t.fell_behind
