@@ -67,10 +67,6 @@ class Tokenizer:
     def eos_token_id(self) -> int | None:
         return self.backend.token_to_id(self.eos_token) if self.eos_token else None
 
-    @property
-    def special_ids(self) -> set[int]:
-        return {i for i, t in self.backend.get_added_tokens_decoder().items() if t.special}
-
     def encode(self, text: str) -> list[int]:
         return self.backend.encode(text, add_special_tokens=False).ids
 
