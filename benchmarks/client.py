@@ -181,7 +181,7 @@ def bench_config(url: str, folder: Path, **kw):
 
 def capacity(servers: Servers, folder: Path, users: int, workers: int, duration: float) -> dict:
     from latlab.load.runner import run_bench
-    from latlab.rundir import run_window
+    from latlab.records.folder import run_window
 
     config = bench_config(servers.url("paced"), folder, users=users, output=50,
                           duration_s=duration, warmup_s=2.0, cooldown_s=0.5, ramp_s=1.0,

@@ -58,12 +58,12 @@ def report(
     from latlab.report.console import print_budget, print_findings, print_summary
     from latlab.report.export import write_csv, write_parquet
     from latlab.report.html import write_html
-    from latlab.rundir import RunDir, RunDirError
+    from latlab.records.folder import RunFolder, RunFolderError
 
     console = Console()
     try:
-        analysis = analyze(RunDir.open(run_dir))
-    except RunDirError as e:
+        analysis = analyze(RunFolder.open(run_dir))
+    except RunFolderError as e:
         console.print(f"[red]error:[/] {e}")
         raise typer.Exit(2) from None
     print_summary(console, analysis.summary, analysis.run.path)
@@ -422,7 +422,7 @@ def compare(
     from latlab.analysis.compare import compare as compare_runs
     from latlab.analysis.gate import Gate, GateError
     from latlab.report.comparison import print_comparison
-    from latlab.rundir import RunDir, RunDirError
+    from latlab.records.folder import RunFolder, RunFolderError
     from latlab.store import resolve_run
 
     console = Console()
@@ -431,18 +431,18 @@ def compare(
         raise typer.Exit(2)
     try:
         gates = [Gate.parse(text) for text in fail_if]
-        analyses = [analyze(RunDir.open(resolve_run(ref, runs_dir))) for ref in runs]
+        analyses = [analyze(RunFolder.open(resolve_run(ref, runs_dir))) for ref in runs]
         tripped = []
         for ref, analysis in zip(runs[1:], analyses[1:]):
             comparison = compare_runs(analyses[0], analysis)
             if comparison.workload_differences and not allow_different_workloads:
-                raise RunDirError(f"{runs[0]} and {ref} ran different workloads ("
+                raise RunFolderError(f"{runs[0]} and {ref} ran different workloads ("
                                   + "; ".join(comparison.workload_differences)
                                   + "); pass --allow-different-workloads to compare anyway")
             print_comparison(console, comparison, str(analyses[0].run.path),
                              str(analysis.run.path), full=full)
             tripped += [m for g in gates if (m := g.check(comparison, require_significance))]
-    except (RunDirError, GateError, CompareError) as e:
+    except (RunFolderError, GateError, CompareError) as e:
         typer.echo(f"latlab compare: error: {e}", err=True)
         raise typer.Exit(2) from None
     for message in tripped:
@@ -486,7 +486,7 @@ def tokenizer_export(
 ) -> None:
     """Write the tokenizer as a Hugging Face folder, so other tools count tokens the same way."""
     from latlab.engine.config import PRESETS
-    from latlab.engine.tokenizer import Tokenizer, TokenizerError
+    from latlab.tokenizer import Tokenizer, TokenizerError
 
     try:
         tokenizer = Tokenizer.load(None if model in PRESETS else model)

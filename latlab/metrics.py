@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from latlab.timeline import RequestTimeline
+from latlab.records.timeline import RequestTimeline
 
 NS_PER_MS = 1e6
 PERCENTILES: dict[str, float] = {"p50": 50, "p90": 90, "p95": 95, "p99": 99, "p99.9": 99.9}

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from latlab.rundir import RunDir, RunDirError
+from latlab.records.folder import RunFolder, RunFolderError
 
 DB_NAME = "latlab.db"
 SWEEP_JSON = "sweep.json"
@@ -129,7 +129,7 @@ class RunStore:
         try:
             data = orjson.loads((Path(folder) / SWEEP_JSON).read_bytes())
         except (OSError, orjson.JSONDecodeError) as e:
-            raise RunDirError(f"{folder}: no readable {SWEEP_JSON}: {e}") from None
+            raise RunFolderError(f"{folder}: no readable {SWEEP_JSON}: {e}") from None
         points = data.get("points") or []
         requests = sum(p.get("requests") or 0 for p in points)
         ok = sum(round((p.get("requests") or 0) * (1 - (p.get("error_rate") or 0.0)))
@@ -152,11 +152,11 @@ class RunStore:
             if str(folder) in known:
                 continue
             try:
-                run = RunDir.open(folder)
+                run = RunFolder.open(folder)
                 config = run.read_config()
                 self.register(folder, config.get("kind", "bench"), config, run.read_summary())
                 added += 1
-            except RunDirError:
+            except RunFolderError:
                 continue
         return added
 
@@ -203,5 +203,5 @@ def resolve_run(ref: str, root: Path | str = "runs") -> Path:
             run = store.get(int(ref))
         if run:
             return run.path
-        raise RunDirError(f"no run with id {ref} in {Path(root) / DB_NAME} (see `latlab runs`)")
-    raise RunDirError(f"{ref}: neither a run folder nor a run id in {Path(root) / DB_NAME}")
+        raise RunFolderError(f"no run with id {ref} in {Path(root) / DB_NAME} (see `latlab runs`)")
+    raise RunFolderError(f"{ref}: neither a run folder nor a run id in {Path(root) / DB_NAME}")

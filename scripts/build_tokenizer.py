@@ -3,7 +3,7 @@
 The corpus is `pydoc_data.topics` (the language reference that ships with CPython), so the
 result is reproducible on any machine with the same Python and `tokenizers` versions:
 
-    python scripts/build_tokenizer.py            # writes latlab/engine/data/tokenizer.json
+    python scripts/build_tokenizer.py            # writes latlab/tokenizer/tokenizer.json
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 VOCAB_SIZE = 8192
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]
-OUT = Path(__file__).resolve().parent.parent / "latlab" / "engine" / "data" / "tokenizer.json"
+OUT = Path(__file__).resolve().parent.parent / "latlab" / "tokenizer" / "tokenizer.json"
 
 
 def build(vocab_size: int = VOCAB_SIZE) -> Tokenizer:

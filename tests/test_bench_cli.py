@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from latlab.cli import app
-from latlab.rundir import RunDir
+from latlab.records.folder import RunFolder
 from latlab.store import RunStore
 from sse_server import DONE, Server, Step, completion, status, stream, usage_only
 
@@ -21,9 +21,9 @@ def bench(*args: str):
     return CliRunner().invoke(app, ["bench", *args])
 
 
-def only_run(root) -> RunDir:
+def only_run(root) -> RunFolder:
     (path,) = [p for p in root.iterdir() if p.is_dir()]
-    return RunDir.open(path)
+    return RunFolder.open(path)
 
 
 def test_json_output_exit_code_and_run_folder(tmp_path):
@@ -141,7 +141,7 @@ def test_the_bench_command_does_not_import_torch(tmp_path):
 
 
 def test_the_embedded_engines_checkpoint_tokenizer_counts_the_prompts(tmp_path):
-    from latlab.engine.tokenizer import Tokenizer
+    from latlab.tokenizer import Tokenizer
 
     checkpoint = Tokenizer.load(None).save_pretrained(tmp_path / "checkpoint")
     out = tmp_path / "runs"

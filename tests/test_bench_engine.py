@@ -14,7 +14,7 @@ from latlab.load.config import BenchConfig
 from latlab.load.runner import run_bench
 from latlab.load.target import EngineError, start_engine
 from latlab.load.workload import LengthDistribution, WorkloadConfig
-from latlab.rundir import RunDir
+from latlab.records.folder import RunFolder
 
 pytest.importorskip("torch")
 
@@ -34,7 +34,7 @@ def test_bench_without_url_runs_the_embedded_engine_and_stops_it(tmp_path):
                                       "--out", str(tmp_path), "--no-progress"])
     assert result.exit_code == 0, result.output
     (path,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    run = RunDir.open(path)
+    run = RunFolder.open(path)
     config = run.read_config()
     assert config["target"]["embedded"] and config["target"]["engine_ready_s"] > 0
     assert config["bench"]["serve_args"] == TINY.split()

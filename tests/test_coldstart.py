@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from latlab.cli import app
 from latlab.load.coldstart import spread
 from latlab.load.target import free_port
-from latlab.rundir import RunDir
+from latlab.records.folder import RunFolder
 from latlab.store import RunStore
 from sse_server import DONE, Server, Step, completion, stream
 
@@ -74,7 +74,7 @@ def test_cold_and_idle_excess_over_the_warm_baseline(tmp_path):
         <= summary["excess_ttft"]["max"]
     assert [g["gap_s"] for g in data["idle"]] == [0.05, 0.5]
 
-    run = RunDir.open(data["run"])
+    run = RunFolder.open(data["run"])
     records = run.read_records()
     assert len(records) == 2 * (1 + 3 + 2) and all(r.ok for r in records)
     by_id = {r.id: r for r in records}

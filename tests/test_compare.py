@@ -64,7 +64,7 @@ def test_gates(tmp_path):
 
 
 def test_a_run_without_successes_cannot_be_compared(tmp_path):
-    from latlab.timeline import Outcome
+    from latlab.records.timeline import Outcome
     empty = analyze(write_run(tmp_path, [timeline(0, 0, outcome=Outcome.HTTP_5XX)], config=BENCH))
     with pytest.raises(CompareError, match="no successful request"):
         compare(run_with(tmp_path, 10), empty)

@@ -4,7 +4,7 @@ from timelines import MS, steady, timeline, write_run
 from latlab.analysis import analyze
 from latlab.analysis.budget import budget, in_flight_at_send, tail_budget
 from latlab.analysis.decompose import COMPONENTS, Quality, decompose
-from latlab.timeline import Outcome
+from latlab.records.timeline import Outcome
 
 
 def test_components_recover_the_planted_stages_and_add_up():

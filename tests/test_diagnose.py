@@ -8,7 +8,7 @@ from timelines import MS, steady, timeline, write_run
 from latlab.analysis import analyze
 from latlab.analysis.findings import Finding, Severity, Unevaluated
 from latlab.metrics import Window, summarize
-from latlab.timeline import Outcome
+from latlab.records.timeline import Outcome
 
 
 @pytest.fixture

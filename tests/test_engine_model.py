@@ -12,7 +12,7 @@ from latlab.engine.engine import LLMEngine
 from latlab.engine.loader import LoadedModel, ModelLoadError, load_model, save_checkpoint
 from latlab.engine.model import CausalLM, rope_inv_freq
 from latlab.engine.sampling import SamplingParams
-from latlab.engine.tokenizer import Tokenizer
+from latlab.tokenizer import Tokenizer
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
 

@@ -10,7 +10,7 @@ from latlab.engine.detokenizer import Detokenizer
 from latlab.engine.engine import LLMEngine
 from latlab.engine.sampling import Sampler, SamplingParams
 from latlab.engine.sequence import FinishReason, Sequence, StageTimes
-from latlab.engine.tokenizer import Tokenizer
+from latlab.tokenizer import Tokenizer
 
 PROMPT = Tokenizer.default().encode("def fibonacci(n):\n    return")
 

@@ -6,7 +6,7 @@ import time
 from latlab.load.selfcheck import HealthSampler, WorkerHealth, client_section
 from latlab.metrics import zero_gap_share
 from latlab.metrics import Window
-from latlab.timeline import RequestTimeline
+from latlab.records.timeline import RequestTimeline
 
 MS = 1_000_000
 

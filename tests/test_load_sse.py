@@ -3,7 +3,7 @@
 import pytest
 
 from latlab.load.sse import StreamFault, StreamParser
-from latlab.timeline import Outcome, RequestTimeline
+from latlab.records.timeline import Outcome, RequestTimeline
 from sse_server import DONE, chat, completion, usage_only
 
 

@@ -4,7 +4,7 @@ import os
 import numpy as np
 import pytest
 
-from latlab.engine.tokenizer import Tokenizer
+from latlab.tokenizer import Tokenizer
 from latlab.load.datasets import DatasetError
 from latlab.load.workload import LengthDistribution, Workload, WorkloadConfig, WorkloadError
 

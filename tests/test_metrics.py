@@ -13,7 +13,7 @@ from latlab.metrics import (
     request_metrics,
     summarize,
 )
-from latlab.timeline import Outcome, RequestTimeline, ServerTiming
+from latlab.records.timeline import Outcome, RequestTimeline, ServerTiming
 
 MS = 1_000_000
 

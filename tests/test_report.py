@@ -18,7 +18,7 @@ from latlab.cli import app
 from latlab.report.console import print_budget, print_findings
 from latlab.report.export import request_table, write_csv, write_parquet
 from latlab.report.html import write_html
-from latlab.timeline import Outcome
+from latlab.records.timeline import Outcome
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -2,12 +2,12 @@ from pathlib import Path
 
 import pytest
 
-from latlab.rundir import RunDir, RunDirError
+from latlab.records.folder import RunFolder, RunFolderError
 from latlab.store import RunStore, resolve_run
 
 
-def make_run(root: Path, name: str, target: str, tags: list[str], ttft_p99: float) -> RunDir:
-    run = RunDir.create(root, name)
+def make_run(root: Path, name: str, target: str, tags: list[str], ttft_p99: float) -> RunFolder:
+    run = RunFolder.create(root, name)
     run.write_config({"bench": {"name": name, "tags": tags},
                       "target": {"url": target, "model": "tiny"}})
     run.write_summary({"in_window": 10, "ok": 9,
@@ -29,7 +29,7 @@ def test_register_list_filter_and_resolve(tmp_path):
         assert store.get(id_b).numbers["ttft_p99"] == 70.0
     assert resolve_run(str(id_b), tmp_path) == b.path.resolve()
     assert resolve_run(str(a.path), tmp_path) == a.path
-    with pytest.raises(RunDirError, match="no run with id 99"):
+    with pytest.raises(RunFolderError, match="no run with id 99"):
         resolve_run("99", tmp_path)
 
 

@@ -14,7 +14,7 @@ from latlab.analysis.capacity import saturation
 from latlab.load.config import BenchConfig
 from latlab.load.sweep import ESCALATION, SweepConfig, run_sweep
 from latlab.load.workload import LengthDistribution, WorkloadConfig
-from latlab.rundir import RunDir
+from latlab.records.folder import RunFolder
 from latlab.store import RunStore
 from sse_server import Server
 
@@ -48,7 +48,7 @@ def test_explicit_rates_make_a_curve_with_its_answers_and_evidence(tmp_path):
         assert best["load"] == pytest.approx(
             ok["load"] + (250 - a) / (b - a) * (fail["load"] - ok["load"]))
     for side in (ok, fail):
-        assert RunDir.open(side["run"]).read_summary()["requests"] > 0
+        assert RunFolder.open(side["run"]).read_summary()["requests"] > 0
 
     knee = data["knee"]
     assert knee is not None and knee["label"] in ("5 req/s", "20 req/s")
@@ -66,14 +66,14 @@ def test_explicit_rates_make_a_curve_with_its_answers_and_evidence(tmp_path):
         3.6 / (best["achieved"] * 3.6))
 
     folders = sorted(p.name for p in result.path.iterdir() if p.is_dir())
-    assert len(folders) == 3 and all(RunDir.open(result.path / f).read_summary() for f in folders)
+    assert len(folders) == 3 and all(RunFolder.open(result.path / f).read_summary() for f in folders)
     page = (result.path / "sweep.html").read_text()
     assert "SLO-max" in page and page.count('class="plotly-graph-div"') == 2  # curve, budgets
     with RunStore(tmp_path) as store:
         assert {r.path.name for r in store.list(kind="bench")} == set(folders)
         (entry,) = store.list(kind="sweep")
     assert entry.path == result.path.resolve() and entry.target == server.url
-    assert entry.numbers["ok"] == sum(RunDir.open(result.path / f).read_summary()["ok"]
+    assert entry.numbers["ok"] == sum(RunFolder.open(result.path / f).read_summary()["ok"]
                                       for f in folders)
 
 

@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 import orjson
 import pytest
 
-from latlab.rundir import RunDir
+from latlab.records.folder import RunFolder
 
 pytest.importorskip("torch")
 
@@ -63,7 +63,7 @@ def test_ctrl_c_keeps_the_finished_points_and_stops_the_one_engine(tmp_path):
     assert data["points"][0]["load"] == 2 and not data["points"][0]["interrupted"]
     assert len(data["points"]) < 3
     assert (folder / "sweep.html").is_file() and (folder / "engine.log").is_file()
-    configs = [RunDir.open(p).read_config() for p in folder.iterdir() if p.is_dir()]
+    configs = [RunFolder.open(p).read_config() for p in folder.iterdir() if p.is_dir()]
     urls = {c["target"]["url"] for c in configs}
     assert len(configs) == 2 and len(urls) == 1  # one engine for every point
     assert all(c["bench"]["serve_args"] == TINY.split() for c in configs)

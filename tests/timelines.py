@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from latlab.metrics import Window, summarize
-from latlab.rundir import RunDir
-from latlab.timeline import ConnectionTiming, Outcome, RequestTimeline, ServerTiming
+from latlab.records.folder import RunFolder
+from latlab.records.timeline import ConnectionTiming, Outcome, RequestTimeline, ServerTiming
 
 MS = 1_000_000
 
@@ -63,9 +63,9 @@ def _ns(ms: float) -> int:
 
 
 def write_run(root: Path, records: Sequence[RequestTimeline], config: dict[str, Any] | None = None,
-              summary: bool = True, client: dict[str, Any] | None = None) -> RunDir:
+              summary: bool = True, client: dict[str, Any] | None = None) -> RunFolder:
     """A run folder holding `records` (and its summary.json unless `summary` is False)."""
-    run = RunDir.create(root, "test")
+    run = RunFolder.create(root, "test")
     run.write_config(config if config is not None else {"rate": 10.0})
     with run.record_writer() as writer:
         for r in records:

@@ -19,7 +19,7 @@ import numpy as np
 
 from latlab.analysis.decompose import BUCKETS, COMPONENTS, Decomposition, Quality
 from latlab.metrics import Distribution, RequestMetrics, distribution, percentile
-from latlab.timeline import RequestTimeline
+from latlab.records.timeline import RequestTimeline
 
 TAIL_PERCENTILE = 99.0
 PROMPT_EDGES = (64, 256, 1024, 4096, 16384)

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from latlab.metrics import percentile
-from latlab.timeline import Outcome
+from latlab.records.timeline import Outcome
 
 if TYPE_CHECKING:
     from latlab.analysis.run import RunAnalysis

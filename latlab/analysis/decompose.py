@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from latlab.metrics import NS_PER_MS
-from latlab.timeline import RequestTimeline
+from latlab.records.timeline import RequestTimeline
 
 
 class Quality(StrEnum):

@@ -11,7 +11,7 @@ from latlab.analysis.budget import prompt_bucket, prompt_tokens
 from latlab.analysis.decompose import SERVER_STAGES, Quality
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean, ms, pct
 from latlab.metrics import percentile, zero_gap_share
-from latlab.timeline import Outcome
+from latlab.records.timeline import Outcome
 
 if TYPE_CHECKING:
     from latlab.analysis.run import RunAnalysis

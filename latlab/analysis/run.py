@@ -29,8 +29,8 @@ from latlab.analysis.budget import (
 from latlab.analysis.decompose import decompose
 from latlab.analysis.findings import Finding, Unevaluated
 from latlab.metrics import Window, parse_slo, request_metrics, summarize
-from latlab.rundir import RunDir, RunDirError, run_window
-from latlab.timeline import RequestTimeline
+from latlab.records.folder import RunFolder, RunFolderError, run_window
+from latlab.records.timeline import RequestTimeline
 
 UNATTRIBUTED_NOTE_SHARE = 0.05
 
@@ -39,7 +39,7 @@ UNATTRIBUTED_NOTE_SHARE = 0.05
 class RunAnalysis:
     """A run's records, per-request decomposition, aggregate budgets, breakdowns and findings."""
 
-    run: RunDir
+    run: RunFolder
     config: dict[str, Any]
     summary: dict[str, Any]
     summary_recomputed: bool
@@ -80,7 +80,7 @@ class RunAnalysis:
         return client if isinstance(client, dict) else None
 
 
-def analyze(run: RunDir) -> RunAnalysis:
+def analyze(run: RunFolder) -> RunAnalysis:
     """Decompose, aggregate and diagnose one run folder (which may be a partial run)."""
     from latlab.analysis.diagnose import diagnose
 
@@ -147,5 +147,5 @@ def _slos(config: dict[str, Any]) -> dict[str, float] | None:
         if isinstance(raw, list):
             return dict(parse_slo(str(item)) for item in raw)
     except ValueError as e:
-        raise RunDirError(f"config.json: slos: {e}") from e
-    raise RunDirError(f"config.json: slos must be a mapping or a list, got {raw!r}")
+        raise RunFolderError(f"config.json: slos: {e}") from e
+    raise RunFolderError(f"config.json: slos must be a mapping or a list, got {raw!r}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from latlab.engine.tokenizer import Tokenizer
+from latlab.tokenizer import Tokenizer
 
 
 class Detokenizer:

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from latlab.engine.config import PRESETS, ModelConfig
 from latlab.engine.model import CausalLM
-from latlab.engine.tokenizer import IM_END, Tokenizer, TokenizerError
+from latlab.tokenizer import IM_END, Tokenizer, TokenizerError
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
 PACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}

@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING
 
-from latlab.timeline import ServerTiming
-
 if TYPE_CHECKING:
     import torch
 
@@ -38,21 +36,6 @@ class StageTimes:
     first_token: int | None = None
     last_token: int | None = None
     completed: int | None = None
-
-    def server_timing(self) -> ServerTiming:
-        """The protocol's stage durations (ms); a stage that did not happen is None."""
-
-        def ms(start: int | None, end: int | None) -> float | None:
-            return None if start is None or end is None else (end - start) / 1e6
-
-        return ServerTiming(
-            preprocess=ms(self.received, self.enqueued),
-            queue=ms(self.enqueued, self.first_scheduled),
-            prefill=ms(self.first_scheduled, self.first_token),
-            decode=ms(self.first_token, self.last_token),
-            postprocess=ms(self.last_token, self.completed),
-            total=ms(self.received, self.completed),
-        )
 
 
 @dataclass(eq=False)

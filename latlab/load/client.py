@@ -19,7 +19,7 @@ import orjson
 from latlab.load.connection import connection_trace
 from latlab.load.sse import StreamFault, StreamParser
 from latlab.load.workload import Api, RequestSpec
-from latlab.timeline import Outcome, RequestTimeline, ServerTiming
+from latlab.records.timeline import Outcome, RequestTimeline, ServerTiming
 
 ERROR_BODY_BYTES = 2048
 

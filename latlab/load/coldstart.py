@@ -35,8 +35,8 @@ from latlab.load.config import BenchError
 from latlab.load.target import EngineError, ServerProcess, answers, start_engine, start_server
 from latlab.load.workload import Workload, WorkloadConfig
 from latlab.metrics import request_metrics
-from latlab.rundir import RecordWriter, RunDir
-from latlab.timeline import RequestTimeline
+from latlab.records.folder import RecordWriter, RunFolder
+from latlab.records.timeline import RequestTimeline
 
 COLDSTART_JSON = "coldstart.json"
 READY_POLL_S = 0.02
@@ -84,7 +84,7 @@ class ColdstartConfig(BaseModel):
 
 @dataclass
 class ColdstartResult:
-    run: RunDir
+    run: RunFolder
     data: dict[str, Any]
     interrupted: bool
 
@@ -97,7 +97,7 @@ def run_coldstart(config: ColdstartConfig, *, console: Console | None = None,
 
     console = console or Console(stderr=True)
     workload = Workload(config.workload)
-    run = RunDir.create(config.out, f"coldstart-{config.name}")
+    run = RunFolder.create(config.out, f"coldstart-{config.name}")
     settings = {"kind": "coldstart", "latlab_version": __version__,
                 "command": shlex.join(command if command is not None else sys.argv),
                 "name": run.path.name, "tags": config.tags,
@@ -127,7 +127,7 @@ def run_coldstart(config: ColdstartConfig, *, console: Console | None = None,
     return ColdstartResult(run, data, interrupted)
 
 
-def _one_start(config: ColdstartConfig, workload: Workload, run: RunDir, writer: RecordWriter,
+def _one_start(config: ColdstartConfig, workload: Workload, run: RunFolder, writer: RecordWriter,
                i: int, target: dict[str, Any]) -> dict[str, Any]:
     log = run.path / f"server-{i + 1}.log"
     try:
@@ -252,7 +252,7 @@ def _summary(runs: list[dict[str, Any]], gaps: list[float]) -> tuple[dict, list[
     return summary, idle
 
 
-def _write(run: RunDir, settings: dict[str, Any], runs: list[dict[str, Any]],
+def _write(run: RunFolder, settings: dict[str, Any], runs: list[dict[str, Any]],
            interrupted: bool) -> dict[str, Any]:
     summary, idle = _summary(runs, settings["coldstart"]["idle_gaps_s"])
     data = {"kind": "coldstart", "target": settings["target"], "runs": runs, "summary": summary,

@@ -18,7 +18,7 @@ from latlab.load.config import BenchConfig
 from latlab.load.datasets import DatasetError
 from latlab.load.workload import LengthDistribution, WorkloadConfig, WorkloadError
 from latlab.metrics import FORMULAS, parse_slo
-from latlab.rundir import RunDir
+from latlab.records.folder import RunFolder
 from latlab.store import RunStore
 
 if TYPE_CHECKING:
@@ -231,7 +231,7 @@ def run_command(config: BenchConfig, *, json_output: bool, progress: bool | None
     return EXIT_FAILED_RUN if result.failed else EXIT_OK
 
 
-def _explain(run: RunDir, err: Console) -> RunAnalysis | None:
+def _explain(run: RunFolder, err: Console) -> RunAnalysis | None:
     """Decompose and diagnose the finished run and write its report.html. The run folder is
     complete already: a failure here loses nothing and `latlab report` can redo it."""
     from latlab.analysis import analyze

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from latlab.timeline import ConnectionTiming
+from latlab.records.timeline import ConnectionTiming
 
 
 def connection_trace() -> aiohttp.TraceConfig:

@@ -32,8 +32,8 @@ from latlab.load.processes import run_workers
 from latlab.load.worker import Worker, WorkerPlan, WorkerResult
 from latlab.load.workload import Workload
 from latlab.metrics import summarize
-from latlab.rundir import RunDir, run_window
-from latlab.timeline import Outcome, RequestTimeline
+from latlab.records.folder import RunFolder, run_window
+from latlab.records.timeline import Outcome, RequestTimeline
 
 START_LEAD_S = 0.05
 MODELS_TIMEOUT_S = 10.0
@@ -41,7 +41,7 @@ MODELS_TIMEOUT_S = 10.0
 
 @dataclass
 class BenchResult:
-    run: RunDir
+    run: RunFolder
     summary: dict[str, Any]
     failed: bool
     message: str | None = None
@@ -55,7 +55,7 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
     workload = Workload(config.workload)
     if config.arrivals.process == "trace":
         load_trace(config.arrivals.trace)
-    run = RunDir.create(config.out, config.name)
+    run = RunFolder.create(config.out, config.name)
     settings = _settings(config, command)
     run.write_config(settings)
     engine = None
@@ -121,7 +121,7 @@ def _discover_model(url: str, config: BenchConfig) -> str:
     return models[0]
 
 
-def _start_clock(run: RunDir, settings: dict[str, Any]) -> int:
+def _start_clock(run: RunFolder, settings: dict[str, Any]) -> int:
     """Fix the run's start `t0` a little ahead, with the wall-clock anchor, in config.json."""
     anchor_ns, unix = time.perf_counter_ns(), time.time()
     t0 = anchor_ns + int(START_LEAD_S * 1e9)
@@ -131,7 +131,7 @@ def _start_clock(run: RunDir, settings: dict[str, Any]) -> int:
     return t0
 
 
-def _run_here(config: BenchConfig, plan: WorkerPlan, workload: Workload, run: RunDir,
+def _run_here(config: BenchConfig, plan: WorkerPlan, workload: Workload, run: RunFolder,
               settings: dict[str, Any], update: Callable | None) -> WorkerResult:
     import uvloop
 
@@ -140,7 +140,7 @@ def _run_here(config: BenchConfig, plan: WorkerPlan, workload: Workload, run: Ru
         return runner.run(Worker(config, plan, workload, update).run())
 
 
-def _finish(config: BenchConfig, run: RunDir, settings: dict[str, Any],
+def _finish(config: BenchConfig, run: RunFolder, settings: dict[str, Any],
             results: list[WorkerResult], notes: list[str]) -> BenchResult:
     reasons = {r.stop_reason for r in results}
     messages = list(dict.fromkeys([r.message for r in results if r.message] + notes))

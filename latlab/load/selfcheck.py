@@ -20,7 +20,7 @@ import numpy as np
 import psutil
 
 from latlab.metrics import Window, zero_gap_share
-from latlab.timeline import RequestTimeline
+from latlab.records.timeline import RequestTimeline
 
 SAMPLE_INTERVAL_S = 0.010
 CPU_INTERVAL_S = 1.0

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from latlab.timeline import Outcome, RequestTimeline, ServerTiming
+from latlab.records.timeline import Outcome, RequestTimeline, ServerTiming
 
 
 class StreamFault(Exception):

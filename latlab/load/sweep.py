@@ -32,7 +32,7 @@ from latlab.analysis.slo_max import slo_max
 from latlab.load.arrivals import OPEN_LOOP, ArrivalConfig
 from latlab.load.config import BenchConfig, BenchError
 from latlab.load.target import EngineError, start_engine
-from latlab.rundir import RunDir
+from latlab.records.folder import RunFolder
 
 SWEEP_JSON = "sweep.json"
 ESCALATION = 1.5
@@ -88,7 +88,7 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
     from latlab.store import RunStore
 
     console = console or Console(stderr=True)
-    folder = RunDir.create(config.base.out, f"sweep-{config.base.name}").path
+    folder = RunFolder.create(config.base.out, f"sweep-{config.base.name}").path
     sweep = _Sweep(config, folder, list(command))
     engine = None
     try:

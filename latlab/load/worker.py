@@ -22,8 +22,8 @@ from latlab.load.config import BenchConfig
 from latlab.load.selfcheck import HealthSampler, WorkerHealth
 from latlab.load.workload import RequestSpec, Workload
 from latlab.metrics import NS_PER_MS
-from latlab.rundir import RunDir
-from latlab.timeline import Outcome, RequestTimeline
+from latlab.records.folder import RunFolder
+from latlab.records.timeline import Outcome, RequestTimeline
 
 SNAPSHOT_INTERVAL_S = 0.5
 FIRST_FAILURES_ABORT = 10
@@ -96,7 +96,7 @@ class Worker:
         cap = arrivals.users if not arrivals.open_loop else arrivals.max_concurrency
         self.slots = config.share(cap, self.w) if cap else 0
         self._cap = asyncio.Semaphore(self.slots) if arrivals.open_loop and self.slots else None
-        self.writer = RunDir(Path(plan.run_path)).record_writer()
+        self.writer = RunFolder(Path(plan.run_path)).record_writer()
         self.client = Client(plan.url, plan.model, config.workload.api, api_key=plan.api_key,
                              pool_size=self.slots, timeout_s=config.timeout_s,
                              ignore_eos=config.ignore_eos, continuous_usage=config.continuous_usage)

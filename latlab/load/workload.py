@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field, model_validator
 
-from latlab.engine.tokenizer import Tokenizer, TokenizerError
+from latlab.tokenizer import Tokenizer, TokenizerError
 from latlab.load.datasets import load_dataset
 
 Api = Literal["completions", "chat"]

@@ -14,7 +14,7 @@ import pyarrow as pa
 from latlab.analysis.budget import Row
 from latlab.analysis.decompose import COMPONENTS
 from latlab.metrics import NS_PER_MS
-from latlab.timeline import SERVER_TIMING_STAGES
+from latlab.records.timeline import SERVER_TIMING_STAGES
 
 if TYPE_CHECKING:
     from latlab.analysis.run import RunAnalysis

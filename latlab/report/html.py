@@ -21,7 +21,7 @@ from latlab.report.timeseries import over_time_figure
 
 if TYPE_CHECKING:
     from latlab.analysis.run import RunAnalysis
-    from latlab.rundir import RunDir
+    from latlab.records.folder import RunFolder
 
 SUMMARY_METRICS = ("ttft", "ttft_sched", "tpot", "itl", "e2e", "e2e_sched", "lateness")
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
@@ -38,7 +38,7 @@ td:first-child,th:first-child{text-align:left}tr:nth-child(even){background:#f6f
 """
 
 
-def write_html(run: RunDir, analysis: RunAnalysis, path: Path | None = None) -> Path:
+def write_html(run: RunFolder, analysis: RunAnalysis, path: Path | None = None) -> Path:
     """Write the report (default: the run folder's `report.html`) and return its path."""
     path = path or run.report_path
     target = analysis.config.get("target")

@@ -28,6 +28,7 @@ from latlab.server.schemas import (ApiError, AssistantMessage, ChatChoice,
 from latlab.server.streaming import (Api, EngineStreamResponse, StreamEvents, engine_error,
                                      usage_of)
 from latlab.server.telemetry import Telemetry
+from latlab.server.timing import server_timing
 
 
 @dataclass
@@ -161,7 +162,7 @@ class OpenAIServing:
             response = CompletionResponse(id=rid, model=name, usage=usage, choices=[
                 CompletionChoice(text=text, finish_reason=reason)])
         return JSONResponse(response.model_dump(), headers={
-            "Server-Timing": last.times.server_timing().to_header()})
+            "Server-Timing": server_timing(last.times).to_header()})
 
 
 def _invalid(e: ValidationError) -> ApiError:

@@ -19,6 +19,7 @@ from latlab.engine.engine import RequestOutput
 from latlab.server.async_engine import EngineNotReady, EngineRequestError, RequestStream
 from latlab.server.schemas import ApiError, GenerationRequest, Usage
 from latlab.server.telemetry import Telemetry
+from latlab.server.timing import server_timing
 
 Api = Literal["completion", "chat"]
 
@@ -62,7 +63,7 @@ class StreamEvents:
             last.times.completed = time.perf_counter_ns()
             if self.include_usage:
                 yield _sse({**self.head, "choices": [], "usage": usage_of(last),
-                            "server_timing": last.times.server_timing().to_json()})
+                            "server_timing": server_timing(last.times).to_json()})
             yield b"data: [DONE]\n\n"
             self.telemetry.observe_request(self.head["id"], last.times,
                                            last.num_prompt_tokens, last.num_output_tokens,

@@ -22,7 +22,7 @@ from typing import Any, Iterator, Sequence
 import orjson
 
 from latlab.metrics import Window
-from latlab.timeline import RequestTimeline
+from latlab.records.timeline import RequestTimeline
 
 CONFIG = "config.json"
 REQUESTS = "requests.jsonl"
@@ -30,16 +30,16 @@ SUMMARY = "summary.json"
 REPORT = "report.html"
 
 
-class RunDirError(Exception):
+class RunFolderError(Exception):
     """A folder that is not a readable latlab run."""
 
 
 @dataclass(frozen=True)
-class RunDir:
+class RunFolder:
     path: Path
 
     @classmethod
-    def create(cls, root: Path | str, name: str = "run") -> RunDir:
+    def create(cls, root: Path | str, name: str = "run") -> RunFolder:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "run"
         base = Path(root) / f"{stamp}-{slug}"
@@ -53,12 +53,12 @@ class RunDir:
                 path = base.with_name(f"{base.name}-{n}")
 
     @classmethod
-    def open(cls, path: Path | str) -> RunDir:
+    def open(cls, path: Path | str) -> RunFolder:
         run = cls(Path(path))
         if not run.path.is_dir():
-            raise RunDirError(f"{path}: no such run folder")
+            raise RunFolderError(f"{path}: no such run folder")
         if not (run.path / CONFIG).is_file() and not (run.path / REQUESTS).is_file():
-            raise RunDirError(f"{path}: not a latlab run folder (no {CONFIG} or {REQUESTS})")
+            raise RunFolderError(f"{path}: not a latlab run folder (no {CONFIG} or {REQUESTS})")
         return run
 
     @property
@@ -103,7 +103,7 @@ class RunDir:
                 try:
                     yield RequestTimeline.from_json(orjson.loads(line))
                 except (orjson.JSONDecodeError, TypeError, ValueError) as e:
-                    raise RunDirError(f"{self.requests_path}: unreadable record: {e}") from e
+                    raise RunFolderError(f"{self.requests_path}: unreadable record: {e}") from e
 
     def read_records(self) -> list[RequestTimeline]:
         return list(self.iter_records())
@@ -149,4 +149,4 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         return orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as e:
-        raise RunDirError(f"{path}: unreadable: {e}") from e
+        raise RunFolderError(f"{path}: unreadable: {e}") from e

@@ -31,7 +31,7 @@ class Tokenizer:
 
     @classmethod
     def default(cls) -> Tokenizer:
-        path = files("latlab.engine") / "data" / "tokenizer.json"
+        path = files("latlab.tokenizer") / "tokenizer.json"
         return cls(tokenizers.Tokenizer.from_str(path.read_text(encoding="utf-8")))
 
     @classmethod

@@ -24,6 +24,14 @@ from enum import StrEnum
 from typing import Any
 
 SERVER_TIMING_STAGES = ("preprocess", "queue", "prefill", "decode", "postprocess", "total")
+NS_PER_MS = 1e6
+
+
+def ms_between(later: int | None, earlier: int | None) -> float | None:
+    """Milliseconds from `earlier` to `later` (nanosecond stamps); None if either is missing."""
+    if later is None or earlier is None:
+        return None
+    return (later - earlier) / NS_PER_MS
 
 
 class Outcome(StrEnum):
