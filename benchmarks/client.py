@@ -167,9 +167,8 @@ class Servers:
 
 
 def bench_config(url: str, folder: Path, **kw):
-    from latlab.load.arrivals import ArrivalConfig
-    from latlab.load.config import BenchConfig
-    from latlab.load.workload import LengthDistribution, WorkloadConfig
+    from latlab.records.config import BenchConfig
+    from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
 
     users, output = kw.pop("users"), kw.pop("output")
     workload = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=16),
@@ -180,8 +179,8 @@ def bench_config(url: str, folder: Path, **kw):
 
 
 def capacity(servers: Servers, folder: Path, users: int, workers: int, duration: float) -> dict:
-    from latlab.load.runner import run_bench
-    from latlab.records.folder import run_window
+    from latlab.commands.bench import run_bench
+    from latlab.records.window import run_window
 
     config = bench_config(servers.url("paced"), folder, users=users, output=50,
                           duration_s=duration, warmup_s=2.0, cooldown_s=0.5, ramp_s=1.0,
@@ -246,7 +245,7 @@ def raw_speed(servers: Servers, folder: Path, users: int, requests: int, output:
               rounds: int) -> dict:
     import uvloop
 
-    from latlab.load.runner import run_bench
+    from latlab.commands.bench import run_bench
 
     best_raw = best_latlab = 0.0
     for _ in range(rounds):

@@ -29,7 +29,7 @@ from latlab.engine.config import EngineConfig
 from latlab.engine.engine import LLMEngine
 from latlab.engine.sampling import SamplingParams
 from latlab.engine.sequence import Sequence
-from latlab.metrics import percentile
+from latlab.metrics.stats import percentile
 
 PROMPT_LENGTHS = (16, 32, 64, 128, 256)
 

@@ -19,7 +19,7 @@ import torch
 from latlab.engine.config import EngineConfig
 from latlab.engine.engine import LLMEngine
 from latlab.engine.sampling import SamplingParams
-from latlab.metrics import percentile
+from latlab.metrics.stats import percentile
 
 PROMPT_TOKENS = 128
 PREFILL_CHUNK = 512

@@ -12,14 +12,14 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import orjson
-
-from latlab.records.folder import RunFolder, RunFolderError
+from latlab.records.config import RunConfig
+from latlab.records.folder import RunFolder, RunFolderError, read_json
+from latlab.records.summary import RunSummary
+from latlab.records.sweep import SWEEP_JSON, SweepRecord
 
 DB_NAME = "latlab.db"
-SWEEP_JSON = "sweep.json"
+KINDS = ("bench", "sweep", "coldstart")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -78,23 +78,21 @@ class RunStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def register(self, path: Path | str, kind: str = "bench",
-                 config: dict[str, Any] | None = None,
-                 summary: dict[str, Any] | None = None) -> int:
-        """Add or refresh one run folder; returns its id."""
+    def register(self, path: Path | str, kind: str, config: RunConfig,
+                 numbers: dict[str, float | None]) -> int:
+        """Add or refresh one run folder with its key numbers; returns its id."""
         path = Path(path).resolve()
-        config = config or {}
-        target = config.get("target") or {}
-        bench = config.get("bench") or {}
+        target = config.target
+        bench = config.bench
         row = {
             "path": str(path),
             "kind": kind,
-            "name": config.get("name") or bench.get("name") or path.name,
-            "created": (config.get("clock") or {}).get("unix_time") or time.time(),
-            "target": "embedded" if target.get("embedded") else target.get("url"),
-            "model": target.get("model"),
-            "tags": json.dumps(list(config.get("tags") or bench.get("tags") or [])),
-            **key_numbers(summary or {}),
+            "name": config.name or (bench.name if bench else None) or path.name,
+            "created": config.clock.unix_time or time.time(),
+            "target": "embedded" if target.embedded else target.url,
+            "model": target.model,
+            "tags": json.dumps(list(config.tags or (bench.tags if bench else []))),
+            **{k: numbers.get(k) for k in KEY_NUMBERS},
         }
         columns = ", ".join(row)
         placeholders = ", ".join("?" for _ in row)
@@ -126,17 +124,13 @@ class RunStore:
 
     def register_sweep(self, folder: Path | str) -> int:
         """Add or refresh a sweep folder from its sweep.json; returns its id."""
-        try:
-            data = orjson.loads((Path(folder) / SWEEP_JSON).read_bytes())
-        except (OSError, orjson.JSONDecodeError) as e:
-            raise RunFolderError(f"{folder}: no readable {SWEEP_JSON}: {e}") from None
-        points = data.get("points") or []
-        requests = sum(p.get("requests") or 0 for p in points)
-        ok = sum(round((p.get("requests") or 0) * (1 - (p.get("error_rate") or 0.0)))
-                 for p in points)
-        config = {"name": Path(folder).name, "target": data.get("target"),
-                  "tags": ((data.get("config") or {}).get("bench") or {}).get("tags"),
-                  "clock": {"unix_time": data.get("created")}}
+        sweep = read_json(Path(folder) / SWEEP_JSON, SweepRecord)
+        requests = sum(p.requests for p in sweep.points)
+        ok = sum(round(p.requests * (1 - p.error_rate)) for p in sweep.points)
+        config = RunConfig.model_validate({
+            "name": Path(folder).name, "target": sweep.target,
+            "tags": (sweep.config.get("bench") or {}).get("tags") or [],
+            "clock": {"unix_time": sweep.created}})
         return self.register(folder, "sweep", config, {"requests": requests, "ok": ok})
 
     def rescan(self) -> int:
@@ -154,7 +148,9 @@ class RunStore:
             try:
                 run = RunFolder.open(folder)
                 config = run.read_config()
-                self.register(folder, config.get("kind", "bench"), config, run.read_summary())
+                summary = run.read_summary()
+                self.register(folder, config.kind, config, key_numbers(summary) if summary
+                              else _counts(run))
                 added += 1
             except RunFolderError:
                 continue
@@ -171,26 +167,25 @@ class RunStore:
         )
 
 
-def key_numbers(summary: dict[str, Any]) -> dict[str, float | None]:
-    """The headline numbers of a summary.json, flat."""
-    latency = summary.get("latency") or {}
-    throughput = summary.get("throughput") or {}
-
-    def pct(metric: str, name: str) -> float | None:
-        value = ((latency.get(metric) or {}).get("percentiles") or {}).get(name, {}).get("value")
-        return value if isinstance(value, (int, float)) else None
-
+def key_numbers(summary: RunSummary) -> dict[str, float | None]:
+    """The headline numbers of a run's summary, flat."""
+    t = summary.throughput
     return {
-        "requests": summary.get("in_window", summary.get("requests")),
-        "ok": summary.get("ok"),
-        "ttft_p50": pct("ttft", "p50"),
-        "ttft_p99": pct("ttft", "p99"),
-        "tpot_p50": pct("tpot", "p50"),
-        "e2e_p99": pct("e2e", "p99"),
-        "output_tokens_per_s": throughput.get("output_tokens_per_s"),
-        "achieved_rate": throughput.get("achieved_rate"),
-        "offered_rate": throughput.get("offered_rate"),
+        "requests": summary.in_window,
+        "ok": summary.ok,
+        "ttft_p50": summary.percentile("ttft", "p50"),
+        "ttft_p99": summary.percentile("ttft", "p99"),
+        "tpot_p50": summary.percentile("tpot", "p50"),
+        "e2e_p99": summary.percentile("e2e", "p99"),
+        "output_tokens_per_s": t.output_tokens_per_s if t else None,
+        "achieved_rate": t.achieved_rate if t else None,
+        "offered_rate": t.offered_rate if t else None,
     }
+
+
+def _counts(run: RunFolder) -> dict[str, float | None]:
+    records = run.read_records()
+    return {"requests": len(records), "ok": sum(r.ok for r in records)}
 
 
 def resolve_run(ref: str, root: Path | str = "runs") -> Path:

@@ -82,10 +82,11 @@ def status(code: int, body: dict | None = None) -> Handler:
 
 @dataclass
 class Server:
-    """Serves `handler` at /v1/completions and /v1/chat/completions; lists `model`."""
+    """Serves `handler` at /v1/completions and /v1/chat/completions; lists `model` (none
+    when it is None)."""
 
     handler: Handler
-    model: str = "fake-model"
+    model: str | None = "fake-model"
     received: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
 
@@ -113,7 +114,8 @@ class Server:
             return await self.handler(request)
 
         async def models(request: web.Request) -> web.Response:
-            return web.json_response({"object": "list", "data": [{"id": self.model}]})
+            models = [{"id": self.model}] if self.model is not None else []
+            return web.json_response({"object": "list", "data": models})
 
         app.router.add_post("/v1/completions", generate)
         app.router.add_post("/v1/chat/completions", generate)

@@ -46,7 +46,7 @@ def test_json_output_exit_code_and_run_folder(tmp_path):
     assert {b["user"] for b in bodies} == {"a", "b"} and {b["priority"] for b in bodies} == {1}
     assert all(b["max_tokens"] == 2 for b in bodies)
     config = run.read_config()
-    assert "--rate 60" in config["command"] and config["bench"]["arrivals"]["process"] == "poisson"
+    assert "--rate 60" in config.command and config.bench.arrivals.process == "poisson"
     assert len(run.read_records()) == 24
     assert summary["findings"] is not None and run.report_path.is_file()
     with RunStore(tmp_path) as store:
@@ -96,14 +96,22 @@ def test_unreachable_target_is_a_failed_run_with_a_valid_folder(tmp_path):
     assert result.exit_code == 1
     assert "connection_refused" in result.output
     run = only_run(tmp_path)
-    assert run.read_summary()["failures"]["connection_refused"] == len(run.read_records())
+    assert run.read_summary().failures["connection_refused"] == len(run.read_records())
 
 
-def test_without_model_and_server_the_message_asks_for_model(tmp_path):
+def test_an_unreachable_target_says_so_not_give_model(tmp_path):
     with Server(status(200)) as server:
         url = server.url
     result = bench("--url", url, "--requests", "5", "--out", str(tmp_path))
-    assert result.exit_code == 1 and "give --model" in result.output
+    assert result.exit_code == 1 and f"cannot reach {url}" in result.output
+    assert "give --model" not in result.output and "Traceback" not in result.output
+
+
+def test_a_server_without_a_model_list_asks_for_model(tmp_path):
+    with Server(status(200), model=None) as server:
+        result = bench("--url", server.url, "--requests", "5", "--out", str(tmp_path))
+        assert server.received == []
+    assert result.exit_code == 1 and "lists none; give --model" in result.output
 
 
 def test_wrong_model_name_is_a_failed_run(tmp_path):
@@ -147,4 +155,4 @@ def test_the_embedded_engines_checkpoint_tokenizer_counts_the_prompts(tmp_path):
     out = tmp_path / "runs"
     result = bench("--serve-args", f"--model {checkpoint}", "--requests", "2", "--out", str(out))
     assert result.exit_code == 1  # a folder with only a tokenizer is no model: serve refuses it
-    assert only_run(out).read_config()["bench"]["workload"]["tokenizer"] == str(checkpoint)
+    assert only_run(out).read_config().bench.workload.tokenizer == str(checkpoint)

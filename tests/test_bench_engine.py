@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from latlab.cli import app
-from latlab.load.config import BenchConfig
-from latlab.load.runner import run_bench
+from latlab.commands.bench import run_bench
+from latlab.records.config import BenchConfig
 from latlab.load.target import EngineError, start_engine
-from latlab.load.workload import LengthDistribution, WorkloadConfig
+from latlab.records.workload import LengthDistribution, WorkloadConfig
 from latlab.records.folder import RunFolder
 
 pytest.importorskip("torch")
@@ -36,14 +36,14 @@ def test_bench_without_url_runs_the_embedded_engine_and_stops_it(tmp_path):
     (path,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     run = RunFolder.open(path)
     config = run.read_config()
-    assert config["target"]["embedded"] and config["target"]["engine_ready_s"] > 0
-    assert config["bench"]["serve_args"] == TINY.split()
+    assert config.target.embedded and config.target.engine_ready_s > 0
+    assert config.bench.serve_args == TINY.split()
     records = run.read_records()
     assert len(records) == 8 and all(r.ok for r in records)
     assert all(r.completion_tokens == 6 and r.prompt_tokens == 24 for r in records)
     assert all(r.server is not None and r.server.total is not None for r in records)
     assert "ready on" in (path / "engine.log").read_text()
-    assert refused(config["target"]["url"])
+    assert refused(config.target.url)
 
 
 def test_an_engine_that_cannot_start_is_a_clear_failure(tmp_path):
@@ -91,4 +91,4 @@ def test_an_engine_dying_mid_run_is_reported_and_the_folder_stays_valid(tmp_path
     records = result.run.read_records()
     assert result.failed and "the embedded engine exited" in result.message
     assert any(r.ok for r in records) and any(not r.ok for r in records)
-    assert result.run.read_summary()["failures"]
+    assert result.run.read_summary().failures

@@ -10,11 +10,10 @@ import time
 import orjson
 import pytest
 
-from latlab.load.arrivals import ArrivalConfig
-from latlab.load.config import BenchConfig
-from latlab.load.runner import run_bench
-from latlab.records.folder import run_window
-from latlab.load.workload import LengthDistribution, WorkloadConfig
+from latlab.commands.bench import run_bench
+from latlab.records.config import BenchConfig
+from latlab.records.window import run_window
+from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
 from latlab.records.folder import RunFolder
 from latlab.records.timeline import Outcome
 from sse_server import DONE, Server, Step, completion, status, stream, usage_only
@@ -43,26 +42,26 @@ def test_run_folder_holds_config_records_and_summary(tmp_path):
     assert not result.failed and result.message is None
     run = RunFolder.open(result.run.path)
     cfg = run.read_config()
-    assert cfg["target"] == {"url": server.url, "model": "fake-model", "embedded": False,
-                             "api_key_given": False}
-    assert cfg["bench"]["requests"] == 30 and cfg["bench"]["arrivals"]["users"] == 3
-    clock = cfg["clock"]
-    assert clock["t0_ns"] >= clock["perf_counter_ns"] and clock["unix_time"] > 1.6e9
+    assert cfg.target.model_dump(exclude_none=True) == {
+        "url": server.url, "model": "fake-model", "embedded": False, "api_key_given": False}
+    assert cfg.bench.requests == 30 and cfg.bench.arrivals.users == 3
+    clock = cfg.clock
+    assert clock.t0_ns >= clock.perf_counter_ns and clock.unix_time > 1.6e9
     records = run.read_records()
     assert sorted(r.index for r in records) == list(range(30)) == sorted(
         int(h["headers"]["X-Request-Id"].rsplit("-", 1)[1]) for h in received)
     assert all(r.ok and r.token_counts == [1, 1, 1] and r.completion_tokens == 3 for r in records)
-    assert all(r.scheduled_ns >= clock["t0_ns"] and r.server.total == 5.0 for r in records)
+    assert all(r.scheduled_ns >= clock.t0_ns and r.server.total == 5.0 for r in records)
     summary = run.read_summary()
     assert summary == result.summary
-    assert summary["requests"] == summary["ok"] == 30
-    assert summary["latency"]["ttft"]["n"] == 30 and summary["latency"]["itl"]["n"] == 60
-    assert summary["latency"]["ttft"]["min"] >= 10.0
-    assert summary["goodput"]["good"] == 30
-    client = summary["client"]
-    assert client["workers"] == 1 and isinstance(client["bottleneck"], bool)
-    assert client["loop_lag_ms"]["p99"] is not None and client["cpu_percent"]["mean"] > 0
-    assert summary["stop_reason"] == "requests"
+    assert summary.requests == summary.ok == 30
+    assert summary.latency["ttft"].n == 30 and summary.latency["itl"].n == 60
+    assert summary.latency["ttft"].min >= 10.0
+    assert summary.goodput.good == 30
+    client = summary.client
+    assert client.workers == 1 and isinstance(client.bottleneck, bool)
+    assert client.loop_lag_ms.p99 is not None and client.cpu_percent.mean > 0
+    assert summary.stop_reason == "requests"
 
 
 def test_warmup_and_cooldown_are_kept_in_records_but_not_in_statistics(tmp_path):
@@ -73,14 +72,14 @@ def test_warmup_and_cooldown_are_kept_in_records_but_not_in_statistics(tmp_path)
     run = result.run
     records = run.read_records()
     cfg = run.read_config()
-    t0 = cfg["clock"]["t0_ns"]
-    assert cfg["clock"]["end_ns"] == t0 + 1_500_000_000
+    t0 = cfg.clock.t0_ns
+    assert cfg.clock.end_ns == t0 + 1_500_000_000
     assert len(records) == 30  # 20/s for 1.5 s, every one recorded
     window = run_window(cfg, records)
     assert (window.start_ns, window.end_ns) == (t0 + 500_000_000, t0 + 1_000_000_000)
-    assert result.summary["in_window"] == 10  # scheduled at 0.50, 0.55, ..., 0.95 s
-    assert result.summary["throughput"]["offered_rate"] == pytest.approx(20.0)
-    assert result.summary["window"]["seconds"] == pytest.approx(0.5)
+    assert result.summary.in_window == 10  # scheduled at 0.50, 0.55, ..., 0.95 s
+    assert result.summary.throughput.offered_rate == pytest.approx(20.0)
+    assert result.summary.window.seconds == pytest.approx(0.5)
 
 
 def test_failures_are_recorded_by_class_and_adjust_the_percentiles(tmp_path):
@@ -99,10 +98,10 @@ def test_failures_are_recorded_by_class_and_adjust_the_percentiles(tmp_path):
     assert len(records) == 40 and len(failed) == 10
     assert {r.outcome for r in failed} == {Outcome.HTTP_429}
     s = result.summary
-    assert s["failures"] == {"http_429": 10} and s["ok"] == 30
-    adjusted = s["failure_adjusted"]["ttft"]
-    assert adjusted["n"] == 40 and adjusted["percentiles"]["p90"]["value"] == "inf"
-    assert s["latency"]["ttft"]["n"] == 30
+    assert s.failures == {"http_429": 10} and s.ok == 30
+    adjusted = s.failure_adjusted["ttft"]
+    assert adjusted.n == 40 and adjusted["p90"] == math.inf
+    assert s.latency["ttft"].n == 30
     assert not result.failed
 
 
@@ -115,8 +114,8 @@ def test_an_unreachable_target_stops_early_and_fails_the_run(tmp_path):
     assert result.failed and "first 10 requests all failed" in result.message
     assert 10 <= len(records) <= 12
     assert {r.outcome for r in records} == {Outcome.CONNECTION_REFUSED}
-    assert result.summary["failures"]["connection_refused"] == len(records)
-    assert result.summary["stop_reason"] == "aborted"
+    assert result.summary.failures["connection_refused"] == len(records)
+    assert result.summary.stop_reason == "aborted"
     assert result.run.summary_path.is_file()
 
 
@@ -144,7 +143,7 @@ def test_a_server_dying_mid_run_keeps_what_finished(tmp_path):
     outcomes = {r.outcome for r in records}
     assert Outcome.OK in outcomes and len(outcomes) > 1
     assert result.failed and "in a row failed" in result.message
-    assert result.summary["ok"] == sum(r.ok for r in records) > 0
+    assert result.summary.ok == sum(r.ok for r in records) > 0
 
 
 def test_workers_share_one_schedule_and_one_file(tmp_path):
@@ -155,10 +154,10 @@ def test_workers_share_one_schedule_and_one_file(tmp_path):
     assert sorted(r.index for r in records) == list(range(40))
     assert {r.worker for r in records} == {0, 1}
     assert all(r.worker == r.index % 2 for r in records)
-    t0 = result.run.read_config()["clock"]["t0_ns"]
+    t0 = result.run.read_config().clock.t0_ns
     assert sorted(r.scheduled_ns - t0 for r in records) == [int(i / 80.0 * 1e9) for i in range(40)]
-    client = result.summary["client"]
-    assert client["workers"] == 2 and len(client["cpu_percent"]["per_process"]) == 2
+    client = result.summary.client
+    assert client.workers == 2 and len(client.cpu_percent.per_process) == 2
 
 
 def interrupt_after_first_record(root) -> None:
@@ -179,15 +178,15 @@ def test_ctrl_c_keeps_finished_records_and_writes_a_summary(tmp_path):
         result = run_bench(config(server.url, tmp_path, requests=None, duration_s=20.0,
                                   arrivals=ArrivalConfig(users=2)))
     records = result.run.read_records()
-    assert result.summary["stop_reason"] == "interrupted"
+    assert result.summary.stop_reason == "interrupted"
     assert {r.outcome for r in records} == {Outcome.OK, Outcome.CANCELLED}
     assert 1 <= sum(r.outcome == Outcome.CANCELLED for r in records) <= 2
     assert result.run.summary_path.is_file()
-    assert any("interrupted" in w for w in result.summary["warnings"])
+    assert any("interrupted" in w for w in result.summary.warnings)
     # the window ends before the first cancelled request: Ctrl-C is not the server's failure
     first_cancelled = min(r.scheduled_ns for r in records if r.outcome == Outcome.CANCELLED)
-    assert result.run.read_config()["clock"]["end_ns"] == first_cancelled
-    assert result.summary["failures"] == {} and result.summary["ok"] > 0
+    assert result.run.read_config().clock.end_ns == first_cancelled
+    assert result.summary.failures == {} and result.summary.ok > 0
 
 
 def test_a_partial_run_folder_recomputes_its_window(tmp_path):
@@ -196,14 +195,14 @@ def test_a_partial_run_folder_recomputes_its_window(tmp_path):
     cfg = result.run.read_config()
     records = result.run.read_records()
     window = run_window(cfg, records)
-    assert window.start_ns == cfg["clock"]["t0_ns"]
+    assert window.start_ns == cfg.clock.t0_ns
     assert window.end_ns == max(r.done_ns for r in records) + 1
     assert not math.isnan(window.duration_s)
 
 
 def test_the_load_generator_does_not_import_torch():
-    code = ("import sys, latlab.load.runner, latlab.load.command, latlab.report.console\n"
-            "import latlab.load.sweep, latlab.load.coldstart, latlab.analysis.compare\n"
+    code = ("import sys, latlab.load.generator, latlab.commands.bench, latlab.report.console\n"
+            "import latlab.commands.sweep, latlab.commands.coldstart, latlab.analysis.compare\n"
             "import latlab.report.html, latlab.report.sweep, latlab.store\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n"
             "assert not any(m.startswith('latlab.engine') "

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from latlab.cli import app
-from latlab.load.coldstart import spread
+from latlab.analysis.coldstart import spread
 from latlab.load.target import free_port
 from latlab.records.folder import RunFolder
 from latlab.store import RunStore
@@ -82,7 +82,7 @@ def test_cold_and_idle_excess_over_the_warm_baseline(tmp_path):
     assert (first.first_token_ns - first.sent_ns) / 1e6 == pytest.approx(
         data["runs"][0]["first"]["ttft"])
     assert len({r.index for r in records}) == len(records)
-    assert run.read_config()["kind"] == "coldstart"
+    assert run.read_config().kind == "coldstart"
     with RunStore(tmp_path / "runs") as store:
         (entry,) = store.list(kind="coldstart")
     assert entry.path == run.path.resolve() and entry.numbers["ok"] == 12
@@ -151,8 +151,9 @@ def test_bad_coldstart_options_are_named(tmp_path, args, message):
 
 
 def test_spread_over_runs():
-    assert spread([3.0, None, 1.0, 2.0]) == {"n": 3, "median": 2.0, "min": 1.0, "max": 3.0}
-    assert spread([None]) == {"n": 0, "median": None, "min": None, "max": None}
+    assert spread([3.0, None, 1.0, 2.0]).model_dump() == {"n": 3, "median": 2.0, "min": 1.0,
+                                                           "max": 3.0}
+    assert spread([None]).model_dump() == {"n": 0, "median": None, "min": None, "max": None}
 
 
 def test_the_embedded_engine_cold_start(tmp_path):

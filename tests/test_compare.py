@@ -9,9 +9,11 @@ from latlab.analysis import analyze
 from latlab.analysis.compare import CompareError, compare, workload_differences
 from latlab.analysis.gate import Gate, GateError
 from latlab.cli import app
+from latlab.records.config import RunConfig
 from latlab.report.comparison import attribution_line
 
-BENCH = {"bench": {"workload": {"prompt_tokens": "fixed:100"}, "arrivals": {"rate": 10.0},
+BENCH = {"bench": {"workload": {"prompt_tokens": {"kind": "fixed", "a": 100}},
+                   "arrivals": {"process": "poisson", "rate": 10.0},
                    "url": "http://127.0.0.1:1", "name": "x"}}
 
 
@@ -45,10 +47,13 @@ def test_same_setup_twice_is_not_a_change(tmp_path):
 
 
 def test_workload_differences_ignore_where_the_load_went():
+    base = RunConfig.model_validate(BENCH)
     other_target = {"bench": {**BENCH["bench"], "url": "http://127.0.0.1:2", "name": "y"}}
-    assert workload_differences(BENCH, other_target) == []
-    other_rate = {"bench": {**BENCH["bench"], "arrivals": {"rate": 20.0}}}
-    assert workload_differences(BENCH, other_rate) == ["arrivals.rate: 10.0 vs 20.0"]
+    assert workload_differences(base, RunConfig.model_validate(other_target)) == []
+    other_rate = {"bench": {**BENCH["bench"],
+                            "arrivals": {"process": "poisson", "rate": 20.0}}}
+    assert workload_differences(base, RunConfig.model_validate(other_rate)) == [
+        "arrivals.rate: 10.0 vs 20.0"]
 
 
 def test_gates(tmp_path):

@@ -96,7 +96,7 @@ def test_analyze_breaks_the_run_down(tmp_path):
     assert [g.label for g in a.by_priority] == ["0", "1"]
     assert 2 <= len(a.over_time) <= 10 and sum(g.n for g in a.over_time) == 60
     assert not a.summary_recomputed
-    assert [f.rule for f in a.findings] == ["prefill_dominates"]
+    assert [f.rule for f in a.findings] == ["prefill_bound"]
 
 
 def test_analyze_recomputes_the_summary_of_a_partial_run(tmp_path):
@@ -104,7 +104,7 @@ def test_analyze_recomputes_the_summary_of_a_partial_run(tmp_path):
     run = write_run(tmp_path, records, config={"warmup_s": 1.0}, summary=False)
     a = analyze(run)
     assert a.summary_recomputed and any("recomputed" in n for n in a.notes)
-    assert a.summary["in_window"] == 20  # requests scheduled in the first second are warmup
+    assert a.summary.in_window == 20  # requests scheduled in the first second are warmup
     assert a.mean.n == 20  # the budget covers the same requests as the summary
     assert len(a.rows) == 30  # the warmup's records are kept
 

@@ -7,7 +7,8 @@ from timelines import MS, steady, timeline, write_run
 
 from latlab.analysis import analyze
 from latlab.analysis.findings import Finding, Severity, Unevaluated
-from latlab.metrics import Window, summarize
+from latlab.metrics.summary import summarize
+from latlab.records.window import Window
 from latlab.records.timeline import Outcome
 
 
@@ -22,7 +23,7 @@ def diagnosed(tmp_path):
 def test_a_healthy_run_has_no_findings(diagnosed):
     findings, unevaluated, _ = diagnosed(steady(40, prompt=50))
     assert findings == {}
-    assert set(unevaluated) == {"tenant_interference"}
+    assert set(unevaluated) == {"noisy_neighbour"}
 
 
 def test_every_finding_carries_numbers(diagnosed):
@@ -79,63 +80,63 @@ def overloaded(n: int = 40) -> list:
     return [timeline(i, i * 10, queue=i * 30) for i in range(n)]
 
 
-def test_explodes_at_peak(tmp_path):
+def test_overload(tmp_path):
     records = overloaded()
     run = write_run(tmp_path, records)
-    run.write_summary(summarize(records, Window(0, 450 * MS)).to_json())
-    f = {f.rule: f for f in analyze(run).findings}["explodes_at_peak"]
+    run.write_summary(summarize(records, Window(0, 450 * MS)))
+    f = {f.rule: f for f in analyze(run).findings}["overload"]
     assert f.severity == Severity.CRITICAL and "req/s" in f.evidence[0]
     assert f.where.startswith("queue") and "queueing" in f.title
 
 
-def test_explodes_at_peak_names_decode_when_batches_slow_down(tmp_path):
+def test_overload_names_decode_when_batches_slow_down(tmp_path):
     records = [timeline(i, i * 10, tokens=50, itl=5 + i) for i in range(40)]
     run = write_run(tmp_path, records)
-    run.write_summary(summarize(records, Window(0, 450 * MS)).to_json())
-    f = {f.rule: f for f in analyze(run).findings}["explodes_at_peak"]
+    run.write_summary(summarize(records, Window(0, 450 * MS)))
+    f = {f.rule: f for f in analyze(run).findings}["overload"]
     assert f.where.startswith("decode") and "of the offered rate" in f.title
 
 
-def test_explodes_at_peak_is_silent_when_the_server_keeps_up_and_unevaluated_without_a_window(
+def test_overload_is_silent_when_the_server_keeps_up_and_unevaluated_without_a_window(
         tmp_path):
     records = steady(40)
     run = write_run(tmp_path, records)
-    run.write_summary(summarize(records, Window(0, 5000 * MS)).to_json())
+    run.write_summary(summarize(records, Window(0, 5000 * MS)))
     a = analyze(run)
-    assert "explodes_at_peak" not in {f.rule for f in a.findings}
-    run.write_summary(summarize(records).to_json())  # no window: no throughput
-    assert "explodes_at_peak" in {u.rule for u in analyze(run).unevaluated}
+    assert "overload" not in {f.rule for f in a.findings}
+    run.write_summary(summarize(records))  # no window: no throughput
+    assert "overload" in {u.rule for u in analyze(run).unevaluated}
 
 
 def test_load_growth(diagnosed):
     records = steady(20) + [timeline(20 + i, 2000 + i * 100, queue=80) for i in range(20)]
     findings, _, _ = diagnosed(records)
-    assert "queue" in findings["load_growth"].where
-    assert "load_growth" not in diagnosed(steady(40))[0]
-    assert "load_growth" in diagnosed(steady(40, server=False))[1]
+    assert "queue" in findings["queueing_under_load"].where
+    assert "queueing_under_load" not in diagnosed(steady(40))[0]
+    assert "queueing_under_load" in diagnosed(steady(40, server=False))[1]
 
 
-def test_tiny_prompts_slow(diagnosed):
+def test_slow_small_requests(diagnosed):
     slow = [timeline(i, i * 100, prompt=10 + 50 * i, prefill=1 + i, upload=40) for i in range(40)]
     findings, _, _ = diagnosed(slow)
-    assert findings["tiny_prompts_slow"].where == "network"
+    assert findings["slow_small_requests"].where == "network"
     queued = [timeline(i, i * 100, prompt=10 + 50 * i, prefill=1 + i, queue=60) for i in range(40)]
-    assert diagnosed(queued)[0]["tiny_prompts_slow"].where == "queue"
+    assert diagnosed(queued)[0]["slow_small_requests"].where == "queue"
     fast = [timeline(i, i * 100, prompt=10 + 50 * i, prefill=1 + i) for i in range(40)]
-    assert "tiny_prompts_slow" not in diagnosed(fast)[0]
+    assert "slow_small_requests" not in diagnosed(fast)[0]
     no_tiny = [timeline(i, i * 100, prompt=500 + i, upload=40) for i in range(40)]
-    assert "tiny_prompts_slow" in diagnosed(no_tiny)[1]
+    assert "slow_small_requests" in diagnosed(no_tiny)[1]
 
 
 def test_prefill_dominates(diagnosed):
     records = [timeline(i, i * 1000, prompt=100 * (i + 1), prefill=0.2 * 100 * (i + 1))
                for i in range(40)]
-    f = diagnosed(records)[0]["prefill_dominates"]
+    f = diagnosed(records)[0]["prefill_bound"]
     assert f.where == "prefill" and "correlation" in f.evidence[1]
     flat = [timeline(i, i * 1000, prompt=100 * (i + 1), prefill=300 if i % 2 else 30)
             for i in range(40)]
-    assert "prefill_dominates" not in diagnosed(flat)[0]  # does not grow with prompt length
-    assert "prefill_dominates" not in diagnosed(steady(40))[0]
+    assert "prefill_bound" not in diagnosed(flat)[0]  # does not grow with prompt length
+    assert "prefill_bound" not in diagnosed(steady(40))[0]
 
 
 def stuttering(stall_at: int) -> list:
@@ -144,19 +145,19 @@ def stuttering(stall_at: int) -> list:
 
 
 def test_stutter_when_stalls_coincide_with_other_prefills(diagnosed):
-    f = diagnosed(stuttering(14))[0]["stutter"]
+    f = diagnosed(stuttering(14))[0]["decode_stalls"]
     assert f.severity == Severity.WARNING and "prefill" in f.where
     assert "98% of stalls" in f.evidence[2]  # 39 of 40: the last request has no successor
 
 
 def test_stutter_not_explained_by_prefills(diagnosed):
-    f = diagnosed(stuttering(2))[0]["stutter"]
+    f = diagnosed(stuttering(2))[0]["decode_stalls"]
     assert f.severity == Severity.INFO and "something else" in f.where
 
 
 def test_no_stutter_without_stalls(diagnosed):
-    assert "stutter" not in diagnosed(steady(40, tokens=30))[0]
-    assert "stutter" in diagnosed(steady(4, tokens=5))[1]
+    assert "decode_stalls" not in diagnosed(steady(40, tokens=30))[0]
+    assert "decode_stalls" in diagnosed(steady(4, tokens=5))[1]
 
 
 def tenants(light_queue: float) -> list:
@@ -168,11 +169,11 @@ def tenants(light_queue: float) -> list:
 
 
 def test_tenant_interference(diagnosed):
-    f = diagnosed(tenants(100))[0]["tenant_interference"]
+    f = diagnosed(tenants(100))[0]["noisy_neighbour"]
     assert "'big'" in f.title and "'small'" in f.title
-    assert "tenant_interference" not in diagnosed(tenants(0))[0]
+    assert "noisy_neighbour" not in diagnosed(tenants(0))[0]
     one = [timeline(i, i * 50, tenant="solo") for i in range(20)]
-    assert "tenant_interference" in diagnosed(one)[1]
+    assert "noisy_neighbour" in diagnosed(one)[1]
 
 
 def test_cold_start(diagnosed):
@@ -193,7 +194,7 @@ def test_rules_without_successful_requests_say_what_they_need(diagnosed):
     findings, unevaluated, _ = diagnosed([timeline(i, i * 10, outcome=Outcome.TIMEOUT)
                                           for i in range(5)])
     assert set(findings) == {"failures"}
-    assert unevaluated["stutter"].needs == "needs successful requests"
+    assert unevaluated["decode_stalls"].needs == "needs successful requests"
     assert all(isinstance(u, Unevaluated) for u in unevaluated.values())
     assert all(isinstance(f, Finding) for f in findings.values())
 
@@ -201,5 +202,5 @@ def test_rules_without_successful_requests_say_what_they_need(diagnosed):
 def test_prefill_dominates_with_few_requests_per_prompt_bucket(diagnosed):
     records = [timeline(i, i * 1000, prompt=4 ** (i + 3), prefill=0.2 * 4 ** (i + 3))
                for i in range(5)]
-    f = diagnosed(records)[0]["prefill_dominates"]
+    f = diagnosed(records)[0]["prefill_bound"]
     assert f.evidence[0].startswith("all prompts:")

@@ -7,7 +7,8 @@ import pytest
 from pydantic import ValidationError
 from scipy import stats
 
-from latlab.load.arrivals import ArrivalConfig, ArrivalError, arrival_times, load_trace, user_start_times
+from latlab.load.arrivals import ArrivalError, arrival_times, load_trace, user_start_times
+from latlab.records.workload import ArrivalConfig
 
 N = 20000
 

@@ -7,7 +7,7 @@ from aiohttp import web
 
 from latlab.load.client import Client, list_models
 from latlab.load.workload import RequestSpec
-from latlab.metrics import request_metrics
+from latlab.metrics.request import request_metrics
 from latlab.records.timeline import Outcome, RequestTimeline
 from sse_server import DONE, Server, Step, chat, completion, sse, status, stream, usage_only
 

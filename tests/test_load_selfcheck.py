@@ -3,9 +3,11 @@
 import asyncio
 import time
 
-from latlab.load.selfcheck import HealthSampler, WorkerHealth, client_section
-from latlab.metrics import zero_gap_share
-from latlab.metrics import Window
+from latlab.load.selfcheck import HealthSampler
+from latlab.metrics.client import client_check
+from latlab.metrics.throughput import zero_gap_share
+from latlab.records.health import WorkerHealth
+from latlab.records.window import Window
 from latlab.records.timeline import RequestTimeline
 
 MS = 1_000_000
@@ -29,7 +31,7 @@ def stream(gaps_ms: list[float]) -> RequestTimeline:
 
 
 def test_a_healthy_client_is_not_the_bottleneck():
-    c = client_section([health(0), health(1)], [stream([10, 10, 10])])
+    c = client_check([health(0), health(1)], [stream([10, 10, 10])]).model_dump()
     assert c["bottleneck"] is False and c["reasons"] == []
     assert c["workers"] == 2 and c["loop_lag_ms"]["p99"] == 0.1
     assert c["lateness_p99_ms"] == 0.2 and c["zero_gap_share"] == 0.0
@@ -37,12 +39,12 @@ def test_a_healthy_client_is_not_the_bottleneck():
 
 
 def test_each_rule_fires_with_its_numbers():
-    late = client_section([health(late=12.0)], [])
+    late = client_check([health(late=12.0)], []).model_dump()
     assert late["bottleneck"] and "lateness p99 12.0 ms" in late["reasons"][0]
-    lag = client_section([health(lag=9.0, cpu=70)], [])
+    lag = client_check([health(lag=9.0, cpu=70)], []).model_dump()
     assert "event-loop lag p99 9.0 ms" in lag["reasons"][0]
     assert "oversubscribed" not in lag["reasons"][0]
-    cpu = client_section([health(cpu=97.0)], [])
+    cpu = client_check([health(cpu=97.0)], []).model_dump()
     assert "worker 0 used 97% of a CPU core" in cpu["reasons"][0]
 
 
@@ -50,22 +52,22 @@ def test_only_the_measurement_window_is_judged():
     h = health()
     h.loop_lag_ms[:10] = [50.0] * 10  # a start-up stall in the first 100 ms
     h.dispatch_lateness_ms[:10] = [30.0] * 10
-    assert client_section([h], [])["bottleneck"]
-    c = client_section([h], [], Window(100 * MS, 1000 * MS))
+    assert client_check([h], []).model_dump()["bottleneck"]
+    c = client_check([h], [], Window(100 * MS, 1000 * MS)).model_dump()
     assert not c["bottleneck"] and c["loop_lag_ms"]["max"] == 0.1 and c["lateness_p99_ms"] == 0.2
 
 
 def test_loop_lag_without_own_cpu_blames_the_oversubscribed_machine():
-    c = client_section([health(lag=20.0, cpu=30.0, load=64.0)], [])
+    c = client_check([health(lag=20.0, cpu=30.0, load=64.0)], []).model_dump()
     assert "oversubscribed (load average 64.0" in c["reasons"][0]
 
 
 def test_zero_gap_bursts_count_only_while_the_client_is_busy():
     bursty = [stream([0, 0, 10, 0, 10])]
     assert zero_gap_share(bursty) == 0.6
-    quiet = client_section([health()], bursty)
+    quiet = client_check([health()], bursty).model_dump()
     assert quiet["zero_gap_share"] == 0.6 and not quiet["bottleneck"]
-    busy = client_section([health(lag=2.0)], bursty)
+    busy = client_check([health(lag=2.0)], bursty).model_dump()
     assert busy["bottleneck"] and "60% of token events arrived in zero-gap bursts" in busy["reasons"][0]
 
 

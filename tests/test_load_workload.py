@@ -6,7 +6,8 @@ import pytest
 
 from latlab.tokenizer import Tokenizer
 from latlab.load.datasets import DatasetError
-from latlab.load.workload import LengthDistribution, Workload, WorkloadConfig, WorkloadError
+from latlab.load.workload import Workload
+from latlab.records.workload import LengthDistribution, WorkloadConfig, WorkloadError
 
 
 @pytest.fixture(scope="module")

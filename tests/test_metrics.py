@@ -3,16 +3,12 @@ import math
 import numpy as np
 import pytest
 
-from latlab.metrics import (
-    Window,
-    distribution,
-    meets_slos,
-    parse_slo,
-    percentile,
-    percentile_ci,
-    request_metrics,
-    summarize,
-)
+from latlab.metrics.request import request_metrics
+from latlab.metrics.slo import meets_slos
+from latlab.metrics.stats import distribution, percentile, percentile_ci
+from latlab.metrics.summary import summarize
+from latlab.records.config import parse_slo
+from latlab.records.window import Window
 from latlab.records.timeline import Outcome, RequestTimeline, ServerTiming
 
 MS = 1_000_000

@@ -2,17 +2,20 @@ from pathlib import Path
 
 import pytest
 
-from latlab.records.folder import RunFolder, RunFolderError
-from latlab.store import RunStore, resolve_run
+from latlab.records.config import RunConfig
+from latlab.records.folder import RunFolder, RunFolderError, write_json
+from latlab.records.summary import Distribution, Percentile, RunSummary
+from latlab.records.sweep import Point, SweepRecord, SweepStop
+from latlab.store import RunStore, key_numbers, resolve_run
 
 
 def make_run(root: Path, name: str, target: str, tags: list[str], ttft_p99: float) -> RunFolder:
     run = RunFolder.create(root, name)
-    run.write_config({"bench": {"name": name, "tags": tags},
-                      "target": {"url": target, "model": "tiny"}})
-    run.write_summary({"in_window": 10, "ok": 9,
-                       "latency": {"ttft": {"percentiles": {"p99": {"value": ttft_p99}}}},
-                       "throughput": {"output_tokens_per_s": 123.0}})
+    run.write_config(RunConfig.model_validate({"name": name, "tags": tags,
+                                               "target": {"url": target, "model": "tiny"}}))
+    p99 = Percentile(value=ttft_p99, ci_low=None, ci_high=None, reliable=False)
+    run.write_summary(RunSummary(requests=10, in_window=10, ok=9,
+                                 latency={"ttft": Distribution(n=10, percentiles={"p99": p99})}))
     return run
 
 
@@ -20,10 +23,10 @@ def test_register_list_filter_and_resolve(tmp_path):
     a = make_run(tmp_path, "a", "http://127.0.0.1:1", ["nightly"], 50.0)
     b = make_run(tmp_path, "b", "http://127.0.0.1:2", [], 70.0)
     with RunStore(tmp_path) as store:
-        id_a = store.register(a.path, config=a.read_config(), summary=a.read_summary())
-        id_b = store.register(b.path, config=b.read_config(), summary=b.read_summary())
+        id_a = store.register(a.path, "bench", a.read_config(), key_numbers(a.read_summary()))
+        id_b = store.register(b.path, "bench", b.read_config(), key_numbers(b.read_summary()))
         assert id_a != id_b
-        assert store.register(a.path, config=a.read_config()) == id_a  # refresh keeps the id
+        assert store.register(a.path, "bench", a.read_config(), {}) == id_a  # refresh keeps id
         assert [r.name for r in store.list(tag="nightly")] == ["a"]
         assert [r.name for r in store.list(target=":2")] == ["b"]
         assert store.get(id_b).numbers["ttft_p99"] == 70.0
@@ -59,14 +62,16 @@ def test_runs_command_lists_and_filters(tmp_path):
 
 
 def test_rescan_finds_sweeps_by_their_sweep_json(tmp_path):
-    import orjson
 
     folder = tmp_path / "20261121-120000-sweep-x"
     folder.mkdir()
-    (folder / "sweep.json").write_bytes(orjson.dumps({
-        "created": 1.0, "target": {"url": "http://127.0.0.1:1", "model": "m"},
-        "config": {"bench": {"tags": ["t"]}},
-        "points": [{"requests": 10, "error_rate": 0.0}, {"requests": 20, "error_rate": 0.5}]}))
+    points = [Point(label=str(n), mode="rate", load=n, achieved=n, error_rate=e, requests=n,
+                    latency=None, median_latency=None, slo_values={}, output_tokens_per_s=0.0)
+              for n, e in ((10, 0.0), (20, 0.5))]
+    write_json(folder / "sweep.json", SweepRecord(
+        created=1.0, target={"url": "http://127.0.0.1:1", "model": "m"},
+        config={"bench": {"tags": ["t"]}}, percentile=99.0, points=points,
+        stop=SweepStop(reason="all_points", message="")))
     with RunStore(tmp_path) as store:
         assert store.rescan() == 1
         (run,) = store.list(kind="sweep")

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 from capacity_server import capacity
 from latlab.cli import app
 from latlab.analysis.capacity import saturation
-from latlab.load.config import BenchConfig
-from latlab.load.sweep import ESCALATION, SweepConfig, run_sweep
-from latlab.load.workload import LengthDistribution, WorkloadConfig
+from latlab.commands.sweep_points import ESCALATION, SweepConfig, run_sweep
+from latlab.records.config import BenchConfig
+from latlab.records.workload import LengthDistribution, WorkloadConfig
 from latlab.records.folder import RunFolder
 from latlab.store import RunStore
 from sse_server import Server
@@ -33,7 +33,7 @@ def test_explicit_rates_make_a_curve_with_its_answers_and_evidence(tmp_path):
         result = sweep(server.url, tmp_path, slos={"ttft": 250.0}, duration=1.0,
                        rates=[150, 5, 20], price_per_hour=3.6)
     data = orjson.loads((result.path / "sweep.json").read_bytes())
-    assert data == orjson.loads(orjson.dumps(result.data))
+    assert data == result.record.model_dump(mode="json")
     assert [p["load"] for p in data["points"]] == [5, 20, 150]
     assert data["stop"]["reason"] in ("all_points", "saturated")
     low, mid, high = data["points"]
@@ -48,7 +48,7 @@ def test_explicit_rates_make_a_curve_with_its_answers_and_evidence(tmp_path):
         assert best["load"] == pytest.approx(
             ok["load"] + (250 - a) / (b - a) * (fail["load"] - ok["load"]))
     for side in (ok, fail):
-        assert RunFolder.open(side["run"]).read_summary()["requests"] > 0
+        assert RunFolder.open(side["run"]).read_summary().requests > 0
 
     knee = data["knee"]
     assert knee is not None and knee["label"] in ("5 req/s", "20 req/s")
@@ -73,7 +73,7 @@ def test_explicit_rates_make_a_curve_with_its_answers_and_evidence(tmp_path):
         assert {r.path.name for r in store.list(kind="bench")} == set(folders)
         (entry,) = store.list(kind="sweep")
     assert entry.path == result.path.resolve() and entry.target == server.url
-    assert entry.numbers["ok"] == sum(RunFolder.open(result.path / f).read_summary()["ok"]
+    assert entry.numbers["ok"] == sum(RunFolder.open(result.path / f).read_summary().ok
                                       for f in folders)
 
 
@@ -83,7 +83,7 @@ def test_a_saturated_server_stops_the_escalation(tmp_path):
     assert result.stop_reason == "saturated"
     assert [p.load for p in result.points] == [5, 40, 80]
     assert "160" not in str(list(result.path.iterdir()))
-    assert "+100%" in result.data["stop"]["message"]  # 40 → 80 req/s
+    assert "+100%" in result.record.stop.message  # 40 → 80 req/s
 
 
 def test_errors_above_the_limit_stop_the_sweep(tmp_path):
@@ -93,8 +93,8 @@ def test_errors_above_the_limit_stop_the_sweep(tmp_path):
     assert result.stop_reason == "error_rate"
     assert [p.load for p in result.points] == [2, 100]
     assert result.points[1].error_rate > 0.1 and math.isinf(result.points[1].slo_values["ttft"])
-    best = result.data["slo_max"]
-    assert best["load"] == 2 and not best["interpolated"]  # failures: no interpolation
+    best = result.record.slo_max
+    assert best.load == 2 and not best.interpolated  # failures: no interpolation
 
 
 def test_the_automatic_plan_finds_sync_and_saturation_then_escalates(tmp_path):
@@ -110,7 +110,7 @@ def test_the_automatic_plan_finds_sync_and_saturation_then_escalates(tmp_path):
     assert [p.load for p in rates] == pytest.approx(planned[:len(rates)])
     assert result.stop_reason == "saturated"  # wherever it happened, it stopped the plan
     assert saturation(rates[-2] if len(rates) > 1 else sync, rates[-1])
-    assert result.data["curve"] == [p.label for p in rates]  # sync and probe beside it
+    assert result.record.curve == [p.label for p in rates]  # sync and probe beside it
 
 
 def test_sweep_cli(tmp_path):

@@ -6,7 +6,6 @@ import math
 import pytest
 
 from latlab.analysis.capacity import (
-    Point,
     cost,
     curve,
     elasticity,
@@ -15,6 +14,7 @@ from latlab.analysis.capacity import (
     too_many_errors,
 )
 from latlab.analysis.slo_max import slo_max
+from latlab.records.sweep import Point
 
 
 def pt(load: float, latency: float, achieved: float | None = None, median: float | None = None,
@@ -35,20 +35,20 @@ def test_the_knee_is_where_latency_starts_to_grow_faster_than_throughput():
     # elasticities by hand: 1→3: ln(9/7)/ln 3 = 0.23, 3→5: ln(7/5)/ln(5/3) = 0.66,
     # 5→7: ln(5/3)/ln(7/5) = 1.52 — the first above 1.
     k = knee(points)
-    assert k.point.load == 5 and k.next.load == 7
+    assert k.load == 5 and k.next == "7"
     assert k.elasticity == pytest.approx(math.log(5 / 3) / math.log(7 / 5))
     assert all(elasticity(a, b) <= 1 for a, b in zip(points[:2], points[1:3]))
 
 
 def test_the_knee_does_not_depend_on_units_or_order():
     scaled = [pt(p.load * 10, p.latency * 1e-3) for p in mm1([7, 1, 5, 3, 9, 8])]
-    assert knee(scaled).point.load == 50
+    assert knee(scaled).load == 50
 
 
 def test_latency_rising_at_flat_throughput_is_a_knee_of_infinite_elasticity():
     points = [pt(1, 100), pt(2, 105), pt(4, 400, achieved=2.0)]
     k = knee(points)
-    assert k.point.load == 2 and math.isinf(k.elasticity)
+    assert k.load == 2 and math.isinf(k.elasticity)
 
 
 def test_no_knee_while_latency_grows_slower_than_throughput():
@@ -70,7 +70,7 @@ def test_an_open_loop_point_counts_no_more_throughput_than_it_was_offered():
     # 3 → 3.9, not 3.6 → 3.9, and latency doubled: a knee at 3.
     points = [pt(2, 100), pt(3, 110, achieved=3.6), pt(4, 220, achieved=3.9)]
     assert points[1].throughput == 3 and points[2].throughput == 3.9
-    assert knee(points).point.load == 3
+    assert knee(points).load == 3
     assert elasticity(points[1], points[2]) == pytest.approx(math.log(2) / math.log(1.3))
 
 
@@ -109,7 +109,7 @@ def test_failed_requests_at_the_failing_point_stop_the_interpolation():
     best = slo_max(slo_points([100, 200, math.inf, math.inf]), {"ttft": 300.0}, 99)
     assert best.load == 4 and not best.interpolated
     assert "cannot be interpolated" in best.statement
-    assert best.to_json()["failing"]["values"]["ttft"] == "inf"
+    assert best.model_dump(mode="json")["failing"]["values"]["ttft"] == "inf"
 
 
 def test_a_point_passing_again_above_a_failure_does_not_raise_the_answer():
@@ -154,13 +154,13 @@ def test_error_rate_stop():
 
 def test_cost_per_million_tokens_and_per_thousand_requests():
     c = cost(3.6, requests_per_s=2.0, output_tokens_per_s=100.0)
-    assert c["per_million_output_tokens"] == pytest.approx(10.0)  # $3.6 buys 360,000 tokens
-    assert c["per_thousand_requests"] == pytest.approx(0.5)  # $3.6 buys 7,200 requests
-    assert cost(3.6, 0.0, None) == {"per_million_output_tokens": None,
-                                    "per_thousand_requests": None}
+    assert c.per_million_output_tokens == pytest.approx(10.0)  # $3.6 buys 360,000 tokens
+    assert c.per_thousand_requests == pytest.approx(0.5)  # $3.6 buys 7,200 requests
+    assert cost(3.6, 0.0, None).model_dump() == {"per_million_output_tokens": None,
+                                                 "per_thousand_requests": None}
 
 
 def test_points_survive_json_with_infinite_values():
     p = pt(4, 100, slo={"ttft": math.inf, "tpot": 12.0})
-    back = Point.from_json(p.to_json())
-    assert back == p and p.to_json()["slo_values"]["ttft"] == "inf"
+    back = Point.model_validate_json(p.model_dump_json())
+    assert back == p and p.model_dump(mode="json")["slo_values"]["ttft"] == "inf"

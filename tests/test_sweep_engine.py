@@ -64,9 +64,9 @@ def test_ctrl_c_keeps_the_finished_points_and_stops_the_one_engine(tmp_path):
     assert len(data["points"]) < 3
     assert (folder / "sweep.html").is_file() and (folder / "engine.log").is_file()
     configs = [RunFolder.open(p).read_config() for p in folder.iterdir() if p.is_dir()]
-    urls = {c["target"]["url"] for c in configs}
+    urls = {c.target.url for c in configs}
     assert len(configs) == 2 and len(urls) == 1  # one engine for every point
-    assert all(c["bench"]["serve_args"] == TINY.split() for c in configs)
+    assert all(c.bench.serve_args == TINY.split() for c in configs)
     assert data["target"]["embedded"] and data["target"]["engine_ready_s"] > 0
     port = urlparse(urls.pop()).port
     with socket.socket() as s:

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from latlab.metrics import Window, summarize
+from latlab.metrics.summary import summarize
+from latlab.records.config import RunConfig
+from latlab.records.summary import ClientCheck
+from latlab.records.window import Window
 from latlab.records.folder import RunFolder
 from latlab.records.timeline import ConnectionTiming, Outcome, RequestTimeline, ServerTiming
 
@@ -66,14 +69,14 @@ def write_run(root: Path, records: Sequence[RequestTimeline], config: dict[str, 
               summary: bool = True, client: dict[str, Any] | None = None) -> RunFolder:
     """A run folder holding `records` (and its summary.json unless `summary` is False)."""
     run = RunFolder.create(root, "test")
-    run.write_config(config if config is not None else {"rate": 10.0})
+    run.write_config(RunConfig.model_validate(config if config is not None else {"rate": 10.0}))
     with run.record_writer() as writer:
         for r in records:
             writer.write(r)
     if summary:
-        data = summarize(records, Window.of_run(records)).to_json()
+        data = summarize(records, Window.of_run(records))
         if client is not None:
-            data["client"] = client
+            data.client = ClientCheck.model_validate(client)
         run.write_summary(data)
     return run
 

@@ -1,5 +1,5 @@
 """Explaining latency: per-request decomposition, aggregate budgets, diagnosis."""
 
-from latlab.analysis.run import RunAnalysis, analyze
+from latlab.analysis.analyze import RunAnalysis, analyze
 
 __all__ = ["RunAnalysis", "analyze"]

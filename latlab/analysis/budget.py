@@ -18,7 +18,9 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from latlab.analysis.decompose import BUCKETS, COMPONENTS, Decomposition, Quality
-from latlab.metrics import Distribution, RequestMetrics, distribution, percentile
+from latlab.metrics.request import RequestMetrics
+from latlab.metrics.stats import distribution, percentile
+from latlab.records.summary import Distribution
 from latlab.records.timeline import RequestTimeline
 
 TAIL_PERCENTILE = 99.0
@@ -176,14 +178,6 @@ def in_flight_at(starts: Sequence[int], ends: Sequence[int], times: Sequence[int
 def in_flight_at_send(records: Sequence[RequestTimeline]) -> list[int]:
     """For each record, how many other requests had been sent and were not finished when it was sent."""
     sent = [r for r in records if r.sent_ns is not None]
-    counts = iter(in_flight_at([r.sent_ns for r in sent], [request_end(r) for r in sent],
+    counts = iter(in_flight_at([r.sent_ns for r in sent], [r.end_ns for r in sent],
                                [r.sent_ns for r in sent]))
     return [max(int(next(counts)) - 1, 0) if r.sent_ns is not None else 0 for r in records]
-
-
-def request_end(r: RequestTimeline) -> int:
-    """When a sent request stopped occupying the server, as far as the client knows."""
-    for t in (r.done_ns, r.last_token_ns, r.headers_ns, r.sent_ns):
-        if t is not None:
-            return t
-    raise ValueError(f"request {r.id} was never sent")

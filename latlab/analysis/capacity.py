@@ -26,18 +26,17 @@ Definitions (quoted in the sweep's output):
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from latlab.metrics import percentile
+from latlab.analysis.budget import Row
+from latlab.metrics.slo import slo_value
+from latlab.metrics.stats import percentile
+from latlab.records.sweep import Cost, Knee, Mode, Point
 from latlab.records.timeline import Outcome
 
 if TYPE_CHECKING:
-    from latlab.analysis.run import RunAnalysis
+    from latlab.analysis.analyze import RunAnalysis
 
-Mode = Literal["synchronous", "throughput", "rate", "concurrency"]
-UNITS: dict[str, str] = {"synchronous": "req/s", "rate": "req/s", "throughput": "users",
-                         "concurrency": "users"}
 KNEE_ELASTICITY = 1.0
 SATURATION_LOAD_GROWTH = 0.10
 SATURATION_ACHIEVED_SHARE = 0.25
@@ -48,49 +47,6 @@ STOP_RULE = ("stop escalating when a point is clearly saturated (load +≥10% ov
              "median E2E from schedule +≥10%) or its error rate exceeds --max-error-rate")
 
 
-@dataclass
-class Point:
-    """One operating point of a sweep: its load, what it achieved and what that cost."""
-
-    label: str
-    mode: Mode
-    load: float
-    achieved: float
-    error_rate: float
-    requests: int
-    latency: float | None  # E2E from schedule at the sweep's percentile, successful requests
-    median_latency: float | None  # E2E from schedule p50
-    slo_values: dict[str, float]  # each SLO metric at the percentile, failed = inf
-    output_tokens_per_s: float
-    goodput: float | None = None
-    latencies: dict[str, dict[str, float | None]] = field(default_factory=dict)
-    budget: dict[str, dict[str, float]] = field(default_factory=dict)
-    run: str = ""
-    interrupted: bool = False
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def unit(self) -> str:
-        return UNITS[self.mode]
-
-    @property
-    def throughput(self) -> float:
-        return min(self.achieved, self.load) if self.mode == "rate" else self.achieved
-
-    def passes(self, slos: dict[str, float]) -> bool:
-        return all(self.slo_values.get(m, math.inf) <= limit for m, limit in slos.items())
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["slo_values"] = {k: json_number(v) for k, v in self.slo_values.items()}
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Point:
-        values = {k: math.inf if v == "inf" else v for k, v in data["slo_values"].items()}
-        return cls(**{**data, "slo_values": values})
-
-
 def measure(analysis: RunAnalysis, label: str, mode: Mode, load: float | None,
             slos: dict[str, float], q: float) -> Point:
     """The point of one bench run; `load=None` takes the achieved rate (synchronous)."""
@@ -99,36 +55,32 @@ def measure(analysis: RunAnalysis, label: str, mode: Mode, load: float | None,
     failed = sum(1 for r in judged if not r.record.ok)
     ok_e2e = sorted(r.metrics.e2e_sched for r in judged
                     if r.record.ok and r.metrics.e2e_sched is not None)
-    throughput = s.get("throughput") or {}
-    achieved = throughput.get("achieved_rate") or 0.0
+    t = s.throughput
+    achieved = t.achieved_rate if t else 0.0
     return Point(
         label=label, mode=mode, load=achieved if load is None else load, achieved=achieved,
         error_rate=failed / len(judged) if judged else 0.0, requests=len(judged),
         latency=percentile(ok_e2e, q) if ok_e2e else None,
         median_latency=percentile(ok_e2e, 50) if ok_e2e else None,
         slo_values={m: _slo_percentile(judged, m, q) for m in slos},
-        output_tokens_per_s=throughput.get("output_tokens_per_s") or 0.0,
-        goodput=(s.get("goodput") or {}).get("requests_per_s"),
-        latencies={m: {p: ((s["latency"][m].get("percentiles") or {}).get(p) or {}).get("value")
-                       for p in ("p50", "p99")}
+        output_tokens_per_s=t.output_tokens_per_s if t else 0.0,
+        goodput=s.goodput.requests_per_s if s.goodput else None,
+        latencies={m: {p: s.percentile(m, p) for p in ("p50", "p99")}
                    for m in ("ttft", "tpot", "e2e", "ttft_sched", "e2e_sched")},
         budget={name: b.buckets() for name, b in (("mean", analysis.mean), ("tail", analysis.tail))
                 if b is not None},
-        run=str(analysis.run.path), interrupted=s.get("stop_reason") == "interrupted",
-        warnings=list(s.get("warnings") or []))
+        run=str(analysis.run.path), interrupted=s.stop_reason == "interrupted",
+        warnings=list(s.warnings))
 
 
-def _slo_percentile(rows: Sequence[Any], metric: str, q: float) -> float:
+def _slo_percentile(rows: Sequence[Row], metric: str, q: float) -> float:
     """The q-th percentile of `metric` as the SLO judges it (ITL: a request's largest gap);
     a failed request is infinitely slow, a request without the metric is left out."""
     values = []
     for row in rows:
         if not row.record.ok:
             values.append(math.inf)
-            continue
-        m = row.metrics
-        value = max(m.itl, default=None) if metric == "itl" else getattr(m, metric)
-        if value is not None:
+        elif (value := slo_value(row.metrics, metric)) is not None:
             values.append(value)
     return percentile(sorted(values), q) if values else math.inf
 
@@ -138,18 +90,6 @@ def curve(points: Sequence[Point]) -> list[Point]:
     concurrencies, not an interrupted one."""
     chosen = [p for p in points if p.mode in ("rate", "concurrency") and not p.interrupted]
     return sorted(chosen, key=lambda p: p.load)
-
-
-@dataclass
-class Knee:
-    point: Point
-    next: Point
-    elasticity: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"label": self.point.label, "load": self.point.load, "unit": self.point.unit,
-                "achieved": self.point.achieved, "latency": self.point.latency,
-                "next": self.next.label, "elasticity": json_number(self.elasticity)}
 
 
 def elasticity(a: Point, b: Point) -> float | None:
@@ -171,7 +111,8 @@ def knee(points: Sequence[Point]) -> Knee | None:
     for a, b in zip(ordered, ordered[1:]):
         e = elasticity(a, b)
         if e is not None and e > KNEE_ELASTICITY:
-            return Knee(a, b, e)
+            return Knee(label=a.label, load=a.load, unit=a.unit, achieved=a.achieved,
+                        latency=a.latency, next=b.label, elasticity=e)
     return None
 
 
@@ -203,16 +144,11 @@ def too_many_errors(point: Point, limit: float) -> str | None:
 
 
 def cost(price_per_hour: float, requests_per_s: float | None,
-         output_tokens_per_s: float | None) -> dict[str, float | None]:
+         output_tokens_per_s: float | None) -> Cost:
     """What a million output tokens and a thousand requests cost when the server, paid
     `price_per_hour`, serves at these rates all hour."""
     def per(unit: float, rate: float | None) -> float | None:
         return price_per_hour / (rate * 3600) * unit if rate else None
 
-    return {"per_million_output_tokens": per(1e6, output_tokens_per_s),
-            "per_thousand_requests": per(1e3, requests_per_s)}
-
-
-def json_number(value: float) -> float | str:
-    """A float for JSON: infinity as the string "inf" (as summary.json writes it)."""
-    return "inf" if math.isinf(value) else value
+    return Cost(per_million_output_tokens=per(1e6, output_tokens_per_s),
+                per_thousand_requests=per(1e3, requests_per_s))

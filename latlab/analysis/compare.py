@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from latlab.analysis.analyze import RunAnalysis
 from latlab.analysis.budget import Budget, Row, budget
-from latlab.analysis.run import RunAnalysis
 from latlab.analysis.significance import bootstrap_difference, statistic
+from latlab.records.config import RunConfig
+from latlab.records.summary import RunSummary
 
 LATENCY_METRICS = {"ttft": "TTFT", "ttft_sched": "TTFT from schedule", "tpot": "TPOT",
                    "itl": "ITL", "e2e": "E2E", "e2e_sched": "E2E from schedule"}
@@ -146,23 +148,26 @@ def _tail(rows: list[Row]) -> Budget | None:
     return budget([r.parts for r in rows_at(rows, "e2e_sched", "p99")])
 
 
-def _rate_changes(a: dict[str, Any], b: dict[str, Any]) -> list[Change]:
+def _rate(s: RunSummary, key: str) -> float | None:
+    if key == "goodput":
+        return s.goodput.requests_per_s if s.goodput else None
+    return getattr(s.throughput, key) if s.throughput else None
+
+
+def _rate_changes(a: RunSummary, b: RunSummary) -> list[Change]:
     changes = []
     for key, (label, unit) in RATES.items():
-        if key == "goodput":
-            va, vb = ((s.get("goodput") or {}).get("requests_per_s") for s in (a, b))
-        else:
-            va, vb = ((s.get("throughput") or {}).get(key) for s in (a, b))
+        va, vb = _rate(a, key), _rate(b, key)
         if va is not None or vb is not None:
             changes.append(Change(key, label, unit, va, vb, lower_is_better=False))
     return changes
 
 
-def _error_rate(a: dict[str, Any], b: dict[str, Any]) -> Change:
+def _error_rate(a: RunSummary, b: RunSummary) -> Change:
     """Failed share of the window's requests (%), with Fisher's exact test for significance."""
     from scipy.stats import fisher_exact
 
-    counts = [(s.get("in_window") or 0, s.get("ok") or 0) for s in (a, b)]
+    counts = [(s.in_window, s.ok) for s in (a, b)]
     rates = [100 * (n - ok) / n if n else None for n, ok in counts]
     change = Change("error_rate", "error rate", "%", rates[0], rates[1])
     if all(n for n, _ in counts):
@@ -171,9 +176,10 @@ def _error_rate(a: dict[str, Any], b: dict[str, Any]) -> Change:
     return change
 
 
-def workload_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def workload_differences(a: RunConfig, b: RunConfig) -> list[str]:
     """The workload settings (what was sent, how, for how long) that differ between runs."""
-    flat_a, flat_b = _flatten(a.get("bench") or {}), _flatten(b.get("bench") or {})
+    flat_a, flat_b = (_flatten(c.bench.model_dump(mode="json") if c.bench else {})
+                      for c in (a, b))
     differences = []
     for key in sorted(flat_a.keys() | flat_b.keys()):
         if key.split(".")[-1] in NOT_WORKLOAD:

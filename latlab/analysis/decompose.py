@@ -26,8 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from latlab.metrics import NS_PER_MS
-from latlab.records.timeline import RequestTimeline
+from latlab.records.timeline import NS_PER_MS, RequestTimeline, ms_between
 
 
 class Quality(StrEnum):
@@ -85,20 +84,16 @@ class Decomposition:
         return sum(self.ms(c) for c in BUCKETS[name])
 
 
-def _ms(later: int | None, earlier: int | None) -> float | None:
-    return None if later is None or earlier is None else (later - earlier) / NS_PER_MS
-
-
 def decompose(r: RequestTimeline) -> Decomposition | None:
     """The request's components, or None when it has no E2E (failed, or never sent or done)."""
     if not r.ok or r.sent_ns is None or r.done_ns is None:
         return None
-    total = _ms(r.done_ns, r.origin_ns)
+    total = ms_between(r.done_ns, r.origin_ns)
     assert total is not None
     parts: dict[str, Component] = {}
 
     setup = r.connection.setup_ns / NS_PER_MS if r.connection is not None else None
-    wait = _ms(r.sent_ns, r.scheduled_ns)
+    wait = ms_between(r.sent_ns, r.scheduled_ns)
     if wait is None:
         parts["client_wait"] = Component(None, Quality.UNAVAILABLE)
         parts["connect"] = Component(None, Quality.UNAVAILABLE)
@@ -112,12 +107,12 @@ def decompose(r: RequestTimeline) -> Decomposition | None:
     s = r.server
     if s is not None:
         arrived = r.usage_ns if r.usage_ns is not None else r.done_ns
-        observed = _ms(arrived, r.sent_ns)
+        observed = ms_between(arrived, r.sent_ns)
         network = observed - s.total if observed is not None and s.total is not None else None
         parts["network"] = _measured(network, Quality.DERIVED)
         for stage in SERVER_STAGES:
             parts[stage] = _measured(getattr(s, stage), Quality.EXACT)
-        tail = _ms(r.done_ns, arrived) or 0.0
+        tail = ms_between(r.done_ns, arrived) or 0.0
         post = (s.postprocess or 0.0) + tail
         parts["postprocess"] = Component(post, Quality.DERIVED if s.postprocess is not None
                                          else Quality.ESTIMATED)
@@ -126,9 +121,9 @@ def decompose(r: RequestTimeline) -> Decomposition | None:
             parts[name] = Component(None, Quality.UNAVAILABLE)
         first = r.first_token_ns if r.first_token_ns is not None else r.done_ns
         last = r.last_token_ns if r.last_token_ns is not None else first
-        parts["ttft_unsplit"] = Component(_ms(first, r.sent_ns), Quality.DERIVED)
-        parts["decode"] = Component(_ms(last, first), Quality.ESTIMATED)
-        parts["postprocess"] = Component(_ms(r.done_ns, last), Quality.ESTIMATED)
+        parts["ttft_unsplit"] = Component(ms_between(first, r.sent_ns), Quality.DERIVED)
+        parts["decode"] = Component(ms_between(last, first), Quality.ESTIMATED)
+        parts["postprocess"] = Component(ms_between(r.done_ns, last), Quality.ESTIMATED)
 
     accounted = sum(c.ms for c in parts.values() if c.ms is not None)
     parts["unattributed"] = Component(total - accounted, Quality.DERIVED)

@@ -9,28 +9,28 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from latlab.analysis import rules_run, rules_timing
 from latlab.analysis.findings import Finding, Unevaluated
+from latlab.analysis.rules import client, compute, coverage, outcomes, queueing, tenants
 
 if TYPE_CHECKING:
-    from latlab.analysis.run import RunAnalysis
+    from latlab.analysis.analyze import RunAnalysis
 
 Rule = Callable[["RunAnalysis"], "Finding | Unevaluated | None"]
 
 RULES: tuple[Rule, ...] = (
-    rules_run.failures,
-    rules_run.rejections,
-    rules_run.client_bottleneck,
-    rules_run.explodes_at_peak,
-    rules_timing.load_growth,
-    rules_timing.tiny_prompts_slow,
-    rules_timing.prefill_dominates,
-    rules_timing.stutter,
-    rules_timing.tenant_interference,
-    rules_run.cold_start,
-    rules_run.unattributed,
+    outcomes.failures,
+    outcomes.rejections,
+    client.client_bottleneck,
+    queueing.overload,
+    queueing.queueing_under_load,
+    queueing.slow_small_requests,
+    compute.prefill_bound,
+    compute.decode_stalls,
+    tenants.noisy_neighbour,
+    coverage.cold_start,
+    coverage.unattributed,
 )
-ALWAYS = (rules_run.failures, rules_run.rejections)
+ALWAYS = (outcomes.failures, outcomes.rejections)
 
 
 def diagnose(analysis: RunAnalysis) -> tuple[list[Finding], list[Unevaluated]]:

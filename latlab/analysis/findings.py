@@ -42,13 +42,5 @@ class Unevaluated:
     needs: str
 
 
-def ms(value: float) -> str:
-    return f"{value / 1000:.2f} s" if abs(value) >= 1000 else f"{value:.1f} ms"
-
-
-def pct(share: float) -> str:
-    return f"{100 * share:.0f}%" if abs(share) >= 0.1 else f"{100 * share:.1f}%"
-
-
 def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from latlab.analysis.compare import Comparison
+from latlab.units import number
 
 _GATE = re.compile(r"^\s*(?P<key>[a-z0-9_.]+)\s*(?P<op>[<>])\s*(?P<value>[+-]?[0-9.]+)"
                    r"\s*(?P<unit>%|ms|s)?\s*$")
@@ -60,8 +61,5 @@ class Gate:
         unit = "%" if self.relative else f" {change.unit}"
         noise = "" if change.significant is not False else " (within noise: not significant)"
         return (f"{self.text}: {change.label} changed by {observed:+.1f}{unit} "
-                f"({_fmt(change.a)} → {_fmt(change.b)} {change.unit}){noise}")
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4g}"
+                f"({number(change.a, '{:.4g}')} → {number(change.b, '{:.4g}')} {change.unit})"
+                f"{noise}")

@@ -5,36 +5,24 @@ percentile of every SLO metric meets its limit, with the measured points on both
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
-from latlab.analysis.capacity import Point, curve, json_number
+from latlab.analysis.capacity import curve
+from latlab.records.sweep import Point, PointRef, SloMax
 
 
-@dataclass
-class SloMax:
-    """The answer to "how much load within the SLOs", with the evidence on both sides."""
+def _ref(p: Point | None) -> PointRef | None:
+    return None if p is None else PointRef(label=p.label, load=p.load, achieved=p.achieved,
+                                           run=p.run, values=p.slo_values)
 
-    slos: dict[str, float]
-    percentile: float
-    load: float | None
-    achieved: float | None
-    output_tokens_per_s: float | None
-    passing: Point | None
-    failing: Point | None
-    interpolated: bool
-    limiting: str | None
-    statement: str
-    notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        data = {k: v for k, v in asdict(self).items() if k not in ("passing", "failing")}
-        for side in ("passing", "failing"):
-            p: Point | None = getattr(self, side)
-            data[side] = None if p is None else {
-                "label": p.label, "load": p.load, "achieved": p.achieved, "run": p.run,
-                "values": {k: json_number(v) for k, v in p.slo_values.items()}}
-        return data
+def _answer(slos: dict[str, float], q: float, load: float | None, achieved: float | None,
+            tokens: float | None, passing: Point | None, failing: Point | None,
+            interpolated: bool, limiting: str | None, statement: str,
+            notes: list[str]) -> SloMax:
+    return SloMax(slos=slos, percentile=q, load=load, achieved=achieved,
+                  output_tokens_per_s=tokens, passing=_ref(passing), failing=_ref(failing),
+                  interpolated=interpolated, limiting=limiting, statement=statement, notes=notes)
 
 
 def slo_max(points: Sequence[Point], slos: dict[str, float], q: float) -> SloMax | None:
@@ -53,12 +41,12 @@ def slo_max(points: Sequence[Point], slos: dict[str, float], q: float) -> SloMax
                          f"(noise?); the answer stays below the first failure")
     if first_fail is None:
         top = ordered[-1]
-        return SloMax(slos, q, top.load, top.achieved, top.output_tokens_per_s, top, None, False,
+        return _answer(slos, q, top.load, top.achieved, top.output_tokens_per_s, top, None, False,
                       None, f"{wanted}: met at every point measured, up to {top.label}; the "
                       "limit lies above it, unmeasured", notes)
     fail = ordered[first_fail]
     if first_fail == 0:
-        return SloMax(slos, q, None, None, None, None, fail, False, _worst(fail, slos),
+        return _answer(slos, q, None, None, None, None, fail, False, _worst(fail, slos),
                       f"{wanted}: not met even at the lowest load measured, {fail.label} "
                       f"({name} {_worst(fail, slos)} {_ms(fail.slo_values[_worst(fail, slos)])})",
                       notes)
@@ -76,7 +64,7 @@ def slo_max(points: Sequence[Point], slos: dict[str, float], q: float) -> SloMax
     statement = (f"{wanted}: ≈ {load:.3g} {ok.unit}, {how} the last passing point {ok.label} "
                  f"({name} {limiting} {ok.slo_values[limiting]:.0f} ms) and the first failing "
                  f"{fail.label} ({name} {limiting} {_ms(fail.slo_values[limiting])})")
-    return SloMax(slos, q, load, achieved, tokens, ok, fail, interpolated, limiting, statement,
+    return _answer(slos, q, load, achieved, tokens, ok, fail, interpolated, limiting, statement,
                   notes)
 
 

@@ -10,49 +10,18 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Iterator
 
 import numpy as np
-from pydantic import BaseModel, Field, model_validator
 
 from latlab.load.datasets import jsonl_rows
+from latlab.records.workload import ArrivalConfig
 
-Process = Literal["closed", "poisson", "gamma", "constant", "trace"]
-OPEN_LOOP = ("poisson", "gamma", "constant")
 _BLOCK = 4096
 
 
 class ArrivalError(ValueError):
     """An arrival option or trace that cannot be used; the message names it."""
-
-
-class ArrivalConfig(BaseModel):
-    """Closed loop: `users` each send their next request when the last one ends.
-    Open loop: `rate` requests/s with Poisson, gamma (`burstiness` is its shape: 1 is
-    Poisson, below 1 burstier, CV = 1/sqrt(burstiness)) or constant gaps, or the
-    timestamps of a `trace`. `max_concurrency` caps requests in flight (late sends show as
-    lateness); `ramp_s` grows the rate (or the number of users) linearly from zero."""
-
-    process: Process = "closed"
-    users: int = Field(default=4, ge=1)
-    rate: float | None = Field(default=None, gt=0)
-    burstiness: float = Field(default=1.0, gt=0)
-    max_concurrency: int | None = Field(default=None, ge=1)
-    ramp_s: float = Field(default=0.0, ge=0)
-    trace: Path | None = None
-    seed: int = 0
-
-    @model_validator(mode="after")
-    def _check(self) -> ArrivalConfig:
-        if self.process in OPEN_LOOP and self.rate is None:
-            raise ValueError(f"a {self.process} arrival process needs a rate")
-        if self.process == "trace" and self.trace is None:
-            raise ValueError("trace replay needs a trace file")
-        return self
-
-    @property
-    def open_loop(self) -> bool:
-        return self.process != "closed"
 
 
 def arrival_times(config: ArrivalConfig) -> Iterator[float]:

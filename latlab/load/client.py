@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from latlab.load import BenchError
 from latlab.load.connection import connection_trace
 from latlab.load.sse import StreamFault, StreamParser
 from latlab.load.workload import Api, RequestSpec
@@ -152,3 +153,19 @@ async def list_models(url: str, api_key: str | None = None, timeout_s: float = 1
     if not isinstance(models, list):
         raise ValueError(f"{url}/v1/models: no `data` list in the answer")
     return [m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
+async def first_model(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> str:
+    """The first model `url` lists at /v1/models; `BenchError` says why there is none: the
+    target cannot be reached (giving --model would not help), or it lists none."""
+    try:
+        models = await list_models(url, api_key, timeout_s)
+    except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as e:
+        raise BenchError(f"cannot reach {url} ({_describe(e)}): is the server up and the "
+                         "URL right (http://HOST:PORT, without /v1)?") from None
+    except Exception as e:  # the server answered, but not with a model list
+        raise BenchError(f"--model not given and {url}/v1/models did not list one "
+                         f"({_describe(e)}); give --model") from None
+    if not models:
+        raise BenchError(f"--model not given and {url}/v1/models lists none; give --model")
+    return models[0]

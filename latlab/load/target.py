@@ -64,7 +64,7 @@ class ServerProcess:
                 raise EngineError(f"{self.name} exited with code {self.process.returncode} "
                                   f"before it was ready; its log ({self.log_path}):\n"
                                   f"{self.log_tail()}")
-            if answers(self.ready_url):
+            if responds_ok(self.ready_url):
                 self.ready_s = time.monotonic() - self.started_s
                 return
             time.sleep(poll_s)
@@ -116,7 +116,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def answers(url: str, timeout_s: float = 2.0) -> bool:
+def responds_ok(url: str, timeout_s: float = 2.0) -> bool:
     """Whether `url` answers a GET with 200."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:

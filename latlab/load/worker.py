@@ -18,12 +18,12 @@ from typing import Any, Callable
 
 from latlab.load.arrivals import arrival_times, user_start_times
 from latlab.load.client import Client
-from latlab.load.config import BenchConfig
-from latlab.load.selfcheck import HealthSampler, WorkerHealth
+from latlab.load.selfcheck import HealthSampler
 from latlab.load.workload import RequestSpec, Workload
-from latlab.metrics import NS_PER_MS
+from latlab.records.config import BenchConfig
 from latlab.records.folder import RunFolder
-from latlab.records.timeline import Outcome, RequestTimeline
+from latlab.records.health import WorkerHealth
+from latlab.records.timeline import Outcome, RequestTimeline, ms_between
 
 SNAPSHOT_INTERVAL_S = 0.5
 FIRST_FAILURES_ABORT = 10
@@ -219,7 +219,7 @@ class Worker:
         if r.ok:
             c.consecutive_failures = 0
             if r.first_token_ns is not None and r.sent_ns is not None:
-                c.ttft_new.append((r.first_token_ns - r.sent_ns) / NS_PER_MS)
+                c.ttft_new.append(ms_between(r.first_token_ns, r.sent_ns))
             return
         c.failed += 1
         if r.outcome == Outcome.CANCELLED:

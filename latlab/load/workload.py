@@ -8,101 +8,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, Field, model_validator
 
-from latlab.tokenizer import Tokenizer, TokenizerError
 from latlab.load.datasets import load_dataset
+from latlab.records.workload import Api, WorkloadConfig, WorkloadError
+from latlab.tokenizer import Tokenizer, TokenizerError
 
-Api = Literal["completions", "chat"]
+__all__ = ["Api", "RequestSpec", "Workload", "WorkloadError"]
 _WORD = re.compile(r" [a-z]{2,12}")
-
-
-class WorkloadError(ValueError):
-    """A workload option or dataset that cannot be used; the message names it."""
-
-
-class LengthDistribution(BaseModel):
-    """Token counts: `fixed:N`, `uniform:LOW,HIGH`, `normal:MEAN,STD`, `lognormal:MEAN,STD`.
-
-    The lognormal's MEAN and STD are those of the lengths themselves, not of their logs.
-    Samples are rounded and clipped to at least 1.
-    """
-
-    kind: Literal["fixed", "uniform", "normal", "lognormal"]
-    a: float = Field(gt=0)
-    b: float = Field(default=0.0, ge=0)
-
-    @model_validator(mode="after")
-    def _check(self) -> LengthDistribution:
-        if self.kind == "uniform" and self.b < self.a:
-            raise ValueError(f"uniform:{self.a:g},{self.b:g}: HIGH must be at least LOW")
-        return self
-
-    @classmethod
-    def parse(cls, text: str, option: str) -> LengthDistribution:
-        kind, _, params = text.strip().partition(":")
-        if not params and kind.replace(".", "", 1).isdigit():
-            kind, params = "fixed", kind
-        arity = {"fixed": 1, "uniform": 2, "normal": 2, "lognormal": 2}
-        if kind not in arity:
-            raise WorkloadError(f"{option} {text!r}: unknown distribution {kind!r} "
-                                f"(one of {', '.join(arity)})")
-        try:
-            values = [float(v) for v in params.split(",")]
-        except ValueError:
-            values = []
-        if len(values) != arity[kind]:
-            shape = {"fixed": "N", "uniform": "LOW,HIGH"}.get(kind, "MEAN,STD")
-            raise WorkloadError(f"{option} {text!r}: expected {kind}:{shape}")
-        if values[0] <= 0 or min(values) < 0:
-            raise WorkloadError(f"{option} {text!r}: lengths must be positive")
-        try:
-            return cls(kind=kind, a=values[0], b=values[1] if len(values) > 1 else 0.0)
-        except ValueError as e:
-            raise WorkloadError(f"{option} {text!r}: {e.errors()[0]['msg']}") from None
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.a:g}" + (f",{self.b:g}" if self.kind != "fixed" else "")
-
-    def sample(self, rng: np.random.Generator) -> int:
-        if self.kind == "fixed":
-            value = self.a
-        elif self.kind == "uniform":
-            value = rng.integers(int(self.a), int(self.b), endpoint=True)
-        elif self.kind == "normal":
-            value = rng.normal(self.a, self.b)
-        else:
-            sigma2 = np.log1p((self.b / self.a) ** 2)
-            value = rng.lognormal(np.log(self.a) - sigma2 / 2, np.sqrt(sigma2))
-        return max(1, int(round(value)))
-
-
-class WorkloadConfig(BaseModel):
-    """The requests of a run. A dataset replaces the synthetic prompts (and, where it gives
-    one, the output length); a `prefix_tokens` system prompt is shared by a `prefix_fraction`
-    of the requests; labels are drawn per request by weight."""
-
-    api: Api = "completions"
-    prompt_tokens: LengthDistribution = LengthDistribution(kind="lognormal", a=256, b=128)
-    output_tokens: LengthDistribution = LengthDistribution(kind="lognormal", a=64, b=32)
-    dataset: Path | None = None
-    prefix_tokens: int = Field(default=0, ge=0)
-    prefix_fraction: float = Field(default=1.0, ge=0, le=1)
-    tenants: dict[str, float] = {}
-    priorities: dict[int, float] = {}
-    tokenizer: str | None = None
-    seed: int = 0
-
-    @model_validator(mode="after")
-    def _check(self) -> WorkloadConfig:
-        for option, weights in (("--tenant", self.tenants), ("--priority", self.priorities)):
-            if any(w <= 0 for w in weights.values()):
-                raise ValueError(f"{option}: weights must be positive")
-        return self
 
 
 @dataclass(slots=True)

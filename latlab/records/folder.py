@@ -17,17 +17,22 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Iterator, TypeVar
 
 import orjson
+from pydantic import BaseModel, ValidationError
 
-from latlab.metrics import Window
+from latlab.records.config import RunConfig
+from latlab.records.summary import RunSummary
 from latlab.records.timeline import RequestTimeline
 
 CONFIG = "config.json"
 REQUESTS = "requests.jsonl"
 SUMMARY = "summary.json"
 REPORT = "report.html"
+
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class RunFolderError(Exception):
@@ -77,17 +82,18 @@ class RunFolder:
     def report_path(self) -> Path:
         return self.path / REPORT
 
-    def write_config(self, config: dict[str, Any]) -> None:
-        _write_json(self.config_path, config)
+    def write_config(self, config: RunConfig) -> None:
+        write_json(self.config_path, config)
 
-    def read_config(self) -> dict[str, Any]:
-        return _read_json(self.config_path) if self.config_path.is_file() else {}
+    def read_config(self) -> RunConfig:
+        """config.json; an empty `RunConfig` when the folder has none (records only)."""
+        return read_json(self.config_path, RunConfig) if self.config_path.is_file() else RunConfig()
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
-        _write_json(self.summary_path, summary)
+    def write_summary(self, summary: RunSummary) -> None:
+        write_json(self.summary_path, summary)
 
-    def read_summary(self) -> dict[str, Any] | None:
-        return _read_json(self.summary_path) if self.summary_path.is_file() else None
+    def read_summary(self) -> RunSummary | None:
+        return read_json(self.summary_path, RunSummary) if self.summary_path.is_file() else None
 
     def record_writer(self) -> RecordWriter:
         return RecordWriter(self.requests_path)
@@ -130,23 +136,21 @@ class RecordWriter:
         self.close()
 
 
-def run_window(config: dict[str, Any], records: Sequence[RequestTimeline]) -> Window | None:
-    """The measurement window of a run from its config.json (`clock.t0_ns`, `clock.end_ns`,
-    `warmup_s`, `cooldown_s`), also for a partial run whose window was never closed."""
-    clock = config.get("clock") or {}
-    return Window.of_run(records, start_ns=clock.get("t0_ns"), end_ns=clock.get("end_ns"),
-                         warmup_s=config.get("warmup_s") or 0.0,
-                         cooldown_s=config.get("cooldown_s") or 0.0)
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def write_json(path: Path, record: BaseModel) -> None:
+    """Write `record` to `path` atomically (a reader never sees half a file)."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    tmp.write_bytes(orjson.dumps(record.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
     tmp.replace(path)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path, model: type[M]) -> M:
+    """`path` read as `model`; `RunFolderError` names the file and the first bad field."""
     try:
-        return orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as e:
-        raise RunFolderError(f"{path}: unreadable: {e}") from e
+        return model.model_validate_json(path.read_bytes())
+    except OSError as e:
+        raise RunFolderError(f"{path}: unreadable: {e.strerror}") from None
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise RunFolderError(f"{path}: not a latlab {model.__name__}: "
+                             f"{where + ': ' if where else ''}{first['msg']}") from None

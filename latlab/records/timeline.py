@@ -162,6 +162,15 @@ class RequestTimeline:
         return self.scheduled_ns if self.scheduled_ns is not None else self.sent_ns
 
     @property
+    def end_ns(self) -> int | None:
+        """When the request stopped occupying the target, as far as the client knows: its
+        end, else its last sign of life; None if it was never sent."""
+        for t in (self.done_ns, self.last_token_ns, self.headers_ns, self.sent_ns):
+            if t is not None:
+                return t
+        return None
+
+    @property
     def output_tokens(self) -> int | None:
         """Generated tokens: the server's usage count, else the sum of per-event counts."""
         if self.completion_tokens is not None:

@@ -12,6 +12,7 @@ from latlab.analysis.budget import Budget
 from latlab.analysis.compare import Change, Comparison
 from latlab.analysis.decompose import BUCKETS, LABELS
 from latlab.store import StoredRun
+from latlab.units import cell, number
 
 VERDICT_STYLE = {"better": "green", "worse": "red", "same": "dim"}
 UNCHANGED_MS = 1.0
@@ -76,9 +77,7 @@ def _budget_table(title: str, a: Budget, b: Budget) -> Table:
 
 
 def _value(value: float | None, unit: str) -> str:
-    if value is None:
-        return "–"
-    return f"{value:.2f}" if unit in ("req/s", "%") else f"{value:.1f}"
+    return number(value, "{:.2f}" if unit in ("req/s", "%") else "{:.1f}")
 
 
 def _delta(change: Change) -> str:
@@ -111,15 +110,9 @@ def print_runs(console: Console, runs: list[StoredRun]) -> None:
         kind = "" if run.kind == "bench" else f"{run.kind}: "
         name = kind + (run.name or "") + "".join(f" #{t}" for t in run.tags)
         table.add_row(str(run.id), when, name, run.target or "", run.model or "",
-                      f"{n['ok'] or 0}/{n['requests'] or 0}", _num(n["ttft_p50"]),
-                      _num(n["ttft_p99"]), _num(n["e2e_p99"]), _num(n["output_tokens_per_s"]))
+                      f"{n['ok'] or 0}/{n['requests'] or 0}", cell(n["ttft_p50"]),
+                      cell(n["ttft_p99"]), cell(n["e2e_p99"]), cell(n["output_tokens_per_s"]))
     console.print(table)
 
 
 _NUMERIC = {"id", "ok", "TTFT p50", "TTFT p99", "E2E p99", "tok/s"}
-
-
-def _num(value: float | None) -> str:
-    if value is None:
-        return "–"
-    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}"

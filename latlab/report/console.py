@@ -11,11 +11,12 @@ from rich.text import Text
 
 from latlab.analysis.budget import Budget
 from latlab.analysis.decompose import BUCKETS, COMPONENTS, LABELS
-from latlab.analysis.findings import ms
+from latlab.records.summary import Distribution, RunSummary
 from latlab.report.palette import BUCKET_COLORS, SEVERITY_COLORS
+from latlab.units import cell, ms
 
 if TYPE_CHECKING:
-    from latlab.analysis.run import RunAnalysis
+    from latlab.analysis.analyze import RunAnalysis
 
 BAR_WIDTH = 56
 _BLOCKS = {"network": "░", "queue & overhead": "▒", "prefill": "▓", "decode": "█",
@@ -109,15 +110,14 @@ SUMMARY_ROWS = (("ttft", "TTFT"), ("ttft_sched", "  from schedule"), ("tpot", "T
 FAILURE_ROWS = (("ttft", "TTFT failure-adjusted"), ("e2e", "E2E failure-adjusted"))
 
 
-def print_summary(console: Console, summary: dict, run_path: object = None) -> None:
+def print_summary(console: Console, summary: RunSummary, run_path: object = None) -> None:
     """The compact run summary from summary.json: latency table (ms; `~` marks a percentile
     with fewer than 10 samples beyond it), throughput, offered vs achieved, failures,
     goodput, the client self-check and the warnings."""
-    title = (f"{summary['requests']} requests · {summary['in_window']} in the window · "
-             f"{summary['ok']} ok")
-    window = summary.get("window")
-    if window:
-        title += f" · window {window['seconds']:.1f} s"
+    title = (f"{summary.requests} requests · {summary.in_window} in the window · "
+             f"{summary.ok} ok")
+    if summary.window:
+        title += f" · window {summary.window.seconds:.1f} s"
     console.print(Text(title, style="bold"))
     if run_path is not None:
         console.print(Text(f"run folder: {run_path}", style="dim"))
@@ -126,84 +126,74 @@ def print_summary(console: Console, summary: dict, run_path: object = None) -> N
     for column in ("n", "mean", "p50", "p90", "p95", "p99", "p99.9", "p99 95% CI"):
         table.add_column(column, justify="right")
     for key, label in SUMMARY_ROWS:
-        _summary_row(table, label, summary["latency"].get(key))
-    if summary["failures"]:
+        _summary_row(table, label, summary.latency.get(key))
+    if summary.failures:
         for key, label in FAILURE_ROWS:
-            _summary_row(table, label, summary["failure_adjusted"].get(key), style="magenta")
+            _summary_row(table, label, summary.failure_adjusted.get(key), style="magenta")
     console.print(table)
     for line in _summary_lines(summary):
         console.print(line)
 
 
-def _summary_row(table: Table, label: str, dist: dict | None, style: str = "") -> None:
-    if not dist or not dist["n"]:
+def _summary_row(table: Table, label: str, dist: Distribution | None, style: str = "") -> None:
+    if not dist or not dist.n:
         table.add_row(Text(label, style=style), "0", *["–"] * 7)
         return
-    cells = [str(dist["n"]), _ms_cell(dist["mean"])]
+    cells = [str(dist.n), cell(dist.mean)]
     for name in ("p50", "p90", "p95", "p99", "p99.9"):
-        p = dist["percentiles"][name]
-        cell = _ms_cell(p["value"]) + ("" if p["reliable"] else "~")
-        cells.append(Text(cell, style="" if p["reliable"] else "dim"))
-    p99 = dist["percentiles"]["p99"]
-    low, high = p99["ci_low"], p99["ci_high"]
-    cells.append(f"[{_ms_cell(low) if low is not None else '?'}, "
-                 f"{_ms_cell(high) if high is not None else '?'}]")
+        p = dist.percentiles[name]
+        cells.append(Text(cell(p.value) + ("" if p.reliable else "~"),
+                          style="" if p.reliable else "dim"))
+    p99 = dist.percentiles["p99"]
+    low, high = p99.ci_low, p99.ci_high
+    cells.append(f"[{cell(low) if low is not None else '?'}, "
+                 f"{cell(high) if high is not None else '?'}]")
     table.add_row(Text(label, style=style), *cells)
 
 
-def _ms_cell(value: float | str | None) -> str:
-    if value is None:
-        return "–"
-    if value == "inf":
-        return "∞"
-    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
-
-
-def _summary_lines(s: dict) -> list[Text]:
+def _summary_lines(s: RunSummary) -> list[Text]:
     lines = []
-    t = s.get("throughput")
+    t = s.throughput
     if t:
-        lines.append(Text(f"throughput  {t['achieved_rate']:.2f} req/s · "
-                          f"{t['output_tokens_per_s']:,.0f} output tok/s · "
-                          f"{t['total_tokens_per_s']:,.0f} total tok/s"))
-        offered = (f"offered     {t['offered_rate']:.2f} req/s · sent {t['sent_rate']:.2f} · "
-                   f"achieved {t['achieved_rate']:.2f}" if t.get("offered_rate") is not None
-                   else f"offered     a burst (no rate) · achieved {t['achieved_rate']:.2f} req/s")
-        short = t.get("fell_behind", False)
-        if short:
-            offered += (f"  ACHIEVED ONLY {100 * t['achieved_rate'] / t['offered_rate']:.0f}% "
+        lines.append(Text(f"throughput  {t.achieved_rate:.2f} req/s · "
+                          f"{t.output_tokens_per_s:,.0f} output tok/s · "
+                          f"{t.total_tokens_per_s:,.0f} total tok/s"))
+        offered = (f"offered     {t.offered_rate:.2f} req/s · sent {t.sent_rate:.2f} · "
+                   f"achieved {t.achieved_rate:.2f}" if t.offered_rate is not None
+                   else f"offered     a burst (no rate) · achieved {t.achieved_rate:.2f} req/s")
+        if t.fell_behind:
+            offered += (f"  ACHIEVED ONLY {100 * t.achieved_rate / t.offered_rate:.0f}% "
                         "OF THE OFFERED RATE")
-        lines.append(Text(offered, style="bold red" if short else ""))
-    tokens = [f"prompt {s['mean_prompt_tokens']:.0f}" if s.get("mean_prompt_tokens") else None,
-              f"output {s['mean_output_tokens']:.0f}" if s.get("mean_output_tokens") else None]
+        lines.append(Text(offered, style="bold red" if t.fell_behind else ""))
+    tokens = [f"prompt {s.mean_prompt_tokens:.0f}" if s.mean_prompt_tokens else None,
+              f"output {s.mean_output_tokens:.0f}" if s.mean_output_tokens else None]
     if any(tokens):
         lines.append(Text(f"tokens      mean {' · '.join(x for x in tokens if x)} · "
-                          f"{100 * s['tokens_from_usage']:.0f}% counted by the server's usage"))
-    if s["failures"]:
-        failed = sum(s["failures"].values())
-        by_class = ", ".join(f"{k} ×{v}" for k, v in sorted(s["failures"].items()))
-        share = 100 * failed / s["in_window"] if s["in_window"] else 100.0
+                          f"{100 * s.tokens_from_usage:.0f}% counted by the server's usage"))
+    if s.failures:
+        failed = sum(s.failures.values())
+        by_class = ", ".join(f"{k} ×{v}" for k, v in sorted(s.failures.items()))
+        share = 100 * failed / s.in_window if s.in_window else 100.0
         lines.append(Text(f"failures    {failed} ({share:.1f}%): {by_class}", style="bold red"))
-    g = s.get("goodput")
+    g = s.goodput
     if g:
-        slos = ", ".join(f"{k} ≤ {v:g} ms" for k, v in g["slos"].items())
-        rate = f"{g['requests_per_s']:.2f} req/s · " if g.get("requests_per_s") is not None else ""
-        lines.append(Text(f"goodput     {rate}{100 * g['fraction']:.1f}% of requests good "
+        slos = ", ".join(f"{k} ≤ {v:g} ms" for k, v in g.slos.items())
+        rate = f"{g.requests_per_s:.2f} req/s · " if g.requests_per_s is not None else ""
+        lines.append(Text(f"goodput     {rate}{100 * g.fraction:.1f}% of requests good "
                           f"({slos})"))
-    c = s.get("client")
+    c = s.client
     if c:
-        lag, cpu = c["loop_lag_ms"], c["cpu_percent"]
-        numbers = [f"{c['workers']} worker{'s' if c['workers'] > 1 else ''}"]
-        if cpu.get("mean") is not None:
-            numbers.append(f"CPU {cpu['mean']:.0f}% mean, {cpu['max']:.0f}% max")
-        if lag.get("p99") is not None:
-            numbers.append(f"loop lag p50 {lag['p50']:.2f} p99 {lag['p99']:.2f} "
-                           f"max {lag['max']:.1f} ms")
-        if c.get("lateness_p99_ms") is not None:
-            numbers.append(f"send lateness p99 {c['lateness_p99_ms']:.2f} ms")
-        verdict = "THE CLIENT WAS THE BOTTLENECK" if c["bottleneck"] else "ok"
+        lag, cpu = c.loop_lag_ms, c.cpu_percent
+        numbers = [f"{c.workers} worker{'s' if c.workers > 1 else ''}"]
+        if cpu.mean is not None:
+            numbers.append(f"CPU {cpu.mean:.0f}% mean, {cpu.max:.0f}% max")
+        if lag.p99 is not None:
+            numbers.append(f"loop lag p50 {lag.p50:.2f} p99 {lag.p99:.2f} max {lag.max:.1f} ms")
+        if c.lateness_p99_ms is not None:
+            numbers.append(f"send lateness p99 {c.lateness_p99_ms:.2f} ms")
+        verdict = "THE CLIENT WAS THE BOTTLENECK" if c.bottleneck else "ok"
         lines.append(Text(f"client      {' · '.join(numbers)} · {verdict}",
-                          style="bold red" if c["bottleneck"] else "dim"))
-    for warning in s.get("warnings", []):
+                          style="bold red" if c.bottleneck else "dim"))
+    for warning in s.warnings:
         lines.append(Text(f"! {warning}", style="yellow"))
     return lines

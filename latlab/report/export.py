@@ -13,11 +13,10 @@ import pyarrow as pa
 
 from latlab.analysis.budget import Row
 from latlab.analysis.decompose import COMPONENTS
-from latlab.metrics import NS_PER_MS
-from latlab.records.timeline import SERVER_TIMING_STAGES
+from latlab.records.timeline import NS_PER_MS, SERVER_TIMING_STAGES
 
 if TYPE_CHECKING:
-    from latlab.analysis.run import RunAnalysis
+    from latlab.analysis.analyze import RunAnalysis
 
 EVENTS = ("scheduled", "sent", "headers", "first_token", "last_token", "usage", "done")
 
@@ -66,7 +65,7 @@ def _columns(origin_ns: int) -> list[Column]:
     columns += [(name, f64, lambda row, n=name: getattr(row.metrics, n))
                 for name in ("ttft", "ttft_sched", "e2e", "e2e_sched", "tpot", "lateness",
                              "itl_mean")]
-    columns.append(("itl_max", f64, lambda row: max(row.metrics.itl, default=None)))
+    columns.append(("itl_max", f64, lambda row: row.metrics.itl_max))
     for name in COMPONENTS:
         columns += [(f"{name}_ms", f64, part(name, False)), (f"{name}_quality", text, part(name, True))]
     return columns

@@ -14,7 +14,7 @@ from latlab.analysis.decompose import BUCKETS, COMPONENTS, LABELS
 from latlab.report.palette import BUCKET_COLORS, COMPONENT_COLORS
 
 if TYPE_CHECKING:
-    from latlab.analysis.run import RunAnalysis
+    from latlab.analysis.analyze import RunAnalysis
 
 MAX_POINTS = 4000
 WATERFALL_REQUESTS = 20

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import html
-import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -14,13 +13,14 @@ from plotly.offline import get_plotlyjs
 
 from latlab.analysis import decompose
 from latlab.analysis.decompose import COMPONENTS, LABELS
-from latlab.analysis.findings import ms
+from latlab.records.summary import RunSummary
 from latlab.report import figures
 from latlab.report.palette import SEVERITY_COLORS
 from latlab.report.timeseries import over_time_figure
+from latlab.units import ms
 
 if TYPE_CHECKING:
-    from latlab.analysis.run import RunAnalysis
+    from latlab.analysis.analyze import RunAnalysis
     from latlab.records.folder import RunFolder
 
 SUMMARY_METRICS = ("ttft", "ttft_sched", "tpot", "itl", "e2e", "e2e_sched", "lateness")
@@ -41,20 +41,19 @@ td:first-child,th:first-child{text-align:left}tr:nth-child(even){background:#f6f
 def write_html(run: RunFolder, analysis: RunAnalysis, path: Path | None = None) -> Path:
     """Write the report (default: the run folder's `report.html`) and return its path."""
     path = path or run.report_path
-    target = analysis.config.get("target")
+    config = analysis.config
     about = [time.strftime("%Y-%m-%d %H:%M:%S"), f"{len(analysis.rows)} requests"]
-    if isinstance(target, dict):
-        about += [str(target[k]) for k in ("url", "model") if target.get(k)]
-    if analysis.config.get("command"):
-        about.append(str(analysis.config["command"]))
+    about += [str(v) for v in (config.target.url, config.target.model) if v]
+    if config.command:
+        about.append(config.command)
     page = [f"<h1>latlab report: {_e(run.path.name)}</h1>",
             f"<p class=dim>{_e(' · '.join(about))}</p>"]
     page += [f"<div class=note>{_e(n)}</div>"
-             for n in [*analysis.notes, *analysis.summary.get("warnings", [])]]
+             for n in [*analysis.notes, *analysis.summary.warnings]]
     page += ["<h2>Summary</h2>", _summary_table(analysis.summary), _findings(analysis)]
     page += _charts(analysis)
     page += ["<h2>Run configuration</h2>",
-             f"<pre>{_e(json.dumps(analysis.config, indent=2, default=str))}</pre>",
+             f"<pre>{_e(config.model_dump_json(indent=2))}</pre>",
              "<h2>Definitions</h2>", _definitions(analysis.summary)]
     path.write_text(document(f"latlab report: {run.path.name}", page), encoding="utf-8")
     return path
@@ -108,35 +107,27 @@ def _charts(a: RunAnalysis) -> list[str]:
     return out
 
 
-def _number(value: Any) -> str:
-    if value is None:
-        return "–"
-    return _e(value) if isinstance(value, str) else ms(value)  # "inf" stays a string
-
-
-def _summary_table(summary: dict[str, Any]) -> str:
+def _summary_table(summary: RunSummary) -> str:
     quantiles = ("p50", "p90", "p99", "p99.9")
     head = "".join(f"<th>{q}</th>" for q in ("metric", "n", "mean", *quantiles))
     rows = []
     for name in SUMMARY_METRICS:
-        d = summary.get("latency", {}).get(name)
-        if not d or not d.get("n"):
+        d = summary.latency.get(name)
+        if not d or not d.n:
             continue
-        cells = [_e(name), str(d["n"]), _number(d.get("mean"))]
+        cells = [_e(name), str(d.n), ms(d.mean)]
         for q in quantiles:
-            p = d.get("percentiles", {}).get(q, {})
-            mark = "" if p.get("reliable", True) else "*"
-            cells.append(_number(p.get("value")) + mark)
+            p = d.percentiles.get(q)
+            cells.append(ms(p.value if p else None) + ("" if p is None or p.reliable else "*"))
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    t = summary.get("throughput") or {}
-    lines = [f"{summary.get('ok', 0)} of {summary.get('in_window', 0)} requests in the window "
-             f"succeeded; failures: {json.dumps(summary.get('failures') or {})}"]
+    t = summary.throughput
+    failures = ", ".join(f"{k} ×{v}" for k, v in sorted(summary.failures.items())) or "none"
+    lines = [f"{summary.ok} of {summary.in_window} requests in the window succeeded; "
+             f"failures: {failures}"]
     if t:
-        offered = ("a burst" if t.get("offered_rate") is None
-                   else f"{t['offered_rate']:.2f} req/s")
-        lines.append(f"offered {offered}, achieved {t['achieved_rate']:.2f} "
-                     f"req/s, {t['output_tokens_per_s']:.1f} output tokens/s over "
-                     f"{t['window_s']:.1f} s")
+        offered = "a burst" if t.offered_rate is None else f"{t.offered_rate:.2f} req/s"
+        lines.append(f"offered {offered}, achieved {t.achieved_rate:.2f} req/s, "
+                     f"{t.output_tokens_per_s:.1f} output tokens/s over {t.window_s:.1f} s")
     return (f"<table><tr>{head}</tr>{''.join(rows)}</table>"
             "<p class=dim>* fewer than 10 samples beyond this percentile: unreliable</p>"
             + "".join(f"<p>{_e(line)}</p>" for line in lines))
@@ -171,8 +162,8 @@ def _components_table(a: RunAnalysis) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-def _definitions(summary: dict[str, Any]) -> str:
-    formulas = summary.get("formulas") or {}
+def _definitions(summary: RunSummary) -> str:
+    formulas = summary.formulas
     rows = "".join(f"<tr><td>{_e(k)}</td><td style='text-align:left'>{_e(str(v))}</td></tr>"
                    for k, v in formulas.items())
     return f"<table>{rows}</table><pre>{_e(decompose.__doc__ or '')}</pre>"

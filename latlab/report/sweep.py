@@ -1,193 +1,100 @@
-"""The sweep report: the throughput–latency curve, the latency budget at every point, the
-answers (knee, SLO-max, cost) and the stop rule, as one self-contained page from sweep.json."""
+"""Terminal output of `latlab sweep`: the points, their cost, and the answers (knee, SLO-max,
+cost at the SLO-max, why it stopped)."""
 
 from __future__ import annotations
 
-import html
-import json
 from pathlib import Path
-from typing import Any
 
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
-from latlab.analysis.decompose import BUCKETS
-from latlab.report.capacity import money, number
-from latlab.report.figures import LAYOUT
-from latlab.report.html import chart, document
-from latlab.report.palette import BUCKET_COLORS
-
-REPORT = "sweep.html"
-CURVE_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"))
-QUANTILE_STYLE = {"p50": dict(dash="dot", color="#4c9be8"), "p99": dict(color="#c355c9")}
+from latlab.records.sweep import Point, SweepRecord
+from latlab.units import money, number
 
 
-def write_sweep_html(folder: Path, sweep: dict[str, Any]) -> Path:
-    """Write `folder/sweep.html` from the sweep's JSON and return its path."""
-    points = sweep["points"]
-    by_label = {p["label"]: p for p in points}
-    curve = [by_label[label] for label in sweep["curve"]]
-    target = sweep.get("target") or {}
-    about = " · ".join(str(v) for v in (target.get("url"), target.get("model"),
-                                        " ".join(target.get("serve_args") or []) or None,
-                                        " ".join(sweep.get("command") or []) or None) if v)
-    body = [f"<h1>latlab sweep: {_e(folder.name)}</h1>", f"<p class=dim>{_e(about)}</p>",
-            "<h2>Answers</h2>", _answers(sweep),
-            "<h2>Throughput and latency</h2>",
-            chart(curve_figure(sweep, curve, points), "Each marker is a point of the sweep, at "
-                  "the throughput it achieved; grey markers are the points beside the curve "
-                  "(the synchronous one and the saturation probe, p99); dashed lines are the "
-                  "SLO limits."),
-            "<h2>Where the time goes at each point</h2>",
-            chart(budget_figure(points), "Share of E2E from schedule per bucket, by point in "
-                  "order of load: where the added latency comes from as the load grows — the "
-                  "queue, or slower decoding in bigger batches."),
-            "<h2>Points</h2>", _points_table(sweep),
-            "<h2>Definitions</h2>",
-            f"<pre>{_e(sweep['definitions']['capacity'] or '')}</pre>",
-            "<h2>Sweep configuration</h2>",
-            f"<pre>{_e(json.dumps(sweep['config'], indent=2, default=str))}</pre>"]
-    path = folder / REPORT
-    path.write_text(document(f"latlab sweep: {folder.name}", body), encoding="utf-8")
-    return path
+def ordered(points: list[Point]) -> list[Point]:
+    """The points in order of load, the saturation probe last."""
+    return sorted(points, key=lambda p: (p.mode == "throughput", p.load))
 
 
-def _e(text: str) -> str:
-    return html.escape(text, quote=True)
-
-
-def curve_figure(sweep: dict[str, Any], curve: list[dict[str, Any]],
-                 points: list[dict[str, Any]]) -> go.Figure:
-    """p50 and p99 of TTFT, TPOT and E2E, and goodput, against the achieved throughput."""
-    last = "goodput (req/s)" if sweep.get("slos") else "output tokens/s"
-    fig = make_subplots(rows=2, cols=2, vertical_spacing=0.16, horizontal_spacing=0.1,
-                        subplot_titles=[f"{name} (ms)" for _, name in CURVE_METRICS] + [last])
-    x = [p["achieved"] for p in curve]
-    labels = [p["label"] for p in curve]
-    for i, (metric, name) in enumerate(CURVE_METRICS):
-        row, col = i // 2 + 1, i % 2 + 1
-        for q, style in QUANTILE_STYLE.items():
-            fig.add_scatter(x=x, y=[p["latencies"][metric][q] for p in curve], text=labels,
-                            mode="lines+markers", name=q, legendgroup=q, showlegend=i == 0,
-                            row=row, col=col, line=style,
-                            hovertemplate="%{text}: %{x:.3g} req/s, %{y:.0f} ms<extra>"
-                                          f"{name} {q}</extra>")
-        if metric in (sweep.get("slos") or {}):
-            fig.add_hline(y=sweep["slos"][metric], line_dash="dash", line_color="#d9534f",
-                          row=row, col=col)
-    if sweep.get("slos"):
-        y, good = [p["goodput"] for p in curve], "goodput"
-    else:
-        y, good = [p["output_tokens_per_s"] for p in curve], "output tokens/s"
-    fig.add_scatter(x=x, y=y, text=labels, mode="lines+markers", name=good, row=2, col=2,
-                    line=dict(color="#4cb86b"),
-                    hovertemplate="%{text}: %{x:.3g} req/s → %{y:.3g}<extra></extra>")
-    beside = [p for p in points if p["label"] not in sweep["curve"] and not p["interrupted"]]
-    for p in beside:
-        symbol = "circle-open" if p["mode"] == "synchronous" else "x"
-        for i, (metric, _) in enumerate(CURVE_METRICS):
-            fig.add_scatter(x=[p["achieved"]], y=[p["latencies"][metric]["p99"]], mode="markers",
-                            marker=dict(symbol=symbol, size=9, color="#777"), name=p["label"],
-                            legendgroup=p["label"], showlegend=i == 0, row=i // 2 + 1,
-                            col=i % 2 + 1, hovertemplate="%{x:.3g} req/s, p99 %{y:.0f} ms"
-                                                         f"<extra>{p['label']}</extra>")
-    for answer, name, color in ((sweep.get("knee"), "knee", "#777"),
-                                (sweep.get("slo_max"), "SLO-max", "#4cb86b")):
-        if answer and answer.get("achieved") is not None:
-            fig.add_vline(x=answer["achieved"], line_dash="dot", line_color=color,
-                          annotation_text=name, annotation_font_color=color,
-                          annotation_font_size=10)
-    fig.update_xaxes(title_text="achieved throughput (req/s)", rangemode="tozero")
-    fig.update_yaxes(rangemode="tozero")
-    fig.update_layout(**{**LAYOUT, "height": 620, "title": "The throughput–latency curve"})
-    return fig
-
-
-def budget_figure(points: list[dict[str, Any]]) -> go.Figure:
-    """The four buckets' shares of E2E from schedule at every point: mean request and p99 tail."""
-    ordered = sorted((p for p in points if p["budget"]),
-                     key=lambda p: (p["mode"] == "throughput", p["load"]))
-    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
-                        subplot_titles=("mean request", "p99 tail"))
-    labels = [p["label"] for p in ordered]
-    for bucket in BUCKETS:
-        for col, which in ((1, "mean"), (2, "tail")):
-            values = [p["budget"][which].get(bucket, 0.0) for p in ordered]
-            if not any(values):
-                continue
-            totals = [sum(max(v, 0.0) for v in p["budget"][which].values()) or 1.0
-                      for p in ordered]
-            fig.add_bar(x=labels, y=[100 * max(v, 0.0) / t for v, t in zip(values, totals)],
-                        customdata=values, name=bucket, legendgroup=bucket, showlegend=col == 1,
-                        marker_color=BUCKET_COLORS[bucket], row=1, col=col,
-                        hovertemplate="%{y:.0f}% (%{customdata:.0f} ms)<extra>" + bucket
-                                      + "</extra>")
-    fig.update_yaxes(title_text="share of E2E from schedule (%)", range=[0, 100], col=1)
-    fig.update_layout(**{**LAYOUT, "barmode": "stack", "height": 420,
-                         "title": "Latency budget by point (in order of load)"})
-    return fig
-
-
-def _answers(sweep: dict[str, Any]) -> str:
-    out = []
-    knee = sweep.get("knee")
-    if knee:
-        elasticity = knee["elasticity"]
-        e = "∞" if elasticity == "inf" else f"{elasticity:.1f}"
-        out.append(f"<p><b>Knee</b>: {_e(knee['label'])} ({knee['achieved']:.3g} req/s "
-                   f"achieved); from there to {_e(knee['next'])} latency grows {e}× as fast as "
-                   f"throughput.</p>")
-    else:
-        out.append("<p><b>Knee</b>: not reached — latency never grew faster than throughput "
-                   "within the points measured.</p>")
-    best = sweep.get("slo_max")
-    if best:
-        out.append(f"<p><b>SLO-max</b>: {_e(best['statement'])}.</p>")
-        links = [f"{side}: <code>{_e(Path(best[side]['run']).name)}</code>"
-                 for side in ("passing", "failing") if best.get(side)]
-        if links:
-            out.append(f"<p class=dim>evidence — {' · '.join(links)}</p>")
-        out += [f"<div class=note>{_e(n)}</div>" for n in best.get("notes") or []]
-    else:
-        out.append("<p><b>SLO-max</b>: no SLO given (use --slo ttft=500ms ...).</p>")
-    if sweep.get("slo_max_cost"):
-        c = sweep["slo_max_cost"]
-        out.append(f"<p><b>Cost at the SLO-max</b> (${sweep['price_per_hour']:g}/hour): "
-                   f"{money(c['per_million_output_tokens'])} per million output tokens, "
-                   f"{money(c['per_thousand_requests'])} per thousand requests.</p>")
-    stop = sweep["stop"]
-    out.append(f"<p><b>Stopped</b>: {_e(stop['reason'])} — {_e(stop['message'])}<br>"
-               f"<span class=dim>rule: {_e(sweep['definitions']['stop_rule'])}</span></p>")
-    return "".join(out)
-
-
-def _points_table(sweep: dict[str, Any]) -> str:
-    q = f"p{sweep['percentile']:g}"
-    slos = sweep.get("slos") or {}
-    head = ["point", "load", "achieved req/s", "errors", "TTFT p50", "TTFT p99", "TPOT p50",
-            "TPOT p99", "E2E p50", "E2E p99", "out tok/s"]
-    head += [f"{q} {m} (≤{v:g})" for m, v in slos.items()]
-    head += ["goodput"] if slos else []
-    head += ["$/M out tok", "$/k req"] if sweep.get("price_per_hour") else []
-    rows = []
-    for p in sorted(sweep["points"], key=lambda p: (p["mode"] == "throughput", p["load"])):
-        lat = p["latencies"]
-        cells = [_e(p["label"]) + (" (interrupted)" if p["interrupted"] else ""),
-                 f"{p['load']:.3g}", f"{p['achieved']:.3g}", f"{100 * p['error_rate']:.1f}%",
-                 *(number(lat[m][k]) for m in ("ttft", "tpot", "e2e") for k in ("p50", "p99")),
-                 f"{p['output_tokens_per_s']:.0f}"]
+def print_sweep(console: Console, sweep: SweepRecord, folder: Path) -> None:
+    """The table of points (in order of load; the points beside the curve dimmed), their
+    cost, and the answers."""
+    q = f"p{sweep.percentile:g}"
+    slos = sweep.slos
+    knee = sweep.knee.label if sweep.knee else None
+    table = _table(f"sweep {folder.name} (latencies in ms; ◆ the knee)",
+                   ["point", "achieved\nreq/s", "errors", "TTFT\np50 / p99", "TPOT\np50",
+                    "E2E\np50 / p99", "output\ntok/s",
+                    *(f"{q} {m}\n≤ {limit:g}" for m, limit in slos.items()),
+                    *(["goodput\nreq/s"] if slos else [])])
+    for p in ordered(sweep.points):
+        lat = p.latencies
+        row = [p.label + (" ◆" if p.label == knee else "")
+               + (" (interrupted)" if p.interrupted else ""),
+               f"{p.achieved:.3g}", f"{100 * p.error_rate:.1f}%",
+               f"{number(lat['ttft']['p50'])} / {number(lat['ttft']['p99'])}",
+               number(lat["tpot"]["p50"]),
+               f"{number(lat['e2e']['p50'])} / {number(lat['e2e']['p99'])}",
+               f"{p.output_tokens_per_s:.0f}"]
         for m, limit in slos.items():
-            v = p["slo_values"][m]
-            ok = v != "inf" and v <= limit
-            cells.append(f"<span style='color:{'#2e8b57' if ok else '#d9534f'}'>{number(v)}</span>")
+            v = p.slo_values[m]
+            ok = v <= limit
+            row.append(Text(f"{number(v)} {'✓' if ok else '✗'}", style="green" if ok else "red"))
         if slos:
-            cells.append(number(p["goodput"], "{:.3g}"))
-        if "cost" in p:
-            cells += [money(p["cost"]["per_million_output_tokens"]),
-                      money(p["cost"]["per_thousand_requests"])]
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    header = "".join(f"<th>{_e(h)}</th>" for h in head)
-    return (f"<table><tr>{header}</tr>{''.join(rows)}</table><p class=dim>latencies in ms; load "
-            "is req/s offered (open loop) or users (closed loop); SLO columns count failed "
-            "requests as infinitely slow</p>")
+            row.append(number(p.goodput, "{:.3g}"))
+        table.add_row(*row, style=None if p.label in sweep.curve else "dim")
+    console.print(table)
+    if sweep.price_per_hour:
+        cost = _table(f"cost at ${sweep.price_per_hour:g}/hour",
+                      ["point", "$ per million\noutput tokens", "$ per thousand\nrequests"])
+        for p in ordered(sweep.points):
+            if p.cost is not None:
+                cost.add_row(p.label, money(p.cost.per_million_output_tokens),
+                             money(p.cost.per_thousand_requests))
+        console.print(cost)
+    for line in sweep_answers(sweep):
+        console.print(line)
 
+
+def _table(title: str, columns: list[str]) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
+                  pad_edge=False)
+    for i, column in enumerate(columns):
+        table.add_column(column, justify="right" if i else "left", no_wrap=bool(i),
+                         min_width=None if i else 10)
+    return table
+
+
+def sweep_answers(sweep: SweepRecord) -> list[Text]:
+    out = []
+    knee = sweep.knee
+    if knee:
+        out.append(Text.assemble(("knee      ", "bold"), f"{knee.label} ({knee.achieved:.3g}"
+                                 f" req/s achieved): from there to {knee.next} the "
+                                 f"p{sweep.percentile:g} E2E from schedule grows "
+                                 f"{number(knee.elasticity, '{:.1f}')}× as fast as throughput"))
+    else:
+        out.append(Text.assemble(("knee      ", "bold"), "not reached within the points measured"))
+    best = sweep.slo_max
+    if best:
+        out.append(Text.assemble(("SLO-max   ", "bold"), best.statement))
+        for side in ("passing", "failing"):
+            ref = getattr(best, side)
+            if ref is not None:
+                out.append(Text(f"          {side}: {ref.run}", style="dim"))
+        out += [Text(f"          note: {n}", style="yellow") for n in best.notes]
+    else:
+        out.append(Text.assemble(("SLO-max   ", "bold"), "no SLO given (--slo ttft=500ms ...)"))
+    if sweep.slo_max_cost:
+        c = sweep.slo_max_cost
+        out.append(Text.assemble(("cost      ", "bold"),
+                                 f"at the SLO-max, ${sweep.price_per_hour:g}/hour: "
+                                 f"{money(c.per_million_output_tokens)} per million output "
+                                 f"tokens, {money(c.per_thousand_requests)} per thousand "
+                                 "requests"))
+    out.append(Text.assemble(("stopped   ", "bold"), f"{sweep.stop.reason}: {sweep.stop.message}"))
+    out.append(Text(f"          rule: {sweep.definitions.get('stop_rule', '')}", style="dim"))
+    return out

@@ -8,11 +8,11 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from latlab.analysis.budget import in_flight_at, request_end
+from latlab.analysis.budget import in_flight_at
 from latlab.report.figures import LAYOUT
 
 if TYPE_CHECKING:
-    from latlab.analysis.run import RunAnalysis
+    from latlab.analysis.analyze import RunAnalysis
 
 BINS = 60
 MIN_BIN_S = 0.1
@@ -24,7 +24,7 @@ def over_time_figure(a: RunAnalysis) -> go.Figure | None:
         return None
     records = [row.record for row in rows]
     origin = min(r.origin_ns for r in records)
-    end = max(request_end(r) for r in records)
+    end = max(r.end_ns for r in records)
     width = max((end - origin) / 1e9 / BINS, MIN_BIN_S)
     edges = np.arange(0, (end - origin) / 1e9 + width, width)
     centers = (edges[:-1] + edges[1:]) / 2
@@ -38,7 +38,7 @@ def over_time_figure(a: RunAnalysis) -> go.Figure | None:
     tokens_per_s = np.histogram(token_t, edges, weights=token_k)[0] / width
     done_per_s = np.histogram(done, edges)[0] / width
 
-    in_flight = in_flight_at([r.sent_ns for r in records], [request_end(r) for r in records],
+    in_flight = in_flight_at([r.sent_ns for r in records], [r.end_ns for r in records],
                              origin + (centers * 1e9).astype(np.int64))
 
     timed = [row for row in rows if row.metrics.ttft is not None]

@@ -1,11 +1,12 @@
-"""Run a bench: target, run folder, worker processes, summary.
+"""Run the load: the target, the run folder, the worker processes, their records.
 
-    result = run_bench(BenchConfig(url="http://127.0.0.1:8000", requests=200))
-    result.run.path, result.summary["latency"]["ttft"]
+    load = run_load(BenchConfig(url="http://127.0.0.1:8000", requests=200))
+    load.run.read_records(), load.workers[0].health
 
 With `url=None` the embedded engine is started for the run and stopped after it. With
 `workers > 1` the workers are spawned processes that share one absolute schedule and append
-to the same requests.jsonl; this process only shows progress and writes the summary.
+to the same requests.jsonl; this process only shows progress. The summary, the analysis and
+the reports are made from the run folder afterwards (`latlab.commands.bench`).
 """
 
 from __future__ import annotations
@@ -17,22 +18,22 @@ import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from rich.console import Console
 
 from latlab import __version__
+from latlab.load import BenchError
 from latlab.load.arrivals import load_trace
-from latlab.load.client import list_models
-from latlab.load.config import BenchConfig, BenchError
-from latlab.load.progress import ProgressDisplay
-from latlab.load.selfcheck import client_section
-from latlab.load.target import EngineError, start_engine
+from latlab.load.client import first_model
 from latlab.load.processes import run_workers
+from latlab.load.progress import ProgressDisplay
+from latlab.load.target import EngineError, start_engine
 from latlab.load.worker import Worker, WorkerPlan, WorkerResult
 from latlab.load.workload import Workload
-from latlab.metrics import summarize
-from latlab.records.folder import RunFolder, run_window
+from latlab.records.config import BenchConfig, Clock, RunConfig, Target
+from latlab.records.folder import RunFolder
+from latlab.records.health import WorkerHealth
 from latlab.records.timeline import Outcome, RequestTimeline
 
 START_LEAD_S = 0.05
@@ -40,23 +41,33 @@ MODELS_TIMEOUT_S = 10.0
 
 
 @dataclass
-class BenchResult:
+class LoadResult:
+    """A finished (or stopped) load: its folder and config, what each worker reported, why
+    it stopped, and whether it failed as a whole (with the message saying why)."""
+
     run: RunFolder
-    summary: dict[str, Any]
+    config: RunConfig
+    workers: list[WorkerResult]
+    stop_reason: str
+    notes: list[str]
     failed: bool
     message: str | None = None
 
+    @property
+    def health(self) -> list[WorkerHealth]:
+        return [w.health for w in self.workers]
 
-def run_bench(config: BenchConfig, *, console: Console | None = None, progress: bool = False,
-              command: Sequence[str] | None = None) -> BenchResult:
-    """Run `config` to the end (or Ctrl-C) and write config.json, requests.jsonl and
-    summary.json into a new folder under `config.out`. Raises `BenchError`, or the
-    workload's/arrivals' `ValueError`s for bad input, before any load is sent."""
+
+def run_load(config: BenchConfig, *, console: Console | None = None, progress: bool = False,
+             command: Sequence[str] | None = None) -> LoadResult:
+    """Run `config` to the end (or Ctrl-C) and write config.json and requests.jsonl into a
+    new folder under `config.out`. Raises `BenchError`, or the workload's/arrivals'
+    `ValueError`s for bad input, before any load is sent."""
     workload = Workload(config.workload)
     if config.arrivals.process == "trace":
         load_trace(config.arrivals.trace)
     run = RunFolder.create(config.out, config.name)
-    settings = _settings(config, command)
+    settings = run_config(config, command)
     run.write_config(settings)
     engine = None
     notes: list[str] = []
@@ -70,12 +81,14 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
             except EngineError as e:
                 raise BenchError(str(e)) from None
             url = engine.url
-            settings["target"]["engine_ready_s"] = engine.ready_s
-        model = config.model or _discover_model(url, config)
-        settings["target"] |= {"url": url, "model": model}
-        run.write_config(settings)
+            settings.target.engine_ready_s = engine.ready_s
+        settings.target.url = url
         key = config.api_key.get_secret_value() if config.api_key else None
-        plan = WorkerPlan(0, url, model, str(run.path), secrets.token_hex(3), 0, key)
+        settings.target.model = config.model or asyncio.run(first_model(url, key,
+                                                                        MODELS_TIMEOUT_S))
+        run.write_config(settings)
+        plan = WorkerPlan(0, url, settings.target.model, str(run.path), secrets.token_hex(3),
+                          0, key)
         display = (ProgressDisplay(console or Console(stderr=True), config.duration_s,
                                    config.requests) if progress else None)
         with display or nullcontext():
@@ -93,46 +106,30 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
     return _finish(config, run, settings, results, notes)
 
 
-def _settings(config: BenchConfig, command: Sequence[str] | None) -> dict[str, Any]:
-    return {
-        "latlab_version": __version__,
-        "command": shlex.join(command if command is not None else sys.argv),
-        "bench": config.model_dump(mode="json"),
-        "target": {"url": config.url, "model": config.model, "embedded": config.url is None,
-                   "api_key_given": config.api_key is not None},
-        "warmup_s": config.warmup_s,
-        "cooldown_s": config.cooldown_s,
-        "duration_s": config.duration_s,
-        "slos": config.slos,
-        "concurrency": config.arrivals.max_concurrency if config.arrivals.open_loop else None,
-        "clock": {},
-    }
+def run_config(config: BenchConfig, command: Sequence[str] | None) -> RunConfig:
+    """The config.json of a bench run, before it starts."""
+    return RunConfig(
+        latlab_version=__version__,
+        command=shlex.join(command if command is not None else sys.argv),
+        name=config.name, tags=config.tags, bench=config,
+        target=Target(url=config.url, model=config.model, embedded=config.url is None,
+                      api_key_given=config.api_key is not None),
+        warmup_s=config.warmup_s, cooldown_s=config.cooldown_s, duration_s=config.duration_s,
+        slos=config.slos,
+        concurrency=config.arrivals.max_concurrency if config.arrivals.open_loop else None)
 
 
-def _discover_model(url: str, config: BenchConfig) -> str:
-    key = config.api_key.get_secret_value() if config.api_key else None
-    try:
-        models = asyncio.run(list_models(url, key, MODELS_TIMEOUT_S))
-    except Exception as e:  # any failure means the same to the user: give --model
-        raise BenchError(f"--model not given and {url}/v1/models did not list one "
-                         f"({type(e).__name__}: {e}); give --model") from None
-    if not models:
-        raise BenchError(f"--model not given and {url}/v1/models lists none; give --model")
-    return models[0]
-
-
-def _start_clock(run: RunFolder, settings: dict[str, Any]) -> int:
+def _start_clock(run: RunFolder, settings: RunConfig) -> int:
     """Fix the run's start `t0` a little ahead, with the wall-clock anchor, in config.json."""
     anchor_ns, unix = time.perf_counter_ns(), time.time()
     t0 = anchor_ns + int(START_LEAD_S * 1e9)
-    settings["clock"] = {"perf_counter_ns": anchor_ns, "unix_time": unix, "t0_ns": t0,
-                         "end_ns": None}
+    settings.clock = Clock(perf_counter_ns=anchor_ns, unix_time=unix, t0_ns=t0)
     run.write_config(settings)
     return t0
 
 
 def _run_here(config: BenchConfig, plan: WorkerPlan, workload: Workload, run: RunFolder,
-              settings: dict[str, Any], update: Callable | None) -> WorkerResult:
+              settings: RunConfig, update: Callable | None) -> WorkerResult:
     import uvloop
 
     plan.t0_ns = _start_clock(run, settings)
@@ -140,34 +137,23 @@ def _run_here(config: BenchConfig, plan: WorkerPlan, workload: Workload, run: Ru
         return runner.run(Worker(config, plan, workload, update).run())
 
 
-def _finish(config: BenchConfig, run: RunFolder, settings: dict[str, Any],
-            results: list[WorkerResult], notes: list[str]) -> BenchResult:
+def _finish(config: BenchConfig, run: RunFolder, settings: RunConfig,
+            results: list[WorkerResult], notes: list[str]) -> LoadResult:
     reasons = {r.stop_reason for r in results}
     messages = list(dict.fromkeys([r.message for r in results if r.message] + notes))
     records = run.read_records()
-    settings["clock"]["end_ns"] = _end_ns(config, settings["clock"]["t0_ns"], reasons, results,
-                                          records)
+    settings.clock.end_ns = _end_ns(config, settings.clock.t0_ns, reasons, results, records)
     run.write_config(settings)
-    window = run_window(settings, records)
-    summary = summarize(records, window, config.slos).to_json()
-    client = client_section([r.health for r in results], records, window)
-    summary["client"] = client
-    summary["window"] = ({"start_ns": window.start_ns, "end_ns": window.end_ns,
-                          "seconds": window.duration_s} if window else None)
-    summary["stop_reason"] = ("interrupted" if "interrupted" in reasons
-                              else "aborted" if "aborted" in reasons else sorted(reasons)[0])
-    if client["bottleneck"]:
-        summary["warnings"].append("the client was the bottleneck: " + "; ".join(client["reasons"]))
-    summary["warnings"][:0] = messages
+    stop_reason = ("interrupted" if "interrupted" in reasons
+                   else "aborted" if "aborted" in reasons else sorted(reasons)[0])
     ok = sum(1 for r in records if r.ok)
-    failed = ok == 0 or "aborted" in reasons
     message = "\n".join(messages) if messages else None
     if not records:
         message = message or "no request was sent"
     elif ok == 0 and not message:
         message = f"every request failed ({_failure_counts(records)})"
-    run.write_summary(summary)
-    return BenchResult(run, summary, failed, message)
+    return LoadResult(run, settings, results, stop_reason, messages,
+                      failed=ok == 0 or "aborted" in reasons, message=message)
 
 
 def _end_ns(config: BenchConfig, t0_ns: int, reasons: set[str], results: list[WorkerResult],

@@ -12,7 +12,6 @@ series, the exports and the cold-start rule.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from latlab.analysis.budget import (
     Budget,
@@ -28,9 +27,13 @@ from latlab.analysis.budget import (
 )
 from latlab.analysis.decompose import decompose
 from latlab.analysis.findings import Finding, Unevaluated
-from latlab.metrics import Window, parse_slo, request_metrics, summarize
-from latlab.records.folder import RunFolder, RunFolderError, run_window
+from latlab.metrics.request import request_metrics
+from latlab.metrics.summary import summarize
+from latlab.records.config import RunConfig
+from latlab.records.folder import RunFolder
+from latlab.records.summary import ClientCheck, RunSummary
 from latlab.records.timeline import RequestTimeline
+from latlab.records.window import Window, run_window
 
 UNATTRIBUTED_NOTE_SHARE = 0.05
 
@@ -40,8 +43,8 @@ class RunAnalysis:
     """A run's records, per-request decomposition, aggregate budgets, breakdowns and findings."""
 
     run: RunFolder
-    config: dict[str, Any]
-    summary: dict[str, Any]
+    config: RunConfig
+    summary: RunSummary
     summary_recomputed: bool
     rows: list[Row]
     window: Window | None
@@ -74,10 +77,9 @@ class RunAnalysis:
         return any(row.parts.has_server for row in self.decomposed)
 
     @property
-    def client(self) -> dict[str, Any] | None:
+    def client(self) -> ClientCheck | None:
         """The load generator's self-check (`summary.json` → `client`), when it wrote one."""
-        client = self.summary.get("client")
-        return client if isinstance(client, dict) else None
+        return self.summary.client
 
 
 def analyze(run: RunFolder) -> RunAnalysis:
@@ -90,7 +92,7 @@ def analyze(run: RunFolder) -> RunAnalysis:
     summary = run.read_summary()
     recomputed = summary is None
     if summary is None:
-        summary = summarize(records, window, _slos(config)).to_json()
+        summary = summarize(records, window, config.slos or None)
 
     rows = [Row(record=r, metrics=request_metrics(r), parts=decompose(r), in_flight=n)
             for r, n in zip(records, in_flight_at_send(records))]
@@ -134,18 +136,3 @@ def _notes(a: RunAnalysis) -> list[str]:
         notes.append(f"{100 * a.mean.share('unattributed'):.0f}% of the mean E2E is unattributed "
                      "(not small): the server's stage timings do not cover all of its time")
     return notes
-
-
-def _slos(config: dict[str, Any]) -> dict[str, float] | None:
-    """`slos` as `{"ttft": 200}` (ms) or `["ttft=200ms", ...]`."""
-    raw = config.get("slos")
-    if not raw:
-        return None
-    try:
-        if isinstance(raw, dict):
-            return dict(parse_slo(f"{name}={value}ms") for name, value in raw.items())
-        if isinstance(raw, list):
-            return dict(parse_slo(str(item)) for item in raw)
-    except ValueError as e:
-        raise RunFolderError(f"config.json: slos: {e}") from e
-    raise RunFolderError(f"config.json: slos must be a mapping or a list, got {raw!r}")

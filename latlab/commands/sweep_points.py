@@ -1,8 +1,8 @@
 """`run_sweep`: bench runs over request rates or concurrencies in one folder, and the answers.
 
-    result = run_sweep(SweepConfig(base=BenchConfig(url=url, duration_s=20),
-                                   slos={"ttft": 500.0}))
-    result.data["slo_max"]["load"], result.path / "sweep.json"
+    result = run_sweep(SweepConfig(base=BenchConfig(url=url, duration_s=20,
+                                                    slos={"ttft": 500.0})))
+    result.record.slo_max.load, result.path / "sweep.json"
 
 Explicit `rates` (open loop) or `concurrencies` (closed loop) run in increasing order.
 Without them the plan is automatic: the synchronous point (one user), the saturation probe
@@ -21,23 +21,26 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
-import orjson
 from pydantic import BaseModel, Field, model_validator
 from rich.console import Console
 
 from latlab import __version__
 from latlab.analysis import capacity
-from latlab.analysis.capacity import Point
 from latlab.analysis.slo_max import slo_max
-from latlab.load.arrivals import OPEN_LOOP, ArrivalConfig
-from latlab.load.config import BenchConfig, BenchError
+from latlab.commands.bench import run_bench
+from latlab.load import BenchError
 from latlab.load.target import EngineError, start_engine
-from latlab.records.folder import RunFolder
+from latlab.records.config import BenchConfig
+from latlab.records.folder import RunFolder, write_json
+from latlab.records.sweep import SWEEP_JSON, Mode, Point, SweepRecord, SweepStop
+from latlab.records.workload import OPEN_LOOP, ArrivalConfig
+from latlab.report.sweep_html import write_sweep_html
+from latlab.store import RunStore
+from latlab.units import ms
 
-SWEEP_JSON = "sweep.json"
 ESCALATION = 1.5
 MAX_ESCALATIONS = 3
-Step = tuple[str, str, capacity.Mode, float | None, ArrivalConfig]  # folder, label, mode, load
+Step = tuple[str, str, Mode, float | None, ArrivalConfig]  # folder, label, mode, load
 
 
 class SweepConfig(BaseModel):
@@ -72,12 +75,15 @@ class SweepConfig(BaseModel):
 @dataclass
 class SweepResult:
     path: Path
-    data: dict[str, Any]
-    points: list[Point]
+    record: SweepRecord
+
+    @property
+    def points(self) -> list[Point]:
+        return self.record.points
 
     @property
     def stop_reason(self) -> str:
-        return self.data["stop"]["reason"]
+        return self.record.stop.reason
 
 
 def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: bool = False,
@@ -85,8 +91,6 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
     """Run the sweep to its stop rule, Ctrl-C or a failure, writing sweep.json after every
     point and the HTML report at the end. Raises `BenchError` when the target cannot be
     used (after writing what was measured)."""
-    from latlab.store import RunStore
-
     console = console or Console(stderr=True)
     folder = RunFolder.create(config.base.out, f"sweep-{config.base.name}").path
     sweep = _Sweep(config, folder, list(command))
@@ -122,7 +126,7 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
         sweep.finish()
         with RunStore(config.base.out) as store:
             store.register_sweep(folder)
-    return SweepResult(folder, sweep.data(), sweep.points)
+    return SweepResult(folder, sweep.record())
 
 
 def _plan(config: SweepConfig, points: list[Point]) -> Iterator[Step]:
@@ -134,7 +138,7 @@ def _plan(config: SweepConfig, points: list[Point]) -> Iterator[Step]:
         return (f"rate-{r:.3g}", f"{r:.3g} req/s", "rate", r,
                 ArrivalConfig(process=config.arrival, rate=r, **shape))
 
-    def users(n: int, mode: capacity.Mode = "concurrency") -> Step:
+    def users(n: int, mode: Mode = "concurrency") -> Step:
         label = {"synchronous": "sync (1 user)", "throughput": f"probe ({n} users)"}
         return (f"{mode}-{n}", label.get(mode, f"{n} users"), mode,
                 None if mode == "synchronous" else float(n),
@@ -171,13 +175,9 @@ class _Sweep:
         self.target: dict[str, Any] = {"url": config.base.url, "model": config.base.model,
                                        "embedded": config.base.url is None,
                                        "serve_args": config.base.serve_args}
-        self.stopped: dict[str, str] = {"reason": "running", "message": ""}
+        self.stopped = SweepStop(reason="running", message="")
 
     def run_point(self, url: str, step: Step, console: Console, progress: bool) -> Point:
-        from latlab.analysis import analyze
-        from latlab.load.runner import run_bench
-        from latlab.store import RunStore
-
         name, label, mode, load, arrivals = step
         base = self.config.base
         workers = base.workers if arrivals.open_loop else min(base.workers, arrivals.users)
@@ -185,16 +185,19 @@ class _Sweep:
                                "name": f"p{len(self.points):02d}-{name}", "workers": workers,
                                "tags": [*base.tags, f"sweep:{self.folder.name}"]})
         console.print(f"[bold]point {len(self.points) + 1}[/]: {label}")
-        result = run_bench(bench, console=console, progress=progress, command=self.command)
-        analysis = analyze(result.run)
-        point = capacity.measure(analysis, label, mode, load, self.config.base.slos,
+        result = run_bench(bench, console=console, progress=progress, command=self.command,
+                           store=base.out)
+        if result.analysis is None:
+            raise BenchError(f"could not analyse the point {result.run.path}")
+        point = capacity.measure(result.analysis, label, mode, load, self.config.base.slos,
                                  self.config.percentile)
+        if self.config.price_per_hour:
+            point.cost = capacity.cost(self.config.price_per_hour, point.achieved,
+                                       point.output_tokens_per_s)
         self.points.append(point)
-        self.target["model"] = analysis.config.get("target", {}).get("model")
-        with RunStore(base.out) as store:
-            store.register(result.run.path, "bench", analysis.config, result.summary)
+        self.target["model"] = result.analysis.config.target.model
         console.print(f"  achieved {point.achieved:.3g} req/s · p{self.config.percentile:g} E2E "
-                      f"from schedule {_ms(point.latency)} · errors "
+                      f"from schedule {ms(point.latency)} · errors "
                       f"{100 * point.error_rate:.1f}% · {result.run.path.name}", style="dim")
         self.write()
         return point
@@ -216,49 +219,31 @@ class _Sweep:
         return None
 
     def stop(self, reason: str, message: str) -> None:
-        if self.stopped["reason"] == "running":
-            self.stopped = {"reason": reason, "message": message}
+        if self.stopped.reason == "running":
+            self.stopped = SweepStop(reason=reason, message=message)
 
-    def data(self) -> dict[str, Any]:
+    def record(self) -> SweepRecord:
         c = self.config
-        knee = capacity.knee(self.points)
         best = slo_max(self.points, c.base.slos, c.percentile)
-        points = [p.to_json() for p in self.points]
-        if c.price_per_hour:
-            for p, out in zip(self.points, points):
-                out["cost"] = capacity.cost(c.price_per_hour, p.achieved, p.output_tokens_per_s)
-        return {
-            "kind": "sweep", "latlab_version": __version__, "created": self.created,
-            "command": self.command, "target": self.target,
-            "config": c.model_dump(mode="json", exclude={"base"}) | {
+        return SweepRecord(
+            latlab_version=__version__, created=self.created, command=self.command,
+            target=self.target,
+            config=c.model_dump(mode="json", exclude={"base"}) | {
                 "max_concurrency": c.base.arrivals.max_concurrency,
                 "bench": c.base.model_dump(mode="json", exclude={"arrivals"})},
-            "percentile": c.percentile, "slos": c.base.slos,
-            "definitions": {"capacity": capacity.__doc__, "stop_rule": capacity.STOP_RULE},
-            "points": points,
-            "curve": [p.label for p in capacity.curve(self.points)],
-            "knee": knee.to_json() if knee else None,
-            "slo_max": best.to_json() if best else None,
-            "slo_max_cost": (capacity.cost(c.price_per_hour, best.achieved,
-                                           best.output_tokens_per_s)
-                             if c.price_per_hour and best and best.load is not None else None),
-            "price_per_hour": c.price_per_hour,
-            "stop": self.stopped,
-        }
+            percentile=c.percentile, slos=c.base.slos,
+            definitions={"capacity": capacity.__doc__ or "", "stop_rule": capacity.STOP_RULE},
+            points=self.points, curve=[p.label for p in capacity.curve(self.points)],
+            knee=capacity.knee(self.points), slo_max=best,
+            slo_max_cost=(capacity.cost(c.price_per_hour, best.achieved,
+                                        best.output_tokens_per_s)
+                          if c.price_per_hour and best and best.load is not None else None),
+            price_per_hour=c.price_per_hour, stop=self.stopped)
 
     def write(self) -> None:
-        path = self.folder / SWEEP_JSON
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_bytes(orjson.dumps(self.data(), option=orjson.OPT_INDENT_2))
-        tmp.replace(path)
+        write_json(self.folder / SWEEP_JSON, self.record())
 
     def finish(self) -> None:
-        from latlab.report.sweep import write_sweep_html
-
         self.write()
         if self.points:
-            write_sweep_html(self.folder, self.data())
-
-
-def _ms(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0f} ms"
+            write_sweep_html(self.folder, self.record())

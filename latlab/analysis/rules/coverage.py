@@ -1,0 +1,75 @@
+"""Rules about what the measurement covers: a cold start at the beginning of the run, and
+time that neither the client nor the server accounts for."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from latlab.analysis.budget import prompt_bucket, prompt_tokens
+from latlab.analysis.decompose import SERVER_STAGES
+from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
+from latlab.metrics.stats import percentile
+from latlab.units import ms, pct
+
+if TYPE_CHECKING:
+    from latlab.analysis.analyze import RunAnalysis
+
+UNATTRIBUTED_SHARE = 0.05
+COLD_REQUESTS, COLD_MIN_REQUESTS, COLD_FACTOR, COLD_EXCESS_MS = 3, 20, 3.0, 50.0
+
+
+def unattributed(a: RunAnalysis) -> Finding | None:
+    if a.mean is None or not a.has_server_timings:
+        return None
+    share = a.mean.share("unattributed")
+    if abs(share) < UNATTRIBUTED_SHARE:
+        return None
+    gaps = [s.total - sum(getattr(s, st) or 0.0 for st in (*SERVER_STAGES, "postprocess"))
+            for s in (r.record.server for r in a.decomposed) if s is not None and s.total is not None]
+    evidence = [f"unattributed: {ms(a.mean.components['unattributed'])} of a mean "
+                f"{ms(a.mean.total)} ({pct(share)}); {pct(a.tail.share('unattributed'))} of the tail"]
+    if gaps:
+        evidence.append(f"server total minus its stages: {ms(mean(gaps))} per request")
+    return Finding("unattributed", Severity.WARNING,
+                   f"{pct(share)} of the time is unattributed", evidence,
+                   where="time neither the client nor the server's stage timings account for",
+                   fix="make the server report every stage (and total), or look for proxies "
+                       "between client and server",
+                   impact=abs(share))
+
+
+def cold_start(a: RunAnalysis) -> Finding | Unevaluated | None:
+    """The first requests of the whole run (warmup included) against the later ones."""
+    rows = sorted((r for r in a.rows if r.parts is not None and r.metrics.ttft is not None),
+                  key=lambda r: r.record.sent_ns)
+    if len(rows) < COLD_MIN_REQUESTS:
+        return Unevaluated("cold_start", f"needs ≥ {COLD_MIN_REQUESTS} successful requests to "
+                                         f"set a warm baseline (has {len(rows)})")
+
+    def compute(row) -> float:  # the server's own work when it says, else the client's TTFT
+        s = row.record.server
+        if s is not None and s.prefill is not None:
+            return s.prefill + (s.preprocess or 0.0)
+        return row.metrics.ttft
+
+    cold, warm = rows[:COLD_REQUESTS], rows[COLD_REQUESTS:]
+    evidence, excess = [], 0.0
+    for row in cold:
+        bucket = prompt_bucket(prompt_tokens(row))
+        peers = [r for r in warm if prompt_bucket(prompt_tokens(r)) == bucket]
+        baseline = sorted(compute(r) for r in (peers if len(peers) >= 5 else warm))
+        value, median = compute(row), percentile(baseline, 50)
+        if value >= COLD_FACTOR * median and value > percentile(baseline, 99) \
+                and value - median >= COLD_EXCESS_MS:
+            excess += value - median
+            evidence.append(f"request #{row.record.index}: {ms(value)} against a warm median of "
+                            f"{ms(median)} (p99 {ms(percentile(baseline, 99))})")
+    if not evidence:
+        return None
+    what = "prefill + preprocess (server)" if a.has_server_timings else "TTFT"
+    evidence.insert(0, f"compared: {what} of the first {COLD_REQUESTS} requests sent")
+    return Finding("cold_start", Severity.WARNING,
+                   f"the first requests were slow: {ms(excess)} of cold-start excess", evidence,
+                   where="cold start (lazy loading, compilation, caches filling)",
+                   fix="warm the server up before taking traffic, keep instances warm",
+                   impact=excess / (a.mean.total * len(rows)))

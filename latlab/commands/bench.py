@@ -1,0 +1,175 @@
+"""`latlab bench`: options → `BenchConfig`, run the load, summarize, explain, print, exit.
+
+    result = run_bench(BenchConfig(url="http://127.0.0.1:8000", requests=200))
+    result.summary.percentile("ttft", "p99"), result.analysis.findings
+
+Every option is checked before any load is sent; a bad one is reported by its name.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from pydantic import ValidationError
+from rich.console import Console
+
+from latlab.analysis import RunAnalysis, analyze
+from latlab.commands.common import EXIT_FAILED, RunFailed, UsageError, console, print_json
+from latlab.commands.groups import (ArrivalShape, OutputOptions, StopOptions, TargetOptions,
+                                    WorkloadOptions, engine_tokenizer)
+from latlab.commands.options import opt, validation_message
+from latlab.load.generator import run_load
+from latlab.metrics.client import client_check
+from latlab.metrics.formulas import FORMULAS
+from latlab.metrics.summary import summarize
+from latlab.records.config import BenchConfig
+from latlab.records.folder import RunFolder
+from latlab.records.summary import RunSummary
+from latlab.records.window import run_window
+from latlab.records.workload import OPEN_LOOP, ArrivalConfig
+from latlab.report.console import print_budget, print_findings, print_summary
+from latlab.report.html import write_html
+from latlab.store import RunStore, key_numbers
+
+DEFAULT_DURATION_S = 20.0
+DEFAULT_USERS = 4
+
+
+class BenchOptions(TargetOptions, WorkloadOptions, ArrivalShape, StopOptions, OutputOptions):
+    users: int | None = opt(None, "Closed loop: N users, each sends when its last request "
+                                  "ends (default: 4 without --rate).")
+    rate: float | None = opt(None, "Open loop: requests per second.")
+    ramp: float = opt(0.0, "Seconds to ramp the rate (or users) up from zero.", to="ramp_s")
+    trace: Path | None = opt(None, "Replay arrival times from JSONL (`timestamp` s or "
+                                   "`timestamp_ms` per line).")
+    json_output: bool = opt(False, "Print summary.json to stdout.", "--json")
+    explain: bool = opt(False, "Print the metric formulas and exit.")
+
+    def bench_config(self) -> BenchConfig:
+        """The `BenchConfig` of the command line; `UsageError` names the bad option."""
+        serve = self.serve()
+        workload = self.workload(engine_tokenizer(serve) if self.url is None else None)
+        duration = self.duration
+        if duration is None and self.requests is None and self.trace is None:
+            duration = DEFAULT_DURATION_S
+        warmup = self.warmup if self.warmup is not None else (
+            min(0.1 * duration, 5.0) if duration else 0.0)
+        cooldown = self.cooldown if self.cooldown is not None else (
+            min(0.05 * duration, 2.0) if duration else 0.0)
+        try:
+            arrivals = ArrivalConfig(users=self.users or DEFAULT_USERS, rate=self.rate,
+                                     burstiness=self.burstiness or 1.0,
+                                     max_concurrency=self.max_concurrency, ramp_s=self.ramp,
+                                     trace=self.trace, seed=self.seed, process=self._process())
+            return BenchConfig(url=self.url, model=self.model, api_key=self.api_key,
+                               workload=workload, arrivals=arrivals, duration_s=duration,
+                               requests=self.requests, warmup_s=warmup, cooldown_s=cooldown,
+                               timeout_s=self.timeout, workers=self.workers,
+                               ignore_eos=self.ignore_eos,
+                               continuous_usage=self.continuous_usage, slos=self.slos(),
+                               serve_args=serve, out=self.out,
+                               name=self.name or ("engine" if self.url is None else "bench"),
+                               tags=self.tag)
+        except ValidationError as e:
+            raise UsageError(validation_message(e, self.flags_by_target())) from None
+
+    def _process(self) -> str:
+        if self.arrival is not None and self.arrival not in OPEN_LOOP:
+            raise UsageError(f"--arrival {self.arrival!r}: expected one of {', '.join(OPEN_LOOP)}")
+        if self.trace is not None:
+            if self.rate is not None or self.users is not None:
+                raise UsageError("--trace replays its own timestamps: drop --rate/--users")
+            return "trace"
+        if self.rate is not None:
+            if self.users is not None:
+                raise UsageError("--users (closed loop) and --rate (open loop) exclude each "
+                                 "other; cap an open loop with --max-concurrency")
+            return self.arrival or ("gamma" if self.burstiness is not None else "poisson")
+        if self.arrival is not None or self.burstiness is not None:
+            raise UsageError("--arrival and --burstiness shape an open loop: give --rate")
+        return "closed"
+
+
+@dataclass
+class BenchResult:
+    """A measured run: its folder, summary and analysis (None if explaining it failed)."""
+
+    run: RunFolder
+    summary: RunSummary
+    analysis: RunAnalysis | None
+    failed: bool
+    message: str | None = None
+
+
+def run_bench(config: BenchConfig, *, console: Console | None = None, progress: bool = False,
+              command: Sequence[str] | None = None, store: Path | None = None) -> BenchResult:
+    """Run the load, write summary.json and report.html, register the run in the store of
+    `store` (default: `config.out`). Raises `BenchError` (target or engine unusable) or a
+    `ValueError` naming the option (dataset, trace, tokenizer) before any load."""
+    load = run_load(config, console=console, progress=progress, command=command)
+    records = load.run.read_records()
+    window = run_window(load.config, records)
+    summary = summarize(records, window, config.slos,
+                        client=client_check(load.health, records, window),
+                        stop_reason=load.stop_reason, notes=load.notes)
+    load.run.write_summary(summary)
+    with RunStore(store or config.out) as runs:
+        runs.register(load.run.path, "bench", load.config, key_numbers(summary))
+    return BenchResult(load.run, summary, _explain(load.run, console), load.failed, load.message)
+
+
+def _explain(run: RunFolder, err: Console | None) -> RunAnalysis | None:
+    """Decompose and diagnose the finished run and write its report.html. The run folder is
+    complete already: a failure here loses nothing and `latlab report` can redo it."""
+    try:
+        analysis = analyze(run)
+        write_html(run, analysis)
+    except Exception as e:  # noqa: BLE001 - the measurement is safe on disk; say what failed
+        if err is not None:
+            err.print(f"latlab bench: could not explain the run ({type(e).__name__}: {e}); "
+                      f"try `latlab report {run.path}`", style="yellow", markup=False)
+        return None
+    return analysis
+
+
+def bench(options: BenchOptions) -> None:
+    """Run a workload against an OpenAI-compatible server and measure every request."""
+    out, err = console(), console(stderr=True)
+    if options.explain:
+        return explain(out)
+    config = options.bench_config()
+    result = run_bench(config, console=err, command=sys.argv,
+                       progress=err.is_terminal if options.progress is None
+                       else options.progress)
+    if options.json_output:
+        findings = ([f.to_json() for f in result.analysis.findings]
+                    if result.analysis else None)
+        print_json(result.summary.to_json() | {"run": str(result.run.path),
+                                                "findings": findings})
+    else:
+        print_summary(out, result.summary, result.run.path)
+        if result.analysis is not None:
+            out.print()
+            print_budget(out, result.analysis)
+            out.print()
+            print_findings(out, result.analysis, unevaluated=False)
+            out.print(f"report: {result.run.report_path}")
+    if result.message:
+        err.print(f"latlab bench: {result.message}", markup=False, highlight=False,
+                  style="bold red" if result.failed else "yellow")
+    if result.failed:
+        raise RunFailed(code=EXIT_FAILED)
+
+
+def explain(out: Console) -> None:
+    from rich.table import Table
+
+    table = Table(title="latlab metric definitions (all latencies in ms)", title_justify="left")
+    table.add_column("metric")
+    table.add_column("definition")
+    for name, formula in FORMULAS.items():
+        table.add_row(name, formula)
+    out.print(table)

@@ -1,0 +1,57 @@
+"""`latlab compare`: runs side by side, each metric's change, whether it is real, where it
+came from; `--fail-if` gates for CI (exit code 1 when one trips)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from latlab.analysis import analyze
+from latlab.analysis.compare import CompareError
+from latlab.analysis.compare import compare as compare_runs
+from latlab.analysis.gate import Gate, GateError
+from latlab.commands.common import RunFailed, UsageError, console
+from latlab.commands.options import Options, opt
+from latlab.records.folder import RunFolder, RunFolderError
+from latlab.report.comparison import print_comparison
+from latlab.store import resolve_run
+
+
+class CompareOptions(Options):
+    fail_if: list[str] = opt([], "Regression gate like 'p99_ttft>+10%' or "
+                                 "'output_tokens_per_s<-5%' (repeatable); exit code 1 when one "
+                                 "trips.", "--fail-if")
+    require_significance: bool = opt(False, "Let a gate trip only when its change is "
+                                            "significant (95% CI excludes zero).")
+    allow_different_workloads: bool = opt(False, "Compare runs whose workloads differ.")
+    runs_dir: Path = opt(Path("runs"), "Runs folder holding the run store.")
+    full: bool = opt(False, "Show mean and p90 too, not only p50 and p99.")
+
+
+def compare(runs: list[str], options: CompareOptions) -> None:
+    """Compare runs side by side: each metric's change, its confidence, and which component
+    of the latency budget it came from."""
+    if len(runs) < 2:
+        raise UsageError("give at least two runs")
+    out = console()
+    try:
+        gates = [Gate.parse(text) for text in options.fail_if]
+        analyses = [analyze(RunFolder.open(resolve_run(ref, options.runs_dir))) for ref in runs]
+        tripped = []
+        for ref, analysis in zip(runs[1:], analyses[1:]):
+            comparison = compare_runs(analyses[0], analysis)
+            if comparison.workload_differences and not options.allow_different_workloads:
+                raise CompareError(f"{runs[0]} and {ref} ran different workloads ("
+                                   + "; ".join(comparison.workload_differences)
+                                   + "); pass --allow-different-workloads to compare anyway")
+            print_comparison(out, comparison, str(analyses[0].run.path), str(analysis.run.path),
+                             full=options.full)
+            tripped += [m for g in gates if (m := g.check(comparison,
+                                                          options.require_significance))]
+    except (RunFolderError, GateError, CompareError) as e:
+        raise UsageError(str(e)) from None
+    for message in tripped:
+        out.print(f"[red]regression:[/] {message}")
+    if gates and not tripped:
+        out.print(f"[green]all {len(gates)} gates passed[/]")
+    if tripped:
+        raise RunFailed()

@@ -1,0 +1,133 @@
+"""The option groups `bench`, `sweep` and `coldstart` share, and what they build: the target,
+the workload, the arrivals and when to stop. Each command inherits the groups it takes."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any, Sequence
+
+from pydantic import ValidationError
+
+from latlab.commands.common import UsageError
+from latlab.commands.options import Options, opt, validation_message
+from latlab.records.config import parse_slo
+from latlab.records.workload import LengthDistribution, WorkloadConfig, WorkloadError
+
+
+class TargetOptions(Options):
+    url: str | None = opt(None, "Target server (http://HOST:PORT). Without it the embedded "
+                                "engine (latlab serve) is started.")
+    model: str | None = opt(None, "Model name to request (default: the first the server "
+                                  "lists at /v1/models).")
+    api_key: str | None = opt(None, "Bearer token for the target (never stored).",
+                              envvar="OPENAI_API_KEY")
+    serve_args: str = opt("", "Arguments for the embedded latlab serve.")
+    timeout: float = opt(300.0, "Per-request timeout in seconds.", to="timeout_s")
+    ignore_eos: bool = opt(True, "Send ignore_eos and min_tokens to hold the output length.")
+    continuous_usage: bool = opt(True, "Ask for cumulative usage in every chunk (tokens per "
+                                       "event).")
+
+    def serve(self) -> list[str]:
+        """--serve-args as a list of arguments."""
+        try:
+            return shlex.split(self.serve_args)
+        except ValueError as e:
+            raise UsageError(f"--serve-args {self.serve_args!r}: {e}") from None
+
+
+class WorkloadOptions(Options):
+    api: str = opt("completions", "completions or chat.")
+    prompt_tokens: str = opt("lognormal:256,128", "Prompt length distribution: N, fixed:N, "
+                             "uniform:LO,HI, normal:MEAN,STD, lognormal:MEAN,STD (in tokens).")
+    output_tokens: str = opt("lognormal:64,32", "Output length distribution (held with "
+                             "max_tokens, ignore_eos and min_tokens).")
+    dataset: Path | None = opt(None, "JSONL (prompt or messages, optional output_tokens, "
+                                     "tenant, priority) or ShareGPT JSON.")
+    prefix_tokens: int = opt(0, "A shared system prompt of this many tokens...")
+    prefix_fraction: float = opt(1.0, "...for this fraction of the requests.")
+    tenant: list[str] = opt([], "Tenant label NAME[:WEIGHT], sent as `user` (repeatable).",
+                            to="tenants")
+    priority: list[str] = opt([], "Priority INT[:WEIGHT], sent as `priority` (repeatable).",
+                              to="priorities")
+    tokenizer: str | None = opt(None, "The target's tokenizer (tokenizer.json or HF folder) "
+                                      "(default: latlab's bundled one).")
+    seed: int = opt(0, "Seed of the workload and the arrivals.")
+
+    def workload(self, tokenizer: str | None = None) -> WorkloadConfig:
+        """The workload; `tokenizer` stands in for an unset --tokenizer."""
+        if self.api not in ("completions", "chat"):
+            raise UsageError(f"--api {self.api!r}: expected completions or chat")
+        try:
+            return WorkloadConfig(
+                api=self.api,
+                prompt_tokens=LengthDistribution.parse(self.prompt_tokens, "--prompt-tokens"),
+                output_tokens=LengthDistribution.parse(self.output_tokens, "--output-tokens"),
+                dataset=self.dataset, prefix_tokens=self.prefix_tokens,
+                prefix_fraction=self.prefix_fraction,
+                tenants=_weights(self.tenant, "--tenant", str),
+                priorities=_weights(self.priority, "--priority", int),
+                tokenizer=self.tokenizer or tokenizer, seed=self.seed)
+        except ValidationError as e:
+            raise UsageError(validation_message(e, type(self).flags_by_target())) from None
+        except WorkloadError as e:
+            raise UsageError(str(e)) from None
+
+
+class ArrivalShape(Options):
+    arrival: str | None = opt(None, "Open-loop arrivals: poisson, gamma or constant (default: "
+                                    "poisson).")
+    burstiness: float | None = opt(None, "Gamma shape: 1 is Poisson, below 1 burstier "
+                                         "(CV = 1/sqrt(burstiness)).")
+    max_concurrency: int | None = opt(None, "Cap on requests in flight (open loop); waiting "
+                                            "shows as lateness.")
+
+
+class StopOptions(Options):
+    duration: float | None = opt(None, "Seconds of load (default: 20 unless --requests).",
+                                 to="duration_s")
+    requests: int | None = opt(None, "Stop after this many requests.")
+    warmup: float | None = opt(None, "Seconds excluded from statistics at the start (default: "
+                                     "10% of --duration, at most 5).", to="warmup_s")
+    cooldown: float | None = opt(None, "Seconds excluded at the end (default: 5% of "
+                                       "--duration, at most 2).", to="cooldown_s")
+    workers: int = opt(1, "Client processes sharing the schedule.")
+
+
+class OutputOptions(Options):
+    slo: list[str] = opt([], "SLO like ttft=200ms or tpot=50ms (repeatable); sets goodput.",
+                         to="slos")
+    out: Path = opt(Path("runs"), "Folder for run folders.")
+    name: str | None = opt(None, "Run name (in the folder name).")
+    tag: list[str] = opt([], "Free-form tag recorded in config.json (repeatable).", to="tags")
+    progress: bool | None = opt(None, "Live progress (default: on a terminal).",
+                                "--progress/--no-progress")
+
+    def slos(self) -> dict[str, float]:
+        try:
+            return dict(parse_slo(text) for text in self.slo)
+        except ValueError as e:
+            raise UsageError(f"--slo: {e}") from None
+
+
+def engine_tokenizer(serve_args: Sequence[str]) -> str | None:
+    """The embedded engine's checkpoint folder, when it serves one: prompts are then counted
+    in that model's tokens."""
+    for i, arg in enumerate(serve_args):
+        value = serve_args[i + 1] if arg == "--model" and i + 1 < len(serve_args) else (
+            arg.removeprefix("--model=") if arg.startswith("--model=") else None)
+        if value and (Path(value) / "tokenizer.json").is_file():
+            return value
+    return None
+
+
+def _weights(items: Sequence[str], option: str, kind: type) -> dict[Any, float]:
+    weights: dict[Any, float] = {}
+    for item in items:
+        label, _, weight = item.rpartition(":") if ":" in item else (item, "", "1")
+        try:
+            weights[kind(label)] = float(weight)
+        except ValueError:
+            raise UsageError(f"{option} {item!r}: expected LABEL[:WEIGHT]"
+                             + (" with an integer LABEL" if kind is int else "")) from None
+    return weights

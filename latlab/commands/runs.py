@@ -1,0 +1,34 @@
+"""`latlab runs`: the runs stored under a runs folder, newest first, with their key numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from latlab.commands.common import UsageError, console
+from latlab.commands.options import Options, opt
+from latlab.report.comparison import print_runs
+from latlab.store import KINDS, RunStore
+
+
+class RunsOptions(Options):
+    runs_dir: Path = opt(Path("runs"), "Runs folder holding the run store.")
+    target: str | None = opt(None, "Only runs whose target URL contains this.")
+    model: str | None = opt(None, "Only runs whose model contains this.")
+    tag: str | None = opt(None, "Only runs with this tag.")
+    kind: str | None = opt(None, "bench, sweep or coldstart.")
+    limit: int = opt(30, "Show at most this many, newest first.")
+    rescan: bool = opt(False, "First register run folders the store misses.")
+
+
+def runs(options: RunsOptions) -> None:
+    """List past runs with their key numbers; `latlab compare` takes their ids."""
+    if options.kind is not None and options.kind not in KINDS:
+        raise UsageError(f"--kind {options.kind!r}: expected one of {', '.join(KINDS)}")
+    if options.limit < 1:
+        raise UsageError(f"--limit {options.limit}: show at least one run")
+    with RunStore(options.runs_dir) as store:
+        if options.rescan:
+            store.rescan()
+        print_runs(console(), store.list(target=options.target, model=options.model,
+                                         tag=options.tag, kind=options.kind,
+                                         limit=options.limit))

@@ -1,0 +1,57 @@
+"""`latlab serve`: latlab's own OpenAI-compatible inference server (the reference engine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from latlab.commands.common import UsageError
+from latlab.commands.options import Options, opt
+
+
+class ServeOptions(Options):
+    model: str = opt("default", "A preset (tiny, default: random weights) or a Hugging Face "
+                                "checkpoint folder (Llama, Mistral, Qwen2).")
+    host: str = opt("127.0.0.1", "Interface to bind.")
+    port: int = opt(8000, "Port to bind.")
+    api_key: str | None = opt(None, "Require `Authorization: Bearer KEY` on /v1.")
+    served_model_name: str | None = opt(None, "Model id in the API [default: --model].")
+    max_model_len: int | None = opt(None, "Context length (prompt + output tokens) [default: "
+                                          "the model's, at most 2048].")
+    max_num_seqs: int = opt(32, "Most sequences in a running batch.")
+    max_num_batched_tokens: int = opt(512, "Token budget of one engine step.")
+    block_size: int = opt(16, "Tokens per KV-cache block.")
+    num_kv_blocks: int | None = opt(None, "KV-cache blocks [default: as many as --kv-cache-mib "
+                                          "holds].")
+    kv_cache_mib: int = opt(256, "KV-cache memory when --num-kv-blocks is unset.")
+    batching: str = opt("continuous", "continuous (iteration-level) or static (a batch admits "
+                                      "nobody until it has finished).")
+    chunked_prefill: bool = opt(True, "Cut long prompts into chunks that fit the step budget.")
+    max_waiting: int = opt(256, "Waiting-queue limit; beyond it requests get 429.")
+    threads: int = opt(1, "Torch intra-op threads.")
+    seed: int = opt(0, "Seed of the preset weights and of unseeded sampling.")
+    dtype: str = opt("float32", "float32, bfloat16 or float16.")
+    warmup: bool = opt(True, "Warm up before reporting ready.")
+    otel_file: Path | None = opt(None, "Append an OpenTelemetry span per request (stages as "
+                                       "events) to this JSON-lines file.")
+
+
+def serve(options: ServeOptions) -> None:
+    """Serve a model through an OpenAI-compatible API (latlab's reference engine, on CPU)."""
+    from latlab.engine.config import ConfigError, EngineConfig
+    from latlab.engine.loader import ModelLoadError
+    from latlab.server.openai_serving import ServerSettings
+    from latlab.server.serve import run_server
+
+    o = options
+    config = EngineConfig(
+        model=o.model, max_model_len=o.max_model_len, block_size=o.block_size,
+        num_kv_blocks=o.num_kv_blocks, kv_cache_mib=o.kv_cache_mib, max_num_seqs=o.max_num_seqs,
+        max_num_batched_tokens=o.max_num_batched_tokens, enable_chunked_prefill=o.chunked_prefill,
+        batching=o.batching, max_waiting=o.max_waiting, threads=o.threads, seed=o.seed,
+        dtype=o.dtype, warmup=o.warmup)
+    settings = ServerSettings(served_model_name=o.served_model_name or o.model,
+                              api_key=o.api_key, otel_file=o.otel_file)
+    try:
+        run_server(config, settings, host=o.host, port=o.port)
+    except (ConfigError, ModelLoadError) as e:
+        raise UsageError(str(e)) from None

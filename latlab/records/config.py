@@ -1,0 +1,175 @@
+"""What a run asked for: the workload, the arrivals, the bench settings, and `config.json`.
+
+`RunConfig` is the whole of `config.json`: the configuration that reruns the run, the target
+it ran against, the command line (secrets redacted) and the clock anchor that maps the
+client's monotonic stamps to dates and fixes the measurement window.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from latlab.records import SCHEMA_VERSION
+from latlab.records.workload import ArrivalConfig, WorkloadConfig
+
+SLO_METRICS = ("ttft", "ttft_sched", "tpot", "itl", "e2e", "e2e_sched")
+
+
+_SLO = re.compile(r"^\s*(?P<name>[a-z_]+)\s*(?:=|<=?)\s*(?P<value>[0-9.]+)\s*(?P<unit>ms|s|us)?\s*$")
+_UNIT_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001, None: 1.0}
+
+
+def parse_slo(text: str) -> tuple[str, float]:
+    """`"ttft=200ms"` → `("ttft", 200.0)`. `itl` bounds every token gap of a request."""
+    match = _SLO.match(text)
+    if not match:
+        raise ValueError(f"bad SLO {text!r}: expected NAME=VALUE[ms|s|us], e.g. ttft=200ms")
+    name = match["name"]
+    if name not in SLO_METRICS:
+        raise ValueError(f"bad SLO {text!r}: unknown metric {name!r} (one of {', '.join(SLO_METRICS)})")
+    value = float(match["value"]) * _UNIT_MS[match["unit"]]
+    if value <= 0:
+        raise ValueError(f"bad SLO {text!r}: the limit must be positive")
+    return name, value
+
+
+class BenchConfig(BaseModel):
+    """A bench run: the target, the workload, the arrivals and when to stop."""
+
+    url: str | None = None
+    model: str | None = None
+    api_key: SecretStr | None = Field(default=None, exclude=True)
+    serve_args: list[str] = []
+    workload: WorkloadConfig = WorkloadConfig()
+    arrivals: ArrivalConfig = ArrivalConfig()
+    duration_s: float | None = Field(default=20.0, gt=0)
+    requests: int | None = Field(default=None, ge=1)
+    warmup_s: float = Field(default=0.0, ge=0)
+    cooldown_s: float = Field(default=0.0, ge=0)
+    timeout_s: float = Field(default=300.0, gt=0)
+    workers: int = Field(default=1, ge=1, le=64)
+    ignore_eos: bool = True
+    continuous_usage: bool = True
+    slos: dict[str, float] = {}
+    out: Path = Path("runs")
+    name: str = "bench"
+    tags: list[str] = []
+
+    @model_validator(mode="after")
+    def _check(self) -> BenchConfig:
+        if self.duration_s is None and self.requests is None and self.arrivals.process != "trace":
+            raise ValueError("give --duration or --requests")
+        if self.duration_s is not None and self.warmup_s + self.cooldown_s >= self.duration_s:
+            raise ValueError(f"--warmup {self.warmup_s:g} s + --cooldown {self.cooldown_s:g} s "
+                             f"leave nothing of --duration {self.duration_s:g} s")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"--url {self.url!r}: expected http://HOST:PORT or https://...")
+        a = self.arrivals
+        if a.process == "closed" and a.users < self.workers:
+            raise ValueError(f"--users {a.users} cannot be shared by --workers {self.workers}")
+        if a.max_concurrency is not None and a.max_concurrency < self.workers:
+            raise ValueError(f"--max-concurrency {a.max_concurrency} cannot be shared by "
+                             f"--workers {self.workers}")
+        for name, limit in self.slos.items():
+            if name not in SLO_METRICS or limit <= 0:
+                raise ValueError(f"--slo {name}={limit}: unknown metric or non-positive limit")
+        return self
+
+    def share(self, total: int, worker: int) -> int:
+        """Worker `worker`'s share of `total` users or concurrency slots."""
+        return total // self.workers + (1 if worker < total % self.workers else 0)
+
+
+class ColdstartConfig(BaseModel):
+    """The server to start (`command` + `url` + `ready_url`, or the embedded engine with
+    `serve_args`), how often, and the probe requests."""
+
+    runs: int = Field(default=3, ge=1, le=100)
+    command: list[str] = []
+    url: str | None = None
+    ready_url: str | None = None
+    serve_args: list[str] = []
+    model: str | None = None
+    api_key: SecretStr | None = Field(default=None, exclude=True)
+    workload: WorkloadConfig = WorkloadConfig()
+    warm_requests: int = Field(default=5, ge=1, le=1000)
+    idle_gaps_s: list[float] = []
+    ready_timeout_s: float = Field(default=300.0, gt=0)
+    timeout_s: float = Field(default=300.0, gt=0)
+    ignore_eos: bool = True
+    continuous_usage: bool = True
+    out: Path = Path("runs")
+    name: str = "engine"
+    tags: list[str] = []
+
+    @model_validator(mode="after")
+    def _check(self) -> ColdstartConfig:
+        if self.command and self.url is None:
+            raise ValueError("--command needs --url, where its server answers requests")
+        if not self.command and (self.url is not None or self.ready_url is not None):
+            raise ValueError("--url and --ready-url go with --command: coldstart starts the "
+                             "server itself (without --command, the embedded engine)")
+        if self.command and self.serve_args:
+            raise ValueError("--serve-args is for the embedded engine; put the options into "
+                             "--command")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"--url {self.url!r}: expected http://HOST:PORT")
+        if any(g < 0 for g in self.idle_gaps_s):
+            raise ValueError(f"--idle-gaps {self.idle_gaps_s}: gaps cannot be negative")
+        return self
+
+
+class Clock(BaseModel):
+    """The clock anchor: `perf_counter_ns` and unix time read together, the schedule's start
+    `t0_ns` and, once known, the window's `end_ns` (all on the client's monotonic clock)."""
+
+    perf_counter_ns: int | None = None
+    unix_time: float | None = None
+    t0_ns: int | None = None
+    end_ns: int | None = None
+
+
+class Target(BaseModel):
+    """What was measured: its URL and model, and whether latlab started it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    url: str | None = None
+    model: str | None = None
+    embedded: bool = False
+    api_key_given: bool = False
+    engine_ready_s: float | None = None
+
+
+class RunConfig(BaseModel):
+    """`config.json`: everything needed to rerun a run and to read its records."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: int = SCHEMA_VERSION
+    kind: Literal["bench", "coldstart"] = "bench"
+    latlab_version: str = ""
+    command: str = ""
+    name: str | None = None
+    tags: list[str] = []
+    bench: BenchConfig | None = None
+    coldstart: ColdstartConfig | None = None
+    target: Target = Target()
+    warmup_s: float = 0.0
+    cooldown_s: float = 0.0
+    duration_s: float | None = None
+    slos: dict[str, float] = {}
+    concurrency: int | None = None
+    clock: Clock = Clock()
+
+    @field_validator("slos", mode="before")
+    @classmethod
+    def _slo_list(cls, value: Any) -> Any:
+        """Also `["ttft=200ms", ...]`, as a hand-written config may say it."""
+        if isinstance(value, list):
+            return dict(parse_slo(str(item)) for item in value)
+        return value

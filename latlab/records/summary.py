@@ -1,0 +1,152 @@
+"""`summary.json`: a run's metrics, written once at its end (recomputable from the records).
+
+Latencies are in milliseconds. A failure-adjusted percentile can be infinite: JSON has no
+infinity, so it is written as the string "inf" and read back as `math.inf`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, PlainSerializer
+
+from latlab.records import SCHEMA_VERSION
+
+
+def _inf_as_text(value: float | None) -> float | str | None:
+    return "inf" if value is not None and math.isinf(value) else value
+
+
+Ms = Annotated[float, PlainSerializer(_inf_as_text, return_type=float | str, when_used="json")]
+"""A float that may be infinite (written as "inf")."""
+
+
+class Record(BaseModel):
+    """A part of a file on disk: unknown fields (from a newer latlab) are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class Percentile(Record):
+    value: Ms | None
+    ci_low: Ms | None
+    ci_high: Ms | None
+    reliable: bool
+
+
+class Distribution(Record):
+    n: int
+    mean: Ms | None = None
+    min: Ms | None = None
+    max: Ms | None = None
+    percentiles: dict[str, Percentile] = {}
+
+    def __getitem__(self, name: str) -> float | None:
+        """The percentile's value (`d["p99"]`), None when there is none."""
+        p = self.percentiles.get(name)
+        return p.value if p is not None else None
+
+
+class Throughput(Record):
+    """Rates over the measurement window.
+
+    `offered_rate` and `sent_rate` are over the window's arrivals: the window, or up to its
+    last arrival when the arrivals stopped inside it; both are None for a burst, whose
+    arrivals span under 10% of the window.
+    `backlog_growth` is how many more requests were in flight when the window's last request
+    arrived than at the window's start: about zero (± a few) when the target keeps up, the
+    growing queue when it does not.
+    `fell_behind` needs both an achieved rate under 95% of the offered one and a backlog
+    growth beyond the noise of a stable queue, so a short window's edge effects do not
+    raise a false alarm.
+    """
+
+    window_s: float
+    offered_rate: float | None
+    sent_rate: float | None
+    achieved_rate: float
+    output_tokens_per_s: float
+    total_tokens_per_s: float
+    mean_concurrency: float
+    backlog_growth: int
+    fell_behind: bool
+
+
+class Goodput(Record):
+    slos: dict[str, float]
+    good: int
+    fraction: float
+    requests_per_s: float | None
+
+
+class LoopLag(Record):
+    p50: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+
+class WorkerCpu(Record):
+    worker: int
+    mean: float
+    max: float
+
+
+class CpuPercent(Record):
+    mean: float | None = None
+    max: float | None = None
+    per_process: list[WorkerCpu] = []
+
+
+class Machine(Record):
+    cpus: int
+    load_average_max: float
+
+
+class ClientCheck(Record):
+    """The load generator's self-check: is the client the bottleneck, and why."""
+
+    workers: int
+    loop_lag_ms: LoopLag = LoopLag()
+    cpu_percent: CpuPercent = CpuPercent()
+    lateness_p99_ms: float | None = None
+    machine: Machine | None = None
+    zero_gap_share: float | None = None
+    bottleneck: bool
+    reasons: list[str] = []
+
+
+class WindowSpan(Record):
+    start_ns: int
+    end_ns: int
+    seconds: float
+
+
+class RunSummary(Record):
+    """Everything `summary.json` holds."""
+
+    schema_version: int = SCHEMA_VERSION
+    requests: int
+    in_window: int
+    ok: int
+    failures: dict[str, int] = {}
+    latency: dict[str, Distribution] = {}
+    failure_adjusted: dict[str, Distribution] = {}
+    throughput: Throughput | None = None
+    goodput: Goodput | None = None
+    mean_prompt_tokens: float | None = None
+    mean_output_tokens: float | None = None
+    tokens_from_usage: float = 0.0
+    warnings: list[str] = []
+    formulas: dict[str, str] = {}
+    client: ClientCheck | None = None
+    window: WindowSpan | None = None
+    stop_reason: str | None = None
+
+    def percentile(self, metric: str, name: str) -> float | None:
+        """`summary.percentile("ttft", "p99")`: the value, None when not measured."""
+        d = self.latency.get(metric)
+        return d[name] if d is not None else None
+
+    def to_json(self) -> dict:
+        return self.model_dump(mode="json")

@@ -1,0 +1,72 @@
+"""The package layering of docs/design.md, enforced: no module imports a package its layer
+may not import (function-level imports included), and no module grows past the limit."""
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+PACKAGE = ROOT / "latlab"
+MAX_LINES = 300
+ANYWHERE = {"__init__"}  # `latlab.__version__`
+
+
+def rules() -> dict[str, set[str]]:
+    """`layer → the layers it may import`, from the block under "may import" in the design."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    block = re.search(r"```\nlayer\s+may import\n(.*?)```", text, re.S)
+    assert block, "docs/design.md lost its layering block"
+    out = {}
+    for line in block.group(1).strip().splitlines():
+        layer, *allowed = line.split()
+        out[layer] = set() if allowed == ["(nothing)"] else set(allowed)
+    return out
+
+
+def imports(path: Path) -> set[str]:
+    """The top-level latlab packages `path` imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [n.name for n in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "latlab":
+                found.add(parts[1] if len(parts) > 1 else "__init__")
+    return found
+
+
+def layer_of(path: Path) -> str:
+    return path.relative_to(PACKAGE).with_suffix("").parts[0]
+
+
+def test_every_package_is_in_the_design():
+    packages = {layer_of(p) for p in PACKAGE.rglob("*.py")} - {"__init__", "__main__"}
+    assert packages <= set(rules()), f"not in docs/design.md: {packages - set(rules())}"
+
+
+def test_no_module_imports_against_the_layering():
+    allowed = rules()
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        layer = layer_of(path)
+        if layer not in allowed:
+            continue
+        for target in imports(path) - {layer} - ANYWHERE - allowed[layer]:
+            wrong.append(f"{path.relative_to(ROOT)} imports latlab.{target}")
+    assert not wrong, "imports against docs/design.md's layering:\n" + "\n".join(wrong)
+
+
+def test_the_rule_catches_a_back_edge(tmp_path):
+    bad = tmp_path / "m.py"
+    bad.write_text("def f():\n    from latlab.report.console import print_summary\n")
+    assert "report" in imports(bad) and "report" not in rules()["load"]
+
+
+def test_no_module_is_over_the_limit():
+    long = [f"{p.relative_to(ROOT)}: {n} lines" for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES]
+    assert not long, "split these by concept:\n" + "\n".join(long)
