@@ -82,8 +82,8 @@ def status(code: int, body: dict | None = None) -> Handler:
 
 @dataclass
 class Server:
-    """Serves `handler` at /v1/completions and /v1/chat/completions; lists `model` (none
-    when it is None)."""
+    """Serves `handler` at /v1/completions, /v1/chat/completions and Ollama's /api/generate
+    and /api/chat; lists `model` (none when it is None)."""
 
     handler: Handler
     model: str | None = "fake-model"
@@ -119,6 +119,8 @@ class Server:
 
         app.router.add_post("/v1/completions", generate)
         app.router.add_post("/v1/chat/completions", generate)
+        app.router.add_post("/api/generate", generate)
+        app.router.add_post("/api/chat", generate)
         app.router.add_get("/v1/models", models)
         self._runner = web.AppRunner(app, handle_signals=False)
         self._loop.run_until_complete(self._runner.setup())

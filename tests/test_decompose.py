@@ -3,8 +3,8 @@ from timelines import MS, steady, timeline, write_run
 
 from latlab.analysis import analyze
 from latlab.analysis.budget import budget, in_flight_at_send, tail_budget
-from latlab.analysis.decompose import COMPONENTS, Quality, decompose
-from latlab.records.timeline import Outcome
+from latlab.analysis.decompose import COMPONENTS, NetworkBaseline, Quality, decompose
+from latlab.records.timeline import Outcome, ServerTiming
 
 
 def test_components_recover_the_planted_stages_and_add_up():
@@ -41,10 +41,40 @@ def test_a_partial_server_timing_leaves_its_time_unattributed():
     r = timeline(0, 0, upload=4, download=6, queue=7)
     r.server.total = None
     r.server.queue = None
+    r.server.prefill = None
     d = decompose(r)
     assert d.quality("network") == Quality.UNAVAILABLE and d.quality("queue") == Quality.UNAVAILABLE
-    assert d.ms("unattributed") == pytest.approx(4 + 6 + 7)
+    assert d.ms("unattributed") == pytest.approx(4 + 6 + 7 + 10)
     assert sum(d.ms(c) for c in COMPONENTS) == pytest.approx(d.total)
+
+
+def test_without_a_server_total_the_queue_is_what_ttft_leaves_after_network_and_prefill():
+    """llama.cpp reports prefill and decode, no total and no queue."""
+    r = timeline(0, 0, connect=2.0, upload=1, download=1, preprocess=0, queue=7, prefill=30)
+    r.server = ServerTiming(prefill=30.0, decode=r.server.decode, source="llamacpp")
+    d = decompose(r)
+    assert d.ms("network") == pytest.approx(2.0) and d.quality("network") == Quality.ESTIMATED
+    assert d.ms("queue") == pytest.approx(1 + 7 + 1 - 2.0) and d.quality("queue") == Quality.DERIVED
+    assert d.quality("prefill") == d.quality("decode") == Quality.EXACT
+    reused = timeline(1, 0, upload=1, download=1, preprocess=0, queue=7, prefill=30)
+    reused.server = ServerTiming(prefill=30.0, source="llamacpp")
+    assert decompose(reused, NetworkBaseline(rtt_ms=3.0)).ms("network") == pytest.approx(3.0)
+    assert decompose(reused).quality("network") == Quality.UNAVAILABLE
+    assert sum(d.ms(c) for c in COMPONENTS) == pytest.approx(d.total)
+
+
+def test_a_run_baseline_splits_transit_into_network_and_server_intake():
+    """A request the server read late (frozen, overloaded) waited in intake, not the network."""
+    r = timeline(0, 0, upload=1, download=1)
+    late = timeline(1, 0, upload=801, download=1)  # read 800 ms after it arrived
+    base = NetworkBaseline(transit_ms=2.0)
+    on_time, frozen = decompose(r, base), decompose(late, base)
+    assert on_time.ms("network") == pytest.approx(2.0) and on_time.ms("intake") == pytest.approx(0)
+    assert frozen.ms("network") == pytest.approx(2.0) and frozen.ms("intake") == pytest.approx(800)
+    assert frozen.quality("intake") == Quality.DERIVED
+    assert frozen.bucket("network") == pytest.approx(2.0)
+    assert frozen.bucket("queue & overhead") >= 800
+    assert sum(frozen.ms(c) for c in COMPONENTS) == pytest.approx(frozen.total)
 
 
 def test_non_streamed_and_unscheduled_requests():

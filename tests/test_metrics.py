@@ -1,4 +1,5 @@
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -123,9 +124,10 @@ def test_throughput_counts_only_the_window():
 def test_server_timing_round_trips():
     timing = ServerTiming(preprocess=1.5, queue=0.25, prefill=31.0, decode=400.0,
                           postprocess=0.1, total=433.0)
-    assert ServerTiming.from_header(timing.to_header()) == timing
+    assert ServerTiming.from_header(timing.to_header()) == replace(timing, source="latlab")
     assert ServerTiming.from_json(timing.to_json()) == timing
-    assert ServerTiming.from_header('cache;desc="hit", queue;dur=3.5') == ServerTiming(queue=3.5)
+    assert ServerTiming.from_header('cache;desc="hit", queue;dur=3.5') == ServerTiming(
+        queue=3.5, source="latlab")
     assert ServerTiming.from_header("garbage") is None
 
 

@@ -32,6 +32,7 @@ def client(server):
 def check_timing(timing: ServerTiming | None) -> None:
     assert timing is not None
     values = timing.to_json()
+    assert values.pop("source", "latlab") == "latlab"
     assert set(values) == set(SERVER_TIMING_STAGES)
     parts = [values[k] for k in SERVER_TIMING_STAGES if k != "total"]
     assert all(v >= 0 for v in parts)
@@ -187,11 +188,13 @@ def test_otel_file_gets_a_span_per_request_with_stage_events(tmp_path):
                            json={"prompt": "x", "max_tokens": 3, "stream": stream})
             assert r.status_code == 200
     spans = [orjson.loads(line) for line in path.read_text().splitlines()]
-    assert sorted(sp["attributes"]["latlab.request_id"] for sp in spans) == ["t-False", "t-True"]
+    assert sorted(sp["attributes"]["gen_ai.request.id"] for sp in spans) == ["t-False", "t-True"]
     for span in spans:
+        assert span["name"] == "llm_request" and span["kind"] == "SpanKind.SERVER"
         assert [e["name"] for e in span["events"]] == ["enqueued", "scheduled", "first_token",
                                                        "last_token"]
-        assert span["attributes"]["latlab.completion_tokens"] == 3
+        assert span["attributes"]["gen_ai.usage.completion_tokens"] == 3
+        assert span["attributes"]["gen_ai.latency.time_in_model_prefill"] > 0
 
 
 def test_a_chat_template_that_rejects_the_messages_gives_400(tmp_path):

@@ -25,17 +25,19 @@ from latlab.analysis.budget import (
     over_time,
     tail_budget,
 )
-from latlab.analysis.decompose import decompose
+from latlab.analysis.decompose import NetworkBaseline, decompose
 from latlab.analysis.findings import Finding, Unevaluated
 from latlab.metrics.request import request_metrics
+from latlab.metrics.stats import percentile
 from latlab.metrics.summary import summarize
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.summary import ClientCheck, RunSummary
-from latlab.records.timeline import RequestTimeline
+from latlab.records.timeline import NS_PER_MS, RequestTimeline
 from latlab.records.window import Window, run_window
 
 UNATTRIBUTED_NOTE_SHARE = 0.05
+TRANSIT_BASELINE = 10.0  # the percentile of the run's transits taken as the network's own
 
 
 @dataclass
@@ -94,7 +96,8 @@ def analyze(run: RunFolder) -> RunAnalysis:
     if summary is None:
         summary = summarize(records, window, config.slos or None)
 
-    rows = [Row(record=r, metrics=request_metrics(r), parts=decompose(r), in_flight=n)
+    base = network_baseline(records)
+    rows = [Row(record=r, metrics=request_metrics(r), parts=decompose(r, base), in_flight=n)
             for r, n in zip(records, in_flight_at_send(records))]
     inside = measured(rows, window)
     parts = [row.parts for row in inside if row.parts is not None]
@@ -115,6 +118,21 @@ def analyze(run: RunFolder) -> RunAnalysis:
     analysis.findings, analysis.unevaluated = diagnose(analysis)
     analysis.notes = _notes(analysis)
     return analysis
+
+
+def network_baseline(records: list[RequestTimeline]) -> NetworkBaseline:
+    """The run's network: the 10th percentile of the transit (what the client waited beyond
+    the server's total) over its successful requests, and the median TCP connect time of
+    its new connections."""
+    transit = sorted((r.usage_ns if r.usage_ns is not None else r.done_ns) / NS_PER_MS
+                     - r.sent_ns / NS_PER_MS - r.server.total for r in records
+                     if r.ok and r.server is not None and r.server.total is not None
+                     and r.sent_ns is not None and r.done_ns is not None)
+    connects = sorted(r.connection.connect_ns / NS_PER_MS for r in records
+                      if r.connection is not None and r.connection.new
+                      and r.connection.connect_ns is not None)
+    return NetworkBaseline(transit_ms=percentile(transit, TRANSIT_BASELINE) if transit else None,
+                           rtt_ms=percentile(connects, 50) if connects else None)
 
 
 def measured(rows: list[Row], window: Window | None) -> list[Row]:

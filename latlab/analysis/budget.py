@@ -51,9 +51,9 @@ class Budget:
         return sum(self.components[c] for c in BUCKETS[name])
 
     def buckets(self) -> dict[str, float]:
-        """Every bucket with time in it (the unsplit first-token bucket only when non-zero)."""
+        """Every bucket a run has time in (the unsplit ones only when non-zero)."""
         return {b: self.bucket(b) for b in BUCKETS
-                if b != "first token (unsplit)" or self.bucket(b) != 0.0}
+                if "unsplit" not in b or self.bucket(b) != 0.0}
 
     def share(self, component_or_bucket: str) -> float:
         value = (self.bucket(component_or_bucket) if component_or_bucket in BUCKETS

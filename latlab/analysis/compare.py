@@ -37,7 +37,8 @@ ATTRIBUTED = {
 }
 # Workload settings that may differ between comparable runs: where the load goes, not what.
 NOT_WORKLOAD = {"url", "model", "api_key", "serve_args", "out", "name", "tags", "workers",
-                "timeout_s", "slos", "seed", "tokenizer"}
+                "timeout_s", "slos", "seed", "tokenizer", "keepalive", "server_kind",
+                "otlp_port", "span_wait_s", "scrape_interval_s", "prompt_salt"}
 
 
 @dataclass

@@ -1,24 +1,31 @@
 """Where one request's time went: its end-to-end time from schedule split into components.
 
-With server timings (latlab's protocol), every component but `ttft_unsplit` is measured:
+Whatever server reported the timings (`ServerTiming.source`), the same components, each with
+its quality: exact (one measured interval), derived (differences of measured intervals),
+estimated (a proxy), unavailable (its time sits in another component). `usage` is when the
+event carrying the server's timings arrived (a stream's final event, a body).
 
-    client_wait   = (sent − scheduled) − connection setup        derived  (pool wait stays here)
-    connect       = DNS + TCP + TLS of a new connection          exact    (0 for a reused one)
-    network       = (usage − sent) − server.total                derived  (upload + transit + proxies)
-    preprocess, queue, prefill, decode                           exact    (server's own clock)
-    postprocess   = server.postprocess + (done − usage)          derived  (the stream's tail)
-    unattributed  = E2E-from-schedule − all of the above         derived  (incl. server.total − Σ stages)
+    client_wait   = (sent − scheduled) − connection setup                 derived
+    connect       = DNS + TCP + TLS of a new connection                   exact
+    network       = transit = (usage − sent) − server.total               derived; with the run's
+                    baseline: min(transit, baseline)                      estimated
+    intake        = transit − network: the request waited to be read      derived
+                    (a frozen or overloaded server; or network jitter)
+                    without a server total: the request's TCP connect time, else the run's
+                    median connect time (one round trip)                  estimated
+    preprocess, queue, model_load, prefill, decode, inference
+                  = the server's own durations                            exact
+    queue (when the server does not report it) = server.total − its other stages, or, without a
+                    total, (first_token − sent) − network − the server's stages before it   derived
+    postprocess   = server.postprocess + (done − usage)                   derived (estimated
+                                                                          without the former)
+    unattributed  = E2E-from-schedule − all of the above                  derived
 
-`usage` is the arrival of the event that carries the server's timings (the final usage event of
-a stream, the body of a non-streamed response). Without server timings the client can still say:
-
-    client_wait, connect                                         as above
-    ttft_unsplit  = first_token − sent                           derived  (network+preprocess+queue+prefill)
-    decode        = last_token − first_token                     estimated (decode as the client sees it)
-    postprocess   = done − last_token                            estimated (the stream's tail)
-
-and network, preprocess, queue and prefill are `unavailable` (their time is inside `ttft_unsplit`).
-The components always add up to E2E-from-schedule; the residual is shown, never folded away.
+Without server timings the client can still say: client_wait and connect as above,
+`ttft_unsplit` = first_token − sent (derived), decode = last_token − first_token and
+postprocess = done − last_token (estimated); network, preprocess, queue and prefill are
+unavailable. The components always add up to E2E-from-schedule; the residual is shown, never
+folded away.
 """
 
 from __future__ import annotations
@@ -26,33 +33,38 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from latlab.records.timeline import NS_PER_MS, RequestTimeline, ms_between
+from latlab.records.timeline import NS_PER_MS, RequestTimeline, ServerTiming, ms_between
 
 
 class Quality(StrEnum):
     EXACT = "exact"  # one measured interval
     DERIVED = "derived"  # differences of measured intervals
-    ESTIMATED = "estimated"  # a client-side proxy for a server-side interval
+    ESTIMATED = "estimated"  # a proxy for an interval nobody measured
     UNAVAILABLE = "unavailable"  # not measured; its time sits in another component
 
 
-COMPONENTS = ("client_wait", "connect", "network", "preprocess", "queue", "prefill", "decode",
-              "postprocess", "ttft_unsplit", "unattributed")
+COMPONENTS = ("client_wait", "connect", "network", "intake", "preprocess", "queue",
+              "model_load", "prefill", "decode", "inference", "postprocess", "ttft_unsplit",
+              "unattributed")
 SERVER_STAGES = ("preprocess", "queue", "prefill", "decode")
+BEFORE_FIRST_TOKEN = ("preprocess", "model_load", "prefill")
 
 LABELS = {
     "client_wait": "client wait", "connect": "connect", "network": "network",
-    "preprocess": "preprocess", "queue": "queue", "prefill": "prefill", "decode": "decode",
-    "postprocess": "postprocess", "ttft_unsplit": "first token (unsplit)",
-    "unattributed": "unattributed",
+    "intake": "server intake", "preprocess": "preprocess", "queue": "queue",
+    "model_load": "model load", "prefill": "prefill", "decode": "decode",
+    "inference": "prefill + decode (unsplit)", "postprocess": "postprocess",
+    "ttft_unsplit": "first token (unsplit)", "unattributed": "unattributed",
 }
 
-# The buckets a person reads first; `first token (unsplit)` only appears without server timings.
+# The buckets a person reads first; the unsplit ones only appear when a server does not split.
 BUCKETS: dict[str, tuple[str, ...]] = {
     "network": ("connect", "network"),
-    "queue & overhead": ("client_wait", "preprocess", "queue", "postprocess", "unattributed"),
+    "queue & overhead": ("client_wait", "intake", "preprocess", "queue", "model_load",
+                         "postprocess", "unattributed"),
     "prefill": ("prefill",),
     "decode": ("decode",),
+    "prefill + decode (unsplit)": ("inference",),
     "first token (unsplit)": ("ttft_unsplit",),
 }
 
@@ -61,6 +73,15 @@ BUCKETS: dict[str, tuple[str, ...]] = {
 class Component:
     ms: float | None
     quality: Quality
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkBaseline:
+    """What the run says about its network: the baseline of the transit (observed − server
+    total) over its requests, and the median TCP connect time of its new connections."""
+
+    transit_ms: float | None = None
+    rtt_ms: float | None = None
 
 
 @dataclass(slots=True)
@@ -84,38 +105,25 @@ class Decomposition:
         return sum(self.ms(c) for c in BUCKETS[name])
 
 
-def decompose(r: RequestTimeline) -> Decomposition | None:
+def decompose(r: RequestTimeline, base: NetworkBaseline = NetworkBaseline()
+              ) -> Decomposition | None:
     """The request's components, or None when it has no E2E (failed, or never sent or done)."""
     if not r.ok or r.sent_ns is None or r.done_ns is None:
         return None
     total = ms_between(r.done_ns, r.origin_ns)
-    assert total is not None
     parts: dict[str, Component] = {}
-
     setup = r.connection.setup_ns / NS_PER_MS if r.connection is not None else None
     wait = ms_between(r.sent_ns, r.scheduled_ns)
     if wait is None:
-        parts["client_wait"] = Component(None, Quality.UNAVAILABLE)
-        parts["connect"] = Component(None, Quality.UNAVAILABLE)
+        parts["client_wait"] = parts["connect"] = Component(None, Quality.UNAVAILABLE)
     elif setup is None:
         parts["client_wait"] = Component(wait, Quality.DERIVED)
         parts["connect"] = Component(None, Quality.UNAVAILABLE)
     else:
         parts["client_wait"] = Component(wait - setup, Quality.DERIVED)
         parts["connect"] = Component(setup, Quality.EXACT)
-
-    s = r.server
-    if s is not None:
-        arrived = r.usage_ns if r.usage_ns is not None else r.done_ns
-        observed = ms_between(arrived, r.sent_ns)
-        network = observed - s.total if observed is not None and s.total is not None else None
-        parts["network"] = _measured(network, Quality.DERIVED)
-        for stage in SERVER_STAGES:
-            parts[stage] = _measured(getattr(s, stage), Quality.EXACT)
-        tail = ms_between(r.done_ns, arrived) or 0.0
-        post = (s.postprocess or 0.0) + tail
-        parts["postprocess"] = Component(post, Quality.DERIVED if s.postprocess is not None
-                                         else Quality.ESTIMATED)
+    if r.server is not None:
+        _with_server(r, r.server, base, parts)
     else:
         for name in ("network", *SERVER_STAGES[:3]):
             parts[name] = Component(None, Quality.UNAVAILABLE)
@@ -124,11 +132,58 @@ def decompose(r: RequestTimeline) -> Decomposition | None:
         parts["ttft_unsplit"] = Component(ms_between(first, r.sent_ns), Quality.DERIVED)
         parts["decode"] = Component(ms_between(last, first), Quality.ESTIMATED)
         parts["postprocess"] = Component(ms_between(r.done_ns, last), Quality.ESTIMATED)
-
     accounted = sum(c.ms for c in parts.values() if c.ms is not None)
     parts["unattributed"] = Component(total - accounted, Quality.DERIVED)
-    return Decomposition(total=total, components=parts, has_server=s is not None)
+    return Decomposition(total=total, components=parts, has_server=r.server is not None)
 
 
-def _measured(value: float | None, quality: Quality) -> Component:
-    return Component(value, quality) if value is not None else Component(None, Quality.UNAVAILABLE)
+def _with_server(r: RequestTimeline, s: ServerTiming, base: NetworkBaseline,
+                 parts: dict[str, Component]) -> None:
+    arrived = r.usage_ns if r.usage_ns is not None else r.done_ns
+    for stage in ("preprocess", "queue", "model_load", "prefill", "decode", "inference"):
+        value = getattr(s, stage)
+        parts[stage] = Component(value, Quality.EXACT if value is not None
+                                 else Quality.UNAVAILABLE)
+    if s.total is not None:
+        transit = ms_between(arrived, r.sent_ns) - s.total
+        if base.transit_ms is None:
+            parts["network"] = Component(transit, Quality.DERIVED)
+        else:
+            network = min(transit, base.transit_ms)
+            parts["network"] = Component(network, Quality.ESTIMATED)
+            parts["intake"] = Component(transit - network, Quality.DERIVED)
+    else:
+        parts["network"] = _round_trip(r, base)
+    if s.queue is None:
+        parts["queue"] = _derived_queue(r, s, parts)
+    tail = ms_between(r.done_ns, arrived) or 0.0
+    parts["postprocess"] = Component((s.postprocess or 0.0) + tail, Quality.DERIVED
+                                     if s.postprocess is not None else Quality.ESTIMATED)
+
+
+def _round_trip(r: RequestTimeline, base: NetworkBaseline) -> Component:
+    """Without a server total, the network is estimated as one round trip: this request's
+    TCP connect time when it opened a connection, else the run's median connect time."""
+    c = r.connection
+    if c is not None and c.new and c.connect_ns is not None:
+        return Component(c.connect_ns / NS_PER_MS, Quality.ESTIMATED)
+    if base.rtt_ms is not None:
+        return Component(base.rtt_ms, Quality.ESTIMATED)
+    return Component(None, Quality.UNAVAILABLE)
+
+
+def _derived_queue(r: RequestTimeline, s: ServerTiming, parts: dict[str, Component]
+                   ) -> Component:
+    """The wait the server did not report: its total less its other stages, or, without a
+    total, the time to first token less the network and the server's stages before it."""
+    if s.total is not None:
+        stages = [s.preprocess, s.model_load, s.prefill, s.decode, s.inference, s.postprocess]
+        if s.prefill is None and s.inference is None:
+            return Component(None, Quality.UNAVAILABLE)
+        return Component(s.total - sum(v for v in stages if v is not None), Quality.DERIVED)
+    if s.prefill is None or r.first_token_ns is None:
+        return Component(None, Quality.UNAVAILABLE)
+    before = sum(getattr(s, stage) or 0.0 for stage in BEFORE_FIRST_TOKEN)
+    network = parts["network"].ms or 0.0
+    return Component(ms_between(r.first_token_ns, r.sent_ns) - network - before,
+                     Quality.DERIVED)

@@ -22,11 +22,13 @@ from latlab.commands.groups import (ArrivalShape, OutputOptions, StopOptions, Ta
                                     WorkloadOptions, engine_tokenizer)
 from latlab.commands.options import opt, validation_message
 from latlab.load.generator import run_load
+from latlab.load.spans import join_run
 from latlab.metrics.client import client_check
 from latlab.metrics.formulas import FORMULAS
 from latlab.metrics.summary import summarize
 from latlab.records.config import BenchConfig
 from latlab.records.folder import RunFolder
+from latlab.records.spans import SPANS
 from latlab.records.summary import RunSummary
 from latlab.records.window import run_window
 from latlab.records.workload import OPEN_LOOP, ArrivalConfig
@@ -45,6 +47,14 @@ class BenchOptions(TargetOptions, WorkloadOptions, ArrivalShape, StopOptions, Ou
     ramp: float = opt(0.0, "Seconds to ramp the rate (or users) up from zero.", to="ramp_s")
     trace: Path | None = opt(None, "Replay arrival times from JSONL (`timestamp` s or "
                                    "`timestamp_ms` per line).")
+    otlp_port: int | None = opt(None, "Receive the server's OpenTelemetry spans (OTLP/HTTP, "
+                                      "protobuf or JSON) on this loopback port (0: a free one) "
+                                      "and join them to the requests.")
+    span_wait: float = opt(10.0, "Seconds to wait after the load for the server's last spans "
+                                 "(exporters send in batches).", to="span_wait_s")
+    scrape: float | None = opt(None, "Poll the target's Prometheus /metrics every this many "
+                                     "seconds (e.g. 0.5) and keep the time series.",
+                               to="scrape_interval_s")
     json_output: bool = opt(False, "Print summary.json to stdout.", "--json")
     explain: bool = opt(False, "Print the metric formulas and exit.")
 
@@ -69,7 +79,10 @@ class BenchOptions(TargetOptions, WorkloadOptions, ArrivalShape, StopOptions, Ou
                                requests=self.requests, warmup_s=warmup, cooldown_s=cooldown,
                                timeout_s=self.timeout, workers=self.workers,
                                ignore_eos=self.ignore_eos,
-                               continuous_usage=self.continuous_usage, slos=self.slos(),
+                               continuous_usage=self.continuous_usage, stream=self.stream,
+                               keepalive=self.keepalive, server_kind=self.server_kind,
+                               otlp_port=self.otlp_port, span_wait_s=self.span_wait,
+                               scrape_interval_s=self.scrape, slos=self.slos(),
                                serve_args=serve, out=self.out,
                                name=self.name or ("engine" if self.url is None else "bench"),
                                tags=self.tag)
@@ -110,11 +123,13 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
     `store` (default: `config.out`). Raises `BenchError` (target or engine unusable) or a
     `ValueError` naming the option (dataset, trace, tokenizer) before any load."""
     load = run_load(config, console=console, progress=progress, command=command)
+    spans = join_run(load.run) if (load.run.path / SPANS).is_file() else None
     records = load.run.read_records()
     window = run_window(load.config, records)
     summary = summarize(records, window, config.slos,
                         client=client_check(load.health, records, window),
                         stop_reason=load.stop_reason, notes=load.notes)
+    summary.spans = spans
     load.run.write_summary(summary)
     with RunStore(store or config.out) as runs:
         runs.register(load.run.path, "bench", load.config, key_numbers(summary))

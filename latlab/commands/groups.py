@@ -12,7 +12,9 @@ from pydantic import ValidationError
 from latlab.commands.common import UsageError
 from latlab.commands.options import Options, opt, validation_message
 from latlab.records.config import parse_slo
-from latlab.records.workload import LengthDistribution, WorkloadConfig, WorkloadError
+from latlab.records.workload import Api, LengthDistribution, WorkloadConfig, WorkloadError
+
+API_NAMES = Api.__args__
 
 
 class TargetOptions(Options):
@@ -27,6 +29,11 @@ class TargetOptions(Options):
     ignore_eos: bool = opt(True, "Send ignore_eos and min_tokens to hold the output length.")
     continuous_usage: bool = opt(True, "Ask for cumulative usage in every chunk (tokens per "
                                        "event).")
+    stream: bool = opt(True, "Stream the answers; without, a request's first token is its "
+                             "whole answer (TTFT = E2E), as TGI's timing headers need.")
+    keepalive: bool = opt(True, "Reuse connections; without, every request opens its own.")
+    server_kind: str = opt("auto", "Whose server timings to read: auto, latlab, llamacpp, vllm, "
+                                   "sglang, tgi, ollama or openai (none).")
 
     def serve(self) -> list[str]:
         """--serve-args as a list of arguments."""
@@ -37,7 +44,8 @@ class TargetOptions(Options):
 
 
 class WorkloadOptions(Options):
-    api: str = opt("completions", "completions or chat.")
+    api: str = opt("completions", "completions, chat (OpenAI), ollama or ollama-chat "
+                                  "(Ollama's native /api/generate, /api/chat).")
     prompt_tokens: str = opt("lognormal:256,128", "Prompt length distribution: N, fixed:N, "
                              "uniform:LO,HI, normal:MEAN,STD, lognormal:MEAN,STD (in tokens).")
     output_tokens: str = opt("lognormal:64,32", "Output length distribution (held with "
@@ -56,8 +64,8 @@ class WorkloadOptions(Options):
 
     def workload(self, tokenizer: str | None = None) -> WorkloadConfig:
         """The workload; `tokenizer` stands in for an unset --tokenizer."""
-        if self.api not in ("completions", "chat"):
-            raise UsageError(f"--api {self.api!r}: expected completions or chat")
+        if self.api not in API_NAMES:
+            raise UsageError(f"--api {self.api!r}: expected one of {', '.join(API_NAMES)}")
         try:
             return WorkloadConfig(
                 api=self.api,

@@ -8,6 +8,8 @@ from pathlib import Path
 from latlab.analysis import analyze
 from latlab.commands.common import UsageError, console
 from latlab.commands.options import Options, opt
+from latlab.load.otlp import read_spans
+from latlab.load.spans import join_run
 from latlab.records.folder import RunFolder, RunFolderError
 from latlab.report.console import print_budget, print_findings, print_summary
 from latlab.report.export import write_csv, write_parquet
@@ -20,6 +22,9 @@ class ReportOptions(Options):
     csv: bool = opt(False, "Also write the per-request table to RUN_DIR/requests.csv.")
     parquet: bool = opt(False, "Also write the per-request table to RUN_DIR/requests.parquet.")
     full: bool = opt(False, "Print every component, not only the buckets.")
+    spans: Path | None = opt(None, "Join the server's spans from this file to the requests "
+                                   "first (an OTel collector's file export, OTLP/JSON lines, or "
+                                   "latlab serve --otel-file).")
 
 
 def report(run_dir: str, options: ReportOptions) -> None:
@@ -27,7 +32,10 @@ def report(run_dir: str, options: ReportOptions) -> None:
 
     Works on a partial run (no summary.json: it is recomputed from the records)."""
     try:
-        analysis = analyze(RunFolder.open(run_dir))
+        run = RunFolder.open(run_dir)
+        if options.spans is not None:
+            _join(run, options.spans)
+        analysis = analyze(run)
     except RunFolderError as e:
         raise UsageError(str(e)) from None
     out = console()
@@ -43,3 +51,18 @@ def report(run_dir: str, options: ReportOptions) -> None:
         written.append(write_parquet(analysis))
     for path in written:
         out.print(f"wrote {path}")
+
+
+def _join(run: RunFolder, path: Path) -> None:
+    """Join the spans of `path` to the run's requests; the summary records the join."""
+    try:
+        joined = join_run(run, read_spans(path))
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--spans {path}: {getattr(e, 'strerror', None) or e}") from None
+    summary = run.read_summary()
+    if summary is not None:
+        summary.spans = joined
+        run.write_summary(summary)
+    console(stderr=True).print(f"joined {joined.requests_joined} of "
+                               f"{joined.requests_with_trace} traced requests to "
+                               f"{joined.spans} spans", highlight=False)

@@ -33,6 +33,9 @@ class ServeOptions(Options):
     warmup: bool = opt(True, "Warm up before reporting ready.")
     otel_file: Path | None = opt(None, "Append an OpenTelemetry span per request (stages as "
                                        "events) to this JSON-lines file.")
+    otlp_endpoint: str | None = opt(None, "Export an OpenTelemetry span per request over "
+                                          "OTLP/HTTP to this URL (e.g. latlab bench --otlp-port: "
+                                          "http://127.0.0.1:PORT/v1/traces).")
 
 
 def serve(options: ServeOptions) -> None:
@@ -50,7 +53,8 @@ def serve(options: ServeOptions) -> None:
         batching=o.batching, max_waiting=o.max_waiting, threads=o.threads, seed=o.seed,
         dtype=o.dtype, warmup=o.warmup)
     settings = ServerSettings(served_model_name=o.served_model_name or o.model,
-                              api_key=o.api_key, otel_file=o.otel_file)
+                              api_key=o.api_key, otel_file=o.otel_file,
+                              otlp_endpoint=o.otlp_endpoint)
     try:
         run_server(config, settings, host=o.host, port=o.port)
     except (ConfigError, ModelLoadError) as e:

@@ -1,15 +1,22 @@
-"""The HTTP side: send one streaming request to an OpenAI-compatible server and fill its
-`RequestTimeline` as the bytes arrive (the stream itself is parsed by `sse.StreamParser`).
+"""The HTTP side: send one request and fill its `RequestTimeline` as the bytes arrive.
 
-`sent` is taken when the connection is ready, just before the request bytes are written:
-the connection phases (pool wait, DNS, connect) lie between `scheduled` and `sent` and are
-recorded in `connection`; a request that never got a connection has no `sent`. Every
-failure becomes an outcome class of the record, never an exception.
+Streams are parsed by `sse.StreamParser` (OpenAI's server-sent events) or
+`ollama.NdjsonParser` (Ollama's native API); a non-streamed answer is one event when its
+body is complete. `sent` is taken when the connection is ready, just before the request bytes
+are written: the connection phases (pool wait, DNS, connect) lie between `scheduled` and
+`sent` and are recorded in `connection`; a request that never got a connection has no
+`sent`. Every request carries a W3C `traceparent` (its own trace id) and `X-Request-Id`, so
+the server's spans and logs join it. A request whose pooled connection turns out closed
+before any response byte is sent again once on a fresh connection (llama.cpp closes
+connections it called keep-alive): its first attempt's time stays as client wait, and
+`retries` counts it. Every failure becomes an outcome class of the record, never an exception.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
+from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
@@ -18,23 +25,42 @@ import orjson
 
 from latlab.load import BenchError
 from latlab.load.connection import connection_trace
-from latlab.load.sse import StreamFault, StreamParser
-from latlab.load.workload import Api, RequestSpec
-from latlab.records.timeline import Outcome, RequestTimeline, ServerTiming
+from latlab.load.ollama import NdjsonParser, ollama_body
+from latlab.load.server_timing import ServerKind, detect, from_event, from_headers
+from latlab.load.sse import StreamFault, StreamParser, apply_usage
+from latlab.load.workload import RequestSpec
+from latlab.records.timeline import Outcome, RequestTimeline
 
 ERROR_BODY_BYTES = 2048
+STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError)
+
+
+@dataclass(frozen=True)
+class Route:
+    path: str
+    chat: bool
+    ollama: bool = False
+
+
+ROUTES = {"completions": Route("/v1/completions", False),
+          "chat": Route("/v1/chat/completions", True),
+          "ollama": Route("/api/generate", False, True),
+          "ollama-chat": Route("/api/chat", True, True)}
 
 
 class Client:
-    """One aiohttp session with a pool of `pool_size` connections (0: unbounded)."""
+    """One aiohttp session with a pool of `pool_size` connections (0: unbounded); without
+    `keepalive` every request opens its own connection."""
 
-    def __init__(self, url: str, model: str, api: Api = "completions", *,
+    def __init__(self, url: str, model: str, api: str = "completions", *,
                  api_key: str | None = None, pool_size: int = 0, timeout_s: float = 600.0,
-                 ignore_eos: bool = True, continuous_usage: bool = True) -> None:
-        self.url = url.rstrip("/") + ("/v1/chat/completions" if api == "chat" else "/v1/completions")
+                 ignore_eos: bool = True, continuous_usage: bool = True, stream: bool = True,
+                 keepalive: bool = True, kind: ServerKind = ServerKind.AUTO) -> None:
+        self.route = ROUTES[api]
+        self.url = url.rstrip("/") + self.route.path
         self.model = model
-        self.chat = api == "chat"
-        self.ignore_eos = ignore_eos
+        self.ignore_eos, self.stream, self.keepalive, self.kind = (ignore_eos, stream,
+                                                                   keepalive, kind)
         self.stream_options = {"include_usage": True}
         if continuous_usage:
             self.stream_options["continuous_usage_stats"] = True
@@ -44,24 +70,34 @@ class Client:
         self._pool_size = pool_size
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None  # one connection per request
+
+    def _new_session(self, keepalive: bool) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0,
+                                         ttl_dns_cache=300, force_close=not keepalive)
+        return aiohttp.ClientSession(connector=connector, timeout=self._timeout,
+                                     trace_configs=[connection_trace()],
+                                     skip_auto_headers=("User-Agent",))
 
     async def __aenter__(self) -> Client:
-        connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0,
-                                         ttl_dns_cache=300)
-        self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
-                                              trace_configs=[connection_trace()],
-                                              skip_auto_headers=("User-Agent",))
+        self._session = self._new_session(self.keepalive)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for session in (self._session, self._fresh):
+            if session is not None:
+                await session.close()
 
     def body(self, spec: RequestSpec) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "stream": True,
-                                "stream_options": self.stream_options,
+        if self.route.ollama:
+            return ollama_body(self.model, spec, self.stream)
+        body: dict[str, Any] = {"model": self.model, "stream": self.stream,
                                 "max_tokens": spec.max_tokens}
-        if self.chat:
+        if self.stream:
+            body["stream_options"] = self.stream_options
+            if self.kind == ServerKind.LLAMACPP:
+                body["timings_per_token"] = True  # tokens per chunk, from predicted_n
+        if self.route.chat:
             body["messages"] = spec.messages
         else:
             body["prompt"] = spec.prompt
@@ -77,21 +113,21 @@ class Client:
     async def send(self, spec: RequestSpec, r: RequestTimeline) -> None:
         """Send `spec` and record everything in `r`; never raises but for cancellation."""
         data = orjson.dumps(self.body(spec))
-        headers = self.headers | {"X-Request-Id": r.id}
+        r.trace_id = secrets.token_hex(16)
+        headers = self.headers | {"X-Request-Id": r.id,
+                                  "traceparent": f"00-{r.trace_id}-{secrets.token_hex(8)}-01"}
+        session = self._session
         try:
-            async with self._session.post(self.url, data=data, headers=headers,
-                                          trace_request_ctx=r) as resp:
-                r.headers_ns = perf_counter_ns()
-                r.status = resp.status
-                r.server_request_id = resp.headers.get("X-Request-Id")
-                r.server = ServerTiming.from_header(resp.headers.get("Server-Timing"))
-                if resp.status != 200:
-                    await self._http_error(resp, r)
-                elif not resp.content_type.startswith("text/event-stream"):
-                    r.outcome = Outcome.BAD_PAYLOAD
-                    r.error = f"not a stream: Content-Type {resp.content_type!r}"
-                else:
-                    await self._read_stream(resp, r)
+            while True:
+                try:
+                    await self._attempt(session, data, headers, r)
+                    break
+                except STALE:
+                    if not _stale(r) or r.retries:
+                        raise
+                    r.retries += 1
+                    r.sent_ns = r.connection = None
+                    session = self._fresh = self._fresh or self._new_session(False)
         except asyncio.CancelledError:
             r.outcome, r.error = Outcome.CANCELLED, "cancelled before the response ended"
             raise
@@ -102,6 +138,25 @@ class Client:
         finally:
             if r.done_ns is None or not r.ok:
                 r.done_ns = perf_counter_ns()
+
+    async def _attempt(self, session: aiohttp.ClientSession, data: bytes,
+                       headers: dict[str, str], r: RequestTimeline) -> None:
+        async with session.post(self.url, data=data, headers=headers,
+                                trace_request_ctx=r) as resp:
+            r.headers_ns = perf_counter_ns()
+            r.status = resp.status
+            r.server_request_id = resp.headers.get("X-Request-Id")
+            r.server = from_headers(resp.headers)
+            content_type = resp.content_type
+            if resp.status != 200:
+                await self._http_error(resp, r)
+            elif not self.stream:
+                await self._read_body(resp, r)
+            elif self.route.ollama or content_type.startswith("text/event-stream"):
+                await self._read_stream(resp, r)
+            else:
+                r.outcome = Outcome.BAD_PAYLOAD
+                r.error = f"not a stream: Content-Type {content_type!r}"
 
     async def _http_error(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> None:
         status = resp.status
@@ -115,10 +170,29 @@ class Client:
         r.error = f"HTTP {status} {resp.reason or ''}".rstrip() + (f": {body}" if body else "")
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> None:
-        parser = StreamParser(r, self.chat)
+        parser = (NdjsonParser if self.route.ollama else StreamParser)(r, self.route.chat)
         async for chunk in resp.content.iter_any():
             parser.feed(chunk, perf_counter_ns())
         parser.finish()
+
+    async def _read_body(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> None:
+        """A non-streamed answer: one event, when the whole body has arrived."""
+        raw = await resp.read()
+        t = perf_counter_ns()
+        try:
+            obj = orjson.loads(raw)
+            usage = obj.get("usage") or {}
+        except (orjson.JSONDecodeError, AttributeError):
+            raise StreamFault(Outcome.BAD_PAYLOAD, f"not a JSON body: {raw[:200]!r}") from None
+        apply_usage(r, usage)
+        r.server = from_event(obj) or r.server
+        r.add_token_event(t, max(r.completion_tokens or 1, 1))
+        r.usage_ns = r.done_ns = t
+
+
+def _stale(r: RequestTimeline) -> bool:
+    """Whether `r` failed on a reused connection before any response byte arrived."""
+    return r.headers_ns is None and r.connection is not None and not r.connection.new
 
 
 def _classify(e: Exception, after_headers: bool) -> Outcome:
@@ -140,8 +214,9 @@ def _describe(e: Exception) -> str:
     return f"{type(e).__name__}: {text}"
 
 
-async def list_models(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:
-    """The model ids a server lists at /v1/models (raises aiohttp/OS errors, ValueError)."""
+async def fetch_models(url: str, api_key: str | None = None,
+                       timeout_s: float = 10.0) -> dict[str, Any]:
+    """The server's /v1/models answer (raises aiohttp/OS errors, ValueError)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -149,23 +224,31 @@ async def list_models(url: str, api_key: str | None = None, timeout_s: float = 1
             if resp.status != 200:
                 raise ValueError(f"HTTP {resp.status} from {url}/v1/models")
             data = await resp.json(content_type=None)
-    models = data.get("data") if isinstance(data, dict) else None
-    if not isinstance(models, list):
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise ValueError(f"{url}/v1/models: no `data` list in the answer")
-    return [m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    return data
 
 
-async def first_model(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> str:
-    """The first model `url` lists at /v1/models; `BenchError` says why there is none: the
-    target cannot be reached (giving --model would not help), or it lists none."""
+async def list_models(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:
+    """The model ids a server lists at /v1/models (raises aiohttp/OS errors, ValueError)."""
+    data = await fetch_models(url, api_key, timeout_s)
+    return [m["id"] for m in data["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
+async def discover(url: str, api_key: str | None = None,
+                   timeout_s: float = 10.0) -> tuple[str, ServerKind]:
+    """The first model `url` lists at /v1/models and the server's kind; `BenchError` says
+    why there is none: the target cannot be reached (giving --model would not help), or it
+    lists none."""
     try:
-        models = await list_models(url, api_key, timeout_s)
+        data = await fetch_models(url, api_key, timeout_s)
     except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as e:
         raise BenchError(f"cannot reach {url} ({_describe(e)}): is the server up and the "
                          "URL right (http://HOST:PORT, without /v1)?") from None
     except Exception as e:  # the server answered, but not with a model list
         raise BenchError(f"--model not given and {url}/v1/models did not list one "
                          f"({_describe(e)}); give --model") from None
+    models = [m["id"] for m in data["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
     if not models:
         raise BenchError(f"--model not given and {url}/v1/models lists none; give --model")
-    return models[0]
+    return models[0], detect(data)

@@ -16,7 +16,7 @@ import secrets
 import shlex
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -25,18 +25,23 @@ from rich.console import Console
 from latlab import __version__
 from latlab.load import BenchError
 from latlab.load.arrivals import load_trace
-from latlab.load.client import first_model
+from latlab.load.client import discover
+from latlab.load.otlp import SpanReceiver
 from latlab.load.processes import run_workers
 from latlab.load.progress import ProgressDisplay
+from latlab.load.scrape import Scraper
 from latlab.load.target import EngineError, start_engine
 from latlab.load.worker import Worker, WorkerPlan, WorkerResult
 from latlab.load.workload import Workload
-from latlab.records.config import BenchConfig, Clock, RunConfig, Target
+from latlab.records.config import BenchConfig, Clock, RunConfig, ServerKind, Target
 from latlab.records.folder import RunFolder
 from latlab.records.health import WorkerHealth
+from latlab.records.scrape import METRICS
+from latlab.records.spans import SPANS
 from latlab.records.timeline import Outcome, RequestTimeline
 
 START_LEAD_S = 0.05
+SPAN_POLL_S = 0.1
 MODELS_TIMEOUT_S = 10.0
 
 
@@ -71,39 +76,69 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
     run.write_config(settings)
     engine = None
     notes: list[str] = []
-    try:
-        url = config.url
-        if url is None:
-            if console is not None:
-                console.print("starting the embedded engine (latlab serve)…", style="dim")
-            try:
-                engine = start_engine(config.serve_args, log_path=run.path / "engine.log")
-            except EngineError as e:
-                raise BenchError(str(e)) from None
-            url = engine.url
-            settings.target.engine_ready_s = engine.ready_s
-        settings.target.url = url
-        key = config.api_key.get_secret_value() if config.api_key else None
-        settings.target.model = config.model or asyncio.run(first_model(url, key,
-                                                                        MODELS_TIMEOUT_S))
-        run.write_config(settings)
-        plan = WorkerPlan(0, url, settings.target.model, str(run.path), secrets.token_hex(3),
-                          0, key)
-        display = (ProgressDisplay(console or Console(stderr=True), config.duration_s,
-                                   config.requests) if progress else None)
-        with display or nullcontext():
-            update = display.update if display else None
-            if config.workers == 1:
-                results = [_run_here(config, plan, workload, run, settings, update)]
-            else:
-                results = run_workers(config, plan, lambda: _start_clock(run, settings), update)
-        if engine is not None and not engine.alive:
-            notes.append(f"the embedded engine exited with code {engine.process.returncode} "
-                         f"during the run; its log ({engine.log_path}):\n{engine.log_tail(5)}")
-    finally:
-        if engine is not None:
-            engine.stop()
+    with ExitStack() as context:
+        receiver = (context.enter_context(SpanReceiver(run.path / SPANS, port=config.otlp_port))
+                    if config.otlp_port is not None else None)
+        try:
+            url = config.url
+            if url is None:
+                if console is not None:
+                    console.print("starting the embedded engine (latlab serve)…", style="dim")
+                serve = list(config.serve_args)
+                if receiver is not None:
+                    serve += ["--otlp-endpoint", receiver.endpoint]
+                try:
+                    engine = start_engine(serve, log_path=run.path / "engine.log")
+                except EngineError as e:
+                    raise BenchError(str(e)) from None
+                url = engine.url
+                settings.target.engine_ready_s = engine.ready_s
+            settings.target.url = url
+            key = config.api_key.get_secret_value() if config.api_key else None
+            settings.target.model, settings.target.server_kind = _identify(url, config, key)
+            settings.target.otlp_endpoint = receiver.endpoint if receiver else None
+            run.write_config(settings)
+            plan = WorkerPlan(0, url, settings.target.model, str(run.path), secrets.token_hex(3),
+                              0, key, settings.target.server_kind)
+            scraper = (context.enter_context(Scraper(
+                url.rstrip("/") + "/metrics", run.path / METRICS, config.scrape_interval_s,
+                {"Authorization": f"Bearer {key}"} if key else None))
+                if config.scrape_interval_s else None)
+            display = (ProgressDisplay(console or Console(stderr=True), config.duration_s,
+                                       config.requests) if progress else None)
+            with display or nullcontext():
+                update = display.update if display else None
+                if config.workers == 1:
+                    results = [_run_here(config, plan, workload, run, settings, update)]
+                else:
+                    results = run_workers(config, plan, lambda: _start_clock(run, settings),
+                                          update)
+            if receiver is not None:
+                notes += _await_spans(receiver, run, config.span_wait_s)
+            if scraper is not None and not scraper.count:
+                notes.append(f"no scrape of {scraper.url} succeeded ({scraper.last_error}): "
+                             "the run has no load context")
+            if engine is not None and not engine.alive:
+                notes.append(f"the embedded engine exited with code {engine.process.returncode} "
+                             f"during the run; its log ({engine.log_path}):\n"
+                             f"{engine.log_tail(5)}")
+        finally:
+            if engine is not None:
+                engine.stop()
     return _finish(config, run, settings, results, notes)
+
+
+def _await_spans(receiver: SpanReceiver, run: RunFolder, wait_s: float) -> list[str]:
+    """Wait (at most `wait_s`) until a span has arrived for every successful request's
+    trace: exporters send in batches, seconds after the request ended."""
+    wanted = {r.trace_id for r in run.read_records(raw=True) if r.ok and r.trace_id}
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and not wanted <= receiver.trace_ids:
+        time.sleep(SPAN_POLL_S)
+    if receiver.count:
+        return []
+    return [f"no span arrived at {receiver.endpoint} in {wait_s:g} s after the load: point "
+            "the server's OTLP/HTTP trace exporter there"]
 
 
 def run_config(config: BenchConfig, command: Sequence[str] | None) -> RunConfig:
@@ -117,6 +152,20 @@ def run_config(config: BenchConfig, command: Sequence[str] | None) -> RunConfig:
         warmup_s=config.warmup_s, cooldown_s=config.cooldown_s, duration_s=config.duration_s,
         slos=config.slos,
         concurrency=config.arrivals.max_concurrency if config.arrivals.open_loop else None)
+
+
+def _identify(url: str, config: BenchConfig, key: str | None) -> tuple[str, ServerKind]:
+    """The model to request and the server's kind: as given, else from /v1/models (a
+    server that lists no models is an OpenAI-compatible one when --model is given)."""
+    try:
+        model, kind = asyncio.run(discover(url, key, MODELS_TIMEOUT_S))
+    except BenchError:
+        if config.model is None:
+            raise
+        model, kind = config.model, ServerKind.OPENAI
+    if config.server_kind != ServerKind.AUTO:
+        kind = config.server_kind
+    return config.model or model, kind
 
 
 def _start_clock(run: RunFolder, settings: RunConfig) -> int:

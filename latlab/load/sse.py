@@ -4,7 +4,9 @@ Every read from the socket gets one timestamp, shared by the SSE events it compl
 events that arrive together have a zero gap, which is the truth. A role-only delta, empty
 text or a usage-only event is not a token event; an event's token count is the growth of the
 cumulative per-chunk usage when the server offers it (vLLM's `continuous_usage_stats`), else
-1. The last usage seen (and its `server_timing`) is the request's.
+1, or the growth of llama.cpp's cumulative `timings.predicted_n` (`timings_per_token`). The
+last usage seen is the request's, and the last server timings any event carried
+(`server_timing.from_event`: latlab's, llama.cpp's).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from latlab.load.server_timing import from_event, llamacpp_cached
 from latlab.records.timeline import Outcome, RequestTimeline, ServerTiming
 
 
@@ -30,7 +33,7 @@ class StreamParser:
     `feed` takes each socket read with its arrival time; `finish` applies the usage and
     server timings and raises `StreamFault` for a stream that never sent [DONE]."""
 
-    __slots__ = ("r", "chat", "buf", "cumulative_base", "usage", "timing", "done")
+    __slots__ = ("r", "chat", "buf", "cumulative_base", "usage", "timing", "cached", "done")
 
     def __init__(self, r: RequestTimeline, chat: bool) -> None:
         self.r = r
@@ -38,7 +41,8 @@ class StreamParser:
         self.buf = b""
         self.cumulative_base: int | None = None  # usage.completion_tokens at the last token event
         self.usage: dict[str, Any] | None = None
-        self.timing: dict[str, Any] | None = None
+        self.timing: ServerTiming | None = None
+        self.cached: int | None = None
         self.done = False
 
     def feed(self, chunk: bytes, t: int) -> None:
@@ -63,13 +67,15 @@ class StreamParser:
                 raise StreamFault(Outcome.BAD_PAYLOAD, f"malformed event: {_cut(data)}")
         self.buf = buf[pos:] if pos else buf
 
-    def _event(self, data: bytes | memoryview, t: int) -> None:
+    def _event(self, data: bytes | memoryview, at: int) -> None:
         r = self.r
         try:
             obj = orjson.loads(data)
             choices = obj.get("choices")
             u = obj.get("usage")
-            cumulative = u.get("completion_tokens") if u else None
+            t = obj.get("timings")
+            cumulative = (u.get("completion_tokens") if u
+                          else t.get("predicted_n") if t else None)
             if choices:
                 c = choices[0]
                 if self.chat:
@@ -93,20 +99,24 @@ class StreamParser:
                 elif not r.token_ns and cumulative > 0:
                     k = cumulative
                 self.cumulative_base = cumulative
-            r.add_token_event(t, k)
+            r.add_token_event(at, k)
         elif cumulative is not None and not r.token_ns:
             self.cumulative_base = cumulative
         if u:
-            self.usage, r.usage_ns = u, t
-            self.timing = obj.get("server_timing") or self.timing
+            self.usage, r.usage_ns = u, at
+        if t or u:
+            self.timing = from_event(obj) or self.timing
+            self.cached = llamacpp_cached(obj) if t else self.cached
         if r.server_request_id is None:
             r.server_request_id = obj.get("id")
 
     def finish(self) -> None:
         if self.usage:
-            _apply_usage(self.r, self.usage)
+            apply_usage(self.r, self.usage)
+        if self.cached is not None and self.r.cached_tokens is None:
+            self.r.cached_tokens = self.cached
         if self.timing:
-            self.r.server = ServerTiming.from_json(self.timing) or self.r.server
+            self.r.server = self.timing
         if not self.done:
             raise StreamFault(Outcome.STREAM_BROKEN, "stream ended before [DONE]"
                                + (f" (unparsed: {_cut(self.buf)})" if self.buf.strip() else ""))
@@ -120,7 +130,7 @@ def _data(event: bytes) -> bytes | None:
     return b"\n".join(line[1:] if line[:1] == b" " else line for line in lines)
 
 
-def _apply_usage(r: RequestTimeline, usage: dict[str, Any]) -> None:
+def apply_usage(r: RequestTimeline, usage: dict[str, Any]) -> None:
     if not isinstance(usage, dict):
         return
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")

@@ -20,7 +20,7 @@ from latlab.load.arrivals import arrival_times, user_start_times
 from latlab.load.client import Client
 from latlab.load.selfcheck import HealthSampler
 from latlab.load.workload import RequestSpec, Workload
-from latlab.records.config import BenchConfig
+from latlab.records.config import BenchConfig, ServerKind
 from latlab.records.folder import RunFolder
 from latlab.records.health import WorkerHealth
 from latlab.records.timeline import Outcome, RequestTimeline, ms_between
@@ -41,6 +41,7 @@ class WorkerPlan:
     run_id: str
     t0_ns: int
     api_key: str | None = None
+    server_kind: str = "auto"
 
 
 @dataclass
@@ -99,7 +100,9 @@ class Worker:
         self.writer = RunFolder(Path(plan.run_path)).record_writer()
         self.client = Client(plan.url, plan.model, config.workload.api, api_key=plan.api_key,
                              pool_size=self.slots, timeout_s=config.timeout_s,
-                             ignore_eos=config.ignore_eos, continuous_usage=config.continuous_usage)
+                             ignore_eos=config.ignore_eos,
+                             continuous_usage=config.continuous_usage, stream=config.stream,
+                             keepalive=config.keepalive, kind=ServerKind(plan.server_kind))
 
     async def run(self) -> WorkerResult:
         loop = asyncio.get_running_loop()

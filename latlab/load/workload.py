@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from latlab.load.datasets import load_dataset
-from latlab.records.workload import Api, WorkloadConfig, WorkloadError
+from latlab.records.workload import CHAT_APIS, Api, WorkloadConfig, WorkloadError
 from latlab.tokenizer import Tokenizer, TokenizerError
 
 __all__ = ["Api", "RequestSpec", "Workload", "WorkloadError"]
@@ -66,7 +66,7 @@ class Workload:
         own = self._text(rng, n)
         spec.max_tokens = self.config.output_tokens.sample(rng)
         spec.prompt_tokens = n + (self.config.prefix_tokens if shared else 0)
-        if self.config.api == "chat":
+        if self.config.api in CHAT_APIS:
             system = [{"role": "system", "content": self._prefix}] if shared else []
             spec.messages = system + [{"role": "user", "content": own}]
         else:
@@ -81,7 +81,7 @@ class Workload:
         spec.tenant = entry.tenant or spec.tenant
         spec.priority = entry.priority if entry.priority is not None else spec.priority
         prefix = self._prefix if shared else ""
-        if self.config.api == "chat":
+        if self.config.api in CHAT_APIS:
             messages = entry.messages or [{"role": "user", "content": entry.prompt}]
             system = [{"role": "system", "content": prefix}] if prefix else []
             spec.messages = system + messages

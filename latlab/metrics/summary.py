@@ -17,6 +17,7 @@ from latlab.records.timeline import RequestTimeline
 from latlab.records.window import Window
 
 FAILURE_ADJUSTED = ("ttft", "ttft_sched", "e2e", "e2e_sched")
+CACHED_SHARE_WARNING = 0.5
 
 
 def summarize(
@@ -68,6 +69,8 @@ def summarize(
     prompts = [r.prompt_tokens for r, _ in ok if r.prompt_tokens is not None]
     outputs = [m.output_tokens for _, m in ok if m.output_tokens is not None]
     from_usage = sum(1 for r, _ in ok if r.tokens_from_usage)
+    cached = [(r.cached_tokens, r.prompt_tokens) for r, _ in ok
+              if r.cached_tokens is not None and r.prompt_tokens]
     summary = RunSummary(
         requests=len(records),
         in_window=len(chosen),
@@ -80,6 +83,10 @@ def summarize(
         mean_prompt_tokens=float(np.mean(prompts)) if prompts else None,
         mean_output_tokens=float(np.mean(outputs)) if outputs else None,
         tokens_from_usage=from_usage / len(ok) if ok else 0.0,
+        cached_share=(sum(c for c, _ in cached) / sum(p for _, p in cached)) if cached else None,
+        events_disagree=sum(1 for r, _ in ok if r.tokens_from_usage and r.token_counts
+                            and sum(r.token_counts) != r.completion_tokens),
+        retries=sum(r.retries for r in chosen),
         formulas=FORMULAS,
         client=client,
         window=(WindowSpan(start_ns=window.start_ns, end_ns=window.end_ns,
@@ -109,6 +116,19 @@ def _warnings(s: RunSummary) -> list[str]:
     if s.ok and s.tokens_from_usage < 1.0:
         warnings.append(f"{100 * (1 - s.tokens_from_usage):.0f}% of requests had no server usage: "
                         "their token counts are the client's own count")
+    if s.cached_share is not None and s.cached_share >= CACHED_SHARE_WARNING:
+        warnings.append(f"{100 * s.cached_share:.0f}% of prompt tokens came from the server's "
+                        "prefix cache: TTFT is flattered if that is not what production sees "
+                        "(rerunning the same prompts fills it; --salt-prompts gives every run "
+                        "its own)")
+    if s.events_disagree:
+        warnings.append(f"{s.events_disagree} of {s.ok} streams carried a different number of "
+                        "token events than their usage count: ITL counts events as tokens "
+                        "(ask the server for per-chunk usage or counts)")
+    if s.retries:
+        warnings.append(f"{s.retries} requests were sent again on a fresh connection after a "
+                        "pooled one turned out closed (their first attempt is client wait): the "
+                        "server closes keep-alive connections; --no-keepalive avoids it")
     if s.client is not None and s.client.bottleneck:
         warnings.append("the client was the bottleneck: " + "; ".join(s.client.reasons))
     return warnings

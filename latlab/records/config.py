@@ -8,6 +8,7 @@ client's monotonic stamps to dates and fixes the measurement window.
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,6 +18,19 @@ from latlab.records import SCHEMA_VERSION
 from latlab.records.workload import ArrivalConfig, WorkloadConfig
 
 SLO_METRICS = ("ttft", "ttft_sched", "tpot", "itl", "e2e", "e2e_sched")
+
+
+class ServerKind(StrEnum):
+    """Whose server timings to read (`latlab.load.server_timing`); `auto` tells them apart."""
+
+    AUTO = "auto"
+    LATLAB = "latlab"
+    LLAMACPP = "llamacpp"
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TGI = "tgi"
+    OLLAMA = "ollama"
+    OPENAI = "openai"  # any other OpenAI-compatible server: the client's view only
 
 
 _SLO = re.compile(r"^\s*(?P<name>[a-z_]+)\s*(?:=|<=?)\s*(?P<value>[0-9.]+)\s*(?P<unit>ms|s|us)?\s*$")
@@ -54,6 +68,12 @@ class BenchConfig(BaseModel):
     workers: int = Field(default=1, ge=1, le=64)
     ignore_eos: bool = True
     continuous_usage: bool = True
+    stream: bool = True
+    keepalive: bool = True
+    server_kind: ServerKind = ServerKind.AUTO
+    otlp_port: int | None = Field(default=None, ge=0, le=65535)
+    span_wait_s: float = Field(default=10.0, ge=0)
+    scrape_interval_s: float | None = Field(default=None, gt=0)
     slos: dict[str, float] = {}
     out: Path = Path("runs")
     name: str = "bench"
@@ -143,6 +163,8 @@ class Target(BaseModel):
     embedded: bool = False
     api_key_given: bool = False
     engine_ready_s: float | None = None
+    server_kind: ServerKind | None = None
+    otlp_endpoint: str | None = None
 
 
 class RunConfig(BaseModel):

@@ -24,7 +24,8 @@ from pydantic import BaseModel, ValidationError
 
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
-from latlab.records.timeline import RequestTimeline
+from latlab.records.spans import SERVER_TIMINGS
+from latlab.records.timeline import RequestTimeline, ServerTiming
 
 CONFIG = "config.json"
 REQUESTS = "requests.jsonl"
@@ -98,21 +99,40 @@ class RunFolder:
     def record_writer(self) -> RecordWriter:
         return RecordWriter(self.requests_path)
 
-    def iter_records(self) -> Iterator[RequestTimeline]:
-        """Every complete record; a torn last line (crash mid-write) is skipped."""
+    def iter_records(self, raw: bool = False) -> Iterator[RequestTimeline]:
+        """Every complete record; a torn last line (crash mid-write) is skipped. Unless
+        `raw`, a request without in-band server timings gets those its spans gave
+        (server_timings.jsonl, written by `latlab.load.spans.join_run`)."""
         if not self.requests_path.is_file():
             return
+        joined = {} if raw else self._joined()
         with self.requests_path.open("rb") as f:
             for line in f:
                 if not line.endswith(b"\n"):
                     break
                 try:
-                    yield RequestTimeline.from_json(orjson.loads(line))
+                    r = RequestTimeline.from_json(orjson.loads(line))
                 except (orjson.JSONDecodeError, TypeError, ValueError) as e:
                     raise RunFolderError(f"{self.requests_path}: unreadable record: {e}") from e
+                if r.id in joined:
+                    timing, cached = joined[r.id]
+                    r.server = r.server or timing
+                    r.cached_tokens = r.cached_tokens if r.cached_tokens is not None else cached
+                yield r
 
-    def read_records(self) -> list[RequestTimeline]:
-        return list(self.iter_records())
+    def read_records(self, raw: bool = False) -> list[RequestTimeline]:
+        return list(self.iter_records(raw))
+
+    def _joined(self) -> dict[str, tuple[ServerTiming | None, int | None]]:
+        path = self.path / SERVER_TIMINGS
+        if not path.is_file():
+            return {}
+        joined = {}
+        for line in path.read_bytes().splitlines():
+            data = orjson.loads(line)
+            joined[data["id"]] = (ServerTiming.from_json(data.get("server")),
+                                  data.get("cached_tokens"))
+        return joined
 
 
 class RecordWriter:

@@ -12,6 +12,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, PlainSerializer
 
 from latlab.records import SCHEMA_VERSION
+from latlab.records.spans import SpanJoin
 
 
 def _inf_as_text(value: float | None) -> float | str | None:
@@ -137,11 +138,15 @@ class RunSummary(Record):
     mean_prompt_tokens: float | None = None
     mean_output_tokens: float | None = None
     tokens_from_usage: float = 0.0
+    cached_share: float | None = None  # prompt tokens the server took from its prefix cache
+    events_disagree: int = 0  # requests whose token events do not add up to the usage count
+    retries: int = 0  # requests sent again on a fresh connection
     warnings: list[str] = []
     formulas: dict[str, str] = {}
     client: ClientCheck | None = None
     window: WindowSpan | None = None
     stop_reason: str | None = None
+    spans: SpanJoin | None = None
 
     def percentile(self, metric: str, name: str) -> float | None:
         """`summary.percentile("ttft", "p99")`: the value, None when not measured."""

@@ -24,6 +24,8 @@ from enum import StrEnum
 from typing import Any
 
 SERVER_TIMING_STAGES = ("preprocess", "queue", "prefill", "decode", "postprocess", "total")
+# Durations other servers report that the protocol's stages do not name.
+SERVER_DURATIONS = (*SERVER_TIMING_STAGES, "inference", "model_load")
 NS_PER_MS = 1e6
 
 
@@ -52,7 +54,12 @@ class Outcome(StrEnum):
 
 @dataclass(slots=True)
 class ServerTiming:
-    """Stage durations (ms) a server reports for one request, measured from its receipt."""
+    """Stage durations (ms) a server reports for one request, measured from its receipt.
+
+    Whatever the server (`source`: the adapter that read them), the same stages; a stage the
+    server does not report is None. `inference` is prefill + decode from a server that does
+    not split them (TGI); `model_load` the time it spent loading the model for this request
+    (Ollama's cold start)."""
 
     preprocess: float | None = None
     queue: float | None = None
@@ -60,23 +67,32 @@ class ServerTiming:
     decode: float | None = None
     postprocess: float | None = None
     total: float | None = None
+    inference: float | None = None
+    model_load: float | None = None
+    source: str | None = None
 
-    def to_json(self) -> dict[str, float]:
+    def to_json(self) -> dict[str, float | str]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> ServerTiming | None:
+    def from_json(cls, data: dict[str, Any] | None, source: str | None = None
+                  ) -> ServerTiming | None:
+        """The durations of `data` (latlab's protocol names); None when it holds none."""
         if not isinstance(data, dict):
             return None
-        values = {}
-        for name in SERVER_TIMING_STAGES:
+        values: dict[str, Any] = {}
+        for name in SERVER_DURATIONS:
             value = data.get(name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
                 values[name] = float(value)
-        return cls(**values) if values else None
+        if not values:
+            return None
+        source = source or data.get("source")
+        return cls(**values, source=source if isinstance(source, str) else None)
 
     def to_header(self) -> str:
-        return ", ".join(f"{k};dur={v:.3f}" for k, v in self.to_json().items())
+        return ", ".join(f"{k};dur={getattr(self, k):.3f}" for k in SERVER_TIMING_STAGES
+                         if getattr(self, k) is not None)
 
     @classmethod
     def from_header(cls, header: str | None) -> ServerTiming | None:
@@ -87,7 +103,7 @@ class ServerTiming:
             match = _SERVER_TIMING_METRIC.match(metric.strip())
             if match and match["name"] in SERVER_TIMING_STAGES:
                 values[match["name"]] = float(match["dur"])
-        return cls.from_json(values)
+        return cls.from_json(values, "latlab")
 
 
 _SERVER_TIMING_METRIC = re.compile(
@@ -151,6 +167,11 @@ class RequestTimeline:
 
     server: ServerTiming | None = None
     server_request_id: str | None = None
+
+    # How it was sent: the W3C trace id of its `traceparent`, and the retries on a fresh
+    # connection after a pooled one turned out closed (their time is client wait).
+    trace_id: str | None = None
+    retries: int = 0
 
     @property
     def ok(self) -> bool:

@@ -10,7 +10,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field, model_validator
 
-Api = Literal["completions", "chat"]
+Api = Literal["completions", "chat", "ollama", "ollama-chat"]
+CHAT_APIS = ("chat", "ollama-chat")  # the APIs that take messages, not a prompt
 Process = Literal["closed", "poisson", "gamma", "constant", "trace"]
 OPEN_LOOP = ("poisson", "gamma", "constant")
 

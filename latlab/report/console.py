@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 BAR_WIDTH = 56
 _BLOCKS = {"network": "░", "queue & overhead": "▒", "prefill": "▓", "decode": "█",
+           "prefill + decode (unsplit)": "▚",
            "first token (unsplit)": "·"}  # tell the buckets apart without colour
 
 

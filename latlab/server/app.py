@@ -7,6 +7,7 @@ Routes: /v1/completions, /v1/chat/completions, /v1/models (API key checked when 
 from __future__ import annotations
 
 import hmac
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,10 +22,13 @@ from latlab.server.async_engine import AsyncEngine
 from latlab.server.openai_serving import OpenAIServing, ServerSettings
 from latlab.server.schemas import ApiError, ModelCard, ModelList
 from latlab.server.telemetry import Telemetry
+from latlab.server.timing import TRACEPARENT
 
 
 class RequestIdMiddleware:
-    """Echo the request id in `X-Request-Id`: the handler's (state.request_id), else the
+    """The outermost layer of a request: stamp its receipt as early as the app sees it
+    (`state.received_ns`, before routing and the body), keep its `traceparent` for its span,
+    and echo the request id in `X-Request-Id`: the handler's (state.request_id), else the
     client's own header."""
 
     def __init__(self, app: ASGIApp) -> None:
@@ -34,7 +38,11 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         state = scope.setdefault("state", {})
-        incoming = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
+        state["received_ns"] = time.perf_counter_ns()
+        headers = dict(scope["headers"])
+        incoming = headers.get(b"x-request-id")
+        traceparent = headers.get(b"traceparent")
+        TRACEPARENT.set(traceparent.decode("latin-1") if traceparent else None)
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -50,10 +58,10 @@ class RequestIdMiddleware:
 def create_app(engine: AsyncEngine, settings: ServerSettings, warmup: bool = True) -> FastAPI:
     """The app; its lifespan starts the engine thread (warming up first) and stops it."""
     tracer = None
-    if settings.otel_file:
+    if settings.otel_file or settings.otlp_endpoint:
         from latlab.server.tracing import RequestTracer  # the SDK only when asked for
 
-        tracer = RequestTracer(settings.otel_file)
+        tracer = RequestTracer(settings.otel_file, settings.otlp_endpoint)
     telemetry = Telemetry(lambda: engine.stats, tracer)
     serving = OpenAIServing(engine, settings, telemetry)
 

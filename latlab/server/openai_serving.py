@@ -37,6 +37,7 @@ class ServerSettings:
     api_key: str | None = None
     max_body_bytes: int = 4 << 20
     otel_file: Path | None = None
+    otlp_endpoint: str | None = None
 
 
 class OpenAIServing:
@@ -203,8 +204,9 @@ async def _disconnected(request: Request) -> None:
 
 
 def _begin(request: Request, api: Api) -> int:
-    """Stamp receipt and fix the request id: the client's X-Request-Id, else a new one."""
-    received = time.perf_counter_ns()
+    """The receipt stamp (the outermost middleware's) and the request id: the client's
+    X-Request-Id, else a new one."""
+    received = getattr(request.state, "received_ns", None) or time.perf_counter_ns()
     request.state.request_id = (request.headers.get("x-request-id")
                                 or f"{'chatcmpl' if api == 'chat' else 'cmpl'}-{uuid.uuid4().hex}")
     return received

@@ -1,9 +1,15 @@
-"""The server-timing protocol's stage durations of one request, from the engine's stamps."""
+"""The server-timing protocol's stage durations of one request, from the engine's stamps,
+and the request's W3C `traceparent` (set per request by the app's outermost middleware)."""
 
 from __future__ import annotations
 
+import contextvars
+
 from latlab.engine.sequence import StageTimes
 from latlab.records.timeline import ServerTiming, ms_between
+
+TRACEPARENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("traceparent",
+                                                                          default=None)
 
 
 def server_timing(times: StageTimes) -> ServerTiming:

@@ -1,0 +1,94 @@
+"""Poll the target's Prometheus /metrics during a run, in a thread, parsing with
+prometheus-client's parser, and append each scrape to metrics.jsonl as it is taken.
+
+The series latlab reads are named differently by every server; `NAMES` maps them:
+
+| series | vLLM | SGLang | TGI | llama.cpp | latlab |
+|---|---|---|---|---|---|
+| running | `vllm:num_requests_running` | `sglang:num_running_reqs` | `tgi_batch_current_size` | `llamacpp:requests_processing` | `latlab_num_requests_running` |
+| waiting | `vllm:num_requests_waiting` | `sglang:num_queue_reqs` | `tgi_queue_size` | `llamacpp:requests_deferred` | `latlab_num_requests_waiting` |
+| kv_usage | `vllm:kv_cache_usage_perc` (`gpu_cache_usage_perc`) | `sglang:token_usage` | | `llamacpp:kv_cache_usage_ratio` | `latlab_kv_cache_usage_perc` |
+| preemptions | `vllm:num_preemptions_total` | | | | `latlab_num_preemptions_total` |
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
+
+from latlab.records.scrape import Scrape
+
+NAMES = {
+    "running": ("vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size",
+                "llamacpp:requests_processing", "latlab_num_requests_running"),
+    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size",
+                "llamacpp:requests_deferred", "latlab_num_requests_waiting"),
+    "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
+                 "llamacpp:kv_cache_usage_ratio", "latlab_kv_cache_usage_perc"),
+    "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions",
+                    "latlab_num_preemptions_total", "latlab_num_preemptions"),
+}
+TIMEOUT_S = 2.0
+
+
+def parse(text: str, t_ns: int) -> Scrape:
+    """One scrape of Prometheus text: the known series and every unlabelled sample."""
+    raw: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.labels or set(sample.labels) <= {"model_name", "engine"}:
+                raw[sample.name] = raw.get(sample.name, 0.0) + float(sample.value)
+    values = {series: next(raw[n] for n in names if n in raw)
+              for series, names in NAMES.items() if any(n in raw for n in names)}
+    return Scrape(t_ns=t_ns, values=values, raw=raw)
+
+
+class Scraper:
+    """Scrapes `url` every `interval_s` until stopped; failures are counted, not fatal."""
+
+    def __init__(self, url: str, path: Path, interval_s: float,
+                 headers: dict[str, str] | None = None) -> None:
+        self.url, self.path, self.interval_s = url, path, interval_s
+        self.headers = headers or {}
+        self.count = self.failures = 0
+        self.last_error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="latlab-scrape")
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(TIMEOUT_S + 1)
+
+    def _run(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            while not self._stop.is_set():
+                due = time.monotonic() + self.interval_s
+                self._scrape(fd)
+                self._stop.wait(max(0.0, due - time.monotonic()))
+        finally:
+            os.close(fd)
+
+    def _scrape(self, fd: int) -> None:
+        t = time.perf_counter_ns()
+        try:
+            request = urllib.request.Request(self.url, headers=self.headers)
+            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as resp:
+                text = resp.read().decode("utf-8", "replace")
+            scrape = parse(text, t)
+        except Exception as e:  # noqa: BLE001 - a missed scrape is a gap, not a failed run
+            self.failures += 1
+            self.last_error = f"{type(e).__name__}: {e}"
+            return
+        os.write(fd, orjson.dumps(scrape.model_dump()) + b"\n")
+        self.count += 1

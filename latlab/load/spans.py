@@ -1,0 +1,131 @@
+"""Join the server's spans to the requests: each request sent a `traceparent` with its own
+trace id, and the server's span for it is a child in that trace (or carries its id in
+`gen_ai.request.id`). What the spans say becomes the request's `ServerTiming`:
+
+* a span with the GenAI latency attributes vLLM emits (`llm_request`; latlab serve emits the
+  same): `gen_ai.latency.time_in_queue`, `.time_in_model_prefill`, `.time_in_model_decode`,
+  `.e2e` (seconds), `gen_ai.usage.cached_tokens`;
+* otherwise spans named after their stage (SGLang's slices: "tokenize", "prefill",
+  "decode loop", ...), summed per stage, the trace's server span giving the total.
+
+Span times are on the server's wall clock. Each matched request bounds the offset between the
+server's clock and the client's (its span lies between the request's send and its end); the
+intersection over the run is the estimate, its half-width how good it is.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+import orjson
+
+from latlab.load.otlp import read_spans
+from latlab.records.config import Clock
+from latlab.records.folder import RunFolder
+from latlab.records.spans import SERVER_TIMINGS, SPANS, Span, SpanJoin
+from latlab.records.timeline import RequestTimeline, ServerTiming
+
+GENAI = {"queue": "gen_ai.latency.time_in_queue", "prefill": "gen_ai.latency.time_in_model_prefill",
+         "decode": "gen_ai.latency.time_in_model_decode", "total": "gen_ai.latency.e2e",
+         "preprocess": "latlab.latency.preprocess", "postprocess": "latlab.latency.postprocess"}
+STAGE_NAMES = {"tokenize": "preprocess", "preprocess": "preprocess", "validate": "preprocess",
+               "queue": "queue", "wait": "queue", "waiting": "queue", "prefill": "prefill",
+               "prefill forward": "prefill", "decode": "decode", "decode loop": "decode",
+               "detokenize": "postprocess"}
+
+
+def timing_of(spans: Sequence[Span]) -> tuple[ServerTiming | None, int | None]:
+    """The server timing a trace's spans give, and its cached prompt tokens."""
+    for s in spans:
+        if GENAI["total"] in s.attributes or GENAI["prefill"] in s.attributes:
+            values = {stage: _seconds_ms(s.attributes.get(key)) for stage, key in GENAI.items()}
+            cached = s.attributes.get("gen_ai.usage.cached_tokens")
+            return (ServerTiming.from_json(values, f"otlp:{s.service or 'unknown'}"),
+                    cached if isinstance(cached, int) else None)
+    stages: dict[str, float] = defaultdict(float)
+    for s in spans:
+        stage = STAGE_NAMES.get(s.name.strip().lower())
+        if stage is not None:
+            stages[stage] += s.duration_ms
+    if not stages:
+        return None, None
+    roots = [s for s in spans if s.kind == "server"] or [s for s in spans if not s.parent_span_id]
+    if roots:
+        stages["total"] = max(s.duration_ms for s in roots)
+    service = next((s.service for s in spans if s.service), None)
+    return ServerTiming.from_json(dict(stages), f"otlp:{service or 'unknown'}"), None
+
+
+def _seconds_ms(value: object) -> float | None:
+    return value * 1000.0 if isinstance(value, (int, float)) else None
+
+
+def match(records: Iterable[RequestTimeline], spans: Sequence[Span]
+          ) -> dict[str, list[Span]]:
+    """Each request's spans: those of its trace, else those naming its id."""
+    by_trace: dict[str, list[Span]] = defaultdict(list)
+    by_request: dict[str, list[Span]] = defaultdict(list)
+    for s in spans:
+        by_trace[s.trace_id].append(s)
+        rid = s.attributes.get("gen_ai.request.id")
+        if isinstance(rid, str):
+            by_request[rid].append(s)
+    out = {}
+    for r in records:
+        found = by_trace.get(r.trace_id or "") or by_request.get(r.id) or next(
+            (v for k, v in by_request.items() if r.id in k), None)
+        if found:
+            out[r.id] = found
+    return out
+
+
+def clock_offset(pairs: Sequence[tuple[RequestTimeline, Sequence[Span]]], clock: Clock
+                 ) -> tuple[float | None, float | None]:
+    """(server − client clock offset, half-width) in ms from the requests' spans, or
+    (None, None) without a clock anchor or when the bounds contradict each other."""
+    if clock.perf_counter_ns is None or clock.unix_time is None:
+        return None, None
+    anchor = clock.unix_time * 1e9 - clock.perf_counter_ns
+    low, high = -float("inf"), float("inf")
+    for r, spans in pairs:
+        if r.sent_ns is None or r.done_ns is None:
+            continue
+        start, end = min(s.start_ns for s in spans), max(s.end_ns for s in spans)
+        low = max(low, end - (r.done_ns + anchor))
+        high = min(high, start - (r.sent_ns + anchor))
+    if low > high or low == -float("inf") or high == float("inf"):
+        return None, None
+    return (low + high) / 2e6, (high - low) / 2e6
+
+
+def join_run(run: RunFolder, spans: Sequence[Span] | None = None) -> SpanJoin:
+    """Join the run's spans (its spans.jsonl, or `spans` from elsewhere) to its requests and
+    write what they give to server_timings.jsonl, which `RunFolder.read_records` merges."""
+    if spans is None:
+        path = run.path / SPANS
+        spans = read_spans(path) if path.is_file() else []
+    records = run.read_records(raw=True)
+    matched = match(records, spans)
+    sources: dict[str, int] = defaultdict(int)
+    lines = []
+    for r in records:
+        if r.id not in matched:
+            continue
+        timing, cached = timing_of(matched[r.id])
+        if timing is None:
+            continue
+        sources[timing.source or "otlp"] += 1
+        lines.append(orjson.dumps({"id": r.id, "server": timing.to_json(),
+                                   "cached_tokens": cached}))
+    (run.path / SERVER_TIMINGS).write_bytes(b"".join(line + b"\n" for line in lines))
+    by_id = {r.id: r for r in records}
+    offset, width = clock_offset([(by_id[k], v) for k, v in matched.items()], run.read_config().clock)
+    notes = []
+    traced = sum(1 for r in records if r.trace_id)
+    if spans and not lines:
+        notes.append(f"{len(spans)} spans arrived but none matched a request's trace id or "
+                     "request id: does the server propagate `traceparent`?")
+    return SpanJoin(spans=len(spans), requests_joined=len(lines), requests_with_trace=traced,
+                    sources=dict(sources), clock_offset_ms=offset,
+                    clock_offset_uncertainty_ms=width, notes=notes)

@@ -1,0 +1,18 @@
+"""The target's load context during a run: its Prometheus /metrics scraped at intervals
+(`metrics.jsonl`, one scrape a line, appended as it is taken)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+METRICS = "metrics.jsonl"
+SERIES = ("running", "waiting", "kv_usage", "preemptions")
+
+
+class Scrape(BaseModel):
+    """One scrape: when (the client's monotonic clock), the series latlab reads by name
+    whatever the server calls them (`SERIES`), and every other unlabelled sample as is."""
+
+    t_ns: int
+    values: dict[str, float] = {}
+    raw: dict[str, float] = {}
