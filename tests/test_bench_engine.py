@@ -92,3 +92,19 @@ def test_an_engine_dying_mid_run_is_reported_and_the_folder_stays_valid(tmp_path
     assert result.failed and "the embedded engine exited" in result.message
     assert any(r.ok for r in records) and any(not r.ok for r in records)
     assert result.run.read_summary().failures
+
+
+def test_scraping_the_engines_metrics_during_a_run(tmp_path):
+    config = BenchConfig(serve_args=TINY.split(), duration_s=2.0, out=tmp_path,
+                         scrape_interval_s=0.1,
+                         workload=WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=16),
+                                                 output_tokens=LengthDistribution(kind="fixed", a=8)))
+    result = run_bench(config)
+    scrapes = result.run.read_scrapes()
+    assert len(scrapes) >= 5
+    assert all(set(s.values) >= {"running", "waiting", "kv_usage", "preemptions"} for s in scrapes)
+    assert max(s.values["running"] for s in scrapes) >= 1
+    assert "latlab_engine_steps_total" in scrapes[-1].raw
+    assert "kv_cache_full" not in {u.rule for u in result.analysis.unevaluated}
+    page = result.run.report_path.read_text()
+    assert "the server's own view (\\u002fmetrics)" in page  # plotly escapes the slash

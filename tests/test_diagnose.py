@@ -23,7 +23,7 @@ def diagnosed(tmp_path):
 def test_a_healthy_run_has_no_findings(diagnosed):
     findings, unevaluated, _ = diagnosed(steady(40, prompt=50))
     assert findings == {}
-    assert set(unevaluated) == {"noisy_neighbour"}
+    assert set(unevaluated) == {"noisy_neighbour", "kv_cache_full"}
 
 
 def test_every_finding_carries_numbers(diagnosed):
@@ -204,3 +204,47 @@ def test_prefill_dominates_with_few_requests_per_prompt_bucket(diagnosed):
                for i in range(5)]
     f = diagnosed(records)[0]["prefill_bound"]
     assert f.evidence[0].startswith("all prompts:")
+
+
+def scrapes(run, points) -> None:
+    """Write `(t_ms, waiting, kv_usage, preemptions)` scrapes into the run's metrics.jsonl."""
+    from latlab.records.scrape import METRICS, Scrape
+
+    lines = [Scrape(t_ns=int(t * MS), values={"waiting": w, "kv_usage": kv, "preemptions": p,
+                                              "running": 4}).model_dump_json()
+             for t, w, kv, p in points]
+    (run.path / METRICS).write_text("\n".join(lines) + "\n")
+
+
+def test_kv_cache_full_from_the_servers_metrics(tmp_path):
+    run = write_run(tmp_path, steady(40))
+    scrapes(run, [(i * 100, 6 if i > 4 else 0, 0.99 if i > 4 else 0.5, 3 if i > 6 else 0)
+                  for i in range(10)])
+    f = {f.rule: f for f in analyze(run).findings}["kv_cache_full"]
+    assert "5 of 10 scrapes" in f.evidence[0] and "6 requests waited" in f.evidence[1]
+    assert "3 preemptions" in f.evidence[2] and "preempted" in f.title
+    calm = write_run(tmp_path, steady(40))
+    scrapes(calm, [(i * 100, 0, 0.3, 0) for i in range(10)])
+    assert "kv_cache_full" not in {f.rule for f in analyze(calm).findings}
+
+
+def test_a_pause_every_stream_shares_is_the_servers_not_a_prefills(diagnosed):
+    together = [timeline(i, 0, tokens=20, itl=5, stalls={10: 1000}) for i in range(4)]
+    rest = [timeline(4 + i, 2000 + 300 * i, tokens=20, itl=5) for i in range(20)]
+    findings, _, _ = diagnosed(together + rest)
+    pause = findings["server_pause"]
+    assert "1.00 s when every one of 4 streams in flight stopped at once" in pause.evidence[0]
+    alone = [timeline(0, 0, tokens=20, itl=5, stalls={10: 1000})] + [
+        timeline(1 + i, 3000 + 300 * i, tokens=20, itl=5) for i in range(20)]
+    assert "server_pause" not in diagnosed(alone)[0]  # one stream's stall is not the server's
+
+
+def test_requests_the_server_read_late_waited_in_intake_not_the_network(diagnosed):
+    records = [timeline(i, i * 100, upload=1, download=1) for i in range(30)]
+    records[7] = timeline(7, 700, upload=801, download=1)  # arrived, then sat unread
+    findings, _, a = diagnosed(records)
+    assert "1 requests waited up to 800.0 ms before the server read them" in (
+        findings["server_pause"].evidence[-1])
+    late = next(r for r in a.decomposed if r.record.index == 7)
+    assert late.parts.ms("network") == pytest.approx(2.0) and late.parts.ms("intake") == (
+        pytest.approx(800.0))

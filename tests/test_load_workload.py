@@ -151,3 +151,17 @@ def test_unreadable_dataset(tmp_path):
 def test_bad_tokenizer_names_the_option(tmp_path):
     with pytest.raises(WorkloadError, match="--tokenizer"):
         Workload(WorkloadConfig(tokenizer=str(tmp_path)))
+
+
+def test_a_salt_changes_every_prompts_words_but_not_the_lengths():
+    base = WorkloadConfig(prompt_tokens=LengthDistribution(kind="uniform", a=8, b=64),
+                          prefix_tokens=16, prefix_fraction=0.5, seed=3)
+    plain, salted, other = (Workload(base.model_copy(update={"prompt_salt": salt}))
+                            for salt in (None, 11, 12))
+    for i in range(20):
+        a, b, c = plain.request(i), salted.request(i), other.request(i)
+        assert a.prompt_tokens == b.prompt_tokens == c.prompt_tokens
+        assert a.max_tokens == b.max_tokens and len(plain.tokenizer.encode(b.prompt)) == (
+            b.prompt_tokens)
+        assert len({a.prompt, b.prompt, c.prompt}) == 3
+    assert Workload(base).request(5).prompt == plain.request(5).prompt  # unsalted: the seed's

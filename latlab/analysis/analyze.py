@@ -11,6 +11,7 @@ series, the exports and the cold-start rule.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from latlab.analysis.budget import (
@@ -25,13 +26,14 @@ from latlab.analysis.budget import (
     over_time,
     tail_budget,
 )
-from latlab.analysis.decompose import NetworkBaseline, decompose
+from latlab.analysis.decompose import LABELS, NetworkBaseline, decompose
 from latlab.analysis.findings import Finding, Unevaluated
 from latlab.metrics.request import request_metrics
 from latlab.metrics.stats import percentile
 from latlab.metrics.summary import summarize
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
+from latlab.records.scrape import Scrape
 from latlab.records.summary import ClientCheck, RunSummary
 from latlab.records.timeline import NS_PER_MS, RequestTimeline
 from latlab.records.window import Window, run_window
@@ -56,6 +58,7 @@ class RunAnalysis:
     by_tenant: list[Group]
     by_priority: list[Group]
     over_time: list[Group]
+    scrapes: list[Scrape] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     unevaluated: list[Unevaluated] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -114,6 +117,7 @@ def analyze(run: RunFolder) -> RunAnalysis:
         by_tenant=by_tenant(inside),
         by_priority=by_priority(inside),
         over_time=over_time(rows),
+        scrapes=run.read_scrapes(),
     )
     analysis.findings, analysis.unevaluated = diagnose(analysis)
     analysis.notes = _notes(analysis)
@@ -150,7 +154,22 @@ def _notes(a: RunAnalysis) -> list[str]:
     elif not a.has_server_timings:
         notes.append("the server reported no timings: network, preprocess, queue and prefill are "
                      "unavailable and lumped into 'first token (unsplit)'")
+    else:
+        notes.append(_provenance(a))
     if a.mean is not None and abs(a.mean.share("unattributed")) >= UNATTRIBUTED_NOTE_SHARE:
         notes.append(f"{100 * a.mean.share('unattributed'):.0f}% of the mean E2E is unattributed "
                      "(not small): the server's stage timings do not cover all of its time")
     return notes
+
+
+def _provenance(a: RunAnalysis) -> str:
+    """Where the server timings came from and how good each component is."""
+    sources = Counter(r.record.server.source or "latlab" for r in a.decomposed
+                      if r.record.server is not None)
+    by_quality: dict[str, list[str]] = {}
+    for name, quality in a.mean.quality.items():
+        if quality is not None and name != "unattributed" and a.mean.coverage[name] > 0:
+            by_quality.setdefault(str(quality), []).append(LABELS[name])
+    shown = "; ".join(f"{q}: {', '.join(names)}" for q, names in sorted(by_quality.items()))
+    return (f"server timings from {', '.join(f'{s} ({n})' for s, n in sources.most_common())}"
+            f" — {shown}")

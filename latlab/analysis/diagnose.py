@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from latlab.analysis.findings import Finding, Unevaluated
-from latlab.analysis.rules import client, compute, coverage, outcomes, queueing, tenants
+from latlab.analysis.rules import (client, compute, coverage, outcomes, queueing, server_state,
+                                   tenants)
 
 if TYPE_CHECKING:
     from latlab.analysis.analyze import RunAnalysis
@@ -27,6 +28,8 @@ RULES: tuple[Rule, ...] = (
     compute.prefill_bound,
     compute.decode_stalls,
     tenants.noisy_neighbour,
+    server_state.kv_cache_full,
+    server_state.server_pause,
     coverage.cold_start,
     coverage.unattributed,
 )

@@ -3,6 +3,7 @@ the workload, the arrivals and when to stop. Each command inherits the groups it
 
 from __future__ import annotations
 
+import secrets
 import shlex
 from pathlib import Path
 from typing import Any, Sequence
@@ -61,6 +62,9 @@ class WorkloadOptions(Options):
     tokenizer: str | None = opt(None, "The target's tokenizer (tokenizer.json or HF folder) "
                                       "(default: latlab's bundled one).")
     seed: int = opt(0, "Seed of the workload and the arrivals.")
+    salt_prompts: bool = opt(False, "Give this run its own prompt words (same lengths), so the "
+                                    "server's prompt cache keeps nothing from earlier runs.",
+                             to="prompt_salt")
 
     def workload(self, tokenizer: str | None = None) -> WorkloadConfig:
         """The workload; `tokenizer` stands in for an unset --tokenizer."""
@@ -75,7 +79,8 @@ class WorkloadOptions(Options):
                 prefix_fraction=self.prefix_fraction,
                 tenants=_weights(self.tenant, "--tenant", str),
                 priorities=_weights(self.priority, "--priority", int),
-                tokenizer=self.tokenizer or tokenizer, seed=self.seed)
+                tokenizer=self.tokenizer or tokenizer, seed=self.seed,
+                prompt_salt=secrets.randbits(31) if self.salt_prompts else None)
         except ValidationError as e:
             raise UsageError(validation_message(e, type(self).flags_by_target())) from None
         except WorkloadError as e:

@@ -18,6 +18,7 @@ from latlab.tokenizer import Tokenizer, TokenizerError
 
 __all__ = ["Api", "RequestSpec", "Workload", "WorkloadError"]
 _WORD = re.compile(r" [a-z]{2,12}")
+SALT_WORDS = 4  # a salted run's words before each dataset prompt
 
 
 @dataclass(slots=True)
@@ -44,7 +45,11 @@ class Workload:
             raise WorkloadError(f"--tokenizer: {e}") from None
         self._words = _word_pool(self.tokenizer)
         self._dataset = load_dataset(config.dataset) if config.dataset else None
-        self._prefix = self._text(np.random.default_rng([config.seed, 1]), config.prefix_tokens)
+        salt = [] if config.prompt_salt is None else [config.prompt_salt]
+        self._prefix = self._text(np.random.default_rng([config.seed, 1, *salt]),
+                                  config.prefix_tokens)
+        self._salt_words = (self._text(np.random.default_rng([config.seed, 4, *salt]), SALT_WORDS)
+                            if salt else "")
         self._tenants = _choice(config.tenants)
         self._priorities = _choice(config.priorities)
 
@@ -64,6 +69,9 @@ class Workload:
     def _synthetic(self, spec: RequestSpec, rng: np.random.Generator, shared: bool) -> None:
         n = self.config.prompt_tokens.sample(rng)
         own = self._text(rng, n)
+        if self.config.prompt_salt is not None:  # other words, the same lengths
+            own = self._text(np.random.default_rng(
+                [self.config.seed, 3, self.config.prompt_salt, spec.index]), n)
         spec.max_tokens = self.config.output_tokens.sample(rng)
         spec.prompt_tokens = n + (self.config.prefix_tokens if shared else 0)
         if self.config.api in CHAT_APIS:
@@ -80,7 +88,7 @@ class Workload:
         spec.max_tokens = max_tokens or self.config.output_tokens.sample(rng)
         spec.tenant = entry.tenant or spec.tenant
         spec.priority = entry.priority if entry.priority is not None else spec.priority
-        prefix = self._prefix if shared else ""
+        prefix = self._salt_words + (self._prefix if shared else "")
         if self.config.api in CHAT_APIS:
             messages = entry.messages or [{"role": "user", "content": entry.prompt}]
             system = [{"role": "system", "content": prefix}] if prefix else []

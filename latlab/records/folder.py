@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
+from latlab.records.scrape import METRICS, Scrape
 from latlab.records.spans import SERVER_TIMINGS
 from latlab.records.timeline import RequestTimeline, ServerTiming
 
@@ -122,6 +123,14 @@ class RunFolder:
 
     def read_records(self, raw: bool = False) -> list[RequestTimeline]:
         return list(self.iter_records(raw))
+
+    def read_scrapes(self) -> list[Scrape]:
+        """The target's /metrics scrapes (metrics.jsonl), oldest first; [] without any."""
+        path = self.path / METRICS
+        if not path.is_file():
+            return []
+        return [Scrape.model_validate_json(line) for line in path.read_bytes().splitlines()
+                if line.strip()]
 
     def _joined(self) -> dict[str, tuple[ServerTiming | None, int | None]]:
         path = self.path / SERVER_TIMINGS

@@ -79,7 +79,9 @@ class LengthDistribution(BaseModel):
 class WorkloadConfig(BaseModel):
     """The requests of a run. A dataset replaces the synthetic prompts (and, where it gives
     one, the output length); a `prefix_tokens` system prompt is shared by a `prefix_fraction`
-    of the requests; labels are drawn per request by weight."""
+    of the requests; labels are drawn per request by weight. A `prompt_salt` changes every
+    prompt's words (not its length), so a server's prompt cache keeps nothing from another
+    run; a dataset's prompts get a few salt words in front."""
 
     api: Api = "completions"
     prompt_tokens: LengthDistribution = LengthDistribution(kind="lognormal", a=256, b=128)
@@ -91,6 +93,7 @@ class WorkloadConfig(BaseModel):
     priorities: dict[int, float] = {}
     tokenizer: str | None = None
     seed: int = 0
+    prompt_salt: int | None = None  # other prompt words per salt, the same lengths
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:

@@ -50,19 +50,32 @@ def over_time_figure(a: RunAnalysis) -> go.Figure | None:
         if values.size:
             p50[i], p99[i] = np.percentile(values, 50), np.percentile(values, 99)
 
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
-                        subplot_titles=("throughput", "requests in flight", "TTFT by send time"),
-                        specs=[[{"secondary_y": True}], [{}], [{}]])
+    server = [s for s in a.scrapes if s.values]
+    n = 4 if server else 3
+    fig = make_subplots(rows=n, cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        subplot_titles=("throughput", "requests in flight", "TTFT by send time",
+                                        "the server's own view (/metrics)")[:n],
+                        specs=[[{"secondary_y": True}], [{}], [{}],
+                               [{"secondary_y": True}]][:n])
     fig.add_scatter(x=centers, y=tokens_per_s, name="output tokens/s", row=1, col=1)
     fig.add_scatter(x=centers, y=done_per_s, name="completed req/s", row=1, col=1,
                     secondary_y=True)
     fig.add_scatter(x=centers, y=in_flight, name="in flight", line_shape="hv", row=2, col=1)
     fig.add_scatter(x=centers, y=p50, name="TTFT p50 (ms)", mode="lines+markers", row=3, col=1)
     fig.add_scatter(x=centers, y=p99, name="TTFT p99 (ms)", mode="lines+markers", row=3, col=1)
-    fig.update_xaxes(title_text="seconds since the run started", row=3, col=1)
+    if server:
+        t = seconds([s.t_ns for s in server])
+        for series in ("running", "waiting"):
+            fig.add_scatter(x=t, y=[s.values.get(series) for s in server], line_shape="hv",
+                            name=f"server: {series}", row=4, col=1)
+        fig.add_scatter(x=t, y=[s.values.get("kv_usage") for s in server], name="KV cache used",
+                        line=dict(dash="dot"), row=4, col=1, secondary_y=True)
+        fig.update_yaxes(title_text="requests", row=4, col=1, secondary_y=False)
+        fig.update_yaxes(title_text="KV used", range=[0, 1], row=4, col=1, secondary_y=True)
+    fig.update_xaxes(title_text="seconds since the run started", row=n, col=1)
     fig.update_yaxes(title_text="tokens/s", row=1, col=1, secondary_y=False)
     fig.update_yaxes(title_text="req/s", row=1, col=1, secondary_y=True)
     fig.update_yaxes(title_text="ms", row=3, col=1)
-    fig.update_layout(**{**LAYOUT, "height": 640, "title": "Over time",
+    fig.update_layout(**{**LAYOUT, "height": 640 + 200 * (n - 3), "title": "Over time",
                          "legend": dict(orientation="h", y=-0.1)})
     return fig
