@@ -77,6 +77,9 @@ class PromptBuilder:
         if len(text) > self.max_chars:
             raise self._too_long(f"{len(text)} characters, more than {self.max_chars} "
                                  "that many tokens can cover", param)
+        return self._tokenize(text)
+
+    def _tokenize(self, text: str) -> list[int]:
         # As Tokenizer.encode, through the batch call that releases the GIL.
         return self.tokenizer.backend.encode_batch([text], add_special_tokens=False)[0].ids
 
