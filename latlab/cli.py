@@ -355,7 +355,13 @@ def serve(
                               "Hugging Face checkpoint folder (Llama, Mistral, Qwen2)."),
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000, help="Port to bind."),
-    api_key: str | None = typer.Option(None, help="Require `Authorization: Bearer KEY` on /v1."),
+    api_key: str | None = typer.Option(None, envvar="LATLAB_API_KEY", help="Require "
+                                       "`Authorization: Bearer KEY` on /v1 (seen in `ps`: "
+                                       "prefer LATLAB_API_KEY or --api-key-file)."),
+    api_key_file: Path | None = typer.Option(None, help="Read the API key from this file's "
+                                             "first line."),
+    allow_origin: list[str] = typer.Option([], help="Let web pages at this origin call the "
+                                           "API (CORS); repeat for more, `*` for any."),
     served_model_name: str | None = typer.Option(None, help="Model id in the API "
                                                  "[default: --model]."),
     max_model_len: int | None = typer.Option(None, help="Context length (prompt + output "
@@ -381,6 +387,7 @@ def serve(
     """Serve a model through an OpenAI-compatible API (latlab's reference engine, on CPU)."""
     from latlab.engine.config import ConfigError, EngineConfig
     from latlab.engine.loader import ModelLoadError
+    from latlab.server.auth import read_api_key
     from latlab.server.openai_serving import ServerSettings
     from latlab.server.serve import run_server
 
@@ -390,9 +397,10 @@ def serve(
         max_num_batched_tokens=max_num_batched_tokens, enable_chunked_prefill=chunked_prefill,
         batching=batching, max_waiting=max_waiting, threads=threads, seed=seed, dtype=dtype,
         warmup=warmup)
-    settings = ServerSettings(served_model_name=served_model_name or model, api_key=api_key,
-                              otel_file=otel_file)
     try:
+        settings = ServerSettings(served_model_name=served_model_name or model,
+                                  api_key=read_api_key(api_key, api_key_file),
+                                  allow_origins=tuple(allow_origin), otel_file=otel_file)
         run_server(config, settings, host=host, port=port)
     except (ConfigError, ModelLoadError) as e:
         typer.echo(f"latlab serve: error: {e}", err=True)

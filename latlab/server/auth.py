@@ -8,6 +8,7 @@ open: they carry no prompt or output, only counts and timings.
 from __future__ import annotations
 
 import hmac
+import os
 from pathlib import Path
 
 from latlab.engine.config import ConfigError
@@ -18,6 +19,8 @@ ENV_VAR = "LATLAB_API_KEY"
 
 def read_api_key(key: str | None, key_file: Path | None) -> str | None:
     """The key from --api-key/LATLAB_API_KEY or --api-key-file (not both); None: no key."""
+    if key is None and os.environ.get(ENV_VAR) == "":  # an unset secret, not "no key"
+        raise ConfigError(f"{ENV_VAR} is set but empty")
     if key is not None and key_file is not None:
         raise ConfigError(f"give --api-key (or {ENV_VAR}) or --api-key-file, not both")
     if key_file is not None:
