@@ -17,7 +17,8 @@ SEED_RANGE = (-(1 << 63), (1 << 64) - 1)
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Greedy when temperature is 0 (or below GREEDY_BELOW); `top_k` 0 and `top_p` 1 switch those filters off.
+    """Greedy when temperature is 0 (or below GREEDY_BELOW); `top_k` 0 and `top_p` 1 switch
+    those filters off.
 
     `ignore_eos` and `min_tokens` let benchmarks fix output lengths: the first keeps going past
     the end-of-sequence token, the second forbids stopping (EOS, stop tokens and stop strings)

@@ -70,7 +70,8 @@ class Telemetry:
         self.generation_tokens = Counter(f"{PREFIX}_generation_tokens", "Tokens generated.",
                                          registry=self.registry)
         self.requests = Counter(f"{PREFIX}_requests", "Requests by outcome: stop, length, "
-                                "abort, rejected (429), invalid (4xx), error (500), unavailable (503).",
+                                "abort, rejected (429), invalid (4xx), error (500), "
+                                "unavailable (503).",
                                 ["outcome"], registry=self.registry)
         self.registry.register(_EngineCollector(stats))
 
