@@ -355,9 +355,9 @@ def serve(
                               "Hugging Face checkpoint folder (Llama, Mistral, Qwen2)."),
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000, help="Port to bind."),
-    api_key: str | None = typer.Option(None, envvar="LATLAB_API_KEY", help="Require "
-                                       "`Authorization: Bearer KEY` on /v1 (seen in `ps`: "
-                                       "prefer LATLAB_API_KEY or --api-key-file)."),
+    api_key: str | None = typer.Option(None, help="Require `Authorization: Bearer KEY` on /v1 "
+                                       "(seen in `ps`: prefer LATLAB_API_KEY or "
+                                       "--api-key-file)."),
     api_key_file: Path | None = typer.Option(None, help="Read the API key from this file's "
                                              "first line."),
     allow_origin: list[str] = typer.Option([], help="Let web pages at this origin call the "

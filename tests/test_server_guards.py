@@ -72,12 +72,18 @@ def test_the_bearer_scheme_is_case_insensitive():
             assert r.status_code == status, header
 
 
-def test_the_key_from_a_file(tmp_path):
+def test_the_key_from_the_command_line_the_environment_or_a_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("LATLAB_API_KEY", raising=False)
     path = tmp_path / "key"
     path.write_text("  from-a-file \nignored second line\n")
     assert read_api_key(None, path) == "from-a-file"
     assert read_api_key("on-the-command-line", None) == "on-the-command-line"
     assert read_api_key(None, None) is None
+    monkeypatch.setenv("LATLAB_API_KEY", "from-env")
+    assert read_api_key(None, None) == "from-env"
+    monkeypatch.setenv("LATLAB_API_KEY", "")
+    with pytest.raises(ConfigError, match="the API key is empty"):
+        read_api_key(None, None)
 
 
 @pytest.mark.parametrize("key, content, message", [
@@ -85,7 +91,8 @@ def test_the_key_from_a_file(tmp_path):
     (None, None, "cannot read it"),
     ("k", "other", "not both"),
 ])
-def test_a_bad_key_setting_is_one_clear_error(tmp_path, key, content, message):
+def test_a_bad_key_setting_is_one_clear_error(tmp_path, monkeypatch, key, content, message):
+    monkeypatch.delenv("LATLAB_API_KEY", raising=False)
     path = tmp_path / "key"
     if content is not None:
         path.write_text(content)

@@ -101,8 +101,8 @@ class AsyncEngine:
         self._commands: queue.SimpleQueue[_Add | _Abort] = queue.SimpleQueue()
         # Requests handed over and taken in: each counter is written by one thread only.
         self._submitted = 0
-        self.num_preprocessing = 0  # being read or tokenized: they count as waiting
         self._taken_in = 0
+        self.num_preprocessing = 0  # being read or tokenized: they count as waiting
         self._wakeup = threading.Event()
         self._stopping = False
         self._ids = itertools.count()

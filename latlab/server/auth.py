@@ -18,9 +18,10 @@ ENV_VAR = "LATLAB_API_KEY"
 
 
 def read_api_key(key: str | None, key_file: Path | None) -> str | None:
-    """The key from --api-key/LATLAB_API_KEY or --api-key-file (not both); None: no key."""
-    if key is None and os.environ.get(ENV_VAR) == "":  # an unset secret, not "no key"
-        raise ConfigError(f"{ENV_VAR} is set but empty")
+    """The key from --api-key (else LATLAB_API_KEY) or --api-key-file, not both; None: no
+    key. An empty one is an error (an unset secret), never "no key"."""
+    if key is None:
+        key = os.environ.get(ENV_VAR)
     if key is not None and key_file is not None:
         raise ConfigError(f"give --api-key (or {ENV_VAR}) or --api-key-file, not both")
     if key_file is not None:
