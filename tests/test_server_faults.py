@@ -72,11 +72,7 @@ async def test_top_k_5_and_10000_served_together(server):
             r = await client.post("/v1/completions", json={
                 "prompt": "y", "max_tokens": 5, "ignore_eos": True, "top_k": 10000})
             assert r.status_code == 200, r.text
-            nxt = await anext(lines)
-            while not nxt:
-                nxt = await anext(lines)
-            chunk = orjson.loads(nxt.removeprefix("data: "))
-            assert chunk["choices"][0]["finish_reason"] is None  # ran beside the other
+            assert server.engine.stats.num_running == 1  # the first ran all along beside it
     wait_until(lambda: engine_idle(server), what="the engine to drain")
     assert httpx.get(server.url + "/health").json() == {"status": "ok"}
 
