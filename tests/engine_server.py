@@ -30,12 +30,14 @@ class RunningServer:
 
 @contextmanager
 def running_server(api_key: str | None = None, wait_ready: bool = True,
-                   otel_file: Path | None = None,
+                   otel_file: Path | None = None, settings: dict | None = None,
                    **engine_options: object) -> Iterator[RunningServer]:
-    """A server with the tiny preset (override any EngineConfig field), ready unless
-    `wait_ready` is False (then only listening)."""
+    """A server with the tiny preset (override any EngineConfig field, and any
+    ServerSettings field through `settings`), ready unless `wait_ready` is False (then only
+    listening)."""
     config = EngineConfig(**{**TINY, **engine_options})
-    settings = ServerSettings(served_model_name="tiny", api_key=api_key, otel_file=otel_file)
+    settings = ServerSettings(served_model_name="tiny", api_key=api_key, otel_file=otel_file,
+                              **(settings or {}))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

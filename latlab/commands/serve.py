@@ -13,7 +13,11 @@ class ServeOptions(Options):
                                 "checkpoint folder (Llama, Mistral, Qwen2).")
     host: str = opt("127.0.0.1", "Interface to bind.")
     port: int = opt(8000, "Port to bind.")
-    api_key: str | None = opt(None, "Require `Authorization: Bearer KEY` on /v1.")
+    api_key: str | None = opt(None, "Require `Authorization: Bearer KEY` on /v1 (seen in `ps`: "
+                                    "prefer LATLAB_API_KEY or --api-key-file).")
+    api_key_file: Path | None = opt(None, "Read the API key from this file's first line.")
+    allow_origin: list[str] = opt([], "Let web pages at this origin call the API (CORS); repeat "
+                                      "for more, `*` for any.")
     served_model_name: str | None = opt(None, "Model id in the API [default: --model].")
     max_model_len: int | None = opt(None, "Context length (prompt + output tokens) [default: "
                                           "the model's, at most 2048].")
@@ -42,6 +46,7 @@ def serve(options: ServeOptions) -> None:
     """Serve a model through an OpenAI-compatible API (latlab's reference engine, on CPU)."""
     from latlab.engine.config import ConfigError, EngineConfig
     from latlab.engine.loader import ModelLoadError
+    from latlab.server.auth import read_api_key
     from latlab.server.openai_serving import ServerSettings
     from latlab.server.serve import run_server
 
@@ -52,10 +57,11 @@ def serve(options: ServeOptions) -> None:
         max_num_batched_tokens=o.max_num_batched_tokens, enable_chunked_prefill=o.chunked_prefill,
         batching=o.batching, max_waiting=o.max_waiting, threads=o.threads, seed=o.seed,
         dtype=o.dtype, warmup=o.warmup)
-    settings = ServerSettings(served_model_name=o.served_model_name or o.model,
-                              api_key=o.api_key, otel_file=o.otel_file,
-                              otlp_endpoint=o.otlp_endpoint)
     try:
+        settings = ServerSettings(served_model_name=o.served_model_name or o.model,
+                                  api_key=read_api_key(o.api_key, o.api_key_file),
+                                  allow_origins=tuple(o.allow_origin), otel_file=o.otel_file,
+                                  otlp_endpoint=o.otlp_endpoint)
         run_server(config, settings, host=o.host, port=o.port)
     except (ConfigError, ModelLoadError) as e:
         raise UsageError(str(e)) from None

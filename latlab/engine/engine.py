@@ -6,6 +6,7 @@ Single-threaded by design; `latlab.server.async_engine` runs it in its own threa
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from dataclasses import dataclass, replace
 
@@ -20,6 +21,8 @@ from latlab.engine.sampling import Sampler, SamplingParams
 from latlab.engine.scheduler import Scheduler
 from latlab.engine.sequence import FinishReason, Sequence, StageTimes
 
+log = logging.getLogger("latlab.engine")
+
 
 @dataclass(slots=True)
 class RequestOutput:
@@ -33,6 +36,7 @@ class RequestOutput:
     token_time_ns: int
     finish_reason: FinishReason | None
     times: StageTimes
+    error: str | None = None  # set with FinishReason.ERROR: why the engine gave up on it
 
     @property
     def finished(self) -> bool:
@@ -93,6 +97,8 @@ class LLMEngine:
         vocab = self.model_config.vocab_size
         if not all(0 <= t < vocab for t in prompt_token_ids):
             raise ValueError(f"prompt token ids must be in [0, {vocab})")
+        if not all(0 <= t < vocab for t in params.stop_token_ids):
+            raise ValueError(f"stop token ids must be in [0, {vocab})")
         seq = Sequence(request_id, list(prompt_token_ids), params,
                        StageTimes(received=received_ns or now, enqueued=enqueued_ns or now),
                        priority=priority, tenant=tenant)
@@ -117,15 +123,49 @@ class LLMEngine:
         scheduled = self.scheduler.schedule().scheduled
         if not scheduled:
             return []
-        tokens = self.runner.execute(scheduled)
+        tokens, outputs = self._execute(scheduled)
         now = time.perf_counter_ns()
         self.num_steps += 1
-        outputs = []
         for (seq, n), token in zip(scheduled, tokens):
+            if seq.is_finished:  # failed in _execute
+                continue
             seq.num_computed_tokens += n
             if token is not None:
-                outputs.append(self._append(seq, token, now))
+                try:
+                    outputs.append(self._append(seq, token, now))
+                except Exception as e:
+                    outputs.append(self._fail(seq, e))
         return outputs
+
+    def _execute(self, scheduled: list[tuple[Sequence, int]]
+                 ) -> tuple[list[int | None], list[RequestOutput]]:
+        """Run the batch; if it raises, run each sequence alone and fail only those that
+        raise again, so one request's bad input never takes the others down with it."""
+        try:
+            return self.runner.execute(scheduled), []
+        except Exception as e:
+            if len(scheduled) == 1:
+                return [None], [self._fail(scheduled[0][0], e)]
+            log.warning("a batch of %d failed; running its sequences one by one",
+                        len(scheduled))
+        tokens: list[int | None] = []
+        failed = []
+        for seq, n in scheduled:
+            try:
+                tokens += self.runner.execute([(seq, n)])
+            except Exception as e:
+                tokens.append(None)
+                failed.append(self._fail(seq, e))
+        return tokens, failed
+
+    def _fail(self, seq: Sequence, error: Exception) -> RequestOutput:
+        """End one request with an error and free its KV blocks; the engine goes on."""
+        log.error("request %s failed in the engine", seq.request_id, exc_info=error)
+        self.scheduler.finish(seq, FinishReason.ERROR)
+        self.sequences.pop(seq.request_id, None)
+        return RequestOutput(seq.request_id, "", seq.num_prompt_tokens, seq.num_cached_tokens,
+                             seq.num_output_tokens, time.perf_counter_ns(), FinishReason.ERROR,
+                             seq.times, error=f"{type(error).__name__}: {error}")
 
     def _append(self, seq: Sequence, token: int, now: int) -> RequestOutput:
         seq.append_token(token, now)

@@ -9,14 +9,20 @@ import torch
 
 from latlab.engine.sequence import Sequence
 
+# Below this temperature sampling is greedy: dividing logits by it would overflow to inf/NaN.
+GREEDY_BELOW = 1e-5
+# What torch.Generator.manual_seed takes.
+SEED_RANGE = (-(1 << 63), (1 << 64) - 1)
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Greedy when temperature is 0; `top_k` 0 and `top_p` 1 switch those filters off.
+    """Greedy when temperature is 0 (or below GREEDY_BELOW); `top_k` 0 and `top_p` 1 switch
+    those filters off.
 
     `ignore_eos` and `min_tokens` let benchmarks fix output lengths: the first keeps going past
     the end-of-sequence token, the second forbids stopping (EOS, stop tokens and stop strings)
-    before that many tokens.
+    before that many tokens. A `top_k` above the vocabulary keeps every token.
     """
 
     max_tokens: int = 16
@@ -35,6 +41,8 @@ class SamplingParams:
             (self.temperature >= 0, "temperature must be 0 or more"),
             (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
             (self.top_k >= 0, "top_k must be 0 (off) or more"),
+            (self.seed is None or SEED_RANGE[0] <= self.seed <= SEED_RANGE[1],
+             f"seed must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}]"),
             (0 <= self.min_tokens <= self.max_tokens, "min_tokens must be in [0, max_tokens]"),
             (all(self.stop), "stop strings must not be empty"),
         ]
@@ -59,7 +67,7 @@ class Sampler:
         for row, seq in enumerate(seqs):
             if seq.num_output_tokens < seq.params.min_tokens:
                 logits[row, self.stop_token_ids + list(seq.params.stop_token_ids)] = -torch.inf
-        rows = [i for i, p in enumerate(params) if p.temperature > 0]
+        rows = [i for i, p in enumerate(params) if p.temperature >= GREEDY_BELOW]
         if not rows:
             return logits.argmax(dim=-1).tolist()
         temperature = torch.tensor([params[i].temperature for i in rows]).unsqueeze(1)
@@ -74,7 +82,7 @@ class Sampler:
         """Inverse-CDF sampling (one cumsum and one search per batch, far cheaper on a CPU
         than `torch.multinomial`), after the top-k and top-p filters on sorted candidates."""
         vocab = logits.shape[1]
-        top_k = [seq.params.top_k or vocab for seq in seqs]
+        top_k = [min(seq.params.top_k, vocab) or vocab for seq in seqs]
         top_p = [seq.params.top_p for seq in seqs]
         order = None
         if min(top_p) < 1:

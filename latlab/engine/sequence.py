@@ -24,6 +24,7 @@ class FinishReason(StrEnum):
     STOP = "stop"
     LENGTH = "length"
     ABORT = "abort"
+    ERROR = "error"
 
 
 @dataclass(slots=True)

@@ -1,12 +1,12 @@
 """The OpenAI-compatible HTTP front of the engine (FastAPI).
 
 Routes: /v1/completions, /v1/chat/completions, /v1/models (API key checked when set),
-/health, /ready (200 only once warm-up is done), /metrics (Prometheus).
+/health, /ready (200 only once warm-up is done), /metrics (Prometheus), /openapi.json.
 """
 
 from __future__ import annotations
 
-import hmac
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,15 +14,24 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from latlab.server.async_engine import AsyncEngine
+from latlab.server.auth import check_bearer
+from latlab.server.guards import OriginGuard
 from latlab.server.openai_serving import OpenAIServing, ServerSettings
-from latlab.server.schemas import ApiError, ModelCard, ModelList
+from latlab.server.openapi import ERRORS, install_openapi, request_body
+from latlab.server.schemas import (ApiError, ChatCompletionRequest, ChatCompletionResponse,
+                                   CompletionRequest, CompletionResponse, ModelCard,
+                                   ModelList)
 from latlab.server.telemetry import Telemetry
 from latlab.server.timing import TRACEPARENT
+
+log = logging.getLogger("latlab.serve")
 
 
 class RequestIdMiddleware:
@@ -72,34 +81,40 @@ def create_app(engine: AsyncEngine, settings: ServerSettings, warmup: bool = Tru
             yield
         finally:
             engine.stop()
+            serving.prompts.close()
             if tracer is not None:
                 tracer.shutdown()
 
-    app = FastAPI(title="latlab serve", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
-    app.add_middleware(RequestIdMiddleware)
+    app = FastAPI(title="latlab serve", lifespan=lifespan, docs_url=None, redoc_url=None)
+    if settings.allow_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.allow_origins),
+                           allow_methods=["GET", "POST"], expose_headers=["x-request-id"],
+                           allow_headers=["authorization", "content-type", "x-request-id"])
+    app.add_middleware(OriginGuard, allowed=settings.allow_origins)
+    app.add_middleware(RequestIdMiddleware)  # added last: the outermost, the earliest stamp
     app.state.engine = engine
     app.state.telemetry = telemetry
 
     async def check_api_key(request: Request) -> None:
-        if settings.api_key is None:
-            return
-        given = request.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(given, f"Bearer {settings.api_key}".encode()):
-            raise ApiError(401, "a valid API key is required: Authorization: Bearer <key>",
-                           type="authentication_error", code="invalid_api_key")
+        if settings.api_key is not None:
+            check_bearer(request.headers.get("authorization", ""), settings.api_key)
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(check_api_key)])
-    v1.add_api_route("/completions", serving.completions, methods=["POST"])
-    v1.add_api_route("/chat/completions", serving.chat, methods=["POST"])
+    v1.add_api_route("/completions", serving.completions, methods=["POST"],
+                     response_model=CompletionResponse, responses=ERRORS,
+                     openapi_extra=request_body(CompletionRequest))
+    v1.add_api_route("/chat/completions", serving.chat, methods=["POST"],
+                     response_model=ChatCompletionResponse, responses=ERRORS,
+                     openapi_extra=request_body(ChatCompletionRequest))
 
-    @v1.get("/models")
+    @v1.get("/models", response_model=ModelList)
     async def models() -> dict[str, Any]:
         card = ModelCard(id=settings.served_model_name,
                          max_model_len=engine.engine.config.max_model_len)
         return ModelList(data=[card]).model_dump()
 
     app.include_router(v1)
+    install_openapi(app, [CompletionRequest, ChatCompletionRequest])
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -122,7 +137,16 @@ def create_app(engine: AsyncEngine, settings: ServerSettings, warmup: bool = Tru
     async def api_error(request: Request, e: ApiError) -> JSONResponse:
         if 400 <= e.status < 500 and e.status not in (401, 429):
             telemetry.requests.labels("invalid").inc()
+        elif e.status == 500:
+            telemetry.requests.labels("error").inc()
         return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_left(request: Request, e: ClientDisconnect) -> Response:
+        log.warning("request %s: the client left before sending the whole body",
+                    getattr(request.state, "request_id", "?"))
+        telemetry.requests.labels("abort").inc()
+        return Response(status_code=499)  # nobody reads it
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, e: RequestValidationError) -> JSONResponse:

@@ -13,6 +13,8 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from latlab.engine.engine import EngineStats, LLMEngine, RequestOutput
@@ -31,6 +33,10 @@ class EngineNotReady(Exception):
 
 class EngineRequestError(Exception):
     """The engine refused the request (e.g. a token id outside the vocabulary)."""
+
+
+class RequestFailed(Exception):
+    """The engine failed this one request (HTTP 500); it serves the others as before."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +102,7 @@ class AsyncEngine:
         # Requests handed over and taken in: each counter is written by one thread only.
         self._submitted = 0
         self._taken_in = 0
+        self.num_preprocessing = 0  # being read or tokenized: they count as waiting
         self._wakeup = threading.Event()
         self._stopping = False
         self._ids = itertools.count()
@@ -124,19 +131,36 @@ class AsyncEngine:
 
     @property
     def num_waiting(self) -> int:
-        return len(self.engine.scheduler.waiting) + self._submitted - self._taken_in
+        return (len(self.engine.scheduler.waiting) + self._submitted - self._taken_in
+                + self.num_preprocessing)
+
+    def _check_capacity(self) -> None:
+        if self.num_waiting >= self.max_waiting:
+            raise QueueFull(f"{self.num_waiting} requests are already waiting "
+                            f"(--max-waiting {self.max_waiting})")
+
+    @contextmanager
+    def admitting(self) -> Iterator[None]:
+        """Hold a waiting slot while a request is read and tokenized (raises QueueFull);
+        `submit(..., admitted=True)` inside the block hands the slot to the request."""
+        self._check_capacity()
+        self.num_preprocessing += 1
+        try:
+            yield
+        finally:
+            self.num_preprocessing -= 1
 
     def submit(self, prompt_token_ids: list[int], params: SamplingParams, *, received_ns: int,
-               priority: int = 0, tenant: str | None = None) -> RequestStream:
+               priority: int = 0, tenant: str | None = None,
+               admitted: bool = False) -> RequestStream:
         """Queue a request; raises QueueFull or EngineNotReady instead of queueing it."""
         if self.failed:
             raise EngineNotReady(f"the engine failed: {self.failed}")
         if not self.ready.is_set() or self._stopping:
             raise EngineNotReady("the engine is warming up" if not self._stopping
                                  else "the server is shutting down")
-        if self.num_waiting >= self.max_waiting:
-            raise QueueFull(f"{self.num_waiting} requests are already waiting "
-                            f"(--max-waiting {self.max_waiting})")
+        if not admitted:
+            self._check_capacity()
         stream = RequestStream(self, str(next(self._ids)))
         self._streams[stream.request_id] = stream
         self._submitted += 1
@@ -198,6 +222,9 @@ class AsyncEngine:
                                         priority=command.priority, tenant=command.tenant)
             except ValueError as e:
                 errors.append((command.request_id, EngineRequestError(str(e))))
+            except Exception as e:
+                log.error("request %s failed in the engine", command.request_id, exc_info=e)
+                errors.append((command.request_id, RequestFailed(f"{type(e).__name__}: {e}")))
             self._taken_in += 1
 
     def _dispatch(self, items: list[RequestOutput] | list[tuple[str, Exception]]) -> None:
@@ -207,6 +234,8 @@ class AsyncEngine:
             stream = self._streams.get(request_id)
             if stream is None:
                 continue
+            if isinstance(payload, RequestOutput) and payload.error is not None:
+                payload = RequestFailed(payload.error)
             stream._put(payload)
             if isinstance(payload, Exception) or payload.finished:
                 del self._streams[request_id]

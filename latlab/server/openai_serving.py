@@ -1,7 +1,8 @@
-"""`/v1/completions` and `/v1/chat/completions`: parse, tokenize, submit, stream or collect.
+"""`/v1/completions` and `/v1/chat/completions`: admit, read, tokenize, submit, respond.
 
-Timestamps: `received` is taken when the handler starts (before the body is read), so
-`preprocess` covers reading, validation, the chat template and tokenization.
+Timestamps: `received` is taken by the app's outermost middleware (before routing and the
+body), so `preprocess` covers reading, validation, the chat template and tokenization. From before the
+body is read until the request is in the engine it holds a waiting slot (`--max-waiting`).
 """
 
 from __future__ import annotations
@@ -9,22 +10,23 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jinja2
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
 
 from latlab.engine.engine import RequestOutput
 from latlab.server.async_engine import (AsyncEngine, EngineNotReady, EngineRequestError,
-                                        QueueFull, RequestStream)
+                                        QueueFull, RequestFailed, RequestStream)
+from latlab.server.guards import require_json
+from latlab.server.prompts import PromptBuilder
 from latlab.server.schemas import (ApiError, AssistantMessage, ChatChoice,
-                                   ChatCompletionRequest, ChatCompletionResponse,
-                                   CompletionChoice, CompletionRequest, CompletionResponse,
-                                   GenerationRequest, Usage)
+                                   ChatCompletionResponse, CompletionChoice,
+                                   CompletionResponse, GenerationRequest, Usage)
 from latlab.server.streaming import (Api, EngineStreamResponse, StreamEvents, engine_error,
                                      usage_of)
 from latlab.server.telemetry import Telemetry
@@ -36,6 +38,8 @@ class ServerSettings:
     served_model_name: str
     api_key: str | None = None
     max_body_bytes: int = 4 << 20
+    body_timeout_s: float = 60.0  # a body not in by then: 408
+    allow_origins: tuple[str, ...] = ()
     otel_file: Path | None = None
     otlp_endpoint: str | None = None
 
@@ -46,39 +50,43 @@ class OpenAIServing:
         self.engine = engine
         self.settings = settings
         self.telemetry = telemetry
-        self.tokenizer = engine.engine.tokenizer
         self.max_model_len = engine.engine.config.max_model_len
-        self.vocab_size = engine.engine.model_config.vocab_size
+        self.prompts = PromptBuilder(engine.engine.tokenizer, self.max_model_len,
+                                     engine.engine.model_config.vocab_size)
 
     async def completions(self, request: Request) -> Any:
         received = _begin(request, "completion")
-        body = await self._read(request, CompletionRequest)
-        prompt = body.prompt
-        if prompt and isinstance(prompt[0], (list, str)) and not isinstance(prompt, str):
-            if len(prompt) != 1:
-                raise ApiError(400, "latlab serve takes one prompt per request", param="prompt")
-            prompt = prompt[0]
-        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if any(not 0 <= t < self.vocab_size for t in ids):
-            raise ApiError(400, f"prompt token ids must be in [0, {self.vocab_size})",
-                           param="prompt")
-        return await self._serve(request, "completion", body, ids, body.max_tokens or 16,
-                                 received)
+        with self._admitted():
+            body, ids = await self.prompts.completion(await self._read(request))
+            stream = self._submit(body, ids, body.max_tokens or 16, received)
+        return await self._respond(request, "completion", body, stream, len(ids))
 
     async def chat(self, request: Request) -> Any:
         received = _begin(request, "chat")
-        body = await self._read(request, ChatCompletionRequest)
-        messages = [{"role": m.role, "content": m.text} for m in body.messages]
-        try:
-            prompt = self.tokenizer.apply_chat_template(messages)
-        except jinja2.TemplateError as e:
-            raise ApiError(400, f"the model's chat template rejects these messages: {e}",
-                           param="messages") from None
-        ids = self.tokenizer.encode(prompt)
-        max_tokens = body.max_completion_tokens or body.max_tokens
-        return await self._serve(request, "chat", body, ids, max_tokens, received)
+        with self._admitted():
+            body, ids = await self.prompts.chat(await self._read(request))
+            stream = self._submit(body, ids, body.max_completion_tokens or body.max_tokens,
+                                  received)
+        return await self._respond(request, "chat", body, stream, len(ids))
 
-    async def _read(self, request: Request, model: type[BaseModel]) -> Any:
+    @contextmanager
+    def _admitted(self) -> Iterator[None]:
+        """A waiting slot from before the body is read until the engine has the request."""
+        try:
+            with self.engine.admitting():
+                yield
+        except QueueFull as e:
+            self.telemetry.requests.labels("rejected").inc()
+            raise ApiError(429, f"the server is at capacity: {e}", type="rate_limit_error",
+                           code="rate_limit_exceeded", headers={"Retry-After": "1"}) from None
+        except EngineNotReady as e:
+            self.telemetry.requests.labels("unavailable").inc()
+            raise ApiError(503, str(e), type="service_unavailable",
+                           headers={"Retry-After": "1"}) from None
+
+    async def _read(self, request: Request) -> bytes:
+        """The body, at most `max_body_bytes` (413) within `body_timeout_s` (408); a client
+        that leaves meanwhile raises starlette's ClientDisconnect."""
         limit = self.settings.max_body_bytes
         too_large = ApiError(413, f"the request body is larger than {limit} bytes",
                              code="request_too_large")
@@ -86,17 +94,20 @@ class OpenAIServing:
         if length.isdigit() and int(length) > limit:
             raise too_large
         data = bytearray()
-        async for chunk in request.stream():
-            data += chunk
-            if len(data) > limit:
-                raise too_large
         try:
-            return model.model_validate_json(bytes(data))
-        except ValidationError as e:
-            raise _invalid(e) from None
+            async with asyncio.timeout(self.settings.body_timeout_s):
+                async for chunk in request.stream():
+                    data += chunk
+                    if len(data) > limit:
+                        raise too_large
+        except TimeoutError:
+            raise ApiError(408, "the request body did not arrive within "
+                           f"{self.settings.body_timeout_s:g} s",
+                           code="request_timeout") from None
+        return bytes(data)
 
-    async def _serve(self, request: Request, api: Api, body: GenerationRequest,
-                     ids: list[int], max_tokens: int | None, received: int) -> Any:
+    def _submit(self, body: GenerationRequest, ids: list[int], max_tokens: int | None,
+                received: int) -> RequestStream:
         name = self.settings.served_model_name
         if body.model is not None and body.model != name:
             raise ApiError(404, f"the model {body.model!r} does not exist; this server serves "
@@ -114,20 +125,15 @@ class OpenAIServing:
             params = body.sampling_params(max_tokens)
         except ValueError as e:
             raise ApiError(400, str(e)) from None
-        try:
-            stream = self.engine.submit(ids, params, received_ns=received,
-                                        priority=body.priority, tenant=body.user)
-        except QueueFull as e:
-            self.telemetry.requests.labels("rejected").inc()
-            raise ApiError(429, f"the server is at capacity: {e}", type="rate_limit_error",
-                           code="rate_limit_exceeded", headers={"Retry-After": "1"}) from None
-        except EngineNotReady as e:
-            self.telemetry.requests.labels("unavailable").inc()
-            raise ApiError(503, str(e), type="service_unavailable",
-                           headers={"Retry-After": "1"}) from None
+        return self.engine.submit(ids, params, received_ns=received, priority=body.priority,
+                                  tenant=body.user, admitted=True)
+
+    async def _respond(self, request: Request, api: Api, body: GenerationRequest,
+                       stream: RequestStream, num_prompt_tokens: int) -> Any:
         rid = request.state.request_id
         if body.stream:
-            events = StreamEvents(api, rid, name, body, stream, self.telemetry, len(ids))
+            events = StreamEvents(api, rid, self.settings.served_model_name, body, stream,
+                                  self.telemetry, num_prompt_tokens)
             return EngineStreamResponse(events.sse(), media_type="text/event-stream",
                                         headers={"Cache-Control": "no-cache"})
         return await self._collect(request, api, rid, stream)
@@ -140,15 +146,16 @@ class OpenAIServing:
             await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             gone.cancel()
-            if not task.done():
+            left = not task.done()
+            if left:
                 task.cancel()
                 stream.abort()
                 self.telemetry.requests.labels("abort").inc()
-        if task.cancelled():
+        if left:
             return JSONResponse({}, status_code=499)  # nobody is listening any more
         try:
             text, last = task.result()
-        except (EngineRequestError, EngineNotReady) as e:
+        except (EngineRequestError, EngineNotReady, RequestFailed) as e:
             raise engine_error(e) from None
         last.times.completed = time.perf_counter_ns()
         self.telemetry.observe_request(rid, last.times, last.num_prompt_tokens,
@@ -166,30 +173,6 @@ class OpenAIServing:
             "Server-Timing": server_timing(last.times).to_header()})
 
 
-def _invalid(e: ValidationError) -> ApiError:
-    """A 400 naming the first bad field; for a field of several types, the types it takes."""
-    errors = e.errors(include_url=False)
-    first = errors[0]
-    if first["type"] == "json_invalid":
-        return ApiError(400, f"the body is not valid JSON: {first['msg']}")
-    loc = [p for p in first["loc"] if not _is_type_tag(p)]
-    param = ".".join(map(str, loc)) or None
-    tags = [str(err["loc"][len(loc)]) for err in errors
-            if len(err["loc"]) > len(loc) and list(err["loc"][: len(loc)]) == loc
-            and _is_type_tag(err["loc"][len(loc)])]
-    if len(tags) > 1:
-        message = (f"{type(first['input']).__name__} is not accepted; "
-                   f"it takes {', '.join(dict.fromkeys(tags))}")
-    else:
-        message = first["msg"].removeprefix("Value error, ")
-    return ApiError(400, f"{param}: {message}" if param else message, param=param)
-
-
-def _is_type_tag(part: object) -> bool:
-    """Pydantic's name for one branch of a union in an error location (`str`, `list[int]`)."""
-    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part)
-
-
 async def _drain(stream: RequestStream) -> tuple[str, RequestOutput]:
     parts, last = [], None
     async for out in stream:
@@ -204,9 +187,11 @@ async def _disconnected(request: Request) -> None:
 
 
 def _begin(request: Request, api: Api) -> int:
-    """The receipt stamp (the outermost middleware's) and the request id: the client's
-    X-Request-Id, else a new one."""
+    """The receipt stamp (the outermost middleware's, before routing and the body), the
+    request id (the client's X-Request-Id, else a new one), and a body that is not JSON
+    refused."""
     received = getattr(request.state, "received_ns", None) or time.perf_counter_ns()
     request.state.request_id = (request.headers.get("x-request-id")
                                 or f"{'chatcmpl' if api == 'chat' else 'cmpl'}-{uuid.uuid4().hex}")
+    require_json(request)
     return received

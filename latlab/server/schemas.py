@@ -34,6 +34,21 @@ UNSUPPORTED_DEFAULTS: dict[str, tuple[Any, ...]] = {
 }
 
 NonNegative = Annotated[int, Field(ge=0)]
+# Seeds are int64, as in vLLM and OpenAI's clients; outside that range: 400, never reduced.
+Seed = Annotated[int, Field(ge=-(1 << 63), le=(1 << 63) - 1)]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """The body of every error answer (`ApiError.body()`)."""
+
+    error: ErrorDetail
 
 
 class StreamOptions(BaseModel):
@@ -51,8 +66,8 @@ class GenerationRequest(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=-1)
-    seed: int | None = None
+    top_k: int = Field(0, ge=-1, description="-1 or 0: off; above the vocabulary: all tokens")
+    seed: Seed | None = None
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -16,7 +16,8 @@ import orjson
 from fastapi.responses import StreamingResponse
 
 from latlab.engine.engine import RequestOutput
-from latlab.server.async_engine import EngineNotReady, EngineRequestError, RequestStream
+from latlab.server.async_engine import (EngineNotReady, EngineRequestError, RequestFailed,
+                                        RequestStream)
 from latlab.server.schemas import ApiError, GenerationRequest, Usage
 from latlab.server.telemetry import Telemetry
 from latlab.server.timing import server_timing
@@ -68,7 +69,9 @@ class StreamEvents:
             self.telemetry.observe_request(self.head["id"], last.times,
                                            last.num_prompt_tokens, last.num_output_tokens,
                                            str(last.finish_reason))
-        except (EngineRequestError, EngineNotReady) as e:
+        except (EngineRequestError, EngineNotReady, RequestFailed) as e:
+            if isinstance(e, RequestFailed):
+                self.telemetry.requests.labels("error").inc()
             yield _sse(engine_error(e).body())
             yield b"data: [DONE]\n\n"
         finally:
@@ -89,9 +92,11 @@ class StreamEvents:
         return _sse(chunk)
 
 
-def engine_error(e: EngineRequestError | EngineNotReady) -> ApiError:
+def engine_error(e: EngineRequestError | EngineNotReady | RequestFailed) -> ApiError:
     if isinstance(e, EngineRequestError):
         return ApiError(400, str(e))
+    if isinstance(e, RequestFailed):
+        return ApiError(500, f"the engine failed this request: {e}", type="server_error")
     return ApiError(503, str(e), type="service_unavailable")
 
 

@@ -37,6 +37,9 @@ class _EngineCollector(Collector):
                                 "Requests waiting to be scheduled.", value=s.num_waiting)
         yield GaugeMetricFamily(f"{PREFIX}_kv_cache_usage_perc",
                                 "Fraction of KV-cache blocks in use (0-1).", value=s.kv_usage)
+        yield GaugeMetricFamily(f"{PREFIX}_kv_cache_used_blocks",
+                                "KV-cache blocks held by requests.",
+                                value=s.num_blocks - s.num_free_blocks)
         yield CounterMetricFamily(f"{PREFIX}_num_preemptions",
                                   "Requests preempted for lack of KV blocks.",
                                   value=s.num_preemptions)
@@ -67,7 +70,8 @@ class Telemetry:
         self.generation_tokens = Counter(f"{PREFIX}_generation_tokens", "Tokens generated.",
                                          registry=self.registry)
         self.requests = Counter(f"{PREFIX}_requests", "Requests by outcome: stop, length, "
-                                "abort, rejected (429), invalid (4xx), unavailable (503).",
+                                "abort, rejected (429), invalid (4xx), error (500), "
+                                "unavailable (503).",
                                 ["outcome"], registry=self.registry)
         self.registry.register(_EngineCollector(stats))
 
