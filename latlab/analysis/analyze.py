@@ -99,7 +99,7 @@ def analyze(run: RunFolder) -> RunAnalysis:
     if summary is None:
         summary = summarize(records, window, config.slos or None)
 
-    base = network_baseline(records)
+    base = network_baseline(records, config.target.rtt_ms)
     rows = [Row(record=r, metrics=request_metrics(r), parts=decompose(r, base), in_flight=n)
             for r, n in zip(records, in_flight_at_send(records))]
     inside = measured(rows, window)
@@ -124,10 +124,12 @@ def analyze(run: RunFolder) -> RunAnalysis:
     return analysis
 
 
-def network_baseline(records: list[RequestTimeline]) -> NetworkBaseline:
+def network_baseline(records: list[RequestTimeline], rtt_ms: float | None = None
+                     ) -> NetworkBaseline:
     """The run's network: the 10th percentile of the transit (what the client waited beyond
-    the server's total) over its successful requests, and the median TCP connect time of
-    its new connections."""
+    the server's total) over its successful requests, and the round trip: the null request's
+    measured before the run (`rtt_ms`), else the median TCP connect time of its new
+    connections."""
     transit = sorted((r.usage_ns if r.usage_ns is not None else r.done_ns) / NS_PER_MS
                      - r.sent_ns / NS_PER_MS - r.server.total for r in records
                      if r.ok and r.server is not None and r.server.total is not None
@@ -135,8 +137,10 @@ def network_baseline(records: list[RequestTimeline]) -> NetworkBaseline:
     connects = sorted(r.connection.connect_ns / NS_PER_MS for r in records
                       if r.connection is not None and r.connection.new
                       and r.connection.connect_ns is not None)
+    if rtt_ms is None and connects:
+        rtt_ms = percentile(connects, 50)
     return NetworkBaseline(transit_ms=percentile(transit, TRANSIT_BASELINE) if transit else None,
-                           rtt_ms=percentile(connects, 50) if connects else None)
+                           rtt_ms=rtt_ms)
 
 
 def measured(rows: list[Row], window: Window | None) -> list[Row]:

@@ -11,8 +11,8 @@ event carrying the server's timings arrived (a stream's final event, a body).
                     baseline: min(transit, baseline)                      estimated
     intake        = transit − network: the request waited to be read      derived
                     (a frozen or overloaded server; or network jitter)
-                    without a server total: the request's TCP connect time, else the run's
-                    median connect time (one round trip)                  estimated
+                    without a server total: one round trip, a null request's (GET /health)
+                    measured before the run, else the request's TCP connect   estimated
     preprocess, queue, model_load, prefill, decode, inference
                   = the server's own durations                            exact
     queue (when the server does not report it) = server.total − its other stages, or, without a
@@ -162,13 +162,13 @@ def _with_server(r: RequestTimeline, s: ServerTiming, base: NetworkBaseline,
 
 
 def _round_trip(r: RequestTimeline, base: NetworkBaseline) -> Component:
-    """Without a server total, the network is estimated as one round trip: this request's
-    TCP connect time when it opened a connection, else the run's median connect time."""
+    """Without a server total, the network is estimated as one round trip: the run's (a null
+    request's, measured before the run), else this request's TCP connect time."""
+    if base.rtt_ms is not None:
+        return Component(base.rtt_ms, Quality.ESTIMATED)
     c = r.connection
     if c is not None and c.new and c.connect_ns is not None:
         return Component(c.connect_ns / NS_PER_MS, Quality.ESTIMATED)
-    if base.rtt_ms is not None:
-        return Component(base.rtt_ms, Quality.ESTIMATED)
     return Component(None, Quality.UNAVAILABLE)
 
 

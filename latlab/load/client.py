@@ -252,3 +252,29 @@ async def discover(url: str, api_key: str | None = None,
     if not models:
         raise BenchError(f"--model not given and {url}/v1/models lists none; give --model")
     return models[0], detect(data)
+
+
+async def round_trip_ms(url: str, api_key: str | None = None, probes: int = 5,
+                        timeout_s: float = 5.0) -> float | None:
+    """The network's round trip to `url` as a request sees it: the fastest of `probes` GETs
+    of /health (else /v1/models) on one warm connection, where the server has next to
+    nothing to do. A TCP connect would not do: proxies and the kernel answer it. None when
+    the server answers neither."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for path in ("/health", "/v1/models"):
+            times = []
+            try:
+                for _ in range(probes + 1):  # the first opens the connection
+                    start = perf_counter_ns()
+                    async with session.get(url.rstrip("/") + path, headers=headers) as resp:
+                        await resp.read()
+                        if resp.status != 200:
+                            break
+                    times.append((perf_counter_ns() - start) / 1e6)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                return None
+            if len(times) > 1:
+                return min(times[1:])
+    return None

@@ -25,7 +25,7 @@ from rich.console import Console
 from latlab import __version__
 from latlab.load import BenchError
 from latlab.load.arrivals import load_trace
-from latlab.load.client import discover
+from latlab.load.client import discover, round_trip_ms
 from latlab.load.otlp import SpanReceiver
 from latlab.load.processes import run_workers
 from latlab.load.progress import ProgressDisplay
@@ -96,6 +96,7 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
             settings.target.url = url
             key = config.api_key.get_secret_value() if config.api_key else None
             settings.target.model, settings.target.server_kind = _identify(url, config, key)
+            settings.target.rtt_ms = asyncio.run(round_trip_ms(url, key))
             settings.target.otlp_endpoint = receiver.endpoint if receiver else None
             run.write_config(settings)
             plan = WorkerPlan(0, url, settings.target.model, str(run.path), secrets.token_hex(3),

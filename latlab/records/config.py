@@ -165,6 +165,7 @@ class Target(BaseModel):
     engine_ready_s: float | None = None
     server_kind: ServerKind | None = None
     otlp_endpoint: str | None = None
+    rtt_ms: float | None = None  # a null request's round trip before the run
 
 
 class RunConfig(BaseModel):
