@@ -42,9 +42,10 @@ def test_run_folder_holds_config_records_and_summary(tmp_path):
     assert not result.failed and result.message is None
     run = RunFolder.open(result.run.path)
     cfg = run.read_config()
-    assert cfg.target.model_dump(exclude_none=True) == {
+    assert cfg.target.model_dump(exclude_none=True, exclude={"rtt_ms"}) == {
         "url": server.url, "model": "fake-model", "embedded": False, "api_key_given": False,
         "server_kind": "openai"}
+    assert 0 < cfg.target.rtt_ms < 1000  # the null request's round trip before the run
     assert cfg.bench.requests == 30 and cfg.bench.arrivals.users == 3
     clock = cfg.clock
     assert clock.t0_ns >= clock.perf_counter_ns and clock.unix_time > 1.6e9
