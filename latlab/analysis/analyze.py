@@ -97,7 +97,8 @@ def analyze(run: RunFolder) -> RunAnalysis:
     summary = run.read_summary()
     recomputed = summary is None
     if summary is None:
-        summary = summarize(records, window, config.slos or None)
+        summary = summarize(records, window, config.slos or None,
+                            concurrency_cap=config.concurrency)
 
     base = network_baseline(records, config.target.rtt_ms)
     rows = [Row(record=r, metrics=request_metrics(r), parts=decompose(r, base), in_flight=n)

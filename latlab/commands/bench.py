@@ -17,7 +17,8 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from latlab.analysis import RunAnalysis, analyze
-from latlab.commands.common import EXIT_FAILED, RunFailed, UsageError, console, print_json
+from latlab.commands.common import (EXIT_FAILED, Interrupted, RunFailed, UsageError, console,
+                                    print_json)
 from latlab.commands.groups import (ArrivalShape, OutputOptions, StopOptions, TargetOptions,
                                     WorkloadOptions, engine_tokenizer)
 from latlab.commands.options import opt, validation_message
@@ -77,7 +78,8 @@ class BenchOptions(TargetOptions, WorkloadOptions, ArrivalShape, StopOptions, Ou
             return BenchConfig(url=self.url, model=self.model, api_key=self.api_key,
                                workload=workload, arrivals=arrivals, duration_s=duration,
                                requests=self.requests, warmup_s=warmup, cooldown_s=cooldown,
-                               timeout_s=self.timeout, workers=self.workers,
+                               timeout_s=self.timeout, drain_s=self.drain,
+                               workers=self.workers,
                                ignore_eos=self.ignore_eos,
                                continuous_usage=self.continuous_usage, stream=self.stream,
                                keepalive=self.keepalive, server_kind=self.server_kind,
@@ -128,7 +130,8 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
     window = run_window(load.config, records)
     summary = summarize(records, window, config.slos,
                         client=client_check(load.health, records, window),
-                        stop_reason=load.stop_reason, notes=load.notes)
+                        stop_reason=load.stop_reason, notes=load.notes,
+                        concurrency_cap=load.config.concurrency)
     summary.spans = spans
     load.run.write_summary(summary)
     with RunStore(store or config.out) as runs:
@@ -177,6 +180,8 @@ def bench(options: BenchOptions) -> None:
                   style="bold red" if result.failed else "yellow")
     if result.failed:
         raise RunFailed(code=EXIT_FAILED)
+    if result.summary.stop_reason == "interrupted":
+        raise Interrupted("interrupted: the requests finished so far and the summary are kept")
 
 
 def explain(out: Console) -> None:

@@ -104,6 +104,9 @@ class StopOptions(Options):
                                      "10% of --duration, at most 5).", to="warmup_s")
     cooldown: float | None = opt(None, "Seconds excluded at the end (default: 5% of "
                                        "--duration, at most 2).", to="cooldown_s")
+    drain: float = opt(30.0, "After --duration, seconds the requests in flight may still take; "
+                             "then they are cancelled and recorded as unfinished.",
+                       to="drain_s")
     workers: int = opt(1, "Client processes sharing the schedule.")
 
 

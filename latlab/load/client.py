@@ -121,6 +121,8 @@ class Client:
             while True:
                 try:
                     await self._attempt(session, data, headers, r)
+                    if r.ok and not r.token_ns and r.completion_tokens is None:
+                        r.outcome, r.error = Outcome.EMPTY, "HTTP 200 without a token or usage"
                     break
                 except STALE:
                     if not _stale(r) or r.retries:

@@ -33,7 +33,7 @@ from latlab.load.scrape import Scraper
 from latlab.load.target import EngineError, start_engine
 from latlab.load.worker import Worker, WorkerPlan, WorkerResult
 from latlab.load.workload import Workload
-from latlab.records.config import BenchConfig, Clock, RunConfig, ServerKind, Target
+from latlab.records.config import BenchConfig, Clock, RunConfig, ServerKind, Target, redact
 from latlab.records.folder import RunFolder
 from latlab.records.health import WorkerHealth
 from latlab.records.scrape import METRICS
@@ -146,7 +146,7 @@ def run_config(config: BenchConfig, command: Sequence[str] | None) -> RunConfig:
     """The config.json of a bench run, before it starts."""
     return RunConfig(
         latlab_version=__version__,
-        command=shlex.join(command if command is not None else sys.argv),
+        command=shlex.join(redact(command if command is not None else sys.argv)),
         name=config.name, tags=config.tags, bench=config,
         target=Target(url=config.url, model=config.model, embedded=config.url is None,
                       api_key_given=config.api_key is not None),
@@ -208,15 +208,14 @@ def _finish(config: BenchConfig, run: RunFolder, settings: RunConfig,
 
 def _end_ns(config: BenchConfig, t0_ns: int, reasons: set[str], results: list[WorkerResult],
             records: Sequence[RequestTimeline]) -> int | None:
-    """Where the measurement window ends: the end of --duration; for a stopped run, when it
-    stopped, and for an interrupted one before the first request Ctrl-C cancelled (a request
-    the user cancelled is not the server's failure); else (None) the last activity."""
+    """Where the measurement window ends: the end of --duration; for a stopped or interrupted
+    run, when it stopped (the requests Ctrl-C cancelled are counted as cancelled, not as
+    failures); else (None) the last activity."""
     end = t0_ns + int(config.duration_s * 1e9) if config.duration_s else None
     if not reasons & {"interrupted", "aborted"}:
         return end if reasons == {"duration"} else None
     stopped = max(r.stopped_ns for r in results)
-    cancelled = [r.origin_ns for r in records if r.outcome == Outcome.CANCELLED]
-    return min(t for t in (end, stopped, min(cancelled, default=None)) if t is not None)
+    return min(t for t in (end, stopped) if t is not None)
 
 
 def _failure_counts(records: Sequence[RequestTimeline]) -> str:

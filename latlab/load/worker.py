@@ -92,6 +92,7 @@ class Worker:
         self.message: str | None = None
         self.stopped_ns: int | None = None
         self._main: asyncio.Task[None] | None = None
+        self._expired = False
         self._next_k = 0
         arrivals = config.arrivals
         cap = arrivals.users if not arrivals.open_loop else arrivals.max_concurrency
@@ -116,6 +117,9 @@ class Worker:
                 pass
         snapshots = loop.create_task(self._snapshots())
         self.health.start()
+        expiry = (loop.call_later(max(0.0, (self.end_ns - perf_counter_ns()) / 1e9
+                                      + self.config.drain_s), self._expire)
+                  if self.end_ns is not None else None)
         try:
             async with self.client:
                 load = self._open_loop() if self.config.arrivals.open_loop else self._closed_loop()
@@ -128,6 +132,8 @@ class Worker:
                 if self.tasks:
                     await asyncio.gather(*self.tasks, return_exceptions=True)
         finally:
+            if expiry is not None:
+                expiry.cancel()
             for sig, previous in handled.items():
                 loop.remove_signal_handler(sig)
                 if previous is not None:  # e.g. a sweep's own SIGTERM handling
@@ -143,6 +149,16 @@ class Worker:
     def interrupt(self) -> None:
         """Ctrl-C: stop scheduling and cancel what is in flight (recorded as cancelled)."""
         self._stop("interrupted", "interrupted: requests in flight were cancelled")
+        for task in self.tasks:
+            task.cancel()
+        if self._main is not None:
+            self._main.cancel()
+
+    def _expire(self) -> None:
+        """The run's end (--duration + --drain): what is still in flight is cancelled and
+        recorded as unfinished, whatever the server is doing."""
+        self._stop("duration")
+        self._expired = True
         for task in self.tasks:
             task.cancel()
         if self._main is not None:
@@ -167,10 +183,16 @@ class Worker:
             if self.stop_reason is not None:
                 return
             self.health.note_dispatch(perf_counter_ns() - scheduled)
-            task = asyncio.get_running_loop().create_task(self._request(spec, scheduled))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            if self._cap is not None:
+                await self._cap.acquire()  # a full cap holds the schedule, not a task pile
+            self._spawn(spec, scheduled)
         self._stop("trace")
+
+    def _spawn(self, spec: RequestSpec, scheduled_ns: int) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(self._request(spec, scheduled_ns))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
 
     async def _closed_loop(self) -> None:
         starts = user_start_times(self.config.arrivals.users, self.config.arrivals.ramp_s)
@@ -189,7 +211,7 @@ class Worker:
             spec = self.workload.request(index)
             await _sleep_until(scheduled)
             self.health.note_dispatch(perf_counter_ns() - scheduled)
-            await self._request(spec, scheduled)
+            await self._spawn(spec, scheduled)
             scheduled = perf_counter_ns()
 
     async def _request(self, spec: RequestSpec, scheduled_ns: int) -> None:
@@ -200,17 +222,19 @@ class Worker:
         self.in_flight[spec.index] = r
         self.counters.dispatched += 1
         try:
-            if self._cap is None:
-                await self.client.send(spec, r)
-            else:
-                async with self._cap:
-                    await self.client.send(spec, r)
+            await self.client.send(spec, r)
         except asyncio.CancelledError:
-            if r.sent_ns is None:
+            if self._expired:
+                r.outcome = Outcome.UNFINISHED
+                r.error = (f"still in flight {self.config.drain_s:g} s after --duration "
+                           "(--drain): cancelled")
+            elif r.sent_ns is None:
                 r.outcome, r.error = Outcome.CANCELLED, "cancelled before it was sent"
-                r.done_ns = perf_counter_ns()
+            r.done_ns = r.done_ns or perf_counter_ns()
             raise
         finally:
+            if self._cap is not None:
+                self._cap.release()
             del self.in_flight[spec.index]
             self.writer.write(r)
             self._finished(r)
@@ -258,6 +282,9 @@ class Worker:
 
 
 async def _sleep_until(t_ns: int) -> None:
-    """Sleep until `t_ns`; the loop's 1 ms timers may wake early, so check and go again."""
+    """Sleep until `t_ns`; the loop's 1 ms timers may wake early, so check and go again.
+    It yields at least once, so a schedule that is all due (a burst) still lets the loop
+    run its other work (a Ctrl-C, a stream) between two dispatches."""
+    await asyncio.sleep(0)
     while (delay := t_ns - perf_counter_ns()) > 0:
         await asyncio.sleep(delay / 1e9)

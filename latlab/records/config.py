@@ -12,7 +12,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, SecretStr, field_serializer, field_validator,
+                      model_validator)
 
 from latlab.records import SCHEMA_VERSION
 from latlab.records.workload import ArrivalConfig, WorkloadConfig
@@ -35,6 +36,29 @@ class ServerKind(StrEnum):
 
 _SLO = re.compile(r"^\s*(?P<name>[a-z_]+)\s*(?:=|<=?)\s*(?P<value>[0-9.]+)\s*(?P<unit>ms|s|us)?\s*$")
 _UNIT_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001, None: 1.0}
+
+
+SECRETS = ("--api-key",)
+_INLINE_SECRET = re.compile(r"(--api-key(?:=|\s+))(\"[^\"]*\"|'[^']*'|\S+)")
+HIDDEN = "***"
+
+
+def redact(argv: list[str] | tuple[str, ...]) -> list[str]:
+    """A command line with every secret replaced: `--api-key KEY`, `--api-key=KEY`, and the
+    same inside one argument (`--serve-args "--api-key KEY"`). Nothing stored or printed
+    holds a secret."""
+    out: list[str] = []
+    hide = False
+    for arg in argv:
+        if hide:
+            out.append(HIDDEN)
+            hide = False
+        elif arg in SECRETS:
+            out.append(arg)
+            hide = True
+        else:
+            out.append(_INLINE_SECRET.sub(rf"\g<1>{HIDDEN}", arg))
+    return out
 
 
 def parse_slo(text: str) -> tuple[str, float]:
@@ -65,6 +89,7 @@ class BenchConfig(BaseModel):
     warmup_s: float = Field(default=0.0, ge=0)
     cooldown_s: float = Field(default=0.0, ge=0)
     timeout_s: float = Field(default=300.0, gt=0)
+    drain_s: float = Field(default=30.0, ge=0)
     workers: int = Field(default=1, ge=1, le=64)
     ignore_eos: bool = True
     continuous_usage: bool = True
@@ -79,10 +104,17 @@ class BenchConfig(BaseModel):
     name: str = "bench"
     tags: list[str] = []
 
+    @field_serializer("serve_args")
+    def _redacted(self, serve_args: list[str]) -> list[str]:
+        return redact(serve_args)
+
     @model_validator(mode="after")
     def _check(self) -> BenchConfig:
         if self.duration_s is None and self.requests is None and self.arrivals.process != "trace":
             raise ValueError("give --duration or --requests")
+        if self.arrivals.rate == float("inf") and self.requests is None:
+            raise ValueError("--rate inf sends every request at once: bound it with --requests N "
+                             "(and --max-concurrency to cap how many are in flight)")
         if self.duration_s is not None and self.warmup_s + self.cooldown_s >= self.duration_s:
             raise ValueError(f"--warmup {self.warmup_s:g} s + --cooldown {self.cooldown_s:g} s "
                              f"leave nothing of --duration {self.duration_s:g} s")
@@ -125,6 +157,10 @@ class ColdstartConfig(BaseModel):
     out: Path = Path("runs")
     name: str = "engine"
     tags: list[str] = []
+
+    @field_serializer("serve_args", "command")
+    def _redacted(self, argv: list[str]) -> list[str]:
+        return redact(argv)
 
     @model_validator(mode="after")
     def _check(self) -> ColdstartConfig:

@@ -130,6 +130,7 @@ class RunSummary(Record):
     requests: int
     in_window: int
     ok: int
+    cancelled: int = 0  # by the user (Ctrl-C): neither ok nor failed
     failures: dict[str, int] = {}
     latency: dict[str, Distribution] = {}
     failure_adjusted: dict[str, Distribution] = {}

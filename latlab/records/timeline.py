@@ -48,7 +48,9 @@ class Outcome(StrEnum):
     CONNECTION_RESET = "connection_reset"
     STREAM_BROKEN = "stream_broken"
     BAD_PAYLOAD = "bad_payload"
-    CANCELLED = "cancelled"
+    EMPTY = "empty"  # a 200 answer that carried no token and no usage
+    UNFINISHED = "unfinished"  # still in flight when the run's time (duration + drain) ran out
+    CANCELLED = "cancelled"  # by the user (Ctrl-C): not the server's failure
     CLIENT_ERROR = "client_error"
 
 
