@@ -43,3 +43,67 @@ def test_a_dead_target_is_not_the_clients_lateness():
         r.outcome, r.done_ns = Outcome.CONNECTION_REFUSED, r.scheduled_ns + MS
     s = summarize(records, Window.of_run(records))
     assert not any("could not keep the schedule" in w for w in s.warnings)
+
+
+def test_identical_setups_do_not_differ_in_itl(tmp_path):
+    """A request's token gaps move together: resampled one by one they look like thousands
+    of independent samples and two runs of the same setup 'differ'."""
+    import numpy as np
+    from timelines import timeline, write_run
+
+    from latlab.analysis import analyze
+    from latlab.analysis.compare import compare
+
+    def run(seed: int):
+        rng = np.random.default_rng(seed)
+        records = [timeline(i, i * 100, tokens=60, itl=float(rng.lognormal(np.log(10), 0.3)))
+                   for i in range(60)]
+        return analyze(write_run(tmp_path / str(seed), records))
+
+    c = compare(run(1), run(2))
+    for stat in ("p50", "mean", "p99"):
+        change = c.change(f"{stat}_itl")
+        assert change.verdict == "same", (stat, change.a, change.b, change.ci)
+
+
+def test_a_point_that_fell_behind_meets_no_slo():
+    from latlab.analysis.slo_max import slo_max
+    from latlab.records.sweep import Point
+
+    def point(rate: float, achieved: float, ttft: float, behind: bool = False) -> Point:
+        return Point(label=f"{rate:g} req/s", mode="rate", load=rate, achieved=achieved,
+                     error_rate=0.0, requests=100, latency=ttft * 3, median_latency=ttft * 2,
+                     slo_values={"ttft": ttft}, output_tokens_per_s=0.0,
+                     offered=rate * 1.37, fell_behind=behind)
+
+    points = [point(1, 1.0, 100), point(3, 3.0, 200), point(6, 4.71, 300, behind=True)]
+    best = slo_max(points, {"ttft": 500.0}, 99)
+    assert best.load == 3 and best.failing.label == "6 req/s"
+    assert "fell behind" in best.statement and "4.71 of 8.22 req/s offered" in best.statement
+
+
+def test_one_late_send_in_a_small_run_is_not_a_verdict():
+    from latlab.metrics.client import client_check
+    from latlab.records.health import WorkerHealth
+
+    def health(late: list[float]) -> WorkerHealth:
+        return WorkerHealth(worker=0, loop_lag_ms=[0.1] * 500, loop_lag_at_ns=list(range(500)),
+                            dispatch_lateness_ms=late, dispatch_at_ns=list(range(len(late))),
+                            cpu_mean=5, cpu_max=6)
+
+    one = client_check([health([0.3] * 59 + [152.0])], [])
+    assert not one.bottleneck  # p99 of 60 sends rests on the one outlier: unreliable
+    many = client_check([health([0.3] * 54 + [40.0] * 6)], [])
+    assert many.bottleneck and "lateness p99" in many.reasons[0]
+
+
+def test_a_single_late_request_does_not_make_the_client_finding_critical(tmp_path):
+    from timelines import steady, timeline, write_run
+
+    from latlab.analysis import analyze
+    from latlab.analysis.findings import Severity
+
+    records = steady(60) + [timeline(60, 6100, client_wait=400.0)]
+    found = {f.rule: f for f in analyze(write_run(tmp_path, records)).findings}
+    assert "client_bottleneck" not in found or found["client_bottleneck"].severity != (
+        Severity.CRITICAL)

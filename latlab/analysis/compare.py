@@ -15,13 +15,15 @@ import numpy as np
 
 from latlab.analysis.analyze import RunAnalysis
 from latlab.analysis.budget import Budget, Row, budget
-from latlab.analysis.significance import bootstrap_difference, statistic
+from latlab.analysis.significance import (bootstrap_difference, cluster_bootstrap_difference,
+                                          statistic)
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
 
 LATENCY_METRICS = {"ttft": "TTFT", "ttft_sched": "TTFT from schedule", "tpot": "TPOT",
                    "itl": "ITL", "e2e": "E2E", "e2e_sched": "E2E from schedule"}
 STATS = ("mean", "p50", "p90", "p99")
+PER_TOKEN = ("itl",)
 UNTESTED_NOISE = 0.05  # a change without a CI must exceed this share to be called a change
 RATES = {"output_tokens_per_s": ("output tokens/s", "tok/s"),
          "achieved_rate": ("achieved rate", "req/s"),
@@ -132,7 +134,13 @@ def compare(a: RunAnalysis, b: RunAnalysis, seed: int = 0) -> Comparison:
                                float(statistic(va, s)) if len(va) else None,
                                float(statistic(vb, s)) if len(vb) else None) for s in STATS]
             continue
-        for stat, diff in bootstrap_difference(va, vb, STATS, seed=seed).items():
+        if metric in PER_TOKEN:  # a request's gaps are resampled together
+            diffs = cluster_bootstrap_difference(
+                [np.asarray(r.metrics.itl) for r in a_rows],
+                [np.asarray(r.metrics.itl) for r in b_rows], STATS, seed=seed)
+        else:
+            diffs = bootstrap_difference(va, vb, STATS, seed=seed)
+        for stat, diff in diffs.items():
             change = Change(f"{stat}_{metric}", f"{label} {stat}", "ms", diff.a, diff.b,
                             ci=(diff.ci_low, diff.ci_high), significant=diff.significant)
             if metric in ATTRIBUTED:

@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
+from latlab.metrics.stats import tail_exceeds
 from latlab.metrics.throughput import zero_gap_share
 from latlab.records.health import WorkerHealth
 from latlab.records.summary import ClientCheck, CpuPercent, LoopLag, Machine, WorkerCpu
@@ -37,12 +38,12 @@ def client_check(workers: Sequence[WorkerHealth], records: Sequence[RequestTimel
     zero_share = zero_gap_share(records, window)
     cpu_means = [w.cpu_mean for w in workers]
     reasons = []
-    if lateness_p99 is not None and lateness_p99 > MAX_LATENESS_P99_MS:
+    if tail_exceeds(late.tolist(), 99, MAX_LATENESS_P99_MS):
         reasons.append(f"sends ran late against the schedule: lateness p99 {lateness_p99:.1f} ms "
                        f"(limit {MAX_LATENESS_P99_MS:g} ms)")
     cpus = os.cpu_count() or 1
     load = max((w.load_average for w in workers), default=0.0)
-    if lag.p99 is not None and lag.p99 > MAX_LOOP_LAG_P99_MS:
+    if tail_exceeds(lags.tolist(), 99, MAX_LOOP_LAG_P99_MS):
         starved = max(cpu_means, default=0) < BUSY_CPU_PERCENT and load > cpus
         reasons.append(f"event-loop lag p99 {lag.p99:.1f} ms (limit {MAX_LOOP_LAG_P99_MS:g} ms): "
                        "timestamps were taken late"
