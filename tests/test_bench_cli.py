@@ -78,6 +78,11 @@ def test_the_summary_table(tmp_path):
     (["--tenant", "a:heavy"], "--tenant 'a:heavy'"),
     (["--prefix-fraction", "1.5"], "--prefix-fraction 1.5"),
     (["--url", "localhost:8000"], "--url 'localhost:8000'"),
+    (["--users", "0"], "--users 0: Input should be greater than or equal to 1"),
+    (["--rate", "2", "--burstiness", "0"], "--burstiness 0.0: Input should be greater than 0"),
+    (["--rate", "inf"], "--rate inf sends every request at once: bound it with --requests"),
+    (["--server-kind", "triton"], "--server-kind 'triton'"),
+    (["--api", "grpc"], "--api 'grpc'"),
 ])
 def test_bad_options_fail_before_any_load(tmp_path, args, fragment):
     with Server(stream(STEPS)) as server:

@@ -107,3 +107,27 @@ def test_a_single_late_request_does_not_make_the_client_finding_critical(tmp_pat
     found = {f.rule: f for f in analyze(write_run(tmp_path, records)).findings}
     assert "client_bottleneck" not in found or found["client_bottleneck"].severity != (
         Severity.CRITICAL)
+
+
+def test_users_starting_together_are_a_burst_not_a_cold_server(tmp_path):
+    from timelines import timeline, write_run
+
+    from latlab.analysis import analyze
+
+    burst = [timeline(i, 0, prefill=120 + 10 * i) for i in range(8)]  # 8 prefills at once
+    warm = [timeline(8 + i, 1000 + 100 * i, prefill=15) for i in range(40)]
+    a = analyze(write_run(tmp_path, burst + warm))
+    assert "cold_start" not in {f.rule for f in a.findings}
+    assert "started together" in {u.rule: u for u in a.unevaluated}["cold_start"].needs
+
+
+def test_a_large_network_share_is_a_finding(tmp_path):
+    from timelines import steady, write_run
+
+    from latlab.analysis import analyze
+
+    far = {f.rule: f for f in analyze(write_run(tmp_path, steady(40, upload=50,
+                                                                 download=50))).findings}
+    assert "network_share" in far and "100.0 ms" in far["network_share"].evidence[0]
+    near = analyze(write_run(tmp_path, steady(40)))
+    assert "network_share" not in {f.rule for f in near.findings}

@@ -71,8 +71,9 @@ class BenchOptions(TargetOptions, WorkloadOptions, ArrivalShape, StopOptions, Ou
         cooldown = self.cooldown if self.cooldown is not None else (
             min(0.05 * duration, 2.0) if duration else 0.0)
         try:
-            arrivals = ArrivalConfig(users=self.users or DEFAULT_USERS, rate=self.rate,
-                                     burstiness=self.burstiness or 1.0,
+            arrivals = ArrivalConfig(users=DEFAULT_USERS if self.users is None else self.users,
+                                     rate=self.rate,
+                                     burstiness=1.0 if self.burstiness is None else self.burstiness,
                                      max_concurrency=self.max_concurrency, ramp_s=self.ramp,
                                      trace=self.trace, seed=self.seed, process=self._process())
             return BenchConfig(url=self.url, model=self.model, api_key=self.api_key,
