@@ -129,8 +129,9 @@ def test_how_requests_ended_over_time_counts_goodput_and_failures(tmp_path):
     assert [t.name for t in fig.data if t.type == "scatter"] == ["failed (% of ended)"]
     assert "ttft ≤ 30.0 ms" in fig.layout.title.text
 
-    plain = timeseries.outcomes_figure(run(tmp_path / "plain", steady(10)))
-    assert [t.name for t in plain.data] == ["ok"]  # nothing failed: no failure line
+    cancelled = timeline(10, 50.0, outcome=Outcome.CANCELLED)
+    plain = timeseries.outcomes_figure(run(tmp_path / "plain", [*steady(10), cancelled]))
+    assert [t.name for t in plain.data] == ["ok", "cancelled"]  # cancelled is not failed
     assert "no SLO given" in plain.layout.title.text
 
 

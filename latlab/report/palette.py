@@ -39,6 +39,8 @@ OUTCOME_COLORS = {
     "connection_reset": "#9467bd",
     "stream_broken": "#e377c2",
     "bad_payload": "#8c564b",
+    "empty": "#bcbd22",
+    "unfinished": "#7f7f7f",
     "cancelled": "#9a9a9a",
     "client_error": "#17becf",
 }

@@ -13,6 +13,7 @@ from plotly.subplots import make_subplots
 
 from latlab.analysis.budget import in_flight_at
 from latlab.metrics.slo import meets_slos
+from latlab.records.timeline import Outcome
 from latlab.report.figures import LAYOUT
 from latlab.report.palette import OUTCOME_COLORS
 from latlab.units import ms
@@ -25,6 +26,7 @@ OUTCOME_BINS = 30  # fewer: a bin counts the requests that ended in it
 MIN_BIN_S = 0.1
 SHADE = dict(fillcolor="#888", opacity=0.15, line_width=0, layer="below")
 GOOD, MISSED = "met the SLOs", "succeeded, missed an SLO"
+CANCELLED = str(Outcome.CANCELLED)  # by the user: neither succeeded nor failed
 
 
 @dataclass(frozen=True)
@@ -158,8 +160,9 @@ def outcomes_figure(a: RunAnalysis) -> go.Figure | None:
         if fate not in fates:
             continue
         counts = np.histogram(clock.seconds(fates[fate]), edges)[0]
-        ended += counts
-        if fate not in (GOOD, MISSED, "ok"):
+        if fate != CANCELLED:
+            ended += counts
+        if fate not in (GOOD, MISSED, "ok", CANCELLED):
             failed += counts
         color = OUTCOME_COLORS["ok"] if fate in (GOOD, "ok") else (
             "#c9e6b0" if fate == MISSED else OUTCOME_COLORS.get(fate, "#d9534f"))
