@@ -88,6 +88,8 @@ def save_checkpoint(loaded: LoadedModel, folder: str | Path) -> Path:
     }
     (folder / "config.json").write_text(json.dumps(hf, indent=2))
     loaded.tokenizer.save_pretrained(folder)
+    # safetensors writes its file 0600 whatever the umask; give it the mode the others got
+    (folder / "model.safetensors").chmod((folder / "config.json").stat().st_mode & 0o777)
     return folder
 
 
