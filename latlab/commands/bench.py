@@ -136,7 +136,7 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
     summary.spans = spans
     load.run.write_summary(summary)
     with RunStore(store or config.out) as runs:
-        runs.register(load.run.path, "bench", load.config, key_numbers(summary))
+        runs.register(load.run.path, "bench", load.config, key_numbers(summary), summary)
     return BenchResult(load.run, summary, _explain(load.run, console), load.failed, load.message)
 
 

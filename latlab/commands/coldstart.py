@@ -110,6 +110,10 @@ def run_coldstart(config: ColdstartConfig, *, console: Console | None = None,
                 _write(run, settings, starts, config, interrupted)
     except KeyboardInterrupt:
         interrupted = True
+    except BaseException as e:
+        if not starts:
+            settings.failed = str(e) or type(e).__name__
+        raise
     finally:
         run.write_config(settings)
         record = _write(run, settings, starts, config, interrupted)

@@ -26,7 +26,8 @@ import orjson
 from latlab.load import BenchError
 from latlab.load.connection import connection_trace
 from latlab.load.ollama import NdjsonParser, ollama_body
-from latlab.load.server_timing import ServerKind, detect, from_event, from_headers
+from latlab.load.server_timing import (ServerKind, context_length, detect, from_event,
+                                       from_headers)
 from latlab.load.sse import StreamFault, StreamParser, apply_usage
 from latlab.load.workload import RequestSpec
 from latlab.records.timeline import Outcome, RequestTimeline
@@ -237,11 +238,11 @@ async def list_models(url: str, api_key: str | None = None, timeout_s: float = 1
     return [m["id"] for m in data["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 
-async def discover(url: str, api_key: str | None = None,
-                   timeout_s: float = 10.0) -> tuple[str, ServerKind]:
-    """The first model `url` lists at /v1/models and the server's kind; `BenchError` says
-    why there is none: the target cannot be reached (giving --model would not help), or it
-    lists none."""
+async def discover(url: str, api_key: str | None = None, timeout_s: float = 10.0,
+                   model: str | None = None) -> tuple[str, ServerKind, int | None]:
+    """`model` (default: the first model `url` lists at /v1/models), the server's kind and
+    the model's context length where listed; `BenchError` says why there is none: the
+    target cannot be reached (giving --model would not help), or it lists none."""
     try:
         data = await fetch_models(url, api_key, timeout_s)
     except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as e:
@@ -253,7 +254,8 @@ async def discover(url: str, api_key: str | None = None,
     models = [m["id"] for m in data["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
     if not models:
         raise BenchError(f"--model not given and {url}/v1/models lists none; give --model")
-    return models[0], detect(data)
+    model = model or models[0]
+    return model, detect(data), context_length(data, model)
 
 
 async def round_trip_ms(url: str, api_key: str | None = None, probes: int = 5,

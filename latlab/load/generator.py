@@ -16,9 +16,9 @@ import secrets
 import shlex
 import sys
 import time
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from rich.console import Console
 
@@ -34,7 +34,7 @@ from latlab.load.target import EngineError, start_engine
 from latlab.load.worker import Worker, WorkerPlan, WorkerResult
 from latlab.load.workload import Workload
 from latlab.records.config import BenchConfig, Clock, RunConfig, ServerKind, Target, redact
-from latlab.records.folder import RunFolder
+from latlab.records.folder import REQUESTS, RunFolder
 from latlab.records.health import WorkerHealth
 from latlab.records.scrape import METRICS
 from latlab.records.spans import SPANS
@@ -43,6 +43,7 @@ from latlab.records.timeline import Outcome, RequestTimeline
 START_LEAD_S = 0.05
 SPAN_POLL_S = 0.1
 MODELS_TIMEOUT_S = 10.0
+FIT_CHECK_REQUESTS = 1000  # requests drawn to check that prompts fit the context
 
 
 @dataclass
@@ -76,7 +77,7 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
     run.write_config(settings)
     engine = None
     notes: list[str] = []
-    with ExitStack() as context:
+    with ExitStack() as context, _not_started(run, settings):
         receiver = (context.enter_context(SpanReceiver(run.path / SPANS, port=config.otlp_port))
                     if config.otlp_port is not None else None)
         try:
@@ -95,8 +96,10 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
                 settings.target.engine_ready_s = engine.ready_s
             settings.target.url = url
             key = config.api_key.get_secret_value() if config.api_key else None
-            settings.target.model, settings.target.server_kind = _identify(url, config, key)
-            settings.target.rtt_ms = asyncio.run(round_trip_ms(url, key))
+            target = settings.target
+            target.model, target.server_kind, target.max_model_len = _identify(url, config, key)
+            _fit(workload, config, target.max_model_len)
+            target.rtt_ms = asyncio.run(round_trip_ms(url, key))
             settings.target.otlp_endpoint = receiver.endpoint if receiver else None
             run.write_config(settings)
             plan = WorkerPlan(0, url, settings.target.model, str(run.path), secrets.token_hex(3),
@@ -129,6 +132,21 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
     return _finish(config, run, settings, results, notes)
 
 
+@contextmanager
+def _not_started(run: RunFolder, settings: RunConfig) -> Iterator[None]:
+    """Record in config.json why a run failed before any request ended, so that `report`
+    and `runs` say it did not start instead of reading an empty run as a healthy one."""
+    try:
+        yield
+    except BaseException as e:
+        records = run.path / REQUESTS
+        if not records.is_file() or records.stat().st_size == 0:
+            settings.failed = ("interrupted before the load began"
+                               if isinstance(e, KeyboardInterrupt) else str(e) or type(e).__name__)
+            run.write_config(settings)
+        raise
+
+
 def _await_spans(receiver: SpanReceiver, run: RunFolder, wait_s: float) -> list[str]:
     """Wait (at most `wait_s`) until a span has arrived for every successful request's
     trace: exporters send in batches, seconds after the request ended."""
@@ -155,18 +173,34 @@ def run_config(config: BenchConfig, command: Sequence[str] | None) -> RunConfig:
         concurrency=config.arrivals.max_concurrency if config.arrivals.open_loop else None)
 
 
-def _identify(url: str, config: BenchConfig, key: str | None) -> tuple[str, ServerKind]:
-    """The model to request and the server's kind: as given, else from /v1/models (a
-    server that lists no models is an OpenAI-compatible one when --model is given)."""
+def _identify(url: str, config: BenchConfig,
+              key: str | None) -> tuple[str, ServerKind, int | None]:
+    """The model to request, the server's kind and the model's context: as given, else from
+    /v1/models (a server that lists no models is an OpenAI-compatible one when --model is
+    given)."""
     try:
-        model, kind = asyncio.run(discover(url, key, MODELS_TIMEOUT_S))
+        model, kind, context = asyncio.run(discover(url, key, MODELS_TIMEOUT_S, config.model))
     except BenchError:
         if config.model is None:
             raise
-        model, kind = config.model, ServerKind.OPENAI
+        model, kind, context = config.model, ServerKind.OPENAI, None
     if config.server_kind != ServerKind.AUTO:
         kind = config.server_kind
-    return config.model or model, kind
+    return model, kind, context
+
+
+def _fit(workload: Workload, config: BenchConfig, context: int | None) -> None:
+    """Fit every request into the server's context (its output is shortened where needed);
+    `BenchError` before anything is sent when prompts alone do not fit."""
+    if context is None:
+        return
+    config.workload.context_tokens = context  # the same object as workload.config
+    count = min(config.requests or FIT_CHECK_REQUESTS, FIT_CHECK_REQUESTS)
+    over, longest = workload.prompts_too_long(count)
+    if over:
+        raise BenchError(f"{over} of the first {count} prompts (up to {longest} tokens) leave no "
+                         f"room for output in the server's context of {context} tokens: lower "
+                         "--prompt-tokens, or serve a longer context")
 
 
 def _start_clock(run: RunFolder, settings: RunConfig) -> int:
@@ -190,8 +224,13 @@ def _run_here(config: BenchConfig, plan: WorkerPlan, workload: Workload, run: Ru
 def _finish(config: BenchConfig, run: RunFolder, settings: RunConfig,
             results: list[WorkerResult], notes: list[str]) -> LoadResult:
     reasons = {r.stop_reason for r in results}
-    messages = list(dict.fromkeys([r.message for r in results if r.message] + notes))
     records = run.read_records()
+    fitted = sum(1 for r in records if r.fitted)
+    if fitted:
+        notes.append(f"{fitted} of {len(records)} requests asked for fewer output tokens than "
+                     f"the workload drew, to fit the server's context of "
+                     f"{settings.target.max_model_len} tokens")
+    messages = list(dict.fromkeys([r.message for r in results if r.message] + notes))
     settings.clock.end_ns = _end_ns(config, settings.clock.t0_ns, reasons, results, records)
     run.write_config(settings)
     stop_reason = ("interrupted" if "interrupted" in reasons

@@ -218,6 +218,7 @@ class Worker:
         r = RequestTimeline(id=f"{self.plan.run_id}-{spec.index}", index=spec.index,
                             worker=self.w, api=self.config.workload.api,
                             prompt_tokens_planned=spec.prompt_tokens, max_tokens=spec.max_tokens,
+                            fitted=spec.fitted,
                             tenant=spec.tenant, priority=spec.priority, scheduled_ns=scheduled_ns)
         self.in_flight[spec.index] = r
         self.counters.dispatched += 1

@@ -19,6 +19,7 @@ from latlab.tokenizer import Tokenizer, TokenizerError
 __all__ = ["Api", "RequestSpec", "Workload", "WorkloadError"]
 _WORD = re.compile(r" [a-z]{2,12}")
 SALT_WORDS = 4  # a salted run's words before each dataset prompt
+CHAT_TOKENS_PER_MESSAGE = 8  # what a chat template adds around each message, at most
 
 
 @dataclass(slots=True)
@@ -32,6 +33,16 @@ class RequestSpec:
     max_tokens: int
     tenant: str | None = None
     priority: int | None = None
+    fitted: bool = False  # max_tokens lowered to fit the server's context
+
+    @property
+    def context_needed(self) -> int | None:
+        """Tokens of context the request needs at most: prompt (with a chat template's
+        additions), output and a BOS token."""
+        if self.prompt_tokens is None:
+            return None
+        template = CHAT_TOKENS_PER_MESSAGE * (len(self.messages) + 1) if self.messages else 0
+        return self.prompt_tokens + template + 1 + self.max_tokens
 
 
 class Workload:
@@ -64,7 +75,21 @@ class Workload:
             self._synthetic(spec, rng, shared)
         else:
             self._from_dataset(spec, rng, shared)
+        limit, needed = c.context_tokens, spec.context_needed
+        if limit is not None and needed is not None and 0 < needed - limit < spec.max_tokens:
+            spec.max_tokens -= needed - limit
+            spec.fitted = True
         return spec
+
+    def prompts_too_long(self, count: int) -> tuple[int, int]:
+        """Of the first `count` requests, how many have prompts that leave no room for one
+        output token in the server's context, and the longest prompt (tokens)."""
+        limit = self.config.context_tokens
+        if limit is None:
+            return 0, 0
+        specs = [self.request(i) for i in range(count)]
+        over = [s for s in specs if (s.context_needed or 0) - s.max_tokens + 1 > limit]
+        return len(over), max((s.prompt_tokens or 0 for s in specs), default=0)
 
     def _synthetic(self, spec: RequestSpec, rng: np.random.Generator, shared: bool) -> None:
         n = self.config.prompt_tokens.sample(rng)

@@ -61,6 +61,16 @@ def redact(argv: list[str] | tuple[str, ...]) -> list[str]:
     return out
 
 
+def server_root(url: str | None) -> str | None:
+    """A server's root URL: `http://HOST:PORT`, also from its OpenAI base URL (`…/v1`)."""
+    if url is None:
+        return None
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"--url {url!r}: expected http://HOST:PORT or https://...")
+    root = url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
 def parse_slo(text: str) -> tuple[str, float]:
     """`"ttft=200ms"` → `("ttft", 200.0)`. `itl` bounds every token gap of a request."""
     match = _SLO.match(text)
@@ -108,6 +118,8 @@ class BenchConfig(BaseModel):
     def _redacted(self, serve_args: list[str]) -> list[str]:
         return redact(serve_args)
 
+    _root = field_validator("url")(lambda url: server_root(url))
+
     @model_validator(mode="after")
     def _check(self) -> BenchConfig:
         if self.duration_s is None and self.requests is None and self.arrivals.process != "trace":
@@ -118,8 +130,6 @@ class BenchConfig(BaseModel):
         if self.duration_s is not None and self.warmup_s + self.cooldown_s >= self.duration_s:
             raise ValueError(f"--warmup {self.warmup_s:g} s + --cooldown {self.cooldown_s:g} s "
                              f"leave nothing of --duration {self.duration_s:g} s")
-        if self.url is not None and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"--url {self.url!r}: expected http://HOST:PORT or https://...")
         a = self.arrivals
         if a.process == "closed" and a.users < self.workers:
             raise ValueError(f"--users {a.users} cannot be shared by --workers {self.workers}")
@@ -162,6 +172,8 @@ class ColdstartConfig(BaseModel):
     def _redacted(self, argv: list[str]) -> list[str]:
         return redact(argv)
 
+    _root = field_validator("url")(lambda url: server_root(url))
+
     @model_validator(mode="after")
     def _check(self) -> ColdstartConfig:
         if self.command and self.url is None:
@@ -172,8 +184,6 @@ class ColdstartConfig(BaseModel):
         if self.command and self.serve_args:
             raise ValueError("--serve-args is for the embedded engine; put the options into "
                              "--command")
-        if self.url is not None and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"--url {self.url!r}: expected http://HOST:PORT")
         if any(g < 0 for g in self.idle_gaps_s):
             raise ValueError(f"--idle-gaps {self.idle_gaps_s}: gaps cannot be negative")
         return self
@@ -202,6 +212,7 @@ class Target(BaseModel):
     server_kind: ServerKind | None = None
     otlp_endpoint: str | None = None
     rtt_ms: float | None = None  # a null request's round trip before the run
+    max_model_len: int | None = None  # the context the server lists for the model
 
 
 class RunConfig(BaseModel):
@@ -224,6 +235,7 @@ class RunConfig(BaseModel):
     slos: dict[str, float] = {}
     concurrency: int | None = None
     clock: Clock = Clock()
+    failed: str | None = None  # why the run did not start (no request was sent)
 
     @field_validator("slos", mode="before")
     @classmethod

@@ -141,6 +141,7 @@ class RequestTimeline:
     api: str = "completions"
     prompt_tokens_planned: int | None = None
     max_tokens: int | None = None
+    fitted: bool = False  # max_tokens lowered to fit the server's context
     tenant: str | None = None
     priority: int | None = None
 

@@ -94,6 +94,7 @@ class WorkloadConfig(BaseModel):
     tokenizer: str | None = None
     seed: int = 0
     prompt_salt: int | None = None  # other prompt words per salt, the same lengths
+    context_tokens: int | None = None  # the server's context: max_tokens is lowered to fit it
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:
