@@ -94,14 +94,14 @@ def test_bad_options_fail_before_any_load(tmp_path, args, fragment):
     assert "Traceback" not in result.output
 
 
-def test_unreachable_target_is_a_failed_run_with_a_valid_folder(tmp_path):
+def test_unreachable_target_is_a_run_that_did_not_start(tmp_path):
     with Server(status(200)) as server:
         url = server.url
     result = bench("--url", url, "--model", "m", "--requests", "50", "--out", str(tmp_path))
     assert result.exit_code == 1
-    assert "connection_refused" in result.output
+    assert f"cannot reach {url}" in result.output
     run = only_run(tmp_path)
-    assert run.read_summary().failures["connection_refused"] == len(run.read_records())
+    assert "cannot reach" in run.read_config().failed and not run.read_records()
 
 
 def test_an_unreachable_target_says_so_not_give_model(tmp_path):

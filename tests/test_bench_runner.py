@@ -10,6 +10,7 @@ import time
 import orjson
 import pytest
 
+from latlab.load import BenchError
 from latlab.commands.bench import run_bench
 from latlab.records.config import BenchConfig
 from latlab.records.window import run_window
@@ -107,18 +108,27 @@ def test_failures_are_recorded_by_class_and_adjust_the_percentiles(tmp_path):
     assert not result.failed
 
 
-def test_an_unreachable_target_stops_early_and_fails_the_run(tmp_path):
-    with Server(status(200)) as server:
-        url = server.url
-    result = run_bench(config(url, tmp_path, model="m", requests=None, duration_s=30.0,
-                              arrivals=ArrivalConfig(users=2)))
+def test_a_target_that_fails_every_request_stops_early_and_fails_the_run(tmp_path):
+    with Server(stream([Step(0, None)])) as server:  # lists its model, drops every request
+        result = run_bench(config(server.url, tmp_path, requests=None, duration_s=30.0,
+                                  arrivals=ArrivalConfig(users=2)))
     records = result.run.read_records()
     assert result.failed and "first 10 requests all failed" in result.message
     assert 10 <= len(records) <= 12
-    assert {r.outcome for r in records} == {Outcome.CONNECTION_REFUSED}
-    assert result.summary.failures["connection_refused"] == len(records)
+    (outcome,) = {r.outcome for r in records}
+    assert not outcome == Outcome.OK
+    assert result.summary.failures[str(outcome)] == len(records)
     assert result.summary.stop_reason == "aborted"
     assert result.run.summary_path.is_file()
+
+
+def test_an_unreachable_target_does_not_start(tmp_path):
+    with Server(status(200)) as server:
+        url = server.url
+    with pytest.raises(BenchError, match=f"cannot reach {url}"):
+        run_bench(config(url, tmp_path, model="m"))
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert "cannot reach" in RunFolder.open(folder).read_config().failed
 
 
 def test_unauthorized_is_a_failed_run_with_its_records(tmp_path):

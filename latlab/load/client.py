@@ -15,6 +15,8 @@ connections it called keep-alive): its first attempt's time stays as client wait
 from __future__ import annotations
 
 import asyncio
+import html
+import re
 import secrets
 from dataclasses import dataclass
 from time import perf_counter_ns
@@ -23,7 +25,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from latlab.load import BenchError
+from latlab.load import BenchError, Unreachable
 from latlab.load.connection import connection_trace
 from latlab.load.ollama import NdjsonParser, ollama_body
 from latlab.load.server_timing import (ServerKind, context_length, detect, from_event,
@@ -33,6 +35,9 @@ from latlab.load.workload import RequestSpec
 from latlab.records.timeline import Outcome, RequestTimeline
 
 ERROR_BODY_BYTES = 2048
+ERROR_MESSAGE_CHARS = 300
+_HTML_HIDDEN = re.compile(r"<(head|script|style)\b.*?</\1>", re.I | re.S)
+_HTML_TAG = re.compile(r"<[^>]+>")
 STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError)
 
 
@@ -169,7 +174,7 @@ class Client:
             r.outcome = Outcome.HTTP_5XX
         else:
             r.outcome = Outcome.HTTP_4XX
-        body = (await resp.content.read(ERROR_BODY_BYTES)).decode("utf-8", "replace").strip()
+        body = error_message(await resp.content.read(ERROR_BODY_BYTES))
         r.error = f"HTTP {status} {resp.reason or ''}".rstrip() + (f": {body}" if body else "")
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> None:
@@ -191,6 +196,26 @@ class Client:
         r.server = from_event(obj) or r.server
         r.add_token_event(t, max(r.completion_tokens or 1, 1))
         r.usage_ns = r.done_ns = t
+
+
+def error_message(body: bytes, limit: int = ERROR_MESSAGE_CHARS) -> str:
+    """An error response in one short line: the message of a JSON error (OpenAI's
+    `error.message`, TGI's `error`, FastAPI's `detail`), the visible text of an HTML page's
+    body, else the text itself; whitespace collapsed, cut at `limit` characters."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict):
+        inner = obj.get("error")
+        found = (inner.get("message") if isinstance(inner, dict) else inner) or \
+            obj.get("message") or obj.get("detail")
+        text = found if isinstance(found, str) else text
+    elif text.lstrip().startswith("<"):
+        text = html.unescape(_HTML_TAG.sub(" ", _HTML_HIDDEN.sub(" ", text)))
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _stale(r: RequestTimeline) -> bool:
@@ -246,8 +271,8 @@ async def discover(url: str, api_key: str | None = None, timeout_s: float = 10.0
     try:
         data = await fetch_models(url, api_key, timeout_s)
     except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as e:
-        raise BenchError(f"cannot reach {url} ({_describe(e)}): is the server up and the "
-                         "URL right (http://HOST:PORT, without /v1)?") from None
+        raise Unreachable(f"cannot reach {url} ({_describe(e)}): is the server up and the "
+                          "URL right (http://HOST:PORT)?") from None
     except Exception as e:  # the server answered, but not with a model list
         raise BenchError(f"--model not given and {url}/v1/models did not list one "
                          f"({_describe(e)}); give --model") from None

@@ -23,7 +23,7 @@ from typing import Callable, Iterator, Sequence
 from rich.console import Console
 
 from latlab import __version__
-from latlab.load import BenchError
+from latlab.load import BenchError, Unreachable
 from latlab.load.arrivals import load_trace
 from latlab.load.client import discover, round_trip_ms
 from latlab.load.otlp import SpanReceiver
@@ -177,11 +177,11 @@ def _identify(url: str, config: BenchConfig,
               key: str | None) -> tuple[str, ServerKind, int | None]:
     """The model to request, the server's kind and the model's context: as given, else from
     /v1/models (a server that lists no models is an OpenAI-compatible one when --model is
-    given)."""
+    given; one that does not answer at all cannot be measured)."""
     try:
         model, kind, context = asyncio.run(discover(url, key, MODELS_TIMEOUT_S, config.model))
-    except BenchError:
-        if config.model is None:
+    except BenchError as e:
+        if config.model is None or isinstance(e, Unreachable):
             raise
         model, kind, context = config.model, ServerKind.OPENAI, None
     if config.server_kind != ServerKind.AUTO:
