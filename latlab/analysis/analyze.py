@@ -30,12 +30,12 @@ from latlab.analysis.decompose import LABELS, NetworkBaseline, decompose
 from latlab.analysis.findings import Finding, Unevaluated
 from latlab.metrics.request import request_metrics
 from latlab.metrics.stats import percentile
-from latlab.metrics.summary import summarize
+from latlab.metrics.summary import judge, summarize
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.scrape import Scrape
 from latlab.records.summary import ClientCheck, RunSummary
-from latlab.records.timeline import NS_PER_MS, RequestTimeline
+from latlab.records.timeline import NS_PER_MS, Outcome, RequestTimeline
 from latlab.records.window import Window, run_window
 
 UNATTRIBUTED_NOTE_SHARE = 0.05
@@ -87,8 +87,9 @@ class RunAnalysis:
         return self.summary.client
 
 
-def analyze(run: RunFolder) -> RunAnalysis:
-    """Decompose, aggregate and diagnose one run folder (which may be a partial run)."""
+def analyze(run: RunFolder, slos: dict[str, float] | None = None) -> RunAnalysis:
+    """Decompose, aggregate and diagnose one run folder (which may be a partial run);
+    `slos` judges its goodput by other SLOs than its own."""
     from latlab.analysis.diagnose import diagnose
 
     config = run.read_config()
@@ -104,6 +105,10 @@ def analyze(run: RunFolder) -> RunAnalysis:
     rows = [Row(record=r, metrics=request_metrics(r), parts=decompose(r, base), in_flight=n)
             for r, n in zip(records, in_flight_at_send(records))]
     inside = measured(rows, window)
+    if slos is not None:
+        summary.goodput = judge([(r.record, r.metrics) for r in inside if r.record.ok],
+                                sum(not r.record.ok and r.record.outcome != Outcome.CANCELLED
+                                    for r in inside), window, slos) if slos else None
     parts = [row.parts for row in inside if row.parts is not None]
     analysis = RunAnalysis(
         run=run,

@@ -39,8 +39,9 @@ ATTRIBUTED = {
 }
 # Workload settings that may differ between comparable runs: where the load goes, not what.
 NOT_WORKLOAD = {"url", "model", "api_key", "serve_args", "out", "name", "tags", "workers",
-                "timeout_s", "slos", "seed", "tokenizer", "keepalive", "server_kind",
-                "otlp_port", "span_wait_s", "scrape_interval_s", "prompt_salt"}
+                "timeout_s", "drain_s", "slos", "seed", "tokenizer", "keepalive", "server_kind",
+                "otlp_port", "span_wait_s", "scrape_interval_s", "prompt_salt",
+                "context_tokens"}
 
 
 @dataclass
@@ -164,8 +165,13 @@ def _rate(s: RunSummary, key: str) -> float | None:
 
 
 def _rate_changes(a: RunSummary, b: RunSummary) -> list[Change]:
+    """Throughput changes; goodput only where both runs were judged by the same SLOs."""
     changes = []
+    same_slos = a.goodput is not None and b.goodput is not None \
+        and a.goodput.slos == b.goodput.slos
     for key, (label, unit) in RATES.items():
+        if key == "goodput" and not same_slos:
+            continue
         va, vb = _rate(a, key), _rate(b, key)
         if va is not None or vb is not None:
             changes.append(Change(key, label, unit, va, vb, lower_is_better=False))
@@ -191,7 +197,7 @@ def workload_differences(a: RunConfig, b: RunConfig) -> list[str]:
                       for c in (a, b))
     differences = []
     for key in sorted(flat_a.keys() | flat_b.keys()):
-        if key.split(".")[-1] in NOT_WORKLOAD:
+        if NOT_WORKLOAD.intersection(key.split(".")):
             continue
         if flat_a.get(key) != flat_b.get(key):
             differences.append(f"{key}: {flat_a.get(key)!r} vs {flat_b.get(key)!r}")

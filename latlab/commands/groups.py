@@ -110,20 +110,23 @@ class StopOptions(Options):
     workers: int = opt(1, "Client processes sharing the schedule.")
 
 
-class OutputOptions(Options):
+class SloOptions(Options):
     slo: list[str] = opt([], "SLO like ttft=200ms or tpot=50ms (repeatable); sets goodput.",
                          to="slos")
-    out: Path = opt(Path("runs"), "Folder for run folders.")
-    name: str | None = opt(None, "Run name (in the folder name).")
-    tag: list[str] = opt([], "Free-form tag recorded in config.json (repeatable).", to="tags")
-    progress: bool | None = opt(None, "Live progress (default: on a terminal).",
-                                "--progress/--no-progress")
 
     def slos(self) -> dict[str, float]:
         try:
             return dict(parse_slo(text) for text in self.slo)
         except ValueError as e:
             raise UsageError(f"--slo: {e}") from None
+
+
+class OutputOptions(SloOptions):
+    out: Path = opt(Path("runs"), "Folder for run folders.")
+    name: str | None = opt(None, "Run name (in the folder name).")
+    tag: list[str] = opt([], "Free-form tag recorded in config.json (repeatable).", to="tags")
+    progress: bool | None = opt(None, "Live progress (default: on a terminal).",
+                                "--progress/--no-progress")
 
 
 def engine_tokenizer(serve_args: Sequence[str]) -> str | None:

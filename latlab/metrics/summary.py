@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from latlab.metrics.formulas import FORMULAS
-from latlab.metrics.request import request_metrics
+from latlab.metrics.request import RequestMetrics, request_metrics
 from latlab.metrics.slo import meets_slos
 from latlab.metrics.stats import distribution
 from latlab.metrics.throughput import SHORTFALL, throughput
@@ -18,6 +18,17 @@ from latlab.records.window import Window
 
 FAILURE_ADJUSTED = ("ttft", "ttft_sched", "e2e", "e2e_sched")
 CACHED_SHARE_WARNING = 0.5
+
+
+def judge(ok: Sequence[tuple[RequestTimeline, RequestMetrics]], failed: int,
+          window: Window | None, slos: Mapping[str, float]) -> Goodput:
+    """Goodput: the successful requests (with their metrics) that met every SLO, as a share
+    of the window's ok + `failed` requests and per second of the window."""
+    good = [r for r, m in ok if meets_slos(m, slos)]
+    good_done = sum(1 for r in good if window is None or r.done_ns in window)
+    return Goodput(slos=dict(slos), good=len(good),
+                   fraction=len(good) / (len(ok) + failed) if ok or failed else 0.0,
+                   requests_per_s=good_done / window.duration_s if window else None)
 
 
 def summarize(
@@ -61,13 +72,7 @@ def summarize(
         for name in FAILURE_ADJUSTED
     }
 
-    goodput = None
-    if slos:
-        good = [r for r, m in ok if meets_slos(m, slos)]
-        good_done = sum(1 for r in good if window is None or r.done_ns in window)
-        goodput = Goodput(slos=dict(slos), good=len(good),
-                          fraction=len(good) / (len(ok) + len(failed)) if ok or failed else 0.0,
-                          requests_per_s=good_done / window.duration_s if window else None)
+    goodput = judge(ok, len(failed), window, slos) if slos else None
 
     prompts = [r.prompt_tokens for r, _ in ok if r.prompt_tokens is not None]
     outputs = [m.output_tokens for _, m in ok if m.output_tokens is not None]
