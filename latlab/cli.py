@@ -14,15 +14,18 @@ from latlab import __version__
 from latlab.commands import bench, coldstart, compare, export, report, runs, serve, sweep
 from latlab.commands.options import command
 
+# Plain click help: each option's text wraps beside it at any width (rich's panels squeeze
+# it into a narrow column at 80), and piped help is plain text.
+PLAIN_HELP = {"rich_markup_mode": None, "no_args_is_help": True}
 app = typer.Typer(
     name="latlab",
     help="Measure, explain and predict the end-to-end latency of AI inference services.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    **PLAIN_HELP,
 )
-tokenizer_app = typer.Typer(help="The tokenizer latlab's engine uses.", no_args_is_help=True)
-model_app = typer.Typer(help="The models latlab's engine serves.", no_args_is_help=True)
+tokenizer_app = typer.Typer(help="The tokenizer latlab's engine uses.", **PLAIN_HELP)
+model_app = typer.Typer(help="The models latlab's engine serves.", **PLAIN_HELP)
 app.add_typer(tokenizer_app, name="tokenizer")
 app.add_typer(model_app, name="model")
 

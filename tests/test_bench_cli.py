@@ -61,7 +61,11 @@ def test_the_summary_table(tmp_path):
     for text in ("TTFT", "from schedule", "TPOT", "ITL", "E2E", "p99.9", "throughput",
                  "offered", "client"):
         assert text in result.output
-    assert str(only_run(tmp_path).path) in result.output.replace("\n", "")
+    run = only_run(tmp_path)
+    assert str(run.path) in result.output.replace("\n", "")
+    last = result.stdout.strip().splitlines()[-1]  # piped: the run in one line, at the end
+    assert last.startswith("12 of 12 ok · TTFT p50") and last.endswith(str(run.path))
+    assert max(map(len, result.stdout.splitlines())) <= 120 + len(str(run.path))
 
 
 @pytest.mark.parametrize("args,fragment", [

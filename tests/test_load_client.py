@@ -5,7 +5,8 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from latlab.load.client import Client, error_message, list_models
+from latlab.load.client import Client, error_message
+from latlab.load.discovery import list_models
 from latlab.load.workload import RequestSpec
 from latlab.metrics.request import request_metrics
 from latlab.records.timeline import Outcome, RequestTimeline

@@ -33,7 +33,7 @@ from latlab.records.spans import SPANS
 from latlab.records.summary import RunSummary
 from latlab.records.window import run_window
 from latlab.records.workload import OPEN_LOOP, ArrivalConfig
-from latlab.report.console import print_budget, print_findings, print_summary
+from latlab.report.console import print_budget, print_findings, print_summary, summary_line
 from latlab.report.html import write_html
 from latlab.store import RunStore, key_numbers
 
@@ -176,8 +176,12 @@ def bench(options: BenchOptions) -> None:
             out.print()
             print_findings(out, result.analysis, unevaluated=False)
             out.print(f"report: {result.run.report_path}")
-    if result.message:
-        err.print(f"latlab bench: {result.message}", markup=False, highlight=False,
+        if not out.is_terminal:
+            out.print(summary_line(result.summary, result.run.path))
+    shown = set(result.summary.warnings) if not options.json_output else set()
+    message = "\n".join(line for line in (result.message or "").splitlines() if line not in shown)
+    if message:
+        err.print(f"latlab bench: {message}", markup=False, highlight=False,
                   style="bold red" if result.failed else "yellow")
     if result.failed:
         raise RunFailed(code=EXIT_FAILED)

@@ -25,7 +25,7 @@ from rich.console import Console
 from latlab import __version__
 from latlab.load import BenchError, Unreachable
 from latlab.load.arrivals import load_trace
-from latlab.load.client import discover, round_trip_ms
+from latlab.load.discovery import discover, round_trip_ms
 from latlab.load.otlp import SpanReceiver
 from latlab.load.processes import run_workers
 from latlab.load.progress import ProgressDisplay

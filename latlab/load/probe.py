@@ -18,7 +18,8 @@ import secrets
 from time import perf_counter_ns
 
 from latlab.load import BenchError
-from latlab.load.client import Client, discover
+from latlab.load.client import Client
+from latlab.load.discovery import discover
 from latlab.load.target import EngineError, ServerProcess, responds_ok, start_engine, start_server
 from latlab.load.workload import Workload
 from latlab.records.config import ColdstartConfig, Target

@@ -136,6 +136,20 @@ def print_summary(console: Console, summary: RunSummary, run_path: object = None
         console.print(line)
 
 
+def summary_line(s: RunSummary, run_path: object) -> str:
+    """The run in one line, for the end of piped output (a CI log's last line)."""
+    parts = [f"{s.ok} of {s.in_window} ok"]
+    for key, label in (("ttft", "TTFT"), ("e2e", "E2E")):
+        p50, p99 = s.percentile(key, "p50"), s.percentile(key, "p99")
+        if p50 is not None:
+            parts.append(f"{label} p50 {ms(p50)} p99 {ms(p99)}")
+    if s.throughput:
+        parts.append(f"{s.throughput.output_tokens_per_s:,.0f} output tok/s")
+    if s.goodput:
+        parts.append(f"goodput {100 * s.goodput.fraction:.0f}%")
+    return " · ".join(parts) + f" · {run_path}"
+
+
 def _summary_row(table: Table, label: str, dist: Distribution | None, style: str = "") -> None:
     if not dist or not dist.n:
         table.add_row(Text(label, style=style), "0", *["–"] * 7)
@@ -185,15 +199,15 @@ def _summary_lines(s: RunSummary) -> list[Text]:
     c = s.client
     if c:
         lag, cpu = c.loop_lag_ms, c.cpu_percent
-        numbers = [f"{c.workers} worker{'s' if c.workers > 1 else ''}"]
+        numbers = ["THE CLIENT WAS THE BOTTLENECK" if c.bottleneck else "ok",
+                   f"{c.workers} worker{'s' if c.workers > 1 else ''}"]
         if cpu.mean is not None:
-            numbers.append(f"CPU {cpu.mean:.0f}% mean, {cpu.max:.0f}% max")
+            numbers.append(f"CPU {cpu.mean:.0f}% (max {cpu.max:.0f}%)")
         if lag.p99 is not None:
-            numbers.append(f"loop lag p50 {lag.p50:.2f} p99 {lag.p99:.2f} max {lag.max:.1f} ms")
+            numbers.append(f"loop lag p99 {lag.p99:.2f} ms")
         if c.lateness_p99_ms is not None:
-            numbers.append(f"send lateness p99 {c.lateness_p99_ms:.2f} ms")
-        verdict = "THE CLIENT WAS THE BOTTLENECK" if c.bottleneck else "ok"
-        lines.append(Text(f"client      {' · '.join(numbers)} · {verdict}",
+            numbers.append(f"sends late p99 {c.lateness_p99_ms:.2f} ms")
+        lines.append(Text(f"client      {' · '.join(numbers)}",
                           style="bold red" if c.bottleneck else "dim"))
     for warning in s.warnings:
         lines.append(Text(f"! {warning}", style="yellow"))
