@@ -47,7 +47,10 @@ def failures(a: RunAnalysis) -> Finding | None:
     share = len(failed) / len(records)
     classes = Counter(str(r.outcome) for r in failed)
     examples = {str(r.outcome): r.error for r in failed if r.error}
-    evidence = [f"{len(failed)} of {len(records)} requests failed ({pct(share)})"]
+    rejected = sum(1 for r in records if r.outcome == Outcome.HTTP_429)
+    evidence = [f"{len(failed)} of {len(records)} requests failed ({pct(share)})"
+                + (f", besides {rejected} rejected with HTTP 429 (see rejections)"
+                   if rejected else "")]
     evidence += [f"{cls}: {n}" + (f" (e.g. {examples[cls][:120]})" if cls in examples else "")
                  for cls, n in classes.most_common()]
     top = classes.most_common(1)[0][0]
