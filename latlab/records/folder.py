@@ -23,9 +23,11 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from latlab.records.config import RunConfig
+from latlab.records.reader import UnreadableRecords, read_requests
 from latlab.records.summary import RunSummary
 from latlab.records.scrape import METRICS, Scrape
 from latlab.records.spans import SERVER_TIMINGS
+from latlab.records.table import RequestTable
 from latlab.records.timeline import RequestTimeline, ServerTiming
 
 CONFIG = "config.json"
@@ -123,6 +125,14 @@ class RunFolder:
 
     def read_records(self, raw: bool = False) -> list[RequestTimeline]:
         return list(self.iter_records(raw))
+
+    def read_table(self) -> RequestTable:
+        """Every complete record as columns (`records.table`), with the server timings its
+        spans gave: what the analysis reads, whatever the size of the run."""
+        try:
+            return read_requests(self.requests_path, self.path / SERVER_TIMINGS)
+        except (UnreadableRecords, ValueError) as e:
+            raise RunFolderError(str(e)) from None
 
     def read_scrapes(self) -> list[Scrape]:
         """The target's /metrics scrapes (metrics.jsonl), oldest first; [] without any."""
