@@ -32,6 +32,16 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return float(a + (b - a) * frac)
 
 
+def percentiles(data: np.ndarray, qs: Sequence[float]) -> list[float]:
+    """`percentile` of each of `qs` over the unsorted float array `data`, which it reorders:
+    only the order statistics it reads are put in place (no full sort)."""
+    n = len(data)
+    ranks = {r for q in qs for r in (math.floor((n - 1) * q / 100.0),
+                                     min(math.floor((n - 1) * q / 100.0) + 1, n - 1))}
+    data.partition(sorted(ranks))
+    return [percentile(data, q) for q in qs]
+
+
 def percentile_ci(
     sorted_values: Sequence[float], q: float, confidence: float = CONFIDENCE
 ) -> tuple[float | None, float | None]:
@@ -67,16 +77,17 @@ def reliable(n: int, q: float) -> bool:
 MIN_EXCEEDING = 3
 
 
-def tail_exceeds(values: Sequence[float], q: float, limit: float) -> bool:
+def tail_exceeds(values: Sequence[float] | np.ndarray, q: float, limit: float) -> bool:
     """Whether the q-th percentile of `values` is above `limit` on evidence: the percentile
     itself when it is reliable; else at least `MIN_EXCEEDING` samples above the limit (and
     their share beyond 100 − q), so one outlier in a small sample decides nothing."""
-    n = len(values)
+    data = np.asarray(values, dtype=float)
+    n = len(data)
     if n == 0:
         return False
     if reliable(n, q):
-        return percentile(sorted(values), q) > limit
-    over = sum(1 for v in values if v > limit)
+        return percentile(np.sort(data), q) > limit
+    over = int(np.count_nonzero(data > limit))
     return over >= MIN_EXCEEDING and over >= n * (1 - q / 100.0)
 
 

@@ -168,7 +168,7 @@ class RequestTable:
         col = (lambda name: table.column(name) if name in table.column_names
                else pa.nulls(n, SCHEMA.field(name).type))
         connection, server = _struct(col("connection")), _struct(col("server"))
-        durations = {d: _floats(server.field(d)) for d in SERVER_DURATIONS}
+        durations = {d: _floats(server[d]) for d in SERVER_DURATIONS}
         for values in durations.values():
             values[values < 0] = np.nan  # as ServerTiming.from_json: not a duration
         has_server = np.zeros(n, bool)
@@ -181,7 +181,7 @@ class RequestTable:
         remap = np.array([OUTCOMES.index(name) for name in outcome.names] or [0])
         token_ns, offsets = _lists(col("token_ns"))
         token_counts, _ = _lists(col("token_counts"))
-        source = Labels.of(server.field("source"))
+        source = Labels.of(server["source"])
         source.codes[~has_server] = -1
         return cls(
             index=_ints(col("index"), 0), worker=_ints(col("worker"), 0),
@@ -190,9 +190,9 @@ class RequestTable:
             tokens_from_usage=_flags(col("tokens_from_usage")), retries=_ints(col("retries"), 0),
             times={t: _ints(col(t), MISSING) for t in TIMES},
             counts={c: _floats(col(c)) for c in COUNTS},
-            has_connection=connection.is_valid().to_numpy(zero_copy_only=False),
-            new_connection=_flags(connection.field("new")),
-            phases={p: _floats(connection.field(p)) for p in PHASES},
+            has_connection=col("connection").is_valid().to_numpy(zero_copy_only=False),
+            new_connection=_flags(connection["new"]),
+            phases={p: _floats(connection[p]) for p in PHASES},
             has_server=has_server, server=durations, source=source,
             token_ns=token_ns, token_counts=token_counts, token_offsets=offsets,
             text={t: col(t).combine_chunks() if isinstance(col(t), pa.ChunkedArray) else col(t)
@@ -238,8 +238,10 @@ def _value(v: Any, kind: type = int) -> Any:
     return None if v == MISSING else int(v)
 
 
-def _struct(column: pa.ChunkedArray) -> pa.StructArray:
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+def _struct(column: pa.ChunkedArray | pa.Array) -> dict[str, pa.Array]:
+    """A struct column's fields, missing where the struct is."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return {field.name: values for field, values in zip(array.type, array.flatten())}
 
 
 def _ints(column: pa.ChunkedArray | pa.Array, missing: int) -> np.ndarray:
