@@ -86,7 +86,7 @@ def _chunk(rng: np.random.Generator, start: int, m: int, n: int, queue_factor: f
     queue = rng.exponential(5.0, m) * queue_factor * np.where(slow, 20.0, 1.0)
     prefill = 5.0 + prompt * 0.02 * rng.uniform(0.9, 1.1, m)
     gaps = rng.lognormal(np.log(20.0), 0.25, (m, TOKENS - 1))
-    gaps[rng.random((m, TOKENS - 1)) < 0.002] *= 8  # stalls
+    gaps[rng.random((m, TOKENS - 1)) < 0.02] *= 8  # stalls
     upload = rng.uniform(0.2, 0.6, m)
     first = sent + ((upload + pre + queue + prefill + 0.3) * MS).astype(np.int64)
     tokens = first[:, None] + np.concatenate(

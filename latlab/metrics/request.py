@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from latlab.records.table import RequestTable, as_table, ms_between
+from latlab.records.table import RequestTable, as_table, ms_between, per_request
 from latlab.records.timeline import RequestTimeline
 
 METRICS = ("ttft", "ttft_sched", "e2e", "e2e_sched", "tpot", "lateness")
@@ -57,11 +57,7 @@ class Ragged:
 
     def sums(self) -> np.ndarray:
         """Each request's samples summed (0 for none)."""
-        out = np.zeros(len(self.offsets) - 1)
-        filled = self.lengths > 0
-        if filled.any():
-            out[filled] = np.add.reduceat(self.values, self.offsets[:-1][filled])
-        return out
+        return per_request(self.values, self.offsets)
 
     def maxima(self) -> np.ndarray:
         """Each request's largest sample (NaN for none)."""
@@ -132,16 +128,15 @@ def _gaps(t: RequestTable) -> tuple[Ragged, Ragged]:
     starts = offsets[1:-1]
     inside[starts[(starts > 0) & (starts < len(t.token_ns))] - 1] = False
     gaps = np.diff(t.token_ns)[inside] / 1e6
-    per_request = np.maximum(np.diff(offsets) - 1, 0)
-    gap_offsets = np.concatenate([[0], np.cumsum(per_request)])
+    gap_offsets = np.zeros(len(offsets), np.int64)
+    np.cumsum(np.maximum(np.diff(offsets) - 1, 0), out=gap_offsets[1:])
+    chunk_gaps = Ragged(gaps, gap_offsets)
+    if (t.token_counts <= 1).all():  # one token an event: the gaps are the ITL samples
+        return chunk_gaps, chunk_gaps
     k = np.maximum(t.token_counts[1:][inside], 1)
-    if (k == 1).all():
-        return Ragged(gaps, gap_offsets), Ragged(gaps, gap_offsets)
-    itl_per_request = np.zeros(len(per_request), np.int64)
-    filled = per_request > 0
-    itl_per_request[filled] = np.add.reduceat(k, gap_offsets[:-1][filled])
-    itl = Ragged(np.repeat(gaps / k, k), np.concatenate([[0], np.cumsum(itl_per_request)]))
-    return Ragged(gaps, gap_offsets), itl
+    itl_offsets = np.zeros(len(offsets), np.int64)
+    np.cumsum(per_request(k, gap_offsets), out=itl_offsets[1:])
+    return chunk_gaps, Ragged(np.repeat(gaps / k, k), itl_offsets)
 
 
 def request_metrics(r: RequestTimeline) -> RequestMetrics:

@@ -91,11 +91,13 @@ def tail_exceeds(values: Sequence[float] | np.ndarray, q: float, limit: float) -
     return over >= MIN_EXCEEDING and over >= n * (1 - q / 100.0)
 
 
-def distribution(values: Iterable[float | None] | np.ndarray) -> Distribution:
+def distribution(values: Iterable[float | None] | np.ndarray, *, scratch: bool = False
+                 ) -> Distribution:
     """Mean, min, max and every percentile of `PERCENTILES` with its CI and reliability
     (None and NaN are no sample). Only the order statistics these read are put in place
-    (`np.partition`), not the whole sample sorted: pooled ITL of a big run is 10⁸ samples."""
-    data = _samples(values)
+    (`np.partition`), not the whole sample sorted: pooled ITL of a big run is 10⁸ samples.
+    `scratch`: `values` is a float array of the caller's own that may be reordered."""
+    data = _samples(values, scratch)
     n = len(data)
     if n == 0:
         return Distribution(n=0)
@@ -117,9 +119,10 @@ def distribution(values: Iterable[float | None] | np.ndarray) -> Distribution:
                         min=float(data[0]), max=float(data[-1]), percentiles=percentiles)
 
 
-def _samples(values: Iterable[float | None] | np.ndarray) -> np.ndarray:
-    """A fresh float array of the samples in `values`, without the missing ones."""
+def _samples(values: Iterable[float | None] | np.ndarray, scratch: bool) -> np.ndarray:
+    """A float array of the samples in `values` to partition in place, without the missing
+    ones (`values` itself when it is `scratch`)."""
     if isinstance(values, np.ndarray):
-        data = values.astype(float)  # a copy: partitioned in place
+        data = values if scratch and values.dtype == float else values.astype(float)
         return data[~np.isnan(data)] if np.isnan(data).any() else data
     return np.asarray([v for v in values if v is not None], dtype=float)

@@ -58,7 +58,7 @@ def summarize(
     classes, first, counts = np.unique(t.outcome[failed], return_index=True, return_counts=True)
     failures = {OUTCOMES[classes[i]]: int(counts[i]) for i in np.argsort(first)}
 
-    itl = distribution(m.itl.select(ok))
+    itl = distribution(m.itl.select(ok), scratch=True)
     latency = {
         "ttft": distribution(m.ttft[ok]),
         "ttft_sched": distribution(m.ttft_sched[ok]),
@@ -66,13 +66,15 @@ def summarize(
         "itl": itl,
         "itl_request_mean": distribution(m.itl_mean[ok]),
         # one token an event (the common case): the gaps are the ITL samples
-        "chunk_gap": itl if m.chunk_gaps is m.itl else distribution(m.chunk_gaps.select(ok)),
+        "chunk_gap": itl if m.chunk_gaps is m.itl
+        else distribution(m.chunk_gaps.select(ok), scratch=True),
         "e2e": distribution(m.e2e[ok]),
         "e2e_sched": distribution(m.e2e_sched[ok]),
         "lateness": distribution(m.lateness[chosen]),
     }
     failure_adjusted = {
-        name: distribution(np.concatenate([getattr(m, name)[ok], np.full(n_failed, np.inf)]))
+        name: distribution(np.concatenate([getattr(m, name)[ok], np.full(n_failed, np.inf)]),
+                           scratch=True)
         for name in FAILURE_ADJUSTED
     }
 

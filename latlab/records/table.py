@@ -180,7 +180,7 @@ class RequestTable:
             raise ValueError(f"unknown outcome {sorted(unknown)[0]!r}")
         remap = np.array([OUTCOMES.index(name) for name in outcome.names] or [0])
         token_ns, offsets = _lists(col("token_ns"))
-        token_counts, _ = _lists(col("token_counts"))
+        token_counts, _ = _lists(col("token_counts"), np.int32)
         source = Labels.of(server["source"])
         source.codes[~has_server] = -1
         return cls(
@@ -227,9 +227,12 @@ def ms_between(later: np.ndarray, earlier: np.ndarray) -> np.ndarray:
 
 
 def per_request(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """The sum of each request's slice of a flat per-token column."""
-    total = np.concatenate([[0], np.cumsum(values)])
-    return total[offsets[1:]] - total[offsets[:-1]]
+    """The sum of each request's slice of a flat per-token column (0 for an empty one)."""
+    out = np.zeros(len(offsets) - 1, np.int64 if values.dtype.kind in "iub" else float)
+    filled = offsets[1:] > offsets[:-1]
+    if filled.any():
+        out[filled] = np.add.reduceat(values, offsets[:-1][filled], dtype=out.dtype)
+    return out
 
 
 def _value(v: Any, kind: type = int) -> Any:
@@ -256,11 +259,16 @@ def _flags(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(pc.fill_null(column, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _lists(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """A list column as its flat values and offsets (a missing list is empty)."""
+def _lists(column: pa.ChunkedArray | pa.Array, dtype: type = np.int64
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """A list column as its flat values and offsets (a missing list is empty), copied once."""
     lengths = _ints(pc.list_value_length(column), 0)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-    values = [c.flatten().to_numpy(zero_copy_only=False) for c in chunks if len(c)]
-    flat = np.concatenate(values).astype(np.int64) if values else np.zeros(0, np.int64)
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.empty(offsets[-1], dtype)
+    at = 0
+    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
+        values = chunk.flatten().to_numpy(zero_copy_only=False)
+        flat[at:at + len(values)] = values
+        at += len(values)
     return flat, offsets

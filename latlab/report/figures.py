@@ -79,11 +79,12 @@ def groups_figure(groups: Sequence[Group], title: str, axis: str) -> go.Figure:
     return fig
 
 
-def _cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The empirical CDF (x, % ≤ x); of many samples, at CDF_POINTS quantiles, a quarter of
-    them spread over the tail beyond p90 so that p99 and p99.9 keep their shape; of more
-    than MAX_CDF_SAMPLES, of an even sample of them (`cdf_sample`)."""
-    data = np.sort(cdf_sample(values))
+def _cdf(values: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The empirical CDF (x, % ≤ x) of the positive `values`; of many samples, at CDF_POINTS
+    quantiles, a quarter of them spread over the tail beyond p90 so that p99 and p99.9 keep
+    their shape; of more than MAX_CDF_SAMPLES, of an even sample of them (`cdf_sample`)."""
+    data = cdf_sample(np.asarray(values, dtype=float))
+    data = np.sort(data[data > 0])
     n = len(data)
     if n <= CDF_POINTS:
         return data, np.arange(1, n + 1) / n * 100
@@ -109,9 +110,9 @@ def cdf_figure(a: RunAnalysis) -> go.Figure:
         samples = {s: _samples(a, ok, s) for s in shown}
         zeros = sum(int(np.count_nonzero(values <= 0)) for values in samples.values())
         title = f"{name} (ms)" + (f"; {number(zeros)} at 0 left out" if zeros else "")
-        positive = max(int(np.count_nonzero(values > 0)) for values in samples.values())
-        if positive > MAX_CDF_SAMPLES:
-            title += f"; CDF of {number(len(cdf_sample(np.empty(positive))))} of {number(positive)}"
+        most = max(len(values) for values in samples.values())
+        if most > MAX_CDF_SAMPLES:
+            title += f"; CDF of an even {number(len(cdf_sample(np.empty(most))))} of {number(most)}"
         panels.append((metric, name, title, samples))
     fig = make_subplots(rows=2, cols=2, subplot_titles=[p[2] for p in panels],
                         vertical_spacing=0.16)
@@ -119,7 +120,7 @@ def cdf_figure(a: RunAnalysis) -> go.Figure:
         cell = dict(row=i // 2 + 1, col=i % 2 + 1)
         for series, values in samples.items():
             label = name if series == metric else f"{name} from schedule"
-            x, y = _cdf(values[values > 0])
+            x, y = _cdf(values)
             fig.add_scatter(x=x, y=y, mode="lines", name=label, showlegend=False,
                             line=dict(color=CDF_COLORS[metric],
                                       dash="solid" if series == metric else "dash"),
