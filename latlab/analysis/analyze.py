@@ -105,9 +105,11 @@ class RunAnalysis:
         return self.summary.client
 
 
-def analyze(run: RunFolder, slos: dict[str, float] | None = None) -> RunAnalysis:
+def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
+            diagnosis: bool = True) -> RunAnalysis:
     """Decompose, aggregate and diagnose one run folder (which may be a partial run);
-    `slos` judges its goodput by other SLOs than its own."""
+    `slos` judges its goodput by other SLOs than its own; without `diagnosis` the rules are
+    not run (`findings` stays empty: what `compare` needs)."""
     from latlab.analysis.diagnose import diagnose
 
     config = run.read_config()
@@ -142,7 +144,8 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None) -> RunAnalysis
         over_time=over_time(requests),
         scrapes=run.read_scrapes(),
     )
-    analysis.findings, analysis.unevaluated = diagnose(analysis)
+    if diagnosis:
+        analysis.findings, analysis.unevaluated = diagnose(analysis)
     analysis.notes = _notes(analysis)
     return analysis
 

@@ -130,15 +130,17 @@ def compare(a: RunAnalysis, b: RunAnalysis, seed: int = 0) -> Comparison:
             raise CompareError(f"{analysis.run.path}: no successful request in its window "
                                "to compare")
     changes: list[Change] = []
+    groups = {metric: (_groups(a), _groups(b)) for metric in PER_TOKEN}  # grouped by request
     for metric, label in LATENCY_METRICS.items():
-        va, vb = metric_values(a, metric), metric_values(b, metric)
+        va, vb = ((groups[metric][0].values, groups[metric][1].values) if metric in groups
+                  else (metric_values(a, metric), metric_values(b, metric)))
         if len(va) == 0 or len(vb) == 0:
             changes += [Change(f"{s}_{metric}", f"{label} {s}", "ms",
                                float(statistic(va, s)) if len(va) else None,
                                float(statistic(vb, s)) if len(vb) else None) for s in STATS]
             continue
-        if metric in PER_TOKEN:  # a request's gaps are resampled together
-            diffs = cluster_bootstrap_difference(_groups(a), _groups(b), STATS, seed=seed)
+        if metric in groups:  # a request's gaps are resampled together
+            diffs = cluster_bootstrap_difference(*groups[metric], STATS, seed=seed)
         else:
             diffs = bootstrap_difference(va, vb, STATS, seed=seed)
         for stat, diff in diffs.items():

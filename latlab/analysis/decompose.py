@@ -30,7 +30,7 @@ folded away.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
@@ -130,10 +130,13 @@ class Parts:
     quality: dict[str, np.ndarray]
     has_server: np.ndarray
     decomposed: np.ndarray
+    _values: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def value(self, name: str) -> np.ndarray:
         """The component's time per request, 0 when unavailable or not applicable."""
-        return np.nan_to_num(self.ms[name])
+        if name not in self._values:
+            self._values[name] = np.nan_to_num(self.ms[name])
+        return self._values[name]
 
     def bucket(self, name: str) -> np.ndarray:
         return sum(self.value(c) for c in BUCKETS[name])

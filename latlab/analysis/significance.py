@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,8 +78,10 @@ def cluster_bootstrap_difference(a: Ragged, b: Ragged, stats: tuple[str, ...],
     if not len(a.values) or not len(b.values):
         raise ValueError("bootstrap needs samples on both sides")
     rng = np.random.default_rng(seed)
-    draws_a = _resample_groups(a, stats, rounds, rng)
-    draws_b = _resample_groups(b, stats, rounds, rng)
+    picks = [rng.integers(0, int((g.lengths > 0).sum()),
+                          (rounds, min(int((g.lengths > 0).sum()), MAX_CLUSTERS))) for g in (a, b)]
+    with ThreadPoolExecutor(2) as pool:  # numpy's partition runs outside the GIL
+        draws_a, draws_b = pool.map(_resample_groups, (a, b), (stats, stats), picks)
     alpha = (1 - CONFIDENCE) / 2
     whole_a, whole_b = statistics(a.values, stats), statistics(b.values, stats)
     result = {}
@@ -97,15 +100,15 @@ def statistics(values: np.ndarray, stats: tuple[str, ...]) -> dict[str, np.ndarr
     return {s: values.mean(axis=-1) if s == "mean" else found[s] for s in stats}
 
 
-def _resample_groups(groups: Ragged, stats: tuple[str, ...], rounds: int,
-                     rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _resample_groups(groups: Ragged, stats: tuple[str, ...], picks: np.ndarray
+                     ) -> dict[str, np.ndarray]:
+    """The statistics of each round's resample: the groups `picks` (one row a round, indices
+    into the groups that have samples) taken whole."""
     lengths = groups.lengths
     kept = np.flatnonzero(lengths)  # a request without samples is no group
     lengths, offsets = lengths[kept], groups.offsets[:-1][kept]
-    size = min(len(kept), MAX_CLUSTERS)
-    draws = {s: np.empty(rounds) for s in stats}
-    for i in range(rounds):
-        chosen = rng.integers(0, len(kept), size)
+    draws = {s: np.empty(len(picks)) for s in stats}
+    for i, chosen in enumerate(picks):
         lens = lengths[chosen]
         starts = np.repeat(offsets[chosen] - (np.cumsum(lens) - lens), lens)
         sample = groups.values[starts + np.arange(lens.sum())]
