@@ -11,7 +11,6 @@ none in-band, as `RunFolder.iter_records` does.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
 

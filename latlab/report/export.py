@@ -28,7 +28,7 @@ def request_table(analysis: RunAnalysis) -> pa.Table:
     t, m, parts = requests.table, requests.metrics, requests.parts
     origins = t.origin_ns[present(t.origin_ns)]
     origin = int(origins.min()) if len(origins) else 0
-    i64, f64, text, flag = pa.int64(), pa.float64(), pa.string(), pa.bool_()
+    i64, f64, text = pa.int64(), pa.float64(), pa.string()
 
     def numbers(values: np.ndarray, kind: pa.DataType = f64) -> pa.Array:
         missing = np.isnan(values)
