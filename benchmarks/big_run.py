@@ -13,10 +13,11 @@ of in-band). No summary.json: `report` computes the summary too, as `bench` does
 of every run. The second folder of a pair ran the same workload with a slower queue, so
 `compare` has a change to find.
 
-`report` and `compare` run as subprocesses of this script; their wall time and peak RSS
-(`os.wait4`) are printed. `--baseline DIR` runs a second latlab checkout (e.g. `git worktree
-add /tmp/latlab-main main`) on the same folders, side by side, and prints the ratios; its
-runs are skipped above `--baseline-max` requests (the old code needs ~16 GB at 1M).
+`report` and `compare` run as subprocesses of this script, `--repeat` times each; the median
+wall time (and the fastest) and the largest peak RSS (`os.wait4`) are printed. `--baseline
+DIR` runs a second latlab checkout (e.g. `git worktree add /tmp/latlab-main main`, or `git
+archive`) on the same folders, interleaved with this one, and prints the ratios; it is
+skipped above `--baseline-max` requests (the row-by-row analysis needs ~16 GB at 1M).
 """
 
 from __future__ import annotations
@@ -157,6 +158,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", default="10000,100000",
                         help="comma-separated run sizes (default 10000,100000)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="times each command runs on each checkout, interleaved (default 3)")
     parser.add_argument("--baseline", type=Path, help="another latlab checkout to time too")
     parser.add_argument("--baseline-max", type=int, default=100_000,
                         help="largest run the baseline is timed on (default 100000)")
@@ -165,9 +168,11 @@ def main() -> None:
     args = parser.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="latlab-big-"))
     checkouts = {"this": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; median (min) of "
+          f"{args.repeat} runs, peak RSS the largest")
     print(f"{'requests':>9} {'jsonl MB':>8} {'command':>8} "
-          + " ".join(f"{name + ' s':>11} {name + ' GB':>11}" for name in checkouts)
-          + ("  time ratio  mem ratio" if args.baseline else ""))
+          + " ".join(f"{name + ' s':>16} {name + ' GB':>11}" for name in checkouts)
+          + ("  time ratio  mem ratio" if args.baseline else ""), flush=True)
     try:
         for n in (int(v) for v in args.requests.split(",")):
             a = make_run(root / f"a-{n}", n, seed=1)
@@ -175,19 +180,29 @@ def main() -> None:
             size = (a / "requests.jsonl").stat().st_size / 1e6
             for command, argv in (("report", ["report", str(a), "-o", str(root / "r.html")]),
                                   ("compare", ["compare", str(a), str(b)])):
-                results = {}
-                for name, checkout in checkouts.items():
-                    if name == "baseline" and n > args.baseline_max:
+                timed = {name: checkout for name, checkout in checkouts.items()
+                         if name == "this" or n <= args.baseline_max}
+                runs: dict[str, list[tuple[float, int, int]]] = {name: [] for name in timed}
+                for _ in range(args.repeat):
+                    for name, checkout in timed.items():
+                        runs[name].append(measure(argv, checkout))
+                cells, summary = [], {}
+                for name, results in runs.items():
+                    if any(rc not in (0, 1) for *_, rc in results):
+                        cells.append(f"{'failed':>16} {'':>11}")
                         continue
-                    results[name] = measure(argv, checkout)
-                cells = " ".join(f"{s:>11.1f} {rss / 1e9:>11.2f}" if rc in (0, 1) else
-                                 f"{'failed':>11} {'':>11}" for s, rss, rc in results.values())
-                line = f"{n:>9} {size:>8.0f} {command:>8} {cells}"
-                if len(results) == 2:
-                    (s0, m0, _), (s1, m1, _) = results["this"], results["baseline"]
+                    seconds = sorted(s for s, *_ in results)
+                    peak = max(rss for _, rss, _ in results)
+                    summary[name] = (float(np.median(seconds)), peak)
+                    cells.append(f"{f'{summary[name][0]:.1f} ({seconds[0]:.1f})':>16} "
+                                 f"{peak / 1e9:>11.2f}")
+                line = f"{n:>9} {size:>8.0f} {command:>8} " + " ".join(cells)
+                if len(summary) == 2:
+                    (s0, m0), (s1, m1) = summary["this"], summary["baseline"]
                     line += f"  {s1 / s0:>9.1f}× {m1 / m0:>9.1f}×"
                 print(line, flush=True)
             shutil.rmtree(a), shutil.rmtree(b)
+        print(f"load average at the end {os.getloadavg()[0]:.1f}")
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
