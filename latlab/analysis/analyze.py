@@ -26,7 +26,7 @@ from latlab.analysis.budget import (
     over_time,
     tail_budget,
 )
-from latlab.analysis.decompose import LABELS, NetworkBaseline, decompose
+from latlab.analysis.decompose import NetworkBaseline, decompose, label
 from latlab.analysis.findings import Finding, Unevaluated
 from latlab.metrics.request import request_metrics
 from latlab.metrics.stats import percentile
@@ -179,7 +179,7 @@ def _provenance(a: RunAnalysis) -> str:
     by_quality: dict[str, list[str]] = {}
     for name, quality in a.mean.quality.items():
         if quality is not None and name != "unattributed" and a.mean.coverage[name] > 0:
-            by_quality.setdefault(str(quality), []).append(LABELS[name])
+            by_quality.setdefault(str(quality), []).append(label(name))
     shown = "; ".join(f"{q}: {', '.join(names)}" for q, names in sorted(by_quality.items()))
     return (f"server timings from {', '.join(f'{s} ({n})' for s, n in sources.most_common())}"
             f" — {shown}")

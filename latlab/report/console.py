@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from latlab.analysis.budget import Budget
-from latlab.analysis.decompose import BUCKETS, COMPONENTS, LABELS
+from latlab.analysis.decompose import BUCKETS, label, members
 from latlab.records.summary import Distribution, RunSummary
 from latlab.report.palette import BUCKET_COLORS, SEVERITY_COLORS
 from latlab.units import cell, ms
@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from latlab.analysis.analyze import RunAnalysis
 
 BAR_WIDTH = 56
-_BLOCKS = {"network": "░", "queue & overhead": "▒", "prefill": "▓", "decode": "█",
+_BLOCKS = {"network": "░", "queue & overhead": "▒", "application": "▞", "prefill": "▓",
+           "decode": "█",
            "prefill + decode (unsplit)": "▚",
            "first token (unsplit)": "·"}  # tell the buckets apart without colour
 
@@ -54,6 +55,11 @@ def _print_bars(console: Console, mean: Budget, tail: Budget) -> None:
                                      f" {name}"),
                        ms(mean.bucket(name)), f"{100 * mean.share(name):.0f}% of the mean",
                        f"{100 * tail.share(name):.0f}% of the tail")
+        if name == "application":  # each of its spans' names, largest first
+            for c in mean.application():
+                legend.add_row(f"      {label(c)}", ms(mean.components[c]),
+                               f"{100 * mean.share(c):.0f}% of the mean",
+                               f"{100 * tail.share(c):.0f}% of the tail")
     console.print(legend)
 
 
@@ -72,13 +78,13 @@ def _components_table(mean: Budget, tail: Budget) -> Table:
     for column in ("component", "bucket", "mean", "share", "p99 tail", "share", "quality"):
         table.add_column(column, justify="left" if column in ("component", "bucket", "quality")
                          else "right")
-    bucket_of = {c: b for b, members in BUCKETS.items() for c in members}
-    for c in COMPONENTS:
+    bucket_of = {c: b for b in BUCKETS for c in members(b, mean.components)}
+    for c in mean.components:
         if mean.quality[c] is None:
             continue
         coverage = "" if mean.coverage[c] in (0.0, 1.0) else f" ({100 * mean.coverage[c]:.0f}%)"
-        table.add_row(LABELS[c], bucket_of[c], ms(mean.components[c]),
-                      f"{100 * mean.share(c):.1f}%", ms(tail.components[c]),
+        table.add_row(label(c), bucket_of[c], ms(mean.components[c]),
+                      f"{100 * mean.share(c):.1f}%", ms(tail.components.get(c, 0.0)),
                       f"{100 * tail.share(c):.1f}%", f"{mean.quality[c]}{coverage}")
     return table
 
