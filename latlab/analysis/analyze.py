@@ -28,6 +28,7 @@ from latlab.analysis.budget import (
 )
 from latlab.analysis.decompose import NetworkBaseline, decompose, label
 from latlab.analysis.findings import Finding, Unevaluated
+from latlab.analysis.tasks import TaskBudget, task_budget
 from latlab.metrics.request import request_metrics
 from latlab.metrics.stats import percentile
 from latlab.metrics.summary import judge, summarize
@@ -59,6 +60,7 @@ class RunAnalysis:
     by_priority: list[Group]
     over_time: list[Group]
     scrapes: list[Scrape] = field(default_factory=list)
+    tasks: TaskBudget | None = None  # agent tasks: the whole task's budget
     findings: list[Finding] = field(default_factory=list)
     unevaluated: list[Unevaluated] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -124,6 +126,7 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None) -> RunAnalysis
         by_priority=by_priority(inside),
         over_time=over_time(rows),
         scrapes=run.read_scrapes(),
+        tasks=task_budget(inside),
     )
     analysis.findings, analysis.unevaluated = diagnose(analysis)
     analysis.notes = _notes(analysis)
@@ -136,7 +139,8 @@ def network_baseline(records: list[RequestTimeline], rtt_ms: float | None = None
     the server's total) over its successful requests, and the round trip: the null request's
     measured before the run (`rtt_ms`), else the median TCP connect time of its new
     connections."""
-    transit = sorted((r.usage_ns if r.usage_ns is not None else r.done_ns) / NS_PER_MS
+    transit = sorted((r.usage_ns if r.usage_ns is not None and not r.server.application
+                      else r.done_ns) / NS_PER_MS
                      - r.sent_ns / NS_PER_MS - r.server.total for r in records
                      if r.ok and r.server is not None and r.server.total is not None
                      and r.sent_ns is not None and r.done_ns is not None)

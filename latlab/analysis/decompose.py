@@ -162,7 +162,8 @@ def decompose(r: RequestTimeline, base: NetworkBaseline = NetworkBaseline()
 
 def _with_server(r: RequestTimeline, s: ServerTiming, base: NetworkBaseline,
                  parts: dict[str, Component]) -> None:
-    arrived = r.usage_ns if r.usage_ns is not None else r.done_ns
+    # An application's total runs to its response's end, past the usage event it relays.
+    arrived = r.usage_ns if r.usage_ns is not None and not s.application else r.done_ns
     for stage in ("preprocess", "queue", "model_load", "prefill", "decode", "inference"):
         value = getattr(s, stage)
         parts[stage] = Component(value, Quality.EXACT if value is not None

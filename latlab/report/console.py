@@ -13,6 +13,7 @@ from latlab.analysis.budget import Budget
 from latlab.analysis.decompose import BUCKETS, label, members
 from latlab.records.summary import Distribution, RunSummary
 from latlab.report.palette import BUCKET_COLORS, SEVERITY_COLORS
+from latlab.report.sessions import print_tasks, session_lines
 from latlab.units import cell, ms
 
 if TYPE_CHECKING:
@@ -39,13 +40,16 @@ def print_budget(console: Console, analysis: RunAnalysis, full: bool = False) ->
         console.print(Text(f"  note: {note}", style="yellow"))
     if full and mean is not None and tail is not None:
         console.print(_components_table(mean, tail))
+    if analysis.tasks is not None:
+        console.print()
+        print_tasks(console, analysis.tasks)
 
 
 def _print_bars(console: Console, mean: Budget, tail: Budget) -> None:
     plain = console.color_system is None
     width = max(10, min(BAR_WIDTH, console.width - 32))
-    for label, b in (("mean", mean), (f"p99 tail (n={tail.n})", tail)):
-        console.print(Text.assemble(f"  {label:<16}", _bar(b, plain, width), f"  {ms(b.total)}"))
+    for title, b in (("mean", mean), (f"p99 tail (n={tail.n})", tail)):
+        console.print(Text.assemble(f"  {title:<16}", _bar(b, plain, width), f"  {ms(b.total)}"))
     legend = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
     legend.add_column()
     for _ in range(3):
@@ -172,7 +176,7 @@ def _summary_row(table: Table, label: str, dist: Distribution | None, style: str
     table.add_row(Text(label, style=style), *cells)
 
 
-def _summary_lines(s: RunSummary) -> list[Text]:
+def _summary_lines(s: RunSummary) -> list[Text | Table]:
     lines = []
     t = s.throughput
     if t:
@@ -215,6 +219,7 @@ def _summary_lines(s: RunSummary) -> list[Text]:
             numbers.append(f"sends late p99 {c.lateness_p99_ms:.2f} ms")
         lines.append(Text(f"client      {' · '.join(numbers)}",
                           style="bold red" if c.bottleneck else "dim"))
+    lines += session_lines(s)
     for warning in s.warnings:
         lines.append(Text(f"! {warning}", style="yellow"))
     return lines
