@@ -68,7 +68,7 @@ def test_the_rag_example_benchmarked_end_to_end(tmp_path):
         parts = row.parts
         assert sum(c.ms for c in parts.components.values() if c.ms is not None) == \
             pytest.approx(parts.total)
-        assert parts.ms("app:fetch documents") >= 200  # the document store's sleep
+        assert parts.ms("app:fetch documents") >= 190  # the store's 200 ms sleep (timers wake ~1 ms early)
         assert parts.ms("app:retrieval") > 0 and parts.ms("prefill") > 0
     assert a.mean.quality["prefill"] == Quality.EXACT  # the model server's span, nested
     assert a.mean.application()[0] == "app:fetch documents"

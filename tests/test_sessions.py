@@ -207,6 +207,13 @@ def test_a_conversation_is_the_same_for_the_same_seed():
     a.answered(" reply", None)
     assert a.request(2, 1).prompt.startswith(one.prompt + " reply")
     assert {Conversation(workload, i, "x").turns for i in range(40)} == set(range(1, 7))
+    later = Workload(config.model_copy(update={"sessions": SessionConfig(
+        turns=FIXED("2", "t"), message_tokens=FIXED("fixed:3", "m"))}))
+    conv = Conversation(later, 0, "s0")
+    first = conv.request(1, 0)
+    assert 4 <= first.prompt_tokens <= 40  # --prompt-tokens: the first message
+    conv.answered("", 0)
+    assert conv.request(2, 1).prompt_tokens == first.prompt_tokens + 3  # --message-tokens
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -72,7 +72,7 @@ class Conversation:
                  ) -> tuple[str, int, int]:
         """The new message's text and tokens, and the output length to ask for."""
         c = self.workload.config
-        lengths = c.sessions.message_tokens or c.prompt_tokens
+        lengths = c.prompt_tokens if turn == 1 else c.sessions.message_tokens or c.prompt_tokens
         if self.script is not None and (self.kind == "chat" or turn == 1):
             line = self.script[turn - 1]
             reply = self._count(line.reply) if line.reply else 0

@@ -16,7 +16,7 @@ MIN_TURN_REQUESTS = 3  # a turn's TTFT p50 counts with this many requests
 TTFT_GROWTH, TTFT_GROWTH_MS = 2.0, 10.0
 CACHED_ENOUGH = 0.5  # a later turn with this share of its prompt cached is not re-prefilled
 TOOL_SHARE = 0.3
-APPLICATION_SHARE = 0.3
+APPLICATION_SHARE = 0.25
 
 
 def ttft_grows_with_turns(a: RunAnalysis) -> Finding | Unevaluated | None:
@@ -28,31 +28,33 @@ def ttft_grows_with_turns(a: RunAnalysis) -> Finding | Unevaluated | None:
         return Unevaluated("ttft_grows_with_turns", f"needs ≥ {MIN_TURN_REQUESTS} successful "
                                                     "requests at two turns or more")
     first, last = turns[0], turns[-1]
+    turn = "turn" if s.kind == "chat" else "step"
     growth = last.ttft["p50"] / max(first.ttft["p50"], 1e-9)
     if growth < TTFT_GROWTH or last.ttft["p50"] - first.ttft["p50"] < TTFT_GROWTH_MS:
         return None
-    evidence = [f"TTFT p50 {ms(first.ttft['p50'])} at turn {first.turn} → "
-                f"{ms(last.ttft['p50'])} at turn {last.turn} ({growth:.1f}×)"]
+    evidence = [f"TTFT p50 {ms(first.ttft['p50'])} at {turn} {first.turn} → "
+                f"{ms(last.ttft['p50'])} at {turn} {last.turn} ({growth:.1f}×)"]
     if first.prompt_tokens and last.prompt_tokens:
         evidence.append(f"prompts grow from {first.prompt_tokens:.0f} to "
                         f"{last.prompt_tokens:.0f} tokens: every turn resends the history")
     prefill = _prefill_by_turn(a, first.turn, last.turn)
     if prefill is not None:
-        evidence.append(f"server prefill {ms(prefill[0])} at turn {first.turn} → "
-                        f"{ms(prefill[1])} at turn {last.turn}")
+        evidence.append(f"server prefill {ms(prefill[0])} at {turn} {first.turn} → "
+                        f"{ms(prefill[1])} at {turn} {last.turn}")
     cached = last.cached_share
     if cached is not None:
-        evidence.append(f"{pct(cached)} of turn {last.turn}'s prompt tokens came from the "
+        evidence.append(f"{pct(cached)} of {turn} {last.turn}'s prompt tokens came from the "
                         "server's prefix cache")
     if cached is not None and cached >= CACHED_ENOUGH:
         return Finding("ttft_grows_with_turns", Severity.INFO,
-                       f"TTFT grows {growth:.1f}× by turn {last.turn} though the history is "
-                       "cached", evidence, where="the part of each prompt that is new, and "
+                       f"TTFT grows {growth:.1f}× by {turn} {last.turn} though the history "
+                       "is cached", evidence, where="the part of each prompt that is new, and "
                        "queueing behind longer contexts",
                        fix="shorter histories (summarise old turns), more KV-cache memory",
                        impact=1 - 1 / growth)
     return Finding("ttft_grows_with_turns", Severity.WARNING,
-                   f"TTFT grows {growth:.1f}× by turn {last.turn}: the history is re-prefilled",
+                   f"TTFT grows {growth:.1f}× by {turn} {last.turn}: the history is "
+                   "re-prefilled",
                    evidence, where="prefill of the conversation's history, again every turn",
                    fix="prefix caching (the history's KV blocks kept between turns) would cut "
                        "it; or shorter histories", impact=1 - 1 / growth)
@@ -100,7 +102,7 @@ def application_time(a: RunAnalysis) -> Finding | None:
     evidence.append(f"the model's prefill + decode: {ms(model)} "
                     f"({pct(model / a.mean.total if a.mean.total else 0)})")
     return Finding("application_time", Severity.WARNING,
-                   f"the application, not the model: {label(top)} takes "
+                   f"the application, not only the model: its {label(top)} takes "
                    f"{pct(a.mean.share(top))} of every request", evidence,
                    where=f"the application's {label(top)} (its own spans)",
                    fix="cache or precompute it, an approximate index or a closer store, run "
