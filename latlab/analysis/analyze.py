@@ -35,7 +35,7 @@ from latlab.metrics.summary import judge, summarize
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.scrape import Scrape
-from latlab.records.summary import ClientCheck, RunSummary
+from latlab.records.summary import ClientCheck, Goodput, RunSummary
 from latlab.records.timeline import NS_PER_MS, Outcome, RequestTimeline
 from latlab.records.window import Window, run_window
 
@@ -92,8 +92,6 @@ class RunAnalysis:
 def analyze(run: RunFolder, slos: dict[str, float] | None = None) -> RunAnalysis:
     """Decompose, aggregate and diagnose one run folder (which may be a partial run);
     `slos` judges its goodput by other SLOs than its own."""
-    from latlab.analysis.diagnose import diagnose
-
     config = run.read_config()
     records = run.read_records()
     window = run_window(config, records)
@@ -106,11 +104,19 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None) -> RunAnalysis
     base = network_baseline(records, config.target.rtt_ms)
     rows = [Row(record=r, metrics=request_metrics(r), parts=decompose(r, base), in_flight=n)
             for r, n in zip(records, in_flight_at_send(records))]
-    inside = measured(rows, window)
     if slos is not None:
-        summary.goodput = judge([(r.record, r.metrics) for r in inside if r.record.ok],
-                                sum(not r.record.ok and r.record.outcome != Outcome.CANCELLED
-                                    for r in inside), window, slos) if slos else None
+        summary.goodput = judge_rows(measured(rows, window), window, slos)
+    return assemble(run, config, summary, rows, window, run.read_scrapes(), recomputed)
+
+
+def assemble(run: RunFolder, config: RunConfig, summary: RunSummary, rows: list[Row],
+             window: Window | None, scrapes: list[Scrape],
+             recomputed: bool = False) -> RunAnalysis:
+    """The analysis of decomposed `rows`: budgets and breakdowns over the window's, findings,
+    notes."""
+    from latlab.analysis.diagnose import diagnose
+
+    inside = measured(rows, window)
     parts = [row.parts for row in inside if row.parts is not None]
     analysis = RunAnalysis(
         run=run,
@@ -125,12 +131,22 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None) -> RunAnalysis
         by_tenant=by_tenant(inside),
         by_priority=by_priority(inside),
         over_time=over_time(rows),
-        scrapes=run.read_scrapes(),
+        scrapes=scrapes,
         tasks=task_budget(inside),
     )
     analysis.findings, analysis.unevaluated = diagnose(analysis)
     analysis.notes = _notes(analysis)
     return analysis
+
+
+def judge_rows(rows: list[Row], window: Window | None,
+               slos: dict[str, float]) -> Goodput | None:
+    """Goodput of measured `rows` by `slos` (None without SLOs)."""
+    if not slos:
+        return None
+    return judge([(r.record, r.metrics) for r in rows if r.record.ok],
+                 sum(not r.record.ok and r.record.outcome != Outcome.CANCELLED for r in rows),
+                 window, slos)
 
 
 def network_baseline(records: list[RequestTimeline], rtt_ms: float | None = None

@@ -19,14 +19,11 @@ from latlab.records.workload import (Api, LengthDistribution, SessionConfig, Wor
 API_NAMES = Api.__args__
 
 
-class TargetOptions(Options):
-    url: str | None = opt(None, "Target server (http://HOST:PORT). Without it the embedded "
-                                "engine (latlab serve) is started.")
+class ClientOptions(Options):
     model: str | None = opt(None, "Model name to request (default: the first the server "
                                   "lists at /v1/models).")
     api_key: str | None = opt(None, "Bearer token for the target (never stored).",
                               envvar="OPENAI_API_KEY")
-    serve_args: str = opt("", "Arguments for the embedded latlab serve.")
     timeout: float = opt(300.0, "Per-request timeout in seconds.", to="timeout_s")
     ignore_eos: bool = opt(True, "Send ignore_eos and min_tokens to hold the output length.")
     continuous_usage: bool = opt(True, "Ask for cumulative usage in every chunk (tokens per "
@@ -36,6 +33,12 @@ class TargetOptions(Options):
     keepalive: bool = opt(True, "Reuse connections; without, every request opens its own.")
     server_kind: str = opt("auto", "Whose server timings to read: auto, latlab, llamacpp, vllm, "
                                    "sglang, tgi, ollama or openai (none).")
+
+
+class TargetOptions(ClientOptions):
+    url: str | None = opt(None, "Target server (http://HOST:PORT). Without it the embedded "
+                                "engine (latlab serve) is started.")
+    serve_args: str = opt("", "Arguments for the embedded latlab serve.")
 
     def serve(self) -> list[str]:
         """--serve-args as a list of arguments."""
