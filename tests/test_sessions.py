@@ -85,13 +85,18 @@ def test_a_chat_carries_its_history_and_the_models_answers(tmp_path):
     assert s.duration.n == 2 and s.duration.min >= 100.0  # two think times at least
 
 
-def test_requests_bound_whole_sessions_and_duration_cuts_them(tmp_path):
+def test_requests_bound_whole_sessions_and_the_started_ones_finish(tmp_path):
     with Server(answering()) as server:
         result = run_bench(session_config(
             server.url, tmp_path, SessionConfig(turns=FIXED("3", "t")), requests=7,
             duration_s=None, arrivals=ArrivalConfig(users=2)))
     records = result.run.read_records()
     assert len(records) == 6 and result.summary.sessions.complete == 2
+    with Server(answering(per_message_ms=5)) as server:  # open loop: the arrivals end first
+        result = run_bench(session_config(
+            server.url, tmp_path, SessionConfig(turns=FIXED("3", "t")), requests=6,
+            duration_s=None, arrivals=ArrivalConfig(process="constant", rate=100)))
+    assert len(result.run.read_records()) == 6 and result.summary.sessions.complete == 2
 
 
 def test_ttft_that_grows_with_turns_is_found(tmp_path):

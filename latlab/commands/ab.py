@@ -21,8 +21,8 @@ from latlab.analysis.compare import CompareError, Comparison
 from latlab.analysis.compare import compare as compare_runs
 from latlab.commands.bench import BenchOptions, run_bench
 from latlab.commands.common import Interrupted, RunFailed, UsageError, console, print_json
-from latlab.commands.groups import (ArrivalShape, ClientOptions, OutputOptions, StopOptions,
-                                    WorkloadOptions)
+from latlab.commands.groups import (ArrivalShape, ClientOptions, OutputOptions, SessionOptions,
+                                    StopOptions, WorkloadOptions)
 from latlab.commands.options import opt
 from latlab.load.scrape import scrape_once
 from latlab.load.target import EngineError, interrupt_on_sigterm, start_engine
@@ -35,7 +35,8 @@ from latlab.report.comparison import print_comparison
 SIDES = ("A", "B")
 
 
-class ABOptions(ClientOptions, WorkloadOptions, ArrivalShape, StopOptions, OutputOptions):
+class ABOptions(ClientOptions, WorkloadOptions, SessionOptions, ArrivalShape, StopOptions,
+                OutputOptions):
     a: str = opt(..., "Setting A: arguments for an embedded latlab serve, or a server URL "
                       "(http://HOST:PORT).", "--a")
     b: str = opt(..., "Setting B, the same way.", "--b")

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from latlab.load.worker import Worker
 
 TOOL_TIMEOUT_S = 60.0
+# Why a worker stopped that ends the sessions under way; others (the request budget or the
+# arrivals ran out) only stop new sessions from starting, and the run's end is the schedule's.
+CUT = ("interrupted", "aborted")
 TOOL_OUTPUT_BYTES = 64 << 10
 
 
@@ -125,7 +128,7 @@ class SessionDriver:
                 if w.end_ns is not None and scheduled >= w.end_ns:
                     return
                 await sleep_until(scheduled)
-                if w.stop_reason is not None:
+                if w.stop_reason in CUT:
                     return
         finally:
             if w._cap is not None:
