@@ -83,6 +83,8 @@ def test_a_chat_carries_its_history_and_the_models_answers(tmp_path):
     assert s.per_turn[0].prompt_tokens < s.per_turn[2].prompt_tokens
     assert s.think.mean == pytest.approx(50.0, abs=0.01)
     assert s.duration.n == 2 and s.duration.min >= 100.0  # two think times at least
+    page = result.run.report_path.read_text()
+    assert "<h2>Sessions</h2>" in page and "TTFT turn by turn" in page
 
 
 def test_requests_bound_whole_sessions_and_the_started_ones_finish(tmp_path):
@@ -153,6 +155,7 @@ def test_an_agent_task_with_a_real_tool_and_its_budget(tmp_path):
     assert s.kind == "agent" and s.tool_ms == pytest.approx(tasks.tool)
     assert s.duration.mean == pytest.approx(tasks.total)
     assert any(f.rule == "tool_time" for f in result.analysis.findings)
+    assert "An agent task, step by step" in result.run.report_path.read_text()
 
 
 def test_a_tool_that_fails_is_recorded_and_the_task_goes_on(tmp_path):
