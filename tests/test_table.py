@@ -14,7 +14,7 @@ from latlab.metrics.stats import PERCENTILES, distribution, percentile, percenti
 from latlab.records.folder import RunFolder, RunFolderError
 from latlab.records.spans import SERVER_TIMINGS
 from latlab.records.table import as_table
-from latlab.records.timeline import Outcome
+from latlab.records.timeline import Outcome, SessionStep
 
 
 def mixed():
@@ -27,6 +27,10 @@ def mixed():
                 timeline(21, 720.0, outcome=Outcome.HTTP_429)]
     records[3].token_counts[2] = 3  # an event carrying three tokens
     records[3].server.source = "otel"
+    records[4].server.application = {"retrieval": 3.0, "other": 0.5}
+    records[6].session = SessionStep(id="s1", turn=2, turns=3, kind="agent", after_ns=5,
+                                     tool_start_ns=6, tool_end_ns=9, tool_error="boom")
+    records[7].first_reasoning_ns = records[7].first_token_ns
     return records
 
 
@@ -64,14 +68,17 @@ def test_an_empty_or_missing_requests_file_is_no_requests(tmp_path):
 def test_server_timings_joined_from_spans_fill_only_the_requests_without(tmp_path):
     records = steady(4, server=False)
     records[1] = timeline(1, 100.0, prefill=10.0)
+    records[2] = timeline(2, 200.0, prefill=10.0)
     run = write_run(tmp_path, records)
     lines = [{"id": r.id, "server": {"prefill": 42.0, "total": 50.0, "source": "otel"},
-              "cached_tokens": 7} for r in records[:2]]
+              "cached_tokens": 7} for r in records[:3]]
+    lines[2]["server"]["application"] = {"retrieval": 2.0}
     (run.path / SERVER_TIMINGS).write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
     table = run.read_table()
     assert table.record(0).server.prefill == 42.0 and table.record(0).server.source == "otel"
     assert table.record(1).server.prefill == 10.0  # its own, in-band, stays
-    assert table.record(2).server is None
+    assert table.record(2).server.application == {"retrieval": 2.0}  # an application's wins
+    assert table.record(3).server is None
     assert table.cached_tokens.tolist()[:2] == [7, 7]  # neither had a count of its own
     assert [table.record(i) for i in range(4)] == run.read_records()
 

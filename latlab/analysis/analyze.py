@@ -30,9 +30,10 @@ from latlab.analysis.budget import (
     over_time,
     tail_budget,
 )
-from latlab.analysis.decompose import LABELS, NetworkBaseline, decompose_all
+from latlab.analysis.decompose import NetworkBaseline, arrival_ns, decompose_all, label
 from latlab.analysis.findings import Finding, Unevaluated
 from latlab.analysis.requests import Requests, Rows, in_flight_at_send
+from latlab.analysis.tasks import TaskBudget, task_budget
 from latlab.metrics.request import metric_columns
 from latlab.metrics.stats import percentile
 from latlab.metrics.summary import judge, summarize
@@ -40,8 +41,9 @@ from latlab.metrics.throughput import inside
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.scrape import Scrape
-from latlab.records.summary import ClientCheck, RunSummary
-from latlab.records.table import OUTCOMES, RequestTable, present
+from latlab.records.summary import ClientCheck, Goodput, RunSummary
+from latlab.records.columns import present
+from latlab.records.table import OUTCOMES, RequestTable
 from latlab.records.timeline import NS_PER_MS, Outcome
 from latlab.records.window import Window, run_window
 
@@ -67,6 +69,7 @@ class RunAnalysis:
     by_priority: list[Group]
     over_time: list[Group]
     scrapes: list[Scrape] = field(default_factory=list)
+    tasks: TaskBudget | None = None  # agent tasks: the whole task's budget
     findings: list[Finding] = field(default_factory=list)
     unevaluated: list[Unevaluated] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -110,8 +113,6 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
     """Decompose, aggregate and diagnose one run folder (which may be a partial run);
     `slos` judges its goodput by other SLOs than its own; without `diagnosis` the rules are
     not run (`findings` stays empty: what `compare` needs)."""
-    from latlab.analysis.diagnose import diagnose
-
     config = run.read_config()
     table = run.read_table()
     window = run_window(config, table)
@@ -125,9 +126,19 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
     requests = Requests(table, metrics, parts, in_flight_at_send(table))
     chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)
     if slos is not None:
-        failed = chosen & ~table.ok & (table.outcome != OUTCOMES.index(Outcome.CANCELLED))
-        summary.goodput = judge(table, metrics, chosen & table.ok, int(failed.sum()), window,
-                                slos) if slos else None
+        summary.goodput = judge_requests(requests, chosen, window, slos)
+    return assemble(run, config, summary, requests, window, chosen, run.read_scrapes(),
+                    recomputed, diagnosis)
+
+
+def assemble(run: RunFolder, config: RunConfig, summary: RunSummary, requests: Requests,
+             window: Window | None, chosen: np.ndarray, scrapes: list[Scrape],
+             recomputed: bool = False, diagnosis: bool = True) -> RunAnalysis:
+    """The analysis of decomposed `requests`: budgets and breakdowns over those `chosen`
+    (the window's), findings, notes."""
+    from latlab.analysis.diagnose import diagnose
+
+    parts = requests.parts
     analysis = RunAnalysis(
         run=run,
         config=config,
@@ -142,7 +153,8 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
         by_tenant=by_tenant(requests, chosen),
         by_priority=by_priority(requests, chosen),
         over_time=over_time(requests),
-        scrapes=run.read_scrapes(),
+        scrapes=scrapes,
+        tasks=task_budget(requests, chosen),
     )
     if diagnosis:
         analysis.findings, analysis.unevaluated = diagnose(analysis)
@@ -150,13 +162,24 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
     return analysis
 
 
+def judge_requests(requests: Requests, chosen: np.ndarray, window: Window | None,
+                   slos: dict[str, float]) -> Goodput | None:
+    """Goodput of the `chosen` requests by `slos` (None without SLOs)."""
+    if not slos:
+        return None
+    t = requests.table
+    failed = chosen & ~t.ok & (t.outcome != OUTCOMES.index(Outcome.CANCELLED))
+    return judge(t, requests.metrics, chosen & t.ok, int(failed.sum()), window, slos)
+
+
 def network_baseline(t: RequestTable, rtt_ms: float | None = None) -> NetworkBaseline:
     """The run's network: the 10th percentile of the transit (what the client waited beyond
     the server's total) over its successful requests, and the round trip: the null request's
     measured before the run (`rtt_ms`), else the median TCP connect time of its new
     connections."""
-    arrived = np.where(present(t.usage_ns), t.usage_ns, t.done_ns)
-    timed = t.ok & ~np.isnan(t.server["total"]) & present(t.sent_ns) & present(t.done_ns)
+    arrived = arrival_ns(t)
+    timed = t.ok & t.has_server & ~np.isnan(t.server["total"]) & present(t.sent_ns) \
+        & present(t.done_ns)
     transit = np.sort(arrived[timed] / NS_PER_MS - t.sent_ns[timed] / NS_PER_MS
                       - t.server["total"][timed])
     connect = t.phases["connect_ns"]
@@ -195,7 +218,7 @@ def _provenance(a: RunAnalysis) -> str:
     by_quality: dict[str, list[str]] = {}
     for name, quality in a.mean.quality.items():
         if quality is not None and name != "unattributed" and a.mean.coverage[name] > 0:
-            by_quality.setdefault(str(quality), []).append(LABELS[name])
+            by_quality.setdefault(str(quality), []).append(label(name))
     shown = "; ".join(f"{q}: {', '.join(names)}" for q, names in sorted(by_quality.items()))
     return (f"server timings from {', '.join(f'{s} ({n})' for s, n in sources.most_common())}"
             f" — {shown}")

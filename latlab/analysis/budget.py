@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from latlab.analysis.decompose import BUCKETS, COMPONENTS, QUALITIES, UNAVAILABLE, Parts, Quality
+from latlab.analysis.decompose import (APP, BUCKETS, COMPONENTS, QUALITIES, UNAVAILABLE, Parts,
+                                       Quality, members)
 from latlab.analysis.requests import Requests
 from latlab.metrics.stats import distribution, percentile
 from latlab.records.summary import Distribution
-from latlab.records.table import present
+from latlab.records.columns import present
 
 TAIL_PERCENTILE = 99.0
 PROMPT_EDGES = (64, 256, 1024, 4096, 16384)
@@ -35,32 +36,46 @@ class Budget:
     quality: dict[str, Quality | None]  # each component's most common quality (None: absent)
 
     def bucket(self, name: str) -> float:
-        return sum(self.components[c] for c in BUCKETS[name])
+        return sum(self.components[c] for c in members(name, self.components))
 
     def buckets(self) -> dict[str, float]:
-        """Every bucket a run has time in (the unsplit ones only when non-zero)."""
+        """Every bucket a run has time in (the unsplit ones and the application only when
+        it has components)."""
         return {b: self.bucket(b) for b in BUCKETS
-                if "unsplit" not in b or self.bucket(b) != 0.0}
+                if ("unsplit" not in b or self.bucket(b) != 0.0)
+                and (b != "application" or self.application())}
+
+    def application(self) -> list[str]:
+        """The application's components (`app:…`), largest first."""
+        return sorted(members("application", self.components),
+                      key=lambda c: -self.components[c])
 
     def share(self, component_or_bucket: str) -> float:
         value = (self.bucket(component_or_bucket) if component_or_bucket in BUCKETS
-                 else self.components[component_or_bucket])
+                 else self.components.get(component_or_bucket, 0.0))
         return value / self.total if self.total > 0 else 0.0
 
 
 def budget(parts: Parts, which: np.ndarray | None = None) -> Budget | None:
-    """The mean budget of the decomposed requests where `which` (a mask) holds (all: None)."""
-    chosen = parts.decomposed if which is None else parts.decomposed & which
-    n = int(chosen.sum())
+    """The mean budget of the decomposed requests among `which` (a mask, or indices; all
+    when None)."""
+    if which is None or which.dtype == bool:
+        chosen = np.flatnonzero(parts.decomposed if which is None else parts.decomposed & which)
+    else:
+        chosen = which[parts.decomposed[which]]
+    n = len(chosen)
     if not n:
         return None
-    codes = {c: parts.quality[c][chosen] for c in COMPONENTS}
+    codes = {c: q[chosen] for c, q in parts.quality.items()}
+    names = [*COMPONENTS, *(c for c in sorted(parts.ms) if c.startswith(APP)
+                            and (codes[c] >= 0).any())]
     return Budget(
         n=n,
         total=float(parts.total[chosen].sum()) / n,
-        components={c: float(parts.value(c)[chosen].sum()) / n for c in COMPONENTS},
-        coverage={c: int(((q >= 0) & (q != UNAVAILABLE)).sum()) / n for c, q in codes.items()},
-        quality={c: _most_common(q) for c, q in codes.items()},
+        components={c: float(parts.value(c)[chosen].sum()) / n for c in names},
+        coverage={c: int(((codes[c] >= 0) & (codes[c] != UNAVAILABLE)).sum()) / n
+                  for c in names},
+        quality={c: _most_common(codes[c]) for c in names},
     )
 
 

@@ -19,6 +19,10 @@ event carrying the server's timings arrived (a stream's final event, a body).
                     total, (first_token − sent) − network − the server's stages before it   derived
     postprocess   = server.postprocess + (done − usage)                   derived (estimated
                                                                           without the former)
+    app:NAME      = an application in front of the model (its spans, `server.application`):
+                    the time of its spans named NAME outside the model call   exact
+    app:other     = the application's total − its spans − the model server's total
+                    (its own work, and the network to the model)          derived
     unattributed  = E2E-from-schedule − all of the above                  derived
 
 Without server timings the client can still say: client_wait and connect as above,
@@ -32,10 +36,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Iterable
 
 import numpy as np
 
-from latlab.records.table import RequestTable, as_table, ms_between, present
+from latlab.records.columns import ms_between, present
+from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import NS_PER_MS, RequestTimeline
 
 
@@ -60,16 +66,34 @@ LABELS = {
     "ttft_unsplit": "first token (unsplit)", "unattributed": "unattributed",
 }
 
-# The buckets a person reads first; the unsplit ones only appear when a server does not split.
+APP = "app:"  # an application component's prefix: `app:retrieval`, `app:other`
+
+# The buckets a person reads first; the unsplit ones only appear when a server does not split,
+# the application when an application's spans gave its components.
 BUCKETS: dict[str, tuple[str, ...]] = {
     "network": ("connect", "network"),
     "queue & overhead": ("client_wait", "intake", "preprocess", "queue", "model_load",
                          "postprocess", "unattributed"),
+    "application": (),  # every `app:` component
     "prefill": ("prefill",),
     "decode": ("decode",),
     "prefill + decode (unsplit)": ("inference",),
     "first token (unsplit)": ("ttft_unsplit",),
 }
+
+
+def label(component: str) -> str:
+    """What a person calls a component: `app:retrieval` is "retrieval"."""
+    if component == APP + "other":
+        return "application, other"
+    return component[len(APP):] if component.startswith(APP) else LABELS[component]
+
+
+def members(bucket: str, components: Iterable[str]) -> list[str]:
+    """The components of `components` that belong to `bucket`."""
+    if bucket == "application":
+        return [c for c in components if c.startswith(APP)]
+    return list(BUCKETS[bucket])
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +129,7 @@ class Decomposition:
         return c.quality if c is not None else None
 
     def bucket(self, name: str) -> float:
-        return sum(self.ms(c) for c in BUCKETS[name])
+        return sum(self.ms(c) for c in members(name, self.components))
 
 
 QUALITIES = tuple(Quality)  # quality codes index this; −1: the component does not apply
@@ -130,7 +154,7 @@ class Parts:
     quality: dict[str, np.ndarray]
     has_server: np.ndarray
     decomposed: np.ndarray
-    _values: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _values: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)
 
     def value(self, name: str) -> np.ndarray:
         """The component's time per request, 0 when unavailable or not applicable."""
@@ -139,13 +163,13 @@ class Parts:
         return self._values[name]
 
     def bucket(self, name: str) -> np.ndarray:
-        return sum(self.value(c) for c in BUCKETS[name])
+        return sum(self.value(c) for c in members(name, self.ms))
 
     def row(self, i: int) -> Decomposition | None:
         if not self.decomposed[i]:
             return None
         components = {}
-        for name in COMPONENTS:
+        for name in self.ms:
             code = self.quality[name][i]
             if code >= 0:
                 value = self.ms[name][i]
@@ -165,8 +189,9 @@ def decompose_all(t: RequestTable, base: NetworkBaseline = NetworkBaseline()) ->
     """Every request's components (see the module's docstring for each formula)."""
     n = len(t)
     done = t.ok & present(t.sent_ns) & present(t.done_ns)
-    ms = {c: np.full(n, np.nan) for c in COMPONENTS}
-    quality = {c: np.full(n, -1, np.int8) for c in COMPONENTS}
+    names = [*COMPONENTS, *(APP + name for name in t.application)]
+    ms = {c: np.full(n, np.nan) for c in names}
+    quality = {c: np.full(n, -1, np.int8) for c in names}
 
     def put(name: str, where: np.ndarray, value: np.ndarray | float, code) -> None:
         where = where & done
@@ -183,8 +208,9 @@ def decompose_all(t: RequestTable, base: NetworkBaseline = NetworkBaseline()) ->
         np.where(waited & set_up, EXACT, UNAVAILABLE))
     _with_server(t, base, t.has_server, put, ms)
     _client_only(t, ~t.has_server, put)
-    order = {True: SERVER_ORDER, False: CLIENT_ORDER}
-    accounted = {k: sum(np.nan_to_num(ms[c]) for c in names) for k, names in order.items()}
+    apps = tuple(APP + name for name in t.application)
+    order = {True: (*SERVER_ORDER[:8], *apps, *SERVER_ORDER[8:]), False: CLIENT_ORDER}
+    accounted = {k: sum(np.nan_to_num(ms[c]) for c in summed) for k, summed in order.items()}
     total = np.where(done, ms_between(t.done_ns, t.origin_ns), np.nan)
     put("unattributed", np.ones(n, bool),
         total - np.where(t.has_server, accounted[True], accounted[False]), DERIVED)
@@ -192,11 +218,20 @@ def decompose_all(t: RequestTable, base: NetworkBaseline = NetworkBaseline()) ->
                  decomposed=done)
 
 
+def arrival_ns(t: RequestTable) -> np.ndarray:
+    """When the event carrying the server's timings arrived: its usage event, else its end;
+    an application's total runs to its response's end, past the usage event it relays."""
+    relayed = t.has_application & (sum(~np.isnan(v) for v in t.application.values()) > 0)
+    return np.where(present(t.usage_ns) & ~relayed, t.usage_ns, t.done_ns)
+
+
 def _with_server(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put, ms) -> None:
     s = t.server
-    arrived = np.where(present(t.usage_ns), t.usage_ns, t.done_ns)
+    arrived = arrival_ns(t)
     for stage in ("preprocess", "queue", "model_load", "prefill", "decode", "inference"):
         put(stage, rows, s[stage], np.where(np.isnan(s[stage]), UNAVAILABLE, EXACT))
+    for name, values in t.application.items():
+        put(APP + name, rows & ~np.isnan(values), values, DERIVED if name == "other" else EXACT)
     totalled = rows & ~np.isnan(s["total"])
     transit = ms_between(arrived, t.sent_ns) - s["total"]
     if base.transit_ms is None:
@@ -209,6 +244,7 @@ def _with_server(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put, 
     unqueued = rows & np.isnan(s["queue"])
     stages = sum(np.nan_to_num(s[x]) for x in ("preprocess", "model_load", "prefill", "decode",
                                                "inference", "postprocess"))
+    stages = stages + sum(np.nan_to_num(v) for v in t.application.values())
     computed = ~np.isnan(s["prefill"]) | ~np.isnan(s["inference"])
     put("queue", unqueued & totalled, np.where(computed, s["total"] - stages, np.nan),
         np.where(computed, DERIVED, UNAVAILABLE))

@@ -10,7 +10,8 @@ import numpy as np
 
 from latlab.analysis.decompose import Decomposition, Parts
 from latlab.metrics.request import MetricColumns, RequestMetrics
-from latlab.records.table import RequestTable, as_table, present
+from latlab.records.columns import present
+from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
 
 

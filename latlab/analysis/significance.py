@@ -57,15 +57,8 @@ def bootstrap_difference(a: np.ndarray, b: np.ndarray, stats: tuple[str, ...],
     if len(a) == 0 or len(b) == 0:
         raise ValueError("bootstrap needs samples on both sides")
     rng = np.random.default_rng(seed)
-    draws_a = _resample(a, stats, rounds, rng)
-    draws_b = _resample(b, stats, rounds, rng)
-    alpha = (1 - CONFIDENCE) / 2
-    result = {}
-    for s in stats:
-        low, high = np.quantile(draws_b[s] - draws_a[s], [alpha, 1 - alpha])
-        result[s] = Difference(a=float(statistic(a, s)), b=float(statistic(b, s)),
-                               ci_low=float(low), ci_high=float(high))
-    return result
+    return _differences(a, b, _resample(a, stats, rounds, rng), _resample(b, stats, rounds, rng),
+                        stats)
 
 
 def cluster_bootstrap_difference(a: Ragged, b: Ragged, stats: tuple[str, ...],
@@ -82,8 +75,14 @@ def cluster_bootstrap_difference(a: Ragged, b: Ragged, stats: tuple[str, ...],
                           (rounds, min(int((g.lengths > 0).sum()), MAX_CLUSTERS))) for g in (a, b)]
     with ThreadPoolExecutor(2) as pool:  # numpy's partition runs outside the GIL
         draws_a, draws_b = pool.map(_resample_groups, (a, b), (stats, stats), picks)
+    return _differences(a.values, b.values, draws_a, draws_b, stats)
+
+
+def _differences(a: np.ndarray, b: np.ndarray, draws_a: dict[str, np.ndarray],
+                 draws_b: dict[str, np.ndarray], stats: tuple[str, ...]) -> dict[str, Difference]:
+    """Each statistic's value on both sides and the confidence interval of B − A."""
     alpha = (1 - CONFIDENCE) / 2
-    whole_a, whole_b = statistics(a.values, stats), statistics(b.values, stats)
+    whole_a, whole_b = statistics(a, stats), statistics(b, stats)
     result = {}
     for s in stats:
         low, high = np.quantile(draws_b[s] - draws_a[s], [alpha, 1 - alpha])

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from latlab.records.table import RequestTable, as_table, ms_between, per_request
+from latlab.records.columns import Ragged, per_request
+from latlab.records.columns import ms_between
+from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
 
 METRICS = ("ttft", "ttft_sched", "e2e", "e2e_sched", "tpot", "lateness")
@@ -35,37 +37,6 @@ class RequestMetrics:
     @property
     def itl_max(self) -> float | None:
         return max(self.itl, default=None)
-
-
-@dataclass(eq=False)
-class Ragged:
-    """A flat column of per-request samples: request i's are `values[offsets[i]:offsets[i+1]]`."""
-
-    values: np.ndarray
-    offsets: np.ndarray
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        return self.values[self.offsets[i]:self.offsets[i + 1]]
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    def select(self, rows: np.ndarray) -> np.ndarray:
-        """The samples of the requests where `rows` (a boolean mask) is true, in order."""
-        return self.values[np.repeat(rows, self.lengths)]
-
-    def sums(self) -> np.ndarray:
-        """Each request's samples summed (0 for none)."""
-        return per_request(self.values, self.offsets)
-
-    def maxima(self) -> np.ndarray:
-        """Each request's largest sample (NaN for none)."""
-        out = np.full(len(self.offsets) - 1, np.nan)
-        filled = self.lengths > 0
-        if filled.any():
-            out[filled] = np.maximum.reduceat(self.values, self.offsets[:-1][filled])
-        return out
 
 
 @dataclass(eq=False)

@@ -8,6 +8,7 @@ import numpy as np
 
 from latlab.metrics.formulas import FORMULAS
 from latlab.metrics.request import MetricColumns, metric_columns
+from latlab.metrics.sessions import reasoning_summary, session_summary
 from latlab.metrics.slo import meets_slos
 from latlab.metrics.stats import distribution
 from latlab.metrics.throughput import SHORTFALL, inside, throughput
@@ -108,6 +109,8 @@ def summarize(
         window=(WindowSpan(start_ns=window.start_ns, end_ns=window.end_ns,
                            seconds=window.duration_s) if window else None),
         stop_reason=stop_reason,
+        sessions=session_summary(t, chosen, m.ttft),
+        reasoning=reasoning_summary(t, chosen),
     )
     summary.warnings = [*dict.fromkeys(notes), *_warnings(summary, concurrency_cap)]
     return summary

@@ -9,7 +9,8 @@ from typing import Sequence
 import numpy as np
 
 from latlab.records.summary import Throughput
-from latlab.records.table import MISSING, OUTCOMES, RequestTable, as_table, per_request, present
+from latlab.records.columns import MISSING, per_request, present
+from latlab.records.table import OUTCOMES, RequestTable, as_table
 from latlab.records.timeline import Outcome, RequestTimeline
 from latlab.records.window import Window
 

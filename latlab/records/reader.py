@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from latlab.records.table import SCHEMA, Labels, RequestTable
+from latlab.records.columns import Labels
+from latlab.records.table import SCHEMA, RequestTable
 from latlab.records.timeline import SERVER_DURATIONS
 
 JOINED = pa.schema([("id", pa.string()), ("server", SCHEMA.field("server").type),
@@ -91,6 +92,8 @@ def _copy_complete_lines(src, dst, size: int) -> None:
 def _duckdb_type(t: pa.DataType) -> str:
     if pa.types.is_struct(t):
         return "STRUCT(" + ", ".join(f'"{f.name}" {_duckdb_type(f.type)}' for f in t) + ")"
+    if pa.types.is_map(t):
+        return f"MAP({_duckdb_type(t.key_type)}, {_duckdb_type(t.item_type)})"
     if pa.types.is_list(t):
         return _duckdb_type(t.value_type) + "[]"
     return {pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.string(): "VARCHAR",
@@ -99,7 +102,8 @@ def _duckdb_type(t: pa.DataType) -> str:
 
 def _join(table: RequestTable, joined: pa.Table) -> None:
     """Fill `table`'s requests without server timings (and cached-token counts) from the
-    joined ones; a later line for the same request wins."""
+    joined ones; an application's spans win over the model server's in-band timings its
+    answer relayed; a later line for the same request wins."""
     if not joined.num_rows:
         return
     joined = joined.take(pa.array(np.arange(joined.num_rows - 1, -1, -1)))  # last wins
@@ -107,16 +111,23 @@ def _join(table: RequestTable, joined: pa.Table) -> None:
     where = pc.fill_null(where, -1).to_numpy(zero_copy_only=False).astype(np.int64)
     found = where >= 0
     other = RequestTable.from_arrow(joined.select(["server", "cached_tokens"]))
-    at = where[found]
     fill = np.zeros(len(table), bool)
-    fill[found] = other.has_server[at]
-    fill &= ~table.has_server
+    fill[found] = other.has_server[where[found]]
+    spans = np.zeros(len(table), bool)
+    spans[found] = other.has_application[where[found]]
+    fill &= ~table.has_server | spans
+    at = where[fill]
     for name in SERVER_DURATIONS:
-        table.server[name][fill] = other.server[name][where[fill]]
+        table.server[name][fill] = other.server[name][at]
+    for name in other.application.keys() - table.application.keys():
+        table.application[name] = np.full(len(table), np.nan)
+    for name, values in table.application.items():
+        values[fill] = other.application[name][at] if name in other.application else np.nan
+    table.has_application[fill] = other.has_application[at]
     names = tuple(dict.fromkeys((*table.source.names, *other.source.names)))
     remap = np.array([names.index(s) for s in other.source.names] + [-1])
     codes = table.source.codes.copy()
-    codes[fill] = remap[other.source.codes[where[fill]]]
+    codes[fill] = remap[other.source.codes[at]]
     table.source = Labels(codes, names)
     table.has_server |= fill
     cached = table.counts["cached_tokens"]

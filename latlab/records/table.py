@@ -14,7 +14,7 @@ big ones take one path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any, Sequence
 
@@ -22,15 +22,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from latlab.records.columns import (MISSING, Labels, Ragged, concat, fields_of, first_present,
+                                    flags, floats, ints, lists, per_request, spans, take,
+                                    value_of)
 from latlab.records.timeline import SERVER_DURATIONS, Outcome, RequestTimeline
 
-MISSING = np.iinfo(np.int64).min
 TIMES = ("scheduled_ns", "sent_ns", "headers_ns", "first_token_ns", "last_token_ns", "usage_ns",
-         "done_ns")
+         "done_ns", "first_reasoning_ns", "first_answer_ns")
 COUNTS = ("prompt_tokens_planned", "max_tokens", "priority", "status", "prompt_tokens",
           "cached_tokens", "completion_tokens")
 PHASES = ("pool_wait_ns", "dns_ns", "connect_ns", "tls_ns")
 TEXT = ("id", "error", "server_request_id", "trace_id")
+STEP_TIMES = ("after_ns", "tool_start_ns", "tool_end_ns")  # a session step's
+TOKENS = ("token_ns", "token_counts", "token_offsets")  # flat: all requests' events
 OUTCOMES = tuple(str(o) for o in Outcome)  # outcome codes index this; 0 is "ok"
 
 _i64, _f64, _str, _bool = pa.int64(), pa.float64(), pa.string(), pa.bool_()
@@ -42,34 +46,11 @@ SCHEMA = pa.schema(
      ("token_ns", pa.list_(_i64)), ("token_counts", pa.list_(_i64)), ("outcome", _str),
      ("status", _i64), ("error", _str), ("prompt_tokens", _i64), ("cached_tokens", _i64),
      ("completion_tokens", _i64), ("tokens_from_usage", _bool),
-     ("server", pa.struct([*((d, _f64) for d in SERVER_DURATIONS), ("source", _str)])),
-     ("server_request_id", _str), ("trace_id", _str), ("retries", _i64)])
-
-
-@dataclass(eq=False)
-class Labels:
-    """A string column of few distinct values: `codes` index `names`, −1 where missing."""
-
-    codes: np.ndarray
-    names: tuple[str, ...]
-
-    def __getitem__(self, i: int) -> str | None:
-        code = int(self.codes[i])
-        return None if code < 0 else self.names[code]
-
-    def mask(self, name: str) -> np.ndarray:
-        """Where the column holds `name`."""
-        code = self.names.index(name) if name in self.names else -2
-        return self.codes == code
-
-    @classmethod
-    def of(cls, column: pa.ChunkedArray | pa.Array) -> Labels:
-        encoded = pc.dictionary_encode(column)
-        if isinstance(encoded, pa.ChunkedArray):
-            encoded = encoded.unify_dictionaries().combine_chunks() if encoded.num_chunks \
-                else pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], _str))
-        codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
-        return cls(codes, tuple(encoded.dictionary.to_pylist()))
+     ("server", pa.struct([*((d, _f64) for d in SERVER_DURATIONS), ("source", _str),
+                           ("application", pa.map_(_str, _f64))])),
+     ("server_request_id", _str), ("trace_id", _str), ("retries", _i64),
+     ("session", pa.struct([("id", _str), ("turn", _i64), ("turns", _i64), ("kind", _str),
+                            *((t, _i64) for t in STEP_TIMES), ("tool_error", _str)]))])
 
 
 @dataclass(eq=False)
@@ -92,10 +73,17 @@ class RequestTable:
     has_server: np.ndarray
     server: dict[str, np.ndarray]  # SERVER_DURATIONS → float64 ms, NaN where absent
     source: Labels
+    has_application: np.ndarray
+    application: dict[str, np.ndarray]  # an application's span names → ms, NaN where absent
     token_ns: np.ndarray
     token_counts: np.ndarray
     token_offsets: np.ndarray  # len(self) + 1
     text: dict[str, pa.Array]  # TEXT
+    has_session: np.ndarray
+    session: Labels  # the session's id
+    step: dict[str, np.ndarray]  # turn, turns (float, NaN) and STEP_TIMES (int64 ns)
+    step_kind: Labels
+    tool_error: pa.Array
 
     def __len__(self) -> int:
         return len(self.index)
@@ -138,12 +126,30 @@ class RequestTable:
         counted = np.where(self.events > 0, self.event_tokens, np.nan)
         return np.where(np.isnan(self.completion_tokens), counted, self.completion_tokens)
 
+    def take(self, rows: np.ndarray) -> RequestTable:
+        """The requests `rows` (indices), in that order."""
+        tokens = Ragged(self.token_ns, self.token_offsets).take(rows)
+        counts = Ragged(self.token_counts, self.token_offsets).take(rows)
+        return RequestTable(**{f.name: take(getattr(self, f.name), rows) for f in fields(self)
+                               if f.name not in TOKENS}, token_ns=tokens.values,
+                            token_counts=counts.values, token_offsets=tokens.offsets)
+
+    @classmethod
+    def concat(cls, tables: Sequence[RequestTable]) -> RequestTable:
+        """Several runs' requests one after the other."""
+        tokens = Ragged.concat([Ragged(t.token_ns, t.token_offsets) for t in tables])
+        counts = np.concatenate([t.token_counts for t in tables])
+        lengths = [len(t) for t in tables]
+        return cls(**{f.name: concat([getattr(t, f.name) for t in tables], lengths)
+                      for f in fields(cls) if f.name not in TOKENS},
+                   token_ns=tokens.values, token_counts=counts, token_offsets=tokens.offsets)
+
     def tokens(self, i: int) -> np.ndarray:
         return self.token_ns[self.token_offsets[i]:self.token_offsets[i + 1]]
 
     def record(self, i: int) -> RequestTimeline:
         """Request `i` as a `RequestTimeline` (for the few a report shows one by one)."""
-        data: dict[str, Any] = {name: _value(column[i]) for name, column in
+        data: dict[str, Any] = {name: value_of(column[i]) for name, column in
                                 (*self.times.items(), *self.counts.items())}
         data |= {name: column[i].as_py() for name, column in self.text.items()}
         lo, hi = self.token_offsets[i], self.token_offsets[i + 1]
@@ -155,10 +161,18 @@ class RequestTable:
                      token_counts=self.token_counts[lo:hi].tolist())
         if self.has_connection[i]:
             data["connection"] = {"new": bool(self.new_connection[i])} | {
-                p: _value(c[i]) for p, c in self.phases.items()}
+                p: value_of(c[i]) for p, c in self.phases.items()}
         if self.has_server[i]:
-            data["server"] = {d: _value(c[i], float) for d, c in self.server.items()} | {
+            data["server"] = {d: value_of(c[i], float) for d, c in self.server.items()} | {
                 "source": self.source[i]}
+            if self.has_application[i]:
+                data["server"]["application"] = {
+                    name: float(c[i]) for name, c in self.application.items()
+                    if not np.isnan(c[i])}
+        if self.has_session[i]:
+            data["session"] = {name: value_of(c[i]) for name, c in self.step.items()} | {
+                "id": self.session[i], "kind": self.step_kind[i],
+                "tool_error": self.tool_error[i].as_py()}
         return RequestTimeline.from_json(data)
 
     @classmethod
@@ -167,11 +181,13 @@ class RequestTable:
         n = table.num_rows
         col = (lambda name: table.column(name) if name in table.column_names
                else pa.nulls(n, SCHEMA.field(name).type))
-        connection, server = _struct(col("connection")), _struct(col("server"))
-        durations = {d: _floats(server[d]) for d in SERVER_DURATIONS}
+        connection, server = fields_of(col("connection")), fields_of(col("server"))
+        session = fields_of(col("session"))
+        durations = {d: floats(server[d]) for d in SERVER_DURATIONS}
         for values in durations.values():
             values[values < 0] = np.nan  # as ServerTiming.from_json: not a duration
-        has_server = np.zeros(n, bool)
+        has_application = server["application"].is_valid().to_numpy(zero_copy_only=False)
+        has_server = has_application.copy()
         for values in durations.values():
             has_server |= ~np.isnan(values)
         outcome = Labels.of(pc.fill_null(col("outcome"), "ok"))
@@ -179,24 +195,30 @@ class RequestTable:
         if unknown:
             raise ValueError(f"unknown outcome {sorted(unknown)[0]!r}")
         remap = np.array([OUTCOMES.index(name) for name in outcome.names] or [0])
-        token_ns, offsets = _lists(col("token_ns"))
-        token_counts, _ = _lists(col("token_counts"), np.int32)
+        token_ns, offsets = lists(col("token_ns"))
+        token_counts, _ = lists(col("token_counts"), np.int32)
         source = Labels.of(server["source"])
         source.codes[~has_server] = -1
         return cls(
-            index=_ints(col("index"), 0), worker=_ints(col("worker"), 0),
+            index=ints(col("index"), 0), worker=ints(col("worker"), 0),
             api=Labels.of(pc.fill_null(col("api"), "completions")), tenant=Labels.of(col("tenant")),
-            outcome=remap[outcome.codes], fitted=_flags(col("fitted")),
-            tokens_from_usage=_flags(col("tokens_from_usage")), retries=_ints(col("retries"), 0),
-            times={t: _ints(col(t), MISSING) for t in TIMES},
-            counts={c: _floats(col(c)) for c in COUNTS},
+            outcome=remap[outcome.codes], fitted=flags(col("fitted")),
+            tokens_from_usage=flags(col("tokens_from_usage")), retries=ints(col("retries"), 0),
+            times={t: ints(col(t), MISSING) for t in TIMES},
+            counts={c: floats(col(c)) for c in COUNTS},
             has_connection=col("connection").is_valid().to_numpy(zero_copy_only=False),
-            new_connection=_flags(connection["new"]),
-            phases={p: _floats(connection[p]) for p in PHASES},
+            new_connection=flags(connection["new"]),
+            phases={p: floats(connection[p]) for p in PHASES},
             has_server=has_server, server=durations, source=source,
             token_ns=token_ns, token_counts=token_counts, token_offsets=offsets,
             text={t: col(t).combine_chunks() if isinstance(col(t), pa.ChunkedArray) else col(t)
-                  for t in TEXT})
+                  for t in TEXT},
+            has_application=has_application, application=spans(server["application"]),
+            has_session=col("session").is_valid().to_numpy(zero_copy_only=False),
+            session=Labels.of(session["id"]), step_kind=Labels.of(session["kind"]),
+            step={"turn": floats(session["turn"]), "turns": floats(session["turns"])}
+            | {t: ints(session[t], MISSING) for t in STEP_TIMES},
+            tool_error=session["tool_error"])
 
 
 def as_table(records: Sequence[RequestTimeline] | RequestTable) -> RequestTable:
@@ -207,68 +229,3 @@ def as_table(records: Sequence[RequestTimeline] | RequestTable) -> RequestTable:
                                                          schema=SCHEMA))
 
 
-def present(values: np.ndarray) -> np.ndarray:
-    """Where an int64 timestamp column holds a time."""
-    return values != MISSING
-
-
-def first_present(*columns: np.ndarray) -> np.ndarray:
-    """Per row, the first of `columns` that holds a time (MISSING when none does)."""
-    out = columns[-1].copy()
-    for column in reversed(columns[:-1]):
-        out = np.where(present(column), column, out)
-    return out
-
-
-def ms_between(later: np.ndarray, earlier: np.ndarray) -> np.ndarray:
-    """Milliseconds from `earlier` to `later` per row; NaN where either is missing."""
-    both = present(later) & present(earlier)
-    return np.where(both, (np.where(both, later, 0) - np.where(both, earlier, 0)) / 1e6, np.nan)
-
-
-def per_request(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """The sum of each request's slice of a flat per-token column (0 for an empty one)."""
-    out = np.zeros(len(offsets) - 1, np.int64 if values.dtype.kind in "iub" else float)
-    filled = offsets[1:] > offsets[:-1]
-    if filled.any():
-        out[filled] = np.add.reduceat(values, offsets[:-1][filled], dtype=out.dtype)
-    return out
-
-
-def _value(v: Any, kind: type = int) -> Any:
-    if isinstance(v, np.floating):
-        return None if np.isnan(v) else kind(v)
-    return None if v == MISSING else int(v)
-
-
-def _struct(column: pa.ChunkedArray | pa.Array) -> dict[str, pa.Array]:
-    """A struct column's fields, missing where the struct is."""
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return {field.name: values for field, values in zip(array.type, array.flatten())}
-
-
-def _ints(column: pa.ChunkedArray | pa.Array, missing: int) -> np.ndarray:
-    return np.asarray(pc.fill_null(column, missing).to_numpy(), dtype=np.int64)
-
-
-def _floats(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    return np.array(pc.cast(column, _f64).to_numpy(zero_copy_only=False), dtype=float)
-
-
-def _flags(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    return np.asarray(pc.fill_null(column, False).to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def _lists(column: pa.ChunkedArray | pa.Array, dtype: type = np.int64
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """A list column as its flat values and offsets (a missing list is empty), copied once."""
-    lengths = _ints(pc.list_value_length(column), 0)
-    offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = np.empty(offsets[-1], dtype)
-    at = 0
-    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
-        values = chunk.flatten().to_numpy(zero_copy_only=False)
-        flat[at:at + len(values)] = values
-        at += len(values)
-    return flat, offsets

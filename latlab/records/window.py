@@ -9,7 +9,8 @@ from typing import Sequence
 import numpy as np
 
 from latlab.records.config import RunConfig
-from latlab.records.table import RequestTable, as_table, present
+from latlab.records.columns import present
+from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
 
 

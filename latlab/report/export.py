@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from latlab.analysis.decompose import COMPONENTS, QUALITIES
-from latlab.records.table import OUTCOMES, Labels, present
+from latlab.analysis.decompose import QUALITIES
+from latlab.metrics.sessions import tool_ms
+from latlab.records.columns import Labels, present
+from latlab.records.table import OUTCOMES
 from latlab.records.timeline import NS_PER_MS, SERVER_TIMING_STAGES
 
 if TYPE_CHECKING:
@@ -34,6 +36,10 @@ def request_table(analysis: RunAnalysis) -> pa.Table:
         missing = np.isnan(values)
         return pa.array(np.where(missing, 0, values), mask=missing).cast(kind)
 
+    def since(event: str) -> pa.Array:  # ms since the run's first scheduled request
+        times = t.times[f"{event}_ns"]
+        return numbers(np.where(present(times), times - origin, np.nan) / NS_PER_MS)
+
     def labels(column: Labels) -> pa.Array:
         names = pa.array(list(column.names) or [""], text)
         return names.take(pa.array(column.codes, mask=column.codes < 0))
@@ -52,18 +58,19 @@ def request_table(analysis: RunAnalysis) -> pa.Table:
         "token_events": pa.array(t.events), "in_flight_at_send": pa.array(requests.in_flight),
         "new_connection": pa.array(t.new_connection, mask=~t.has_connection),
         "pool_wait_ms": numbers(t.phases["pool_wait_ns"] / NS_PER_MS),
+        "session": labels(t.session), "turn": numbers(t.step["turn"], i64),
+        "tool_ms": numbers(tool_ms(t)), "first_reasoning_ms": since("first_reasoning"),
+        "first_answer_ms": since("first_answer"),
     }
     for event in EVENTS:
-        times = t.times[f"{event}_ns"]
-        columns[f"{event}_ms"] = numbers(np.where(present(times), times - origin, np.nan)
-                                         / NS_PER_MS)
+        columns[f"{event}_ms"] = since(event)
     for name in SERVER_TIMING_STAGES:
         columns[f"server_{name}_ms"] = numbers(np.where(t.has_server, t.server[name], np.nan))
     for name in ("ttft", "ttft_sched", "e2e", "e2e_sched", "tpot", "lateness", "itl_mean",
                  "itl_max"):
         columns[name] = numbers(getattr(m, name))
     qualities = pa.array([str(q) for q in QUALITIES], text)
-    for name in COMPONENTS:
+    for name in parts.ms:  # an application's components too: app:retrieval_ms, ...
         codes = parts.quality[name]
         columns[f"{name}_ms"] = numbers(parts.ms[name])
         columns[f"{name}_quality"] = qualities.take(pa.array(codes.astype(np.int64),

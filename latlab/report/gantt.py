@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import plotly.graph_objects as go
 
-from latlab.records.table import present
+from latlab.records.columns import present
 from latlab.report.figures import LAYOUT
 from latlab.report.palette import OUTCOME_COLORS
 from latlab.report.timeseries import run_clock, shade_outside_window

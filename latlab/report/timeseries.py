@@ -13,7 +13,8 @@ from plotly.subplots import make_subplots
 
 from latlab.analysis.requests import in_flight_at
 from latlab.metrics.slo import meets_slos
-from latlab.records.table import OUTCOMES, present
+from latlab.records.columns import present
+from latlab.records.table import OUTCOMES
 from latlab.records.timeline import Outcome
 from latlab.report.figures import LAYOUT
 from latlab.report.palette import OUTCOME_COLORS

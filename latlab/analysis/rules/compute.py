@@ -12,7 +12,8 @@ from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
 from latlab.analysis.rules.common import NEEDS_SERVER, before_first_token, server_rows
 from latlab.metrics.request import Ragged
 from latlab.metrics.stats import percentiles
-from latlab.records.table import RequestTable, present
+from latlab.records.columns import present
+from latlab.records.table import RequestTable
 from latlab.records.timeline import NS_PER_MS
 from latlab.units import ms, pct
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from latlab.analysis.findings import Finding, Severity, Unevaluated
-from latlab.records.table import MISSING, RequestTable, present
+from latlab.records.columns import MISSING, present
+from latlab.records.table import RequestTable
 from latlab.units import ms, pct
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ import numpy as np
 from latlab.analysis.requests import in_flight_at
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
 from latlab.metrics.stats import percentile
-from latlab.records.table import present
+from latlab.records.columns import present
 from latlab.units import ms
 
 if TYPE_CHECKING:
