@@ -96,8 +96,8 @@ def _duckdb_type(t: pa.DataType) -> str:
         return f"MAP({_duckdb_type(t.key_type)}, {_duckdb_type(t.item_type)})"
     if pa.types.is_list(t):
         return _duckdb_type(t.value_type) + "[]"
-    return {pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.string(): "VARCHAR",
-            pa.bool_(): "BOOLEAN"}[t]
+    return {pa.int64(): "BIGINT", pa.int32(): "INTEGER", pa.float64(): "DOUBLE",
+            pa.string(): "VARCHAR", pa.bool_(): "BOOLEAN"}[t]
 
 
 def _join(table: RequestTable, joined: pa.Table) -> None:

@@ -43,7 +43,7 @@ SCHEMA = pa.schema(
      ("prompt_tokens_planned", _i64), ("max_tokens", _i64), ("fitted", _bool),
      ("tenant", _str), ("priority", _i64), *((t, _i64) for t in TIMES),
      ("connection", pa.struct([("new", _bool), *((p, _i64) for p in PHASES)])),
-     ("token_ns", pa.list_(_i64)), ("token_counts", pa.list_(_i64)), ("outcome", _str),
+     ("token_ns", pa.list_(_i64)), ("token_counts", pa.list_(pa.int32())), ("outcome", _str),
      ("status", _i64), ("error", _str), ("prompt_tokens", _i64), ("cached_tokens", _i64),
      ("completion_tokens", _i64), ("tokens_from_usage", _bool),
      ("server", pa.struct([*((d, _f64) for d in SERVER_DURATIONS), ("source", _str),
