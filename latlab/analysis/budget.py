@@ -188,5 +188,6 @@ def over_time(requests: Requests) -> list[Group]:
     width = span / count
     keys = np.full(len(origin), -1)
     keys[timed] = np.floor((origin[timed] - start) / width).astype(int)
-    labels = [f"{i * width / 1e9:.1f}–{(i + 1) * width / 1e9:.1f} s" for i in range(keys.max() + 1)]
+    labels = [f"{i * width / 1e9:.1f}–{(i + 1) * width / 1e9:.1f} s"
+              for i in range(keys.max() + 1)]
     return group_by(requests, keys, labels, timed)

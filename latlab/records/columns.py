@@ -42,10 +42,9 @@ class Labels:
 
     @classmethod
     def of(cls, column: pa.ChunkedArray | pa.Array) -> Labels:
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks() if column.num_chunks else pa.array([], pa.string())
         encoded = pc.dictionary_encode(column)
-        if isinstance(encoded, pa.ChunkedArray):
-            encoded = encoded.unify_dictionaries().combine_chunks() if encoded.num_chunks \
-                else pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], pa.string()))
         codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
         return cls(codes, tuple(encoded.dictionary.to_pylist()))
 
@@ -70,10 +69,9 @@ class Ragged:
 
     def take(self, rows: np.ndarray) -> Ragged:
         lengths = self.lengths[rows]
-        ends = np.cumsum(lengths)
-        at = np.repeat(self.offsets[rows] - ends + lengths, lengths) + np.arange(ends[-1] if
-                                                                                 len(ends) else 0)
-        return Ragged(self.values[at], np.concatenate([[0], ends]).astype(np.int64))
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        at = np.repeat(self.offsets[rows] - offsets[:-1], lengths) + np.arange(offsets[-1])
+        return Ragged(self.values[at], offsets)
 
     @classmethod
     def concat(cls, columns: Sequence[Ragged]) -> Ragged:

@@ -27,7 +27,8 @@ def client_bottleneck(a: RunAnalysis) -> Finding | Unevaluated | None:
     p99 = percentile(waits, 99) if len(waits) else 0.0
     share = p99 / a.mean.total if a.mean.total > 0 else 0.0
     late = [f"client wait (sent − scheduled − connection setup): p50 "
-            f"{ms(percentile(waits, 50))}, p99 {ms(p99)} ({pct(share)} of the mean E2E)"] if len(waits) else []
+            f"{ms(percentile(waits, 50))}, p99 {ms(p99)} ({pct(share)} of the mean E2E)"
+            ] if len(waits) else []
     where = "the load generator: requests left late, so latencies from send understate " \
             "what users would see"
     fix = "add client workers (--workers), raise the concurrency cap or lower the rate"

@@ -133,8 +133,9 @@ def slow_small_requests(a: RunAnalysis) -> Finding | Unevaluated | None:
     fixes = {"network": "move the client closer to the server, reuse connections (keep-alive)",
              "queue": "cap the queue depth and add capacity: short requests wait behind others",
              "preprocess": "speed up request handling (tokenizer, chat template, validation)"}
-    evidence = [f"{int(tiny.sum())} requests with ≤ {TINY_TOKENS} prompt tokens: {ms(wait)} before any "
-                f"compute against {ms(prefill)} of prefill ({pct(wait / (wait + prefill))} waiting)"]
+    evidence = [f"{int(tiny.sum())} requests with ≤ {TINY_TOKENS} prompt tokens: {ms(wait)} "
+                f"before any compute against {ms(prefill)} of prefill "
+                f"({pct(wait / (wait + prefill))} waiting)"]
     evidence += [f"{name}: {ms(v)}" for name, v in waits.items()]
     return Finding("slow_small_requests", Severity.WARNING,
                    f"slow even for tiny prompts: {ms(wait)} before the first token is computed",
