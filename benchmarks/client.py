@@ -72,6 +72,8 @@ class StreamServer(asyncio.Protocol):
             self.timer.cancel()
 
     def data_received(self, data: bytes) -> None:
+        if not self.buf:
+            self.received = time.perf_counter_ns()
         self.buf += data
         while (end := self.buf.find(b"\r\n\r\n")) >= 0:
             lines = self.buf[:end].decode("latin-1").split("\r\n")
@@ -96,6 +98,7 @@ class StreamServer(asyncio.Protocol):
             return
         self.transport.write(HEAD)
         self.rid, self.n, self.sent = headers.get("x-request-id", ""), n, []
+        self.arrived = self.received
         self.start = asyncio.get_running_loop().time()
         self._schedule()
 
@@ -110,7 +113,8 @@ class StreamServer(asyncio.Protocol):
             return self._schedule()
         self.timer = None
         self.transport.write(_tail(self.n))
-        os.write(self.log_fd, orjson.dumps({"id": self.rid, "t": self.sent}) + b"\n")
+        os.write(self.log_fd, orjson.dumps({"id": self.rid, "r": self.arrived, "t": self.sent})
+                 + b"\n")
 
 
 def serve(port: int, log: str) -> None:
@@ -203,14 +207,14 @@ def capacity(servers: Servers, folder: Path, users: int, workers: int, duration:
         added.extend((client_gaps - np.diff(np.asarray(server_t, dtype=np.int64))[keep]) / 1e6)
         versus_intended.extend(client_gaps / 1e6 - INTERVAL_S * 1e3)
     added_ms, intended_ms = np.asarray(added), np.asarray(versus_intended)
-    client = result.summary["client"]
+    client = result.summary.client
     return {"users": users, "workers": workers, "events_per_s": events / window.duration_s,
             "ideal_per_s": users / INTERVAL_S,
             "added_p50": float(np.percentile(added_ms, 50)), "added_p99": float(np.percentile(added_ms, 99)),
             "vs10_p50": float(np.percentile(intended_ms, 50)), "vs10_p99": float(np.percentile(intended_ms, 99)),
-            "lag_p99": client["loop_lag_ms"]["p99"], "lag_max": client["loop_lag_ms"]["max"],
-            "cpu": client["cpu_percent"]["mean"], "failed": sum(not r.ok for r in records),
-            "bottleneck": client["bottleneck"]}
+            "lag_p99": client.loop_lag_ms.p99, "lag_max": client.loop_lag_ms.max,
+            "cpu": client.cpu_percent.mean, "failed": sum(not r.ok for r in records),
+            "bottleneck": client.bottleneck}
 
 
 # --- (2) raw speed ---------------------------------------------------------------------

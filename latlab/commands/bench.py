@@ -80,7 +80,7 @@ class BenchOptions(TargetOptions, WorkloadOptions, ArrivalShape, StopOptions, Ou
                                workload=workload, arrivals=arrivals, duration_s=duration,
                                requests=self.requests, warmup_s=warmup, cooldown_s=cooldown,
                                timeout_s=self.timeout, drain_s=self.drain,
-                               workers=self.workers,
+                               workers=self.worker_count(), ray=self.ray,
                                ignore_eos=self.ignore_eos,
                                continuous_usage=self.continuous_usage, stream=self.stream,
                                keepalive=self.keepalive, server_kind=self.server_kind,

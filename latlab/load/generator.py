@@ -112,7 +112,13 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
                                        config.requests) if progress else None)
             with display or nullcontext():
                 update = display.update if display else None
-                if config.workers == 1:
+                if config.ray is not None:
+                    from latlab.load.ray_workers import run_ray_workers
+
+                    results, settings.ray = run_ray_workers(
+                        config, plan, lambda lead: _start_clock(run, settings, lead), update,
+                        console)
+                elif config.workers == 1:
                     results = [_run_here(config, plan, workload, run, settings, update)]
                 else:
                     results = run_workers(config, plan, lambda: _start_clock(run, settings),
@@ -203,10 +209,10 @@ def _fit(workload: Workload, config: BenchConfig, context: int | None) -> None:
                          "--prompt-tokens, or serve a longer context")
 
 
-def _start_clock(run: RunFolder, settings: RunConfig) -> int:
-    """Fix the run's start `t0` a little ahead, with the wall-clock anchor, in config.json."""
+def _start_clock(run: RunFolder, settings: RunConfig, lead_s: float = START_LEAD_S) -> int:
+    """Fix the run's start `t0` `lead_s` ahead, with the wall-clock anchor, in config.json."""
     anchor_ns, unix = time.perf_counter_ns(), time.time()
-    t0 = anchor_ns + int(START_LEAD_S * 1e9)
+    t0 = anchor_ns + int(lead_s * 1e9)
     settings.clock = Clock(perf_counter_ns=anchor_ns, unix_time=unix, t0_ns=t0)
     run.write_config(settings)
     return t0
