@@ -25,6 +25,7 @@ from rich.console import Console
 from latlab import __version__
 from latlab.load import BenchError, Unreachable
 from latlab.load.arrivals import load_trace
+from latlab.load.autoworkers import auto_workers
 from latlab.load.discovery import discover, round_trip_ms
 from latlab.load.otlp import SpanReceiver
 from latlab.load.processes import run_workers
@@ -72,6 +73,8 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
     workload = Workload(config.workload)
     if config.arrivals.process == "trace":
         load_trace(config.arrivals.trace)
+    if config.workers == "auto":
+        config = _resolve_workers(config, workload, console)
     run = RunFolder.create(config.out, config.name)
     settings = run_config(config, command)
     run.write_config(settings)
@@ -136,6 +139,14 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
             if engine is not None:
                 engine.stop()
     return _finish(config, run, settings, results, notes)
+
+
+def _resolve_workers(config: BenchConfig, workload: Workload,
+                     console: Console | None) -> BenchConfig:
+    count, why = auto_workers(config, workload, remote=config.ray is not None)
+    if console is not None:
+        console.print(why, style="dim", markup=False, highlight=False)
+    return config.model_copy(update={"workers": count})
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from latlab.load.arrivals import arrival_times, user_start_times
 from latlab.load.client import Client
+from latlab.load.collector import collector_paused, sweep_if_piled
 from latlab.load.selfcheck import HealthSampler
 from latlab.load.workload import RequestSpec, Workload
 from latlab.records.config import BenchConfig, ServerKind
@@ -108,6 +109,10 @@ class Worker:
                              keepalive=config.keepalive, kind=ServerKind(plan.server_kind))
 
     async def run(self) -> WorkerResult:
+        with collector_paused():  # its stalls would land in the measured gaps
+            return await self._run()
+
+    async def _run(self) -> WorkerResult:
         loop = asyncio.get_running_loop()
         handled = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -273,6 +278,7 @@ class Worker:
         while True:
             await asyncio.sleep(SNAPSHOT_INTERVAL_S)
             self._snapshot()
+            sweep_if_piled()
 
     def _snapshot(self) -> None:
         if self.on_snapshot is None:
