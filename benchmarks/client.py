@@ -100,7 +100,11 @@ class StreamServer(asyncio.Protocol):
             self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                                  b"Content-Length: %d\r\n\r\n%s" % (len(MODELS), MODELS))
             return
-        n = int(orjson.loads(body)["max_tokens"])
+        try:
+            n = int(orjson.loads(body)["max_tokens"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):  # AIPerf's probes
+            self.transport.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            return
         if path.startswith("/fast"):
             if n not in self.fast_bodies:
                 self.fast_bodies[n] = HEAD + _chunk(EVENT) * n + _tail(n)

@@ -6,12 +6,14 @@ and summary), plus each record's node and each node's clock offset; a worker who
 keeps its finished requests and records those it had in flight.
 """
 
+import sys
 import threading
 import time
 
 import pytest
 
 from latlab.commands.bench import run_bench
+from latlab.load import BenchError
 from latlab.records.config import BenchConfig
 from latlab.records.timeline import Outcome
 from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
@@ -113,3 +115,10 @@ def test_a_lost_worker_keeps_its_finished_requests(cluster, tmp_path):
                for r in records)  # the other worker went on
     assert result.failed and "worker 1 on node" in result.message
     assert any("worker 1 on node" in w for w in result.summary.warnings)
+
+
+def test_without_ray_installed_the_run_does_not_start(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as if not installed
+    with pytest.raises(BenchError, match=r"--ray needs Ray: pip install 'latlab\[ray\]'"):
+        run_bench(config("http://127.0.0.1:9", tmp_path, ray="auto"))
+    assert not list(tmp_path.iterdir())  # no run folder, no engine

@@ -110,7 +110,7 @@ class StopOptions(Options):
     workers: str = opt("1", "Client processes sharing the schedule, or `auto`: as many as the "
                             "offered load needs, from a short self-check of this machine.")
     ray: str | None = opt(None, "Run the workers as Ray actors spread over a cluster's nodes: "
-                                "its address (HOST:PORT, ray://HOST:10001), or `auto` for the "
+                                "its head's HOST:PORT, or `auto` for the "
                                 "cluster on this machine (started for the run if none runs).",
                           metavar="ADDRESS")
 

@@ -73,6 +73,10 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
     workload = Workload(config.workload)
     if config.arrivals.process == "trace":
         load_trace(config.arrivals.trace)
+    if config.ray is not None:
+        from latlab.load.ray_workers import require_ray
+
+        require_ray()  # before an engine is started for nothing
     if config.workers == "auto":
         config = _resolve_workers(config, workload, console)
     run = RunFolder.create(config.out, config.name)

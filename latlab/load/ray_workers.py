@@ -46,7 +46,7 @@ def run_ray_workers(config: BenchConfig, plan: WorkerPlan, start_clock: Callable
     """Run `config.workers` actors on the cluster at `config.ray`, starting together at
     `start_clock(lead_s)` (the driver's clock); return their results and the cluster's
     nodes with their clock offsets. `BenchError` when the cluster cannot be used."""
-    ray = _import_ray()
+    ray = require_ray()
     with _connected(ray, config.ray or "auto", config.workers) as started:
         remote = ray.remote(num_cpus=1, max_concurrency=4)(LoadActor)
         actors = [remote.options(scheduling_strategy="SPREAD", name=actor_name(plan, w)).remote(
@@ -79,8 +79,9 @@ def actor_name(plan: WorkerPlan, worker: int) -> str:
 
 def describe(cluster: RayCluster) -> str:
     """The cluster's nodes and their clocks, in a few lines."""
-    where = "a local Ray cluster (started for this run)" if cluster.started else \
-        f"the Ray cluster at {cluster.address}"
+    where = ("a local Ray cluster (started for this run)" if cluster.started
+             else "the Ray cluster found on this machine" if cluster.address == "auto"
+             else f"the Ray cluster at {cluster.address}")
     lines = [f"workers on {len(cluster.nodes)} node{'s' * (len(cluster.nodes) != 1)} of {where}; "
              "clock offsets against this machine:"]
     for n in cluster.nodes:
@@ -89,7 +90,8 @@ def describe(cluster: RayCluster) -> str:
     return "\n".join(lines)
 
 
-def _import_ray() -> Any:
+def require_ray() -> Any:
+    """The `ray` module; `BenchError` saying how to install it when it is missing."""
     try:
         import ray
     except ImportError:
