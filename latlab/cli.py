@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from latlab import __version__
-from latlab.commands import bench, coldstart, compare, export, report, runs, serve, sweep
+from latlab.commands import ab, bench, coldstart, compare, export, report, runs, serve, sweep
 from latlab.commands.options import command
 
 # Plain click help: each option's text wraps beside it at any width (rich's panels squeeze
@@ -56,6 +56,7 @@ command(app, sweep.SweepOptions)(sweep.sweep)
 command(app, coldstart.ColdstartOptions)(coldstart.coldstart)
 command(app, report.ReportOptions, arguments=(RUN_DIR,))(report.report)
 command(app, compare.CompareOptions, arguments=(RUNS,))(compare.compare)
+command(app, ab.ABOptions)(ab.ab)
 command(app, runs.RunsOptions)(runs.runs)
 command(app, serve.ServeOptions)(serve.serve)
 command(tokenizer_app, export.TokenizerExportOptions, name="export",

@@ -6,9 +6,9 @@ import gc
 import pytest
 
 from latlab.load.clocks import estimate_offset, shift_health, shift_record
-from latlab.load.collector import collector_paused, sweep_if_piled
+from latlab.load.collector import collector_paused, sweep_if_piled, without_collector
 from latlab.records.health import WorkerHealth
-from latlab.records.timeline import ConnectionTiming, RequestTimeline
+from latlab.records.timeline import ConnectionTiming, RequestTimeline, SessionStep
 
 
 class FakeRemote:
@@ -44,7 +44,9 @@ def test_the_same_clock_has_no_offset_within_the_bound():
 
 def test_shifting_moves_stamps_but_not_durations():
     r = RequestTimeline(id="a", index=0, scheduled_ns=100, sent_ns=110, headers_ns=120,
-                        connection=ConnectionTiming(new=True, connect_ns=7))
+                        connection=ConnectionTiming(new=True, connect_ns=7),
+                        first_reasoning_ns=125,
+                        session=SessionStep(id="s", turn=2, turns=3, after_ns=90))
     r.add_token_event(130)
     r.add_token_event(140, 2)
     r.done_ns = 150
@@ -52,6 +54,8 @@ def test_shifting_moves_stamps_but_not_durations():
     assert (r.scheduled_ns, r.sent_ns, r.headers_ns, r.first_token_ns, r.last_token_ns,
             r.done_ns, r.token_ns) == (0, 10, 20, 30, 40, 50, [30, 40])
     assert r.usage_ns is None and r.connection.connect_ns == 7 and r.token_counts == [1, 2]
+    assert (r.first_reasoning_ns, r.session.after_ns, r.session.tool_start_ns) == (25, -10, None)
+    assert r.session.turn == 2
     h = shift_health(WorkerHealth(0, loop_lag_ms=[1.0], loop_lag_at_ns=[500],
                                   dispatch_lateness_ms=[2.0], dispatch_at_ns=[600]), 50)
     assert (h.loop_lag_at_ns, h.dispatch_at_ns, h.loop_lag_ms) == ([550], [650], [1.0])
@@ -73,3 +77,14 @@ def test_the_collector_is_off_during_a_load_and_sweeps_only_a_pile():
         assert sweep_if_piled(limit=10)
         assert gc.get_count()[0] < 10
     assert gc.isenabled()
+
+
+async def test_a_load_runs_without_the_collector():
+    if not gc.isenabled():
+        pytest.skip("the collector is off in this interpreter")
+
+    @without_collector
+    async def load() -> bool:
+        return gc.isenabled()
+
+    assert await load() is False and gc.isenabled()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable
 
 from latlab.analysis.findings import Finding, Unevaluated
 from latlab.analysis.rules import (client, compute, coverage, network, outcomes, queueing,
-                                   server_state, tenants)
+                                   server_state, sessions, tenants)
 
 if TYPE_CHECKING:
     from latlab.analysis.analyze import RunAnalysis
@@ -26,6 +26,9 @@ RULES: tuple[Rule, ...] = (
     queueing.queueing_under_load,
     queueing.slow_small_requests,
     network.network_share,
+    sessions.application_time,
+    sessions.ttft_grows_with_turns,
+    sessions.tool_time,
     compute.prefill_bound,
     compute.decode_stalls,
     tenants.noisy_neighbour,

@@ -54,15 +54,8 @@ def bootstrap_difference(a: np.ndarray, b: np.ndarray, stats: tuple[str, ...],
     if len(a) == 0 or len(b) == 0:
         raise ValueError("bootstrap needs samples on both sides")
     rng = np.random.default_rng(seed)
-    draws_a = _resample(a, stats, rounds, rng)
-    draws_b = _resample(b, stats, rounds, rng)
-    alpha = (1 - CONFIDENCE) / 2
-    result = {}
-    for s in stats:
-        low, high = np.quantile(draws_b[s] - draws_a[s], [alpha, 1 - alpha])
-        result[s] = Difference(a=float(statistic(a, s)), b=float(statistic(b, s)),
-                               ci_low=float(low), ci_high=float(high))
-    return result
+    return _differences(a, b, _resample(a, stats, rounds, rng), _resample(b, stats, rounds, rng),
+                        stats)
 
 
 def cluster_bootstrap_difference(a: list[np.ndarray], b: list[np.ndarray],
@@ -76,14 +69,19 @@ def cluster_bootstrap_difference(a: list[np.ndarray], b: list[np.ndarray],
     if not a or not b:
         raise ValueError("bootstrap needs samples on both sides")
     rng = np.random.default_rng(seed)
-    draws_a = _resample_groups(a, stats, rounds, rng)
-    draws_b = _resample_groups(b, stats, rounds, rng)
-    flat_a, flat_b = np.concatenate(a), np.concatenate(b)
+    return _differences(np.concatenate(a), np.concatenate(b),
+                        _resample_groups(a, stats, rounds, rng),
+                        _resample_groups(b, stats, rounds, rng), stats)
+
+
+def _differences(a: np.ndarray, b: np.ndarray, draws_a: dict[str, np.ndarray],
+                 draws_b: dict[str, np.ndarray], stats: tuple[str, ...]) -> dict[str, Difference]:
+    """Each statistic's value on both sides and the confidence interval of B − A."""
     alpha = (1 - CONFIDENCE) / 2
     result = {}
     for s in stats:
         low, high = np.quantile(draws_b[s] - draws_a[s], [alpha, 1 - alpha])
-        result[s] = Difference(a=float(statistic(flat_a, s)), b=float(statistic(flat_b, s)),
+        result[s] = Difference(a=float(statistic(a, s)), b=float(statistic(b, s)),
                                ci_low=float(low), ci_high=float(high))
     return result
 

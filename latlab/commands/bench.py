@@ -19,8 +19,8 @@ from rich.console import Console
 from latlab.analysis import RunAnalysis, analyze
 from latlab.commands.common import (EXIT_FAILED, Interrupted, RunFailed, UsageError, console,
                                     print_json)
-from latlab.commands.groups import (ArrivalShape, OutputOptions, StopOptions, TargetOptions,
-                                    WorkloadOptions, engine_tokenizer)
+from latlab.commands.groups import (ArrivalShape, OutputOptions, SessionOptions, StopOptions,
+                                    TargetOptions, WorkloadOptions, engine_tokenizer)
 from latlab.commands.options import opt, validation_message
 from latlab.load.generator import run_load
 from latlab.load.spans import join_run
@@ -41,7 +41,8 @@ DEFAULT_DURATION_S = 20.0
 DEFAULT_USERS = 4
 
 
-class BenchOptions(TargetOptions, WorkloadOptions, ArrivalShape, StopOptions, OutputOptions):
+class BenchOptions(TargetOptions, WorkloadOptions, SessionOptions, ArrivalShape, StopOptions,
+                   OutputOptions):
     users: int | None = opt(None, "Closed loop: N users, each sends when its last request "
                                   "ends (default: 4 without --rate).")
     rate: float | None = opt(None, "Open loop: requests per second.")
@@ -66,6 +67,12 @@ class BenchOptions(TargetOptions, WorkloadOptions, ArrivalShape, StopOptions, Ou
         duration = self.duration
         if duration is None and self.requests is None and self.trace is None:
             duration = DEFAULT_DURATION_S
+        workload.sessions = self.sessions(duration)
+        turns = workload.sessions.turns if workload.sessions else None
+        if (turns is not None and turns.kind == "fixed" and self.requests is not None
+                and self.requests < turns.a):
+            raise UsageError(f"--requests {self.requests} is fewer than one session's "
+                             f"{int(turns.a)} requests: sessions run whole")
         warmup = self.warmup if self.warmup is not None else (
             min(0.1 * duration, 5.0) if duration else 0.0)
         cooldown = self.cooldown if self.cooldown is not None else (

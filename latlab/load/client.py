@@ -114,17 +114,21 @@ class Client:
             body["priority"] = spec.priority
         return body
 
-    async def send(self, spec: RequestSpec, r: RequestTimeline) -> None:
-        """Send `spec` and record everything in `r`; never raises but for cancellation."""
+    async def send(self, spec: RequestSpec, r: RequestTimeline) -> str | None:
+        """Send `spec` and record everything in `r`; never raises but for cancellation.
+        A session's request (`spec.session`) returns the answer's text (to carry into the
+        next turn), others None."""
         data = orjson.dumps(self.body(spec))
         r.trace_id = secrets.token_hex(16)
         headers = self.headers | {"X-Request-Id": r.id,
                                   "traceparent": f"00-{r.trace_id}-{secrets.token_hex(8)}-01"}
         session = self._session
+        keep = spec.session is not None
+        answer = None
         try:
             while True:
                 try:
-                    await self._attempt(session, data, headers, r)
+                    answer = await self._attempt(session, data, headers, r, keep)
                     if r.ok and not r.token_ns and r.completion_tokens is None:
                         r.outcome, r.error = Outcome.EMPTY, "HTTP 200 without a token or usage"
                     break
@@ -144,9 +148,10 @@ class Client:
         finally:
             if r.done_ns is None or not r.ok:
                 r.done_ns = perf_counter_ns()
+        return answer
 
     async def _attempt(self, session: aiohttp.ClientSession, data: bytes,
-                       headers: dict[str, str], r: RequestTimeline) -> None:
+                       headers: dict[str, str], r: RequestTimeline, keep: bool) -> str | None:
         async with session.post(self.url, data=data, headers=headers,
                                 trace_request_ctx=r) as resp:
             r.headers_ns = perf_counter_ns()
@@ -157,12 +162,13 @@ class Client:
             if resp.status != 200:
                 await self._http_error(resp, r)
             elif not self.stream:
-                await self._read_body(resp, r)
+                return await self._read_body(resp, r)
             elif self.route.ollama or content_type.startswith("text/event-stream"):
-                await self._read_stream(resp, r)
+                return await self._read_stream(resp, r, keep)
             else:
                 r.outcome = Outcome.BAD_PAYLOAD
                 r.error = f"not a stream: Content-Type {content_type!r}"
+        return None
 
     async def _http_error(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> None:
         status = resp.status
@@ -175,13 +181,15 @@ class Client:
         body = error_message(await resp.content.read(ERROR_BODY_BYTES))
         r.error = f"HTTP {status} {resp.reason or ''}".rstrip() + (f": {body}" if body else "")
 
-    async def _read_stream(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> None:
-        parser = (NdjsonParser if self.route.ollama else StreamParser)(r, self.route.chat)
+    async def _read_stream(self, resp: aiohttp.ClientResponse, r: RequestTimeline,
+                           keep: bool) -> str | None:
+        parser = (NdjsonParser if self.route.ollama else StreamParser)(r, self.route.chat, keep)
         async for chunk in resp.content.iter_any():
             parser.feed(chunk, perf_counter_ns())
         parser.finish()
+        return "".join(parser.text) if parser.text is not None else None
 
-    async def _read_body(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> None:
+    async def _read_body(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> str | None:
         """A non-streamed answer: one event, when the whole body has arrived."""
         raw = await resp.read()
         t = perf_counter_ns()
@@ -194,6 +202,19 @@ class Client:
         r.server = from_event(obj) or r.server
         r.add_token_event(t, max(r.completion_tokens or 1, 1))
         r.usage_ns = r.done_ns = t
+        return answer_text(obj)
+
+
+def answer_text(body: dict[str, Any]) -> str | None:
+    """The answer of a non-streamed response: its first choice's text or message content
+    (Ollama's: `response`, `message.content`)."""
+    choices = body.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    if isinstance(first, dict):
+        text = first.get("text") or (first.get("message") or {}).get("content")
+    else:
+        text = body.get("response") or (body.get("message") or {}).get("content")
+    return text if isinstance(text, str) else None
 
 
 def error_message(body: bytes, limit: int = ERROR_MESSAGE_CHARS) -> str:

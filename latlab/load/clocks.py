@@ -9,7 +9,7 @@ round trips, the one with the smallest delay gives the tightest bound.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from time import perf_counter_ns
 from typing import Callable
 
@@ -17,8 +17,6 @@ from latlab.records.health import WorkerHealth
 from latlab.records.timeline import RequestTimeline
 
 ROUND_TRIPS = 16
-_STAMPS = ("scheduled_ns", "sent_ns", "headers_ns", "first_token_ns", "last_token_ns",
-           "usage_ns", "done_ns")
 
 
 @dataclass(frozen=True)
@@ -44,14 +42,15 @@ def estimate_offset(remote_now: Callable[[], int], round_trips: int = ROUND_TRIP
 
 
 def shift_record(r: RequestTimeline, delta_ns: int) -> RequestTimeline:
-    """`r` with every stamp moved by `delta_ns` (durations, such as its connection phases,
-    stay as they are)."""
-    if delta_ns:
-        for name in _STAMPS:
-            value = getattr(r, name)
-            if value is not None:
-                setattr(r, name, value + delta_ns)
-        r.token_ns = [t + delta_ns for t in r.token_ns]
+    """`r` with every stamp moved by `delta_ns`: each `*_ns` field of the record and of its
+    session step (durations, such as the connection phases, stay as they are)."""
+    for part in (r, r.session) if delta_ns else ():
+        for f in fields(part) if part is not None else ():
+            value = getattr(part, f.name)
+            if f.name.endswith("_ns") and isinstance(value, int):
+                setattr(part, f.name, value + delta_ns)
+            elif f.name.endswith("_ns") and isinstance(value, list):
+                setattr(part, f.name, [t + delta_ns for t in value])
     return r
 
 

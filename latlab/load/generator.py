@@ -43,6 +43,7 @@ from latlab.records.timeline import Outcome, RequestTimeline
 
 START_LEAD_S = 0.05
 SPAN_POLL_S = 0.1
+SPAN_QUIET_S = 1.0  # longer than an exporter's batch delay (latlab serve: 0.5 s)
 MODELS_TIMEOUT_S = 10.0
 FIT_CHECK_REQUESTS = 1000  # requests drawn to check that prompts fit the context
 
@@ -170,10 +171,17 @@ def _not_started(run: RunFolder, settings: RunConfig) -> Iterator[None]:
 
 def _await_spans(receiver: SpanReceiver, run: RunFolder, wait_s: float) -> list[str]:
     """Wait (at most `wait_s`) until a span has arrived for every successful request's
-    trace: exporters send in batches, seconds after the request ended."""
+    trace and none for `SPAN_QUIET_S` (exporters send in batches, seconds after the request
+    ended, and an application's spans come in other batches than its model server's)."""
     wanted = {r.trace_id for r in run.read_records(raw=True) if r.ok and r.trace_id}
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and not wanted <= receiver.trace_ids:
+    count, quiet_since = receiver.count, time.monotonic()
+    while time.monotonic() < deadline:
+        if receiver.count != count:
+            count, quiet_since = receiver.count, time.monotonic()
+        elif (wanted <= receiver.trace_ids
+              and time.monotonic() - quiet_since >= SPAN_QUIET_S):
+            break
         time.sleep(SPAN_POLL_S)
     if receiver.count:
         return []

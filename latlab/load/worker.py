@@ -14,12 +14,13 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
-from latlab.load.arrivals import arrival_times, user_start_times
+from latlab.load.arrivals import arrival_times, sleep_until, user_start_times
 from latlab.load.client import Client
-from latlab.load.collector import collector_paused, sweep_if_piled
+from latlab.load.collector import without_collector
 from latlab.load.selfcheck import HealthSampler
+from latlab.load.sessions import SessionDriver
 from latlab.load.workload import RequestSpec, Workload
 from latlab.records.config import BenchConfig, ServerKind
 from latlab.records.folder import RecordSink, RunFolder
@@ -107,12 +108,10 @@ class Worker:
                              ignore_eos=config.ignore_eos,
                              continuous_usage=config.continuous_usage, stream=config.stream,
                              keepalive=config.keepalive, kind=ServerKind(plan.server_kind))
+        self.sessions = SessionDriver(self) if config.workload.sessions else None
 
+    @without_collector  # its stalls would land in the measured gaps
     async def run(self) -> WorkerResult:
-        with collector_paused():  # its stalls would land in the measured gaps
-            return await self._run()
-
-    async def _run(self) -> WorkerResult:
         loop = asyncio.get_running_loop()
         handled = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -129,8 +128,7 @@ class Worker:
                   if self.end_ns is not None else None)
         try:
             async with self.client:
-                load = self._open_loop() if self.config.arrivals.open_loop else self._closed_loop()
-                self._main = loop.create_task(load)
+                self._main = loop.create_task(self._load())
                 try:
                     await self._main
                 except asyncio.CancelledError:
@@ -146,12 +144,21 @@ class Worker:
                 if previous is not None:  # e.g. a sweep's own SIGTERM handling
                     signal.signal(sig, previous)
             snapshots.cancel()
+            if self.sessions is not None:
+                await self.sessions.close()
             self.writer.close()
             health = await self.health.stop()
             self._snapshot()
         c = self.counters
         return WorkerResult(self.w, health, self.stop_reason or "done", self.stopped_ns,
                             self.message, c.done, c.failed)
+
+    def _load(self) -> Coroutine[Any, Any, None]:
+        """The arrival loop: of single requests, or of sessions (`sessions.SessionDriver`)."""
+        driver = self.sessions
+        if self.config.arrivals.open_loop:
+            return driver.open_loop() if driver else self._open_loop()
+        return driver.closed_loop() if driver else self._closed_loop()
 
     def interrupt(self) -> None:
         """Ctrl-C: stop scheduling and cancel what is in flight (recorded as cancelled)."""
@@ -186,7 +193,7 @@ class Worker:
             if index % self.n != self.w:
                 continue
             spec = self.workload.request(index)
-            await _sleep_until(scheduled)
+            await sleep_until(scheduled)
             if self.stop_reason is not None:
                 return
             self.health.note_dispatch(perf_counter_ns() - scheduled)
@@ -216,22 +223,24 @@ class Worker:
                 return self._stop("duration")
             self._next_k += 1
             spec = self.workload.request(index)
-            await _sleep_until(scheduled)
+            await sleep_until(scheduled)
             self.health.note_dispatch(perf_counter_ns() - scheduled)
             await self._spawn(spec, scheduled)
             scheduled = perf_counter_ns()
 
-    async def _request(self, spec: RequestSpec, scheduled_ns: int) -> None:
+    async def _request(self, spec: RequestSpec, scheduled_ns: int
+                       ) -> tuple[RequestTimeline, str | None]:
+        """Send one request and record it; a session's request returns its answer too."""
         r = RequestTimeline(id=f"{self.plan.run_id}-{spec.index}", index=spec.index,
                             worker=self.w, api=self.config.workload.api,
                             prompt_tokens_planned=spec.prompt_tokens, max_tokens=spec.max_tokens,
-                            fitted=spec.fitted,
+                            fitted=spec.fitted, session=spec.session,
                             tenant=spec.tenant, priority=spec.priority, scheduled_ns=scheduled_ns)
         self.in_flight[spec.index] = r
         self.writer.begin(r)
         self.counters.dispatched += 1
         try:
-            await self.client.send(spec, r)
+            answer = await self.client.send(spec, r)
         except asyncio.CancelledError:
             if self._expired:
                 r.outcome = Outcome.UNFINISHED
@@ -242,11 +251,12 @@ class Worker:
             r.done_ns = r.done_ns or perf_counter_ns()
             raise
         finally:
-            if self._cap is not None:
+            if self._cap is not None and spec.session is None:  # a session holds its slot
                 self._cap.release()
             del self.in_flight[spec.index]
             self.writer.write(r)
             self._finished(r)
+        return r, answer
 
     def _finished(self, r: RequestTimeline) -> None:
         c = self.counters
@@ -278,7 +288,6 @@ class Worker:
         while True:
             await asyncio.sleep(SNAPSHOT_INTERVAL_S)
             self._snapshot()
-            sweep_if_piled()
 
     def _snapshot(self) -> None:
         if self.on_snapshot is None:
@@ -289,12 +298,3 @@ class Worker:
                           "failed": c.failed, "in_flight": len(self.in_flight),
                           "tokens": tokens, "ttft": c.ttft_new})
         c.ttft_new = []
-
-
-async def _sleep_until(t_ns: int) -> None:
-    """Sleep until `t_ns`; the loop's 1 ms timers may wake early, so check and go again.
-    It yields at least once, so a schedule that is all due (a burst) still lets the loop
-    run its other work (a Ctrl-C, a stream) between two dispatches."""
-    await asyncio.sleep(0)
-    while (delay := t_ns - perf_counter_ns()) > 0:
-        await asyncio.sleep(delay / 1e9)

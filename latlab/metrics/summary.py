@@ -9,6 +9,7 @@ import numpy as np
 
 from latlab.metrics.formulas import FORMULAS
 from latlab.metrics.request import RequestMetrics, request_metrics
+from latlab.metrics.sessions import reasoning_summary, session_summary
 from latlab.metrics.slo import meets_slos
 from latlab.metrics.stats import distribution
 from latlab.metrics.throughput import SHORTFALL, throughput
@@ -101,6 +102,8 @@ def summarize(
         window=(WindowSpan(start_ns=window.start_ns, end_ns=window.end_ns,
                            seconds=window.duration_s) if window else None),
         stop_reason=stop_reason,
+        sessions=session_summary(chosen),
+        reasoning=reasoning_summary(chosen),
     )
     summary.warnings = [*dict.fromkeys(notes), *_warnings(summary, concurrency_cap)]
     return summary

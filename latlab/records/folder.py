@@ -103,7 +103,8 @@ class RunFolder:
     def iter_records(self, raw: bool = False) -> Iterator[RequestTimeline]:
         """Every complete record; a torn last line (crash mid-write) is skipped. Unless
         `raw`, a request without in-band server timings gets those its spans gave
-        (server_timings.jsonl, written by `latlab.load.spans.join_run`)."""
+        (server_timings.jsonl, written by `latlab.load.spans.join_run`); an application's
+        spans win over the model server's in-band timings its answer relayed."""
         if not self.requests_path.is_file():
             return
         joined = {} if raw else self._joined()
@@ -117,7 +118,8 @@ class RunFolder:
                     raise RunFolderError(f"{self.requests_path}: unreadable record: {e}") from e
                 if r.id in joined:
                     timing, cached = joined[r.id]
-                    r.server = r.server or timing
+                    r.server = (timing if timing is not None and timing.application
+                                else r.server or timing)
                     r.cached_tokens = r.cached_tokens if r.cached_tokens is not None else cached
                 yield r
 

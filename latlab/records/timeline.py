@@ -72,8 +72,12 @@ class ServerTiming:
     inference: float | None = None
     model_load: float | None = None
     source: str | None = None
+    # An application in front of the model (its own spans): ms per span name, and `other`,
+    # its time outside them and outside the model server's `total`; `total` is then the
+    # application's.
+    application: dict[str, float] | None = None
 
-    def to_json(self) -> dict[str, float | str]:
+    def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
@@ -87,6 +91,10 @@ class ServerTiming:
             value = data.get(name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
                 values[name] = float(value)
+        app = data.get("application")
+        if isinstance(app, dict):
+            values["application"] = {str(k): float(v) for k, v in app.items()
+                                     if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if not values:
             return None
         source = source or data.get("source")
@@ -127,6 +135,25 @@ class ConnectionTiming:
     def setup_ns(self) -> int:
         """DNS + TCP + TLS of a new connection (0 for a reused one)."""
         return sum(v for v in (self.dns_ns, self.connect_ns, self.tls_ns) if v is not None)
+
+
+@dataclass(slots=True)
+class SessionStep:
+    """Where a request sits in a session: a chat's turn, or an agent task's model call.
+
+    `turn` counts from 1 to the `turns` planned. `after_ns` is when the session's previous
+    request ended (None for turn 1); between it and this request's `scheduled` lies the
+    user's think time (`chat`) or the tool step (`agent`: `tool_start_ns` to `tool_end_ns`,
+    `tool_error` when the tool failed; the rest of the gap is the orchestration's)."""
+
+    id: str
+    turn: int
+    turns: int
+    kind: str = "chat"
+    after_ns: int | None = None
+    tool_start_ns: int | None = None
+    tool_end_ns: int | None = None
+    tool_error: str | None = None
 
 
 @dataclass(slots=True)
@@ -177,6 +204,12 @@ class RequestTimeline:
     trace_id: str | None = None
     retries: int = 0
 
+    # A session's request (None for an independent one), and a reasoning stream's first
+    # reasoning token and first answer token (None unless the stream marked reasoning).
+    session: SessionStep | None = None
+    first_reasoning_ns: int | None = None
+    first_answer_ns: int | None = None
+
     @property
     def ok(self) -> bool:
         return self.outcome == Outcome.OK
@@ -214,6 +247,7 @@ class RequestTimeline:
         data["outcome"] = str(self.outcome)
         data["connection"] = asdict(self.connection) if self.connection else None
         data["server"] = self.server.to_json() if self.server else None
+        data["session"] = asdict(self.session) if self.session else None
         return data
 
     @classmethod
@@ -224,4 +258,6 @@ class RequestTimeline:
         if values.get("connection"):
             values["connection"] = ConnectionTiming(**values["connection"])
         values["server"] = ServerTiming.from_json(values.get("server"))
+        if values.get("session"):
+            values["session"] = SessionStep(**values["session"])
         return cls(**values)

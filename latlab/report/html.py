@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from latlab.analysis import decompose
-from latlab.analysis.decompose import COMPONENTS, LABELS
+from latlab.analysis.decompose import label
 from latlab.records.summary import Percentile, RunSummary
-from latlab.report import figures, gantt, timeseries
+from latlab.report import figures, gantt, sessions_html, timeseries
 from latlab.report.page import chart, document, e, settings_table
 from latlab.report.palette import SEVERITY_COLORS
 from latlab.units import ms, number, pct
@@ -57,6 +57,12 @@ def _charts(a: RunAnalysis) -> list[str]:
             chart(timeseries.outcomes_figure(a), "Requests by the bin they ended in: failures "
                   "by class, and those that succeeded, meeting the run's SLOs or not. "
                   f"{shaded}")]
+    if a.summary.sessions is not None:
+        out += ["<h2>Sessions</h2>",
+                chart(sessions_html.turns_figure(a), "Successful requests of the window by "
+                      "their place in the session: each turn resends the history."),
+                chart(sessions_html.steps_figure(a), "The mean of each step over the complete "
+                      "agent tasks: the tool step and orchestration before its model call.")]
     tenants = figures.tenants_figure(a) if a.mean is not None else None
     if tenants is not None:
         out += ["<h2>Tenants and priorities</h2>",
@@ -154,11 +160,11 @@ def _findings(a: RunAnalysis) -> str:
 def _components_table(a: RunAnalysis) -> str:
     head = "<tr><th>component</th><th>mean</th><th>share</th><th>p99 tail</th><th>share</th>" \
            "<th>quality</th><th>measured for</th></tr>"
-    rows = [f"<tr><td>{e(LABELS[c])}</td><td>{ms(a.mean.components[c])}</td>"
-            f"<td>{pct(a.mean.share(c))}</td><td>{ms(a.tail.components[c])}</td>"
+    rows = [f"<tr><td>{e(label(c))}</td><td>{ms(a.mean.components[c])}</td>"
+            f"<td>{pct(a.mean.share(c))}</td><td>{ms(a.tail.components.get(c))}</td>"
             f"<td>{pct(a.tail.share(c))}</td><td>{a.mean.quality[c]}</td>"
             f"<td>{pct(a.mean.coverage[c])}</td></tr>"
-            for c in COMPONENTS if a.mean.quality[c] is not None]
+            for c in a.mean.components if a.mean.quality[c] is not None]
     return f"<table>{head}{''.join(rows)}</table>"
 
 

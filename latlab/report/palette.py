@@ -3,6 +3,7 @@
 BUCKET_COLORS = {
     "network": "#4c9be8",
     "queue & overhead": "#f0a830",
+    "application": "#2aa198",
     "prefill": "#c355c9",
     "decode": "#4cb86b",
     "prefill + decode (unsplit)": "#8a9f6a",
