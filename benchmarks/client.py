@@ -1,6 +1,6 @@
 """How much load can latlab's client generate and still time every token right?
 
-    python benchmarks/client.py                 # the full run (about three minutes)
+    python benchmarks/client.py                 # the full run (about six minutes)
     python benchmarks/client.py --quick         # fewer, shorter configurations
     python benchmarks/client.py --aiperf .venv-clients/bin/aiperf   # and AIPerf's client
 
@@ -17,10 +17,13 @@ between the server's writes of them; to TTFT, its time to first token minus the 
     with 1 and 2 worker processes: achieved token events/s against the ideal (concurrency x
     100/s), the added ITL and TTFT errors, the client's own loop lag and CPU.
 (2) side by side, 256 streams of 100 tokens/s, one after another on the same servers:
-    latlab (one process; `--workers auto`), a minimal aiohttp + uvloop client that stamps
-    each event as it reads its line, and AIPerf (`--aiperf PATH`: its raw records carry a
-    monotonic stamp per event and the X-Request-Id the server logs). AIPerf must live in
-    its own environment, with the same torch pin:
+    latlab (one process; the same with Python's garbage collector left on during the load,
+    as before `latlab.load.collector`; `--workers auto`), a minimal aiohttp + uvloop client
+    that stamps each event as it reads its line, and AIPerf (`--aiperf PATH`: its raw
+    records carry a monotonic stamp per event and the X-Request-Id the server logs); with
+    `--rounds N` each client runs N times, interleaved, and the median is shown (3 by
+    default, 1 with --quick). AIPerf must live in its own environment, with the same torch
+    pin:
         python3 -m venv .venv-clients
         .venv-clients/bin/pip install -c benchmarks/clients-constraints.txt aiperf
 (3) raw speed: token events/s on zero-delay streams (32 streams of 200 events) of latlab
@@ -183,6 +186,9 @@ class Servers:
             p.wait(10)
 
 
+ADDED = ("events_per_s", "itl_p50", "itl_p99", "ttft_p50", "ttft_p99")
+
+
 # --- what a client added ----------------------------------------------------------------
 
 
@@ -240,6 +246,21 @@ def latlab_run(servers: Servers, folder: Path, users: int, workers, duration: fl
     return out | {"users": users, "workers": client.workers,
                   "lag_p99": client.loop_lag_ms.p99, "cpu": client.cpu_percent.mean,
                   "failed": sum(not r.ok for r in records), "bottleneck": client.bottleneck}
+
+
+def collector_on(run):
+    """`run` with Python's garbage collector left on during the load, as before
+    `latlab.load.collector` (the one process runs in this one)."""
+    import contextlib
+
+    from latlab.load import collector
+
+    paused = collector.collector_paused
+    collector.collector_paused = contextlib.nullcontext
+    try:
+        return run()
+    finally:
+        collector.collector_paused = paused
 
 
 # --- a minimal aiohttp client -------------------------------------------------------------
@@ -368,6 +389,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer, shorter configurations")
     parser.add_argument("--servers", type=int, default=2, help="server processes")
     parser.add_argument("--aiperf", help="AIPerf's `aiperf` command, to compare its client")
+    parser.add_argument("--rounds", type=int, help="rounds of the side-by-side comparison")
     args = parser.parse_args()
     levels = (64, 256) if args.quick else (64, 256, 1024)
     duration = 5.0 if args.quick else 8.0
@@ -392,19 +414,27 @@ def main() -> None:
             print("   (ms)")
             users = 256
             print(f"\n(2) side by side: {users} streams of 100 tokens/s, {duration:g} s each "
-                  "(2 s warm-up and 0.5 s left out)")
+                  f"(2 s warm-up and 0.5 s left out), median of "
+                  f"{args.rounds or (1 if args.quick else 3)} interleaved rounds")
             print(f"{'client':<28} {'events/s':>10} {'ITL added p50':>13} {'p99':>7} "
                   f"{'TTFT added p50':>14} {'p99':>7}")
             rows = [("latlab, 1 process", lambda: latlab_run(servers, folder, users, 1, duration)),
+                    ("  the same, collector on", lambda: collector_on(
+                        lambda: latlab_run(servers, folder, users, 1, duration))),
                     ("latlab, --workers auto", lambda: latlab_run(servers, folder, users, "auto",
                                                                  duration)),
                     ("minimal aiohttp + uvloop", lambda: minimal_run(servers, users, duration))]
             if args.aiperf:
                 rows.append(("AIPerf " + _version(args.aiperf),
                              lambda: aiperf_paced(args.aiperf, servers, folder, users, duration)))
-            for name, run in rows:
-                c = run()
-                label = name + (f" ({c['workers']})" if "auto" in name else "")
+            rounds = args.rounds or (1 if args.quick else 3)
+            results: dict[str, list[dict]] = {name: [] for name, _ in rows}
+            for _ in range(rounds):
+                for name, run in rows:
+                    results[name].append(run())
+            for name, runs in results.items():
+                c = {k: float(np.median([r[k] for r in runs])) for k in ADDED}
+                label = name + (f" ({runs[0]['workers']})" if "auto" in name else "")
                 print(f"{label:<28} {c['events_per_s']:>10,.0f} {c['itl_p50']:>13.3f} "
                       f"{c['itl_p99']:>7.3f} {c['ttft_p50']:>14.3f} {c['ttft_p99']:>7.3f}")
             print("   (ms)")
