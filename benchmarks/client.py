@@ -244,23 +244,53 @@ def latlab_run(servers: Servers, folder: Path, users: int, workers, duration: fl
                        servers.sends(), window.start_ns, window.end_ns)
     client = result.summary.client
     return out | {"users": users, "workers": client.workers,
+                  "window": (window.start_ns, window.end_ns),
                   "lag_p99": client.loop_lag_ms.p99, "cpu": client.cpu_percent.mean,
                   "failed": sum(not r.ok for r in records), "bottleneck": client.bottleneck}
 
 
+GC_PAUSES: list[tuple[int, float]] = []  # (generation, ms of CPU) in the collector-on windows
+
+
 def collector_on(run):
     """`run` with Python's garbage collector left on during the load, as before
-    `latlab.load.collector` (the one process runs in this one)."""
+    `latlab.load.collector` (the one process runs in this one); each collection's CPU time
+    goes to GC_PAUSES."""
     import contextlib
+    import gc
 
     from latlab.load import collector
 
+    started: list[int] = []
+    pauses: list[tuple[int, int, float]] = []
+
+    def timed(phase: str, info: dict) -> None:
+        if phase == "start":
+            started.append(time.thread_time_ns())
+        elif started:
+            pauses.append((time.perf_counter_ns(), info["generation"],
+                           (time.thread_time_ns() - started.pop()) / 1e6))
+
     paused = collector.collector_paused
     collector.collector_paused = contextlib.nullcontext
+    gc.callbacks.append(timed)
     try:
-        return run()
+        result = run()
     finally:
+        gc.callbacks.remove(timed)
         collector.collector_paused = paused
+    start, end = result["window"]
+    GC_PAUSES.extend((g, ms) for t, g, ms in pauses if start <= t < end)
+    return result
+
+
+def gc_pauses() -> str:
+    lines = []
+    for gen in sorted({g for g, _ in GC_PAUSES}):
+        ms = [p for g, p in GC_PAUSES if g == gen]
+        lines.append(f"generation {gen}: {len(ms)} collections, median {np.median(ms):.2f} ms, "
+                     f"max {max(ms):.1f} ms")
+    return "; ".join(lines)
 
 
 # --- a minimal aiohttp client -------------------------------------------------------------
@@ -438,6 +468,8 @@ def main() -> None:
                 print(f"{label:<28} {c['events_per_s']:>10,.0f} {c['itl_p50']:>13.3f} "
                       f"{c['itl_p99']:>7.3f} {c['ttft_p50']:>14.3f} {c['ttft_p99']:>7.3f}")
             print("   (ms)")
+            print(f"   the collector's pauses in those runs' windows (CPU time): "
+                  f"{gc_pauses()}")
             print("\n(3) raw speed: zero-delay streams of 200 events, 32 streams")
             r = raw_speed(servers, folder, users=32, requests=150 if args.quick else 300,
                           output=200, rounds=2 if args.quick else 3, aiperf=args.aiperf)

@@ -6,6 +6,7 @@ and summary), plus each record's node and each node's clock offset; a worker who
 keeps its finished requests and records those it had in flight.
 """
 
+import os
 import sys
 import threading
 import time
@@ -19,6 +20,9 @@ from latlab.records.timeline import Outcome
 from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
 from sse_server import DONE, Server, Step, completion, stream, usage_only
 
+# Ray's processes talk over loopback only (by default they use the machine's address): Ray
+# reads this when imported, in this process and in those it starts.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 ray = pytest.importorskip("ray")
 
 SMALL = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=8),
@@ -49,6 +53,10 @@ def config(url, tmp_path, **kw) -> BenchConfig:
 
 def populated(obj) -> set[str]:
     return {k for k, v in obj.to_json().items() if v not in (None, [], {})}
+
+
+def test_the_cluster_stays_on_loopback(cluster):
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
 
 
 def test_actors_run_a_plain_runs_schedule_and_records(cluster, tmp_path):
