@@ -105,7 +105,8 @@ def test_a_lost_worker_keeps_its_finished_requests(cluster, tmp_path):
             deadline = time.monotonic() + 60
             while victim is None and time.monotonic() < deadline:
                 names = [n for n in ray.util.list_named_actors() if n.endswith("-worker-1")]
-                done = [p for p in runs.glob("*/requests.jsonl") if p.stat().st_size > 2000]
+                done = [p for p in runs.glob("*/requests.jsonl")
+                        if b'"worker":1,' in p.read_bytes()]  # worker 1 finished one
                 if names and done:
                     victim = names[0]
                 time.sleep(0.05)

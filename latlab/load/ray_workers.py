@@ -26,7 +26,7 @@ from rich.console import Console
 
 from latlab import __version__
 from latlab.load import BenchError
-from latlab.load.clocks import Offset, estimate_offset
+from latlab.load.clocks import estimate_offset
 from latlab.load.ray_actor import LoadActor
 from latlab.load.worker import WorkerPlan, WorkerResult
 from latlab.records.cluster import NodeClock, RayCluster
@@ -55,16 +55,14 @@ def run_ray_workers(config: BenchConfig, plan: WorkerPlan, start_clock: Callable
         try:
             cluster = RayCluster(address=config.ray or "auto", started=started,
                                  nodes=_place(ray, actors, plan.url))
-            offsets = {w: Offset(n.offset_ns, n.uncertainty_ns)
-                       for n in cluster.nodes for w in n.workers}
             if console is not None:
                 console.print(describe(cluster), style="dim", markup=False, highlight=False)
+            node_of = {w: n for n in cluster.nodes for w in n.workers}
             t0 = start_clock(START_LEAD_S)
-            node_of = {w: n.node for n in cluster.nodes for w in n.workers}
-            for w, actor in enumerate(actors):
-                actor.run.remote(t0 + offsets[w].offset_ns, offsets[w].offset_ns, node_of[w])
-            results, lost = _collect(ray, actors, node_of, RunFolder(Path(plan.run_path)),
-                                     update)
+            for w, actor in enumerate(actors):  # each gets t0 in its own node's clock
+                actor.run.remote(t0 + node_of[w].offset_ns, node_of[w].offset_ns, node_of[w].node)
+            results, lost = _collect(ray, actors, {w: n.node for w, n in node_of.items()},
+                                     RunFolder(Path(plan.run_path)), update)
             _measure_after(ray, actors, cluster, lost)
             return [results[w] for w in sorted(results)], cluster
         finally:
