@@ -3,11 +3,12 @@
 The load path makes no reference cycles: every request's objects are freed by reference
 counting (a 5,700-request run left about 100 unreachable objects, all from start-up). Yet the
 cyclic collector walks the objects of every request in flight (about 50 each) several times
-a second: at 256 streams its middle generation stalls the event loop 3-4 ms twice a second
-and a full collection 50 ms (CPU time, `benchmarks/client.py`), and every token that arrives
-meanwhile is stamped late. So during a load the collector is off and what exists is frozen;
-`sweep_if_piled` collects only when tracked objects have piled up since the last collection
-(cycles after all, from some failure path), which costs one stall instead of a leak.
+a second: at 256 streams its middle generation stalled the event loop about 6 ms once a
+second and a full collection over 100 ms (CPU time; `benchmarks/client.py` prints them), and
+every token that arrives meanwhile is stamped late. So during a load the collector is off
+and what exists is frozen; `sweep_if_piled` collects only when tracked objects have piled up
+since the last collection (cycles after all, from some failure path), which costs one stall
+instead of a leak.
 """
 
 from __future__ import annotations
