@@ -16,6 +16,7 @@ from safetensors.torch import save_file
 
 from latlab.engine.config import PRESETS, ModelConfig
 from latlab.engine.model import CausalLM
+from latlab.engine.quantization import quantize
 from latlab.tokenizer import IM_END, Tokenizer, TokenizerError
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
@@ -34,8 +35,17 @@ class LoadedModel:
     stop_token_ids: list[int]
 
 
-def load_model(name: str, dtype: torch.dtype, seed: int) -> LoadedModel:
-    """A preset name (random weights from `seed`) or the path of a checkpoint folder."""
+def load_model(name: str, dtype: torch.dtype, seed: int,
+               quantization: str | None = None) -> LoadedModel:
+    """A preset name (random weights from `seed`) or the path of a checkpoint folder;
+    `quantization` ("int8") quantizes its linear layers (`quantization.py`)."""
+    loaded = _load(name, dtype, seed)
+    if quantization is not None:
+        quantize(loaded.model, quantization)
+    return loaded
+
+
+def _load(name: str, dtype: torch.dtype, seed: int) -> LoadedModel:
     if name in PRESETS:
         config = PRESETS[name]
         tokenizer = Tokenizer.default()
