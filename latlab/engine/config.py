@@ -137,8 +137,14 @@ class EngineConfig:
             (num_kv_blocks * self.block_size >= self.max_model_len,
              f"the KV cache ({num_kv_blocks} blocks of {self.block_size} tokens) must hold at "
              f"least one sequence of --max-model-len {self.max_model_len} tokens"),
-        ] + self._technique_checks()
+        ]
         for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+
+    def validate_techniques(self) -> None:
+        """Reject bad settings of the latency techniques (before any model is loaded)."""
+        for ok, message in self._technique_checks():
             if not ok:
                 raise ConfigError(message)
 

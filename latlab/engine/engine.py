@@ -70,6 +70,7 @@ class LLMEngine:
     """Owns the model, the KV pool, the scheduler; `step()` advances every running request."""
 
     def __init__(self, config: EngineConfig) -> None:
+        config.validate_techniques()
         torch.set_num_threads(config.threads)
         self.dtype = getattr(torch, config.dtype)
         loaded = load_model(config.model, self.dtype, config.seed, config.quantization)

@@ -170,6 +170,8 @@ def _stop_ids(tokenizer: Tokenizer, eos_ids: list[int | None]) -> list[int]:
     ids = {i for i in eos_ids if isinstance(i, int)}
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
-    if tokenizer.chat_template is None and tokenizer.backend.token_to_id(IM_END) is not None:
-        ids.add(tokenizer.backend.token_to_id(IM_END))
+    im_end = tokenizer.backend.token_to_id(IM_END)
+    if im_end is not None and (tokenizer.chat_template is None
+                               or IM_END in tokenizer.chat_template):
+        ids.add(im_end)
     return sorted(ids)

@@ -97,8 +97,9 @@ class Scheduler:
         budget = _Budget(self.max_num_batched_tokens, self.max_prefill_tokens,
                          self.max_decode_tokens)
         scheduled: set[int] = set()
+        preempted_for_priority = len(out.preempted)
         self._schedule_decodes(out, budget, scheduled)
-        kv_dry = bool(out.preempted)
+        kv_dry = len(out.preempted) > preempted_for_priority
         candidates = [s for s in self.running if not s.is_decoding]
         if not (self.static or kv_dry):
             candidates += self.waiting
