@@ -42,6 +42,7 @@ def load_model(name: str, dtype: torch.dtype, seed: int,
     loaded = _load(name, dtype, seed)
     if quantization is not None:
         quantize(loaded.model, quantization)
+    loaded.model.pack_weights()
     return loaded
 
 
