@@ -13,8 +13,9 @@ the same threads for its computation) and runs the same closed-loop workload aga
 `--users` concurrent users, each sending `--rounds` streamed completions of distinct random
 `--prompt-tokens`-token prompts (token ids, so no tokenizer is involved) with
 `--output-tokens` fixed outputs (ignore_eos), greedy. It prints output tok/s, TTFT p50/p99
-and the server's CPU use, and latlab's ratio to llama-server. Every process it starts is
-stopped by its PID.
+and the server's CPU use (of one core = 100), and latlab's ratio to llama-server over the
+means of `--repeats` runs in alternating order (a noisy machine then hits both alike). Every
+process it starts is stopped by its PID.
 """
 
 from __future__ import annotations
@@ -230,6 +231,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="requests per user")
     parser.add_argument("--prompt-tokens", type=int, default=256)
     parser.add_argument("--output-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=2, help="runs per server, alternating")
     args = parser.parse_args()
     if not (LLAMA_DIR / "build/bin/llama-server").is_file():
         sys.exit(f"no llama-server under {LLAMA_DIR}/build/bin (set LLAMA_CPP_DIR)")
@@ -242,21 +244,26 @@ def main() -> None:
               f"prompts, {args.output_tokens} output tokens (ignore_eos), greedy")
         print(f"{'threads':>7}  {'server':<13}{'out tok/s':>10}{'TTFT p50':>10}{'TTFT p99':>10}"
               f"{'CPU %':>7}{'time s':>8}")
+        names = ["llama-server", "latlab serve"]
+        checked = False
         for threads in args.threads:
-            rows = {}
-            for name in ("llama-server", "latlab serve"):
-                server = (llama_server(gguf, threads, args.dtype, args.users, context)
-                          if name == "llama-server"
-                          else latlab_server(folder / "hf", threads, args.dtype, args.users))
-                check = folder / "hf" if name == "llama-server" and threads == args.threads[0] \
-                    else None
-                rows[name] = r = run(server, args, seed=threads, check=check)
-                print(f"{threads:>7}  {name:<13}{r['tok_s']:>10.0f}{r['ttft_p50']:>8.0f}ms"
-                      f"{r['ttft_p99']:>8.0f}ms{r['cpu']:>7.0f}{r['time']:>8.1f}", flush=True)
-            a, b = rows["latlab serve"], rows["llama-server"]
-            print(f"{threads:>7}  latlab / llama-server: output tok/s {a['tok_s'] / b['tok_s']:.2f}x,"
-                  f" p99 TTFT {a['ttft_p99'] / b['ttft_p99']:.2f}x (below 1 is better)")
-
+            rows: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+            for repeat in range(args.repeats):  # the order alternates: A B, B A, ...
+                for name in names if repeat % 2 == 0 else names[::-1]:
+                    server = (llama_server(gguf, threads, args.dtype, args.users, context)
+                              if name == "llama-server"
+                              else latlab_server(folder / "hf", threads, args.dtype, args.users))
+                    check = folder / "hf" if name == "llama-server" and not checked else None
+                    checked = True
+                    r = run(server, args, seed=threads * 100 + repeat, check=check)
+                    rows[name].append(r)
+                    print(f"{threads:>7}  {name:<13}{r['tok_s']:>10.0f}{r['ttft_p50']:>8.0f}ms"
+                          f"{r['ttft_p99']:>8.0f}ms{r['cpu']:>7.0f}{r['time']:>8.1f}", flush=True)
+            a, b = ({k: sum(r[k] for r in rows[n]) / len(rows[n]) for k in ("tok_s", "ttft_p99")}
+                    for n in ("latlab serve", "llama-server"))
+            print(f"{threads:>7}  latlab / llama-server (means of {args.repeats}): output tok/s "
+                  f"{a['tok_s'] / b['tok_s']:.2f}x, p99 TTFT {a['ttft_p99'] / b['ttft_p99']:.2f}x "
+                  "(below 1 is better)", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -15,6 +15,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from latlab.engine.config import PRESETS, ModelConfig
+from latlab.engine.linear import pack_linears
 from latlab.engine.model import CausalLM
 from latlab.engine.quantization import quantize
 from latlab.tokenizer import IM_END, Tokenizer, TokenizerError
@@ -42,7 +43,7 @@ def load_model(name: str, dtype: torch.dtype, seed: int,
     loaded = _load(name, dtype, seed)
     if quantization is not None:
         quantize(loaded.model, quantization)
-    loaded.model.pack_weights()
+    pack_linears(loaded.model)
     return loaded
 
 

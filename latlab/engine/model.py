@@ -213,18 +213,6 @@ class CausalLM(nn.Module):
                     param.normal_(0.0, 1.0 / math.sqrt(param.shape[-1]), generator=generator)
         return model.to(dtype).eval()
 
-    def pack_weights(self) -> None:
-        """Float32 linear weights laid out column-major (the same values): torch's CPU GEMV
-        reads them about 1.4x faster for a single token and batched matmuls are unchanged
-        (benchmarks/engine_step.py); bf16 keeps rows, which oneDNN prefers. A tied output
-        head gets its own copy: the embedding lookup wants rows."""
-        if self.embed_tokens.weight.dtype != torch.float32:
-            return
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                module.weight = nn.Parameter(module.weight.detach().t().contiguous().t(),
-                                             requires_grad=False)
-
     def allocate_kv_cache(self, num_blocks: int, block_size: int) -> None:
         dtype = self.embed_tokens.weight.dtype
         for layer in self.layers:
