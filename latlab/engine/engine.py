@@ -277,6 +277,7 @@ class LLMEngine:
             vocab = self.model_config.vocab_size
             return torch.randint(0, vocab, (n,), generator=generator).tolist()
 
+        delay, self.scheduler.max_queue_delay_ns = self.scheduler.max_queue_delay_ns, None
         size = 1
         while True:
             self.generate([prompt(self.config.block_size) for _ in range(size)], params)
@@ -285,6 +286,7 @@ class LLMEngine:
             size = min(2 * size, self.config.max_num_seqs)
         longest = min(self.config.max_num_batched_tokens, self.config.max_model_len - 3)
         self.generate([prompt(longest)], params)
-        self.scheduler.num_preemptions = self.num_steps = 0
+        self.scheduler.max_queue_delay_ns = delay  # warm-up requests are never refused
+        self.scheduler.num_preemptions = self.num_steps = self.num_queue_timeouts = 0
         self.scheduler.num_draft_tokens = self.scheduler.num_accepted_tokens = 0
         self.block_manager.num_queried_tokens = self.block_manager.num_hit_tokens = 0

@@ -120,6 +120,8 @@ def create_app(engine: AsyncEngine, settings: ServerSettings, warmup: bool = Tru
     async def health() -> JSONResponse:
         if engine.failed:
             return JSONResponse({"status": "failed", "error": engine.failed}, status_code=503)
+        if engine.engine.config.idle_unload is None:
+            return JSONResponse({"status": "ok"})
         # False after --idle-unload unloaded the model; the next request loads it again.
         return JSONResponse({"status": "ok", "model_loaded": engine.stats.model_loaded})
 
