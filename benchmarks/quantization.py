@@ -24,7 +24,7 @@ import torch
 from latlab.engine.config import EngineConfig
 from latlab.engine.engine import LLMEngine
 from latlab.engine.sampling import SamplingParams
-from latlab.metrics import percentile
+from latlab.metrics.stats import percentile
 
 SETTINGS = {"float32": {}, "bfloat16": {"dtype": "bfloat16"}, "int8": {"quantization": "int8"},
             "int8+bf16": {"quantization": "int8", "dtype": "bfloat16"}}

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from latlab.engine.engine import LLMEngine
 from latlab.engine.sampling import SamplingParams
 from latlab.engine.sequence import Sequence
-from latlab.metrics import percentile
+from latlab.metrics.stats import percentile
 
 
 @dataclass

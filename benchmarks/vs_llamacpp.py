@@ -35,7 +35,7 @@ from pathlib import Path
 import aiohttp
 import psutil
 
-from latlab.metrics import percentile
+from latlab.metrics.stats import percentile
 
 LLAMA_DIR = Path(os.environ.get("LLAMA_CPP_DIR",
                                 "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp"))
