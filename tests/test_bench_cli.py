@@ -79,6 +79,8 @@ def test_the_summary_table(tmp_path):
     (["--users", "2", "--rate", "3"], "exclude each other"),
     (["--duration", "2", "--warmup", "2"], "leave nothing of --duration"),
     (["--workers", "0"], "--workers 0"),
+    (["--workers", "many"], "--workers 'many': expected a count or auto"),
+    (["--workers", "65"], "--workers 65: at most 64 processes on one machine"),
     (["--tenant", "a:heavy"], "--tenant 'a:heavy'"),
     (["--prefix-fraction", "1.5"], "--prefix-fraction 1.5"),
     (["--url", "localhost:8000"], "--url 'localhost:8000'"),
@@ -165,3 +167,13 @@ def test_the_embedded_engines_checkpoint_tokenizer_counts_the_prompts(tmp_path):
     result = bench("--serve-args", f"--model {checkpoint}", "--requests", "2", "--out", str(out))
     assert result.exit_code == 1  # a folder with only a tokenizer is no model: serve refuses it
     assert only_run(out).read_config().bench.workload.tokenizer == str(checkpoint)
+
+
+def test_workers_auto_picks_a_count_from_the_offered_load(tmp_path):
+    with Server(stream(STEPS)) as server:
+        result = bench("--url", server.url, "--requests", "6", "--rate", "30", "--workers",
+                       "auto", "--output-tokens", "2", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "--workers auto: 1 for about 60 token events/s offered" in result.output
+    run = only_run(tmp_path)
+    assert run.read_config().bench.workers == 1 and len(run.read_records()) == 6

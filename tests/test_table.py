@@ -31,6 +31,7 @@ def mixed():
     records[6].session = SessionStep(id="s1", turn=2, turns=3, kind="agent", after_ns=5,
                                      tool_start_ns=6, tool_end_ns=9, tool_error="boom")
     records[7].first_reasoning_ns = records[7].first_token_ns
+    records[8].node = "10.0.0.2"  # sent by a Ray node
     return records
 
 

@@ -176,7 +176,21 @@ class StopOptions(Options):
     drain: float = opt(30.0, "After --duration, seconds the requests in flight may still take; "
                              "then they are cancelled and recorded as unfinished.",
                        to="drain_s")
-    workers: int = opt(1, "Client processes sharing the schedule.")
+    workers: str = opt("1", "Client processes sharing the schedule, or `auto`: as many as the "
+                            "offered load needs, from a short self-check of this machine.")
+    ray: str | None = opt(None, "Run the workers as Ray actors spread over a cluster's nodes: "
+                                "its head's HOST:PORT, or `auto` for the "
+                                "cluster on this machine (started for the run if none runs).",
+                          metavar="ADDRESS")
+
+    def worker_count(self) -> int | str:
+        """--workers as a count, or "auto"; `UsageError` for anything else."""
+        if self.workers == "auto":
+            return "auto"
+        try:
+            return int(self.workers)
+        except ValueError:
+            raise UsageError(f"--workers {self.workers!r}: expected a count or auto") from None
 
 
 class SloOptions(Options):

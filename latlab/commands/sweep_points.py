@@ -180,7 +180,8 @@ class _Sweep:
     def run_point(self, url: str, step: Step, console: Console, progress: bool) -> Point:
         name, label, mode, load, arrivals = step
         base = self.config.base
-        workers = base.workers if arrivals.open_loop else min(base.workers, arrivals.users)
+        workers = (base.workers if arrivals.open_loop or base.workers == "auto"
+                   else min(base.workers, arrivals.users))
         bench = BenchConfig(**{**dict(base), "url": url, "out": self.folder, "arrivals": arrivals,
                                "name": f"p{len(self.points):02d}-{name}", "workers": workers,
                                "tags": [*base.tags, f"sweep:{self.folder.name}"]})

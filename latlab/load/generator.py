@@ -26,6 +26,7 @@ from rich.console import Console
 from latlab import __version__
 from latlab.load import BenchError, Unreachable
 from latlab.load.arrivals import load_trace
+from latlab.load.autoworkers import auto_workers
 from latlab.load.discovery import discover, round_trip_ms
 from latlab.load.otlp import SpanReceiver
 from latlab.load.processes import run_workers
@@ -74,6 +75,12 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
     workload = Workload(config.workload)
     if config.arrivals.process == "trace":
         load_trace(config.arrivals.trace)
+    if config.ray is not None:
+        from latlab.load.ray_workers import require_ray
+
+        require_ray()  # before an engine is started for nothing
+    if config.workers == "auto":
+        config = _resolve_workers(config, workload, console)
     run = RunFolder.create(config.out, config.name)
     settings = run_config(config, command)
     run.write_config(settings)
@@ -114,7 +121,13 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
                                        config.requests) if progress else None)
             with display or nullcontext():
                 update = display.update if display else None
-                if config.workers == 1:
+                if config.ray is not None:
+                    from latlab.load.ray_workers import run_ray_workers
+
+                    results, settings.ray = run_ray_workers(
+                        config, plan, lambda lead: _start_clock(run, settings, lead), update,
+                        console)
+                elif config.workers == 1:
                     results = [_run_here(config, plan, workload, run, settings, update)]
                 else:
                     results = run_workers(config, plan, lambda: _start_clock(run, settings),
@@ -132,6 +145,14 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
             if engine is not None:
                 engine.stop()
     return _finish(config, run, settings, results, notes)
+
+
+def _resolve_workers(config: BenchConfig, workload: Workload,
+                     console: Console | None) -> BenchConfig:
+    count, why = auto_workers(config, workload, remote=config.ray is not None)
+    if console is not None:
+        console.print(why, style="dim", markup=False, highlight=False)
+    return config.model_copy(update={"workers": count})
 
 
 @contextmanager
@@ -212,10 +233,10 @@ def _fit(workload: Workload, config: BenchConfig, context: int | None) -> None:
                          "--prompt-tokens, or serve a longer context")
 
 
-def _start_clock(run: RunFolder, settings: RunConfig) -> int:
-    """Fix the run's start `t0` a little ahead, with the wall-clock anchor, in config.json."""
+def _start_clock(run: RunFolder, settings: RunConfig, lead_s: float = START_LEAD_S) -> int:
+    """Fix the run's start `t0` `lead_s` ahead, with the wall-clock anchor, in config.json."""
     anchor_ns, unix = time.perf_counter_ns(), time.time()
-    t0 = anchor_ns + int(START_LEAD_S * 1e9)
+    t0 = anchor_ns + int(lead_s * 1e9)
     settings.clock = Clock(perf_counter_ns=anchor_ns, unix_time=unix, t0_ns=t0)
     run.write_config(settings)
     return t0

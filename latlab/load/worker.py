@@ -18,11 +18,12 @@ from typing import Any, Callable, Coroutine
 
 from latlab.load.arrivals import arrival_times, sleep_until, user_start_times
 from latlab.load.client import Client
+from latlab.load.collector import without_collector
 from latlab.load.selfcheck import HealthSampler
 from latlab.load.sessions import SessionDriver
 from latlab.load.workload import RequestSpec, Workload
 from latlab.records.config import BenchConfig, ServerKind
-from latlab.records.folder import RunFolder
+from latlab.records.folder import RecordSink, RunFolder
 from latlab.records.health import WorkerHealth
 from latlab.records.timeline import Outcome, RequestTimeline, ms_between
 
@@ -77,7 +78,9 @@ class Worker:
     """Runs one process's share of the load on its own event loop and connection pool."""
 
     def __init__(self, config: BenchConfig, plan: WorkerPlan, workload: Workload,
-                 on_snapshot: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_snapshot: Callable[[dict[str, Any]], None] | None = None,
+                 writer: RecordSink | None = None) -> None:
+        """`writer` takes each record as it ends (default: the run folder's requests.jsonl)."""
         self.config = config
         self.plan = plan
         self.workload = workload
@@ -99,7 +102,7 @@ class Worker:
         cap = arrivals.users if not arrivals.open_loop else arrivals.max_concurrency
         self.slots = config.share(cap, self.w) if cap else 0
         self._cap = asyncio.Semaphore(self.slots) if arrivals.open_loop and self.slots else None
-        self.writer = RunFolder(Path(plan.run_path)).record_writer()
+        self.writer = writer or RunFolder(Path(plan.run_path)).record_writer()
         self.client = Client(plan.url, plan.model, config.workload.api, api_key=plan.api_key,
                              pool_size=self.slots, timeout_s=config.timeout_s,
                              ignore_eos=config.ignore_eos,
@@ -107,6 +110,7 @@ class Worker:
                              keepalive=config.keepalive, kind=ServerKind(plan.server_kind))
         self.sessions = SessionDriver(self) if config.workload.sessions else None
 
+    @without_collector  # its stalls would land in the measured gaps
     async def run(self) -> WorkerResult:
         loop = asyncio.get_running_loop()
         handled = {}
@@ -233,6 +237,7 @@ class Worker:
                             fitted=spec.fitted, session=spec.session,
                             tenant=spec.tenant, priority=spec.priority, scheduled_ns=scheduled_ns)
         self.in_flight[spec.index] = r
+        self.writer.begin(r)
         self.counters.dispatched += 1
         try:
             answer = await self.client.send(spec, r)

@@ -10,14 +10,16 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, SecretStr, field_serializer, field_validator,
                       model_validator)
 
 from latlab.records import SCHEMA_VERSION
+from latlab.records.cluster import RayCluster
 from latlab.records.workload import ArrivalConfig, WorkloadConfig
 
+MAX_LOCAL_WORKERS = 64
 SLO_METRICS = ("ttft", "ttft_sched", "tpot", "itl", "e2e", "e2e_sched")
 
 
@@ -100,7 +102,8 @@ class BenchConfig(BaseModel):
     cooldown_s: float = Field(default=0.0, ge=0)
     timeout_s: float = Field(default=300.0, gt=0)
     drain_s: float = Field(default=30.0, ge=0)
-    workers: int = Field(default=1, ge=1, le=64)
+    workers: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = 1
+    ray: str | None = None  # a Ray cluster's address ("auto": a local one) to run workers on
     ignore_eos: bool = True
     continuous_usage: bool = True
     stream: bool = True
@@ -130,16 +133,23 @@ class BenchConfig(BaseModel):
         if self.duration_s is not None and self.warmup_s + self.cooldown_s >= self.duration_s:
             raise ValueError(f"--warmup {self.warmup_s:g} s + --cooldown {self.cooldown_s:g} s "
                              f"leave nothing of --duration {self.duration_s:g} s")
-        a = self.arrivals
-        if a.process == "closed" and a.users < self.workers:
-            raise ValueError(f"--users {a.users} cannot be shared by --workers {self.workers}")
-        if a.max_concurrency is not None and a.max_concurrency < self.workers:
-            raise ValueError(f"--max-concurrency {a.max_concurrency} cannot be shared by "
-                             f"--workers {self.workers}")
+        if self.workers != "auto":
+            self._check_workers(self.workers)
         for name, limit in self.slos.items():
             if name not in SLO_METRICS or limit <= 0:
                 raise ValueError(f"--slo {name}={limit}: unknown metric or non-positive limit")
         return self
+
+    def _check_workers(self, workers: int) -> None:
+        if self.ray is None and workers > MAX_LOCAL_WORKERS:
+            raise ValueError(f"--workers {workers}: at most {MAX_LOCAL_WORKERS} processes on "
+                             "one machine; spread more over a Ray cluster with --ray")
+        a = self.arrivals
+        if a.process == "closed" and a.users < workers:
+            raise ValueError(f"--users {a.users} cannot be shared by --workers {workers}")
+        if a.max_concurrency is not None and a.max_concurrency < workers:
+            raise ValueError(f"--max-concurrency {a.max_concurrency} cannot be shared by "
+                             f"--workers {workers}")
 
     def share(self, total: int, worker: int) -> int:
         """Worker `worker`'s share of `total` users or concurrency slots."""
@@ -235,6 +245,7 @@ class RunConfig(BaseModel):
     slos: dict[str, float] = {}
     concurrency: int | None = None
     clock: Clock = Clock()
+    ray: RayCluster | None = None  # the cluster and its nodes' clocks (`--ray`)
     failed: str | None = None  # why the run did not start (no request was sent)
 
     @field_validator("slos", mode="before")

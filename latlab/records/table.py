@@ -4,8 +4,8 @@ One numpy array per field of `RequestTimeline`, in the order the records were wr
 missing client timestamp is `MISSING` (int64 columns, so that nanoseconds stay exact); a
 missing count or duration is NaN. Each request's token events sit in one flat column,
 `token_ns[token_offsets[i]:token_offsets[i + 1]]`, never one Python object per token.
-Strings of few distinct values (api, tenant, outcome, the server timings' source) are codes
-into their names (`Labels`); the free-form ones (id, error, ...) stay Arrow arrays.
+Strings of few distinct values (node, api, tenant, outcome, the server timings' source) are
+codes into their names (`Labels`); the free-form ones (id, error, ...) stay Arrow arrays.
 
 `RunFolder.read_table()` reads a run folder into one (`records.reader`);
 `as_table(records)` turns timelines held in memory into the same columns, so small runs and
@@ -39,7 +39,7 @@ OUTCOMES = tuple(str(o) for o in Outcome)  # outcome codes index this; 0 is "ok"
 
 _i64, _f64, _str, _bool = pa.int64(), pa.float64(), pa.string(), pa.bool_()
 SCHEMA = pa.schema(
-    [("id", _str), ("index", _i64), ("worker", _i64), ("api", _str),
+    [("id", _str), ("index", _i64), ("worker", _i64), ("node", _str), ("api", _str),
      ("prompt_tokens_planned", _i64), ("max_tokens", _i64), ("fitted", _bool),
      ("tenant", _str), ("priority", _i64), *((t, _i64) for t in TIMES),
      ("connection", pa.struct([("new", _bool), *((p, _i64) for p in PHASES)])),
@@ -59,6 +59,7 @@ class RequestTable:
 
     index: np.ndarray
     worker: np.ndarray
+    node: Labels  # the Ray node that sent it (`--ray`)
     api: Labels
     tenant: Labels
     outcome: np.ndarray  # codes into OUTCOMES
@@ -153,8 +154,8 @@ class RequestTable:
                                 (*self.times.items(), *self.counts.items())}
         data |= {name: column[i].as_py() for name, column in self.text.items()}
         lo, hi = self.token_offsets[i], self.token_offsets[i + 1]
-        data |= dict(index=int(self.index[i]), worker=int(self.worker[i]), api=self.api[i],
-                     tenant=self.tenant[i], outcome=OUTCOMES[self.outcome[i]],
+        data |= dict(index=int(self.index[i]), worker=int(self.worker[i]), node=self.node[i],
+                     api=self.api[i], tenant=self.tenant[i], outcome=OUTCOMES[self.outcome[i]],
                      fitted=bool(self.fitted[i]), retries=int(self.retries[i]),
                      tokens_from_usage=bool(self.tokens_from_usage[i]),
                      token_ns=self.token_ns[lo:hi].tolist(),
@@ -201,7 +202,8 @@ class RequestTable:
         source.codes[~has_server] = -1
         return cls(
             index=ints(col("index"), 0), worker=ints(col("worker"), 0),
-            api=Labels.of(pc.fill_null(col("api"), "completions")), tenant=Labels.of(col("tenant")),
+            node=Labels.of(col("node")), api=Labels.of(pc.fill_null(col("api"), "completions")),
+            tenant=Labels.of(col("tenant")),
             outcome=remap[outcome.codes], fitted=flags(col("fitted")),
             tokens_from_usage=flags(col("tokens_from_usage")), retries=ints(col("retries"), 0),
             times={t: ints(col(t), MISSING) for t in TIMES},

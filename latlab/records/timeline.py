@@ -163,6 +163,7 @@ class RequestTimeline:
     id: str
     index: int
     worker: int = 0
+    node: str | None = None  # the Ray node that sent it (`--ray`); None on one machine
 
     # What the workload asked for.
     api: str = "completions"

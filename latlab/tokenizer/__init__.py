@@ -17,6 +17,13 @@ import tokenizers
 
 BOS, EOS = "<|bos|>", "<|eos|>"
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+# ChatML as a Jinja template: the same text as `apply_chat_template`'s fallback, written to an
+# exported tokenizer_config.json so that other servers format chats the same way.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 
 
 class TokenizerError(Exception):
@@ -137,6 +144,8 @@ class Tokenizer:
         }
         if self.chat_template:
             config["chat_template"] = self.chat_template
+        elif self.backend.token_to_id(IM_START) is not None:
+            config["chat_template"] = CHATML_TEMPLATE  # what apply_chat_template falls back to
         (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
         (folder / "special_tokens_map.json").write_text(
             json.dumps({k: v for k, v in config.items() if k.endswith("_token") and v}, indent=2)
