@@ -13,11 +13,14 @@ of in-band). No summary.json: `report` computes the summary too, as `bench` does
 of every run. The second folder of a pair ran the same workload with a slower queue, so
 `compare` has a change to find.
 
-`report` and `compare` run as subprocesses of this script, `--repeat` times each; the median
-wall time (and the fastest) and the largest peak RSS (`os.wait4`) are printed. `--baseline
-DIR` runs a second latlab checkout (e.g. `git worktree add /tmp/latlab-main main`, or `git
-archive`) on the same folders, interleaved with this one, and prints the ratios; it is
-skipped above `--baseline-max` requests (the row-by-row analysis needs ~16 GB at 1M).
+`report` and `compare` run as subprocesses of this script, `--repeat` times each, the
+variants interleaved: `first` reads folders for the first time (their kept columns removed
+before each run, so `requests.jsonl` is parsed, and kept again); `again` reads the columns
+the first read kept in the folder (`requests.columns/`, as after `bench`, which reads its run
+at the end); `--baseline DIR` runs a second latlab checkout (e.g. `git archive main | tar -x
+-C /tmp/latlab-main`) on the same folders and prints the ratios to `first`; it is skipped
+above `--baseline-max` requests (the row-by-row analysis needs ~16 GB at 1M). The median wall
+time (and the fastest) and the largest peak RSS (`os.wait4`) are printed.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+
+from latlab.records.cache import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 RATE = 20.0  # requests per second: a run of N requests lasts N / RATE seconds
@@ -154,6 +159,24 @@ def measure(argv: list[str], checkout: Path) -> tuple[float, int, int]:
     return seconds, usage.ru_maxrss * 1024, proc.returncode
 
 
+def _cells(runs: dict[str, list[tuple[float, int, int]]]) -> str:
+    """Each variant's median (fastest) seconds and largest peak RSS, and the ratios."""
+    cells, summary = [], {}
+    for name, results in runs.items():
+        if any(rc not in (0, 1) for *_, rc in results):
+            cells.append(f"{'failed':>16} {'':>11}")
+            continue
+        seconds = sorted(s for s, *_ in results)
+        peak = max(rss for _, rss, _ in results)
+        summary[name] = (float(np.median(seconds)), peak)
+        cells.append(f"{f'{summary[name][0]:.1f} ({seconds[0]:.1f})':>16} {peak / 1e9:>11.2f}")
+    line = " ".join(cells)
+    if "first" in summary and "baseline" in summary:
+        (s0, m0), (s1, m1) = summary["first"], summary["baseline"]
+        line += f"  {s1 / s0:>9.1f}× {m1 / m0:>9.1f}×"
+    return line
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", default="10000,100000",
@@ -167,12 +190,15 @@ def main() -> None:
                                                  "removed at the end)")
     args = parser.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="latlab-big-"))
-    checkouts = {"this": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
+    # (checkout, whether the folders keep their columns from an earlier read)
+    variants = {"first": (ROOT, False), "again": (ROOT, True)}
+    if args.baseline:
+        variants["baseline"] = (args.baseline.resolve(), False)
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; median (min) of "
           f"{args.repeat} runs, peak RSS the largest")
     print(f"{'requests':>9} {'jsonl MB':>8} {'command':>8} "
-          + " ".join(f"{name + ' s':>16} {name + ' GB':>11}" for name in checkouts)
-          + ("  time ratio  mem ratio" if args.baseline else ""), flush=True)
+          + " ".join(f"{name + ' s':>16} {name + ' GB':>11}" for name in variants)
+          + ("  first vs baseline: time, memory" if args.baseline else ""), flush=True)
     try:
         for n in (int(v) for v in args.requests.split(",")):
             a = make_run(root / f"a-{n}", n, seed=1)
@@ -180,27 +206,16 @@ def main() -> None:
             size = (a / "requests.jsonl").stat().st_size / 1e6
             for command, argv in (("report", ["report", str(a), "-o", str(root / "r.html")]),
                                   ("compare", ["compare", str(a), str(b)])):
-                timed = {name: checkout for name, checkout in checkouts.items()
-                         if name == "this" or n <= args.baseline_max}
+                timed = {name: v for name, v in variants.items()
+                         if name != "baseline" or n <= args.baseline_max}
                 runs: dict[str, list[tuple[float, int, int]]] = {name: [] for name in timed}
                 for _ in range(args.repeat):
-                    for name, checkout in timed.items():
+                    for name, (checkout, kept) in timed.items():
+                        if not kept:  # parsed from requests.jsonl; "first" keeps them again
+                            for folder in (a, b):
+                                shutil.rmtree(folder / COLUMNS, ignore_errors=True)
                         runs[name].append(measure(argv, checkout))
-                cells, summary = [], {}
-                for name, results in runs.items():
-                    if any(rc not in (0, 1) for *_, rc in results):
-                        cells.append(f"{'failed':>16} {'':>11}")
-                        continue
-                    seconds = sorted(s for s, *_ in results)
-                    peak = max(rss for _, rss, _ in results)
-                    summary[name] = (float(np.median(seconds)), peak)
-                    cells.append(f"{f'{summary[name][0]:.1f} ({seconds[0]:.1f})':>16} "
-                                 f"{peak / 1e9:>11.2f}")
-                line = f"{n:>9} {size:>8.0f} {command:>8} " + " ".join(cells)
-                if len(summary) == 2:
-                    (s0, m0), (s1, m1) = summary["this"], summary["baseline"]
-                    line += f"  {s1 / s0:>9.1f}× {m1 / m0:>9.1f}×"
-                print(line, flush=True)
+                print(f"{n:>9} {size:>8.0f} {command:>8} " + _cells(runs), flush=True)
             shutil.rmtree(a), shutil.rmtree(b)
         print(f"load average at the end {os.getloadavg()[0]:.1f}")
     finally:

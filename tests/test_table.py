@@ -11,7 +11,9 @@ from timelines import steady, timeline, write_run
 
 from latlab.metrics.request import metric_columns
 from latlab.metrics.stats import PERCENTILES, distribution, percentile, percentile_ci
+from latlab.records.cache import COLUMNS
 from latlab.records.folder import RunFolder, RunFolderError
+from latlab.records.reader import read_requests
 from latlab.records.spans import SERVER_TIMINGS
 from latlab.records.table import as_table
 from latlab.records.timeline import Outcome, SessionStep
@@ -82,6 +84,32 @@ def test_server_timings_joined_from_spans_fill_only_the_requests_without(tmp_pat
     assert table.record(3).server is None
     assert table.cached_tokens.tolist()[:2] == [7, 7]  # neither had a count of its own
     assert [table.record(i) for i in range(4)] == run.read_records()
+
+
+def test_a_big_runs_columns_are_kept_and_mapped_until_its_records_change(tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.setattr("latlab.records.folder.CACHED_FROM", 1)
+    records = mixed()
+    run = write_run(tmp_path, records)
+    first = run.read_table()
+    assert (run.path / COLUMNS / "manifest.json").is_file()
+    parses = []
+    monkeypatch.setattr("latlab.records.folder.read_requests",
+                        lambda *a: parses.append(a) or read_requests(*a))
+    again = RunFolder.open(run.path).read_table()
+    assert not parses and isinstance(again.token_ns, np.memmap)
+    assert [again.record(i) for i in range(len(again))] == records
+    again.token_ns[0] = -1  # copy-on-write: the copy on disk stays
+    assert RunFolder.open(run.path).read_table().token_ns[0] == first.token_ns[0]
+
+    with open(run.requests_path, "ab") as f:  # the run goes on: the copy is stale
+        f.write(orjson.dumps(timeline(30, 900.0).to_json()) + b"\n")
+    assert len(run.read_table()) == len(records) + 1 and len(parses) == 1
+    (run.path / SERVER_TIMINGS).write_bytes(orjson.dumps(
+        {"id": records[0].id, "server": {"prefill": 1.0, "source": "otel"}}) + b"\n")
+    assert run.read_table().record(0).server.prefill == 1.0 and len(parses) == 2
+    (run.path / COLUMNS / "manifest.json").write_bytes(b"{")  # broken: parsed again
+    assert len(run.read_table()) == len(records) + 1 and len(parses) == 3
 
 
 def test_itl_spreads_an_event_of_k_tokens_over_k_samples():
