@@ -49,8 +49,7 @@ class StaticDecode:
         self.scratch_block = scratch_block
         long = dict(dtype=torch.long, device=self.device)
         self.inputs = torch.zeros(3, max_num_seqs, **long)
-        self.inputs[SLOTS] = scratch_block * block_size
-        self.block_tables = torch.full((max_num_seqs, max_blocks), scratch_block, **long)
+        self.block_tables = torch.zeros(max_num_seqs, max_blocks, **long)
         self.key_positions = torch.arange(max_blocks * block_size, **long)
         self.hidden = torch.zeros(max_num_seqs, model.config.hidden_size, dtype=weight.dtype,
                                   device=self.device)
@@ -99,6 +98,9 @@ class StaticDecode:
         The captures write only to the scratch KV block."""
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need the model on a CUDA device")
+        self.inputs[:SLOTS] = 0
+        self.inputs[SLOTS] = self.scratch_block * self.block_size
+        self.block_tables.fill_(self.scratch_block)
         pool = None
         for size in reversed(self.sizes):
             for width in reversed(self.widths):
