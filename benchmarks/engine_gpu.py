@@ -3,16 +3,16 @@ tokens/s against Hugging Face transformers' `generate`, on the same weights in o
 
     python benchmarks/engine_gpu.py                    # a 1B Llama shape in bf16, --device auto
     python benchmarks/engine_gpu.py --device cpu --shape default --dtype float32 \\
-        --batches 1 8 --prompt 64 --output 32 --steps 10   # the small check run on a CPU
+        --batches 1 8 --output 32 --steps 20 --copy-mib 256   # the small check on a CPU
 
 * Bandwidth: the best of `--rounds` device-to-device copies of `--copy-mib` MiB, counting
   the bytes read and written, measured in this run.
 * Roofline of a decode step: the bytes it must read at least (every weight once and the KV
   cache of every sequence's context) over that bandwidth.
 * Decode step time: the median of `--steps` whole `LLMEngine.step()` calls while `batch`
-  sequences of `--prompt` tokens decode, for each of `--batches`; on CUDA both with CUDA
-  graphs and with `enforce_eager`.
-* Output tokens/s: `batch` prompts of `--prompt` random tokens, `--output` tokens each
+  sequences of 128-token prompts decode greedily (`engine_step.decode_steps`), for each of
+  `--batches`; on CUDA both with CUDA graphs and with `enforce_eager`.
+* Output tokens/s: `batch` prompts of 128 random tokens, `--output` tokens each
   (prefill included), through `LLMEngine.generate` and through transformers'
   `LlamaForCausalLM.generate` (eager PyTorch: no compile, its default dynamic KV cache and
   attention), loaded from the same checkpoint folder; greedy both, and whether their first
@@ -33,6 +33,7 @@ import time
 from dataclasses import replace
 
 import torch
+from engine_step import PROMPT_TOKENS, decode_steps
 
 from latlab.engine.config import PRESETS, EngineConfig, ModelConfig
 from latlab.engine.device import resolve_device
@@ -40,7 +41,6 @@ from latlab.engine.engine import LLMEngine
 from latlab.engine.loader import LoadedModel, save_checkpoint
 from latlab.engine.model import CausalLM
 from latlab.engine.sampling import SamplingParams
-from latlab.metrics.stats import percentile
 from latlab.tokenizer import Tokenizer
 
 SHAPES = {**PRESETS, "1b": ModelConfig(
@@ -68,26 +68,9 @@ def bandwidth(device: torch.device, mib: int, rounds: int) -> float:
     return 2 * src.numel() / best
 
 
-def prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(16, vocab, (length,), generator=g).tolist() for _ in range(n)]
-
-
-def decode_step_ms(engine: LLMEngine, batch: int, prompt: int, steps: int) -> float:
-    """Median time of `steps` steps that each decode one token of `batch` sequences."""
-    params = SamplingParams(max_tokens=steps + 2, temperature=0.0, ignore_eos=True)
-    for i, p in enumerate(prompts(batch, prompt, engine.model_config.vocab_size, batch)):
-        engine.add_request(f"decode-{batch}-{i}-{time.perf_counter_ns()}", p, params)
-    while engine.scheduler.waiting or any(not s.is_decoding for s in engine.scheduler.running):
-        engine.step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter_ns()
-        engine.step()  # returns once the step's token ids are on the host
-        times.append((time.perf_counter_ns() - start) / 1e6)
-    while engine.has_unfinished():
-        engine.step()
-    return percentile(sorted(times), 50)
+def prompts(n: int, vocab: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(n)
+    return [torch.randint(16, vocab, (PROMPT_TOKENS,), generator=g).tolist() for _ in range(n)]
 
 
 def engine_generate(engine: LLMEngine, batch: list[list[int]], output: int
@@ -118,7 +101,6 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16",
                                                                 "float16"))
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 64])
-    parser.add_argument("--prompt", type=int, default=128, help="prompt tokens")
     parser.add_argument("--output", type=int, default=128, help="output tokens")
     parser.add_argument("--steps", type=int, default=50, help="decode steps timed")
     parser.add_argument("--copy-mib", type=int, default=1024)
@@ -142,7 +124,7 @@ def main() -> None:
         model = CausalLM.random(shape, seed=0, dtype=dtype)
         save_checkpoint(LoadedModel(shape, model, Tokenizer.default(), []), folder)
         del model
-        max_model_len = args.prompt + max(args.output, args.steps) + 8
+        max_model_len = PROMPT_TOKENS + max(args.output, args.steps) + 8
         base = EngineConfig(model=folder, dtype=args.dtype, device=device.type,
                             max_num_seqs=max(args.batches), max_num_batched_tokens=2048,
                             max_model_len=max_model_len, threads=args.threads,
@@ -151,24 +133,25 @@ def main() -> None:
         results = {}
         for mode in modes:
             engine = LLMEngine(replace(base, enforce_eager=mode == "eager"))
-            steps = {b: decode_step_ms(engine, b, args.prompt, args.steps) for b in args.batches}
-            runs = {b: engine_generate(engine, prompts(b, args.prompt, shape.vocab_size, 99),
-                                       args.output) for b in args.batches}
+            steps = {b: decode_steps(engine, None, b, args.steps, temperature=0.0)[0]
+                     for b in args.batches}
+            runs = {b: engine_generate(engine, prompts(b, shape.vocab_size), args.output)
+                    for b in args.batches}
             results[mode] = steps, runs
             del engine
             gc.collect()
         hf = hf_runs(folder, dtype, device, args)
 
     kv_per_token = shape.kv_bytes_per_token(dtype.itemsize)
-    print(f"\ndecode step, median of {args.steps} ({args.prompt}-token prompts); roofline = "
+    print(f"\ndecode step, median of {args.steps} ({PROMPT_TOKENS}-token prompts); roofline = "
           "(weights + the KV of every context) / copy bandwidth")
     print(f"{'mode':>7} {'batch':>6} {'step ms':>9} {'roofline ms':>12} {'of roofline':>12}")
     for mode, (steps, _) in results.items():
         for b, ms in steps.items():
-            context = args.prompt + args.steps / 2
+            context = PROMPT_TOKENS + args.steps / 2
             roofline = (weight_bytes + b * context * kv_per_token) / bytes_per_s * 1e3
             print(f"{mode:>7} {b:>6} {ms:>9.2f} {roofline:>12.3f} {roofline / ms:>11.1%}")
-    print(f"\noutput tokens/s, {args.prompt}-token prompts, {args.output} tokens each "
+    print(f"\noutput tokens/s, {PROMPT_TOKENS}-token prompts, {args.output} tokens each "
           "(prefill included)")
     print(f"{'batch':>6} " + " ".join(f"{'engine ' + m:>14}" for m in results)
           + f" {'HF generate':>12} {'x HF':>6} {'same tokens':>12}")
@@ -182,8 +165,8 @@ def main() -> None:
             same = "yes" if hf_out[0][:AGREE_TOKENS] == ours else "no"
             hf_cells = f"{hf_tps:>12.0f} {tps[0] / hf_tps:>5.1f}x {same:>12}"
         print(f"{b:>6} " + " ".join(f"{t:>14.0f}" for t in tps) + " " + hf_cells)
-    print(f"(x HF: engine {modes[0]} over HF generate. Issue 15's goals: batch 64 at 50 % or more "
-          "of the roofline, batch 1 at 3x HF generate or more)")
+    print(f"(x HF: engine {modes[0]} over HF generate. The goals: batch 64 at 50 % or more of "
+          "the roofline, batch 1 at 3x HF generate or more)")
 
 
 def hf_runs(folder: str, dtype: torch.dtype, device: torch.device, args
@@ -198,7 +181,7 @@ def hf_runs(folder: str, dtype: torch.dtype, device: torch.device, args
     logging.disable_progress_bar()
     model = LlamaForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
     vocab = model.config.vocab_size
-    out = {b: hf_generate(model, prompts(b, args.prompt, vocab, 99), args.output, device)
+    out = {b: hf_generate(model, prompts(b, vocab), args.output, device)
            for b in args.batches}
     del model
     gc.collect()
