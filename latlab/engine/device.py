@@ -29,4 +29,3 @@ def resolve_device(name: str, quantization: str | None = None) -> torch.device:
         raise ConfigError("--quantization int8 runs on the CPU only (its kernel, "
                           "torch._weight_int8pack_mm, is a CPU kernel); use --device cpu")
     return torch.device(name)
-

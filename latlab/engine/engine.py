@@ -119,6 +119,8 @@ class LLMEngine:
         self.runner = None
         self.block_manager.reset()
         gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # give the freed memory back to the GPU
 
     def wake_up(self) -> None:
         """Load the model again after `sleep` (a cold start; no warm-up)."""
