@@ -40,6 +40,8 @@ class ServeOptions(Options):
     threads: int = opt(1, "Torch intra-op threads.")
     seed: int = opt(0, "Seed of the preset weights and of unseeded sampling.")
     dtype: str = opt("float32", "float32, bfloat16 or float16.")
+    device: str = opt("auto", "cpu, cuda, or auto: CUDA when torch sees a GPU, else the CPU.")
+    enforce_eager: bool = opt(False, "On CUDA, run decode steps eagerly (no CUDA graphs).")
     warmup: bool = opt(True, "Warm up before reporting ready.")
     otel_file: Path | None = opt(None, "Append an OpenTelemetry span per request (stages as "
                                        "events) to this JSON-lines file.")
@@ -65,7 +67,8 @@ class ServeOptions(Options):
 
 
 def serve(options: ServeOptions) -> None:
-    """Serve a model through an OpenAI-compatible API (latlab's reference engine, on CPU)."""
+    """Serve a model through an OpenAI-compatible API (latlab's reference engine, on the CPU
+    or a CUDA GPU)."""
     from latlab.engine.config import ConfigError, EngineConfig
     from latlab.engine.loader import ModelLoadError
     from latlab.server.auth import read_api_key
@@ -78,7 +81,8 @@ def serve(options: ServeOptions) -> None:
         num_kv_blocks=o.num_kv_blocks, kv_cache_mib=o.kv_cache_mib, max_num_seqs=o.max_num_seqs,
         max_num_batched_tokens=o.max_num_batched_tokens, enable_chunked_prefill=o.chunked_prefill,
         batching=o.batching, max_waiting=o.max_waiting, threads=o.threads, seed=o.seed,
-        dtype=o.dtype, warmup=o.warmup, **{name: getattr(o, name) for name in TECHNIQUES})
+        dtype=o.dtype, device=o.device, enforce_eager=o.enforce_eager, warmup=o.warmup,
+        **{name: getattr(o, name) for name in TECHNIQUES})
     try:
         settings = ServerSettings(served_model_name=o.served_model_name or o.model,
                                   api_key=read_api_key(o.api_key, o.api_key_file),
