@@ -248,6 +248,16 @@ def test_a_pause_every_stream_shares_is_the_servers_not_a_prefills(diagnosed):
     assert "server_pause" not in diagnosed(alone)[0]  # one stream's stall is not the server's
 
 
+def test_a_pause_filled_by_a_prefill_sent_after_the_window_is_no_server_pause(diagnosed):
+    """The window's streams stop while a request sent during the cooldown prefills."""
+    streams = [timeline(i, 0, tokens=20, itl=5, stalls={10: 1000}) for i in range(4)]
+    late = timeline(4, 55.5, prefill=1000, tokens=20, itl=5)  # its prefill is the stall
+    config = {"rate": 10.0, "clock": {"t0_ns": 0, "end_ns": 50_000_000}}
+    assert "server_pause" not in diagnosed(streams + [late], config=config)[0]
+    elsewhere = timeline(4, 3000, prefill=1000, tokens=20, itl=5)
+    assert "server_pause" in diagnosed(streams + [elsewhere], config=config)[0]
+
+
 def test_requests_the_server_read_late_waited_in_intake_not_the_network(diagnosed):
     records = [timeline(i, i * 100, upload=1, download=1) for i in range(30)]
     records[7] = timeline(7, 700, upload=801, download=1)  # arrived, then sat unread

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 
@@ -92,12 +93,15 @@ def test_a_request_waiting_past_max_queue_delay_gets_503_with_retry_after():
 def test_idle_unload_scales_to_zero_and_the_next_request_reloads():
     with running_server(idle_unload=0.2) as s:
         assert httpx.get(s.url + "/health").json()["model_loaded"] is True
+        assert gc.get_freeze_count() > 0    # the loaded model is out of the collector's reach
         wait_until(lambda: httpx.get(s.url + "/health").json()["model_loaded"] is False,
                    what="the model to be unloaded")
         assert metrics(s.url)["latlab_model_loaded"] == 0
+        assert gc.get_freeze_count() == 0   # unfrozen, so unloading could collect it
         r = httpx.post(s.url + "/v1/completions", timeout=60,
                        json={"prompt": "x", "max_tokens": 2})
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
+        assert gc.get_freeze_count() > 0    # frozen again once it loaded
         m = metrics(s.url)
         assert m["latlab_model_loads_total"] == 1 and m["latlab_model_load_seconds"] > 0
 

@@ -120,10 +120,11 @@ def shared_pauses(t: RequestTable, rows: np.ndarray) -> list[tuple[int, float, i
 
 def _a_prefill(pause: tuple[int, float, int], a: RunAnalysis) -> bool:
     """Whether another request's prefill explains the pause: its server-timed prefill covers
-    most of it, or (without server timings) its first token ended it."""
+    most of it, or (without server timings) its first token ended it. Any request's, in the
+    window or not: one sent during the cooldown still stops the window's streams."""
     start, length_ms, _ = pause
     end = start + int(length_ms * 1e6)
-    rows = a.ok & present(a.table.first_token_ns)
+    rows = a.table.ok & present(a.table.first_token_ns)
     first = a.table.first_token_ns[rows]
     prefill = a.requests.parts.value("prefill")[rows] * 1e6
     covered = np.minimum(end, first) - np.maximum(start, first - prefill)
