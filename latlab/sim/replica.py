@@ -1,0 +1,373 @@
+"""A simulated replica: the engine's own `Scheduler` and `BlockManager` decide every step; a
+step-cost model (`StepCostModel`) stands in for the model runner.
+
+Event-driven per engine step, not per token: a step starts when the last one ends (or when a
+request reaches an idle engine), takes the requests handed over since (as the engine thread
+drains its queue before every step), asks the scheduler what to run, and ends after the
+modelled time. When nothing but decodes can happen — every running sequence is decoding, the
+scheduler could admit nobody, the KV pool has room — the steps until the next event (a
+sequence finishing, a request arriving, a block shortage) are taken in one *decode run*: the
+same steps the scheduler would schedule, charged in closed form, their sequences brought up
+to date lazily (their tokens and blocks) before the scheduler next looks at them.
+
+Uses the scheduler narrowly: `add`, `schedule`, `finish`, its `running`/`waiting` lists and
+the block manager's counts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from array import array
+from collections import deque
+from typing import Callable
+
+from latlab.engine.block_manager import BlockManager
+from latlab.engine.config import EngineConfig
+from latlab.engine.scheduler import Scheduler
+from latlab.engine.sequence import FinishReason, Sequence, StageTimes
+from latlab.records.calibration import EngineShape
+from latlab.sim.stepcost import StepCostModel
+
+INF = math.inf
+_TIMES = StageTimes(0, 0)  # shared: the scheduler stamps first_scheduled once, harmlessly
+
+
+class SimSequence(Sequence):
+    """The engine's `Sequence` plus what the simulator tracks about its request."""
+
+    index: int
+    target: int  # output tokens it will have when it finishes
+    sync: int  # the replica's decode-run steps when this one was last brought up to date
+    sync_step: int  # ... and the step that came next
+    first_scheduled: float
+    first_step: int
+    run_start: int
+    last_step: int
+    finish_step: int
+    runs: list[tuple[int, int]] | None
+
+
+def engine_config(shape: EngineShape) -> EngineConfig:
+    return EngineConfig(max_num_seqs=shape.max_num_seqs,
+                        max_num_batched_tokens=shape.max_num_batched_tokens,
+                        block_size=shape.block_size, num_kv_blocks=shape.num_kv_blocks,
+                        max_model_len=shape.max_model_len,
+                        enable_chunked_prefill=shape.chunked_prefill, batching=shape.batching,
+                        max_waiting=shape.max_waiting, warmup=False)
+
+
+Finished = Callable[[SimSequence, float], None]
+
+
+class SimReplica:
+    """One engine. `advance(t)` runs it up to time `t` (seconds); `submit` hands it a request."""
+
+    def __init__(self, shape: EngineShape, cost: StepCostModel, on_finish: Finished,
+                 name: int = 0) -> None:
+        self.shape = shape
+        self.cost = cost
+        self.name = name
+        self.on_finish = on_finish
+        self.block_manager = BlockManager(shape.num_kv_blocks, shape.block_size)
+        self.scheduler = Scheduler(engine_config(shape), self.block_manager)
+        self.inbox: deque[tuple[float, SimSequence]] = deque()
+        self.step_end: float | None = None  # None: idle
+        self._pending = None  # the step in progress: a SchedulerOutput, or k decode steps
+        self.steps = 0  # steps started
+        self.decode_steps = 0  # steps taken in decode runs
+        self.outstanding = 0  # submitted, not finished
+        self.busy_s = 0.0
+        # Decode-run state: valid while `stable` (every running sequence decoding).
+        self.stable = False
+        self.context = 0  # Σ computed tokens of the running sequences
+        self.owed = 0  # at most this many blocks the decode runs took, not yet allocated
+        self._finishes: list[tuple[int, int, SimSequence]] = []
+        self._tie = itertools.count()
+        # Every step (or decode run) as a segment: its first step, start, a, b (seconds).
+        self.seg_first = array("q")
+        self.seg_start = array("d")
+        self.seg_a = array("d")
+        self.seg_b = array("d")
+        self.trace: list | None = None  # when a list: every step's [(request id, tokens)]
+
+    # -- requests in -----------------------------------------------------------------------
+
+    @property
+    def num_waiting(self) -> int:
+        """What latlab serve counts against --max-waiting: queued and not yet taken in."""
+        return len(self.scheduler.waiting) + len(self.inbox)
+
+    def submit(self, seq: SimSequence, at: float) -> None:
+        """The request reaches the engine's queue at `at` (after preprocessing)."""
+        self.inbox.append((at, seq))
+        self.outstanding += 1
+
+    def cut(self, at: float) -> None:
+        """End the decode run in progress at the first of its steps that ends at or after
+        `at` (a request arriving then is taken in at that step's end, not the run's)."""
+        k = self._pending
+        if not isinstance(k, int) or self.step_end <= at:
+            return
+        start, a, b = self.seg_start[-1], self.seg_a[-1], self.seg_b[-1]
+        j = _steps_to(a, b, at - start) if at > start else 1
+        if j >= k:
+            return
+        batch = len(self.scheduler.running)
+        self._pending = j
+        self.steps -= k - j
+        self.decode_steps -= k - j
+        self.context -= (k - j) * batch
+        end = start + a * j + b * j * (j - 1) / 2
+        self.busy_s -= self.step_end - end
+        self.step_end = end
+
+    # -- time ------------------------------------------------------------------------------
+
+    def advance(self, until: float) -> None:
+        """Run every step that ends by `until`. A decode run in progress may reach past it:
+        `cut` ends it at the first step end after a request submitted later arrives."""
+        while True:
+            if self.step_end is not None:
+                if self.step_end > until:
+                    return
+                now = self.step_end
+                self._complete(now)
+            else:
+                if not self.inbox or self.inbox[0][0] > until:
+                    return
+                now = self.inbox[0][0]
+            while self.inbox and self.inbox[0][0] <= now:
+                self.scheduler.add(self.inbox.popleft()[1])
+            self._start(now, self.inbox[0][0] if self.inbox else INF)
+
+    def _start(self, now: float, horizon: float) -> None:
+        sched = self.scheduler
+        if not sched.running and not sched.waiting:
+            self.step_end = None
+            self.stable = False
+            return
+        if self.stable and sched.running and not self._can_admit():
+            k = self._decode_run(now, horizon)
+            if k:
+                return
+        self._sync_running()
+        self.stable = False
+        out = sched.schedule()
+        if not out.scheduled:
+            raise RuntimeError("the scheduler scheduled nothing with requests waiting: the "
+                               "engine shape cannot serve them")
+        tokens = decodes = prefills = sampled = context = attention = 0
+        for seq, n in out.scheduled:
+            c = seq.num_computed_tokens
+            tokens += n
+            if n == 1:
+                decodes += 1
+                context += c + 1
+            else:
+                prefills += 1
+                attention += n * (c + n)
+            if c + n == seq.num_tokens:
+                sampled += 1
+            if seq.first_scheduled < 0:
+                seq.first_scheduled = now
+        dt = self.cost.seconds(tokens, decodes, prefills, sampled, context, attention)
+        if self.trace is not None:
+            self.trace.append([(seq.request_id, n) for seq, n in out.scheduled])
+        self._segment(now, dt, 0.0)
+        self._pending = out
+        self.steps += 1
+        self.step_end = now + dt
+        self.busy_s += dt
+
+    def _segment(self, start: float, a: float, b: float) -> None:
+        self.seg_first.append(self.steps)
+        self.seg_start.append(start)
+        self.seg_a.append(a)
+        self.seg_b.append(b)
+
+    def _can_admit(self) -> bool:
+        """Whether the scheduler would admit the head of the queue this step."""
+        sched = self.scheduler
+        if sched.static or not sched.waiting or len(sched.running) >= sched.max_num_seqs:
+            return False
+        head = sched.waiting[0]
+        budget = sched.max_num_batched_tokens - len(sched.running)
+        n = min(head.num_uncomputed_tokens, budget)
+        if n < head.num_uncomputed_tokens and not sched.chunked_prefill:
+            return False
+        return n > 0 and self.block_manager.can_allocate(head, n)
+
+    def _decode_run(self, now: float, horizon: float) -> int:
+        """Start up to the next event's worth of decode-only steps; 0 if none can be taken."""
+        batch = len(self.scheduler.running)
+        first = self.steps
+        heap = self._finishes
+        while heap and heap[0][2].finish_step != heap[0][0]:
+            heapq.heappop(heap)
+        k = heap[0][0] - first + 1 if heap else 1
+        size = self.shape.block_size
+        if self.block_manager.num_free_blocks - self.owed < batch * (k // size + 1):
+            k = min(k, self._block_limit(k))
+            if k < 1:
+                return 0
+        a, b = self.cost.decode_run(batch, self.context + batch)
+        span = horizon - now
+        if span <= a:
+            k = 1
+        elif k > 1 and span < a * k + b * k * (k - 1) / 2:
+            k = max(1, min(k, _steps_to(a, b, span)))
+        self._segment(now, a, b)
+        self.owed += batch * (k // size + 1)
+        self._pending = k
+        self.steps += k
+        self.decode_steps += k
+        self.context += k * batch
+        dt = a * k + b * k * (k - 1) / 2
+        self.step_end = now + dt
+        self.busy_s += dt
+        return k
+
+    def _block_limit(self, k: int) -> int:
+        """The most decode steps (≤ k) every running sequence can take without preemption."""
+        self._sync_running()
+        size, free = self.shape.block_size, self.block_manager.num_free_blocks
+        seqs = [(s.num_computed_tokens, len(s.block_table)) for s in self.scheduler.running]
+
+        def need(j: int) -> int:
+            return sum(max(0, -(-(c + j) // size) - held) for c, held in seqs)
+
+        lo, hi = 0, k
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if need(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    # -- step completion ---------------------------------------------------------------------
+
+    def _complete(self, now: float) -> None:
+        pending, self._pending = self._pending, None
+        if isinstance(pending, int):
+            self._complete_run(now, pending)
+        else:
+            self._complete_step(pending, now)
+
+    def _complete_run(self, now: float, k: int) -> None:
+        if self.trace is not None:
+            self.trace.extend([[(s.request_id, 1) for s in self.scheduler.running]] * k)
+        last = self.steps - 1
+        heap = self._finishes
+        while heap and heap[0][0] <= last:
+            fs, _, seq = heapq.heappop(heap)
+            if seq.finish_step != fs:
+                continue
+            self._sync(seq)
+            self.context -= seq.num_computed_tokens
+            self._finish(seq, now)
+
+    def _complete_step(self, out, now: float) -> None:
+        step = self.steps - 1
+        for seq, n in out.scheduled:
+            seq.num_computed_tokens += n
+            if seq.num_computed_tokens != seq.num_tokens:
+                continue
+            seq.token_ids.append(0)
+            if seq.first_step < 0:
+                seq.first_step = seq.run_start = step
+            elif seq.last_step != step - 1:
+                if seq.runs is None:
+                    seq.runs = []
+                seq.runs.append((seq.run_start, seq.last_step))
+                seq.run_start = step
+            seq.last_step = step
+            if seq.num_tokens - seq.num_prompt_tokens >= seq.target:
+                self._finish(seq, now)
+        for seq in out.preempted:
+            seq.finish_step = -1
+        self._restabilize()
+
+    def _restabilize(self) -> None:
+        """After a step the scheduler ran: is every running sequence decoding? If so, the
+        decode-run state (context, when each finishes) from scratch."""
+        running = self.scheduler.running
+        self.stable = all(s.num_computed_tokens + 1 == s.num_tokens for s in running)
+        if not self.stable:
+            return
+        self.context = 0
+        last = self.steps - 1
+        for seq in running:
+            self.context += seq.num_computed_tokens
+            seq.sync = self.decode_steps
+            seq.sync_step = last + 1
+            fs = last + seq.target - (seq.num_tokens - seq.num_prompt_tokens)
+            if fs != seq.finish_step:
+                seq.finish_step = fs
+                heapq.heappush(self._finishes, (fs, next(self._tie), seq))
+
+    def _sync(self, seq: SimSequence) -> None:
+        """Bring a sequence up to date with the decode steps it took since it was last seen."""
+        k = self.decode_steps - seq.sync
+        if k:
+            self.block_manager.allocate(seq, k)
+            seq.num_computed_tokens += k
+            seq.token_ids.extend(itertools.repeat(0, k))
+            if seq.last_step != seq.sync_step - 1:  # it missed a step: a new run of tokens
+                if seq.runs is None:
+                    seq.runs = []
+                seq.runs.append((seq.run_start, seq.last_step))
+                seq.run_start = seq.sync_step
+            seq.last_step = self.steps - 1
+            seq.sync = self.decode_steps
+
+    def _sync_running(self) -> None:
+        if self.stable:
+            for seq in self.scheduler.running:
+                self._sync(seq)
+        self.owed = 0
+
+    def _finish(self, seq: SimSequence, now: float) -> None:
+        seq.finish_step = -1
+        self.scheduler.finish(seq, FinishReason.LENGTH)
+        self.outstanding -= 1
+        self.on_finish(seq, now)
+        seq.token_ids = []
+
+
+def _steps_to(a: float, b: float, span: float) -> int:
+    """The fewest steps of `a + b·j` seconds (j from 0) that last at least `span`."""
+    def total(j: int) -> float:
+        return a * j + b * j * (j - 1) / 2
+
+    if b > 0:
+        q = a - b / 2
+        j = max(1, math.ceil((-q + math.sqrt(q * q + 2 * b * span)) / b))
+    else:
+        j = max(1, math.ceil(span / a))
+    while j > 1 and total(j - 1) >= span:
+        j -= 1
+    while total(j) < span:
+        j += 1
+    return j
+
+
+def new_sequence(index: int, prompt_tokens: int, output_tokens: int,
+                 prefix: list[int] | None = None, priority: int = 0,
+                 tenant: str | None = None) -> SimSequence:
+    """A sequence of `prompt_tokens` tokens that will generate `output_tokens`: a shared
+    `prefix` (the same ids for every request that shares it) and ids unique to the request."""
+    own = prompt_tokens - (len(prefix) if prefix else 0)
+    ids = (prefix or []) + [1 + (index >> 13) % 8191, 1 + index % 8191][:own]
+    ids.extend(itertools.repeat(0, own - min(own, 2)))
+    seq = SimSequence(str(index), ids, None, _TIMES,  # type: ignore[arg-type]
+                      priority=priority, tenant=tenant)
+    seq.index = index
+    seq.target = output_tokens
+    seq.sync = seq.sync_step = 0
+    seq.first_scheduled = -1.0
+    seq.first_step = seq.run_start = seq.last_step = seq.finish_step = -1
+    seq.runs = None
+    return seq

@@ -1,0 +1,132 @@
+"""The simulated replica schedules exactly like the engine: for the same requests arriving at
+the same times, and a step cost that is a fixed function of the step, every step runs the
+same sequences with the same token counts, and every request finishes at the same time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from latlab.engine.config import EngineConfig
+from latlab.engine.engine import LLMEngine
+from latlab.engine.sampling import SamplingParams
+from latlab.records.calibration import Calibration, EngineShape, FitError, StepCost
+from latlab.records.simulation import Fleet
+from latlab.records.workload import ArrivalConfig, WorkloadConfig
+from latlab.sim.fleet import Simulation
+from latlab.sim.stepcost import StepCostModel
+from latlab.sim.workload import Lengths, SimWorkload
+
+COST = StepCost(coefficients={"step": 2.0, "tokens": 0.05, "decodes": 0.1, "prefills": 0.5,
+                              "sampled": 0.02, "decode_context": 3.0, "prefill_attention": 9.0})
+
+
+def requests(n: int, seed: int, rate: float, prompt: tuple[int, int], output: tuple[int, int]):
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(1 / rate, n))
+    return (arrival, rng.integers(*prompt, n, endpoint=True),
+            rng.integers(*output, n, endpoint=True))
+
+
+def engine_run(config: EngineConfig, arrival, prompt, output):
+    """The engine's own steps, its thread's loop on a virtual clock: take in what arrived,
+    step, advance the clock by the step's cost."""
+    engine = LLMEngine(config)
+    cost = StepCostModel(COST)
+    trace, finished, step_cost = [], {}, [0.0]
+    schedule = engine.scheduler.schedule
+
+    def spy():
+        out = schedule()
+        trace.append([(seq.request_id, n) for seq, n in out.scheduled])
+        f = [0] * 6
+        for seq, n in out.scheduled:
+            c = seq.num_computed_tokens
+            f[0] += n
+            if n == 1:
+                f[1] += 1
+                f[4] += c + 1
+            else:
+                f[2] += 1
+                f[5] += n * (c + n)
+            f[3] += c + n == seq.num_tokens
+        step_cost[0] = cost.seconds(*f)
+        return out
+
+    engine.scheduler.schedule = spy
+    rng = np.random.default_rng(0)
+    now, i = 0.0, 0
+    while i < len(arrival) or engine.has_unfinished():
+        while i < len(arrival) and arrival[i] <= now:
+            ids = rng.integers(1, 1000, int(prompt[i])).tolist()
+            engine.add_request(str(i), ids, SamplingParams(max_tokens=int(output[i]),
+                                                           temperature=0.0, ignore_eos=True))
+            i += 1
+        if not engine.has_unfinished():
+            now = float(arrival[i])
+            continue
+        outputs = engine.step()
+        now += step_cost[0]
+        for o in outputs:
+            if o.finished:
+                finished[o.request_id] = now
+    return trace, finished, engine.scheduler.num_preemptions
+
+
+def sim_run(config: EngineConfig, num_blocks: int, arrival, prompt, output):
+    shape = EngineShape(max_num_seqs=config.max_num_seqs,
+                        max_num_batched_tokens=config.max_num_batched_tokens,
+                        block_size=config.block_size, num_kv_blocks=num_blocks,
+                        max_model_len=config.max_model_len,
+                        chunked_prefill=config.enable_chunked_prefill, batching=config.batching,
+                        max_waiting=10_000)
+    calibration = Calibration(engine=shape, step=COST,
+                              fit=FitError(samples=1, mape=0, p90=0, max=0))
+    n = len(arrival)
+    workload = SimWorkload(WorkloadConfig(), ArrivalConfig(process="poisson", rate=1.0), n, None,
+                           arrival=np.asarray(arrival),
+                           lengths=Lengths(np.asarray(prompt), np.asarray(output),
+                                           np.zeros(n, bool), [None] * n, [None] * n))
+    sim = Simulation(workload, calibration, Fleet())
+    replica = sim.replicas[0]
+    replica.trace = []
+    result = sim.run()
+    done = {str(i): float(result.columns.done[i]) for i in range(n)}
+    return replica.trace, done, result
+
+
+CASES = {
+    "continuous, chunked": dict(options={}, blocks=400, rate=40.0, prompt=(4, 200),
+                                output=(1, 60)),
+    "KV pool short: preemption": dict(options={}, blocks=40, rate=60.0, prompt=(20, 150),
+                                      output=(10, 80)),
+    "no chunked prefill": dict(options={"enable_chunked_prefill": False,
+                                        "max_num_batched_tokens": 256}, blocks=400, rate=40.0,
+                               prompt=(4, 200), output=(1, 40)),
+    "static batching": dict(options={"batching": "static"}, blocks=400, rate=30.0,
+                            prompt=(4, 120), output=(1, 40)),
+    "few sequences, queueing": dict(options={"max_num_seqs": 3, "max_num_batched_tokens": 64},
+                                    blocks=200, rate=80.0, prompt=(4, 100), output=(2, 30)),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_simulated_schedule_is_the_engines_step_by_step(case):
+    c = CASES[case]
+    options = {"max_num_seqs": 8, "max_num_batched_tokens": 96, **c["options"]}
+    config = EngineConfig(model="tiny", max_model_len=256, block_size=8,
+                          num_kv_blocks=c["blocks"], warmup=False, **options)
+    arrival, prompt, output = requests(40, 7, c["rate"], c["prompt"], c["output"])
+    trace, finished, preemptions = engine_run(config, arrival, prompt, output)
+    sim_trace, sim_done, result = sim_run(config, c["blocks"], arrival, prompt, output)
+    assert len(sim_trace) == len(trace)
+    for step, (mine, theirs) in enumerate(zip(sim_trace, trace)):
+        assert mine == theirs, f"step {step} differs"
+    assert result.preemptions == preemptions
+    assert sim_done.keys() == finished.keys()
+    for rid, t in finished.items():
+        assert sim_done[rid] == pytest.approx(t, rel=1e-9, abs=1e-9)
+    if case == "KV pool short: preemption":
+        assert preemptions > 0
+    if case == "continuous, chunked":
+        assert result.decode_run_steps > len(trace) / 2  # most steps were taken in runs
