@@ -14,7 +14,7 @@ from latlab.records.calibration import Calibration, EngineShape, FitError, StepC
 from latlab.records.simulation import Fleet
 from latlab.records.workload import ArrivalConfig, WorkloadConfig
 from latlab.sim.fleet import Simulation
-from latlab.sim.stepcost import StepCostModel
+from latlab.sim.stepcost import StepCostModel, step_features
 from latlab.sim.workload import Lengths, SimWorkload
 
 COST = StepCost(coefficients={"step": 2.0, "tokens": 0.05, "decodes": 0.1, "prefills": 0.5,
@@ -39,17 +39,7 @@ def engine_run(config: EngineConfig, arrival, prompt, output):
     def spy():
         out = schedule()
         trace.append([(seq.request_id, n) for seq, n in out.scheduled])
-        f = [0] * 6
-        for seq, n in out.scheduled:
-            c = seq.num_computed_tokens
-            f[0] += n
-            if n == 1:
-                f[1] += 1
-                f[4] += c + 1
-            else:
-                f[2] += 1
-                f[5] += n * (c + n)
-            f[3] += c + n == seq.num_tokens
+        f = step_features(out.scheduled)
         step_cost[0] = cost.seconds(*f)
         return out
 

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from latlab.engine.batching import decode_groups
 from latlab.engine.model import AttentionMetadata, CausalLM, DecodeGroup, PrefillChunk
 from latlab.engine.sampling import Sampler
 from latlab.engine.sequence import Sequence
 
-# A decode joins the current group while its block table is longer than 1/GROUP_SPREAD of the
-# group's longest: padding then costs at most that factor in KV bytes read.
-GROUP_SPREAD = 1.5
 
 
 class ModelRunner:
@@ -59,15 +57,8 @@ class ModelRunner:
     def _attention_metadata(self, batch: list[tuple[Sequence, int]],
                             slots: list[int]) -> AttentionMetadata:
         decodes = [seq for seq, n in batch if n == 1]
-        groups = []
-        start = 0
-        while start < len(decodes):
-            width = len(decodes[start].block_table)
-            end = start + 1
-            while end < len(decodes) and len(decodes[end].block_table) * GROUP_SPREAD > width:
-                end += 1
-            groups.append(self._decode_group(decodes, start, end))
-            start = end
+        groups = [self._decode_group(decodes, start, end) for start, end in
+                  decode_groups([len(seq.block_table) for seq in decodes])]
         prefills = []
         row = len(decodes)
         for seq, n in batch[len(decodes) :]:

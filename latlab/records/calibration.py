@@ -28,6 +28,8 @@ STEP_FEATURES: dict[str, str] = {
     "decodes": "sequences decoding one token",
     "prefills": "prefill chunks",
     "sampled": "sequences that get a token this step (decodes and finished prefills)",
+    "decode_groups": "attention calls the decodes make per layer (latlab's engine groups "
+                     "decodes of similar context)",
     "decode_context": "context tokens the decodes attend, summed, in thousands",
     "prefill_attention": "Σ chunk tokens × chunk context over the prefill chunks, in millions",
 }
@@ -74,9 +76,10 @@ class FitError(Record):
 
     `mape` is the mean of |predicted − measured| / measured over the `samples`; `p90` and
     `max` are percentiles of the same ratio; `holdout_mape` the mean over samples left out of
-    the fit (every fifth), when there were enough."""
+    the fit (every fifth), when there were enough. `outliers` were dropped before the fit."""
 
     samples: int
+    outliers: int = 0  # samples left out of the fit: far off, slowed by something else
     mape: float
     p90: float
     max: float
@@ -109,6 +112,7 @@ class Calibration(Record):
         """One line: what, when, how well."""
         f = self.fit
         holdout = f", held out {100 * f.holdout_mape:.1f}%" if f.holdout_mape is not None else ""
+        dropped = f", {f.outliers} outliers left out" if f.outliers else ""
         return (f"calibration of {self.server or self.source} from {self.date}: {f.what} fit "
                 f"error {100 * f.mape:.1f}% mean{holdout}, {100 * f.p90:.1f}% p90 "
-                f"({f.samples} samples)")
+                f"({f.samples} samples{dropped})")

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from latlab.records import SCHEMA_VERSION
+from latlab.records.simulation import Simulation
 from latlab.records.workload import ArrivalConfig, WorkloadConfig
 
 SLO_METRICS = ("ttft", "ttft_sched", "tpot", "itl", "e2e", "e2e_sched")
@@ -168,12 +169,14 @@ class Target(BaseModel):
 
 
 class RunConfig(BaseModel):
-    """`config.json`: everything needed to rerun a run and to read its records."""
+    """`config.json`: everything needed to rerun a run and to read its records. A predicted
+    run (`kind: "predict"`, written by `latlab predict`) was simulated, not measured: its
+    `simulation` says how, and `bench` holds the workload it was asked for."""
 
     model_config = ConfigDict(extra="allow")
 
     schema_version: int = SCHEMA_VERSION
-    kind: Literal["bench", "coldstart"] = "bench"
+    kind: Literal["bench", "coldstart", "predict"] = "bench"
     latlab_version: str = ""
     command: str = ""
     name: str | None = None
@@ -187,6 +190,11 @@ class RunConfig(BaseModel):
     slos: dict[str, float] = {}
     concurrency: int | None = None
     clock: Clock = Clock()
+    simulation: Simulation | None = None
+
+    @property
+    def simulated(self) -> bool:
+        return self.simulation is not None
 
     @field_validator("slos", mode="before")
     @classmethod

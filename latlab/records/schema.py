@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from latlab.records import SCHEMA_VERSION
+from latlab.records.calibration import Calibration
 from latlab.records.coldstart import ColdstartRecord
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
@@ -27,6 +28,7 @@ FILES: dict[str, Any] = {
     "summary": RunSummary,          # summary.json
     "sweep": SweepRecord,           # sweep.json
     "coldstart": ColdstartRecord,   # coldstart.json
+    "calibration": Calibration,     # a calibration (`latlab calibrate`)
 }
 
 

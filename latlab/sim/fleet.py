@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,13 +22,15 @@ import numpy as np
 from latlab.records.calibration import Calibration
 from latlab.records.simulation import Fleet, FleetOutcome
 from latlab.sim.policies import Autoscaler, Router
-from latlab.sim.replica import SimReplica, SimSequence, new_sequence
+from latlab.sim.replica import SimReplica
+from latlab.sim.sequence import SimSequence, new_sequence
 from latlab.sim.results import OK, REJECTED, TOO_LONG, Columns, SimResult
 from latlab.sim.stepcost import StepCostModel
 from latlab.sim.workload import SimWorkload
 
 INF = math.inf
 READY, TICK, SEND = 0, 1, 2
+FREE = "free"  # a SEND event's data: a client slot freed (max_concurrency)
 
 
 @dataclass
@@ -36,7 +39,7 @@ class _State:
     order: itertools.count = field(default_factory=itertools.count)
     sent: int = 0
     in_flight: int = 0
-    queue: list[tuple[float, int]] = field(default_factory=list)  # client-side waits
+    queue: deque = field(default_factory=deque)  # client-side waits: (scheduled, index)
 
 
 class Simulation:
@@ -119,7 +122,7 @@ class Simulation:
             if data is None:  # a closed-loop user is free
                 self._user_send(t)
             else:
-                self._send(t, *data)
+                self._free(t)
         elif kind == TICK:
             self._scale(t)
             self._push(t + self.autoscaler.policy.interval_s, TICK, None)
@@ -177,17 +180,17 @@ class Simulation:
         self._done(i, now + self.post + self.net, OK)
 
     def _done(self, index: int, done: float, outcome: int) -> None:
-        s = self.s
         self.cols.done[index] = done
         self.cols.outcome[index] = outcome
+        if self.feedback:  # the client learns it at `done`: a user, or a slot, is free
+            self._push(done, SEND, None if self.cap is None else FREE)
+
+    def _free(self, t: float) -> None:
+        s = self.s
         s.in_flight -= 1
-        if not self.feedback:
-            return
-        if self.cap is None:
-            self._push(done, SEND, None)
-        elif s.queue:
-            scheduled, nxt = s.queue.pop(0)
-            self._push(done, SEND, (scheduled, nxt))
+        if s.queue:
+            scheduled, index = s.queue.popleft()
+            self._send(t, scheduled, index)
 
     # -- the fleet ---------------------------------------------------------------------------
 

@@ -23,41 +23,15 @@ from array import array
 from collections import deque
 from typing import Callable
 
+from latlab.engine.batching import decode_groups
 from latlab.engine.block_manager import BlockManager
-from latlab.engine.config import EngineConfig
 from latlab.engine.scheduler import Scheduler
-from latlab.engine.sequence import FinishReason, Sequence, StageTimes
+from latlab.engine.sequence import FinishReason
 from latlab.records.calibration import EngineShape
-from latlab.sim.stepcost import StepCostModel
+from latlab.sim.sequence import SimSequence, block_limit, engine_config, steps_to
+from latlab.sim.stepcost import StepCostModel, step_features
 
 INF = math.inf
-_TIMES = StageTimes(0, 0)  # shared: the scheduler stamps first_scheduled once, harmlessly
-
-
-class SimSequence(Sequence):
-    """The engine's `Sequence` plus what the simulator tracks about its request."""
-
-    index: int
-    target: int  # output tokens it will have when it finishes
-    sync: int  # the replica's decode-run steps when this one was last brought up to date
-    sync_step: int  # ... and the step that came next
-    first_scheduled: float
-    first_step: int
-    run_start: int
-    last_step: int
-    finish_step: int
-    runs: list[tuple[int, int]] | None
-
-
-def engine_config(shape: EngineShape) -> EngineConfig:
-    return EngineConfig(max_num_seqs=shape.max_num_seqs,
-                        max_num_batched_tokens=shape.max_num_batched_tokens,
-                        block_size=shape.block_size, num_kv_blocks=shape.num_kv_blocks,
-                        max_model_len=shape.max_model_len,
-                        enable_chunked_prefill=shape.chunked_prefill, batching=shape.batching,
-                        max_waiting=shape.max_waiting, warmup=False)
-
-
 Finished = Callable[[SimSequence, float], None]
 
 
@@ -78,10 +52,10 @@ class SimReplica:
         self.steps = 0  # steps started
         self.decode_steps = 0  # steps taken in decode runs
         self.outstanding = 0  # submitted, not finished
-        self.busy_s = 0.0
         # Decode-run state: valid while `stable` (every running sequence decoding).
         self.stable = False
         self.context = 0  # Σ computed tokens of the running sequences
+        self.groups = 0  # decode groups at a decode run's first step (kept through it)
         self.owed = 0  # at most this many blocks the decode runs took, not yet allocated
         self._finishes: list[tuple[int, int, SimSequence]] = []
         self._tie = itertools.count()
@@ -90,6 +64,7 @@ class SimReplica:
         self.seg_start = array("d")
         self.seg_a = array("d")
         self.seg_b = array("d")
+        self.seg_sampled = array("q")  # tokens the segment's steps each sampled
         self.trace: list | None = None  # when a list: every step's [(request id, tokens)]
 
     # -- requests in -----------------------------------------------------------------------
@@ -111,7 +86,7 @@ class SimReplica:
         if not isinstance(k, int) or self.step_end <= at:
             return
         start, a, b = self.seg_start[-1], self.seg_a[-1], self.seg_b[-1]
-        j = _steps_to(a, b, at - start) if at > start else 1
+        j = steps_to(a, b, at - start) if at > start else 1
         if j >= k:
             return
         batch = len(self.scheduler.running)
@@ -120,7 +95,6 @@ class SimReplica:
         self.decode_steps -= k - j
         self.context -= (k - j) * batch
         end = start + a * j + b * j * (j - 1) / 2
-        self.busy_s -= self.step_end - end
         self.step_end = end
 
     # -- time ------------------------------------------------------------------------------
@@ -158,34 +132,24 @@ class SimReplica:
         if not out.scheduled:
             raise RuntimeError("the scheduler scheduled nothing with requests waiting: the "
                                "engine shape cannot serve them")
-        tokens = decodes = prefills = sampled = context = attention = 0
+        f = step_features(out.scheduled)
         for seq, n in out.scheduled:
-            c = seq.num_computed_tokens
-            tokens += n
-            if n == 1:
-                decodes += 1
-                context += c + 1
-            else:
-                prefills += 1
-                attention += n * (c + n)
-            if c + n == seq.num_tokens:
-                sampled += 1
             if seq.first_scheduled < 0:
                 seq.first_scheduled = now
-        dt = self.cost.seconds(tokens, decodes, prefills, sampled, context, attention)
+        dt = self.cost.seconds(*f)
         if self.trace is not None:
             self.trace.append([(seq.request_id, n) for seq, n in out.scheduled])
-        self._segment(now, dt, 0.0)
+        self._segment(now, dt, 0.0, f[3])
         self._pending = out
         self.steps += 1
         self.step_end = now + dt
-        self.busy_s += dt
 
-    def _segment(self, start: float, a: float, b: float) -> None:
+    def _segment(self, start: float, a: float, b: float, sampled: int) -> None:
         self.seg_first.append(self.steps)
         self.seg_start.append(start)
         self.seg_a.append(a)
         self.seg_b.append(b)
+        self.seg_sampled.append(sampled)
 
     def _can_admit(self) -> bool:
         """Whether the scheduler would admit the head of the queue this step."""
@@ -212,13 +176,13 @@ class SimReplica:
             k = min(k, self._block_limit(k))
             if k < 1:
                 return 0
-        a, b = self.cost.decode_run(batch, self.context + batch)
+        a, b = self.cost.decode_run(batch, self.context + batch, min(self.groups, batch))
         span = horizon - now
         if span <= a:
             k = 1
         elif k > 1 and span < a * k + b * k * (k - 1) / 2:
-            k = max(1, min(k, _steps_to(a, b, span)))
-        self._segment(now, a, b)
+            k = max(1, min(k, steps_to(a, b, span)))
+        self._segment(now, a, b, batch)
         self.owed += batch * (k // size + 1)
         self._pending = k
         self.steps += k
@@ -226,26 +190,13 @@ class SimReplica:
         self.context += k * batch
         dt = a * k + b * k * (k - 1) / 2
         self.step_end = now + dt
-        self.busy_s += dt
         return k
 
     def _block_limit(self, k: int) -> int:
         """The most decode steps (≤ k) every running sequence can take without preemption."""
         self._sync_running()
-        size, free = self.shape.block_size, self.block_manager.num_free_blocks
-        seqs = [(s.num_computed_tokens, len(s.block_table)) for s in self.scheduler.running]
-
-        def need(j: int) -> int:
-            return sum(max(0, -(-(c + j) // size) - held) for c, held in seqs)
-
-        lo, hi = 0, k
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if need(mid) <= free:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return block_limit(self.scheduler.running, self.shape.block_size,
+                           self.block_manager.num_free_blocks, k)
 
     # -- step completion ---------------------------------------------------------------------
 
@@ -299,14 +250,19 @@ class SimReplica:
             return
         self.context = 0
         last = self.steps - 1
+        size = self.shape.block_size
+        widths = []
         for seq in running:
             self.context += seq.num_computed_tokens
+            widths.append(-(-(seq.num_computed_tokens + 1) // size))
             seq.sync = self.decode_steps
             seq.sync_step = last + 1
             fs = last + seq.target - (seq.num_tokens - seq.num_prompt_tokens)
             if fs != seq.finish_step:
                 seq.finish_step = fs
                 heapq.heappush(self._finishes, (fs, next(self._tie), seq))
+        widths.sort(reverse=True)
+        self.groups = len(decode_groups(widths))  # at the next step; kept through the run
 
     def _sync(self, seq: SimSequence) -> None:
         """Bring a sequence up to date with the decode steps it took since it was last seen."""
@@ -321,7 +277,7 @@ class SimReplica:
                 seq.runs.append((seq.run_start, seq.last_step))
                 seq.run_start = seq.sync_step
             seq.last_step = self.steps - 1
-            seq.sync = self.decode_steps
+            seq.sync, seq.sync_step = self.decode_steps, self.steps
 
     def _sync_running(self) -> None:
         if self.stable:
@@ -335,39 +291,3 @@ class SimReplica:
         self.outstanding -= 1
         self.on_finish(seq, now)
         seq.token_ids = []
-
-
-def _steps_to(a: float, b: float, span: float) -> int:
-    """The fewest steps of `a + b·j` seconds (j from 0) that last at least `span`."""
-    def total(j: int) -> float:
-        return a * j + b * j * (j - 1) / 2
-
-    if b > 0:
-        q = a - b / 2
-        j = max(1, math.ceil((-q + math.sqrt(q * q + 2 * b * span)) / b))
-    else:
-        j = max(1, math.ceil(span / a))
-    while j > 1 and total(j - 1) >= span:
-        j -= 1
-    while total(j) < span:
-        j += 1
-    return j
-
-
-def new_sequence(index: int, prompt_tokens: int, output_tokens: int,
-                 prefix: list[int] | None = None, priority: int = 0,
-                 tenant: str | None = None) -> SimSequence:
-    """A sequence of `prompt_tokens` tokens that will generate `output_tokens`: a shared
-    `prefix` (the same ids for every request that shares it) and ids unique to the request."""
-    own = prompt_tokens - (len(prefix) if prefix else 0)
-    ids = (prefix or []) + [1 + (index >> 13) % 8191, 1 + index % 8191][:own]
-    ids.extend(itertools.repeat(0, own - min(own, 2)))
-    seq = SimSequence(str(index), ids, None, _TIMES,  # type: ignore[arg-type]
-                      priority=priority, tenant=tenant)
-    seq.index = index
-    seq.target = output_tokens
-    seq.sync = seq.sync_step = 0
-    seq.first_scheduled = -1.0
-    seq.first_step = seq.run_start = seq.last_step = seq.finish_step = -1
-    seq.runs = None
-    return seq

@@ -96,6 +96,23 @@ class SimResult:
             self._ends[replica] = start[seg] + a[seg] * m + b[seg] * m * (m - 1) / 2
         return self._ends[replica]
 
+    def mean_streamed(self) -> np.ndarray:
+        """Per request: the mean tokens sampled (streamed) per step over its decode steps
+        (NaN without any), what a server's per-token serving work scales with."""
+        c = self.columns
+        out = np.full(len(self), np.nan)
+        for r, replica in enumerate(self.replicas):
+            rows = np.flatnonzero((c.replica == r) & (c.outcome == OK) & (c.output > 1))
+            if not len(rows):
+                continue
+            first = np.frombuffer(replica.seg_first, dtype=np.int64)
+            sampled = np.frombuffer(replica.seg_sampled, dtype=np.int64)
+            per_step = np.repeat(sampled, np.diff(np.append(first, replica.steps)))
+            total = np.concatenate([[0], np.cumsum(per_step)])
+            a, b = c.first_step[rows] + 1, c.last_step[rows] + 1
+            out[rows] = (total[b] - total[a]) / (b - a)
+        return out
+
     def token_steps(self, i: int) -> list[tuple[int, int]]:
         c = self.columns
         return c.runs.get(i) or [(int(c.first_step[i]), int(c.last_step[i]))]
@@ -157,13 +174,14 @@ class SimResult:
         r.completion_tokens = int(c.output[i])
         r.cached_tokens = 0
         r.tokens_from_usage = True
-        completed = c.done[i] - net
+        completed = float(c.done[i]) - net
+        engine_in, scheduled = float(c.engine_in[i]), float(c.first_scheduled[i])
+        first, last, received = float(first), float(last), float(received)
         r.server = ServerTiming(
-            preprocess=(c.engine_in[i] - received) * 1e3,
-            queue=(c.first_scheduled[i] - c.engine_in[i]) * 1e3,
-            prefill=(first - net - c.first_scheduled[i]) * 1e3,
-            decode=(last - first) * 1e3, postprocess=(completed - (last - net)) * 1e3,
-            total=(completed - received) * 1e3, source="simulated")
+            preprocess=(engine_in - received) * 1e3, queue=(scheduled - engine_in) * 1e3,
+            prefill=(first - net - scheduled) * 1e3, decode=(last - first) * 1e3,
+            postprocess=(completed - (last - net)) * 1e3, total=(completed - received) * 1e3,
+            source="simulated")
         r.server_request_id = r.id
         return r
 

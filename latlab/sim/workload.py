@@ -119,8 +119,7 @@ def replay(run: RunFolder) -> SimWorkload:
     config = run.read_config()
     if config.bench is None:
         raise WorkloadError(f"{run.path}: not a bench run (no bench settings in config.json)")
-    records = sorted((r for r in run.read_records() if r.origin_ns is not None),
-                     key=lambda r: r.origin_ns)
+    records = replayed_records(run)
     if not records:
         raise WorkloadError(f"{run.path}: no requests to replay")
     t0 = config.clock.t0_ns if config.clock.t0_ns is not None else records[0].origin_ns
@@ -139,6 +138,12 @@ def replay(run: RunFolder) -> SimWorkload:
     else:
         w.starts = user_start_times(bench.arrivals.users, bench.arrivals.ramp_s)
     return w
+
+
+def replayed_records(run: RunFolder) -> list:
+    """The records `replay` sends, in the order it sends them (request i of the replay)."""
+    return sorted((r for r in run.read_records() if r.origin_ns is not None),
+                  key=lambda r: r.origin_ns)
 
 
 def _labels(rng: np.random.Generator, weights: dict, n: int) -> list:

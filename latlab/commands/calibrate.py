@@ -1,0 +1,143 @@
+"""`latlab calibrate`: fit the step-cost model `latlab predict` simulates a server with.
+
+Without `--from`, latlab's own engine: its steps timed in process over a grid of batch
+shapes, then a short probe through `latlab serve` for the per-request costs (preprocess,
+postprocess, network). With `--from RUN_DIR` (bench runs or sweep folders), whatever server
+they measured.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+
+from latlab.commands.common import UsageError, console, print_json
+from latlab.commands.options import Options, opt
+from latlab.commands.serve import parse_serve_args
+from latlab.records.calibration import CALIBRATION_JSON, Calibration
+from latlab.records.config import BenchConfig
+from latlab.records.folder import RunFolder
+from latlab.records.workload import ArrivalConfig, WorkloadConfig
+from latlab.sim import calibration as calibrations
+from latlab.sim.calibrate_run import CalibrationError, request_costs
+from latlab.sim.validate import compare
+
+PROBE_REQUESTS = 16
+
+
+class ShapeOptions(Options):
+    max_num_seqs: int | None = opt(None, "--from: the server's batch limit (vLLM "
+                                         "--max-num-seqs, llama-server --parallel) [default 256].")
+    max_num_batched_tokens: int | None = opt(None, "--from: the server's token budget per step "
+                                                   "[default 2048].")
+    num_kv_blocks: int | None = opt(None, "--from: KV-cache blocks [default: unlimited].")
+    block_size: int | None = opt(None, "--from: tokens per KV-cache block [default 16].")
+    max_model_len: int | None = opt(None, "--from: the context length [default 2048].")
+    max_waiting: int | None = opt(None, "--from: waiting-queue limit before 429s "
+                                        "[default: none].")
+
+    def shape(self) -> dict:
+        return {k: getattr(self, k) for k in ShapeOptions.model_fields}
+
+
+class CalibrateOptions(ShapeOptions):
+    from_runs: list[Path] = opt([], "Fit from these run folders or sweep folders (repeatable) "
+                                    "instead of timing latlab's engine.", "--from")
+    serve_args: str = opt("", "latlab serve options of the engine to calibrate.")
+    probe: bool = opt(True, "Time per-request costs through latlab serve (a short bench).")
+    out: Path | None = opt(None, "Where to write the calibration [default: the engine's cache, "
+                                 "or calibration.json in the first --from folder].")
+    json_output: bool = opt(False, "Print calibration.json to stdout.", "--json")
+
+
+def calibrate(options: CalibrateOptions) -> None:
+    """Fit a server's step costs for `latlab predict`: latlab's engine timed directly, or any
+    server from its run folders. Writes a calibration JSON stating its fit error and date."""
+    err = console(stderr=True)
+    if options.from_runs:
+        if options.serve_args:
+            raise UsageError("--serve-args is for latlab's engine; --from fits the run folders")
+        try:
+            cal = calibrations.run_calibration(options.from_runs, options.shape())
+        except CalibrationError as e:
+            raise UsageError(str(e)) from None
+        path = options.out or Path(options.from_runs[0]) / CALIBRATION_JSON
+    else:
+        if any(v is not None for v in options.shape().values()):
+            raise UsageError("--max-num-seqs and the like describe another server (--from); "
+                             "latlab's engine takes them in --serve-args")
+        serve = _split(options.serve_args)
+        cal = calibrate_engine(serve, err, probe=options.probe)
+        path = options.out or calibrations.cache_path(serve)
+    calibrations.save(cal, path)
+    if options.json_output:
+        print_json(cal.model_dump(mode="json") | {"path": str(path)})
+        return
+    print_calibration(console(), cal, path)
+
+
+def _split(serve_args: str) -> list[str]:
+    import shlex
+
+    try:
+        return shlex.split(serve_args)
+    except ValueError as e:
+        raise UsageError(f"--serve-args {serve_args!r}: {e}") from None
+
+
+def calibrate_engine(serve: list[str], err: Console, probe: bool = True) -> Calibration:
+    """Time the engine `latlab serve SERVE` in process; with `probe`, its per-request costs
+    through a short bench (sequential requests), and how well the calibration replays it."""
+    from latlab.engine.config import ConfigError
+    from latlab.engine.loader import ModelLoadError
+
+    config = parse_serve_args(serve).engine_config()
+    err.print("calibrating latlab's engine: timing its steps over a grid of batch shapes…",
+              style="dim", highlight=False)
+    try:
+        cal = calibrations.engine_calibration(
+            config, lambda m: err.print(f"  {m}", style="dim", highlight=False),
+            describe=" ".join(["latlab serve", *serve]) if serve else "")
+    except (ConfigError, ModelLoadError) as e:
+        raise UsageError(f"--serve-args: {e}") from None
+    if probe:
+        cal = _probe(cal, serve, err)
+    return cal
+
+
+def _probe(cal: Calibration, serve: list[str], err: Console) -> Calibration:
+    from latlab.commands.bench import run_bench
+
+    err.print(f"probing per-request costs: {PROBE_REQUESTS} requests, one at a time, through "
+              "latlab serve…", style="dim", highlight=False)
+    with tempfile.TemporaryDirectory(prefix="latlab-calibrate-") as tmp:
+        bench = BenchConfig(serve_args=serve, workload=WorkloadConfig(),
+                            arrivals=ArrivalConfig(process="closed", users=1),
+                            duration_s=None, requests=PROBE_REQUESTS, out=Path(tmp),
+                            name="calibrate-probe")
+        result = run_bench(bench)
+        run = RunFolder(result.run.path)
+        costs = request_costs(run.read_records())
+        cal = calibrations.with_request_costs(cal, costs, "a probe through latlab serve")
+        check = compare(cal, run)
+    cal.notes.append(f"probe replayed on the calibration: {check.line()}")
+    return cal
+
+
+def print_calibration(out: Console, cal: Calibration, path: Path | None) -> None:
+    out.print(cal.headline(), highlight=False)
+    out.print(f"  step time = {cal.step.describe()}", highlight=False, markup=False)
+    r = cal.request
+    out.print(f"  per request: preprocess {r.preprocess:.2f} ms, postprocess {r.postprocess:.2f} "
+              f"ms, network {r.network:.2f} ms", highlight=False)
+    e = cal.engine
+    out.print(f"  engine: max {e.max_num_seqs} sequences, {e.max_num_batched_tokens} tokens a "
+              f"step, {e.num_kv_blocks} KV blocks of {e.block_size}, context {e.max_model_len}, "
+              f"{e.batching} batching" + (", chunked prefill" if e.chunked_prefill else ""),
+              highlight=False)
+    for note in cal.notes:
+        out.print(f"  note: {note}", highlight=False, markup=False)
+    if path is not None:
+        out.print(f"calibration: {path}", highlight=False)
