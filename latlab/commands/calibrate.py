@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from latlab.commands.common import UsageError, console, print_json
+from latlab.commands.common import RunFailed, UsageError, console, print_json
 from latlab.commands.options import Options, opt
 from latlab.commands.serve import parse_serve_args
 from latlab.records.calibration import CALIBRATION_JSON, Calibration
@@ -25,6 +25,7 @@ from latlab.sim.calibrate_run import CalibrationError, request_costs
 from latlab.sim.validate import compare
 
 PROBE_REQUESTS = 16
+LOADED_USERS = 4
 
 
 class ShapeOptions(Options):
@@ -108,21 +109,37 @@ def calibrate_engine(serve: list[str], err: Console, probe: bool = True) -> Cali
 
 
 def _probe(cal: Calibration, serve: list[str], err: Console) -> Calibration:
+    """Short benches through one latlab serve: one request at a time (the per-request
+    costs), then a few users and as many users as the engine batches (what serving adds to
+    a step, fitted by replaying them all); how well the result replays each is noted."""
     from latlab.commands.bench import run_bench
+    from latlab.load.target import EngineError, start_engine
 
-    err.print(f"probing per-request costs: {PROBE_REQUESTS} requests, one at a time, through "
-              "latlab serve…", style="dim", highlight=False)
+    batch = cal.engine.max_num_seqs
+    plan = [(1, PROBE_REQUESTS), (LOADED_USERS, 8 * LOADED_USERS), (batch, 3 * batch)]
+    err.print("probing latlab serve: " + ", ".join(f"{n} requests from {u} user"
+                                                   + ("s" if u > 1 else "") for u, n in plan)
+              + "…", style="dim", highlight=False)
     with tempfile.TemporaryDirectory(prefix="latlab-calibrate-") as tmp:
-        bench = BenchConfig(serve_args=serve, workload=WorkloadConfig(),
-                            arrivals=ArrivalConfig(process="closed", users=1),
-                            duration_s=None, requests=PROBE_REQUESTS, out=Path(tmp),
-                            name="calibrate-probe")
-        result = run_bench(bench)
-        run = RunFolder(result.run.path)
-        costs = request_costs(run.read_records())
+        try:
+            engine = start_engine(serve, log_path=Path(tmp) / "engine.log")
+        except EngineError as e:
+            raise RunFailed(f"the probe could not start latlab serve: {e}") from None
+        runs = []
+        try:
+            for users, requests in plan:
+                bench = BenchConfig(url=engine.url, workload=WorkloadConfig(),
+                                    arrivals=ArrivalConfig(process="closed", users=users),
+                                    duration_s=None, requests=requests, out=Path(tmp),
+                                    name=f"calibrate-probe-{users}")
+                runs.append(RunFolder(run_bench(bench).run.path))
+        finally:
+            engine.stop()
+        costs = request_costs(runs[0].read_records())
         cal = calibrations.with_request_costs(cal, costs, "a probe through latlab serve")
-        check = compare(cal, run)
-    cal.notes.append(f"probe replayed on the calibration: {check.line()}")
+        cal = calibrations.serving_overhead(cal, runs)
+        checks = [compare(cal, run) for run in runs]
+    cal.notes += [f"probe replayed on the calibration: {c.line()}" for c in checks]
     return cal
 
 

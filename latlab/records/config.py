@@ -34,7 +34,7 @@ class ServerKind(StrEnum):
     OPENAI = "openai"  # any other OpenAI-compatible server: the client's view only
 
 
-_SLO = re.compile(r"^\s*(?P<name>[a-z_]+)\s*(?:=|<=?)\s*(?P<value>[0-9.]+)\s*(?P<unit>ms|s|us)?\s*$")
+_SLO = re.compile(r"^\s*(?P<name>[a-z][a-z0-9_]*)\s*(?:=|<=?)\s*(?P<value>[0-9.]+)\s*(?P<unit>ms|s|us)?\s*$")
 _UNIT_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001, None: 1.0}
 
 

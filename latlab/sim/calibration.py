@@ -88,10 +88,11 @@ def with_request_costs(calibration: Calibration, costs: RequestCosts, where: str
 def serving_overhead(calibration: Calibration, runs: Sequence[RunFolder], rounds: int = 2
                      ) -> Calibration:
     """Add what serving costs beyond the engine's steps timed in process — the HTTP server's
-    event loop and the load generator sharing the CPU with the engine — as a per-step and a
-    per-streamed-token overhead, fitted so that replaying `runs` (probes through the server)
-    gives their measured TPOT: least squares of each request's TPOT shortfall on the mean
-    tokens streamed per step over its decode."""
+    event loop and the load generator sharing the CPU with the engine — fitted so that
+    replaying `runs` (probes through the server) gives their measured TPOT: least squares of
+    each request's relative TPOT shortfall on the share of its decode steps that batch two
+    or more sequences and on the mean tokens streamed per step. They become a jump in the
+    step cost at two tokens (hinges at 1 and 2) and a cost per sampled token."""
     from scipy.optimize import lsq_linear
 
     added = np.zeros(2)
@@ -101,7 +102,7 @@ def serving_overhead(calibration: Calibration, runs: Sequence[RunFolder], rounds
             records = replayed_records(run)
             result = simulate(replay(run), calibration)
             first, last = result.first_last_token()
-            streamed = result.mean_streamed()
+            streamed, multi = result.decode_means()
             for i, r in enumerate(records):
                 n = r.output_tokens or 0
                 if not (r.ok and n >= 3 and r.first_token_ns and r.last_token_ns
@@ -109,21 +110,31 @@ def serving_overhead(calibration: Calibration, runs: Sequence[RunFolder], rounds
                     continue
                 measured = (r.last_token_ns - r.first_token_ns) / 1e6 / (n - 1)
                 predicted = (last[i] - first[i]) * 1e3 / (n - 1)
-                xs.append([1.0 / measured, streamed[i] / measured])
+                xs.append([multi[i] / measured, streamed[i] / measured])
                 ys.append((measured - predicted) / measured)
         if len(ys) < MIN_ROWS:
             break
         step = lsq_linear(np.asarray(xs), np.asarray(ys), bounds=(-added, np.inf)).x
         added += step
-        coefficients = dict(calibration.step.coefficients)
-        coefficients["step"] = coefficients.get("step", 0.0) + float(step[0])
-        coefficients["sampled"] = coefficients.get("sampled", 0.0) + float(step[1])
-        calibration = calibration.model_copy(update={
-            "step": calibration.step.model_copy(update={"coefficients": coefficients})})
+        calibration = _add_overhead(calibration, float(step[0]), float(step[1]))
     calibration.notes.append(f"serving overhead fitted from {len(runs)} probes through the "
-                             f"server: +{added[0]:.3f} ms a step, +{added[1]:.3f} ms a "
-                             "streamed token")
+                             f"server: +{added[0]:.3f} ms a step that batches two or more, "
+                             f"+{added[1]:.3f} ms a streamed token")
     return calibration
+
+
+def _add_overhead(calibration: Calibration, multi: float, per_token: float) -> Calibration:
+    step = calibration.step
+    coefficients = dict(step.coefficients)
+    coefficients["sampled"] = coefficients.get("sampled", 0.0) + per_token
+    knots, hinges = list(step.knots), list(step.hinges)
+    for knot, sign in ((1.0, 1.0), (2.0, -1.0)):  # (t−1)₊ − (t−2)₊: 1 from two tokens on
+        if knot not in knots:
+            knots.append(knot)
+            hinges.append(0.0)
+        hinges[knots.index(knot)] += sign * multi
+    return calibration.model_copy(update={"step": step.model_copy(update={
+        "coefficients": coefficients, "knots": knots, "hinges": hinges})})
 
 
 def run_calibration(paths: Sequence[Path], shape: dict | None = None) -> Calibration:

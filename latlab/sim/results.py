@@ -96,11 +96,13 @@ class SimResult:
             self._ends[replica] = start[seg] + a[seg] * m + b[seg] * m * (m - 1) / 2
         return self._ends[replica]
 
-    def mean_streamed(self) -> np.ndarray:
-        """Per request: the mean tokens sampled (streamed) per step over its decode steps
-        (NaN without any), what a server's per-token serving work scales with."""
+    def decode_means(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per request, over its decode steps (NaN without any): the mean tokens sampled
+        (streamed) per step, and the share of steps that sampled two or more — what a
+        server's serving work scales with."""
         c = self.columns
-        out = np.full(len(self), np.nan)
+        streamed = np.full(len(self), np.nan)
+        multi = np.full(len(self), np.nan)
         for r, replica in enumerate(self.replicas):
             rows = np.flatnonzero((c.replica == r) & (c.outcome == OK) & (c.output > 1))
             if not len(rows):
@@ -108,10 +110,11 @@ class SimResult:
             first = np.frombuffer(replica.seg_first, dtype=np.int64)
             sampled = np.frombuffer(replica.seg_sampled, dtype=np.int64)
             per_step = np.repeat(sampled, np.diff(np.append(first, replica.steps)))
-            total = np.concatenate([[0], np.cumsum(per_step)])
             a, b = c.first_step[rows] + 1, c.last_step[rows] + 1
-            out[rows] = (total[b] - total[a]) / (b - a)
-        return out
+            for out, values in ((streamed, per_step), (multi, per_step >= 2)):
+                total = np.concatenate([[0], np.cumsum(values)])
+                out[rows] = (total[b] - total[a]) / (b - a)
+        return streamed, multi
 
     def token_steps(self, i: int) -> list[tuple[int, int]]:
         c = self.columns

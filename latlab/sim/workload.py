@@ -129,7 +129,7 @@ def replay(run: RunFolder) -> SimWorkload:
     bench = config.bench
     arrivals = bench.arrivals.model_copy(update={"process": "trace"}) if bench.arrivals.open_loop \
         else bench.arrivals
-    w = SimWorkload(bench.workload, arrivals, len(records), None, replayed=True)
+    w = SimWorkload(bench.workload, arrivals, len(records), bench.duration_s, replayed=True)
     w.lengths = Lengths(np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64),
                         np.zeros(len(records), bool), [r.tenant for r in records],
                         [r.priority for r in records])
