@@ -6,15 +6,18 @@ it, predict the same sweep, and compare — in one script.
 
 1. Calibrate the default engine as `latlab calibrate` does (steps timed in process over a
    grid, then probes through latlab serve for the per-request costs and serving overhead).
-2. Measure its capacity: the achieved rate of a closed loop of 64 users (latlab sweep's
-   saturation probe), and measure a sweep at --fractions of it (Poisson arrivals, bench's
-   default mixed lengths: prompts lognormal 256 ± 128, outputs 64 ± 32), --duration each.
+2. Against one latlab serve, measure its capacity — the achieved rate of a closed loop of 64
+   users (latlab sweep's saturation probe) — then a sweep at --fractions of it (Poisson
+   arrivals, bench's default mixed lengths: prompts lognormal 256 ± 128, outputs 64 ± 32),
+   --duration each. The machine is shared: each step waits until the other processes have
+   used under --quiet cores for 10 s, and the CPU they used during each point is printed.
 3. Predict every point two ways: *replay* (the point's own requests — its scheduled times,
-   prompt and output lengths — on the calibrated server) and *fresh* (`latlab predict` at the
-   point's rate, --predict-requests requests: the long-run distribution, independent of the
-   measured sample); and the capacity (the probe replayed).
+   prompt and output lengths — on the calibrated server, over the same window) and *fresh*
+   (`latlab predict` at the point's rate, --predict-requests requests: the long-run
+   distribution, independent of the measured sample); and the capacity probe, replayed.
 4. Print per point the measured and predicted p50 and p99 of TTFT, TPOT and E2E with the
-   errors, and the SLO-max (--slo) of the measured sweep and of both predicted sweeps.
+   errors, and the SLO-max (--slo, default p99 E2E ≤ 2.5 s) of the measured points and of
+   both predicted sweeps.
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ import json
 import math
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 from latlab.analysis import analyze, capacity
 from latlab.analysis.slo_max import slo_max
@@ -34,11 +40,11 @@ from latlab.commands.bench import run_bench
 from latlab.commands.calibrate import calibrate_engine
 from latlab.commands.common import console
 from latlab.commands.predicting import predict_point, settings
-from latlab.commands.sweep_points import SweepConfig, run_sweep
+from latlab.load.target import start_engine
 from latlab.records.config import BenchConfig, parse_slo
-from latlab.records.folder import RunFolder, read_json
+from latlab.records.folder import RunFolder
 from latlab.records.simulation import Fleet
-from latlab.records.sweep import SWEEP_JSON, SweepRecord
+from latlab.records.sweep import Point
 from latlab.records.workload import ArrivalConfig, WorkloadConfig
 from latlab.sim import calibration as calibrations
 from latlab.sim.validate import METRICS, QUANTILES, compare
@@ -47,19 +53,92 @@ from latlab.sim.workload import build, replay
 PROBE_USERS = 64
 
 
-def measure(args, err) -> tuple[Path, float, Path]:
-    """The capacity probe and the measured sweep (folders), and the capacity (req/s)."""
+class Background:
+    """CPU the rest of the machine uses (cores), sampled every second: all busy time less
+    this process's and its children's (the server, the load generator)."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    @staticmethod
+    def _ours() -> float:
+        me = psutil.Process()
+        total = 0.0
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+            except psutil.Error:
+                pass
+        return total
+
+    @staticmethod
+    def _busy() -> float:
+        t = psutil.cpu_times()
+        return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+    def _run(self) -> None:
+        last = (time.monotonic(), self._busy(), self._ours())
+        while not self._stop.wait(1.0):
+            now = (time.monotonic(), self._busy(), self._ours())
+            cores = ((now[1] - last[1]) - (now[2] - last[2])) / (now[0] - last[0])
+            self.samples.append((now[0], max(0.0, cores)))
+            last = now
+
+    def mean(self, start: float, end: float) -> float:
+        values = [c for t, c in self.samples if start <= t <= end]
+        return float(np.mean(values)) if values else math.nan
+
+    def wait_quiet(self, err, limit: float, patience_s: float) -> float:
+        """Wait until the last 10 s averaged under `limit` cores (at most `patience_s`)."""
+        started = time.monotonic()
+        while time.monotonic() - started < patience_s:
+            now = time.monotonic()
+            if len(self.samples) >= 10 and self.mean(now - 10, now) < limit:
+                break
+            time.sleep(2)
+        waited = time.monotonic() - started
+        if waited > 5:
+            err.print(f"  waited {waited:.0f} s for the machine to quieten "
+                      f"(other processes: {self.mean(time.monotonic() - 10, time.monotonic()):.2f}"
+                      " cores)")
+        return waited
+
+
+def measure(args, err, background: Background) -> tuple[Path, list[Point], dict]:
+    """The capacity probe and the measured points, each started when the machine is quiet,
+    against one latlab serve; the other processes' CPU during each."""
     out = Path(args.out)
-    probe = run_bench(BenchConfig(arrivals=ArrivalConfig(process="closed", users=PROBE_USERS),
-                                  duration_s=args.duration, warmup_s=5.0, cooldown_s=2.0,
-                                  out=out, name="accuracy-capacity"), console=err)
-    top = probe.summary.throughput.achieved_rate
-    rates = [round(f * top, 2) for f in args.fractions]
-    err.print(f"measured capacity {top:.2f} req/s; sweeping {rates}")
-    base = BenchConfig(duration_s=args.duration, warmup_s=5.0, cooldown_s=2.0, out=out,
-                       name="accuracy", slos=args.slos)
-    sweep = run_sweep(SweepConfig(base=base, rates=rates, max_error_rate=1.0), console=err)
-    return probe.run.path, top, sweep.path
+    folder = RunFolder.create(out, "sweep-accuracy").path
+    engine = start_engine([], log_path=folder / "engine.log")
+    noise, points = {}, []
+    try:
+        def point(arrivals, name):
+            background.wait_quiet(err, args.quiet, args.patience)
+            started = time.monotonic()
+            result = run_bench(BenchConfig(url=engine.url, arrivals=arrivals,
+                                           duration_s=args.duration, warmup_s=5.0,
+                                           cooldown_s=2.0, out=folder, name=name,
+                                           slos=args.slos), console=err)
+            noise[str(result.run.path)] = background.mean(started, time.monotonic())
+            return result
+
+        probe = point(ArrivalConfig(process="closed", users=PROBE_USERS), "capacity")
+        top = probe.summary.throughput.achieved_rate
+        rates = [round(f * top, 2) for f in args.fractions]
+        err.print(f"measured capacity {top:.2f} req/s; measuring {rates}")
+        for rate in rates:
+            result = point(ArrivalConfig(process="poisson", rate=rate), f"rate-{rate:g}")
+            points.append(capacity.measure(analyze(result.run), f"{rate:g} req/s", "rate",
+                                           rate, args.slos, 99.0))
+    finally:
+        engine.stop()
+    (folder / "measured.json").write_text(json.dumps({
+        "probe": str(probe.run.path), "points": [p.model_dump(mode="json") for p in points],
+        "background_cores": noise}, indent=2))
+    return folder, points, noise
 
 
 def predicted_sweep(cal, points, how: str, args, tmp: Path):
@@ -92,13 +171,19 @@ def main() -> None:
     parser.add_argument("--calibration", type=Path, help="reuse a calibration file")
     parser.add_argument("--out", default="runs")
     parser.add_argument("--json", type=Path, help="write the numbers here")
+    parser.add_argument("--quiet", type=float, default=0.3,
+                        help="start a point when other processes used under this many cores")
+    parser.add_argument("--patience", type=float, default=600.0,
+                        help="seconds to wait for a quiet machine before each point")
     args = parser.parse_args()
     args.fractions = [float(f) for f in args.fractions.split(",")]
     args.slos = dict(parse_slo(s) for s in (args.slo or ["e2e=2500ms"]))
     err = console(stderr=True)
+    background = Background()
     if args.calibration:
         cal = calibrations.load(args.calibration)
     else:
+        background.wait_quiet(err, args.quiet, args.patience)
         cal = calibrate_engine([], err)
         calibrations.save(cal, Path(args.out) / "accuracy-calibration.json")
     print(f"calibration: {cal.headline()}")
@@ -106,19 +191,22 @@ def main() -> None:
         print(f"  {note}")
     if args.measured:
         folder = Path(args.measured)
-        probe_path = Path(json.loads((folder / "probe.txt").read_text())["probe"])
     else:
-        probe_path, _, folder = measure(args, err)
-        (folder / "probe.txt").write_text(json.dumps({"probe": str(probe_path)}))
-    record = read_json(folder / SWEEP_JSON, SweepRecord)
-    points = capacity.curve(record.points)
+        folder, _, _ = measure(args, err, background)
+    saved = json.loads((folder / "measured.json").read_text())
+    points = [Point.model_validate(p) for p in saved["points"]]
+    probe_path = Path(saved["probe"])
     probe_check = compare(cal, RunFolder(probe_path))
     measured_top = RunFolder(probe_path).read_summary().throughput.achieved_rate
-    print(f"\ncapacity probe ({PROBE_USERS} users, closed loop), replayed: {probe_check.line()}")
-    report(cal, points, record, measured_top, probe_path, args)
+    noise = saved["background_cores"]
+    print(f"\ncapacity: measured {measured_top:.2f} req/s ({PROBE_USERS} users, closed loop; "
+          f"other processes {noise[str(probe_path)]:.2f} cores), replayed: {probe_check.line()}")
+    print("other processes' CPU during each point (cores): "
+          + ", ".join(f"{p.label} {noise.get(p.run, math.nan):.2f}" for p in points))
+    report(cal, points, slo_max(points, args.slos, 99.0), measured_top, args)
 
 
-def report(cal, points, record, measured_top, probe_path, args) -> None:
+def report(cal, points, measured_best, measured_top, args) -> None:
     rows, numbers = [], []
     with tempfile.TemporaryDirectory() as tmp:
         replayed = predicted_sweep(cal, points, "replay", args, Path(tmp))
@@ -151,7 +239,7 @@ def report(cal, points, record, measured_top, probe_path, args) -> None:
         print(f"{how}: mean |error| " + ", ".join(f"{q} {100 * np.mean(v):.1f}% (max "
                                                     f"{100 * np.max(v):.1f}%)"
                                                     for q, v in by_q.items()))
-    answers = {"measured": record.slo_max, "replay": slo_max(replayed, args.slos, 99.0),
+    answers = {"measured": measured_best, "replay": slo_max(replayed, args.slos, 99.0),
                "fresh": slo_max(fresh, args.slos, 99.0)}
     for how, best in answers.items():
         load = best.load if best else None

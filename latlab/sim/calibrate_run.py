@@ -19,6 +19,7 @@ prefill rows carry them.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -54,11 +55,16 @@ def run_folders(paths: Sequence[Path]) -> list[RunFolder]:
 def request_costs(records: Sequence[RequestTimeline]) -> RequestCosts:
     """Medians of the server's stage timings and of the network transit; zeros without."""
     timed = [r for r in records if r.ok and r.server is not None and r.server.total is not None]
-    if not timed:
-        return RequestCosts()
 
     def median(values: list[float]) -> float:
         return float(np.median(values)) if values else 0.0
+
+    if not timed:  # a server that reports its prefill but no total (llama.cpp): what the
+        # client waited beyond the prefill for a request alone in flight is network and intake
+        alone = _alone(records)
+        extra = [(r.first_token_ns - r.sent_ns) / 1e6 - r.server.prefill for r in alone
+                 if r.server is not None and r.server.prefill is not None]
+        return RequestCosts(preprocess=max(0.0, median(extra)))
 
     pre = [r.server.preprocess for r in timed if r.server.preprocess is not None]
     post = [r.server.postprocess for r in timed if r.server.postprocess is not None]
@@ -69,6 +75,19 @@ def request_costs(records: Sequence[RequestTimeline]) -> RequestCosts:
     return RequestCosts(preprocess=max(0.0, median(pre)),
                         postprocess=max(0.0, median(post) + median(tail)),
                         network=max(0.0, median(transit)), reject=max(0.0, median(transit)))
+
+
+def _alone(records: Sequence[RequestTimeline]) -> list[RequestTimeline]:
+    """The successful requests sent while no other was in flight, and none joined them."""
+    ok = sorted((r for r in records if r.ok and r.sent_ns is not None
+                 and r.first_token_ns is not None), key=lambda r: r.sent_ns)
+    alone, latest = [], -math.inf  # the latest end of the requests sent before
+    for i, r in enumerate(ok):
+        later = ok[i + 1].sent_ns if i + 1 < len(ok) else math.inf
+        if latest <= r.sent_ns and later >= r.end_ns:
+            alone.append(r)
+        latest = max(latest, r.end_ns)
+    return alone
 
 
 def rows(records: Sequence[RequestTimeline], costs: RequestCosts, shape: EngineShape

@@ -225,7 +225,7 @@ class Simulation:
         paid = 0.0
         for r in self.replicas:
             stop = r.stopped if r.stopped is not None else end
-            paid += max(0.0, max(stop, r.step_end or 0.0) - r.started)
+            paid += max(0.0, max(stop, r.last_end) - r.started)  # a drained one finishes
         counts = [n for _, n in self.ready_timeline] or [len(self.ready)]
         outcome = FleetOutcome(replica_seconds=paid, mean_replicas=paid / end if end > 0 else 0,
                                peak_replicas=max(counts), scale_ups=self.scale_ups,

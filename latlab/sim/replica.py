@@ -48,6 +48,7 @@ class SimReplica:
         self.scheduler = Scheduler(engine_config(shape), self.block_manager)
         self.inbox: deque[tuple[float, SimSequence]] = deque()
         self.step_end: float | None = None  # None: idle
+        self.last_end = 0.0  # when the last step ended
         self._pending = None  # the step in progress: a SchedulerOutput, or k decode steps
         self.steps = 0  # steps started
         self.decode_steps = 0  # steps taken in decode runs
@@ -201,6 +202,7 @@ class SimReplica:
     # -- step completion ---------------------------------------------------------------------
 
     def _complete(self, now: float) -> None:
+        self.last_end = now
         pending, self._pending = self._pending, None
         if isinstance(pending, int):
             self._complete_run(now, pending)
@@ -224,7 +226,7 @@ class SimReplica:
         step = self.steps - 1
         for seq, n in out.scheduled:
             seq.num_computed_tokens += n
-            if seq.num_computed_tokens != seq.num_tokens:
+            if seq.num_computed_tokens != len(seq.token_ids):
                 continue
             seq.token_ids.append(0)
             if seq.first_step < 0:
@@ -235,7 +237,7 @@ class SimReplica:
                 seq.runs.append((seq.run_start, seq.last_step))
                 seq.run_start = step
             seq.last_step = step
-            if seq.num_tokens - seq.num_prompt_tokens >= seq.target:
+            if len(seq.token_ids) - seq.num_prompt_tokens >= seq.target:
                 self._finish(seq, now)
         for seq in out.preempted:
             seq.finish_step = -1
@@ -243,21 +245,22 @@ class SimReplica:
 
     def _restabilize(self) -> None:
         """After a step the scheduler ran: is every running sequence decoding? If so, the
-        decode-run state (context, when each finishes) from scratch."""
+        decode-run state (context, decode groups, when each finishes) from scratch."""
         running = self.scheduler.running
-        self.stable = all(s.num_computed_tokens + 1 == s.num_tokens for s in running)
-        if not self.stable:
-            return
-        self.context = 0
-        last = self.steps - 1
         size = self.shape.block_size
-        widths = []
+        context, widths = 0, []
         for seq in running:
-            self.context += seq.num_computed_tokens
-            widths.append(-(-(seq.num_computed_tokens + 1) // size))
-            seq.sync = self.decode_steps
-            seq.sync_step = last + 1
-            fs = last + seq.target - (seq.num_tokens - seq.num_prompt_tokens)
+            c = seq.num_computed_tokens
+            if c + 1 != len(seq.token_ids):
+                self.stable = False
+                return
+            context += c
+            widths.append(-(-(c + 1) // size))
+        self.stable, self.context = True, context
+        last, done = self.steps - 1, self.decode_steps
+        for seq in running:
+            seq.sync, seq.sync_step = done, last + 1
+            fs = last + seq.target - (len(seq.token_ids) - seq.num_prompt_tokens)
             if fs != seq.finish_step:
                 seq.finish_step = fs
                 heapq.heappush(self._finishes, (fs, next(self._tie), seq))
@@ -281,8 +284,10 @@ class SimReplica:
 
     def _sync_running(self) -> None:
         if self.stable:
+            done = self.decode_steps
             for seq in self.scheduler.running:
-                self._sync(seq)
+                if seq.sync != done:
+                    self._sync(seq)
         self.owed = 0
 
     def _finish(self, seq: SimSequence, now: float) -> None:
