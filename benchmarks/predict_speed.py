@@ -87,7 +87,7 @@ def main() -> None:
                 started = time.perf_counter()
                 write_run(result, workload, settings(bench, cal, str(path), Fleet()),
                           Path(tmp), "speed")
-                print(f"       writing the predicted run folder (100 000 records, "
+                print(f"       writing the predicted run folder (20 000 records, "
                       f"summary of all): {time.perf_counter() - started:.1f} s")
             args.folder = False
 

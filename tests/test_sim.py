@@ -116,6 +116,18 @@ def test_admission_control_turns_away_what_the_queue_cannot_hold():
     assert (generous.columns.outcome == OK).all()
 
 
+def test_a_chunk_that_leaves_one_prompt_token_is_not_a_decode():
+    """96 of 97 prompt tokens in the first step: the last one looks like a decode (one
+    token left) but is the prefill's end, where the first token comes from."""
+    result = simulate(fixed([0.0, 1.0], [97, 20], [6, 30]),
+                      calibration(max_num_batched_tokens=96, max_num_seqs=8))
+    c = result.columns
+    first, last = result.first_last_token()
+    assert (c.first_step >= 0).all() and (first < last).all() and (last < c.done).all()
+    r = result.timeline(0)
+    assert len(r.token_ns) == 6 and r.first_token_ns == r.token_ns[0]
+
+
 def test_a_prompt_longer_than_the_context_is_a_400():
     result = simulate(fixed([0.0, 0.1], [100, 300], [5, 5]), calibration(max_model_len=256))
     assert result.columns.outcome.tolist() == [OK, TOO_LONG]

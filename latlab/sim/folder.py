@@ -2,7 +2,7 @@
 
     config.json          kind "predict", `simulation` (calibration, fleet, what came out)
     requests.jsonl       the simulated requests as bench records them — all of them up to
-                         `records` (default 100 000), else an even sample of that many
+                         `records` (default 20 000), else a random sample of that many
     all_requests.parquet every request, one row each (times, tokens, outcome, replica)
     summary.json         `latlab.metrics.summary.summarize` over every request
 
@@ -27,7 +27,7 @@ from latlab.records.window import run_window
 from latlab.sim.results import BASE_NS, SimResult
 from latlab.sim.workload import SimWorkload
 
-RECORDS = 100_000
+RECORDS = 20_000
 PER_TOKEN = ("itl", "itl_request_mean", "chunk_gap")
 
 
@@ -54,7 +54,7 @@ def write_run(result: SimResult, workload: SimWorkload, config: RunConfig, out: 
              f"({sim.calibration_fit or sim.calibration})", *notes]
     sim.records_total, sim.records_written = n, len(full)
     if n > records:
-        sim.records_note = (f"requests.jsonl holds an even sample of {records} of the {n} "
+        sim.records_note = (f"requests.jsonl holds a random sample of {records} of the {n} "
                             "simulated requests; all_requests.parquet and summary.json cover "
                             "all of them")
     run.write_config(config)

@@ -251,7 +251,7 @@ class SimReplica:
         context, widths = 0, []
         for seq in running:
             c = seq.num_computed_tokens
-            if c + 1 != len(seq.token_ids):
+            if c + 1 != len(seq.token_ids) or seq.first_step < 0:  # (a last prompt token)
                 self.stable = False
                 return
             context += c
