@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from latlab.load.arrivals import arrival_times, user_start_times
+from latlab.load.datasets import load_dataset
 from latlab.load.workload import Workload
 from latlab.records.folder import RunFolder
 from latlab.records.workload import ArrivalConfig, WorkloadConfig, WorkloadError
@@ -105,7 +106,7 @@ def build(config: WorkloadConfig, arrivals: ArrivalConfig, requests: int | None,
 def _dataset(config: WorkloadConfig, requests: int | None) -> Lengths:
     """Each dataset entry's lengths as bench would send them (the target's tokenizer)."""
     workload = Workload(config)
-    entries = len(workload._dataset or [])
+    entries = len(load_dataset(config.dataset))
     n = min(entries, requests or entries)
     specs = [workload.request(i) for i in range(n)]
     return Lengths(np.asarray([s.prompt_tokens for s in specs], dtype=np.int64),
