@@ -116,6 +116,8 @@ def test_predict_replays_a_run_and_sizes_a_fleet(tmp_path, cal_file):
     a, b = RunFolder(orig).read_summary(), RunFolder(copy).read_summary()
     assert first.exit_code == 0 and again.exit_code == 0, again.output
     assert b.percentile("e2e", "p50") == pytest.approx(a.percentile("e2e", "p50"), rel=1e-6)
+    compared = invoke("compare", orig, copy)  # the same workload: a run and its prediction
+    assert compared.exit_code == 0, compared.output
 
     sized = invoke("predict", "--calibration", cal_file, "--replicas-for",
                    "p99_e2e<1500ms@40rps", "--requests", 1500, "--out", tmp_path)

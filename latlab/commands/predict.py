@@ -160,7 +160,7 @@ def predict(options: PredictOptions) -> None:
         return predict_sweep(o, cal, where, fleet, bench, out, err)
     if o.replicas_for:
         return replicas_for(o, cal, where, fleet, bench, out, err)
-    workload, replayed = _workload(o, bench)
+    workload, replayed, bench = _workload(o, bench)
     point = predict_point(cal, workload, fleet, settings(bench, cal, where, fleet, replayed),
                           o.out, bench.name, o.records)
     _print(o, point, out, err)
@@ -175,15 +175,24 @@ def _serve(o: PredictOptions) -> list[str]:
         raise UsageError(f"--serve-args {o.serve_args!r}: {e}") from None
 
 
-def _workload(o: PredictOptions, bench: BenchConfig) -> tuple[SimWorkload, str | None]:
+def _workload(o: PredictOptions, bench: BenchConfig
+              ) -> tuple[SimWorkload, str | None, BenchConfig]:
+    """The simulated clients; with --replay, the run's own requests, and its bench settings
+    (so `latlab compare RUN PREDICTED` compares the same workload)."""
     if o.replay is None:
-        return build(bench.workload, bench.arrivals, bench.requests, bench.duration_s), None
+        return (build(bench.workload, bench.arrivals, bench.requests, bench.duration_s), None,
+                bench)
     if o.rate is not None or o.users is not None or o.trace is not None:
         raise UsageError("--replay sends the run's own requests: drop --rate/--users/--trace")
     try:
-        return replay(RunFolder.open(o.replay)), str(o.replay)
+        run = RunFolder.open(o.replay)
+        workload = replay(run)
+        measured = run.read_config().bench
     except RunFolderError as e:
         raise UsageError(f"--replay: {e}") from None
+    bench = measured.model_copy(update={"out": o.out, "name": bench.name, "tags": bench.tags,
+                                        "slos": bench.slos or measured.slos})
+    return workload, str(o.replay), bench
 
 
 def _print(o: PredictOptions, p: Predicted, out, err) -> None:
