@@ -30,14 +30,14 @@ LOADED_USERS = 4
 
 class ShapeOptions(Options):
     max_num_seqs: int | None = opt(None, "--from: the server's batch limit (vLLM "
-                                         "--max-num-seqs, llama-server --parallel) [default 256].")
+                                         "--max-num-seqs, llama-server --parallel) (default 256).")
     max_num_batched_tokens: int | None = opt(None, "--from: the server's token budget per step "
-                                                   "[default 2048].")
-    num_kv_blocks: int | None = opt(None, "--from: KV-cache blocks [default: unlimited].")
-    block_size: int | None = opt(None, "--from: tokens per KV-cache block [default 16].")
-    max_model_len: int | None = opt(None, "--from: the context length [default 2048].")
+                                                   "(default 2048).")
+    num_kv_blocks: int | None = opt(None, "--from: KV-cache blocks (default: unlimited).")
+    block_size: int | None = opt(None, "--from: tokens per KV-cache block (default 16).")
+    max_model_len: int | None = opt(None, "--from: the context length (default 2048).")
     max_waiting: int | None = opt(None, "--from: waiting-queue limit before 429s "
-                                        "[default: none].")
+                                        "(default: none).")
 
     def shape(self) -> dict:
         return {k: getattr(self, k) for k in ShapeOptions.model_fields}
@@ -48,8 +48,8 @@ class CalibrateOptions(ShapeOptions):
                                     "instead of timing latlab's engine.", "--from")
     serve_args: str = opt("", "latlab serve options of the engine to calibrate.")
     probe: bool = opt(True, "Time per-request costs through latlab serve (a short bench).")
-    out: Path | None = opt(None, "Where to write the calibration [default: the engine's cache, "
-                                 "or calibration.json in the first --from folder].")
+    out: Path | None = opt(None, "Where to write the calibration (default: the engine's cache, "
+                                 "or calibration.json in the first --from folder).")
     json_output: bool = opt(False, "Print calibration.json to stdout.", "--json")
 
 

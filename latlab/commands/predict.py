@@ -35,7 +35,7 @@ class FleetOptions(ShapeOptions):
     replicas: int = opt(1, "Replicas behind the router (with --autoscale: at the start).")
     router: str = opt("least_outstanding", "round_robin, least_outstanding or prefix_affinity.")
     max_waiting: int | None = opt(None, "Per replica: requests waiting beyond this get 429 "
-                                        "[default: the calibration's].")
+                                        "(default: the calibration's).")
     autoscale: str | None = opt(None, "Autoscale on concurrency (in flight per replica) or "
                                       "queue (waiting per replica).")
     scale_target: float = opt(8.0, "--autoscale: the metric's target per replica.")
@@ -76,8 +76,8 @@ class PredictOptions(WorkloadOptions, ArrivalShape, FleetOptions, OutputOptions)
     ramp: float = opt(0.0, "Seconds to ramp the rate (or users) up from zero.", to="ramp_s")
     trace: Path | None = opt(None, "Replay arrival times from JSONL (`timestamp` s or "
                                    "`timestamp_ms` per line).")
-    requests: int | None = opt(None, f"Requests to simulate [default {DEFAULT_REQUESTS} unless "
-                                     "--duration].")
+    requests: int | None = opt(None, f"Requests to simulate (default {DEFAULT_REQUESTS} unless "
+                                     "--duration).")
     duration: float | None = opt(None, "Seconds of simulated load.", to="duration_s")
     warmup: float | None = opt(None, "Seconds excluded at the start (default with --duration: "
                                      "10%, at most 5).", to="warmup_s")
@@ -92,7 +92,7 @@ class PredictOptions(WorkloadOptions, ArrivalShape, FleetOptions, OutputOptions)
                                     "lengths.")
     records: int = opt(RECORDS, "Write at most this many request records (a sample beyond).")
     sweep: bool = opt(False, "Predict a sweep: the throughput–latency curve and SLO-max.")
-    rates: str | None = opt(None, "--sweep: the rates [default: automatic, as latlab sweep].")
+    rates: str | None = opt(None, "--sweep: the rates (default: automatic, as latlab sweep).")
     points: int = opt(6, "--sweep: automatic rates between the synchronous rate and capacity.")
     percentile: float = opt(99.0, "--sweep: the percentile SLOs and the knee are judged at.")
     replicas_for: str | None = opt(None, "The fewest replicas meeting a goal, e.g. "
