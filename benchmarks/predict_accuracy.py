@@ -40,7 +40,7 @@ from latlab.commands.bench import run_bench
 from latlab.commands.calibrate import calibrate_engine
 from latlab.commands.common import console
 from latlab.commands.predicting import predict_point, settings
-from latlab.load.target import start_engine
+from latlab.load.target import interrupt_on_sigterm, start_engine
 from latlab.records.config import BenchConfig, parse_slo
 from latlab.records.folder import RunFolder
 from latlab.records.simulation import Fleet
@@ -126,7 +126,7 @@ def measure(args, err, background: Background) -> tuple[Path, list[Point], dict]
             return result
 
         probe = point(ArrivalConfig(process="closed", users=PROBE_USERS), "capacity")
-        top = probe.summary.throughput.achieved_rate
+        top = args.capacity or probe.summary.throughput.achieved_rate
         rates = [round(f * top, 2) for f in args.fractions]
         err.print(f"measured capacity {top:.2f} req/s; measuring {rates}")
         for rate in rates:
@@ -165,6 +165,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=90.0, help="seconds per point")
     parser.add_argument("--fractions", default="0.25,0.4,0.55,0.7,0.8,0.9")
+    parser.add_argument("--capacity", type=float,
+                        help="req/s the fractions are of (default: the measured probe's)")
     parser.add_argument("--slo", action="append", default=[], help="e.g. e2e=2500ms")
     parser.add_argument("--predict-requests", type=int, default=20_000)
     parser.add_argument("--measured", help="a sweep folder of an earlier run: predict only")
@@ -176,6 +178,7 @@ def main() -> None:
     parser.add_argument("--patience", type=float, default=600.0,
                         help="seconds to wait for a quiet machine before each point")
     args = parser.parse_args()
+    interrupt_on_sigterm()  # SIGTERM stops the servers this script started, as Ctrl-C does
     args.fractions = [float(f) for f in args.fractions.split(",")]
     args.slos = dict(parse_slo(s) for s in (args.slo or ["e2e=2500ms"]))
     err = console(stderr=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from latlab.commands.bench import run_bench
 from latlab.commands.common import console
-from latlab.load.target import free_port, start_server
+from latlab.load.target import free_port, interrupt_on_sigterm, start_server
 from latlab.records.config import BenchConfig
 from latlab.records.folder import RunFolder
 from latlab.records.workload import ArrivalConfig, WorkloadConfig
@@ -46,6 +46,7 @@ def main() -> None:
     parser.add_argument("--evaluate-at", default="0.25,0.6,0.85")
     parser.add_argument("--out", default="runs")
     args = parser.parse_args()
+    interrupt_on_sigterm()  # SIGTERM stops the servers this script started, as Ctrl-C does
     err = console(stderr=True)
     out = Path(args.out)
     port = free_port("127.0.0.1")

@@ -202,3 +202,15 @@ def test_calibrating_the_engine_times_a_grid_and_fits(monkeypatch):
     assert cal.source == "engine" and cal.engine.max_num_seqs == 4
     assert cal.fit.samples > 20 and math.isfinite(cal.fit.mape)
     assert cal.step.coefficients["step"] > 0 and "fit error" in cal.headline()
+
+
+def test_an_unsteady_engine_calibration_is_flagged_where_it_is_used(tmp_path):
+    steady = calibration()
+    assert calibrations.fit_warning(steady) is None
+    noisy = steady.model_copy(update={"fit": steady.fit.model_copy(update={"mape": 0.3})})
+    assert calibrations.fit_warning(noisy.model_copy(update={"source": "run"})) is None
+    path = calibrations.save(noisy, tmp_path / "noisy.json")
+    r = invoke("predict", "--calibration", path, "--rate", 4, "--requests", 100,
+               "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    assert "warning: the fit error is 30%" in r.output

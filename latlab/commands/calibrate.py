@@ -156,5 +156,7 @@ def print_calibration(out: Console, cal: Calibration, path: Path | None) -> None
               highlight=False)
     for note in cal.notes:
         out.print(f"  note: {note}", highlight=False, markup=False)
+    if warning := calibrations.fit_warning(cal):
+        out.print(f"  warning: {warning}", style="yellow", highlight=False, markup=False)
     if path is not None:
         out.print(f"calibration: {path}", highlight=False)

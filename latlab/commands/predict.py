@@ -25,6 +25,7 @@ from latlab.records.folder import RunFolder, RunFolderError
 from latlab.records.simulation import ROUTERS, Autoscale, Fleet
 from latlab.records.workload import OPEN_LOOP, ArrivalConfig
 from latlab.report.console import print_budget, print_findings, print_summary
+from latlab.sim.calibration import fit_warning
 from latlab.sim.folder import RECORDS
 from latlab.sim.workload import SimWorkload, build, replay
 
@@ -156,6 +157,8 @@ def predict(options: PredictOptions) -> None:
                                      o.shape() if o.from_runs else None)
     err.print(f"calibration: {cal.headline()}", highlight=False)
     err.print(f"  from {where}", style="dim", highlight=False)
+    if warning := fit_warning(cal):
+        err.print(f"  warning: {warning}", style="yellow", highlight=False)
     if o.sweep:
         return predict_sweep(o, cal, where, fleet, bench, out, err)
     if o.replicas_for:

@@ -35,6 +35,7 @@ RUN_FEATURES = ("step", "tokens", "decodes", "decode_context", "prefill_attentio
 # through the others: the hinges at 1 and 2 tokens let the fit step there.
 ENGINE_KNOTS = (1.0, 2.0)
 MIN_ROWS = 8
+NOISY_FIT = 0.10  # a mean step-time error above this: the steps were not steady
 
 
 def cache_path(serve_args: Sequence[str] = ()) -> Path:
@@ -75,6 +76,15 @@ def engine_calibration(config, progress: Callable[[str], None] | None = None,
         engine=shape, step=step, fit=error,
         notes=[f"{len(ms)} engine steps timed in process in {time.perf_counter() - started:.0f} "
                f"s; per-request costs not measured (zero) unless a probe run set them"])
+
+
+def fit_warning(calibration: Calibration) -> str | None:
+    """A line for the user when an engine calibration's steps were too unsteady to trust."""
+    mape = calibration.fit.mape
+    if calibration.source != "engine" or mape <= NOISY_FIT:
+        return None
+    return (f"the fit error is {100 * mape:.0f}%: the engine's steps were not steady (another "
+            "process sharing the CPU?); calibrate again when the machine is quiet")
 
 
 def with_request_costs(calibration: Calibration, costs: RequestCosts, where: str

@@ -65,7 +65,7 @@ def write_run(result: SimResult, workload: SimWorkload, config: RunConfig, out: 
         window = run_window(config, full)
         summary = summarize(full, window, config.slos or None, stop_reason="done", notes=notes)
     else:
-        light = [timeline(i, tokens=False) for i in range(n)]
+        light = result.light_timelines(api, lengths.tenant[:n], lengths.priority[:n])
         window = run_window(config, light)
         summary = summarize(light, window, config.slos or None, stop_reason="done",
                             notes=[*notes, sim.records_note])
