@@ -25,7 +25,7 @@ bench-engine: $(STAMP)
 	$(BIN)/python benchmarks/engine_step.py
 
 bench-client: $(STAMP)
-	$(BIN)/python benchmarks/client.py
+	$(BIN)/python benchmarks/client.py $(if $(wildcard .venv-clients/bin/aiperf),--aiperf .venv-clients/bin/aiperf)
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

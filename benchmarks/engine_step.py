@@ -1,12 +1,15 @@
 """Where an engine step's time goes: the model against the bookkeeping around it.
 
-    python benchmarks/engine_step.py            # the default preset, one torch thread
-    python benchmarks/engine_step.py --model tiny
+    python benchmarks/engine_step.py                     # the default preset, 1 and 2 threads
+    python benchmarks/engine_step.py --dtype bfloat16
+    python benchmarks/engine_step.py --model tiny --threads 1
 
 For batches of 1 to 64 decoding sequences (128-token prompts, temperature 1) it times whole
 `LLMEngine.step()` calls and, inside them, the model (forward pass and logits); the rest is
 scheduling, batch building, sampling and detokenization. It also times one 512-token prefill chunk.
-Tokens/s per batch size is printed as a ratio against batch 1, measured in the same process.
+Tokens/s per batch size is printed as a ratio against batch 1, measured in the same process;
+with several `--threads` the same engine is measured at each thread count in turn, and the
+speedup over the first thread count is printed too.
 """
 
 from __future__ import annotations
@@ -87,24 +90,35 @@ def prefill_chunk(engine: LLMEngine, timer: ForwardTimer, rounds: int = 5) -> fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="default")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--quantization", default=None)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--steps", type=int, default=30)
     args = parser.parse_args()
     engine = LLMEngine(EngineConfig(model=args.model, max_num_seqs=max(BATCHES),
-                                    max_num_batched_tokens=PREFILL_CHUNK, threads=1))
+                                    max_num_batched_tokens=PREFILL_CHUNK, dtype=args.dtype,
+                                    quantization=args.quantization, threads=args.threads[0]))
     timer = ForwardTimer(engine)
-    params = sum(p.numel() for p in engine.runner.model.parameters())
-    print(f"model {args.model} ({params / 1e6:.1f}M parameters), 1 torch thread, "
-          f"{PROMPT_TOKENS}-token prompts, median of {args.steps} steps")
-    print(f"{'batch':>6} {'step ms':>9} {'model ms':>9} {'other ms':>9} {'tok/s':>8} {'x batch 1':>10}")
-    base = None
-    for batch in BATCHES:
-        step, model = decode_steps(engine, timer, batch, args.steps)
-        tokens_per_s = batch / step * 1000
-        base = base or tokens_per_s
-        print(f"{batch:>6} {step:>9.2f} {model:>9.2f} {step - model:>9.2f} "
-              f"{tokens_per_s:>8.0f} {tokens_per_s / base:>9.1f}x")
-    print(f"one {PREFILL_CHUNK}-token prefill step: {prefill_chunk(engine, timer):.1f} ms")
-
+    params = engine.model_config.num_parameters
+    print(f"model {args.model} ({params / 1e6:.1f}M parameters, {args.dtype}"
+          f"{', ' + args.quantization if args.quantization else ''}), {PROMPT_TOKENS}-token "
+          f"prompts, median of {args.steps} steps")
+    print(f"{'threads':>7} {'batch':>6} {'step ms':>9} {'model ms':>9} {'other ms':>9} "
+          f"{'tok/s':>8} {'x batch 1':>10} {'x threads':>10}")
+    first: dict[int, float] = {}
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        base = None
+        for batch in BATCHES:
+            step, model = decode_steps(engine, timer, batch, args.steps)
+            tokens_per_s = batch / step * 1000
+            base = base or tokens_per_s
+            first.setdefault(batch, tokens_per_s)
+            print(f"{threads:>7} {batch:>6} {step:>9.2f} {model:>9.2f} {step - model:>9.2f} "
+                  f"{tokens_per_s:>8.0f} {tokens_per_s / base:>9.1f}x "
+                  f"{tokens_per_s / first[batch]:>9.2f}x", flush=True)
+        print(f"{threads:>7} one {PREFILL_CHUNK}-token prefill step: "
+              f"{prefill_chunk(engine, timer):.1f} ms")
 
 if __name__ == "__main__":
     main()

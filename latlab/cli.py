@@ -11,19 +11,22 @@ from pathlib import Path
 import typer
 
 from latlab import __version__
-from latlab.commands import (bench, calibrate, coldstart, compare, export, predict, report, runs,
-                             serve, sweep)
+from latlab.commands import (ab, bench, calibrate, coldstart, compare, export, predict, report,
+                             runs, serve, sweep)
 from latlab.commands.options import command
 
+# Plain click help: each option's text wraps beside it at any width (rich's panels squeeze
+# it into a narrow column at 80), and piped help is plain text.
+PLAIN_HELP = {"rich_markup_mode": None, "no_args_is_help": True}
 app = typer.Typer(
     name="latlab",
     help="Measure, explain and predict the end-to-end latency of AI inference services.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    **PLAIN_HELP,
 )
-tokenizer_app = typer.Typer(help="The tokenizer latlab's engine uses.", no_args_is_help=True)
-model_app = typer.Typer(help="The models latlab's engine serves.", no_args_is_help=True)
+tokenizer_app = typer.Typer(help="The tokenizer latlab's engine uses.", **PLAIN_HELP)
+model_app = typer.Typer(help="The models latlab's engine serves.", **PLAIN_HELP)
 app.add_typer(tokenizer_app, name="tokenizer")
 app.add_typer(model_app, name="model")
 
@@ -56,6 +59,7 @@ command(app, predict.PredictOptions)(predict.predict)
 command(app, calibrate.CalibrateOptions)(calibrate.calibrate)
 command(app, report.ReportOptions, arguments=(RUN_DIR,))(report.report)
 command(app, compare.CompareOptions, arguments=(RUNS,))(compare.compare)
+command(app, ab.ABOptions)(ab.ab)
 command(app, runs.RunsOptions)(runs.runs)
 command(app, serve.ServeOptions)(serve.serve)
 command(tokenizer_app, export.TokenizerExportOptions, name="export",

@@ -39,9 +39,11 @@ CREATE TABLE IF NOT EXISTS runs (
     e2e_p99 REAL,
     output_tokens_per_s REAL,
     achieved_rate REAL,
-    offered_rate REAL
+    offered_rate REAL,
+    status TEXT
 )
 """
+ADDED_COLUMNS = {"status": "TEXT"}  # columns newer than the oldest stores: added on open
 
 KEY_NUMBERS = ("requests", "ok", "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p99",
                "output_tokens_per_s", "achieved_rate", "offered_rate")
@@ -58,6 +60,7 @@ class StoredRun:
     model: str | None
     tags: list[str]
     numbers: dict[str, float | None]
+    status: str = "ok"  # ok, failed (no request succeeded), interrupted, did not start
 
 
 class RunStore:
@@ -67,7 +70,12 @@ class RunStore:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.root / DB_NAME)
-        self._db.execute(_SCHEMA)
+        with self._db:
+            self._db.execute(_SCHEMA)
+            have = {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
+            for column, kind in ADDED_COLUMNS.items():
+                if column not in have:
+                    self._db.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
         self._db.close()
@@ -79,7 +87,7 @@ class RunStore:
         self.close()
 
     def register(self, path: Path | str, kind: str, config: RunConfig,
-                 numbers: dict[str, float | None]) -> int:
+                 numbers: dict[str, float | None], summary: RunSummary | None = None) -> int:
         """Add or refresh one run folder with its key numbers; returns its id."""
         path = Path(path).resolve()
         target = config.target
@@ -93,6 +101,7 @@ class RunStore:
             "model": target.model,
             "tags": json.dumps(list(config.tags or (bench.tags if bench else []))),
             **{k: numbers.get(k) for k in KEY_NUMBERS},
+            "status": run_status(config, numbers, summary),
         }
         columns = ", ".join(row)
         placeholders = ", ".join("?" for _ in row)
@@ -150,7 +159,7 @@ class RunStore:
                 config = run.read_config()
                 summary = run.read_summary()
                 self.register(folder, config.kind, config, key_numbers(summary) if summary
-                              else _counts(run))
+                              else _counts(run), summary)
                 added += 1
             except RunFolderError:
                 continue
@@ -163,8 +172,18 @@ class RunStore:
             id=data["id"], path=Path(data["path"]), kind=data["kind"], name=data["name"],
             created=data["created"], target=data["target"], model=data["model"],
             tags=json.loads(data["tags"] or "[]"),
-            numbers={k: data[k] for k in KEY_NUMBERS},
+            numbers={k: data[k] for k in KEY_NUMBERS}, status=data["status"] or "ok",
         )
+
+
+def run_status(config: RunConfig, numbers: dict[str, float | None],
+               summary: RunSummary | None) -> str:
+    """How a run ended, in the words `latlab runs` shows."""
+    if config.failed is not None:
+        return "did not start"
+    if summary is not None and summary.stop_reason == "interrupted":
+        return "interrupted"
+    return "ok" if numbers.get("ok") else "failed"
 
 
 def key_numbers(summary: RunSummary) -> dict[str, float | None]:

@@ -89,6 +89,7 @@ class Server:
     model: str | None = "fake-model"
     received: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
+    metrics: Callable[[Server], str] | None = None  # Prometheus text at /metrics
 
     def __enter__(self) -> Server:
         started = threading.Event()
@@ -122,6 +123,11 @@ class Server:
         app.router.add_post("/api/generate", generate)
         app.router.add_post("/api/chat", generate)
         app.router.add_get("/v1/models", models)
+        async def metrics(request: web.Request) -> web.Response:
+            return web.Response(text=self.metrics(self))
+
+        if self.metrics is not None:
+            app.router.add_get("/metrics", metrics)
         self._runner = web.AppRunner(app, handle_signals=False)
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

@@ -61,7 +61,11 @@ def test_the_summary_table(tmp_path):
     for text in ("TTFT", "from schedule", "TPOT", "ITL", "E2E", "p99.9", "throughput",
                  "offered", "client"):
         assert text in result.output
-    assert str(only_run(tmp_path).path) in result.output.replace("\n", "")
+    run = only_run(tmp_path)
+    assert str(run.path) in result.output.replace("\n", "")
+    last = result.stdout.strip().splitlines()[-1]  # piped: the run in one line, at the end
+    assert last.startswith("12 of 12 ok · TTFT p50") and last.endswith(str(run.path))
+    assert max(map(len, result.stdout.splitlines())) <= 120 + len(str(run.path))
 
 
 @pytest.mark.parametrize("args,fragment", [
@@ -75,9 +79,16 @@ def test_the_summary_table(tmp_path):
     (["--users", "2", "--rate", "3"], "exclude each other"),
     (["--duration", "2", "--warmup", "2"], "leave nothing of --duration"),
     (["--workers", "0"], "--workers 0"),
+    (["--workers", "many"], "--workers 'many': expected a count or auto"),
+    (["--workers", "65"], "--workers 65: at most 64 processes on one machine"),
     (["--tenant", "a:heavy"], "--tenant 'a:heavy'"),
     (["--prefix-fraction", "1.5"], "--prefix-fraction 1.5"),
     (["--url", "localhost:8000"], "--url 'localhost:8000'"),
+    (["--users", "0"], "--users 0: Input should be greater than or equal to 1"),
+    (["--rate", "2", "--burstiness", "0"], "--burstiness 0.0: Input should be greater than 0"),
+    (["--rate", "inf"], "--rate inf sends every request at once: bound it with --requests"),
+    (["--server-kind", "triton"], "--server-kind 'triton'"),
+    (["--api", "grpc"], "--api 'grpc'"),
 ])
 def test_bad_options_fail_before_any_load(tmp_path, args, fragment):
     with Server(stream(STEPS)) as server:
@@ -89,14 +100,14 @@ def test_bad_options_fail_before_any_load(tmp_path, args, fragment):
     assert "Traceback" not in result.output
 
 
-def test_unreachable_target_is_a_failed_run_with_a_valid_folder(tmp_path):
+def test_unreachable_target_is_a_run_that_did_not_start(tmp_path):
     with Server(status(200)) as server:
         url = server.url
     result = bench("--url", url, "--model", "m", "--requests", "50", "--out", str(tmp_path))
     assert result.exit_code == 1
-    assert "connection_refused" in result.output
+    assert f"cannot reach {url}" in result.output
     run = only_run(tmp_path)
-    assert run.read_summary().failures["connection_refused"] == len(run.read_records())
+    assert "cannot reach" in run.read_config().failed and not run.read_records()
 
 
 def test_an_unreachable_target_says_so_not_give_model(tmp_path):
@@ -156,3 +167,13 @@ def test_the_embedded_engines_checkpoint_tokenizer_counts_the_prompts(tmp_path):
     result = bench("--serve-args", f"--model {checkpoint}", "--requests", "2", "--out", str(out))
     assert result.exit_code == 1  # a folder with only a tokenizer is no model: serve refuses it
     assert only_run(out).read_config().bench.workload.tokenizer == str(checkpoint)
+
+
+def test_workers_auto_picks_a_count_from_the_offered_load(tmp_path):
+    with Server(stream(STEPS)) as server:
+        result = bench("--url", server.url, "--requests", "6", "--rate", "30", "--workers",
+                       "auto", "--output-tokens", "2", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "--workers auto: 1 for about 60 token events/s offered" in result.output
+    run = only_run(tmp_path)
+    assert run.read_config().bench.workers == 1 and len(run.read_records()) == 6

@@ -13,6 +13,7 @@ from latlab.cli import app
 from latlab.commands.bench import run_bench
 from latlab.records.config import BenchConfig
 from latlab.load.target import EngineError, start_engine
+from latlab.load import BenchError
 from latlab.records.workload import LengthDistribution, WorkloadConfig
 from latlab.records.folder import RunFolder
 
@@ -47,10 +48,44 @@ def test_bench_without_url_runs_the_embedded_engine_and_stops_it(tmp_path):
 
 
 def test_an_engine_that_cannot_start_is_a_clear_failure(tmp_path):
-    result = CliRunner().invoke(app, ["bench", "--serve-args", "--model /nonexistent/model",
-                                      "--requests", "3", "--out", str(tmp_path)])
+    cli = CliRunner()
+    result = cli.invoke(app, ["bench", "--serve-args", "--model /nonexistent/model",
+                              "--requests", "3", "--out", str(tmp_path)])
     assert result.exit_code == 1
     assert "latlab serve exited" in result.output and "/nonexistent/model" in result.output
+    (path,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert "/nonexistent/model" in RunFolder.open(path).read_config().failed
+    report = cli.invoke(app, ["report", str(path)])
+    assert report.exit_code == 1 and "did not start" in report.output
+    runs = cli.invoke(app, ["runs", "--runs-dir", str(tmp_path), "--rescan"])
+    assert "did not start" in runs.output
+
+
+def test_the_workload_is_fitted_to_the_servers_context(tmp_path):
+    """A server that lists a 48-token context: output is shortened to fit, and prompts that
+    cannot fit stop the run before anything is sent."""
+    engine = start_engine(["--model", "tiny", "--max-model-len", "48"],
+                          log_path=tmp_path / "engine.log", ready_timeout_s=60)
+    try:
+        def bench(prompt: int) -> tuple:
+            config = BenchConfig(url=engine.url + "/v1", requests=6, out=tmp_path, workload=(
+                WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=prompt),
+                               output_tokens=LengthDistribution(kind="fixed", a=30))))
+            return run_bench(config), config
+        fitted, config = bench(30)
+        records = fitted.run.read_records()
+        assert config.url == engine.url  # the OpenAI base URL's /v1 is dropped
+        assert fitted.run.read_config().target.max_model_len == 48
+        assert all(r.ok and r.fitted and r.max_tokens == 48 - 30 - 1 for r in records)
+        assert any("6 of 6 requests asked for fewer output tokens" in w
+                   for w in fitted.summary.warnings)
+        with pytest.raises(BenchError, match="no room for output in the server's context of 48"):
+            bench(60)
+        (folder,) = [p for p in tmp_path.iterdir() if p.is_dir() and p != fitted.run.path]
+        assert not (folder / "requests.jsonl").exists()
+        assert "no room for output" in RunFolder.open(folder).read_config().failed
+    finally:
+        engine.stop()
 
 
 def test_start_and_stop_the_engine(tmp_path):

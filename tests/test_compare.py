@@ -91,3 +91,24 @@ def test_cli_exit_codes(tmp_path):
     assert refused.exit_code == 2 and "different workloads" in refused.output
     assert cli.invoke(app, ["compare", str(a), str(d), "--allow-different-workloads"]).exit_code == 0
     assert cli.invoke(app, ["compare", str(a), str(tmp_path / "nope")]).exit_code == 2
+
+
+def test_slos_are_an_analysis_threshold_not_the_workload():
+    strict = {"bench": {**BENCH["bench"], "slos": {"ttft": 100.0}}}
+    loose = {"bench": {**BENCH["bench"], "slos": {"ttft": 900.0}}}
+    assert workload_differences(RunConfig.model_validate(strict),
+                                RunConfig.model_validate(loose)) == []
+
+
+def test_goodput_is_compared_only_under_the_same_slos(tmp_path):
+    a = run_with(tmp_path, 10).run.path
+    b = run_with(tmp_path, 60, seed=1).run.path
+    cli = CliRunner()
+    no_slos = cli.invoke(app, ["compare", str(a), str(b), "--fail-if", "goodput<-10%"])
+    assert no_slos.exit_code == 2 and "give compare --slo" in no_slos.output
+    assert "B against A" not in no_slos.output  # refused before any table is printed
+    judged = cli.invoke(app, ["compare", str(a), str(b), "--slo", "ttft=60ms",
+                              "--fail-if", "goodput<-10%"])
+    assert judged.exit_code == 1 and "goodput changed by" in judged.output
+    unknown = cli.invoke(app, ["compare", str(a), str(b), "--fail-if", "p42_speed>1"])
+    assert unknown.exit_code == 2 and "B against A" not in unknown.output

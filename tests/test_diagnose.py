@@ -54,6 +54,15 @@ def test_rejections(diagnosed):
     assert "failures" not in findings  # a rejection is reported as a rejection only
 
 
+def test_failure_counts_add_up_to_the_summarys(diagnosed):
+    records = (steady(40) + [timeline(40 + i, i * 100, outcome=Outcome.HTTP_429) for i in range(3)]
+               + [timeline(50 + i, i * 100, outcome=Outcome.HTTP_5XX) for i in range(2)])
+    findings, _, a = diagnosed(records)
+    assert sum(a.summary.failures.values()) == 5
+    assert findings["failures"].evidence[0] == ("2 of 45 requests failed (4.4%), besides 3 "
+                                                "rejected with HTTP 429 (see rejections)")
+
+
 def test_client_bottleneck_from_the_self_check(diagnosed):
     check = {"workers": 1, "loop_lag_ms": {"p50": 0.2, "p99": 85.0, "max": 120.0},
              "lateness_p99_ms": 1.5, "bottleneck": True, "reasons": ["event-loop lag p99 85 ms"]}

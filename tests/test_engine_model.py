@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import pytest
@@ -73,6 +74,17 @@ def test_checkpoint_round_trip(tmp_path):
     e = engine(model=str(folder))
     prompt = prompts([20])[0]
     assert e.generate([prompt], GREEDY)[0].output_token_ids == dense_greedy(tiny.model, prompt, 12)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077], ids=["umask-022", "umask-077"])
+def test_every_file_of_a_checkpoint_gets_the_umasks_mode(tmp_path, umask):
+    previous = os.umask(umask)
+    try:
+        folder = save_checkpoint(load_model("tiny", torch.float32, seed=3), tmp_path / "ckpt")
+    finally:
+        os.umask(previous)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o666 & ~umask}, modes
 
 
 def test_qwen2_shaped_checkpoint_with_biases_and_untied_head(tmp_path):

@@ -5,7 +5,8 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from latlab.load.client import Client, list_models
+from latlab.load.client import Client, error_message
+from latlab.load.discovery import list_models
 from latlab.load.workload import RequestSpec
 from latlab.metrics.request import request_metrics
 from latlab.records.timeline import Outcome, RequestTimeline
@@ -127,6 +128,29 @@ async def test_http_errors_are_classified_with_the_body(code, outcome):
     assert r.outcome == outcome and r.status == code
     assert f"HTTP {code}" in r.error and "nope" in r.error
     assert r.first_token_ns is None and r.done_ns >= r.sent_ns
+
+
+PYTHON_501 = b"""<!DOCTYPE HTML>
+<html lang="en">
+    <head>
+        <meta charset="utf-8">
+        <title>Error response</title>
+    </head>
+    <body>
+        <h1>Error response</h1>
+        <p>Error code: 501</p>
+        <p>Message: Unsupported method (&#x27;POST&#x27;).</p>
+    </body>
+</html>"""
+
+
+def test_error_bodies_become_one_short_line():
+    assert error_message(PYTHON_501) == "Error response Error code: 501 Message: Unsupported " \
+                                        "method ('POST')."
+    assert error_message(b'{"error": {"message": "too long", "type": "x"}}') == "too long"
+    assert error_message(b'{"error": "Input validation error"}') == "Input validation error"
+    assert error_message(b'{"detail": "Not Found"}') == "Not Found"
+    assert len(error_message(b"x" * 2000)) == 300
 
 
 async def test_stream_cut_midway_is_stream_broken_and_keeps_its_tokens():

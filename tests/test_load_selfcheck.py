@@ -83,3 +83,14 @@ async def test_the_sampler_sees_a_blocked_loop():
     assert h.worker == 3 and len(h.loop_lag_ms) >= 5
     assert max(h.loop_lag_ms) > 30
     assert h.cpu_mean > 0
+
+
+def test_a_node_that_falls_behind_is_named():
+    a, b, c = (health(0), health(1, late=12.0, lag=7.0), health(2))
+    a.node, b.node, c.node = "gen-a", "gen-b", "gen-b"
+    check = client_check([a, b, c], []).model_dump()
+    named = [r for r in check["reasons"] if r.startswith("node ")]
+    assert named == ["node gen-b (workers 1, 2) fell behind: lateness p99 12.0 ms, "
+                     "loop lag p99 7.0 ms"]
+    assert check["bottleneck"]
+    assert not any(r.startswith("node ") for r in client_check([a], []).reasons)

@@ -60,3 +60,42 @@ def test_no_done_is_a_broken_stream_with_what_was_left():
     with pytest.raises(StreamFault) as e:
         parse([completion("a") + b'data: {"choices": [{"te'], chat_api=False)
     assert e.value.outcome == Outcome.STREAM_BROKEN and "unparsed" in str(e.value)
+
+
+REASONING = [chat({"role": "assistant", "content": ""}),
+             chat({"reasoning_content": "let me"}), chat({"reasoning": " think"}),
+             chat({"content": "The"}), chat({"content": " answer"}),
+             usage_only(3, 4) + DONE]
+
+
+def test_reasoning_and_answer_tokens_are_stamped_apart():
+    r = RequestTimeline(id="r", index=0)
+    p = StreamParser(r, True, keep_text=True)
+    for t, data in enumerate(REASONING, start=1):
+        p.feed(data, t * 10)
+    p.finish()
+    assert r.token_ns == [20, 30, 40, 50] and r.first_token_ns == 20
+    assert (r.first_reasoning_ns, r.first_answer_ns) == (20, 40)
+    assert "".join(p.text) == "The answer"  # the answer a session carries on, not the thinking
+    plain = parse([chat({"content": "a"}), usage_only(3, 1) + DONE])
+    assert (plain.first_reasoning_ns, plain.first_answer_ns) == (None, None)  # nothing to split
+
+
+def test_the_reasoning_summary():
+    from latlab.metrics.summary import summarize
+
+    records = []
+    for i, (first_r, first_a, done) in enumerate([(10, 60, 100), (20, 120, 220)]):
+        r = RequestTimeline(id=str(i), index=i, sent_ns=0, scheduled_ns=0, done_ns=done * 10**6,
+                            first_token_ns=first_r * 10**6, last_token_ns=done * 10**6,
+                            first_reasoning_ns=first_r * 10**6, first_answer_ns=first_a * 10**6,
+                            token_ns=[first_r * 10**6], token_counts=[1])
+        records.append(r)
+    records.append(RequestTimeline(id="plain", index=2, sent_ns=0, scheduled_ns=0,
+                                   done_ns=50 * 10**6, first_token_ns=10**6,
+                                   token_ns=[10**6], token_counts=[1]))
+    s = summarize(records).reasoning
+    assert s.n == 2 and (s.ttfr.min, s.ttfr.max) == (10.0, 20.0)
+    assert (s.ttfa.min, s.ttfa.max) == (60.0, 120.0)
+    assert (s.thinking.min, s.thinking.max) == (50.0, 100.0)
+    assert s.thinking_share == pytest.approx((50 / 100 + 100 / 220) / 2)

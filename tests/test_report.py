@@ -1,15 +1,18 @@
 """The reports: terminal budget and findings, CSV/Parquet export, `latlab report`, and the HTML
-report opened in headless Chromium with every non-file request blocked."""
+reports (a run's and a sweep's) opened in headless Chromium with every non-file request
+blocked, and a screenshot taken."""
 
 import os
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pyarrow.csv
 import pyarrow.parquet
 import pytest
 from rich.console import Console
-from timelines import steady, timeline, write_run
+from timelines import eventful, steady, timeline, write_run
 from typer.testing import CliRunner
 
 from latlab.analysis import analyze
@@ -17,20 +20,24 @@ from latlab.analysis.decompose import COMPONENTS, decompose
 from latlab.cli import app
 from latlab.report.console import print_budget, print_findings
 from latlab.report.export import request_table, write_csv, write_parquet
-from latlab.report.html import write_html
+from latlab.records.folder import read_json
+from latlab.records.sweep import SWEEP_JSON, SweepRecord
 from latlab.records.timeline import Outcome
+from latlab.report.html import write_html
+from latlab.report.sweep_html import write_sweep_html
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 INSTALL_TIMEOUT_S = 600
 
-
-def eventful() -> list:
-    """Two tenants, growing prompts and queue, a few rejections: every chart has data."""
-    records = [timeline(i, i * 20, tenant="ab"[i % 2], priority=i % 3, prompt=100 + 40 * i,
-                        prefill=5 + 0.1 * i, queue=3 * i, tokens=12) for i in range(60)]
-    return records + [timeline(60 + i, i * 100, outcome=Outcome.HTTP_429) for i in range(3)]
+# The page was 5.0 MB with plotly.js's full bundle (4.8 MB of it); with the basic bundle
+# (1.19 MB) the eventful run's page is 1.28 MB and a 2,100-request run's 1.46 MB.
+MAX_PAGE_BYTES = 1_500_000
+LEGACY_SWEEP = Path(__file__).parent / "fixtures" / "legacy-0.1.0" / "sweep"
+WINDOWED = {"rate": 10.0, "warmup_s": 0.2, "cooldown_s": 0.2,
+            "slos": {"ttft": 30.0, "e2e_sched": 200.0}}
+NEW_CHARTS = ("Distributions (CDF)", "Every request on the run's clock", "How requests ended")
 
 
 def test_terminal_budget_and_findings(tmp_path):
@@ -87,9 +94,12 @@ def test_report_command_rejects_a_folder_that_is_not_a_run(tmp_path):
 
 def test_html_is_self_contained(tmp_path):
     a = analyze(write_run(tmp_path, eventful()))
-    page = write_html(a.run, a).read_text()
+    path = write_html(a.run, a)
+    page = path.read_text()
     assert "<script src" not in page and "<link" not in page and "@import" not in page
-    assert page.count('class="plotly-graph-div"') == 10
+    assert page.count('class="plotly-graph-div"') == 12
+    assert "plotly.js (basic - minified)" in page
+    assert path.stat().st_size < MAX_PAGE_BYTES
 
 
 @pytest.fixture(scope="session")
@@ -114,23 +124,63 @@ def chromium() -> str:
     return CHROMIUM
 
 
+
 @pytest.mark.timeout(INSTALL_TIMEOUT_S + 120)
-@pytest.mark.parametrize("tenants", [True, False])
-def test_html_renders_offline_in_chromium(tmp_path, chromium, tenants):
+@pytest.mark.parametrize("windowed", [True, False])
+def test_html_renders_offline_in_chromium(tmp_path, chromium, windowed):
+    if windowed:  # tenants, failures, warmup, cooldown and SLOs (the summary recomputed)
+        a = analyze(write_run(tmp_path, eventful(), config=WINDOWED, summary=False))
+    else:
+        a = analyze(write_run(tmp_path, steady(30, prompt=200)))
+    path = write_html(a.run, a)
+    assert path.stat().st_size < MAX_PAGE_BYTES
+    charts = render(chromium, path, tmp_path / "report.png")
+    assert len(charts) == (12 if windowed else 10)
+    titles = [c["title"] for c in charts]
+    assert all(any(t.startswith(new) for t in titles) for new in NEW_CHARTS)
+    (cdf,) = [c for c in charts if c["title"] == "Distributions (CDF)"]
+    assert cdf["xtypes"] == ["log"] * 4
+    slos = [name for name in cdf["names"] if name.startswith("SLO")]
+    assert slos == (["SLO ttft ≤ 30.0 ms", "SLO e2e_sched ≤ 200.0 ms"] if windowed else [])
+    shaded = [c["shapes"] for c in charts
+              if c["title"].startswith(("Over time", "Every request", "How requests ended"))]
+    assert shaded == ([2, 2, 2] if windowed else [0, 0, 0])
+
+
+@pytest.mark.timeout(INSTALL_TIMEOUT_S + 120)
+def test_sweep_html_renders_offline_in_chromium(tmp_path, chromium):
+    path = write_sweep_html(tmp_path, read_json(LEGACY_SWEEP / SWEEP_JSON, SweepRecord))
+    assert path.stat().st_size < MAX_PAGE_BYTES
+    assert "plotly.js (basic - minified)" in path.read_text()
+    assert len(render(chromium, path, tmp_path / "sweep.png")) == 2
+
+
+CHARTS_JS = """[...document.querySelectorAll('.js-plotly-plot')].map(d => ({
+    svg: !!d.querySelector('.main-svg'),
+    traces: d.data.length,
+    title: (d.layout.title && d.layout.title.text) || '',
+    names: d.data.map(t => t.name || ''),
+    xtypes: Object.keys(d._fullLayout).filter(k => /^xaxis[0-9]*$/.test(k)).sort()
+        .map(k => d._fullLayout[k].type),
+    shapes: (d._fullLayout.shapes || []).length}))"""
+VISIBLE_JS = """document.body.innerText + '\\n'
+    + [...document.querySelectorAll('svg text')].map(t => t.textContent).join('\\n')"""
+
+
+def render(chromium: str, path: Path, screenshot: Path) -> list[dict]:
+    """Open `path` with every non-file request blocked, wait for every chart and take a
+    screenshot; check that every chart rendered with data, that nothing went wrong in the
+    console and that no visible text is a dict; return each chart's title, trace names,
+    x axis types and number of shapes."""
     from playwright.sync_api import sync_playwright
 
-    records = eventful() if tenants else steady(30, prompt=200)
-    a = analyze(write_run(tmp_path, records))
-    path = write_html(a.run, a)
-    charts = path.read_text().count('class="plotly-graph-div"')
-    assert charts == (10 if tenants else 8)
-
+    expected = path.read_text().count('class="plotly-graph-div"')
     errors: list[str] = []
     blocked: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, timeout=60_000)
         try:
-            page = browser.new_page()
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
             page.set_default_timeout(60_000)
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
@@ -145,14 +195,16 @@ def test_html_renders_offline_in_chromium(tmp_path, chromium, tenants):
             page.route("**/*", only_files)
             page.goto(path.as_uri(), wait_until="load")
             page.wait_for_function(
-                f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {charts}")
+                f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {expected}")
             rendered = page.locator(".js-plotly-plot").count()
-            with_svg = page.evaluate("[...document.querySelectorAll('.js-plotly-plot')]"
-                                     ".filter(d => d.querySelector('.main-svg')).length")
-            traces = page.evaluate("[...document.querySelectorAll('.js-plotly-plot')]"
-                                   ".map(d => d.data.length)")
+            charts = page.evaluate(CHARTS_JS)
+            visible = page.evaluate(VISIBLE_JS)
+            page.screenshot(path=str(screenshot), full_page=True)
         finally:
             browser.close()
-    assert rendered == with_svg == charts
-    assert all(n >= 1 for n in traces)
+    assert rendered == len(charts) == expected
+    assert all(c["svg"] and c["traces"] >= 1 for c in charts)
     assert errors == [] and blocked == []
+    assert [line for line in visible.splitlines() if re.search(r"[{}]", line)] == []
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return charts

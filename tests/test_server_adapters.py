@@ -9,7 +9,8 @@ from multidict import CIMultiDict
 from latlab.analysis.decompose import Quality, decompose
 from latlab.load.ollama import NdjsonParser
 from latlab.load.scrape import parse
-from latlab.load.server_timing import ServerKind, detect, from_event, from_headers
+from latlab.load.server_timing import (ServerKind, context_length, detect, from_event,
+                                       from_headers)
 from latlab.load.sse import StreamParser
 from latlab.records.timeline import RequestTimeline
 
@@ -67,6 +68,15 @@ def test_the_server_kind_is_told_by_its_model_list():
     assert detect(json.loads(recorded("models")["body"])) == ServerKind.LLAMACPP
     assert detect({"data": [{"id": "m", "owned_by": "vllm"}]}) == ServerKind.VLLM
     assert detect({"data": [{"id": "m"}]}) == ServerKind.OPENAI
+
+
+def test_the_context_length_each_server_lists():
+    llamacpp = json.loads(recorded("models")["body"])
+    assert context_length(llamacpp, "default-f32.gguf") == 1024  # meta.n_ctx, not n_ctx_train
+    vllm = {"data": [{"id": "a", "max_model_len": 4096}, {"id": "b", "max_model_len": 8192}]}
+    assert context_length(vllm, "b") == 8192
+    assert context_length(vllm, "c") is None
+    assert context_length({"data": [{"id": "m", "max_model_len": "big"}]}, "m") is None
 
 
 def test_tgi_headers_of_a_non_streamed_response():

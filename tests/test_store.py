@@ -59,6 +59,8 @@ def test_runs_command_lists_and_filters(tmp_path):
     assert "alpha" in listed.output and "beta" in listed.output
     tagged = cli.invoke(app, ["runs", "--runs-dir", str(tmp_path), "--tag", "nightly"])
     assert "alpha" in tagged.output and "beta" not in tagged.output
+    none = cli.invoke(app, ["runs", "--runs-dir", str(tmp_path), "--kind", "sweep"])
+    assert none.exit_code == 0 and "no stored run matches" in none.output
 
 
 def test_rescan_finds_sweeps_by_their_sweep_json(tmp_path):
@@ -76,3 +78,19 @@ def test_rescan_finds_sweeps_by_their_sweep_json(tmp_path):
         assert store.rescan() == 1
         (run,) = store.list(kind="sweep")
         assert run.numbers["requests"] == 30 and run.numbers["ok"] == 20 and run.tags == ["t"]
+
+
+def test_a_store_from_before_the_status_column_is_migrated(tmp_path):
+    import sqlite3
+
+    from latlab.store import _SCHEMA
+
+    old = _SCHEMA.replace(",\n    status TEXT", "")
+    with sqlite3.connect(tmp_path / "latlab.db") as db:
+        db.execute(old)
+        db.execute("INSERT INTO runs (path, kind, name, requests, ok) VALUES ('x', 'bench', "
+                   "'old', 4, 4)")
+    run = make_run(tmp_path, "failed", "http://127.0.0.1:1", [], 1.0)
+    with RunStore(tmp_path) as store:
+        store.register(run.path, "bench", run.read_config(), {"requests": 5, "ok": 0})
+        assert {r.name: r.status for r in store.list()} == {"old": "ok", "failed": "failed"}

@@ -84,3 +84,10 @@ def write_run(root: Path, records: Sequence[RequestTimeline], config: dict[str, 
 def steady(n: int = 40, gap: float = 100.0, **stages: Any) -> list[RequestTimeline]:
     """`n` identical, well-spaced requests: a healthy run."""
     return [timeline(i, i * gap, **stages) for i in range(n)]
+
+
+def eventful() -> list[RequestTimeline]:
+    """Two tenants, growing prompts and queue, a few rejections: every chart has data."""
+    records = [timeline(i, i * 20, tenant="ab"[i % 2], priority=i % 3, prompt=100 + 40 * i,
+                        prefill=5 + 0.1 * i, queue=3 * i, tokens=12) for i in range(60)]
+    return records + [timeline(60 + i, i * 100, outcome=Outcome.HTTP_429) for i in range(3)]

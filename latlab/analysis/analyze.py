@@ -26,16 +26,17 @@ from latlab.analysis.budget import (
     over_time,
     tail_budget,
 )
-from latlab.analysis.decompose import LABELS, NetworkBaseline, decompose
+from latlab.analysis.decompose import NetworkBaseline, decompose, label
 from latlab.analysis.findings import Finding, Unevaluated
+from latlab.analysis.tasks import TaskBudget, task_budget
 from latlab.metrics.request import request_metrics
 from latlab.metrics.stats import percentile
-from latlab.metrics.summary import summarize
+from latlab.metrics.summary import judge, summarize
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.scrape import Scrape
-from latlab.records.summary import ClientCheck, RunSummary
-from latlab.records.timeline import NS_PER_MS, RequestTimeline
+from latlab.records.summary import ClientCheck, Goodput, RunSummary
+from latlab.records.timeline import NS_PER_MS, Outcome, RequestTimeline
 from latlab.records.window import Window, run_window
 
 UNATTRIBUTED_NOTE_SHARE = 0.05
@@ -59,6 +60,7 @@ class RunAnalysis:
     by_priority: list[Group]
     over_time: list[Group]
     scrapes: list[Scrape] = field(default_factory=list)
+    tasks: TaskBudget | None = None  # agent tasks: the whole task's budget
     findings: list[Finding] = field(default_factory=list)
     unevaluated: list[Unevaluated] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -87,21 +89,33 @@ class RunAnalysis:
         return self.summary.client
 
 
-def analyze(run: RunFolder) -> RunAnalysis:
-    """Decompose, aggregate and diagnose one run folder (which may be a partial run)."""
-    from latlab.analysis.diagnose import diagnose
-
+def analyze(run: RunFolder, slos: dict[str, float] | None = None) -> RunAnalysis:
+    """Decompose, aggregate and diagnose one run folder (which may be a partial run);
+    `slos` judges its goodput by other SLOs than its own."""
     config = run.read_config()
     records = run.read_records()
     window = run_window(config, records)
     summary = run.read_summary()
     recomputed = summary is None
     if summary is None:
-        summary = summarize(records, window, config.slos or None)
+        summary = summarize(records, window, config.slos or None,
+                            concurrency_cap=config.concurrency)
 
-    base = network_baseline(records)
+    base = network_baseline(records, config.target.rtt_ms)
     rows = [Row(record=r, metrics=request_metrics(r), parts=decompose(r, base), in_flight=n)
             for r, n in zip(records, in_flight_at_send(records))]
+    if slos is not None:
+        summary.goodput = judge_rows(measured(rows, window), window, slos)
+    return assemble(run, config, summary, rows, window, run.read_scrapes(), recomputed)
+
+
+def assemble(run: RunFolder, config: RunConfig, summary: RunSummary, rows: list[Row],
+             window: Window | None, scrapes: list[Scrape],
+             recomputed: bool = False) -> RunAnalysis:
+    """The analysis of decomposed `rows`: budgets and breakdowns over the window's, findings,
+    notes."""
+    from latlab.analysis.diagnose import diagnose
+
     inside = measured(rows, window)
     parts = [row.parts for row in inside if row.parts is not None]
     analysis = RunAnalysis(
@@ -117,26 +131,42 @@ def analyze(run: RunFolder) -> RunAnalysis:
         by_tenant=by_tenant(inside),
         by_priority=by_priority(inside),
         over_time=over_time(rows),
-        scrapes=run.read_scrapes(),
+        scrapes=scrapes,
+        tasks=task_budget(inside),
     )
     analysis.findings, analysis.unevaluated = diagnose(analysis)
     analysis.notes = _notes(analysis)
     return analysis
 
 
-def network_baseline(records: list[RequestTimeline]) -> NetworkBaseline:
+def judge_rows(rows: list[Row], window: Window | None,
+               slos: dict[str, float]) -> Goodput | None:
+    """Goodput of measured `rows` by `slos` (None without SLOs)."""
+    if not slos:
+        return None
+    return judge([(r.record, r.metrics) for r in rows if r.record.ok],
+                 sum(not r.record.ok and r.record.outcome != Outcome.CANCELLED for r in rows),
+                 window, slos)
+
+
+def network_baseline(records: list[RequestTimeline], rtt_ms: float | None = None
+                     ) -> NetworkBaseline:
     """The run's network: the 10th percentile of the transit (what the client waited beyond
-    the server's total) over its successful requests, and the median TCP connect time of
-    its new connections."""
-    transit = sorted((r.usage_ns if r.usage_ns is not None else r.done_ns) / NS_PER_MS
+    the server's total) over its successful requests, and the round trip: the null request's
+    measured before the run (`rtt_ms`), else the median TCP connect time of its new
+    connections."""
+    transit = sorted((r.usage_ns if r.usage_ns is not None and not r.server.application
+                      else r.done_ns) / NS_PER_MS
                      - r.sent_ns / NS_PER_MS - r.server.total for r in records
                      if r.ok and r.server is not None and r.server.total is not None
                      and r.sent_ns is not None and r.done_ns is not None)
     connects = sorted(r.connection.connect_ns / NS_PER_MS for r in records
                       if r.connection is not None and r.connection.new
                       and r.connection.connect_ns is not None)
+    if rtt_ms is None and connects:
+        rtt_ms = percentile(connects, 50)
     return NetworkBaseline(transit_ms=percentile(transit, TRANSIT_BASELINE) if transit else None,
-                           rtt_ms=percentile(connects, 50) if connects else None)
+                           rtt_ms=rtt_ms)
 
 
 def measured(rows: list[Row], window: Window | None) -> list[Row]:
@@ -169,7 +199,7 @@ def _provenance(a: RunAnalysis) -> str:
     by_quality: dict[str, list[str]] = {}
     for name, quality in a.mean.quality.items():
         if quality is not None and name != "unattributed" and a.mean.coverage[name] > 0:
-            by_quality.setdefault(str(quality), []).append(LABELS[name])
+            by_quality.setdefault(str(quality), []).append(label(name))
     shown = "; ".join(f"{q}: {', '.join(names)}" for q, names in sorted(by_quality.items()))
     return (f"server timings from {', '.join(f'{s} ({n})' for s, n in sources.most_common())}"
             f" — {shown}")

@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from latlab.analysis.decompose import BUCKETS, COMPONENTS, Decomposition, Quality
+from latlab.analysis.decompose import APP, BUCKETS, COMPONENTS, Decomposition, Quality, members
 from latlab.metrics.request import RequestMetrics
 from latlab.metrics.stats import distribution, percentile
 from latlab.records.summary import Distribution
@@ -48,16 +48,23 @@ class Budget:
     quality: dict[str, Quality | None]  # each component's most common quality (None: absent)
 
     def bucket(self, name: str) -> float:
-        return sum(self.components[c] for c in BUCKETS[name])
+        return sum(self.components[c] for c in members(name, self.components))
 
     def buckets(self) -> dict[str, float]:
-        """Every bucket a run has time in (the unsplit ones only when non-zero)."""
+        """Every bucket a run has time in (the unsplit ones and the application only when
+        it has components)."""
         return {b: self.bucket(b) for b in BUCKETS
-                if "unsplit" not in b or self.bucket(b) != 0.0}
+                if ("unsplit" not in b or self.bucket(b) != 0.0)
+                and (b != "application" or self.application())}
+
+    def application(self) -> list[str]:
+        """The application's components (`app:…`), largest first."""
+        return sorted(members("application", self.components),
+                      key=lambda c: -self.components[c])
 
     def share(self, component_or_bucket: str) -> float:
         value = (self.bucket(component_or_bucket) if component_or_bucket in BUCKETS
-                 else self.components[component_or_bucket])
+                 else self.components.get(component_or_bucket, 0.0))
         return value / self.total if self.total > 0 else 0.0
 
 
@@ -65,13 +72,14 @@ def budget(parts: Sequence[Decomposition]) -> Budget | None:
     if not parts:
         return None
     n = len(parts)
+    names = [*COMPONENTS, *sorted({c for p in parts for c in p.components if c.startswith(APP)})]
     return Budget(
         n=n,
         total=sum(p.total for p in parts) / n,
-        components={c: sum(p.ms(c) for p in parts) / n for c in COMPONENTS},
+        components={c: sum(p.ms(c) for p in parts) / n for c in names},
         coverage={c: sum(p.quality(c) not in (None, Quality.UNAVAILABLE) for p in parts) / n
-                  for c in COMPONENTS},
-        quality={c: _most_common(p.quality(c) for p in parts) for c in COMPONENTS},
+                  for c in names},
+        quality={c: _most_common(p.quality(c) for p in parts) for c in names},
     )
 
 

@@ -70,7 +70,8 @@ def measure(analysis: RunAnalysis, label: str, mode: Mode, load: float | None,
         budget={name: b.buckets() for name, b in (("mean", analysis.mean), ("tail", analysis.tail))
                 if b is not None},
         run=str(analysis.run.path), interrupted=s.stop_reason == "interrupted",
-        warnings=list(s.warnings))
+        warnings=list(s.warnings), offered=t.offered_rate if t else None,
+        fell_behind=bool(t and t.fell_behind))
 
 
 def _slo_percentile(rows: Sequence[Row], metric: str, q: float) -> float:

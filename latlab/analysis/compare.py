@@ -15,13 +15,15 @@ import numpy as np
 
 from latlab.analysis.analyze import RunAnalysis
 from latlab.analysis.budget import Budget, Row, budget
-from latlab.analysis.significance import bootstrap_difference, statistic
+from latlab.analysis.significance import (bootstrap_difference, cluster_bootstrap_difference,
+                                          statistic)
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
 
 LATENCY_METRICS = {"ttft": "TTFT", "ttft_sched": "TTFT from schedule", "tpot": "TPOT",
                    "itl": "ITL", "e2e": "E2E", "e2e_sched": "E2E from schedule"}
 STATS = ("mean", "p50", "p90", "p99")
+PER_TOKEN = ("itl",)
 UNTESTED_NOISE = 0.05  # a change without a CI must exceed this share to be called a change
 RATES = {"output_tokens_per_s": ("output tokens/s", "tok/s"),
          "achieved_rate": ("achieved rate", "req/s"),
@@ -37,8 +39,9 @@ ATTRIBUTED = {
 }
 # Workload settings that may differ between comparable runs: where the load goes, not what.
 NOT_WORKLOAD = {"url", "model", "api_key", "serve_args", "out", "name", "tags", "workers",
-                "timeout_s", "slos", "seed", "tokenizer", "keepalive", "server_kind",
-                "otlp_port", "span_wait_s", "scrape_interval_s", "prompt_salt"}
+                "timeout_s", "drain_s", "slos", "seed", "tokenizer", "keepalive", "server_kind",
+                "otlp_port", "span_wait_s", "scrape_interval_s", "prompt_salt",
+                "context_tokens"}
 
 
 @dataclass
@@ -132,7 +135,13 @@ def compare(a: RunAnalysis, b: RunAnalysis, seed: int = 0) -> Comparison:
                                float(statistic(va, s)) if len(va) else None,
                                float(statistic(vb, s)) if len(vb) else None) for s in STATS]
             continue
-        for stat, diff in bootstrap_difference(va, vb, STATS, seed=seed).items():
+        if metric in PER_TOKEN:  # a request's gaps are resampled together
+            diffs = cluster_bootstrap_difference(
+                [np.asarray(r.metrics.itl) for r in a_rows],
+                [np.asarray(r.metrics.itl) for r in b_rows], STATS, seed=seed)
+        else:
+            diffs = bootstrap_difference(va, vb, STATS, seed=seed)
+        for stat, diff in diffs.items():
             change = Change(f"{stat}_{metric}", f"{label} {stat}", "ms", diff.a, diff.b,
                             ci=(diff.ci_low, diff.ci_high), significant=diff.significant)
             if metric in ATTRIBUTED:
@@ -156,8 +165,13 @@ def _rate(s: RunSummary, key: str) -> float | None:
 
 
 def _rate_changes(a: RunSummary, b: RunSummary) -> list[Change]:
+    """Throughput changes; goodput only where both runs were judged by the same SLOs."""
     changes = []
+    same_slos = a.goodput is not None and b.goodput is not None \
+        and a.goodput.slos == b.goodput.slos
     for key, (label, unit) in RATES.items():
+        if key == "goodput" and not same_slos:
+            continue
         va, vb = _rate(a, key), _rate(b, key)
         if va is not None or vb is not None:
             changes.append(Change(key, label, unit, va, vb, lower_is_better=False))
@@ -183,7 +197,7 @@ def workload_differences(a: RunConfig, b: RunConfig) -> list[str]:
                       for c in (a, b))
     differences = []
     for key in sorted(flat_a.keys() | flat_b.keys()):
-        if key.split(".")[-1] in NOT_WORKLOAD:
+        if NOT_WORKLOAD.intersection(key.split(".")):
             continue
         if flat_a.get(key) != flat_b.get(key):
             differences.append(f"{key}: {flat_a.get(key)!r} vs {flat_b.get(key)!r}")

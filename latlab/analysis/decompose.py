@@ -11,14 +11,18 @@ event carrying the server's timings arrived (a stream's final event, a body).
                     baseline: min(transit, baseline)                      estimated
     intake        = transit − network: the request waited to be read      derived
                     (a frozen or overloaded server; or network jitter)
-                    without a server total: the request's TCP connect time, else the run's
-                    median connect time (one round trip)                  estimated
+                    without a server total: one round trip, a null request's (GET /health)
+                    measured before the run, else the request's TCP connect   estimated
     preprocess, queue, model_load, prefill, decode, inference
                   = the server's own durations                            exact
     queue (when the server does not report it) = server.total − its other stages, or, without a
                     total, (first_token − sent) − network − the server's stages before it   derived
     postprocess   = server.postprocess + (done − usage)                   derived (estimated
                                                                           without the former)
+    app:NAME      = an application in front of the model (its spans, `server.application`):
+                    the time of its spans named NAME outside the model call   exact
+    app:other     = the application's total − its spans − the model server's total
+                    (its own work, and the network to the model)          derived
     unattributed  = E2E-from-schedule − all of the above                  derived
 
 Without server timings the client can still say: client_wait and connect as above,
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Iterable
 
 from latlab.records.timeline import NS_PER_MS, RequestTimeline, ServerTiming, ms_between
 
@@ -57,16 +62,34 @@ LABELS = {
     "ttft_unsplit": "first token (unsplit)", "unattributed": "unattributed",
 }
 
-# The buckets a person reads first; the unsplit ones only appear when a server does not split.
+APP = "app:"  # an application component's prefix: `app:retrieval`, `app:other`
+
+# The buckets a person reads first; the unsplit ones only appear when a server does not split,
+# the application when an application's spans gave its components.
 BUCKETS: dict[str, tuple[str, ...]] = {
     "network": ("connect", "network"),
     "queue & overhead": ("client_wait", "intake", "preprocess", "queue", "model_load",
                          "postprocess", "unattributed"),
+    "application": (),  # every `app:` component
     "prefill": ("prefill",),
     "decode": ("decode",),
     "prefill + decode (unsplit)": ("inference",),
     "first token (unsplit)": ("ttft_unsplit",),
 }
+
+
+def label(component: str) -> str:
+    """What a person calls a component: `app:retrieval` is "retrieval"."""
+    if component == APP + "other":
+        return "application, other"
+    return component[len(APP):] if component.startswith(APP) else LABELS[component]
+
+
+def members(bucket: str, components: Iterable[str]) -> list[str]:
+    """The components of `components` that belong to `bucket`."""
+    if bucket == "application":
+        return [c for c in components if c.startswith(APP)]
+    return list(BUCKETS[bucket])
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +125,7 @@ class Decomposition:
         return c.quality if c is not None else None
 
     def bucket(self, name: str) -> float:
-        return sum(self.ms(c) for c in BUCKETS[name])
+        return sum(self.ms(c) for c in members(name, self.components))
 
 
 def decompose(r: RequestTimeline, base: NetworkBaseline = NetworkBaseline()
@@ -139,11 +162,15 @@ def decompose(r: RequestTimeline, base: NetworkBaseline = NetworkBaseline()
 
 def _with_server(r: RequestTimeline, s: ServerTiming, base: NetworkBaseline,
                  parts: dict[str, Component]) -> None:
-    arrived = r.usage_ns if r.usage_ns is not None else r.done_ns
+    # An application's total runs to its response's end, past the usage event it relays.
+    arrived = r.usage_ns if r.usage_ns is not None and not s.application else r.done_ns
     for stage in ("preprocess", "queue", "model_load", "prefill", "decode", "inference"):
         value = getattr(s, stage)
         parts[stage] = Component(value, Quality.EXACT if value is not None
                                  else Quality.UNAVAILABLE)
+    for name, value in (s.application or {}).items():
+        parts[APP + name] = Component(value, Quality.DERIVED if name == "other"
+                                      else Quality.EXACT)
     if s.total is not None:
         transit = ms_between(arrived, r.sent_ns) - s.total
         if base.transit_ms is None:
@@ -162,13 +189,13 @@ def _with_server(r: RequestTimeline, s: ServerTiming, base: NetworkBaseline,
 
 
 def _round_trip(r: RequestTimeline, base: NetworkBaseline) -> Component:
-    """Without a server total, the network is estimated as one round trip: this request's
-    TCP connect time when it opened a connection, else the run's median connect time."""
+    """Without a server total, the network is estimated as one round trip: the run's (a null
+    request's, measured before the run), else this request's TCP connect time."""
+    if base.rtt_ms is not None:
+        return Component(base.rtt_ms, Quality.ESTIMATED)
     c = r.connection
     if c is not None and c.new and c.connect_ns is not None:
         return Component(c.connect_ns / NS_PER_MS, Quality.ESTIMATED)
-    if base.rtt_ms is not None:
-        return Component(base.rtt_ms, Quality.ESTIMATED)
     return Component(None, Quality.UNAVAILABLE)
 
 
@@ -177,7 +204,8 @@ def _derived_queue(r: RequestTimeline, s: ServerTiming, parts: dict[str, Compone
     """The wait the server did not report: its total less its other stages, or, without a
     total, the time to first token less the network and the server's stages before it."""
     if s.total is not None:
-        stages = [s.preprocess, s.model_load, s.prefill, s.decode, s.inference, s.postprocess]
+        stages = [s.preprocess, s.model_load, s.prefill, s.decode, s.inference, s.postprocess,
+                  *(s.application or {}).values()]
         if s.prefill is None and s.inference is None:
             return Component(None, Quality.UNAVAILABLE)
         return Component(s.total - sum(v for v in stages if v is not None), Quality.DERIVED)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from latlab.analysis.findings import Finding, Unevaluated
-from latlab.analysis.rules import (client, compute, coverage, outcomes, queueing, server_state,
-                                   tenants)
+from latlab.analysis.rules import (client, compute, coverage, network, outcomes, queueing,
+                                   server_state, sessions, tenants)
 
 if TYPE_CHECKING:
     from latlab.analysis.analyze import RunAnalysis
@@ -25,6 +25,10 @@ RULES: tuple[Rule, ...] = (
     queueing.overload,
     queueing.queueing_under_load,
     queueing.slow_small_requests,
+    network.network_share,
+    sessions.application_time,
+    sessions.ttft_grows_with_turns,
+    sessions.tool_time,
     compute.prefill_bound,
     compute.decode_stalls,
     tenants.noisy_neighbour,

@@ -47,11 +47,16 @@ class Gate:
     def check(self, comparison: Comparison, require_significance: bool = False) -> str | None:
         """A message when the gate trips, else None. Raises `GateError` for an unknown key."""
         change = comparison.change(self.key)
+        if change is None and self.key == "goodput":
+            raise GateError(f"--fail-if {self.text!r}: goodput needs both runs judged by the "
+                            "same SLOs: give compare --slo (e.g. --slo ttft=500ms)")
         if change is None:
             keys = ", ".join(c.key for c in comparison.changes)
             raise GateError(f"--fail-if {self.text!r}: unknown metric {self.key!r} (one of {keys})")
         if change.delta is None:
-            return None
+            missing = " and ".join(n for n, v in (("A", change.a), ("B", change.b)) if v is None)
+            raise GateError(f"--fail-if {self.text!r}: {change.label} was not measured in "
+                            f"run {missing}")
         observed = change.relative * 100 if self.relative else change.delta
         if observed is None:
             return None

@@ -48,11 +48,15 @@ def slo_max(points: Sequence[Point], slos: dict[str, float], q: float) -> SloMax
     if first_fail == 0:
         return _answer(slos, q, None, None, None, None, fail, False, _worst(fail, slos),
                       f"{wanted}: not met even at the lowest load measured, {fail.label} "
-                      f"({name} {_worst(fail, slos)} {_ms(fail.slo_values[_worst(fail, slos)])})",
-                      notes)
+                      f"({_why(fail, slos, name)})", notes)
     ok = ordered[first_fail - 1]
     crossings = {m: _crossing(ok, fail, m, limit) for m, limit in slos.items()
                  if fail.slo_values[m] > limit}
+    if not crossings:  # every percentile met, but the server fell behind the offered rate
+        return _answer(slos, q, ok.load, ok.achieved, ok.output_tokens_per_s, ok, fail, False,
+                       None, f"{wanted}: ≈ {ok.load:.3g} {ok.unit}, the last point that kept up "
+                       f"({ok.label}); at {fail.label} the server fell behind ({_why(fail, slos, name)})",
+                       notes)
     limiting = min(crossings, key=lambda m: crossings[m])
     load = crossings[limiting]
     interpolated = load > ok.load
@@ -75,6 +79,15 @@ def _crossing(ok: Point, fail: Point, metric: str, limit: float) -> float:
     if math.isinf(b) or b <= a or fail.load <= ok.load:
         return ok.load
     return ok.load + (limit - a) / (b - a) * (fail.load - ok.load)
+
+
+def _why(point: Point, slos: dict[str, float], name: str) -> str:
+    """What failed at `point`: the server falling behind, else its worst SLO metric."""
+    if point.fell_behind:
+        return (f"achieved {point.achieved:.3g} of {point.offered or point.load:.3g} req/s "
+                "offered: a point that falls behind meets no SLO")
+    worst = _worst(point, slos)
+    return f"{name} {worst} {_ms(point.slo_values[worst])}"
 
 
 def _worst(point: Point, slos: dict[str, float]) -> str:

@@ -17,9 +17,10 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from latlab.analysis import RunAnalysis, analyze
-from latlab.commands.common import EXIT_FAILED, RunFailed, UsageError, console, print_json
-from latlab.commands.groups import (ArrivalShape, OutputOptions, StopOptions, TargetOptions,
-                                    WorkloadOptions, engine_tokenizer)
+from latlab.commands.common import (EXIT_FAILED, Interrupted, RunFailed, UsageError, console,
+                                    print_json)
+from latlab.commands.groups import (ArrivalShape, OutputOptions, SessionOptions, StopOptions,
+                                    TargetOptions, WorkloadOptions, engine_tokenizer)
 from latlab.commands.options import opt, validation_message
 from latlab.load.generator import run_load
 from latlab.load.spans import join_run
@@ -32,7 +33,7 @@ from latlab.records.spans import SPANS
 from latlab.records.summary import RunSummary
 from latlab.records.window import run_window
 from latlab.records.workload import OPEN_LOOP, ArrivalConfig
-from latlab.report.console import print_budget, print_findings, print_summary
+from latlab.report.console import print_budget, print_findings, print_summary, summary_line
 from latlab.report.html import write_html
 from latlab.store import RunStore, key_numbers
 
@@ -40,7 +41,8 @@ DEFAULT_DURATION_S = 20.0
 DEFAULT_USERS = 4
 
 
-class BenchOptions(TargetOptions, WorkloadOptions, ArrivalShape, StopOptions, OutputOptions):
+class BenchOptions(TargetOptions, WorkloadOptions, SessionOptions, ArrivalShape, StopOptions,
+                   OutputOptions):
     users: int | None = opt(None, "Closed loop: N users, each sends when its last request "
                                   "ends (default: 4 without --rate).")
     rate: float | None = opt(None, "Open loop: requests per second.")
@@ -65,19 +67,27 @@ class BenchOptions(TargetOptions, WorkloadOptions, ArrivalShape, StopOptions, Ou
         duration = self.duration
         if duration is None and self.requests is None and self.trace is None:
             duration = DEFAULT_DURATION_S
+        workload.sessions = self.sessions(duration)
+        turns = workload.sessions.turns if workload.sessions else None
+        if (turns is not None and turns.kind == "fixed" and self.requests is not None
+                and self.requests < turns.a):
+            raise UsageError(f"--requests {self.requests} is fewer than one session's "
+                             f"{int(turns.a)} requests: sessions run whole")
         warmup = self.warmup if self.warmup is not None else (
             min(0.1 * duration, 5.0) if duration else 0.0)
         cooldown = self.cooldown if self.cooldown is not None else (
             min(0.05 * duration, 2.0) if duration else 0.0)
         try:
-            arrivals = ArrivalConfig(users=self.users or DEFAULT_USERS, rate=self.rate,
-                                     burstiness=self.burstiness or 1.0,
+            arrivals = ArrivalConfig(users=DEFAULT_USERS if self.users is None else self.users,
+                                     rate=self.rate,
+                                     burstiness=1.0 if self.burstiness is None else self.burstiness,
                                      max_concurrency=self.max_concurrency, ramp_s=self.ramp,
                                      trace=self.trace, seed=self.seed, process=self._process())
             return BenchConfig(url=self.url, model=self.model, api_key=self.api_key,
                                workload=workload, arrivals=arrivals, duration_s=duration,
                                requests=self.requests, warmup_s=warmup, cooldown_s=cooldown,
-                               timeout_s=self.timeout, workers=self.workers,
+                               timeout_s=self.timeout, drain_s=self.drain,
+                               workers=self.worker_count(), ray=self.ray,
                                ignore_eos=self.ignore_eos,
                                continuous_usage=self.continuous_usage, stream=self.stream,
                                keepalive=self.keepalive, server_kind=self.server_kind,
@@ -128,11 +138,12 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
     window = run_window(load.config, records)
     summary = summarize(records, window, config.slos,
                         client=client_check(load.health, records, window),
-                        stop_reason=load.stop_reason, notes=load.notes)
+                        stop_reason=load.stop_reason, notes=load.notes,
+                        concurrency_cap=load.config.concurrency)
     summary.spans = spans
     load.run.write_summary(summary)
     with RunStore(store or config.out) as runs:
-        runs.register(load.run.path, "bench", load.config, key_numbers(summary))
+        runs.register(load.run.path, "bench", load.config, key_numbers(summary), summary)
     return BenchResult(load.run, summary, _explain(load.run, console), load.failed, load.message)
 
 
@@ -172,11 +183,17 @@ def bench(options: BenchOptions) -> None:
             out.print()
             print_findings(out, result.analysis, unevaluated=False)
             out.print(f"report: {result.run.report_path}")
-    if result.message:
-        err.print(f"latlab bench: {result.message}", markup=False, highlight=False,
+        if not out.is_terminal:
+            out.print(summary_line(result.summary, result.run.path))
+    shown = set(result.summary.warnings) if not options.json_output else set()
+    message = "\n".join(line for line in (result.message or "").splitlines() if line not in shown)
+    if message:
+        err.print(f"latlab bench: {message}", markup=False, highlight=False,
                   style="bold red" if result.failed else "yellow")
     if result.failed:
         raise RunFailed(code=EXIT_FAILED)
+    if result.summary.stop_reason == "interrupted":
+        raise Interrupted("interrupted: the requests finished so far and the summary are kept")
 
 
 def explain(out: Console) -> None:

@@ -27,7 +27,7 @@ from latlab.load.probe import start_and_probe
 from latlab.load.target import interrupt_on_sigterm
 from latlab.load.workload import Workload
 from latlab.records.coldstart import COLDSTART_JSON, ColdstartRecord, Start
-from latlab.records.config import Clock, ColdstartConfig, RunConfig, Target
+from latlab.records.config import Clock, ColdstartConfig, RunConfig, Target, redact
 from latlab.records.folder import RunFolder, write_json
 from latlab.report.coldstart import print_coldstart
 from latlab.store import RunStore
@@ -88,7 +88,7 @@ def run_coldstart(config: ColdstartConfig, *, console: Console | None = None,
     workload = Workload(config.workload)
     run = RunFolder.create(config.out, f"coldstart-{config.name}")
     settings = RunConfig(kind="coldstart", latlab_version=__version__,
-                         command=shlex.join(command if command is not None else sys.argv),
+                         command=shlex.join(redact(command if command is not None else sys.argv)),
                          name=run.path.name, tags=config.tags, coldstart=config,
                          target=Target(url=config.url, model=config.model,
                                        embedded=not config.command),
@@ -110,6 +110,10 @@ def run_coldstart(config: ColdstartConfig, *, console: Console | None = None,
                 _write(run, settings, starts, config, interrupted)
     except KeyboardInterrupt:
         interrupted = True
+    except BaseException as e:
+        if not starts:
+            settings.failed = str(e) or type(e).__name__
+        raise
     finally:
         run.write_config(settings)
         record = _write(run, settings, starts, config, interrupted)

@@ -10,13 +10,14 @@ from latlab.analysis.compare import CompareError
 from latlab.analysis.compare import compare as compare_runs
 from latlab.analysis.gate import Gate, GateError
 from latlab.commands.common import RunFailed, UsageError, console
-from latlab.commands.options import Options, opt
+from latlab.commands.groups import SloOptions
+from latlab.commands.options import opt
 from latlab.records.folder import RunFolder, RunFolderError
 from latlab.report.comparison import print_comparison
 from latlab.store import resolve_run
 
 
-class CompareOptions(Options):
+class CompareOptions(SloOptions):
     fail_if: list[str] = opt([], "Regression gate like 'p99_ttft>+10%' or "
                                  "'output_tokens_per_s<-5%' (repeatable); exit code 1 when one "
                                  "trips.", "--fail-if")
@@ -33,22 +34,24 @@ def compare(runs: list[str], options: CompareOptions) -> None:
     if len(runs) < 2:
         raise UsageError("give at least two runs")
     out = console()
+    slos = options.slos() if options.slo else None
     try:
         gates = [Gate.parse(text) for text in options.fail_if]
-        analyses = [analyze(RunFolder.open(resolve_run(ref, options.runs_dir))) for ref in runs]
-        tripped = []
-        for ref, analysis in zip(runs[1:], analyses[1:]):
-            comparison = compare_runs(analyses[0], analysis)
+        analyses = [analyze(RunFolder.open(resolve_run(ref, options.runs_dir)), slos)
+                    for ref in runs]
+        comparisons = [compare_runs(analyses[0], analysis) for analysis in analyses[1:]]
+        for ref, comparison in zip(runs[1:], comparisons):
             if comparison.workload_differences and not options.allow_different_workloads:
                 raise CompareError(f"{runs[0]} and {ref} ran different workloads ("
                                    + "; ".join(comparison.workload_differences)
                                    + "); pass --allow-different-workloads to compare anyway")
-            print_comparison(out, comparison, str(analyses[0].run.path), str(analysis.run.path),
-                             full=options.full)
-            tripped += [m for g in gates if (m := g.check(comparison,
-                                                          options.require_significance))]
+        tripped = [m for comparison in comparisons for g in gates
+                   if (m := g.check(comparison, options.require_significance))]
     except (RunFolderError, GateError, CompareError) as e:
         raise UsageError(str(e)) from None
+    for analysis, comparison in zip(analyses[1:], comparisons):
+        print_comparison(out, comparison, str(analyses[0].run.path), str(analysis.run.path),
+                         full=options.full)
     for message in tripped:
         out.print(f"[red]regression:[/] {message}")
     if gates and not tripped:

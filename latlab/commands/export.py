@@ -28,6 +28,7 @@ def tokenizer_export(folder: Path, options: TokenizerExportOptions) -> None:
 class ModelExportOptions(Options):
     model: str = opt("default", "The preset to export.")
     seed: int = opt(0, "Seed of the random weights (as `latlab serve --seed`).")
+    gguf: bool = opt(False, "Also write it as GGUF (FOLDER/model.gguf) for llama.cpp.")
 
 
 def model_export(folder: Path, options: ModelExportOptions) -> None:
@@ -42,3 +43,10 @@ def model_export(folder: Path, options: ModelExportOptions) -> None:
         raise UsageError(f"--model must be one of {', '.join(PRESETS)}")
     path = save_checkpoint(load_model(options.model, torch.float32, options.seed), folder)
     console().print(f"wrote {path}", highlight=False)
+    if options.gguf:
+        from latlab.engine.gguf import GgufError, write_gguf
+
+        try:
+            console().print(f"wrote {write_gguf(path)}", highlight=False)
+        except GgufError as e:
+            raise UsageError(str(e)) from None

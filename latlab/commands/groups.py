@@ -13,19 +13,17 @@ from pydantic import ValidationError
 from latlab.commands.common import UsageError
 from latlab.commands.options import Options, opt, validation_message
 from latlab.records.config import parse_slo
-from latlab.records.workload import Api, LengthDistribution, WorkloadConfig, WorkloadError
+from latlab.records.workload import (Api, LengthDistribution, SessionConfig, WorkloadConfig,
+                                     WorkloadError)
 
 API_NAMES = Api.__args__
 
 
-class TargetOptions(Options):
-    url: str | None = opt(None, "Target server (http://HOST:PORT). Without it the embedded "
-                                "engine (latlab serve) is started.")
+class ClientOptions(Options):
     model: str | None = opt(None, "Model name to request (default: the first the server "
                                   "lists at /v1/models).")
     api_key: str | None = opt(None, "Bearer token for the target (never stored).",
                               envvar="OPENAI_API_KEY")
-    serve_args: str = opt("", "Arguments for the embedded latlab serve.")
     timeout: float = opt(300.0, "Per-request timeout in seconds.", to="timeout_s")
     ignore_eos: bool = opt(True, "Send ignore_eos and min_tokens to hold the output length.")
     continuous_usage: bool = opt(True, "Ask for cumulative usage in every chunk (tokens per "
@@ -35,6 +33,12 @@ class TargetOptions(Options):
     keepalive: bool = opt(True, "Reuse connections; without, every request opens its own.")
     server_kind: str = opt("auto", "Whose server timings to read: auto, latlab, llamacpp, vllm, "
                                    "sglang, tgi, ollama or openai (none).")
+
+
+class TargetOptions(ClientOptions):
+    url: str | None = opt(None, "Target server (http://HOST:PORT). Without it the embedded "
+                                "engine (latlab serve) is started.")
+    serve_args: str = opt("", "Arguments for the embedded latlab serve.")
 
     def serve(self) -> list[str]:
         """--serve-args as a list of arguments."""
@@ -87,6 +91,71 @@ class WorkloadOptions(Options):
             raise UsageError(str(e)) from None
 
 
+THINK_S = 3.0  # the default think time's mean, at most a tenth of --duration
+TOOL_MS = "lognormal:100,50"
+
+
+class SessionOptions(Options):
+    turns: str | None = opt(None, "Sessions: chats of N turns (or a distribution; `all`: a "
+                                  "dataset's whole conversations), each prompt the whole "
+                                  "history plus a new message.")
+    think_time: str | None = opt(None, "Seconds between a turn's answer and the next turn "
+                                       "(a distribution; 0: none; default: lognormal around "
+                                       "3 s, at most a tenth of --duration).")
+    agent_steps: str | None = opt(None, "Agent tasks: N model calls (or a distribution) with a "
+                                        "tool step between two.")
+    tool_latency: str | None = opt(None, "A tool step's milliseconds (a distribution; default "
+                                         f"{TOOL_MS}).")
+    tool_url: str | None = opt(None, "A real tool: POST it each answer; its reply is the next "
+                                     "message (instead of --tool-latency).")
+    message_tokens: str | None = opt(None, "A session's later messages (user turns, tool "
+                                           "output): length distribution (default: "
+                                           "--prompt-tokens).")
+
+    def sessions(self, duration_s: float | None) -> SessionConfig | None:
+        """The sessions asked for, None for independent requests; `UsageError` names the
+        option that does not fit."""
+        chat = self.turns is not None
+        if chat and self.agent_steps is not None:
+            raise UsageError("--turns (chats) and --agent-steps (agent tasks) exclude each other")
+        if not chat and self.agent_steps is None:
+            for flag, value in (("--think-time", self.think_time),
+                                ("--tool-latency", self.tool_latency),
+                                ("--tool-url", self.tool_url),
+                                ("--message-tokens", self.message_tokens)):
+                if value is not None:
+                    raise UsageError(f"{flag} shapes sessions: give --turns or --agent-steps")
+            return None
+        if chat and (self.tool_latency is not None or self.tool_url is not None):
+            raise UsageError("--tool-latency and --tool-url go with --agent-steps")
+        if not chat and self.think_time is not None:
+            raise UsageError("--think-time goes with --turns (an agent's gaps are its tools)")
+        if self.tool_url is not None and not self.tool_url.startswith(("http://", "https://")):
+            raise UsageError(f"--tool-url {self.tool_url!r}: expected http://HOST:PORT/PATH")
+        try:
+            turns = self.turns if chat else self.agent_steps
+            return SessionConfig(
+                kind="chat" if chat else "agent",
+                turns=None if turns == "all" else LengthDistribution.parse(
+                    turns, "--turns" if chat else "--agent-steps"),
+                think_s=self._think(duration_s) if chat else None,
+                tool_ms=None if chat or self.tool_url else LengthDistribution.parse(
+                    self.tool_latency or TOOL_MS, "--tool-latency"),
+                tool_url=self.tool_url,
+                message_tokens=LengthDistribution.parse(self.message_tokens, "--message-tokens")
+                if self.message_tokens is not None else None)
+        except WorkloadError as e:
+            raise UsageError(str(e)) from None
+
+    def _think(self, duration_s: float | None) -> LengthDistribution | None:
+        if self.think_time is None:
+            mean = min(THINK_S, duration_s / 10) if duration_s else THINK_S
+            return LengthDistribution(kind="lognormal", a=mean, b=mean / 2)
+        if self.think_time.strip() in ("0", "0.0", "fixed:0"):
+            return None
+        return LengthDistribution.parse(self.think_time, "--think-time")
+
+
 class ArrivalShape(Options):
     arrival: str | None = opt(None, "Open-loop arrivals: poisson, gamma or constant (default: "
                                     "poisson).")
@@ -104,23 +173,43 @@ class StopOptions(Options):
                                      "10% of --duration, at most 5).", to="warmup_s")
     cooldown: float | None = opt(None, "Seconds excluded at the end (default: 5% of "
                                        "--duration, at most 2).", to="cooldown_s")
-    workers: int = opt(1, "Client processes sharing the schedule.")
+    drain: float = opt(30.0, "After --duration, seconds the requests in flight may still take; "
+                             "then they are cancelled and recorded as unfinished.",
+                       to="drain_s")
+    workers: str = opt("1", "Client processes sharing the schedule, or `auto`: as many as the "
+                            "offered load needs, from a short self-check of this machine.")
+    ray: str | None = opt(None, "Run the workers as Ray actors spread over a cluster's nodes: "
+                                "its head's HOST:PORT, or `auto` for the "
+                                "cluster on this machine (started for the run if none runs).",
+                          metavar="ADDRESS")
+
+    def worker_count(self) -> int | str:
+        """--workers as a count, or "auto"; `UsageError` for anything else."""
+        if self.workers == "auto":
+            return "auto"
+        try:
+            return int(self.workers)
+        except ValueError:
+            raise UsageError(f"--workers {self.workers!r}: expected a count or auto") from None
 
 
-class OutputOptions(Options):
+class SloOptions(Options):
     slo: list[str] = opt([], "SLO like ttft=200ms or tpot=50ms (repeatable); sets goodput.",
                          to="slos")
-    out: Path = opt(Path("runs"), "Folder for run folders.")
-    name: str | None = opt(None, "Run name (in the folder name).")
-    tag: list[str] = opt([], "Free-form tag recorded in config.json (repeatable).", to="tags")
-    progress: bool | None = opt(None, "Live progress (default: on a terminal).",
-                                "--progress/--no-progress")
 
     def slos(self) -> dict[str, float]:
         try:
             return dict(parse_slo(text) for text in self.slo)
         except ValueError as e:
             raise UsageError(f"--slo: {e}") from None
+
+
+class OutputOptions(SloOptions):
+    out: Path = opt(Path("runs"), "Folder for run folders.")
+    name: str | None = opt(None, "Run name (in the folder name).")
+    tag: list[str] = opt([], "Free-form tag recorded in config.json (repeatable).", to="tags")
+    progress: bool | None = opt(None, "Live progress (default: on a terminal).",
+                                "--progress/--no-progress")
 
 
 def engine_tokenizer(serve_args: Sequence[str]) -> str | None:

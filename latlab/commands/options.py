@@ -109,7 +109,8 @@ def _unwrapped(doc: str) -> str:
 
 def _parameter(field: str, info: Any) -> inspect.Parameter:
     extra = info.json_schema_extra or {}
-    default = info.default if not callable(info.default_factory) else info.default_factory()
+    default = (... if info.is_required() else info.default_factory()
+               if callable(info.default_factory) else info.default)
     option = typer.Option(default, *(extra.get("flags") or []), help=info.description,
                           envvar=extra.get("envvar"), show_envvar=bool(extra.get("envvar")),
                           metavar=extra.get("metavar") or _metavar(info.annotation))

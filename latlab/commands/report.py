@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from latlab.analysis import analyze
-from latlab.commands.common import UsageError, console
+from latlab.commands.common import RunFailed, UsageError, console
 from latlab.commands.options import Options, opt
 from latlab.load.otlp import read_spans
 from latlab.load.spans import join_run
@@ -33,6 +33,9 @@ def report(run_dir: str, options: ReportOptions) -> None:
     Works on a partial run (no summary.json: it is recomputed from the records)."""
     try:
         run = RunFolder.open(run_dir)
+        failed = run.read_config().failed
+        if failed is not None:
+            raise RunFailed(f"{run.path} did not start, nothing was measured: {failed}")
         if options.spans is not None:
             _join(run, options.spans)
         analysis = analyze(run)

@@ -31,4 +31,5 @@ def runs(options: RunsOptions) -> None:
             store.rescan()
         print_runs(console(), store.list(target=options.target, model=options.model,
                                          tag=options.tag, kind=options.kind,
-                                         limit=options.limit))
+                                         limit=options.limit),
+                   filtered=any((options.target, options.model, options.tag, options.kind)))

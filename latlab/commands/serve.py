@@ -11,6 +11,12 @@ from latlab.commands.common import UsageError
 from latlab.commands.options import Options, opt, validation_message
 
 
+# Options passed to EngineConfig as they are (it validates them).
+TECHNIQUES = ("enable_prefix_caching", "scheduling_policy", "fair_share", "max_queue_delay",
+              "max_prefill_tokens", "max_decode_tokens", "speculative_method",
+              "num_speculative_tokens", "speculative_model", "quantization", "idle_unload")
+
+
 class ServeOptions(Options):
     model: str = opt("default", "A preset (tiny, default: random weights) or a Hugging Face "
                                 "checkpoint folder (Llama, Mistral, Qwen2).")
@@ -43,7 +49,22 @@ class ServeOptions(Options):
     otlp_endpoint: str | None = opt(None, "Export an OpenTelemetry span per request over "
                                           "OTLP/HTTP to this URL (e.g. latlab bench --otlp-port: "
                                           "http://127.0.0.1:PORT/v1/traces).")
-
+    enable_prefix_caching: bool = opt(False, "Share the cached KV blocks of common prompt "
+                                             "prefixes.")
+    scheduling_policy: str = opt("fcfs", "fcfs, or priority (the request's `priority`: lower "
+                                         "is more urgent; may preempt).")
+    fair_share: bool = opt(False, "Tenants (X-Tenant-Id header, else `user`) share the token "
+                                  "budget fairly.")
+    max_queue_delay: float | None = opt(None, "Seconds a request may wait to be scheduled; then "
+                                              "503 with Retry-After.")
+    max_prefill_tokens: int | None = opt(None, "Prefill tokens per step.")
+    max_decode_tokens: int | None = opt(None, "Decode tokens per step (a decode batch cap).")
+    speculative_method: str | None = opt(None, "ngram (prompt lookup) or draft.")
+    num_speculative_tokens: int = opt(4, "Tokens proposed per step.")
+    speculative_model: str | None = opt(None, "The draft model (a preset or a folder).")
+    quantization: str | None = opt(None, "int8: weight-only, a scale per output channel.")
+    idle_unload: float | None = opt(None, "Unload the model after this many idle seconds; the "
+                                          "next request loads it again.")
 
     def engine_config(self):
         """The `EngineConfig` these options serve."""
@@ -56,7 +77,7 @@ class ServeOptions(Options):
             max_num_seqs=o.max_num_seqs, max_num_batched_tokens=o.max_num_batched_tokens,
             enable_chunked_prefill=o.chunked_prefill, batching=o.batching,
             max_waiting=o.max_waiting, threads=o.threads, seed=o.seed, dtype=o.dtype,
-            warmup=o.warmup)
+            warmup=o.warmup, **{name: getattr(o, name) for name in TECHNIQUES})
 
 
 def parse_serve_args(args: Sequence[str], option: str = "--serve-args") -> ServeOptions:

@@ -41,7 +41,7 @@ class SweepOptions(TargetOptions, WorkloadOptions, ArrivalShape, StopOptions, Ou
                 concurrencies=parse_numbers(self.concurrencies, "--concurrencies", int),
                 points=self.points, saturation_users=self.saturation_users,
                 max_error_rate=self.max_error_rate, percentile=self.percentile,
-                price_per_hour=self.price_per_hour, burstiness=self.burstiness or 1.0,
+                price_per_hour=self.price_per_hour, burstiness=1.0 if self.burstiness is None else self.burstiness,
                 arrival=self.arrival or ("gamma" if self.burstiness is not None else "poisson"))
         except ValidationError as e:
             raise UsageError(validation_message(e, self.flags_by_target())) from None

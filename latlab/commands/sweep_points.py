@@ -30,7 +30,7 @@ from latlab.analysis.slo_max import slo_max
 from latlab.commands.bench import run_bench
 from latlab.load import BenchError
 from latlab.load.target import EngineError, start_engine
-from latlab.records.config import BenchConfig
+from latlab.records.config import BenchConfig, redact
 from latlab.records.folder import RunFolder, write_json
 from latlab.records.sweep import SWEEP_JSON, Mode, Point, SweepRecord, SweepStop
 from latlab.records.workload import OPEN_LOOP, ArrivalConfig
@@ -169,18 +169,19 @@ class _Sweep:
     def __init__(self, config: SweepConfig, folder: Path, command: list[str]) -> None:
         self.config = config
         self.folder = folder
-        self.command = command
+        self.command = redact(command)
         self.created = time.time()
         self.points: list[Point] = []
         self.target: dict[str, Any] = {"url": config.base.url, "model": config.base.model,
                                        "embedded": config.base.url is None,
-                                       "serve_args": config.base.serve_args}
+                                       "serve_args": redact(config.base.serve_args)}
         self.stopped = SweepStop(reason="running", message="")
 
     def run_point(self, url: str, step: Step, console: Console, progress: bool) -> Point:
         name, label, mode, load, arrivals = step
         base = self.config.base
-        workers = base.workers if arrivals.open_loop else min(base.workers, arrivals.users)
+        workers = (base.workers if arrivals.open_loop or base.workers == "auto"
+                   else min(base.workers, arrivals.users))
         bench = BenchConfig(**{**dict(base), "url": url, "out": self.folder, "arrivals": arrivals,
                                "name": f"p{len(self.points):02d}-{name}", "workers": workers,
                                "tags": [*base.tags, f"sweep:{self.folder.name}"]})

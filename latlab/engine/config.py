@@ -86,6 +86,20 @@ class EngineConfig:
     seed: int = 0
     dtype: str = "float32"
     warmup: bool = True
+    # Latency techniques, each off by default (see the README's engine section).
+    enable_prefix_caching: bool = False
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    fair_share: bool = False                # tenants (the `user` field) share the budget
+    max_queue_delay: float | None = None    # seconds a request may wait before it is refused
+    max_prefill_tokens: int | None = None   # prefill tokens per step [max_num_batched_tokens]
+    max_decode_tokens: int | None = None    # decode tokens per step: the decode batch cap
+    speculative_method: Literal["ngram", "draft"] | None = None
+    num_speculative_tokens: int = 4
+    speculative_model: str | None = None    # the draft model: a preset or a folder
+    prompt_lookup_min: int = 2              # n-gram proposer: shortest and longest n-gram
+    prompt_lookup_max: int = 4
+    quantization: Literal["int8"] | None = None
+    idle_unload: float | None = None        # seconds idle before the model is unloaded
 
     def with_overrides(self, **changes: Any) -> EngineConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -127,3 +141,35 @@ class EngineConfig:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+
+    def validate_techniques(self) -> None:
+        """Reject bad settings of the latency techniques (before any model is loaded)."""
+        for ok, message in self._technique_checks():
+            if not ok:
+                raise ConfigError(message)
+
+    def _technique_checks(self) -> list[tuple[bool, str]]:
+        positive = [(getattr(self, name) is None or getattr(self, name) >= 1,
+                     f"--{name.replace('_', '-')} must be at least 1")
+                    for name in ("max_prefill_tokens", "max_decode_tokens")]
+        seconds = [(getattr(self, name) is None or getattr(self, name) > 0,
+                    f"--{name.replace('_', '-')} must be a positive number of seconds")
+                   for name in ("max_queue_delay", "idle_unload")]
+        return positive + seconds + [
+            (self.scheduling_policy in ("fcfs", "priority"),
+             f"--scheduling-policy must be fcfs or priority, not {self.scheduling_policy!r}"),
+            (self.speculative_method in (None, "ngram", "draft"),
+             f"--speculative-method must be ngram or draft, not {self.speculative_method!r}"),
+            (self.speculative_method != "draft" or self.speculative_model is not None,
+             "--speculative-method draft needs --speculative-model (a preset or a folder)"),
+            (self.speculative_model is None or self.speculative_method == "draft",
+             "--speculative-model is for --speculative-method draft"),
+            (1 <= self.num_speculative_tokens <= 16,
+             "--num-speculative-tokens must be between 1 and 16"),
+            (1 <= self.prompt_lookup_min <= self.prompt_lookup_max,
+             "prompt_lookup_min must be at least 1 and at most prompt_lookup_max"),
+            (self.quantization in (None, "int8"),
+             f"--quantization must be int8, not {self.quantization!r}"),
+            (self.speculative_method is None or self.batching == "continuous",
+             "speculative decoding needs --batching continuous"),
+        ]

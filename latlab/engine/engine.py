@@ -5,6 +5,7 @@ Single-threaded by design; `latlab.server.async_engine` runs it in its own threa
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import time
@@ -15,11 +16,12 @@ import torch
 from latlab.engine.block_manager import BlockManager
 from latlab.engine.config import EngineConfig
 from latlab.engine.detokenizer import Detokenizer
-from latlab.engine.loader import load_model
+from latlab.engine.loader import LoadedModel, load_model
 from latlab.engine.model_runner import ModelRunner
 from latlab.engine.sampling import Sampler, SamplingParams
 from latlab.engine.scheduler import Scheduler
 from latlab.engine.sequence import FinishReason, Sequence, StageTimes
+from latlab.engine.spec_decode import make_proposer
 
 log = logging.getLogger("latlab.engine")
 
@@ -37,6 +39,8 @@ class RequestOutput:
     finish_reason: FinishReason | None
     times: StageTimes
     error: str | None = None  # set with FinishReason.ERROR: why the engine gave up on it
+    num_draft_tokens: int = 0     # speculative tokens verified so far
+    num_accepted_tokens: int = 0  # of which accepted
 
     @property
     def finished(self) -> bool:
@@ -52,31 +56,74 @@ class EngineStats:
     kv_usage: float
     num_preemptions: int
     num_steps: int
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: int = 0     # of which found there
+    num_draft_tokens: int = 0      # speculative tokens verified
+    num_accepted_tokens: int = 0   # of which accepted
+    num_queue_timeouts: int = 0    # refused after --max-queue-delay
+    model_loaded: bool = True      # False while unloaded (--idle-unload)
+    num_model_loads: int = 0       # reloads after an unload
+    last_load_s: float | None = None
 
 
 class LLMEngine:
     """Owns the model, the KV pool, the scheduler; `step()` advances every running request."""
 
     def __init__(self, config: EngineConfig) -> None:
+        config.validate_techniques()
         torch.set_num_threads(config.threads)
-        dtype = getattr(torch, config.dtype)
-        loaded = load_model(config.model, dtype, config.seed)
+        self.dtype = getattr(torch, config.dtype)
+        loaded = load_model(config.model, self.dtype, config.seed, config.quantization)
         config = replace(config, max_model_len=config.resolve_max_model_len(loaded.config))
         self.config = config
         self.model_config = loaded.config
         self.tokenizer = loaded.tokenizer
         self.stop_token_ids = set(loaded.stop_token_ids)
-        num_blocks = config.resolve_kv_blocks(loaded.config, dtype.itemsize)
+        num_blocks = config.resolve_kv_blocks(loaded.config, self.dtype.itemsize)
         config.validate(loaded.config, num_blocks)
-        self.block_manager = BlockManager(num_blocks, config.block_size)
+        self.block_manager = BlockManager(num_blocks, config.block_size,
+                                          enable_caching=config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
-        self.runner = ModelRunner(loaded.model, Sampler(config.seed, loaded.stop_token_ids),
-                                  num_blocks, config.block_size)
+        self.runner: ModelRunner | None = self._runner(loaded)
         self.sequences: dict[str, Sequence] = {}
         self.num_steps = 0
+        self.num_queue_timeouts = 0
+        self.num_model_loads = 0
+        self.last_load_s: float | None = None
         self._generate_ids = itertools.count()
         if config.warmup:
             self.warmup()
+
+    def _runner(self, loaded: LoadedModel) -> ModelRunner:
+        num_blocks, config = self.block_manager.num_blocks, self.config
+        vocab = loaded.tokenizer.backend.get_vocab(with_added_tokens=True)
+        proposer = make_proposer(config, self.dtype, num_blocks, config.max_model_len, vocab)
+        return ModelRunner(loaded.model, Sampler(config.seed, loaded.stop_token_ids),
+                           num_blocks, config.block_size, proposer)
+
+    @property
+    def is_sleeping(self) -> bool:
+        return self.runner is None
+
+    def sleep(self) -> None:
+        """Unload the model, its KV cache and the prefix cache (scale to zero); nothing may be
+        running. `wake_up` (or the next `step`) loads them again."""
+        if self.has_unfinished():
+            raise RuntimeError("the engine cannot sleep with requests in flight")
+        self.runner = None
+        self.block_manager.reset()
+        gc.collect()
+
+    def wake_up(self) -> None:
+        """Load the model again after `sleep` (a cold start; no warm-up)."""
+        if self.runner is not None:
+            return
+        started = time.perf_counter()
+        config = self.config
+        self.runner = self._runner(load_model(config.model, self.dtype, config.seed,
+                                              config.quantization))
+        self.num_model_loads += 1
+        self.last_load_s = time.perf_counter() - started
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     *, received_ns: int | None = None, enqueued_ns: int | None = None,
@@ -119,42 +166,47 @@ class LLMEngine:
         return self.scheduler.has_unfinished()
 
     def step(self) -> list[RequestOutput]:
-        """Schedule, run the model once, and report every request that got a token."""
-        scheduled = self.scheduler.schedule().scheduled
-        if not scheduled:
-            return []
-        tokens, outputs = self._execute(scheduled)
+        """Schedule, run the model once, and report every request that got tokens (or was
+        refused for waiting too long, or failed)."""
+        self.wake_up()
+        out = self.scheduler.schedule()
+        outputs = [self._refused(seq) for seq in out.refused]
+        if not out.scheduled:
+            return outputs
+        tokens, failed = self._execute(out.scheduled)
+        outputs += failed
         now = time.perf_counter_ns()
         self.num_steps += 1
-        for (seq, n), token in zip(scheduled, tokens):
+        for (seq, n), new in zip(out.scheduled, tokens):
             if seq.is_finished:  # failed in _execute
                 continue
-            seq.num_computed_tokens += n
-            if token is not None:
+            self.scheduler.advance(seq, n, new)
+            if new:
                 try:
-                    outputs.append(self._append(seq, token, now))
+                    outputs.append(self._append(seq, new, now))
                 except Exception as e:
                     outputs.append(self._fail(seq, e))
+        self.runner.propose(self.scheduler.running)
         return outputs
 
     def _execute(self, scheduled: list[tuple[Sequence, int]]
-                 ) -> tuple[list[int | None], list[RequestOutput]]:
+                 ) -> tuple[list[list[int]], list[RequestOutput]]:
         """Run the batch; if it raises, run each sequence alone and fail only those that
         raise again, so one request's bad input never takes the others down with it."""
         try:
             return self.runner.execute(scheduled), []
         except Exception as e:
             if len(scheduled) == 1:
-                return [None], [self._fail(scheduled[0][0], e)]
+                return [[]], [self._fail(scheduled[0][0], e)]
             log.warning("a batch of %d failed; running its sequences one by one",
                         len(scheduled))
-        tokens: list[int | None] = []
+        tokens: list[list[int]] = []
         failed = []
         for seq, n in scheduled:
             try:
                 tokens += self.runner.execute([(seq, n)])
             except Exception as e:
-                tokens.append(None)
+                tokens.append([])
                 failed.append(self._fail(seq, e))
         return tokens, failed
 
@@ -167,30 +219,46 @@ class LLMEngine:
                              seq.num_output_tokens, time.perf_counter_ns(), FinishReason.ERROR,
                              seq.times, error=f"{type(error).__name__}: {error}")
 
-    def _append(self, seq: Sequence, token: int, now: int) -> RequestOutput:
-        seq.append_token(token, now)
+    def _append(self, seq: Sequence, tokens: list[int], now: int) -> RequestOutput:
+        """Append a step's tokens (several with speculative decoding) until one ends it."""
         params = seq.params
-        may_stop = seq.num_output_tokens >= params.min_tokens
-        hit_stop_string = seq.detokenizer.push(token, check_stop=may_stop)
         reason = None
-        if may_stop and (hit_stop_string or token in params.stop_token_ids
-                         or (token in self.stop_token_ids and not params.ignore_eos)):
-            reason = FinishReason.STOP
-        elif (seq.num_output_tokens >= params.max_tokens
-              or seq.num_tokens >= self.config.max_model_len):
-            reason = FinishReason.LENGTH
-        if reason is not None:
-            self.scheduler.finish(seq, reason)
-            del self.sequences[seq.request_id]
-        return RequestOutput(seq.request_id, seq.detokenizer.release(final=reason is not None),
-                             seq.num_prompt_tokens, seq.num_cached_tokens, seq.num_output_tokens,
-                             now, reason, seq.times)
+        for token in tokens:
+            seq.append_token(token, now)
+            may_stop = seq.num_output_tokens >= params.min_tokens
+            hit_stop_string = seq.detokenizer.push(token, check_stop=may_stop)
+            if may_stop and (hit_stop_string or token in params.stop_token_ids
+                             or (token in self.stop_token_ids and not params.ignore_eos)):
+                reason = FinishReason.STOP
+            elif (seq.num_output_tokens >= params.max_tokens
+                  or seq.num_tokens >= self.config.max_model_len):
+                reason = FinishReason.LENGTH
+            if reason is not None:
+                self.scheduler.finish(seq, reason)
+                del self.sequences[seq.request_id]
+                break
+        return self._output(seq, seq.detokenizer.release(final=reason is not None), now, reason)
+
+    def _refused(self, seq: Sequence) -> RequestOutput:
+        self.num_queue_timeouts += 1
+        del self.sequences[seq.request_id]
+        return self._output(seq, "", time.perf_counter_ns(), FinishReason.QUEUE_TIMEOUT)
+
+    def _output(self, seq: Sequence, text: str, now: int,
+                reason: FinishReason | None) -> RequestOutput:
+        return RequestOutput(seq.request_id, text, seq.num_prompt_tokens, seq.num_cached_tokens,
+                             seq.num_output_tokens, now, reason, seq.times,
+                             num_draft_tokens=seq.num_draft_tokens,
+                             num_accepted_tokens=seq.num_accepted_tokens)
 
     def stats(self) -> EngineStats:
         bm = self.block_manager
-        return EngineStats(len(self.scheduler.running), len(self.scheduler.waiting),
-                           bm.num_free_blocks, bm.num_blocks, bm.usage,
-                           self.scheduler.num_preemptions, self.num_steps)
+        s = self.scheduler
+        return EngineStats(len(s.running), len(s.waiting), bm.num_free_blocks, bm.num_blocks,
+                           bm.usage, s.num_preemptions, self.num_steps, bm.num_queried_tokens,
+                           bm.num_hit_tokens, s.num_draft_tokens, s.num_accepted_tokens,
+                           self.num_queue_timeouts, not self.is_sleeping, self.num_model_loads,
+                           self.last_load_s)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sequence]:
         """Run `prompts` together to completion (offline use: tests, benchmarks, warm-up)."""
@@ -209,6 +277,7 @@ class LLMEngine:
             vocab = self.model_config.vocab_size
             return torch.randint(0, vocab, (n,), generator=generator).tolist()
 
+        delay, self.scheduler.max_queue_delay_ns = self.scheduler.max_queue_delay_ns, None
         size = 1
         while True:
             self.generate([prompt(self.config.block_size) for _ in range(size)], params)
@@ -217,5 +286,7 @@ class LLMEngine:
             size = min(2 * size, self.config.max_num_seqs)
         longest = min(self.config.max_num_batched_tokens, self.config.max_model_len - 3)
         self.generate([prompt(longest)], params)
-        self.scheduler.num_preemptions = 0
-        self.num_steps = 0
+        self.scheduler.max_queue_delay_ns = delay  # warm-up requests are never refused
+        self.scheduler.num_preemptions = self.num_steps = self.num_queue_timeouts = 0
+        self.scheduler.num_draft_tokens = self.scheduler.num_accepted_tokens = 0
+        self.block_manager.num_queried_tokens = self.block_manager.num_hit_tokens = 0

@@ -15,7 +15,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from latlab.engine.config import PRESETS, ModelConfig
+from latlab.engine.linear import pack_linears
 from latlab.engine.model import CausalLM
+from latlab.engine.quantization import quantize
 from latlab.tokenizer import IM_END, Tokenizer, TokenizerError
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
@@ -34,8 +36,18 @@ class LoadedModel:
     stop_token_ids: list[int]
 
 
-def load_model(name: str, dtype: torch.dtype, seed: int) -> LoadedModel:
-    """A preset name (random weights from `seed`) or the path of a checkpoint folder."""
+def load_model(name: str, dtype: torch.dtype, seed: int,
+               quantization: str | None = None) -> LoadedModel:
+    """A preset name (random weights from `seed`) or the path of a checkpoint folder;
+    `quantization` ("int8") quantizes its linear layers (`quantization.py`)."""
+    loaded = _load(name, dtype, seed)
+    if quantization is not None:
+        quantize(loaded.model, quantization)
+    pack_linears(loaded.model)
+    return loaded
+
+
+def _load(name: str, dtype: torch.dtype, seed: int) -> LoadedModel:
     if name in PRESETS:
         config = PRESETS[name]
         tokenizer = Tokenizer.default()
@@ -88,6 +100,8 @@ def save_checkpoint(loaded: LoadedModel, folder: str | Path) -> Path:
     }
     (folder / "config.json").write_text(json.dumps(hf, indent=2))
     loaded.tokenizer.save_pretrained(folder)
+    # safetensors writes its file 0600 whatever the umask; give it the mode the others got
+    (folder / "model.safetensors").chmod((folder / "config.json").stat().st_mode & 0o777)
     return folder
 
 
@@ -158,6 +172,8 @@ def _stop_ids(tokenizer: Tokenizer, eos_ids: list[int | None]) -> list[int]:
     ids = {i for i in eos_ids if isinstance(i, int)}
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
-    if tokenizer.chat_template is None and tokenizer.backend.token_to_id(IM_END) is not None:
-        ids.add(tokenizer.backend.token_to_id(IM_END))
+    im_end = tokenizer.backend.token_to_id(IM_END)
+    if im_end is not None and (tokenizer.chat_template is None
+                               or IM_END in tokenizer.chat_template):
+        ids.add(im_end)
     return sorted(ids)

@@ -25,6 +25,7 @@ class FinishReason(StrEnum):
     LENGTH = "length"
     ABORT = "abort"
     ERROR = "error"
+    QUEUE_TIMEOUT = "queue_timeout"  # waited longer than --max-queue-delay: refused, never run
 
 
 @dataclass(slots=True)
@@ -54,6 +55,12 @@ class Sequence:
     num_cached_tokens: int = 0
     num_preemptions: int = 0
     block_table: list[int] = field(default_factory=list)
+    # Content hashes of the sequence's first full blocks (prefix caching), chained.
+    block_hashes: list[int] = field(default_factory=list)
+    # Speculative decoding: tokens proposed for the next step, and the running tally.
+    spec_token_ids: list[int] = field(default_factory=list)
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: FinishReason | None = None
     token_times: list[int] = field(default_factory=list)
@@ -82,6 +89,11 @@ class Sequence:
     @property
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
+
+    @property
+    def is_decoding(self) -> bool:
+        """Its whole context is in the KV cache but for the last token sampled."""
+        return self.num_computed_tokens >= self.num_tokens - 1
 
     def append_token(self, token_id: int, now_ns: int) -> None:
         self.token_ids.append(token_id)

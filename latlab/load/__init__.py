@@ -6,3 +6,7 @@ config.json; the summary, analysis and reports are the commands' business."""
 
 class BenchError(Exception):
     """A run that could not start or go on: the message says why and what to change."""
+
+
+class Unreachable(BenchError):
+    """The target does not answer at all (giving --model would not help)."""

@@ -8,8 +8,10 @@ Poisson stays Poisson and gamma keeps its burstiness while the rate grows.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from pathlib import Path
+from time import perf_counter_ns
 from typing import Iterator
 
 import numpy as np
@@ -84,3 +86,12 @@ def load_trace(path: Path | None) -> list[float]:
         raise ArrivalError(f"--trace {path}: no timestamps in it")
     times.sort()
     return [t - times[0] for t in times]
+
+
+async def sleep_until(t_ns: int) -> None:
+    """Sleep until `t_ns` (perf_counter_ns); the loop's 1 ms timers may wake early, so check
+    and go again. It yields at least once, so a schedule that is all due (a burst) still
+    lets the loop run its other work (a Ctrl-C, a stream) between two dispatches."""
+    await asyncio.sleep(0)
+    while (delay := t_ns - perf_counter_ns()) > 0:
+        await asyncio.sleep(delay / 1e9)

@@ -15,6 +15,8 @@ connections it called keep-alive): its first attempt's time stays as client wait
 from __future__ import annotations
 
 import asyncio
+import html
+import re
 import secrets
 from dataclasses import dataclass
 from time import perf_counter_ns
@@ -23,15 +25,17 @@ from typing import Any
 import aiohttp
 import orjson
 
-from latlab.load import BenchError
 from latlab.load.connection import connection_trace
 from latlab.load.ollama import NdjsonParser, ollama_body
-from latlab.load.server_timing import ServerKind, detect, from_event, from_headers
+from latlab.load.server_timing import ServerKind, from_event, from_headers
 from latlab.load.sse import StreamFault, StreamParser, apply_usage
 from latlab.load.workload import RequestSpec
 from latlab.records.timeline import Outcome, RequestTimeline
 
 ERROR_BODY_BYTES = 2048
+ERROR_MESSAGE_CHARS = 300
+_HTML_HIDDEN = re.compile(r"<(head|script|style)\b.*?</\1>", re.I | re.S)
+_HTML_TAG = re.compile(r"<[^>]+>")
 STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError)
 
 
@@ -110,17 +114,23 @@ class Client:
             body["priority"] = spec.priority
         return body
 
-    async def send(self, spec: RequestSpec, r: RequestTimeline) -> None:
-        """Send `spec` and record everything in `r`; never raises but for cancellation."""
+    async def send(self, spec: RequestSpec, r: RequestTimeline) -> str | None:
+        """Send `spec` and record everything in `r`; never raises but for cancellation.
+        A session's request (`spec.session`) returns the answer's text (to carry into the
+        next turn), others None."""
         data = orjson.dumps(self.body(spec))
         r.trace_id = secrets.token_hex(16)
         headers = self.headers | {"X-Request-Id": r.id,
                                   "traceparent": f"00-{r.trace_id}-{secrets.token_hex(8)}-01"}
         session = self._session
+        keep = spec.session is not None
+        answer = None
         try:
             while True:
                 try:
-                    await self._attempt(session, data, headers, r)
+                    answer = await self._attempt(session, data, headers, r, keep)
+                    if r.ok and not r.token_ns and r.completion_tokens is None:
+                        r.outcome, r.error = Outcome.EMPTY, "HTTP 200 without a token or usage"
                     break
                 except STALE:
                     if not _stale(r) or r.retries:
@@ -134,13 +144,14 @@ class Client:
         except StreamFault as e:
             r.outcome, r.error = e.outcome, str(e)
         except Exception as e:  # every failure becomes a classified record
-            r.outcome, r.error = _classify(e, r.headers_ns is not None), _describe(e)
+            r.outcome, r.error = _classify(e, r.headers_ns is not None), describe(e)
         finally:
             if r.done_ns is None or not r.ok:
                 r.done_ns = perf_counter_ns()
+        return answer
 
     async def _attempt(self, session: aiohttp.ClientSession, data: bytes,
-                       headers: dict[str, str], r: RequestTimeline) -> None:
+                       headers: dict[str, str], r: RequestTimeline, keep: bool) -> str | None:
         async with session.post(self.url, data=data, headers=headers,
                                 trace_request_ctx=r) as resp:
             r.headers_ns = perf_counter_ns()
@@ -151,12 +162,13 @@ class Client:
             if resp.status != 200:
                 await self._http_error(resp, r)
             elif not self.stream:
-                await self._read_body(resp, r)
+                return await self._read_body(resp, r)
             elif self.route.ollama or content_type.startswith("text/event-stream"):
-                await self._read_stream(resp, r)
+                return await self._read_stream(resp, r, keep)
             else:
                 r.outcome = Outcome.BAD_PAYLOAD
                 r.error = f"not a stream: Content-Type {content_type!r}"
+        return None
 
     async def _http_error(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> None:
         status = resp.status
@@ -166,16 +178,18 @@ class Client:
             r.outcome = Outcome.HTTP_5XX
         else:
             r.outcome = Outcome.HTTP_4XX
-        body = (await resp.content.read(ERROR_BODY_BYTES)).decode("utf-8", "replace").strip()
+        body = error_message(await resp.content.read(ERROR_BODY_BYTES))
         r.error = f"HTTP {status} {resp.reason or ''}".rstrip() + (f": {body}" if body else "")
 
-    async def _read_stream(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> None:
-        parser = (NdjsonParser if self.route.ollama else StreamParser)(r, self.route.chat)
+    async def _read_stream(self, resp: aiohttp.ClientResponse, r: RequestTimeline,
+                           keep: bool) -> str | None:
+        parser = (NdjsonParser if self.route.ollama else StreamParser)(r, self.route.chat, keep)
         async for chunk in resp.content.iter_any():
             parser.feed(chunk, perf_counter_ns())
         parser.finish()
+        return "".join(parser.text) if parser.text is not None else None
 
-    async def _read_body(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> None:
+    async def _read_body(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> str | None:
         """A non-streamed answer: one event, when the whole body has arrived."""
         raw = await resp.read()
         t = perf_counter_ns()
@@ -188,6 +202,39 @@ class Client:
         r.server = from_event(obj) or r.server
         r.add_token_event(t, max(r.completion_tokens or 1, 1))
         r.usage_ns = r.done_ns = t
+        return answer_text(obj)
+
+
+def answer_text(body: dict[str, Any]) -> str | None:
+    """The answer of a non-streamed response: its first choice's text or message content
+    (Ollama's: `response`, `message.content`)."""
+    choices = body.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    if isinstance(first, dict):
+        text = first.get("text") or (first.get("message") or {}).get("content")
+    else:
+        text = body.get("response") or (body.get("message") or {}).get("content")
+    return text if isinstance(text, str) else None
+
+
+def error_message(body: bytes, limit: int = ERROR_MESSAGE_CHARS) -> str:
+    """An error response in one short line: the message of a JSON error (OpenAI's
+    `error.message`, TGI's `error`, FastAPI's `detail`), the visible text of an HTML page's
+    body, else the text itself; whitespace collapsed, cut at `limit` characters."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict):
+        inner = obj.get("error")
+        found = (inner.get("message") if isinstance(inner, dict) else inner) or \
+            obj.get("message") or obj.get("detail")
+        text = found if isinstance(found, str) else text
+    elif text.lstrip().startswith("<"):
+        text = html.unescape(_HTML_TAG.sub(" ", _HTML_HIDDEN.sub(" ", text)))
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _stale(r: RequestTimeline) -> bool:
@@ -209,46 +256,7 @@ def _classify(e: Exception, after_headers: bool) -> Outcome:
     return Outcome.CLIENT_ERROR
 
 
-def _describe(e: Exception) -> str:
+def describe(e: Exception) -> str:
+    """An exception in one line: its class and message."""
     text = str(e) or repr(e)
     return f"{type(e).__name__}: {text}"
-
-
-async def fetch_models(url: str, api_key: str | None = None,
-                       timeout_s: float = 10.0) -> dict[str, Any]:
-    """The server's /v1/models answer (raises aiohttp/OS errors, ValueError)."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        async with session.get(url.rstrip("/") + "/v1/models", headers=headers) as resp:
-            if resp.status != 200:
-                raise ValueError(f"HTTP {resp.status} from {url}/v1/models")
-            data = await resp.json(content_type=None)
-    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-        raise ValueError(f"{url}/v1/models: no `data` list in the answer")
-    return data
-
-
-async def list_models(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:
-    """The model ids a server lists at /v1/models (raises aiohttp/OS errors, ValueError)."""
-    data = await fetch_models(url, api_key, timeout_s)
-    return [m["id"] for m in data["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
-
-
-async def discover(url: str, api_key: str | None = None,
-                   timeout_s: float = 10.0) -> tuple[str, ServerKind]:
-    """The first model `url` lists at /v1/models and the server's kind; `BenchError` says
-    why there is none: the target cannot be reached (giving --model would not help), or it
-    lists none."""
-    try:
-        data = await fetch_models(url, api_key, timeout_s)
-    except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as e:
-        raise BenchError(f"cannot reach {url} ({_describe(e)}): is the server up and the "
-                         "URL right (http://HOST:PORT, without /v1)?") from None
-    except Exception as e:  # the server answered, but not with a model list
-        raise BenchError(f"--model not given and {url}/v1/models did not list one "
-                         f"({_describe(e)}); give --model") from None
-    models = [m["id"] for m in data["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
-    if not models:
-        raise BenchError(f"--model not given and {url}/v1/models lists none; give --model")
-    return models[0], detect(data)

@@ -5,6 +5,9 @@ and optionally `output_tokens` (or `max_tokens`), `tenant` and `priority`.
 ShareGPT: a JSON list of {"conversations": [{"from": "human", "value": ...},
 {"from": "gpt", "value": ...}, ...]}; the first human turn is the prompt and the reply's
 length (in the target's tokens) the output length.
+
+Every entry also keeps its conversation, turn by turn (each user message with the reply the
+dataset gives it), which sessions (`--turns all`) replay whole.
 """
 
 from __future__ import annotations
@@ -30,7 +33,16 @@ class DatasetEntry:
     output_text: str | None
     tenant: str | None
     priority: int | None
+    turns: list[Turn] | None = None  # the conversation, a user message and its reply a turn
+    system: str | None = None  # a conversation's system message
 
+
+@dataclass(slots=True)
+class Turn:
+    """One turn of a dataset's conversation: the user's message and the reply it got."""
+
+    user: str
+    reply: str | None
 
 
 def load_dataset(path: Path) -> list[DatasetEntry]:
@@ -74,10 +86,28 @@ def _jsonl(raw: bytes, path: Path) -> list[DatasetEntry]:
         if priority is not None and not isinstance(priority, int):
             raise DatasetError(f"--dataset {path}: line {n}: priority must be an integer")
         tenant = row.get("tenant")
-        entries.append(DatasetEntry(prompt if isinstance(prompt, str) else None,
-                              messages if not isinstance(prompt, str) else None,
-                              output, None, str(tenant) if tenant is not None else None, priority))
+        entry = DatasetEntry(prompt if isinstance(prompt, str) else None,
+                             messages if not isinstance(prompt, str) else None,
+                             output, None, str(tenant) if tenant is not None else None, priority)
+        if entry.messages:
+            entry.system, entry.turns = _turns(entry.messages)
+        else:
+            entry.turns = [Turn(entry.prompt, None)]
+        entries.append(entry)
     return entries
+
+
+def _turns(messages: list[dict[str, Any]]) -> tuple[str | None, list[Turn]]:
+    """A conversation's system message and its turns: each user message with the
+    assistant's reply after it (None when none follows)."""
+    system = " ".join(str(m["content"]) for m in messages if m["role"] == "system") or None
+    turns: list[Turn] = []
+    for m in messages:
+        if m["role"] == "user":
+            turns.append(Turn(str(m["content"]), None))
+        elif m["role"] == "assistant" and turns and turns[-1].reply is None:
+            turns[-1].reply = str(m["content"])
+    return system, turns
 
 
 def _sharegpt(raw: bytes, path: Path) -> list[DatasetEntry]:
@@ -94,8 +124,21 @@ def _sharegpt(raw: bytes, path: Path) -> list[DatasetEntry]:
         if not all(isinstance(t, dict) and isinstance(t.get("value"), str) for t in (first, reply)):
             continue
         if first.get("from") in ("human", "user") and first["value"] and reply["value"]:
-            entries.append(DatasetEntry(first["value"], None, None, reply["value"], None, None))
+            entry = DatasetEntry(first["value"], None, None, reply["value"], None, None)
+            entry.turns = _sharegpt_turns(turns)
+            entries.append(entry)
     return entries
+
+
+def _sharegpt_turns(turns: list[Any]) -> list[Turn]:
+    """Every human message that has a reply, with it, up to the first malformed one."""
+    out = []
+    for human, reply in zip(turns[::2], turns[1::2]):
+        if not all(isinstance(t, dict) and isinstance(t.get("value"), str) and t["value"]
+                   for t in (human, reply)) or human.get("from") not in ("human", "user"):
+            break
+        out.append(Turn(human["value"], reply["value"]))
+    return out
 
 
 def _is_messages(value: Any) -> bool:

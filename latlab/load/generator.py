@@ -16,16 +16,17 @@ import secrets
 import shlex
 import sys
 import time
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from rich.console import Console
 
 from latlab import __version__
-from latlab.load import BenchError
+from latlab.load import BenchError, Unreachable
 from latlab.load.arrivals import load_trace
-from latlab.load.client import discover
+from latlab.load.autoworkers import auto_workers
+from latlab.load.discovery import discover, round_trip_ms
 from latlab.load.otlp import SpanReceiver
 from latlab.load.processes import run_workers
 from latlab.load.progress import ProgressDisplay
@@ -33,8 +34,8 @@ from latlab.load.scrape import Scraper
 from latlab.load.target import EngineError, start_engine
 from latlab.load.worker import Worker, WorkerPlan, WorkerResult
 from latlab.load.workload import Workload
-from latlab.records.config import BenchConfig, Clock, RunConfig, ServerKind, Target
-from latlab.records.folder import RunFolder
+from latlab.records.config import BenchConfig, Clock, RunConfig, ServerKind, Target, redact
+from latlab.records.folder import REQUESTS, RunFolder
 from latlab.records.health import WorkerHealth
 from latlab.records.scrape import METRICS
 from latlab.records.spans import SPANS
@@ -42,7 +43,9 @@ from latlab.records.timeline import Outcome, RequestTimeline
 
 START_LEAD_S = 0.05
 SPAN_POLL_S = 0.1
+SPAN_QUIET_S = 1.0  # longer than an exporter's batch delay (latlab serve: 0.5 s)
 MODELS_TIMEOUT_S = 10.0
+FIT_CHECK_REQUESTS = 1000  # requests drawn to check that prompts fit the context
 
 
 @dataclass
@@ -71,12 +74,18 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
     workload = Workload(config.workload)
     if config.arrivals.process == "trace":
         load_trace(config.arrivals.trace)
+    if config.ray is not None:
+        from latlab.load.ray_workers import require_ray
+
+        require_ray()  # before an engine is started for nothing
+    if config.workers == "auto":
+        config = _resolve_workers(config, workload, console)
     run = RunFolder.create(config.out, config.name)
     settings = run_config(config, command)
     run.write_config(settings)
     engine = None
     notes: list[str] = []
-    with ExitStack() as context:
+    with ExitStack() as context, _not_started(run, settings):
         receiver = (context.enter_context(SpanReceiver(run.path / SPANS, port=config.otlp_port))
                     if config.otlp_port is not None else None)
         try:
@@ -95,7 +104,10 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
                 settings.target.engine_ready_s = engine.ready_s
             settings.target.url = url
             key = config.api_key.get_secret_value() if config.api_key else None
-            settings.target.model, settings.target.server_kind = _identify(url, config, key)
+            target = settings.target
+            target.model, target.server_kind, target.max_model_len = _identify(url, config, key)
+            _fit(workload, config, target.max_model_len)
+            target.rtt_ms = asyncio.run(round_trip_ms(url, key))
             settings.target.otlp_endpoint = receiver.endpoint if receiver else None
             run.write_config(settings)
             plan = WorkerPlan(0, url, settings.target.model, str(run.path), secrets.token_hex(3),
@@ -108,7 +120,13 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
                                        config.requests) if progress else None)
             with display or nullcontext():
                 update = display.update if display else None
-                if config.workers == 1:
+                if config.ray is not None:
+                    from latlab.load.ray_workers import run_ray_workers
+
+                    results, settings.ray = run_ray_workers(
+                        config, plan, lambda lead: _start_clock(run, settings, lead), update,
+                        console)
+                elif config.workers == 1:
                     results = [_run_here(config, plan, workload, run, settings, update)]
                 else:
                     results = run_workers(config, plan, lambda: _start_clock(run, settings),
@@ -128,12 +146,42 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
     return _finish(config, run, settings, results, notes)
 
 
+def _resolve_workers(config: BenchConfig, workload: Workload,
+                     console: Console | None) -> BenchConfig:
+    count, why = auto_workers(config, workload, remote=config.ray is not None)
+    if console is not None:
+        console.print(why, style="dim", markup=False, highlight=False)
+    return config.model_copy(update={"workers": count})
+
+
+@contextmanager
+def _not_started(run: RunFolder, settings: RunConfig) -> Iterator[None]:
+    """Record in config.json why a run failed before any request ended, so that `report`
+    and `runs` say it did not start instead of reading an empty run as a healthy one."""
+    try:
+        yield
+    except BaseException as e:
+        records = run.path / REQUESTS
+        if not records.is_file() or records.stat().st_size == 0:
+            settings.failed = ("interrupted before the load began"
+                               if isinstance(e, KeyboardInterrupt) else str(e) or type(e).__name__)
+            run.write_config(settings)
+        raise
+
+
 def _await_spans(receiver: SpanReceiver, run: RunFolder, wait_s: float) -> list[str]:
     """Wait (at most `wait_s`) until a span has arrived for every successful request's
-    trace: exporters send in batches, seconds after the request ended."""
+    trace and none for `SPAN_QUIET_S` (exporters send in batches, seconds after the request
+    ended, and an application's spans come in other batches than its model server's)."""
     wanted = {r.trace_id for r in run.read_records(raw=True) if r.ok and r.trace_id}
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and not wanted <= receiver.trace_ids:
+    count, quiet_since = receiver.count, time.monotonic()
+    while time.monotonic() < deadline:
+        if receiver.count != count:
+            count, quiet_since = receiver.count, time.monotonic()
+        elif (wanted <= receiver.trace_ids
+              and time.monotonic() - quiet_since >= SPAN_QUIET_S):
+            break
         time.sleep(SPAN_POLL_S)
     if receiver.count:
         return []
@@ -145,7 +193,7 @@ def run_config(config: BenchConfig, command: Sequence[str] | None) -> RunConfig:
     """The config.json of a bench run, before it starts."""
     return RunConfig(
         latlab_version=__version__,
-        command=shlex.join(command if command is not None else sys.argv),
+        command=shlex.join(redact(command if command is not None else sys.argv)),
         name=config.name, tags=config.tags, bench=config,
         target=Target(url=config.url, model=config.model, embedded=config.url is None,
                       api_key_given=config.api_key is not None),
@@ -154,24 +202,40 @@ def run_config(config: BenchConfig, command: Sequence[str] | None) -> RunConfig:
         concurrency=config.arrivals.max_concurrency if config.arrivals.open_loop else None)
 
 
-def _identify(url: str, config: BenchConfig, key: str | None) -> tuple[str, ServerKind]:
-    """The model to request and the server's kind: as given, else from /v1/models (a
-    server that lists no models is an OpenAI-compatible one when --model is given)."""
+def _identify(url: str, config: BenchConfig,
+              key: str | None) -> tuple[str, ServerKind, int | None]:
+    """The model to request, the server's kind and the model's context: as given, else from
+    /v1/models (a server that lists no models is an OpenAI-compatible one when --model is
+    given; one that does not answer at all cannot be measured)."""
     try:
-        model, kind = asyncio.run(discover(url, key, MODELS_TIMEOUT_S))
-    except BenchError:
-        if config.model is None:
+        model, kind, context = asyncio.run(discover(url, key, MODELS_TIMEOUT_S, config.model))
+    except BenchError as e:
+        if config.model is None or isinstance(e, Unreachable):
             raise
-        model, kind = config.model, ServerKind.OPENAI
+        model, kind, context = config.model, ServerKind.OPENAI, None
     if config.server_kind != ServerKind.AUTO:
         kind = config.server_kind
-    return config.model or model, kind
+    return model, kind, context
 
 
-def _start_clock(run: RunFolder, settings: RunConfig) -> int:
-    """Fix the run's start `t0` a little ahead, with the wall-clock anchor, in config.json."""
+def _fit(workload: Workload, config: BenchConfig, context: int | None) -> None:
+    """Fit every request into the server's context (its output is shortened where needed);
+    `BenchError` before anything is sent when prompts alone do not fit."""
+    if context is None:
+        return
+    config.workload.context_tokens = context  # the same object as workload.config
+    count = min(config.requests or FIT_CHECK_REQUESTS, FIT_CHECK_REQUESTS)
+    over, longest = workload.prompts_too_long(count)
+    if over:
+        raise BenchError(f"{over} of the first {count} prompts (up to {longest} tokens) leave no "
+                         f"room for output in the server's context of {context} tokens: lower "
+                         "--prompt-tokens, or serve a longer context")
+
+
+def _start_clock(run: RunFolder, settings: RunConfig, lead_s: float = START_LEAD_S) -> int:
+    """Fix the run's start `t0` `lead_s` ahead, with the wall-clock anchor, in config.json."""
     anchor_ns, unix = time.perf_counter_ns(), time.time()
-    t0 = anchor_ns + int(START_LEAD_S * 1e9)
+    t0 = anchor_ns + int(lead_s * 1e9)
     settings.clock = Clock(perf_counter_ns=anchor_ns, unix_time=unix, t0_ns=t0)
     run.write_config(settings)
     return t0
@@ -189,8 +253,13 @@ def _run_here(config: BenchConfig, plan: WorkerPlan, workload: Workload, run: Ru
 def _finish(config: BenchConfig, run: RunFolder, settings: RunConfig,
             results: list[WorkerResult], notes: list[str]) -> LoadResult:
     reasons = {r.stop_reason for r in results}
-    messages = list(dict.fromkeys([r.message for r in results if r.message] + notes))
     records = run.read_records()
+    fitted = sum(1 for r in records if r.fitted)
+    if fitted:
+        notes.append(f"{fitted} of {len(records)} requests asked for fewer output tokens than "
+                     f"the workload drew, to fit the server's context of "
+                     f"{settings.target.max_model_len} tokens")
+    messages = list(dict.fromkeys([r.message for r in results if r.message] + notes))
     settings.clock.end_ns = _end_ns(config, settings.clock.t0_ns, reasons, results, records)
     run.write_config(settings)
     stop_reason = ("interrupted" if "interrupted" in reasons
@@ -207,15 +276,14 @@ def _finish(config: BenchConfig, run: RunFolder, settings: RunConfig,
 
 def _end_ns(config: BenchConfig, t0_ns: int, reasons: set[str], results: list[WorkerResult],
             records: Sequence[RequestTimeline]) -> int | None:
-    """Where the measurement window ends: the end of --duration; for a stopped run, when it
-    stopped, and for an interrupted one before the first request Ctrl-C cancelled (a request
-    the user cancelled is not the server's failure); else (None) the last activity."""
+    """Where the measurement window ends: the end of --duration; for a stopped or interrupted
+    run, when it stopped (the requests Ctrl-C cancelled are counted as cancelled, not as
+    failures); else (None) the last activity."""
     end = t0_ns + int(config.duration_s * 1e9) if config.duration_s else None
     if not reasons & {"interrupted", "aborted"}:
         return end if reasons == {"duration"} else None
     stopped = max(r.stopped_ns for r in results)
-    cancelled = [r.origin_ns for r in records if r.outcome == Outcome.CANCELLED]
-    return min(t for t in (end, stopped, min(cancelled, default=None)) if t is not None)
+    return min(t for t in (end, stopped) if t is not None)
 
 
 def _failure_counts(records: Sequence[RequestTimeline]) -> str:

@@ -31,11 +31,12 @@ class NdjsonParser:
     """Turns an Ollama stream into token events on a timeline (the interface of
     `sse.StreamParser`: `feed` each socket read with its arrival time, then `finish`)."""
 
-    __slots__ = ("r", "chat", "buf", "final")
+    __slots__ = ("r", "chat", "buf", "final", "text")
 
-    def __init__(self, r: RequestTimeline, chat: bool) -> None:
+    def __init__(self, r: RequestTimeline, chat: bool, keep_text: bool = False) -> None:
         self.r, self.chat = r, chat
         self.buf = b""
+        self.text: list[str] | None = [] if keep_text else None
         self.final: dict[str, Any] | None = None
 
     def feed(self, chunk: bytes, t: int) -> None:
@@ -55,6 +56,8 @@ class NdjsonParser:
             raise StreamFault(Outcome.STREAM_BROKEN, f"server error: {obj['error']}")
         if text:
             self.r.add_token_event(t)
+            if self.text is not None:
+                self.text.append(text)
         if obj.get("done"):
             self.final, self.r.usage_ns, self.r.done_ns = obj, t, t
 

@@ -18,7 +18,8 @@ import secrets
 from time import perf_counter_ns
 
 from latlab.load import BenchError
-from latlab.load.client import Client, discover
+from latlab.load.client import Client
+from latlab.load.discovery import discover
 from latlab.load.target import EngineError, ServerProcess, responds_ok, start_engine, start_server
 from latlab.load.workload import Workload
 from latlab.records.config import ColdstartConfig, Target
@@ -61,7 +62,8 @@ async def _probe(config: ColdstartConfig, workload: Workload, server: ServerProc
                  writer: RecordWriter, i: int, target: Target) -> list[RequestTimeline]:
     key = config.api_key.get_secret_value() if config.api_key else None
     if target.model is None:
-        target.model, target.server_kind = await discover(server.url, key, MODELS_TIMEOUT_S)
+        target.model, target.server_kind, target.max_model_len = await discover(
+            server.url, key, MODELS_TIMEOUT_S)
     per_start = 1 + config.warm_requests + len(config.idle_gaps_s)
     run_id = secrets.token_hex(3)
     records: list[RequestTimeline] = []

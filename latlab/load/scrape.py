@@ -9,6 +9,9 @@ The series latlab reads are named differently by every server; `NAMES` maps them
 | waiting | `vllm:num_requests_waiting` | `sglang:num_queue_reqs` | `tgi_queue_size` | `llamacpp:requests_deferred` | `latlab_num_requests_waiting` |
 | kv_usage | `vllm:kv_cache_usage_perc` (`gpu_cache_usage_perc`) | `sglang:token_usage` | | `llamacpp:kv_cache_usage_ratio` | `latlab_kv_cache_usage_perc` |
 | preemptions | `vllm:num_preemptions_total` | | | | `latlab_num_preemptions_total` |
+
+and the counters an A/B explains its change with (vLLM's and latlab's names): prefix-cache
+queries and hits (tokens), speculative draft and accepted tokens.
 """
 
 from __future__ import annotations
@@ -33,6 +36,13 @@ NAMES = {
                  "llamacpp:kv_cache_usage_ratio", "latlab_kv_cache_usage_perc"),
     "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions",
                     "latlab_num_preemptions_total", "latlab_num_preemptions"),
+    "prefix_cache_queries": ("vllm:prefix_cache_queries_total",
+                             "latlab_prefix_cache_queries_total"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "latlab_prefix_cache_hits_total"),
+    "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",
+                          "latlab_spec_decode_num_draft_tokens_total"),
+    "spec_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",
+                             "latlab_spec_decode_num_accepted_tokens_total"),
 }
 TIMEOUT_S = 2.0
 
@@ -47,6 +57,14 @@ def parse(text: str, t_ns: int) -> Scrape:
     values = {series: next(raw[n] for n in names if n in raw)
               for series, names in NAMES.items() if any(n in raw for n in names)}
     return Scrape(t_ns=t_ns, values=values, raw=raw)
+
+
+def scrape_once(url: str, headers: dict[str, str] | None = None) -> Scrape:
+    """GET `url` (a /metrics endpoint) and parse it; raises on any failure."""
+    t = time.perf_counter_ns()
+    request = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as resp:
+        return parse(resp.read().decode("utf-8", "replace"), t)
 
 
 class Scraper:
@@ -80,12 +98,8 @@ class Scraper:
             os.close(fd)
 
     def _scrape(self, fd: int) -> None:
-        t = time.perf_counter_ns()
         try:
-            request = urllib.request.Request(self.url, headers=self.headers)
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as resp:
-                text = resp.read().decode("utf-8", "replace")
-            scrape = parse(text, t)
+            scrape = scrape_once(self.url, self.headers)
         except Exception as e:  # noqa: BLE001 - a missed scrape is a gap, not a failed run
             self.failures += 1
             self.last_error = f"{type(e).__name__}: {e}"

@@ -36,6 +36,17 @@ def detect(models: Mapping[str, Any]) -> ServerKind:
     return OWNERS.get(str(first.get("owned_by", "")).lower(), ServerKind.OPENAI)
 
 
+def context_length(models: Mapping[str, Any], model: str) -> int | None:
+    """The context (prompt + output tokens) a server lists for `model` at /v1/models:
+    `max_model_len` (vLLM, SGLang, latlab) or llama.cpp's `meta.n_ctx`; None when unlisted."""
+    data = models.get("data") if isinstance(models, Mapping) else None
+    entry = next((m for m in data if isinstance(m, dict) and m.get("id") == model), {}) \
+        if isinstance(data, list) else {}
+    meta = entry.get("meta")
+    value = entry.get("max_model_len", meta.get("n_ctx") if isinstance(meta, dict) else None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
 def from_event(obj: Mapping[str, Any]) -> ServerTiming | None:
     """The timings a JSON event or body carries: latlab's `server_timing`, llama.cpp's
     `timings` or Ollama's final object; None when it carries none."""

@@ -6,7 +6,10 @@ trace id, and the server's span for it is a child in that trace (or carries its 
   same): `gen_ai.latency.time_in_queue`, `.time_in_model_prefill`, `.time_in_model_decode`,
   `.e2e` (seconds), `gen_ai.usage.cached_tokens`;
 * otherwise spans named after their stage (SGLang's slices: "tokenize", "prefill",
-  "decode loop", ...), summed per stage, the trace's server span giving the total.
+  "decode loop", ...), summed per stage, the trace's server span giving the total;
+* an application in front of the model (`app_trace`): its server span is the trace's root
+  and gives the total, the spans under it the application's components
+  (`ServerTiming.application`), the model server's span, nested, the stages.
 
 Span times are on the server's wall clock. Each matched request bounds the offset between the
 server's clock and the client's (its span lies between the request's send and its end); the
@@ -20,6 +23,7 @@ from typing import Iterable, Sequence
 
 import orjson
 
+from latlab.load.app_trace import application_of
 from latlab.load.otlp import read_spans
 from latlab.records.config import Clock
 from latlab.records.folder import RunFolder
@@ -37,8 +41,28 @@ STAGE_NAMES = {"tokenize": "preprocess", "preprocess": "preprocess", "validate":
 
 def timing_of(spans: Sequence[Span]) -> tuple[ServerTiming | None, int | None]:
     """The server timing a trace's spans give, and its cached prompt tokens."""
+    timing, cached = _model_timing(spans)
+    llm = next((s for s in spans if _is_model(s)), None)
+    if llm is None and timing is not None:
+        return timing, cached  # a model server's stage slices under its own span
+    app = application_of(spans, llm, timing.total if timing else None)
+    if app is None:
+        return timing, cached
+    total, parts, service = app
+    timing = timing or ServerTiming()
+    timing.total, timing.application = total, parts
+    timing.source = f"otlp:{service}" + (f"+{timing.source[5:]}" if timing.source else "")
+    return timing, cached
+
+
+def _is_model(s: Span) -> bool:
+    return GENAI["total"] in s.attributes or GENAI["prefill"] in s.attributes
+
+
+def _model_timing(spans: Sequence[Span]) -> tuple[ServerTiming | None, int | None]:
+    """What the model server's spans say: a GenAI span's latencies, else stage slices."""
     for s in spans:
-        if GENAI["total"] in s.attributes or GENAI["prefill"] in s.attributes:
+        if _is_model(s):
             values = {stage: _seconds_ms(s.attributes.get(key)) for stage, key in GENAI.items()}
             cached = s.attributes.get("gen_ai.usage.cached_tokens")
             return (ServerTiming.from_json(values, f"otlp:{s.service or 'unknown'}"),

@@ -2,7 +2,8 @@
 
 Every read from the socket gets one timestamp, shared by the SSE events it completes:
 events that arrive together have a zero gap, which is the truth. A role-only delta, empty
-text or a usage-only event is not a token event; an event's token count is the growth of the
+text or a usage-only event is not a token event; a reasoning delta (`reasoning_content`, `reasoning`)
+is one, and the first reasoning and first answer token are stamped apart; an event's token count is the growth of the
 cumulative per-chunk usage when the server offers it (vLLM's `continuous_usage_stats`), else
 1, or the growth of llama.cpp's cumulative `timings.predicted_n` (`timings_per_token`). The
 last usage seen is the request's, and the last server timings any event carried
@@ -33,11 +34,14 @@ class StreamParser:
     `feed` takes each socket read with its arrival time; `finish` applies the usage and
     server timings and raises `StreamFault` for a stream that never sent [DONE]."""
 
-    __slots__ = ("r", "chat", "buf", "cumulative_base", "usage", "timing", "cached", "done")
+    __slots__ = ("r", "chat", "buf", "cumulative_base", "usage", "timing", "cached", "done",
+                 "answer_ns", "text")
 
-    def __init__(self, r: RequestTimeline, chat: bool) -> None:
+    def __init__(self, r: RequestTimeline, chat: bool, keep_text: bool = False) -> None:
         self.r = r
         self.chat = chat
+        self.answer_ns: int | None = None  # the first token that is not reasoning
+        self.text: list[str] | None = [] if keep_text else None  # the answer, when kept
         self.buf = b""
         self.cumulative_base: int | None = None  # usage.completion_tokens at the last token event
         self.usage: dict[str, Any] | None = None
@@ -76,12 +80,15 @@ class StreamParser:
             t = obj.get("timings")
             cumulative = (u.get("completion_tokens") if u
                           else t.get("predicted_n") if t else None)
+            reasoning = False
             if choices:
                 c = choices[0]
                 if self.chat:
                     d = c.get("delta")
-                    token = d and (d.get("content") or d.get("reasoning_content")
-                                   or d.get("reasoning") or d.get("tool_calls"))
+                    token = d and (d.get("content") or d.get("tool_calls"))
+                    if d and not token:
+                        token = d.get("reasoning_content") or d.get("reasoning")
+                        reasoning = bool(token)
                 else:
                     token = c.get("text")
             else:
@@ -100,6 +107,14 @@ class StreamParser:
                     k = cumulative
                 self.cumulative_base = cumulative
             r.add_token_event(at, k)
+            if reasoning:
+                if r.first_reasoning_ns is None:
+                    r.first_reasoning_ns = at
+            else:
+                if self.answer_ns is None:
+                    self.answer_ns = at
+                if self.text is not None and isinstance(token, str):
+                    self.text.append(token)
         elif cumulative is not None and not r.token_ns:
             self.cumulative_base = cumulative
         if u:
@@ -111,6 +126,8 @@ class StreamParser:
             r.server_request_id = obj.get("id")
 
     def finish(self) -> None:
+        if self.r.first_reasoning_ns is not None:
+            self.r.first_answer_ns = self.answer_ns
         if self.usage:
             apply_usage(self.r, self.usage)
         if self.cached is not None and self.r.cached_tokens is None:

@@ -14,14 +14,16 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
-from latlab.load.arrivals import arrival_times, user_start_times
+from latlab.load.arrivals import arrival_times, sleep_until, user_start_times
 from latlab.load.client import Client
+from latlab.load.collector import without_collector
 from latlab.load.selfcheck import HealthSampler
+from latlab.load.sessions import SessionDriver
 from latlab.load.workload import RequestSpec, Workload
 from latlab.records.config import BenchConfig, ServerKind
-from latlab.records.folder import RunFolder
+from latlab.records.folder import RecordSink, RunFolder
 from latlab.records.health import WorkerHealth
 from latlab.records.timeline import Outcome, RequestTimeline, ms_between
 
@@ -76,7 +78,9 @@ class Worker:
     """Runs one process's share of the load on its own event loop and connection pool."""
 
     def __init__(self, config: BenchConfig, plan: WorkerPlan, workload: Workload,
-                 on_snapshot: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_snapshot: Callable[[dict[str, Any]], None] | None = None,
+                 writer: RecordSink | None = None) -> None:
+        """`writer` takes each record as it ends (default: the run folder's requests.jsonl)."""
         self.config = config
         self.plan = plan
         self.workload = workload
@@ -92,18 +96,21 @@ class Worker:
         self.message: str | None = None
         self.stopped_ns: int | None = None
         self._main: asyncio.Task[None] | None = None
+        self._expired = False
         self._next_k = 0
         arrivals = config.arrivals
         cap = arrivals.users if not arrivals.open_loop else arrivals.max_concurrency
         self.slots = config.share(cap, self.w) if cap else 0
         self._cap = asyncio.Semaphore(self.slots) if arrivals.open_loop and self.slots else None
-        self.writer = RunFolder(Path(plan.run_path)).record_writer()
+        self.writer = writer or RunFolder(Path(plan.run_path)).record_writer()
         self.client = Client(plan.url, plan.model, config.workload.api, api_key=plan.api_key,
                              pool_size=self.slots, timeout_s=config.timeout_s,
                              ignore_eos=config.ignore_eos,
                              continuous_usage=config.continuous_usage, stream=config.stream,
                              keepalive=config.keepalive, kind=ServerKind(plan.server_kind))
+        self.sessions = SessionDriver(self) if config.workload.sessions else None
 
+    @without_collector  # its stalls would land in the measured gaps
     async def run(self) -> WorkerResult:
         loop = asyncio.get_running_loop()
         handled = {}
@@ -116,10 +123,12 @@ class Worker:
                 pass
         snapshots = loop.create_task(self._snapshots())
         self.health.start()
+        expiry = (loop.call_later(max(0.0, (self.end_ns - perf_counter_ns()) / 1e9
+                                      + self.config.drain_s), self._expire)
+                  if self.end_ns is not None else None)
         try:
             async with self.client:
-                load = self._open_loop() if self.config.arrivals.open_loop else self._closed_loop()
-                self._main = loop.create_task(load)
+                self._main = loop.create_task(self._load())
                 try:
                     await self._main
                 except asyncio.CancelledError:
@@ -128,11 +137,15 @@ class Worker:
                 if self.tasks:
                     await asyncio.gather(*self.tasks, return_exceptions=True)
         finally:
+            if expiry is not None:
+                expiry.cancel()
             for sig, previous in handled.items():
                 loop.remove_signal_handler(sig)
                 if previous is not None:  # e.g. a sweep's own SIGTERM handling
                     signal.signal(sig, previous)
             snapshots.cancel()
+            if self.sessions is not None:
+                await self.sessions.close()
             self.writer.close()
             health = await self.health.stop()
             self._snapshot()
@@ -140,9 +153,26 @@ class Worker:
         return WorkerResult(self.w, health, self.stop_reason or "done", self.stopped_ns,
                             self.message, c.done, c.failed)
 
+    def _load(self) -> Coroutine[Any, Any, None]:
+        """The arrival loop: of single requests, or of sessions (`sessions.SessionDriver`)."""
+        driver = self.sessions
+        if self.config.arrivals.open_loop:
+            return driver.open_loop() if driver else self._open_loop()
+        return driver.closed_loop() if driver else self._closed_loop()
+
     def interrupt(self) -> None:
         """Ctrl-C: stop scheduling and cancel what is in flight (recorded as cancelled)."""
         self._stop("interrupted", "interrupted: requests in flight were cancelled")
+        for task in self.tasks:
+            task.cancel()
+        if self._main is not None:
+            self._main.cancel()
+
+    def _expire(self) -> None:
+        """The run's end (--duration + --drain): what is still in flight is cancelled and
+        recorded as unfinished, whatever the server is doing."""
+        self._stop("duration")
+        self._expired = True
         for task in self.tasks:
             task.cancel()
         if self._main is not None:
@@ -163,14 +193,20 @@ class Worker:
             if index % self.n != self.w:
                 continue
             spec = self.workload.request(index)
-            await _sleep_until(scheduled)
+            await sleep_until(scheduled)
             if self.stop_reason is not None:
                 return
             self.health.note_dispatch(perf_counter_ns() - scheduled)
-            task = asyncio.get_running_loop().create_task(self._request(spec, scheduled))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            if self._cap is not None:
+                await self._cap.acquire()  # a full cap holds the schedule, not a task pile
+            self._spawn(spec, scheduled)
         self._stop("trace")
+
+    def _spawn(self, spec: RequestSpec, scheduled_ns: int) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(self._request(spec, scheduled_ns))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
 
     async def _closed_loop(self) -> None:
         starts = user_start_times(self.config.arrivals.users, self.config.arrivals.ramp_s)
@@ -187,33 +223,40 @@ class Worker:
                 return self._stop("duration")
             self._next_k += 1
             spec = self.workload.request(index)
-            await _sleep_until(scheduled)
+            await sleep_until(scheduled)
             self.health.note_dispatch(perf_counter_ns() - scheduled)
-            await self._request(spec, scheduled)
+            await self._spawn(spec, scheduled)
             scheduled = perf_counter_ns()
 
-    async def _request(self, spec: RequestSpec, scheduled_ns: int) -> None:
+    async def _request(self, spec: RequestSpec, scheduled_ns: int
+                       ) -> tuple[RequestTimeline, str | None]:
+        """Send one request and record it; a session's request returns its answer too."""
         r = RequestTimeline(id=f"{self.plan.run_id}-{spec.index}", index=spec.index,
                             worker=self.w, api=self.config.workload.api,
                             prompt_tokens_planned=spec.prompt_tokens, max_tokens=spec.max_tokens,
+                            fitted=spec.fitted, session=spec.session,
                             tenant=spec.tenant, priority=spec.priority, scheduled_ns=scheduled_ns)
         self.in_flight[spec.index] = r
+        self.writer.begin(r)
         self.counters.dispatched += 1
         try:
-            if self._cap is None:
-                await self.client.send(spec, r)
-            else:
-                async with self._cap:
-                    await self.client.send(spec, r)
+            answer = await self.client.send(spec, r)
         except asyncio.CancelledError:
-            if r.sent_ns is None:
+            if self._expired:
+                r.outcome = Outcome.UNFINISHED
+                r.error = (f"still in flight {self.config.drain_s:g} s after --duration "
+                           "(--drain): cancelled")
+            elif r.sent_ns is None:
                 r.outcome, r.error = Outcome.CANCELLED, "cancelled before it was sent"
-                r.done_ns = perf_counter_ns()
+            r.done_ns = r.done_ns or perf_counter_ns()
             raise
         finally:
+            if self._cap is not None and spec.session is None:  # a session holds its slot
+                self._cap.release()
             del self.in_flight[spec.index]
             self.writer.write(r)
             self._finished(r)
+        return r, answer
 
     def _finished(self, r: RequestTimeline) -> None:
         c = self.counters
@@ -255,9 +298,3 @@ class Worker:
                           "failed": c.failed, "in_flight": len(self.in_flight),
                           "tokens": tokens, "ttft": c.ttft_new})
         c.ttft_new = []
-
-
-async def _sleep_until(t_ns: int) -> None:
-    """Sleep until `t_ns`; the loop's 1 ms timers may wake early, so check and go again."""
-    while (delay := t_ns - perf_counter_ns()) > 0:
-        await asyncio.sleep(delay / 1e9)

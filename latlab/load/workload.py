@@ -13,12 +13,14 @@ from typing import Any
 import numpy as np
 
 from latlab.load.datasets import load_dataset
+from latlab.records.timeline import SessionStep
 from latlab.records.workload import CHAT_APIS, Api, WorkloadConfig, WorkloadError
 from latlab.tokenizer import Tokenizer, TokenizerError
 
 __all__ = ["Api", "RequestSpec", "Workload", "WorkloadError"]
 _WORD = re.compile(r" [a-z]{2,12}")
 SALT_WORDS = 4  # a salted run's words before each dataset prompt
+CHAT_TOKENS_PER_MESSAGE = 8  # what a chat template adds around each message, at most
 
 
 @dataclass(slots=True)
@@ -32,6 +34,17 @@ class RequestSpec:
     max_tokens: int
     tenant: str | None = None
     priority: int | None = None
+    fitted: bool = False  # max_tokens lowered to fit the server's context
+    session: SessionStep | None = None  # where it sits in a session (its answer is kept)
+
+    @property
+    def context_needed(self) -> int | None:
+        """Tokens of context the request needs at most: prompt (with a chat template's
+        additions), output and a BOS token."""
+        if self.prompt_tokens is None:
+            return None
+        template = CHAT_TOKENS_PER_MESSAGE * (len(self.messages) + 1) if self.messages else 0
+        return self.prompt_tokens + template + 1 + self.max_tokens
 
 
 class Workload:
@@ -46,9 +59,9 @@ class Workload:
         self._words = _word_pool(self.tokenizer)
         self._dataset = load_dataset(config.dataset) if config.dataset else None
         salt = [] if config.prompt_salt is None else [config.prompt_salt]
-        self._prefix = self._text(np.random.default_rng([config.seed, 1, *salt]),
+        self._prefix = self.text(np.random.default_rng([config.seed, 1, *salt]),
                                   config.prefix_tokens)
-        self._salt_words = (self._text(np.random.default_rng([config.seed, 4, *salt]), SALT_WORDS)
+        self._salt_words = (self.text(np.random.default_rng([config.seed, 4, *salt]), SALT_WORDS)
                             if salt else "")
         self._tenants = _choice(config.tenants)
         self._priorities = _choice(config.priorities)
@@ -64,13 +77,55 @@ class Workload:
             self._synthetic(spec, rng, shared)
         else:
             self._from_dataset(spec, rng, shared)
+        self.fit(spec)
         return spec
+
+    def fit(self, spec: RequestSpec) -> bool:
+        """Lower `spec.max_tokens` so that it fits the server's context; False when its
+        prompt alone leaves no room for one output token."""
+        limit, needed = self.config.context_tokens, spec.context_needed
+        if limit is None or needed is None or needed <= limit:
+            return True
+        if needed - limit >= spec.max_tokens:
+            return False
+        spec.max_tokens -= needed - limit
+        spec.fitted = True
+        return True
+
+    @property
+    def dataset(self) -> list | None:
+        """The dataset's entries (None for synthetic prompts)."""
+        return self._dataset
+
+    @property
+    def prefix(self) -> str:
+        """The shared system prompt (`--prefix-tokens`), "" without one."""
+        return self._prefix
+
+    @property
+    def salt_words(self) -> str:
+        """A salted run's words before every dataset prompt ("" unsalted)."""
+        return self._salt_words
+
+    def labels(self, rng: np.random.Generator) -> tuple[str | None, int | None]:
+        """A tenant and a priority, drawn by their weights."""
+        return self._tenants(rng), self._priorities(rng)
+
+    def prompts_too_long(self, count: int) -> tuple[int, int]:
+        """Of the first `count` requests, how many have prompts that leave no room for one
+        output token in the server's context, and the longest prompt (tokens)."""
+        limit = self.config.context_tokens
+        if limit is None:
+            return 0, 0
+        specs = [self.request(i) for i in range(count)]
+        over = [s for s in specs if (s.context_needed or 0) - s.max_tokens + 1 > limit]
+        return len(over), max((s.prompt_tokens or 0 for s in specs), default=0)
 
     def _synthetic(self, spec: RequestSpec, rng: np.random.Generator, shared: bool) -> None:
         n = self.config.prompt_tokens.sample(rng)
-        own = self._text(rng, n)
+        own = self.text(rng, n)
         if self.config.prompt_salt is not None:  # other words, the same lengths
-            own = self._text(np.random.default_rng(
+            own = self.text(np.random.default_rng(
                 [self.config.seed, 3, self.config.prompt_salt, spec.index]), n)
         spec.max_tokens = self.config.output_tokens.sample(rng)
         spec.prompt_tokens = n + (self.config.prefix_tokens if shared else 0)
@@ -102,7 +157,7 @@ class Workload:
             spec.prompt = prefix + text
             spec.prompt_tokens = len(self.tokenizer.encode(spec.prompt))
 
-    def _text(self, rng: np.random.Generator, n_tokens: int) -> str:
+    def text(self, rng: np.random.Generator, n_tokens: int) -> str:
         """Words that are one token each, drawn at random: exactly `n_tokens` tokens."""
         if n_tokens == 0:
             return ""

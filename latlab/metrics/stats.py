@@ -59,6 +59,22 @@ def reliable(n: int, q: float) -> bool:
     return n * (1 - q / 100.0) >= MIN_TAIL_SAMPLES
 
 
+MIN_EXCEEDING = 3
+
+
+def tail_exceeds(values: Sequence[float], q: float, limit: float) -> bool:
+    """Whether the q-th percentile of `values` is above `limit` on evidence: the percentile
+    itself when it is reliable; else at least `MIN_EXCEEDING` samples above the limit (and
+    their share beyond 100 − q), so one outlier in a small sample decides nothing."""
+    n = len(values)
+    if n == 0:
+        return False
+    if reliable(n, q):
+        return percentile(sorted(values), q) > limit
+    over = sum(1 for v in values if v > limit)
+    return over >= MIN_EXCEEDING and over >= n * (1 - q / 100.0)
+
+
 def distribution(values: Iterable[float | None]) -> Distribution:
     """Mean, min, max and every percentile of `PERCENTILES` with its CI and reliability."""
     data = np.sort(np.asarray([v for v in values if v is not None], dtype=float))

@@ -3,21 +3,33 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from latlab.metrics.formulas import FORMULAS
-from latlab.metrics.request import request_metrics
+from latlab.metrics.request import RequestMetrics, request_metrics
+from latlab.metrics.sessions import reasoning_summary, session_summary
 from latlab.metrics.slo import meets_slos
 from latlab.metrics.stats import distribution
 from latlab.metrics.throughput import SHORTFALL, throughput
 from latlab.records.summary import ClientCheck, Goodput, RunSummary, WindowSpan
-from latlab.records.timeline import RequestTimeline
+from latlab.records.timeline import Outcome, RequestTimeline
 from latlab.records.window import Window
 
 FAILURE_ADJUSTED = ("ttft", "ttft_sched", "e2e", "e2e_sched")
 CACHED_SHARE_WARNING = 0.5
+
+
+def judge(ok: Sequence[tuple[RequestTimeline, RequestMetrics]], failed: int,
+          window: Window | None, slos: Mapping[str, float]) -> Goodput:
+    """Goodput: the successful requests (with their metrics) that met every SLO, as a share
+    of the window's ok + `failed` requests and per second of the window."""
+    good = [r for r, m in ok if meets_slos(m, slos)]
+    good_done = sum(1 for r in good if window is None or r.done_ns in window)
+    return Goodput(slos=dict(slos), good=len(good),
+                   fraction=len(good) / (len(ok) + failed) if ok or failed else 0.0,
+                   requests_per_s=good_done / window.duration_s if window else None)
 
 
 def summarize(
@@ -28,14 +40,17 @@ def summarize(
     client: ClientCheck | None = None,
     stop_reason: str | None = None,
     notes: Sequence[str] = (),
+    concurrency_cap: int | None = None,
 ) -> RunSummary:
     """The summary over the requests scheduled inside `window` (all when None). `client`
     (the self-check), `stop_reason` and `notes` (the load's own messages, first among the
-    warnings) come from the load generator when it ran the records."""
+    warnings) come from the load generator when it ran the records; `concurrency_cap` is
+    the open loop's --max-concurrency, which holds sends back by design."""
     chosen = [r for r in records if window is None or r.origin_ns in window]
     metrics = [request_metrics(r) for r in chosen]
     ok = [(r, m) for r, m in zip(chosen, metrics) if r.ok]
-    failed = [r for r in chosen if not r.ok]
+    failed = [r for r in chosen if not r.ok and r.outcome != Outcome.CANCELLED]
+    cancelled = len(chosen) - len(ok) - len(failed)  # by the user: neither ok nor failed
 
     failures: dict[str, int] = {}
     for r in failed:
@@ -58,13 +73,7 @@ def summarize(
         for name in FAILURE_ADJUSTED
     }
 
-    goodput = None
-    if slos:
-        good = [r for r, m in ok if meets_slos(m, slos)]
-        good_done = sum(1 for r in good if window is None or r.done_ns in window)
-        goodput = Goodput(slos=dict(slos), good=len(good),
-                          fraction=len(good) / len(chosen) if chosen else 0.0,
-                          requests_per_s=good_done / window.duration_s if window else None)
+    goodput = judge(ok, len(failed), window, slos) if slos else None
 
     prompts = [r.prompt_tokens for r, _ in ok if r.prompt_tokens is not None]
     outputs = [m.output_tokens for _, m in ok if m.output_tokens is not None]
@@ -74,6 +83,7 @@ def summarize(
     summary = RunSummary(
         requests=len(records),
         in_window=len(chosen),
+        cancelled=cancelled,
         ok=len(ok),
         failures=failures,
         latency=latency,
@@ -92,20 +102,30 @@ def summarize(
         window=(WindowSpan(start_ns=window.start_ns, end_ns=window.end_ns,
                            seconds=window.duration_s) if window else None),
         stop_reason=stop_reason,
+        sessions=session_summary(chosen),
+        reasoning=reasoning_summary(chosen),
     )
-    summary.warnings = [*dict.fromkeys(notes), *_warnings(summary)]
+    summary.warnings = [*dict.fromkeys(notes), *_warnings(summary, concurrency_cap)]
     return summary
 
 
-def _warnings(s: RunSummary) -> list[str]:
+def _warnings(s: RunSummary, cap: int | None = None) -> list[str]:
     warnings = []
-    failed = s.in_window - s.ok
-    if s.in_window and failed:
-        warnings.append(f"{failed} of {s.in_window} requests failed ({100 * failed / s.in_window:.1f}%): "
+    failed = sum(s.failures.values())
+    judged = s.ok + failed
+    if failed:
+        warnings.append(f"{failed} of {judged} requests failed ({100 * failed / judged:.1f}%): "
                         "see failures and the failure-adjusted percentiles")
+    if s.cancelled:
+        warnings.append(f"{s.cancelled} requests were cancelled by the user (Ctrl-C): left out "
+                        "of the statistics, not counted as failures")
     t = s.throughput
     if t and t.offered_rate:
-        if t.sent_rate < SHORTFALL * t.offered_rate:
+        if t.sent_rate < SHORTFALL * t.offered_rate and cap is not None:
+            warnings.append(f"sent {t.sent_rate:.2f} req/s of {t.offered_rate:.2f} offered: the "
+                            f"--max-concurrency {cap} cap held requests back (their wait is "
+                            "client wait, by design)")
+        elif t.sent_rate < SHORTFALL * t.offered_rate:
             warnings.append(f"the client sent {t.sent_rate:.2f} req/s of {t.offered_rate:.2f} offered: "
                             "it could not keep the schedule")
         if t.fell_behind:

@@ -9,13 +9,14 @@ from typing import Sequence
 import numpy as np
 
 from latlab.records.summary import Throughput
-from latlab.records.timeline import RequestTimeline
+from latlab.records.timeline import Outcome, RequestTimeline
 from latlab.records.window import Window
 
 SHORTFALL = 0.95
 BURST_SHARE = 0.1
 BACKLOG_NOISE_MIN = 3
 BACKLOG_NOISE_SIGMAS = 3.0
+NOT_CONNECTED = (Outcome.CONNECTION_REFUSED, Outcome.CONNECTION_RESET)
 
 
 def throughput(records: Sequence[RequestTimeline], chosen: Sequence[RequestTimeline],
@@ -45,7 +46,7 @@ def throughput(records: Sequence[RequestTimeline], chosen: Sequence[RequestTimel
     arrivals = Window(window.start_ns, window.end_ns if continued else min(window.end_ns, last))
     burst = arrivals.duration_s < BURST_SHARE * window.duration_s
     offered = None if burst else len(chosen) / arrivals.duration_s
-    sent = None if burst else sum(1 for r in chosen if r.sent_ns in arrivals) / arrivals.duration_s
+    sent = None if burst else _sent_rate(chosen, arrivals)
 
     spans = [(r.sent_ns, r.end_ns) for r in records if r.sent_ns is not None]
     busy_ns = sum(max(0, min(end, window.end_ns) - max(start, window.start_ns))
@@ -66,6 +67,23 @@ def throughput(records: Sequence[RequestTimeline], chosen: Sequence[RequestTimel
         backlog_growth=backlog,
         fell_behind=offered is not None and achieved < SHORTFALL * offered and backlog > noise,
     )
+
+
+def attempted_ns(r: RequestTimeline) -> int | None:
+    """When the client sent the request, or tried to: a request refused a connection was
+    attempted when it failed (the target's fault, not the client's)."""
+    if r.sent_ns is not None:
+        return r.sent_ns
+    return r.done_ns if r.outcome in NOT_CONNECTED else None
+
+
+def _sent_rate(chosen: Sequence[RequestTimeline], arrivals: Window) -> float:
+    """The rate at which the client sent what the schedule offered in `arrivals`: the
+    requests it sent (or tried to), over the arrivals' span stretched to the last of those
+    sends; a client that keeps the schedule sends at the offered rate."""
+    sends = [t for r in chosen if (t := attempted_ns(r)) is not None]
+    end = max([arrivals.end_ns, *(t + 1 for t in sends)])
+    return len(sends) / ((end - arrivals.start_ns) / 1e9)
 
 
 def zero_gap_share(records: Sequence[RequestTimeline],

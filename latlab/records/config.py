@@ -10,14 +10,17 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, SecretStr, field_serializer, field_validator,
+                      model_validator)
 
 from latlab.records import SCHEMA_VERSION
+from latlab.records.cluster import RayCluster
 from latlab.records.simulation import Simulation
 from latlab.records.workload import ArrivalConfig, WorkloadConfig
 
+MAX_LOCAL_WORKERS = 64
 SLO_METRICS = ("ttft", "ttft_sched", "tpot", "itl", "e2e", "e2e_sched")
 
 
@@ -36,6 +39,39 @@ class ServerKind(StrEnum):
 
 _SLO = re.compile(r"^\s*(?P<name>[a-z][a-z0-9_]*)\s*(?:=|<=?)\s*(?P<value>[0-9.]+)\s*(?P<unit>ms|s|us)?\s*$")
 _UNIT_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001, None: 1.0}
+
+
+SECRETS = ("--api-key",)
+_INLINE_SECRET = re.compile(r"(--api-key(?:=|\s+))(\"[^\"]*\"|'[^']*'|\S+)")
+HIDDEN = "***"
+
+
+def redact(argv: list[str] | tuple[str, ...]) -> list[str]:
+    """A command line with every secret replaced: `--api-key KEY`, `--api-key=KEY`, and the
+    same inside one argument (`--serve-args "--api-key KEY"`). Nothing stored or printed
+    holds a secret."""
+    out: list[str] = []
+    hide = False
+    for arg in argv:
+        if hide:
+            out.append(HIDDEN)
+            hide = False
+        elif arg in SECRETS:
+            out.append(arg)
+            hide = True
+        else:
+            out.append(_INLINE_SECRET.sub(rf"\g<1>{HIDDEN}", arg))
+    return out
+
+
+def server_root(url: str | None) -> str | None:
+    """A server's root URL: `http://HOST:PORT`, also from its OpenAI base URL (`…/v1`)."""
+    if url is None:
+        return None
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"--url {url!r}: expected http://HOST:PORT or https://...")
+    root = url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
 def parse_slo(text: str) -> tuple[str, float]:
@@ -66,7 +102,9 @@ class BenchConfig(BaseModel):
     warmup_s: float = Field(default=0.0, ge=0)
     cooldown_s: float = Field(default=0.0, ge=0)
     timeout_s: float = Field(default=300.0, gt=0)
-    workers: int = Field(default=1, ge=1, le=64)
+    drain_s: float = Field(default=30.0, ge=0)
+    workers: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = 1
+    ray: str | None = None  # a Ray cluster's address ("auto": a local one) to run workers on
     ignore_eos: bool = True
     continuous_usage: bool = True
     stream: bool = True
@@ -80,25 +118,39 @@ class BenchConfig(BaseModel):
     name: str = "bench"
     tags: list[str] = []
 
+    @field_serializer("serve_args")
+    def _redacted(self, serve_args: list[str]) -> list[str]:
+        return redact(serve_args)
+
+    _root = field_validator("url")(lambda url: server_root(url))
+
     @model_validator(mode="after")
     def _check(self) -> BenchConfig:
         if self.duration_s is None and self.requests is None and self.arrivals.process != "trace":
             raise ValueError("give --duration or --requests")
+        if self.arrivals.rate == float("inf") and self.requests is None:
+            raise ValueError("--rate inf sends every request at once: bound it with --requests N "
+                             "(and --max-concurrency to cap how many are in flight)")
         if self.duration_s is not None and self.warmup_s + self.cooldown_s >= self.duration_s:
             raise ValueError(f"--warmup {self.warmup_s:g} s + --cooldown {self.cooldown_s:g} s "
                              f"leave nothing of --duration {self.duration_s:g} s")
-        if self.url is not None and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"--url {self.url!r}: expected http://HOST:PORT or https://...")
-        a = self.arrivals
-        if a.process == "closed" and a.users < self.workers:
-            raise ValueError(f"--users {a.users} cannot be shared by --workers {self.workers}")
-        if a.max_concurrency is not None and a.max_concurrency < self.workers:
-            raise ValueError(f"--max-concurrency {a.max_concurrency} cannot be shared by "
-                             f"--workers {self.workers}")
+        if self.workers != "auto":
+            self._check_workers(self.workers)
         for name, limit in self.slos.items():
             if name not in SLO_METRICS or limit <= 0:
                 raise ValueError(f"--slo {name}={limit}: unknown metric or non-positive limit")
         return self
+
+    def _check_workers(self, workers: int) -> None:
+        if self.ray is None and workers > MAX_LOCAL_WORKERS:
+            raise ValueError(f"--workers {workers}: at most {MAX_LOCAL_WORKERS} processes on "
+                             "one machine; spread more over a Ray cluster with --ray")
+        a = self.arrivals
+        if a.process == "closed" and a.users < workers:
+            raise ValueError(f"--users {a.users} cannot be shared by --workers {workers}")
+        if a.max_concurrency is not None and a.max_concurrency < workers:
+            raise ValueError(f"--max-concurrency {a.max_concurrency} cannot be shared by "
+                             f"--workers {workers}")
 
     def share(self, total: int, worker: int) -> int:
         """Worker `worker`'s share of `total` users or concurrency slots."""
@@ -127,6 +179,12 @@ class ColdstartConfig(BaseModel):
     name: str = "engine"
     tags: list[str] = []
 
+    @field_serializer("serve_args", "command")
+    def _redacted(self, argv: list[str]) -> list[str]:
+        return redact(argv)
+
+    _root = field_validator("url")(lambda url: server_root(url))
+
     @model_validator(mode="after")
     def _check(self) -> ColdstartConfig:
         if self.command and self.url is None:
@@ -137,8 +195,6 @@ class ColdstartConfig(BaseModel):
         if self.command and self.serve_args:
             raise ValueError("--serve-args is for the embedded engine; put the options into "
                              "--command")
-        if self.url is not None and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"--url {self.url!r}: expected http://HOST:PORT")
         if any(g < 0 for g in self.idle_gaps_s):
             raise ValueError(f"--idle-gaps {self.idle_gaps_s}: gaps cannot be negative")
         return self
@@ -166,6 +222,8 @@ class Target(BaseModel):
     engine_ready_s: float | None = None
     server_kind: ServerKind | None = None
     otlp_endpoint: str | None = None
+    rtt_ms: float | None = None  # a null request's round trip before the run
+    max_model_len: int | None = None  # the context the server lists for the model
 
 
 class RunConfig(BaseModel):
@@ -190,7 +248,9 @@ class RunConfig(BaseModel):
     slos: dict[str, float] = {}
     concurrency: int | None = None
     clock: Clock = Clock()
-    simulation: Simulation | None = None
+    ray: RayCluster | None = None  # the cluster and its nodes' clocks (`--ray`)
+    failed: str | None = None  # why the run did not start (no request was sent)
+    simulation: Simulation | None = None  # what `latlab predict` simulated (no request sent)
 
     @property
     def simulated(self) -> bool:

@@ -17,7 +17,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, TypeVar
+from typing import Iterator, Protocol, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -103,7 +103,8 @@ class RunFolder:
     def iter_records(self, raw: bool = False) -> Iterator[RequestTimeline]:
         """Every complete record; a torn last line (crash mid-write) is skipped. Unless
         `raw`, a request without in-band server timings gets those its spans gave
-        (server_timings.jsonl, written by `latlab.load.spans.join_run`)."""
+        (server_timings.jsonl, written by `latlab.load.spans.join_run`); an application's
+        spans win over the model server's in-band timings its answer relayed."""
         if not self.requests_path.is_file():
             return
         joined = {} if raw else self._joined()
@@ -117,7 +118,8 @@ class RunFolder:
                     raise RunFolderError(f"{self.requests_path}: unreadable record: {e}") from e
                 if r.id in joined:
                     timing, cached = joined[r.id]
-                    r.server = r.server or timing
+                    r.server = (timing if timing is not None and timing.application
+                                else r.server or timing)
                     r.cached_tokens = r.cached_tokens if r.cached_tokens is not None else cached
                 yield r
 
@@ -144,14 +146,33 @@ class RunFolder:
         return joined
 
 
+class RecordSink(Protocol):
+    """Where a worker puts each record the moment its request ends (and, for a sink that
+    must account for requests in flight, when it begins)."""
+
+    def begin(self, record: RequestTimeline) -> None: ...
+
+    def write(self, record: RequestTimeline) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class RecordWriter:
     """Appends records to `requests.jsonl`, one atomic write per record."""
 
     def __init__(self, path: Path) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
+    def begin(self, record: RequestTimeline) -> None:
+        pass  # a crash loses the requests in flight; the records on disk stay whole
+
     def write(self, record: RequestTimeline) -> None:
         os.write(self._fd, orjson.dumps(record.to_json(), option=orjson.OPT_APPEND_NEWLINE))
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        """Records serialized elsewhere (each a JSON line ending in a newline), in one write."""
+        if lines:
+            os.write(self._fd, b"".join(lines))
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -12,6 +12,7 @@ class WorkerHealth:
     """Event-loop lag and dispatch lateness samples (ms, with their stamps), CPU and load."""
 
     worker: int
+    node: str | None = None  # the Ray node it ran on (`--ray`)
     loop_lag_ms: list[float] = field(default_factory=list)
     loop_lag_at_ns: list[int] = field(default_factory=list)
     dispatch_lateness_ms: list[float] = field(default_factory=list)

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from latlab.records import SCHEMA_VERSION
+from latlab.records.ab import ABRecord
 from latlab.records.calibration import Calibration
 from latlab.records.coldstart import ColdstartRecord
 from latlab.records.config import RunConfig
@@ -29,6 +30,7 @@ FILES: dict[str, Any] = {
     "sweep": SweepRecord,           # sweep.json
     "coldstart": ColdstartRecord,   # coldstart.json
     "calibration": Calibration,     # a calibration (`latlab calibrate`)
+    "ab": ABRecord,                 # ab.json
 }
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 METRICS = "metrics.jsonl"
-SERIES = ("running", "waiting", "kv_usage", "preemptions")
+SERIES = ("running", "waiting", "kv_usage", "preemptions", "prefix_cache_queries",
+          "prefix_cache_hits", "spec_draft_tokens", "spec_accepted_tokens")
 
 
 class Scrape(BaseModel):

@@ -123,6 +123,48 @@ class WindowSpan(Record):
     seconds: float
 
 
+class TurnStats(Record):
+    """A session's turn (or an agent's step) across the sessions: its successful requests'
+    TTFT, mean prompt tokens and the share of them the server took from its prefix cache
+    (None when it reports no cached tokens)."""
+
+    turn: int
+    n: int
+    ttft: Distribution
+    prompt_tokens: float | None = None
+    cached_share: float | None = None
+
+
+class SessionSummary(Record):
+    """Sessions (`--turns`, `--agent-steps`): how many had a request in the window, how many
+    ran every turn successfully, their duration (first request scheduled → last one done,
+    think times and tool steps included, ms) and, for agent tasks, the mean task's split
+    into model calls (E2E from schedule), tool steps and the orchestration between them."""
+
+    kind: str
+    sessions: int
+    complete: int
+    turns_mean: float
+    duration: Distribution
+    think: Distribution | None = None
+    model_ms: float | None = None
+    tool_ms: float | None = None
+    orchestration_ms: float | None = None
+    per_turn: list[TurnStats] = []
+
+
+class ReasoningSummary(Record):
+    """Streams that marked reasoning tokens: time to the first reasoning token and to the
+    first answer token (from send), the thinking time (first reasoning → first answer, or
+    the end without one) and its mean share of E2E."""
+
+    n: int
+    ttfr: Distribution
+    ttfa: Distribution
+    thinking: Distribution
+    thinking_share: float
+
+
 class RunSummary(Record):
     """Everything `summary.json` holds."""
 
@@ -130,6 +172,7 @@ class RunSummary(Record):
     requests: int
     in_window: int
     ok: int
+    cancelled: int = 0  # by the user (Ctrl-C): neither ok nor failed
     failures: dict[str, int] = {}
     latency: dict[str, Distribution] = {}
     failure_adjusted: dict[str, Distribution] = {}
@@ -147,6 +190,8 @@ class RunSummary(Record):
     window: WindowSpan | None = None
     stop_reason: str | None = None
     spans: SpanJoin | None = None
+    sessions: SessionSummary | None = None
+    reasoning: ReasoningSummary | None = None
 
     def percentile(self, metric: str, name: str) -> float | None:
         """`summary.percentile("ttft", "p99")`: the value, None when not measured."""

@@ -43,6 +43,8 @@ class Point(Record):
     interrupted: bool = False
     warnings: list[str] = []
     cost: Cost | None = None
+    offered: float | None = None  # the rate the arrivals actually offered (open loop)
+    fell_behind: bool = False  # the server did not keep up with the offered rate
 
     @property
     def unit(self) -> str:
@@ -53,7 +55,10 @@ class Point(Record):
         return min(self.achieved, self.load) if self.mode == "rate" else self.achieved
 
     def passes(self, slos: dict[str, float]) -> bool:
-        return all(self.slo_values.get(m, math.inf) <= limit for m, limit in slos.items())
+        """Every SLO met at the sweep's percentile, and the server kept up: a point that fell
+        behind its offered rate meets no SLO, whatever its percentiles."""
+        return not self.fell_behind and all(self.slo_values.get(m, math.inf) <= limit
+                                            for m, limit in slos.items())
 
 
 class Knee(Record):

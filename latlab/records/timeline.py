@@ -48,7 +48,9 @@ class Outcome(StrEnum):
     CONNECTION_RESET = "connection_reset"
     STREAM_BROKEN = "stream_broken"
     BAD_PAYLOAD = "bad_payload"
-    CANCELLED = "cancelled"
+    EMPTY = "empty"  # a 200 answer that carried no token and no usage
+    UNFINISHED = "unfinished"  # still in flight when the run's time (duration + drain) ran out
+    CANCELLED = "cancelled"  # by the user (Ctrl-C): not the server's failure
     CLIENT_ERROR = "client_error"
 
 
@@ -70,8 +72,12 @@ class ServerTiming:
     inference: float | None = None
     model_load: float | None = None
     source: str | None = None
+    # An application in front of the model (its own spans): ms per span name, and `other`,
+    # its time outside them and outside the model server's `total`; `total` is then the
+    # application's.
+    application: dict[str, float] | None = None
 
-    def to_json(self) -> dict[str, float | str]:
+    def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
@@ -85,6 +91,10 @@ class ServerTiming:
             value = data.get(name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
                 values[name] = float(value)
+        app = data.get("application")
+        if isinstance(app, dict):
+            values["application"] = {str(k): float(v) for k, v in app.items()
+                                     if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if not values:
             return None
         source = source or data.get("source")
@@ -128,17 +138,38 @@ class ConnectionTiming:
 
 
 @dataclass(slots=True)
+class SessionStep:
+    """Where a request sits in a session: a chat's turn, or an agent task's model call.
+
+    `turn` counts from 1 to the `turns` planned. `after_ns` is when the session's previous
+    request ended (None for turn 1); between it and this request's `scheduled` lies the
+    user's think time (`chat`) or the tool step (`agent`: `tool_start_ns` to `tool_end_ns`,
+    `tool_error` when the tool failed; the rest of the gap is the orchestration's)."""
+
+    id: str
+    turn: int
+    turns: int
+    kind: str = "chat"
+    after_ns: int | None = None
+    tool_start_ns: int | None = None
+    tool_end_ns: int | None = None
+    tool_error: str | None = None
+
+
+@dataclass(slots=True)
 class RequestTimeline:
     """Everything latlab knows about one request: workload, client events, server timings."""
 
     id: str
     index: int
     worker: int = 0
+    node: str | None = None  # the Ray node that sent it (`--ray`); None on one machine
 
     # What the workload asked for.
     api: str = "completions"
     prompt_tokens_planned: int | None = None
     max_tokens: int | None = None
+    fitted: bool = False  # max_tokens lowered to fit the server's context
     tenant: str | None = None
     priority: int | None = None
 
@@ -172,6 +203,12 @@ class RequestTimeline:
     # connection after a pooled one turned out closed (their time is client wait).
     trace_id: str | None = None
     retries: int = 0
+
+    # A session's request (None for an independent one), and a reasoning stream's first
+    # reasoning token and first answer token (None unless the stream marked reasoning).
+    session: SessionStep | None = None
+    first_reasoning_ns: int | None = None
+    first_answer_ns: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -210,6 +247,7 @@ class RequestTimeline:
         data["outcome"] = str(self.outcome)
         data["connection"] = asdict(self.connection) if self.connection else None
         data["server"] = self.server.to_json() if self.server else None
+        data["session"] = asdict(self.session) if self.session else None
         return data
 
     @classmethod
@@ -220,4 +258,6 @@ class RequestTimeline:
         if values.get("connection"):
             values["connection"] = ConnectionTiming(**values["connection"])
         values["server"] = ServerTiming.from_json(values.get("server"))
+        if values.get("session"):
+            values["session"] = SessionStep(**values["session"])
         return cls(**values)

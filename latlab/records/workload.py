@@ -64,16 +64,22 @@ class LengthDistribution(BaseModel):
         return f"{self.kind}:{self.a:g}" + (f",{self.b:g}" if self.kind != "fixed" else "")
 
     def sample(self, rng: np.random.Generator) -> int:
+        if self.kind == "uniform":
+            return max(1, int(rng.integers(int(self.a), int(self.b), endpoint=True)))
+        return max(1, int(round(self.draw(rng))))
+
+    def draw(self, rng: np.random.Generator) -> float:
+        """One value, unrounded (a duration), at least 0."""
         if self.kind == "fixed":
             value = self.a
         elif self.kind == "uniform":
-            value = rng.integers(int(self.a), int(self.b), endpoint=True)
+            value = rng.uniform(self.a, self.b)
         elif self.kind == "normal":
             value = rng.normal(self.a, self.b)
         else:
             sigma2 = np.log1p((self.b / self.a) ** 2)
             value = rng.lognormal(np.log(self.a) - sigma2 / 2, np.sqrt(sigma2))
-        return max(1, int(round(value)))
+        return max(0.0, float(value))
 
     def sample_many(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """`n` samples at once (the simulator's workloads): the distribution of `sample`,
@@ -88,6 +94,25 @@ class LengthDistribution(BaseModel):
             sigma2 = np.log1p((self.b / self.a) ** 2)
             values = rng.lognormal(np.log(self.a) - sigma2 / 2, np.sqrt(sigma2), n)
         return np.maximum(1, np.rint(values)).astype(np.int64)
+
+
+SessionKind = Literal["chat", "agent"]
+
+
+class SessionConfig(BaseModel):
+    """Requests in sessions. A chat (`kind="chat"`) of `turns` turns: every turn's prompt is
+    the whole history plus a new user message, the model's real answers included, with
+    `think_s` seconds (a distribution; None: none) between a turn's end and the next one.
+    An agent task (`agent`) of `turns` model calls with a tool step between two: `tool_ms`
+    (a distribution) or a real HTTP tool at `tool_url` (POSTed the model's answer), whose
+    output is the next message. `turns` None replays a dataset's conversations whole."""
+
+    kind: SessionKind = "chat"
+    turns: LengthDistribution | None = LengthDistribution(kind="fixed", a=4)
+    think_s: LengthDistribution | None = None
+    tool_ms: LengthDistribution | None = None
+    tool_url: str | None = None
+    message_tokens: LengthDistribution | None = None  # a new message's length (None: prompt_tokens)
 
 
 class WorkloadConfig(BaseModel):
@@ -108,9 +133,13 @@ class WorkloadConfig(BaseModel):
     tokenizer: str | None = None
     seed: int = 0
     prompt_salt: int | None = None  # other prompt words per salt, the same lengths
+    context_tokens: int | None = None  # the server's context: max_tokens is lowered to fit it
+    sessions: SessionConfig | None = None  # None: independent single-turn requests
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:
+        if self.sessions is not None and self.sessions.turns is None and self.dataset is None:
+            raise ValueError("--turns all replays a dataset's conversations: give --dataset")
         for option, weights in (("--tenant", self.tenants), ("--priority", self.priorities)):
             if any(w <= 0 for w in weights.values()):
                 raise ValueError(f"{option}: weights must be positive")

@@ -93,25 +93,29 @@ def _ci(change: Change) -> str:
     return f"[{change.ci[0]:+.1f}, {change.ci[1]:+.1f}]"
 
 
-def print_runs(console: Console, runs: list[StoredRun]) -> None:
-    """`latlab runs`: one row per stored run, newest first."""
+def print_runs(console: Console, runs: list[StoredRun], filtered: bool = False) -> None:
+    """`latlab runs`: one row per stored run, newest first; long names and targets fold
+    onto a second line rather than being cut."""
     if not runs:
-        console.print("no runs stored yet (run `latlab bench`, or `latlab runs --rescan`)")
+        console.print("no stored run matches" if filtered else
+                      "no runs stored yet (run `latlab bench`, or `latlab runs --rescan`)")
         return
     table = Table(title="runs", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ("id", "when", "name", "target", "model", "ok", "TTFT p50", "TTFT p99",
                    "E2E p99", "tok/s"):
         table.add_column(column, justify="right" if column in _NUMERIC else "left",
-                         no_wrap=column in ("id", "when"),
-                         max_width=28 if column in ("name", "target") else None)
+                         no_wrap=column in ("id", "when"), overflow="fold")
     for run in runs:
         n = run.numbers
         when = time.strftime("%m-%d %H:%M", time.localtime(run.created)) if run.created else ""
         kind = "" if run.kind == "bench" else f"{run.kind}: "
         name = kind + (run.name or "") + "".join(f" #{t}" for t in run.tags)
-        table.add_row(str(run.id), when, name, run.target or "", run.model or "",
-                      f"{n['ok'] or 0}/{n['requests'] or 0}", cell(n["ttft_p50"]),
-                      cell(n["ttft_p99"]), cell(n["e2e_p99"]), cell(n["output_tokens_per_s"]))
+        ok = ("did not start" if run.status == "did not start" else
+              f"{n['ok'] or 0}/{n['requests'] or 0}" + ("" if run.status == "ok"
+                                                       else f" {run.status}"))
+        table.add_row(str(run.id), when, name, run.target or "", run.model or "", ok,
+                      cell(n["ttft_p50"]), cell(n["ttft_p99"]), cell(n["e2e_p99"]),
+                      cell(n["output_tokens_per_s"]))
     console.print(table)
 
 

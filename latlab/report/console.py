@@ -10,16 +10,18 @@ from rich.table import Table
 from rich.text import Text
 
 from latlab.analysis.budget import Budget
-from latlab.analysis.decompose import BUCKETS, COMPONENTS, LABELS
+from latlab.analysis.decompose import BUCKETS, label, members
 from latlab.records.summary import Distribution, RunSummary
 from latlab.report.palette import BUCKET_COLORS, SEVERITY_COLORS
+from latlab.report.sessions import print_tasks, session_lines
 from latlab.units import cell, ms
 
 if TYPE_CHECKING:
     from latlab.analysis.analyze import RunAnalysis
 
 BAR_WIDTH = 56
-_BLOCKS = {"network": "░", "queue & overhead": "▒", "prefill": "▓", "decode": "█",
+_BLOCKS = {"network": "░", "queue & overhead": "▒", "application": "▞", "prefill": "▓",
+           "decode": "█",
            "prefill + decode (unsplit)": "▚",
            "first token (unsplit)": "·"}  # tell the buckets apart without colour
 
@@ -38,13 +40,16 @@ def print_budget(console: Console, analysis: RunAnalysis, full: bool = False) ->
         console.print(Text(f"  note: {note}", style="yellow"))
     if full and mean is not None and tail is not None:
         console.print(_components_table(mean, tail))
+    if analysis.tasks is not None:
+        console.print()
+        print_tasks(console, analysis.tasks)
 
 
 def _print_bars(console: Console, mean: Budget, tail: Budget) -> None:
     plain = console.color_system is None
     width = max(10, min(BAR_WIDTH, console.width - 32))
-    for label, b in (("mean", mean), (f"p99 tail (n={tail.n})", tail)):
-        console.print(Text.assemble(f"  {label:<16}", _bar(b, plain, width), f"  {ms(b.total)}"))
+    for title, b in (("mean", mean), (f"p99 tail (n={tail.n})", tail)):
+        console.print(Text.assemble(f"  {title:<16}", _bar(b, plain, width), f"  {ms(b.total)}"))
     legend = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
     legend.add_column()
     for _ in range(3):
@@ -54,6 +59,11 @@ def _print_bars(console: Console, mean: Budget, tail: Budget) -> None:
                                      f" {name}"),
                        ms(mean.bucket(name)), f"{100 * mean.share(name):.0f}% of the mean",
                        f"{100 * tail.share(name):.0f}% of the tail")
+        if name == "application":  # each of its spans' names, largest first
+            for c in mean.application():
+                legend.add_row(f"      {label(c)}", ms(mean.components[c]),
+                               f"{100 * mean.share(c):.0f}% of the mean",
+                               f"{100 * tail.share(c):.0f}% of the tail")
     console.print(legend)
 
 
@@ -72,13 +82,13 @@ def _components_table(mean: Budget, tail: Budget) -> Table:
     for column in ("component", "bucket", "mean", "share", "p99 tail", "share", "quality"):
         table.add_column(column, justify="left" if column in ("component", "bucket", "quality")
                          else "right")
-    bucket_of = {c: b for b, members in BUCKETS.items() for c in members}
-    for c in COMPONENTS:
+    bucket_of = {c: b for b in BUCKETS for c in members(b, mean.components)}
+    for c in mean.components:
         if mean.quality[c] is None:
             continue
         coverage = "" if mean.coverage[c] in (0.0, 1.0) else f" ({100 * mean.coverage[c]:.0f}%)"
-        table.add_row(LABELS[c], bucket_of[c], ms(mean.components[c]),
-                      f"{100 * mean.share(c):.1f}%", ms(tail.components[c]),
+        table.add_row(label(c), bucket_of[c], ms(mean.components[c]),
+                      f"{100 * mean.share(c):.1f}%", ms(tail.components.get(c, 0.0)),
                       f"{100 * tail.share(c):.1f}%", f"{mean.quality[c]}{coverage}")
     return table
 
@@ -136,6 +146,20 @@ def print_summary(console: Console, summary: RunSummary, run_path: object = None
         console.print(line)
 
 
+def summary_line(s: RunSummary, run_path: object) -> str:
+    """The run in one line, for the end of piped output (a CI log's last line)."""
+    parts = [f"{s.ok} of {s.in_window} ok"]
+    for key, label in (("ttft", "TTFT"), ("e2e", "E2E")):
+        p50, p99 = s.percentile(key, "p50"), s.percentile(key, "p99")
+        if p50 is not None:
+            parts.append(f"{label} p50 {ms(p50)} p99 {ms(p99)}")
+    if s.throughput:
+        parts.append(f"{s.throughput.output_tokens_per_s:,.0f} output tok/s")
+    if s.goodput:
+        parts.append(f"goodput {100 * s.goodput.fraction:.0f}%")
+    return " · ".join(parts) + f" · {run_path}"
+
+
 def _summary_row(table: Table, label: str, dist: Distribution | None, style: str = "") -> None:
     if not dist or not dist.n:
         table.add_row(Text(label, style=style), "0", *["–"] * 7)
@@ -152,7 +176,7 @@ def _summary_row(table: Table, label: str, dist: Distribution | None, style: str
     table.add_row(Text(label, style=style), *cells)
 
 
-def _summary_lines(s: RunSummary) -> list[Text]:
+def _summary_lines(s: RunSummary) -> list[Text | Table]:
     lines = []
     t = s.throughput
     if t:
@@ -185,16 +209,17 @@ def _summary_lines(s: RunSummary) -> list[Text]:
     c = s.client
     if c:
         lag, cpu = c.loop_lag_ms, c.cpu_percent
-        numbers = [f"{c.workers} worker{'s' if c.workers > 1 else ''}"]
+        numbers = ["THE CLIENT WAS THE BOTTLENECK" if c.bottleneck else "ok",
+                   f"{c.workers} worker{'s' if c.workers > 1 else ''}"]
         if cpu.mean is not None:
-            numbers.append(f"CPU {cpu.mean:.0f}% mean, {cpu.max:.0f}% max")
+            numbers.append(f"CPU {cpu.mean:.0f}% (max {cpu.max:.0f}%)")
         if lag.p99 is not None:
-            numbers.append(f"loop lag p50 {lag.p50:.2f} p99 {lag.p99:.2f} max {lag.max:.1f} ms")
+            numbers.append(f"loop lag p99 {lag.p99:.2f} ms")
         if c.lateness_p99_ms is not None:
-            numbers.append(f"send lateness p99 {c.lateness_p99_ms:.2f} ms")
-        verdict = "THE CLIENT WAS THE BOTTLENECK" if c.bottleneck else "ok"
-        lines.append(Text(f"client      {' · '.join(numbers)} · {verdict}",
+            numbers.append(f"sends late p99 {c.lateness_p99_ms:.2f} ms")
+        lines.append(Text(f"client      {' · '.join(numbers)}",
                           style="bold red" if c.bottleneck else "dim"))
+    lines += session_lines(s)
     for warning in s.warnings:
         lines.append(Text(f"! {warning}", style="yellow"))
     return lines

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import pyarrow as pa
 
 from latlab.analysis.budget import Row
-from latlab.analysis.decompose import COMPONENTS
+from latlab.analysis.decompose import APP, COMPONENTS
+from latlab.metrics.sessions import tool_ms
 from latlab.records.timeline import NS_PER_MS, SERVER_TIMING_STAGES
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ EVENTS = ("scheduled", "sent", "headers", "first_token", "last_token", "usage", 
 Column = tuple[str, pa.DataType, Callable[[Row], Any]]
 
 
-def _columns(origin_ns: int) -> list[Column]:
+def _columns(origin_ns: int, rows: list[Row]) -> list[Column]:
     def at(event: str) -> Callable[[Row], float | None]:
         def get(row: Row) -> float | None:
             t = getattr(row.record, f"{event}_ns")
@@ -59,6 +60,11 @@ def _columns(origin_ns: int) -> list[Column]:
         ("in_flight_at_send", i64, lambda row: row.in_flight),
         ("new_connection", flag, lambda row: row.record.connection and row.record.connection.new),
         ("pool_wait_ms", f64, _pool_wait),
+        ("session", text, lambda row: row.record.session and row.record.session.id),
+        ("turn", i64, lambda row: row.record.session and row.record.session.turn),
+        ("tool_ms", f64, lambda row: tool_ms(row.record) if row.record.session else None),
+        ("first_reasoning_ms", f64, at("first_reasoning")),
+        ("first_answer_ms", f64, at("first_answer")),
     ]
     columns += [(f"{event}_ms", f64, at(event)) for event in EVENTS]
     columns += [(f"server_{name}_ms", f64, stage(name)) for name in SERVER_TIMING_STAGES]
@@ -66,7 +72,9 @@ def _columns(origin_ns: int) -> list[Column]:
                 for name in ("ttft", "ttft_sched", "e2e", "e2e_sched", "tpot", "lateness",
                              "itl_mean")]
     columns.append(("itl_max", f64, lambda row: row.metrics.itl_max))
-    for name in COMPONENTS:
+    names = [*COMPONENTS, *sorted({c for row in rows if row.parts
+                                   for c in row.parts.components if c.startswith(APP)})]
+    for name in names:  # an application's components: app:retrieval_ms, ...
         columns += [(f"{name}_ms", f64, part(name, False)), (f"{name}_quality", text, part(name, True))]
     return columns
 
@@ -79,7 +87,7 @@ def _pool_wait(row: Row) -> float | None:
 def request_table(analysis: RunAnalysis) -> pa.Table:
     """Every request as one row of typed columns."""
     origins = [row.record.origin_ns for row in analysis.rows if row.record.origin_ns is not None]
-    columns = _columns(min(origins, default=0))
+    columns = _columns(min(origins, default=0), analysis.rows)
     return pa.table({name: pa.array([get(row) for row in analysis.rows], type=kind)
                      for name, kind, get in columns})
 

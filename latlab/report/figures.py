@@ -3,6 +3,7 @@ per-tenant comparison. The figures over time live in `timeseries`."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -11,13 +12,22 @@ from plotly.subplots import make_subplots
 
 from latlab.analysis.budget import Budget, Group, prompt_tokens
 from latlab.analysis.decompose import BUCKETS, COMPONENTS, LABELS
-from latlab.report.palette import BUCKET_COLORS, COMPONENT_COLORS
+from latlab.report.palette import BUCKET_COLORS, COMPONENT_COLORS, SLO_COLOR
+from latlab.units import ms, number
 
 if TYPE_CHECKING:
     from latlab.analysis.analyze import RunAnalysis
+    from latlab.metrics.request import RequestMetrics
+    from latlab.records.summary import Distribution
 
 MAX_POINTS = 4000
+CDF_POINTS = 800
 WATERFALL_REQUESTS = 20
+CDF_PANELS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
+CDF_COLORS = {"ttft": "#4c9be8", "tpot": "#4cb86b", "itl": "#c355c9", "e2e": "#e0901a"}
+CDF_MARKERS = {"p50": "circle", "p99": "diamond"}
+SLO_PANEL = {"ttft": "ttft", "ttft_sched": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2e",
+             "e2e_sched": "e2e"}
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=40), height=360,
               legend=dict(orientation="h", y=-0.18, traceorder="normal"))
 
@@ -70,31 +80,81 @@ def groups_figure(groups: Sequence[Group], title: str, axis: str) -> go.Figure:
 
 
 def _cdf(values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """The empirical CDF (x, % ≤ x); of many samples, at CDF_POINTS quantiles, a quarter of
+    them spread over the tail beyond p90 so that p99 and p99.9 keep their shape."""
     data = np.sort(np.asarray(values, dtype=float))
-    if len(data) > MAX_POINTS:
-        q = np.linspace(0, 1, MAX_POINTS)
-        return np.quantile(data, q), q * 100
-    return data, np.arange(1, len(data) + 1) / len(data) * 100
+    n = len(data)
+    if n <= CDF_POINTS:
+        return data, np.arange(1, n + 1) / n * 100
+    tail = 1 - np.logspace(-1, -np.log10(n), CDF_POINTS // 4)
+    q = np.unique(np.concatenate([np.linspace(0, 1, CDF_POINTS - CDF_POINTS // 4), tail]))
+    return np.quantile(data, q).astype(np.float32), (q * 100).astype(np.float32)
 
 
 def cdf_figure(a: RunAnalysis) -> go.Figure:
-    """CDFs of TTFT, TPOT, ITL and E2E (successful requests; ITL pooled over tokens)."""
+    """CDFs of TTFT, TPOT, ITL and E2E on log axes (successful requests in the window; ITL
+    pooled over tokens), with the summary's p50 and p99 and their CIs, and the run's SLOs.
+    An SLO on TTFT or E2E from schedule adds that CDF to the panel, dashed."""
     ok = [r.metrics for r in a.measured if r.record.ok]
-    series = {
-        "TTFT (ms)": [m.ttft for m in ok if m.ttft is not None],
-        "TPOT (ms)": [m.tpot for m in ok if m.tpot is not None],
-        "ITL (ms)": [v for m in ok for v in m.itl],
-        "E2E (ms)": [m.e2e for m in ok if m.e2e is not None],
-    }
-    fig = make_subplots(rows=2, cols=2, subplot_titles=list(series), vertical_spacing=0.16)
-    for i, (name, values) in enumerate(series.items()):
-        x, y = _cdf(values)
-        fig.add_scatter(x=x, y=y, mode="lines", name=name, showlegend=False,
-                        row=i // 2 + 1, col=i % 2 + 1,
-                        hovertemplate="%{x:.1f} ms: %{y:.1f}% of samples<extra></extra>")
-    fig.update_yaxes(title_text="% ≤ x", range=[0, 100])
-    fig.update_layout(**{**LAYOUT, "height": 560, "title": "Distributions (CDF)"})
+    slos = a.config.slos
+    panels = []
+    for metric, name in CDF_PANELS:
+        shown = [metric] + ([f"{metric}_sched"] if f"{metric}_sched" in slos else [])
+        samples = {s: [v for v in _samples(ok, s) if v is not None] for s in shown}
+        zeros = sum(1 for values in samples.values() for v in values if v <= 0)
+        title = f"{name} (ms)" + (f"; {number(zeros)} at 0 left out" if zeros else "")
+        panels.append((metric, name, title, samples))
+    fig = make_subplots(rows=2, cols=2, subplot_titles=[p[2] for p in panels],
+                        vertical_spacing=0.16)
+    for i, (metric, name, _, samples) in enumerate(panels):
+        cell = dict(row=i // 2 + 1, col=i % 2 + 1)
+        for series, values in samples.items():
+            label = name if series == metric else f"{name} from schedule"
+            x, y = _cdf([v for v in values if v > 0])
+            fig.add_scatter(x=x, y=y, mode="lines", name=label, showlegend=False,
+                            line=dict(color=CDF_COLORS[metric],
+                                      dash="solid" if series == metric else "dash"),
+                            hovertemplate="%{x:.1f} ms: %{y:.1f}% of samples<extra>"
+                                          + label + "</extra>", **cell)
+            _percentile_markers(fig, a.summary.latency.get(series), label, i == 0, cell)
+        for slo, limit in slos.items():
+            if SLO_PANEL.get(slo) == metric:
+                fig.add_scatter(x=[limit, limit], y=[0, 100], mode="lines",
+                                line=dict(color=SLO_COLOR, dash="dash", width=1.5),
+                                name=f"SLO {slo} ≤ {ms(limit)}", showlegend=True,
+                                hovertemplate=f"SLO {slo} ≤ {ms(limit)}<extra></extra>", **cell)
+    fig.update_xaxes(type="log", title_text="ms (log)")
+    fig.update_yaxes(title_text="% ≤ x", range=[0, 103], tickvals=[0, 20, 40, 60, 80, 100])
+    fig.update_layout(**{**LAYOUT, "height": 600, "title": "Distributions (CDF)"})
     return fig
+
+
+def _samples(ok: list[RequestMetrics], metric: str) -> list[float | None]:
+    if metric == "itl":
+        return [v for m in ok for v in m.itl]
+    return [getattr(m, metric) for m in ok]
+
+
+def _percentile_markers(fig: go.Figure, d: Distribution | None, label: str, legend: bool,
+                        cell: dict) -> None:
+    """The percentiles of `d` at their height on the CDF, their CI as horizontal error bars."""
+    for q, symbol in CDF_MARKERS.items():
+        p = d.percentiles.get(q) if d is not None else None
+        if p is None or not _finite(p.value) or p.value <= 0:
+            continue
+        fig.add_scatter(
+            x=[p.value], y=[float(q[1:])], mode="markers", name=f"{q} with its 95% CI",
+            legendgroup=q, showlegend=legend, marker=dict(symbol=symbol, size=9, color="#222"),
+            error_x=dict(type="data", symmetric=False, color="#222", thickness=1.5, width=4,
+                         array=[p.ci_high - p.value if _finite(p.ci_high) else None],
+                         arrayminus=[p.value - p.ci_low if _finite(p.ci_low) else None]),
+            text=[f"{label} {q}: {ms(p.value)}, 95% CI {ms(p.ci_low)} to {ms(p.ci_high)}"
+                  + ("" if p.reliable else " (unreliable: under 10 samples beyond it)")],
+            hovertemplate="%{text}<extra></extra>", **cell)
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
 
 
 def ttft_prompt_figure(a: RunAnalysis) -> go.Figure:

@@ -3,6 +3,7 @@
 BUCKET_COLORS = {
     "network": "#4c9be8",
     "queue & overhead": "#f0a830",
+    "application": "#2aa198",
     "prefill": "#c355c9",
     "decode": "#4cb86b",
     "prefill + decode (unsplit)": "#8a9f6a",
@@ -26,3 +27,21 @@ COMPONENT_COLORS = {
 }
 
 SEVERITY_COLORS = {"critical": "#d9534f", "warning": "#e0901a", "info": "#4c9be8"}
+
+SLO_COLOR = "#d9534f"
+
+OUTCOME_COLORS = {
+    "ok": "#4cb86b",
+    "http_4xx": "#b5651d",
+    "http_429": "#e0901a",
+    "http_5xx": "#d9534f",
+    "timeout": "#8b1a1a",
+    "connection_refused": "#6a3d9a",
+    "connection_reset": "#9467bd",
+    "stream_broken": "#e377c2",
+    "bad_payload": "#8c564b",
+    "empty": "#bcbd22",
+    "unfinished": "#7f7f7f",
+    "cancelled": "#9a9a9a",
+    "client_error": "#17becf",
+}

@@ -26,7 +26,8 @@ def print_sweep(console: Console, sweep: SweepRecord, folder: Path) -> None:
     slos = sweep.slos
     knee = sweep.knee.label if sweep.knee else None
     table = _table(f"sweep {folder.name} (latencies in ms; ◆ the knee)",
-                   ["point", "achieved\nreq/s", "errors", "TTFT\np50 / p99", "TPOT\np50",
+                   ["point", "offered\nreq/s", "achieved\nreq/s", "errors", "TTFT\np50 / p99",
+                    "TPOT\np50",
                     "E2E\np50 / p99", "output\ntok/s",
                     *(f"{q} {m}\n≤ {limit:g}" for m, limit in slos.items()),
                     *(["goodput\nreq/s"] if slos else [])])
@@ -34,7 +35,10 @@ def print_sweep(console: Console, sweep: SweepRecord, folder: Path) -> None:
         lat = p.latencies
         row = [p.label + (" ◆" if p.label == knee else "")
                + (" (interrupted)" if p.interrupted else ""),
-               f"{p.achieved:.3g}", f"{100 * p.error_rate:.1f}%",
+               number(p.offered, "{:.3g}"),
+               Text(f"{p.achieved:.3g}" + (" behind" if p.fell_behind else ""),
+                    style="red" if p.fell_behind else ""),
+               f"{100 * p.error_rate:.1f}%",
                f"{number(lat['ttft']['p50'])} / {number(lat['ttft']['p99'])}",
                number(lat["tpot"]["p50"]),
                f"{number(lat['e2e']['p50'])} / {number(lat['e2e']['p99'])}",

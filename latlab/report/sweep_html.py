@@ -3,8 +3,6 @@ answers (knee, SLO-max, cost) and the stop rule, as one self-contained page from
 
 from __future__ import annotations
 
-import html
-import json
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -13,7 +11,7 @@ from plotly.subplots import make_subplots
 from latlab.analysis.decompose import BUCKETS
 from latlab.records.sweep import Point, SweepRecord
 from latlab.report.figures import LAYOUT
-from latlab.report.html import chart, document
+from latlab.report.page import chart, document, e, settings_table
 from latlab.report.palette import BUCKET_COLORS
 from latlab.report.sweep import ordered
 from latlab.units import money, number
@@ -32,7 +30,7 @@ def write_sweep_html(folder: Path, sweep: SweepRecord) -> Path:
     about = " · ".join(str(v) for v in (target.get("url"), target.get("model"),
                                         " ".join(target.get("serve_args") or []) or None,
                                         " ".join(sweep.command) or None) if v)
-    body = [f"<h1>latlab sweep: {_e(folder.name)}</h1>", f"<p class=dim>{_e(about)}</p>",
+    body = [f"<h1>latlab sweep: {e(folder.name)}</h1>", f"<p class=dim>{e(about)}</p>",
             "<h2>Answers</h2>", _answers(sweep),
             "<h2>Throughput and latency</h2>",
             chart(curve_figure(sweep, curve, points), "Each marker is a point of the sweep, at "
@@ -45,16 +43,12 @@ def write_sweep_html(folder: Path, sweep: SweepRecord) -> Path:
                   "queue, or slower decoding in bigger batches."),
             "<h2>Points</h2>", _points_table(sweep),
             "<h2>Definitions</h2>",
-            f"<pre>{_e(sweep.definitions.get('capacity') or '')}</pre>",
+            f"<pre>{e(sweep.definitions.get('capacity') or '')}</pre>",
             "<h2>Sweep configuration</h2>",
-            f"<pre>{_e(json.dumps(sweep.config, indent=2, default=str))}</pre>"]
+            settings_table(sweep.config)]
     path = folder / REPORT
     path.write_text(document(f"latlab sweep: {folder.name}", body), encoding="utf-8")
     return path
-
-
-def _e(text: str) -> str:
-    return html.escape(text, quote=True)
 
 
 def curve_figure(sweep: SweepRecord, curve: list[Point], points: list[Point]) -> go.Figure:
@@ -131,20 +125,20 @@ def _answers(sweep: SweepRecord) -> str:
     out = []
     knee = sweep.knee
     if knee:
-        out.append(f"<p><b>Knee</b>: {_e(knee.label)} ({knee.achieved:.3g} req/s achieved); "
-                   f"from there to {_e(knee.next)} latency grows "
+        out.append(f"<p><b>Knee</b>: {e(knee.label)} ({knee.achieved:.3g} req/s achieved); "
+                   f"from there to {e(knee.next)} latency grows "
                    f"{number(knee.elasticity, '{:.1f}')}× as fast as throughput.</p>")
     else:
         out.append("<p><b>Knee</b>: not reached — latency never grew faster than throughput "
                    "within the points measured.</p>")
     best = sweep.slo_max
     if best:
-        out.append(f"<p><b>SLO-max</b>: {_e(best.statement)}.</p>")
-        links = [f"{side}: <code>{_e(Path(ref.run).name)}</code>"
+        out.append(f"<p><b>SLO-max</b>: {e(best.statement)}.</p>")
+        links = [f"{side}: <code>{e(Path(ref.run).name)}</code>"
                  for side, ref in (("passing", best.passing), ("failing", best.failing)) if ref]
         if links:
             out.append(f"<p class=dim>evidence — {' · '.join(links)}</p>")
-        out += [f"<div class=note>{_e(n)}</div>" for n in best.notes]
+        out += [f"<div class=note>{e(n)}</div>" for n in best.notes]
     else:
         out.append("<p><b>SLO-max</b>: no SLO given (use --slo ttft=500ms ...).</p>")
     if sweep.slo_max_cost:
@@ -152,8 +146,8 @@ def _answers(sweep: SweepRecord) -> str:
         out.append(f"<p><b>Cost at the SLO-max</b> (${sweep.price_per_hour:g}/hour): "
                    f"{money(c.per_million_output_tokens)} per million output tokens, "
                    f"{money(c.per_thousand_requests)} per thousand requests.</p>")
-    out.append(f"<p><b>Stopped</b>: {_e(sweep.stop.reason)} — {_e(sweep.stop.message)}<br>"
-               f"<span class=dim>rule: {_e(sweep.definitions.get('stop_rule', ''))}</span></p>")
+    out.append(f"<p><b>Stopped</b>: {e(sweep.stop.reason)} — {e(sweep.stop.message)}<br>"
+               f"<span class=dim>rule: {e(sweep.definitions.get('stop_rule', ''))}</span></p>")
     return "".join(out)
 
 
@@ -168,7 +162,7 @@ def _points_table(sweep: SweepRecord) -> str:
     rows = []
     for p in ordered(sweep.points):
         lat = p.latencies
-        cells = [_e(p.label) + (" (interrupted)" if p.interrupted else ""),
+        cells = [e(p.label) + (" (interrupted)" if p.interrupted else ""),
                  f"{p.load:.3g}", f"{p.achieved:.3g}", f"{100 * p.error_rate:.1f}%",
                  *(number(lat[m][k]) for m in ("ttft", "tpot", "e2e") for k in ("p50", "p99")),
                  f"{p.output_tokens_per_s:.0f}"]
@@ -182,7 +176,7 @@ def _points_table(sweep: SweepRecord) -> str:
             cells += [money(p.cost.per_million_output_tokens),
                       money(p.cost.per_thousand_requests)]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    header = "".join(f"<th>{_e(h)}</th>" for h in head)
+    header = "".join(f"<th>{e(h)}</th>" for h in head)
     return (f"<table><tr>{header}</tr>{''.join(rows)}</table><p class=dim>latencies in ms; load "
             "is req/s offered (open loop) or users (closed loop); SLO columns count failed "
             "requests as infinitely slow</p>")

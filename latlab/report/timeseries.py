@@ -1,49 +1,97 @@
-"""The run over time: throughput, requests in flight and latency, in bins of the run's span."""
+"""The run over time, on its clock (seconds since the first scheduled request): throughput,
+requests in flight and latency, and how requests ended, in bins of the run's span; warmup
+and cooldown shaded."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from latlab.analysis.budget import in_flight_at
+from latlab.metrics.slo import meets_slos
+from latlab.records.timeline import Outcome
 from latlab.report.figures import LAYOUT
+from latlab.report.palette import OUTCOME_COLORS
+from latlab.units import ms
 
 if TYPE_CHECKING:
     from latlab.analysis.analyze import RunAnalysis
 
 BINS = 60
+OUTCOME_BINS = 30  # fewer: a bin counts the requests that ended in it
 MIN_BIN_S = 0.1
+SHADE = dict(fillcolor="#888", opacity=0.15, line_width=0, layer="below")
+GOOD, MISSED = "met the SLOs", "succeeded, missed an SLO"
+CANCELLED = str(Outcome.CANCELLED)  # by the user: neither succeeded nor failed
+
+
+@dataclass(frozen=True)
+class RunClock:
+    """The run's clock: its origin (the first scheduled request) and its last sign of life."""
+
+    origin_ns: int
+    end_ns: int
+
+    def seconds(self, values: Iterable[int]) -> np.ndarray:
+        return (np.asarray(list(values), dtype=np.int64) - self.origin_ns) / 1e9
+
+    @property
+    def span_s(self) -> float:
+        return (self.end_ns - self.origin_ns) / 1e9
+
+    def bins(self, n: int = BINS) -> tuple[np.ndarray, float]:
+        """`n` bins' edges over the span (s), and their width."""
+        width = max(self.span_s / n, MIN_BIN_S)
+        return np.arange(0, self.span_s + width, width), width
+
+
+def run_clock(a: RunAnalysis) -> RunClock | None:
+    records = [r for r in a.records if r.origin_ns is not None and r.end_ns is not None]
+    if not records:
+        return None
+    return RunClock(min(r.origin_ns for r in records), max(r.end_ns for r in records))
+
+
+def shade_outside_window(fig: go.Figure, a: RunAnalysis, clock: RunClock) -> None:
+    """Shade warmup (before the measurement window) and cooldown (after it) over every
+    subplot of `fig`."""
+    if a.window is None:
+        return
+    start = (a.window.start_ns - clock.origin_ns) / 1e9
+    end = (a.window.end_ns - clock.origin_ns) / 1e9
+    for x0, x1, label in ((0.0, start, "warmup"), (end, clock.span_s, "cooldown")):
+        if x1 > x0:
+            fig.add_shape(type="rect", xref="x", yref="paper", x0=x0, x1=x1, y0=0, y1=1,
+                          **SHADE)
+            fig.add_annotation(x=(x0 + x1) / 2, y=1, xref="x", yref="paper", text=label,
+                               showarrow=False, yanchor="bottom", font=dict(color="#666"))
 
 
 def over_time_figure(a: RunAnalysis) -> go.Figure | None:
     rows = [row for row in a.rows if row.record.sent_ns is not None]
-    if not rows:
+    clock = run_clock(a)
+    if not rows or clock is None:
         return None
     records = [row.record for row in rows]
-    origin = min(r.origin_ns for r in records)
-    end = max(r.end_ns for r in records)
-    width = max((end - origin) / 1e9 / BINS, MIN_BIN_S)
-    edges = np.arange(0, (end - origin) / 1e9 + width, width)
+    edges, width = clock.bins()
     centers = (edges[:-1] + edges[1:]) / 2
 
-    def seconds(values: list[int]) -> np.ndarray:
-        return (np.asarray(values, dtype=np.int64) - origin) / 1e9
-
-    token_t = seconds([t for r in records for t in r.token_ns])
+    token_t = clock.seconds(t for r in records for t in r.token_ns)
     token_k = np.asarray([k for r in records for k in r.token_counts], dtype=float)
-    done = seconds([r.done_ns for r in records if r.ok and r.done_ns is not None])
+    done = clock.seconds(r.done_ns for r in records if r.ok and r.done_ns is not None)
     tokens_per_s = np.histogram(token_t, edges, weights=token_k)[0] / width
     done_per_s = np.histogram(done, edges)[0] / width
 
     in_flight = in_flight_at([r.sent_ns for r in records], [r.end_ns for r in records],
-                             origin + (centers * 1e9).astype(np.int64))
+                             clock.origin_ns + (centers * 1e9).astype(np.int64))
 
     timed = [row for row in rows if row.metrics.ttft is not None]
     ttft = np.asarray([row.metrics.ttft for row in timed])
-    which = np.digitize(seconds([row.record.sent_ns for row in timed]), edges) - 1
+    which = np.digitize(clock.seconds(row.record.sent_ns for row in timed), edges) - 1
     p50, p99 = np.full(len(centers), np.nan), np.full(len(centers), np.nan)
     for i in range(len(centers)):
         values = ttft[which == i]
@@ -64,7 +112,7 @@ def over_time_figure(a: RunAnalysis) -> go.Figure | None:
     fig.add_scatter(x=centers, y=p50, name="TTFT p50 (ms)", mode="lines+markers", row=3, col=1)
     fig.add_scatter(x=centers, y=p99, name="TTFT p99 (ms)", mode="lines+markers", row=3, col=1)
     if server:
-        t = seconds([s.t_ns for s in server])
+        t = clock.seconds(s.t_ns for s in server)
         for series in ("running", "waiting"):
             fig.add_scatter(x=t, y=[s.values.get(series) for s in server], line_shape="hv",
                             name=f"server: {series}", row=4, col=1)
@@ -72,10 +120,64 @@ def over_time_figure(a: RunAnalysis) -> go.Figure | None:
                         line=dict(dash="dot"), row=4, col=1, secondary_y=True)
         fig.update_yaxes(title_text="requests", row=4, col=1, secondary_y=False)
         fig.update_yaxes(title_text="KV used", range=[0, 1], row=4, col=1, secondary_y=True)
-    fig.update_xaxes(title_text="seconds since the run started", row=n, col=1)
+    fig.update_xaxes(title_text="seconds since the first scheduled request", row=n, col=1)
     fig.update_yaxes(title_text="tokens/s", row=1, col=1, secondary_y=False)
     fig.update_yaxes(title_text="req/s", row=1, col=1, secondary_y=True)
     fig.update_yaxes(title_text="ms", row=3, col=1)
     fig.update_layout(**{**LAYOUT, "height": 640 + 200 * (n - 3), "title": "Over time",
                          "legend": dict(orientation="h", y=-0.1)})
+    shade_outside_window(fig, a, clock)
+    return fig
+
+
+def outcomes_figure(a: RunAnalysis) -> go.Figure | None:
+    """Requests per second by the bin they ended in: those that met the SLOs (goodput), those
+    that succeeded but missed one, and each failure class."""
+    clock = run_clock(a)
+    if clock is None:
+        return None
+    slos = a.config.slos
+    edges, width = clock.bins(OUTCOME_BINS)
+    centers = (edges[:-1] + edges[1:]) / 2
+    fates: dict[str, list[int]] = {}
+    for row in a.rows:
+        r = row.record
+        if r.end_ns is None:
+            continue
+        fate = str(r.outcome) if not r.ok else "ok" if not slos else (
+            GOOD if meets_slos(row.metrics, slos) else MISSED)
+        fates.setdefault(fate, []).append(r.end_ns)
+    order = [GOOD, MISSED, "ok"] + sorted(f for f in fates if f not in (GOOD, MISSED, "ok"))
+    if slos:
+        limits = ", ".join(f"{name} ≤ {ms(limit)}" for name, limit in slos.items())
+        title = f"How requests ended: goodput ({limits}) and failures"
+    else:
+        title = "How requests ended: successes and failures (no SLO given: no goodput)"
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    ended = np.zeros(len(centers))
+    failed = np.zeros(len(centers))
+    for fate in order:
+        if fate not in fates:
+            continue
+        counts = np.histogram(clock.seconds(fates[fate]), edges)[0]
+        if fate != CANCELLED:
+            ended += counts
+        if fate not in (GOOD, MISSED, "ok", CANCELLED):
+            failed += counts
+        color = OUTCOME_COLORS["ok"] if fate in (GOOD, "ok") else (
+            "#c9e6b0" if fate == MISSED else OUTCOME_COLORS.get(fate, "#d9534f"))
+        fig.add_bar(x=centers, y=counts / width, width=width, name=fate, marker_color=color,
+                    hovertemplate="%{x:.1f} s: %{y:.2f} req/s<extra>" + fate + "</extra>")
+    if failed.any():
+        share = np.where(ended > 0, 100 * failed / np.maximum(ended, 1), np.nan)
+        fig.add_scatter(x=centers, y=share, name="failed (% of ended)", mode="lines+markers",
+                        line=dict(color="#d9534f", dash="dot"), secondary_y=True,
+                        hovertemplate="%{x:.1f} s: %{y:.0f}% failed<extra></extra>")
+        fig.update_yaxes(title_text="failed (%)", range=[0, 100], tickmode="linear", tick0=0,
+                         dtick=25, showgrid=False, secondary_y=True)
+    fig.update_xaxes(title_text="seconds since the first scheduled request")
+    fig.update_yaxes(title_text="req/s", secondary_y=False)
+    fig.update_layout(**{**LAYOUT, "barmode": "stack", "bargap": 0, "height": 380,
+                         "title": title})
+    shade_outside_window(fig, a, clock)
     return fig

@@ -120,7 +120,10 @@ def create_app(engine: AsyncEngine, settings: ServerSettings, warmup: bool = Tru
     async def health() -> JSONResponse:
         if engine.failed:
             return JSONResponse({"status": "failed", "error": engine.failed}, status_code=503)
-        return JSONResponse({"status": "ok"})
+        if engine.engine.config.idle_unload is None:
+            return JSONResponse({"status": "ok"})
+        # False after --idle-unload unloaded the model; the next request loads it again.
+        return JSONResponse({"status": "ok", "model_loaded": engine.stats.model_loaded})
 
     @app.get("/ready")
     async def ready() -> JSONResponse:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from latlab.engine.engine import EngineStats, LLMEngine, RequestOutput
 from latlab.engine.sampling import SamplingParams
+from latlab.engine.sequence import FinishReason
 
 log = logging.getLogger("latlab.serve")
 
@@ -37,6 +38,14 @@ class EngineRequestError(Exception):
 
 class RequestFailed(Exception):
     """The engine failed this one request (HTTP 500); it serves the others as before."""
+
+
+class QueueTimeout(EngineNotReady):
+    """The request waited longer than --max-queue-delay without being scheduled (HTTP 503)."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +71,25 @@ class RequestStream:
         self._engine = engine
         self.request_id = request_id
         self._queue: asyncio.Queue[RequestOutput | Exception] = asyncio.Queue()
+        self._first: RequestOutput | Exception | None = None
         self.finished = False
 
     def __aiter__(self) -> RequestStream:
         return self
 
+    async def started(self) -> None:
+        """Wait for the first output, so that a refusal (QueueTimeout) raises here, before a
+        response has begun; the output is still the first one iterated."""
+        if self._first is None and not self.finished:
+            self._first = await self._queue.get()
+            if isinstance(self._first, Exception):
+                self.finished = True
+                raise self._first
+
     async def __anext__(self) -> RequestOutput:
         if self.finished:
             raise StopAsyncIteration
-        item = await self._queue.get()
+        item, self._first = self._first or await self._queue.get(), None
         if isinstance(item, Exception):
             self.finished = True
             raise item
@@ -191,13 +210,18 @@ class AsyncEngine:
         self.startup_s = time.perf_counter() - started
         self.stats = self.engine.stats()
         self._loop.call_soon_threadsafe(self.ready.set)
+        idle_unload = self.engine.config.idle_unload
         while not self._stopping:
             errors = self._drain_commands()
             if errors:
                 self._loop.call_soon_threadsafe(self._dispatch, errors)
             if not self.engine.has_unfinished():
                 self.stats = self.engine.stats()
-                self._wakeup.wait()
+                woken = self._wakeup.wait(None if self.engine.is_sleeping else idle_unload)
+                if not (woken or self._stopping or self.engine.has_unfinished()):
+                    self.engine.sleep()  # idle for --idle-unload seconds: scale to zero
+                    log.info("idle for %s s: the model is unloaded", idle_unload)
+                    self.stats = self.engine.stats()
                 self._wakeup.clear()
                 continue
             outputs = self.engine.step()
@@ -231,6 +255,10 @@ class AsyncEngine:
         for item in items:
             request_id, payload = ((item.request_id, item) if isinstance(item, RequestOutput)
                                    else item)
+            if getattr(payload, "finish_reason", None) is FinishReason.QUEUE_TIMEOUT:
+                delay = self.engine.config.max_queue_delay
+                payload = QueueTimeout(f"the request waited more than --max-queue-delay {delay:g} "
+                                       "s without being scheduled", max(1, round(delay)))
             stream = self._streams.get(request_id)
             if stream is None:
                 continue

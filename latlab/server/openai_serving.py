@@ -21,7 +21,8 @@ from fastapi.responses import JSONResponse
 
 from latlab.engine.engine import RequestOutput
 from latlab.server.async_engine import (AsyncEngine, EngineNotReady, EngineRequestError,
-                                        QueueFull, RequestFailed, RequestStream)
+                                        QueueFull, QueueTimeout, RequestFailed,
+                                        RequestStream)
 from latlab.server.guards import require_json
 from latlab.server.prompts import PromptBuilder
 from latlab.server.schemas import (ApiError, AssistantMessage, ChatChoice,
@@ -31,6 +32,10 @@ from latlab.server.streaming import (Api, EngineStreamResponse, StreamEvents, en
                                      usage_of)
 from latlab.server.telemetry import Telemetry
 from latlab.server.timing import server_timing
+
+
+# The tenant of a request for fair share (--fair-share): this header, else the `user` field.
+TENANT_HEADER = "x-tenant-id"
 
 
 @dataclass
@@ -58,7 +63,8 @@ class OpenAIServing:
         received = _begin(request, "completion")
         with self._admitted():
             body, ids = await self.prompts.completion(await self._read(request))
-            stream = self._submit(body, ids, body.max_tokens or 16, received)
+            stream = self._submit(body, ids, body.max_tokens or 16, received,
+                                  request.headers.get(TENANT_HEADER))
         return await self._respond(request, "completion", body, stream, len(ids))
 
     async def chat(self, request: Request) -> Any:
@@ -66,7 +72,7 @@ class OpenAIServing:
         with self._admitted():
             body, ids = await self.prompts.chat(await self._read(request))
             stream = self._submit(body, ids, body.max_completion_tokens or body.max_tokens,
-                                  received)
+                                  received, request.headers.get(TENANT_HEADER))
         return await self._respond(request, "chat", body, stream, len(ids))
 
     @contextmanager
@@ -107,7 +113,7 @@ class OpenAIServing:
         return bytes(data)
 
     def _submit(self, body: GenerationRequest, ids: list[int], max_tokens: int | None,
-                received: int) -> RequestStream:
+                received: int, tenant: str | None) -> RequestStream:
         name = self.settings.served_model_name
         if body.model is not None and body.model != name:
             raise ApiError(404, f"the model {body.model!r} does not exist; this server serves "
@@ -126,11 +132,16 @@ class OpenAIServing:
         except ValueError as e:
             raise ApiError(400, str(e)) from None
         return self.engine.submit(ids, params, received_ns=received, priority=body.priority,
-                                  tenant=body.user, admitted=True)
+                                  tenant=body.user if tenant is None else tenant, admitted=True)
 
     async def _respond(self, request: Request, api: Api, body: GenerationRequest,
                        stream: RequestStream, num_prompt_tokens: int) -> Any:
         rid = request.state.request_id
+        if body.stream and self.engine.engine.config.max_queue_delay is not None:
+            try:  # hold the response until the request is scheduled: a refusal is still a 503
+                await stream.started()
+            except (EngineRequestError, EngineNotReady, RequestFailed) as e:
+                raise self._refused(e) from None
         if body.stream:
             events = StreamEvents(api, rid, self.settings.served_model_name, body, stream,
                                   self.telemetry, num_prompt_tokens)
@@ -156,10 +167,11 @@ class OpenAIServing:
         try:
             text, last = task.result()
         except (EngineRequestError, EngineNotReady, RequestFailed) as e:
-            raise engine_error(e) from None
+            raise self._refused(e) from None
         last.times.completed = time.perf_counter_ns()
         self.telemetry.observe_request(rid, last.times, last.num_prompt_tokens,
-                                       last.num_output_tokens, str(last.finish_reason))
+                                       last.num_output_tokens, str(last.finish_reason),
+                                       (last.num_accepted_tokens, last.num_draft_tokens))
         usage = Usage(**usage_of(last))
         reason, name = str(last.finish_reason), self.settings.served_model_name
         if api == "chat":
@@ -171,6 +183,11 @@ class OpenAIServing:
                 CompletionChoice(text=text, finish_reason=reason)])
         return JSONResponse(response.model_dump(), headers={
             "Server-Timing": server_timing(last.times).to_header()})
+
+    def _refused(self, e: EngineRequestError | EngineNotReady | RequestFailed) -> ApiError:
+        if isinstance(e, QueueTimeout):
+            self.telemetry.requests.labels("queue_timeout").inc()
+        return engine_error(e)
 
 
 async def _drain(stream: RequestStream) -> tuple[str, RequestOutput]:

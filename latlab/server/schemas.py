@@ -134,11 +134,17 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int = 0
 
 
+class CompletionTokensDetails(BaseModel):
+    accepted_prediction_tokens: int = 0  # speculative decoding: drafts accepted
+    rejected_prediction_tokens: int = 0  # and rejected
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails
+    completion_tokens_details: CompletionTokensDetails | None = None
 
     @classmethod
     def of(cls, prompt: int, completion: int, cached: int) -> Usage:

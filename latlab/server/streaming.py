@@ -16,8 +16,8 @@ import orjson
 from fastapi.responses import StreamingResponse
 
 from latlab.engine.engine import RequestOutput
-from latlab.server.async_engine import (EngineNotReady, EngineRequestError, RequestFailed,
-                                        RequestStream)
+from latlab.server.async_engine import (EngineNotReady, EngineRequestError, QueueTimeout,
+                                        RequestFailed, RequestStream)
 from latlab.server.schemas import ApiError, GenerationRequest, Usage
 from latlab.server.telemetry import Telemetry
 from latlab.server.timing import server_timing
@@ -68,7 +68,8 @@ class StreamEvents:
             yield b"data: [DONE]\n\n"
             self.telemetry.observe_request(self.head["id"], last.times,
                                            last.num_prompt_tokens, last.num_output_tokens,
-                                           str(last.finish_reason))
+                                           str(last.finish_reason),
+                                           (last.num_accepted_tokens, last.num_draft_tokens))
         except (EngineRequestError, EngineNotReady, RequestFailed) as e:
             if isinstance(e, RequestFailed):
                 self.telemetry.requests.labels("error").inc()
@@ -97,12 +98,22 @@ def engine_error(e: EngineRequestError | EngineNotReady | RequestFailed) -> ApiE
         return ApiError(400, str(e))
     if isinstance(e, RequestFailed):
         return ApiError(500, f"the engine failed this request: {e}", type="server_error")
+    if isinstance(e, QueueTimeout):
+        return ApiError(503, str(e), type="service_unavailable", code="queue_timeout",
+                        headers={"Retry-After": str(e.retry_after_s)})
     return ApiError(503, str(e), type="service_unavailable")
 
 
 def usage_of(out: RequestOutput) -> dict[str, Any]:
-    return Usage.of(out.num_prompt_tokens, out.num_output_tokens,
-                    out.num_cached_tokens).model_dump()
+    """OpenAI's usage; with speculative decoding, the drafts accepted and rejected in
+    `completion_tokens_details` (OpenAI's fields for predicted outputs)."""
+    usage = Usage.of(out.num_prompt_tokens, out.num_output_tokens,
+                     out.num_cached_tokens).model_dump(exclude_none=True)
+    if out.num_draft_tokens:
+        usage["completion_tokens_details"] = {
+            "accepted_prediction_tokens": out.num_accepted_tokens,
+            "rejected_prediction_tokens": out.num_draft_tokens - out.num_accepted_tokens}
+    return usage
 
 
 def _sse(data: dict[str, Any]) -> bytes:

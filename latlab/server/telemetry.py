@@ -45,6 +45,21 @@ class _EngineCollector(Collector):
                                   value=s.num_preemptions)
         yield CounterMetricFamily(f"{PREFIX}_engine_steps", "Engine steps run.",
                                   value=s.num_steps)
+        yield CounterMetricFamily(f"{PREFIX}_prefix_cache_queries", "Prompt tokens looked up "
+                                  "in the prefix cache.", value=s.prefix_cache_queries)
+        yield CounterMetricFamily(f"{PREFIX}_prefix_cache_hits", "Prompt tokens found in the "
+                                  "prefix cache (prefill skipped).", value=s.prefix_cache_hits)
+        yield CounterMetricFamily(f"{PREFIX}_spec_decode_num_draft_tokens", "Speculative "
+                                  "tokens proposed and verified.", value=s.num_draft_tokens)
+        yield CounterMetricFamily(f"{PREFIX}_spec_decode_num_accepted_tokens", "Speculative "
+                                  "tokens accepted.", value=s.num_accepted_tokens)
+        yield GaugeMetricFamily(f"{PREFIX}_model_loaded", "1 while the model is loaded, 0 "
+                                "after --idle-unload unloaded it.", value=int(s.model_loaded))
+        yield CounterMetricFamily(f"{PREFIX}_model_loads", "Reloads of the model after an "
+                                  "unload (cold starts).", value=s.num_model_loads)
+        if s.last_load_s is not None:
+            yield GaugeMetricFamily(f"{PREFIX}_model_load_seconds", "Duration of the latest "
+                                    "reload.", value=s.last_load_s)
 
 
 class Telemetry:
@@ -71,13 +86,21 @@ class Telemetry:
                                          registry=self.registry)
         self.requests = Counter(f"{PREFIX}_requests", "Requests by outcome: stop, length, "
                                 "abort, rejected (429), invalid (4xx), error (500), "
-                                "unavailable (503).",
+                                "unavailable (503), queue_timeout (503 after --max-queue-delay).",
                                 ["outcome"], registry=self.registry)
+        self.spec_acceptance = Histogram(
+            f"{PREFIX}_request_spec_decode_acceptance_rate", "Per request: speculative tokens "
+            "accepted / proposed.", buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+            registry=self.registry)
         self.registry.register(_EngineCollector(stats))
 
     def observe_request(self, request_id: str, times: StageTimes, prompt_tokens: int,
-                        completion_tokens: int, outcome: str) -> None:
-        """Record a request that reached the engine, when its response is complete."""
+                        completion_tokens: int, outcome: str,
+                        drafts: tuple[int, int] = (0, 0)) -> None:
+        """Record a request that reached the engine, when its response is complete;
+        `drafts` is (accepted, proposed) speculative tokens."""
+        if drafts[1]:
+            self.spec_acceptance.observe(drafts[0] / drafts[1])
         for histogram, start, end in (
             (self.ttft, times.received, times.first_token),
             (self.e2e, times.received, times.completed),

@@ -157,8 +157,8 @@ class SimReplica:
         sched = self.scheduler
         if sched.static or not sched.waiting or len(sched.running) >= sched.max_num_seqs:
             return False
-        head = sched.waiting[0]
-        budget = sched.max_num_batched_tokens - len(sched.running)
+        head = sched.waiting.peek()
+        budget = min(sched.max_num_batched_tokens - len(sched.running), sched.max_prefill_tokens)
         n = min(head.num_uncomputed_tokens, budget)
         if n < head.num_uncomputed_tokens and not sched.chunked_prefill:
             return False

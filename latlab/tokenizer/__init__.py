@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from importlib.resources import files
 from pathlib import Path
 
@@ -16,6 +17,13 @@ import tokenizers
 
 BOS, EOS = "<|bos|>", "<|eos|>"
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+# ChatML as a Jinja template: the same text as `apply_chat_template`'s fallback, written to an
+# exported tokenizer_config.json so that other servers format chats the same way.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 
 
 class TokenizerError(Exception):
@@ -77,6 +85,25 @@ class Tokenizer:
         """An incremental decoder: `step(self.backend, id)` gives the new text, or None."""
         return tokenizers.decoders.DecodeStream(skip_special_tokens=True)
 
+    @cached_property
+    def token_bytes(self) -> list[bytes] | None:
+        """The bytes each token id decodes to (b"" for special tokens), for byte-level BPE
+        tokenizers (GPT-2, Qwen2, the bundled one); None for any other decoder."""
+        decoder = json.loads(self.backend.to_str()).get("decoder") or {}
+        if decoder.get("type") != "ByteLevel":
+            return None
+        byte_of = {c: b for b, c in _gpt2_byte_chars().items()}
+        vocab = self.backend.get_vocab(with_added_tokens=True)
+        table = [b""] * (max(vocab.values()) + 1)
+        for token, i in vocab.items():
+            if all(c in byte_of for c in token):
+                table[i] = bytes(byte_of[c] for c in token)
+            else:
+                table[i] = token.encode()
+        for i, added in self.backend.get_added_tokens_decoder().items():
+            table[i] = b"" if added.special else added.content.encode()
+        return table
+
     def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
         """The prompt text for chat messages, ending where the assistant's reply begins.
 
@@ -117,6 +144,8 @@ class Tokenizer:
         }
         if self.chat_template:
             config["chat_template"] = self.chat_template
+        elif self.backend.token_to_id(IM_START) is not None:
+            config["chat_template"] = CHATML_TEMPLATE  # what apply_chat_template falls back to
         (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
         (folder / "special_tokens_map.json").write_text(
             json.dumps({k: v for k, v in config.items() if k.endswith("_token") and v}, indent=2)
@@ -128,3 +157,11 @@ def _token_text(value: object) -> str | None:
     if isinstance(value, dict):
         value = value.get("content")
     return value if isinstance(value, str) else None
+
+
+def _gpt2_byte_chars() -> dict[int, str]:
+    """GPT-2's printable stand-in for every byte, as byte-level BPE vocabularies spell them."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    extra = (b for b in range(256) if b not in printable)
+    return {**{b: chr(b) for b in printable}, **{b: chr(256 + n) for n, b in enumerate(extra)}}

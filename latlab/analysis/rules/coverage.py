@@ -16,6 +16,13 @@ if TYPE_CHECKING:
 
 UNATTRIBUTED_SHARE = 0.05
 COLD_REQUESTS, COLD_MIN_REQUESTS, COLD_FACTOR, COLD_EXCESS_MS = 3, 20, 3.0, 50.0
+BURST_MS = 20.0
+
+
+def _started_together(rows: list) -> int:
+    """How many requests were sent within BURST_MS of the first one."""
+    first = rows[0].record.sent_ns
+    return sum(1 for r in rows if r.record.sent_ns - first <= BURST_MS * 1e6)
 
 
 def unattributed(a: RunAnalysis) -> Finding | None:
@@ -45,6 +52,12 @@ def cold_start(a: RunAnalysis) -> Finding | Unevaluated | None:
     if len(rows) < COLD_MIN_REQUESTS:
         return Unevaluated("cold_start", f"needs ≥ {COLD_MIN_REQUESTS} successful requests to "
                                          f"set a warm baseline (has {len(rows)})")
+    together = _started_together(rows)
+    if together > COLD_REQUESTS:
+        return Unevaluated("cold_start", f"the first {together} requests started together: "
+                                         "their prefills shared the server, so their slowness "
+                                         "is that burst, not a cold server (`latlab coldstart` "
+                                         "measures cold starts)")
 
     def compute(row) -> float:  # the server's own work when it says, else the client's TTFT
         s = row.record.server

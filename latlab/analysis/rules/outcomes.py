@@ -21,6 +21,9 @@ FAILURE_FIXES = {
     "http_5xx": "read the server's logs around the failed requests",
     "http_4xx": "fix the request payload (model name, max_tokens, context length)",
     "stream_broken": "look for proxies or the server closing streams mid-response",
+    "unfinished": "the server stalled: see how long requests waited (queue) and its health; "
+                  "a longer --drain only if the SLO allows",
+    "empty": "the server answered 200 with nothing in it: read its logs for these requests",
 }
 
 
@@ -30,15 +33,24 @@ def _severity(share: float) -> Severity:
     return Severity.WARNING if share >= FAILURE_WARNING else Severity.INFO
 
 
+def judged(a: RunAnalysis) -> list:
+    """The requests the summary judges: those of the window, less the ones the user
+    cancelled."""
+    return [row.record for row in a.measured if row.record.outcome != Outcome.CANCELLED]
+
+
 def failures(a: RunAnalysis) -> Finding | None:
-    records = a.records
+    records = judged(a)
     failed = [r for r in records if not r.ok and r.outcome != Outcome.HTTP_429]
     if not failed:
         return None
     share = len(failed) / len(records)
     classes = Counter(str(r.outcome) for r in failed)
     examples = {str(r.outcome): r.error for r in failed if r.error}
-    evidence = [f"{len(failed)} of {len(records)} requests failed ({pct(share)})"]
+    rejected = sum(1 for r in records if r.outcome == Outcome.HTTP_429)
+    evidence = [f"{len(failed)} of {len(records)} requests failed ({pct(share)})"
+                + (f", besides {rejected} rejected with HTTP 429 (see rejections)"
+                   if rejected else "")]
     evidence += [f"{cls}: {n}" + (f" (e.g. {examples[cls][:120]})" if cls in examples else "")
                  for cls, n in classes.most_common()]
     top = classes.most_common(1)[0][0]
@@ -50,7 +62,7 @@ def failures(a: RunAnalysis) -> Finding | None:
 
 
 def rejections(a: RunAnalysis) -> Finding | None:
-    records = a.records
+    records = judged(a)
     rejected = sum(1 for r in records if r.outcome == Outcome.HTTP_429)
     if not rejected:
         return None

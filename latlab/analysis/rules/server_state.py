@@ -46,6 +46,8 @@ def kv_cache_full(a: RunAnalysis) -> Finding | Unevaluated | None:
 PAUSE_MIN_MS = 50.0
 PAUSE_SHARE = 0.8  # of the streams in flight
 INTAKE_MIN_MS = 50.0
+PREFILL_COVER = 0.5  # of a pause, for another request's prefill to explain it
+FIRST_TOKEN_SLACK_NS = 2_000_000
 MAX_CANDIDATES = 200
 
 
@@ -55,7 +57,7 @@ def server_pause(a: RunAnalysis) -> Finding | Unevaluated | None:
     rows = [r for r in a.decomposed if len(r.record.token_ns) >= 2]
     if len(rows) < 2 and not any(r.parts.ms("intake") for r in a.decomposed):
         return Unevaluated("server_pause", "needs ≥ 2 streamed responses or server totals")
-    pauses = shared_pauses(rows)
+    pauses = [p for p in shared_pauses(rows) if not _a_prefill(p, a)]
     late = [r for r in a.decomposed if r.parts.ms("intake") >= INTAKE_MIN_MS]
     if not pauses and not late:
         return None
@@ -94,6 +96,23 @@ def shared_pauses(rows: list) -> list[tuple[int, float, int]]:
             if end - start >= PAUSE_MIN_MS * 1e6:
                 found.append((start, (end - start) / 1e6, len(flying)))
     return sorted(found, key=lambda p: -p[1])
+
+
+def _a_prefill(pause: tuple[int, float, int], a: RunAnalysis) -> bool:
+    """Whether another request's prefill explains the pause: its server-timed prefill covers
+    most of it, or (without server timings) its first token ended it."""
+    start, length_ms, _ = pause
+    end = start + int(length_ms * 1e6)
+    for row in a.decomposed:
+        first = row.record.first_token_ns
+        if first is None:
+            continue
+        prefill = row.parts.ms("prefill") * 1e6
+        if prefill and min(end, first) - max(start, first - prefill) >= PREFILL_COVER * (end - start):
+            return True
+        if not prefill and 0 <= first - end <= FIRST_TOKEN_SLACK_NS:
+            return True
+    return False
 
 
 def origin(a: RunAnalysis) -> int:

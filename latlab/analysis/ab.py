@@ -1,0 +1,87 @@
+"""A/B: the rounds of each side pooled into one analysis, compared with `compare`, and the
+server counters that explain the change (prefix-cache hits, accepted drafts, preemptions).
+
+Each round is a bench run; a side's pooled analysis holds the measured requests of all its
+rounds (each decomposed against its own run's network), its rates are the rounds' rates
+weighted by their windows, and its goodput is judged over the pooled requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from latlab.analysis.analyze import RunAnalysis, assemble, judge_rows
+from latlab.metrics.summary import summarize
+from latlab.records.scrape import Scrape
+from latlab.records.summary import Throughput
+
+# Ratios of counter deltas: name → (numerator series, denominator series or None).
+EXPLAINERS = {
+    "prefix-cache hit rate": ("prefix_cache_hits", "prefix_cache_queries"),
+    "draft acceptance rate": ("spec_accepted_tokens", "spec_draft_tokens"),
+    "preemptions": ("preemptions", None),
+}
+
+
+def pool(rounds: Sequence[RunAnalysis]) -> RunAnalysis:
+    """One side's rounds as one analysis (window: none; rates from the rounds')."""
+    first = rounds[0]
+    rows = [row for a in rounds for row in a.measured]
+    slos = first.config.slos or None
+    summary = summarize([r.record for r in rows], None, slos)
+    summary.throughput = pooled_throughput([a.summary.throughput for a in rounds])
+    if slos:
+        summary.goodput = judge_rows(rows, None, slos)
+        rates = [(a.summary.goodput.requests_per_s, a.summary.throughput.window_s)
+                 for a in rounds if a.summary.goodput and a.summary.throughput]
+        if rates and all(r is not None for r, _ in rates):
+            summary.goodput.requests_per_s = (sum(r * w for r, w in rates)
+                                              / sum(w for _, w in rates))
+    scrapes = [s for a in rounds for s in a.scrapes]
+    return assemble(first.run, first.config, summary, rows, None, scrapes)
+
+
+def pooled_throughput(rates: Sequence[Throughput | None]) -> Throughput | None:
+    """Rounds' rates as one: each weighted by its window (totals over total time)."""
+    if not rates or any(t is None for t in rates):
+        return None
+    total = sum(t.window_s for t in rates)
+
+    def weighted(name: str) -> float | None:
+        values = [getattr(t, name) for t in rates]
+        if any(v is None for v in values):
+            return None
+        return sum(v * t.window_s for v, t in zip(values, rates)) / total
+
+    return Throughput(window_s=total, offered_rate=weighted("offered_rate"),
+                      sent_rate=weighted("sent_rate"), achieved_rate=weighted("achieved_rate"),
+                      output_tokens_per_s=weighted("output_tokens_per_s"),
+                      total_tokens_per_s=weighted("total_tokens_per_s"),
+                      mean_concurrency=weighted("mean_concurrency"),
+                      backlog_growth=max(t.backlog_growth for t in rates),
+                      fell_behind=any(t.fell_behind for t in rates))
+
+
+def counter_deltas(rounds: Sequence[tuple[Scrape, Scrape]]) -> dict[str, float]:
+    """How much each known series grew over each round (its scrapes before and after),
+    added up over the rounds."""
+    deltas: dict[str, float] = {}
+    for before, after in rounds:
+        first, last = before.values, after.values
+        for name in last.keys() & first.keys():
+            deltas[name] = deltas.get(name, 0.0) + last[name] - first[name]
+    return deltas
+
+
+def explain(deltas: dict[str, float]) -> dict[str, float]:
+    """The counters that explain a change, where the server reports them: ratios of counter
+    deltas (a hit rate, an acceptance rate) or plain counts."""
+    out = {}
+    for label, (numerator, denominator) in EXPLAINERS.items():
+        if numerator not in deltas:
+            continue
+        if denominator is None:
+            out[label] = deltas[numerator]
+        elif deltas.get(denominator):
+            out[label] = deltas[numerator] / deltas[denominator]
+    return out

@@ -1,0 +1,175 @@
+"""Speculative decoding: proposers that draft k tokens, and their verification.
+
+After each step the runner's proposer drafts up to k tokens for every greedy sequence that
+is decoding (`Sequence.spec_token_ids`); the next step runs them through the target model
+in one forward pass (the decode plus k rows), and `verify_greedy` keeps the drafts up to the
+first one the target model would not have chosen, then the target's own token: 1 to k + 1
+tokens per step, exactly the tokens plain greedy decoding gives. The scheduler rolls the KV
+cache back past the rejected drafts (`Scheduler.advance`).
+
+* `NgramProposer` (prompt lookup decoding): the longest recent n-gram of the sequence that
+  occurred before is assumed to go on as it did then. Free, and right on repetitive text.
+* `DraftModelProposer`: a smaller model sharing the tokenizer decodes k tokens greedily,
+  batched, over its own paged KV cache (`ModelRunner` and `BlockManager` reused).
+
+Sampled sequences (temperature > 0) decode without drafts.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Protocol
+
+import torch
+
+from latlab.engine.block_manager import BlockManager
+from latlab.engine.config import ConfigError, EngineConfig
+from latlab.engine.sampling import Sampler, SamplingParams
+from latlab.engine.sequence import Sequence, SequenceStatus, StageTimes
+
+GREEDY = SamplingParams(max_tokens=1, temperature=0.0)
+
+
+class Proposer(Protocol):
+    def propose(self, running: list[Sequence]) -> None:
+        """Set `spec_token_ids` of the running sequences for the next step."""
+
+
+def num_to_propose(seq: Sequence, k: int, max_model_len: int) -> int:
+    """Drafts worth proposing for `seq`: 0 unless it is a greedy decode, and never past its
+    max_tokens or the context."""
+    if (seq.status is not SequenceStatus.RUNNING or not seq.is_decoding
+            or seq.params.temperature != 0):
+        return 0
+    left = seq.params.max_tokens - seq.num_output_tokens - 1
+    return max(0, min(k, left, max_model_len - seq.num_tokens - 1))
+
+
+def verify_greedy(logits: torch.Tensor, seqs: list[Sequence],
+                  stop_token_ids: list[int]) -> list[list[int]]:
+    """`logits` has k + 1 rows per sequence (the last token's, then each draft's). The
+    drafts are accepted while each equals the target's greedy token at its place; the
+    target's token after the last accepted draft comes with them."""
+    row = 0
+    for seq in seqs:
+        k, params = len(seq.spec_token_ids), seq.params
+        forbidden = params.min_tokens - seq.num_output_tokens  # rows where stopping is banned
+        if forbidden > 0:
+            logits[row : row + min(forbidden, k + 1),
+                   stop_token_ids + list(params.stop_token_ids)] = -torch.inf
+        row += k + 1
+    targets = logits.argmax(dim=-1).tolist()
+    out, row = [], 0
+    for seq in seqs:
+        drafts = seq.spec_token_ids
+        wanted = targets[row : row + len(drafts) + 1]
+        accepted = 0
+        while accepted < len(drafts) and drafts[accepted] == wanted[accepted]:
+            accepted += 1
+        out.append(wanted[: accepted + 1])
+        row += len(drafts) + 1
+    return out
+
+
+class NgramProposer:
+    """Prompt lookup: find the last `n` tokens earlier in the sequence (n from
+    `prompt_lookup_max` down to `prompt_lookup_min`, the latest occurrence) and propose
+    the k tokens that followed them. Tokens are kept as bytes so `bytes.rfind` searches."""
+
+    def __init__(self, k: int, min_n: int, max_n: int, max_model_len: int) -> None:
+        self.k, self.min_n, self.max_n = k, min_n, max_n
+        self.max_model_len = max_model_len
+        self._tokens: dict[str, array] = {}
+
+    def propose(self, running: list[Sequence]) -> None:
+        live = {seq.request_id for seq in running}
+        for rid in [r for r in self._tokens if r not in live]:
+            del self._tokens[rid]
+        for seq in running:
+            k = num_to_propose(seq, self.k, self.max_model_len)
+            seq.spec_token_ids = self._lookup(seq, k) if k else []
+
+    def _lookup(self, seq: Sequence, k: int) -> list[int]:
+        tokens = self._tokens.setdefault(seq.request_id, array("i"))
+        tokens.extend(seq.token_ids[len(tokens) :])
+        data, width = tokens.tobytes(), tokens.itemsize
+        for n in range(min(self.max_n, len(tokens) - 1), self.min_n - 1, -1):
+            pattern = data[-n * width :]
+            end = len(data) - width  # the match must end before the last token
+            while (at := data.rfind(pattern, 0, end)) >= 0 and at % width:
+                end = at + len(pattern) - 1  # misaligned: look further left
+            if at >= 0:
+                start = at // width + n
+                return tokens[start : start + k].tolist()
+        return []
+
+
+class DraftModelProposer:
+    """A draft model decodes k greedy tokens per sequence, all sequences batched. Each target
+    sequence has a shadow sequence in the draft's own KV pool; after verification the shadow
+    is rolled back to what the target kept, so only new tokens are computed."""
+
+    def __init__(self, config: EngineConfig, dtype: torch.dtype, num_blocks: int,
+                 max_model_len: int, vocab: dict[str, int]) -> None:
+        from latlab.engine.loader import load_model
+        from latlab.engine.model_runner import ModelRunner  # which imports this module
+
+        draft = load_model(config.speculative_model, dtype, config.seed,
+                           quantization=config.quantization)
+        if draft.tokenizer.backend.get_vocab(with_added_tokens=True) != vocab:
+            raise ConfigError(f"--speculative-model {config.speculative_model}: its tokenizer "
+                              "differs from the model's")
+        self.k, self.max_model_len = config.num_speculative_tokens, max_model_len
+        self.block_manager = BlockManager(num_blocks, config.block_size)
+        self.runner = ModelRunner(draft.model, Sampler(0, []), num_blocks, config.block_size)
+        self.shadows: dict[str, tuple[Sequence, int]] = {}  # request id -> (shadow, synced)
+
+    def propose(self, running: list[Sequence]) -> None:
+        live = {seq.request_id for seq in running}
+        for rid in [r for r in self.shadows if r not in live]:
+            self.block_manager.free(self.shadows.pop(rid)[0])
+        wanted = []
+        for seq in running:
+            seq.spec_token_ids = []
+            k = num_to_propose(seq, self.k, self.max_model_len)
+            if k:
+                wanted.append((seq, self._sync(seq), k))
+        for _ in range(max((k for _, _, k in wanted), default=0)):
+            batch = []
+            for seq, shadow, k in wanted:
+                n = shadow.num_uncomputed_tokens
+                if len(seq.spec_token_ids) < k and self.block_manager.can_allocate(shadow, n):
+                    self.block_manager.allocate(shadow, n)
+                    batch.append((seq, shadow, n))
+            if not batch:
+                break
+            tokens = self.runner.execute([(shadow, n) for _, shadow, n in batch])
+            for (seq, shadow, n), (token,) in zip(batch, tokens):
+                shadow.num_computed_tokens += n
+                shadow.token_ids.append(token)
+                seq.spec_token_ids.append(token)
+
+    def _sync(self, seq: Sequence) -> Sequence:
+        """The shadow of `seq`, its computed tokens cut back to those `seq` still has."""
+        shadow, synced = self.shadows.get(seq.request_id, (None, 0))
+        if shadow is None:
+            shadow = Sequence(seq.request_id, [], GREEDY, StageTimes(0, 0))
+        common = synced
+        limit = min(shadow.num_computed_tokens, seq.num_tokens)
+        while common < limit and shadow.token_ids[common] == seq.token_ids[common]:
+            common += 1
+        shadow.num_computed_tokens = min(shadow.num_computed_tokens, common)
+        shadow.token_ids = list(seq.token_ids)
+        self.block_manager.trim(shadow, shadow.num_tokens)
+        self.shadows[seq.request_id] = (shadow, seq.num_tokens)
+        return shadow
+
+
+def make_proposer(config: EngineConfig, dtype: torch.dtype, num_blocks: int,
+                  max_model_len: int, vocab: dict[str, int]) -> Proposer | None:
+    if config.speculative_method == "ngram":
+        return NgramProposer(config.num_speculative_tokens, config.prompt_lookup_min,
+                             config.prompt_lookup_max, max_model_len)
+    if config.speculative_method == "draft":
+        return DraftModelProposer(config, dtype, num_blocks, max_model_len, vocab)
+    return None

@@ -1,0 +1,85 @@
+"""What the target is, asked before the load: the model it lists at /v1/models, its kind,
+the model's context length, and the network's round trip as a null request sees it."""
+
+from __future__ import annotations
+
+import asyncio
+from time import perf_counter_ns
+from typing import Any
+
+import aiohttp
+
+from latlab.load import BenchError, Unreachable
+from latlab.load.client import describe
+from latlab.load.server_timing import ServerKind, context_length, detect
+
+
+async def fetch_models(url: str, api_key: str | None = None,
+                       timeout_s: float = 10.0) -> dict[str, Any]:
+    """The server's /v1/models answer (raises aiohttp/OS errors, ValueError)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with session.get(url.rstrip("/") + "/v1/models", headers=headers) as resp:
+            if resp.status != 200:
+                raise ValueError(f"HTTP {resp.status} from {url}/v1/models")
+            data = await resp.json(content_type=None)
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        raise ValueError(f"{url}/v1/models: no `data` list in the answer")
+    return data
+
+
+async def list_models(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:
+    """The model ids a server lists at /v1/models (raises aiohttp/OS errors, ValueError)."""
+    return _ids(await fetch_models(url, api_key, timeout_s))
+
+
+async def discover(url: str, api_key: str | None = None, timeout_s: float = 10.0,
+                   model: str | None = None) -> tuple[str, ServerKind, int | None]:
+    """`model` (default: the first model `url` lists at /v1/models), the server's kind and
+    the model's context length where listed; `BenchError` says why there is none: the
+    target cannot be reached (giving --model would not help), or it lists none."""
+    try:
+        data = await fetch_models(url, api_key, timeout_s)
+    except (aiohttp.ClientConnectorError, asyncio.TimeoutError) as e:
+        error = Unreachable if isinstance(e, aiohttp.ClientConnectorError) else BenchError
+        raise error(f"cannot reach {url} ({describe(e)}): is the server up and the "
+                    "URL right (http://HOST:PORT)?") from None
+    except Exception as e:  # it answered (or hung up), but not with a model list
+        raise BenchError(f"--model not given and {url}/v1/models did not list one "
+                         f"({describe(e)}); give --model") from None
+    models = _ids(data)
+    if not models:
+        raise BenchError(f"--model not given and {url}/v1/models lists none; give --model")
+    model = model or models[0]
+    return model, detect(data), context_length(data, model)
+
+
+async def round_trip_ms(url: str, api_key: str | None = None, probes: int = 5,
+                        timeout_s: float = 5.0) -> float | None:
+    """The network's round trip to `url` as a request sees it: the fastest of `probes` GETs
+    of /health (else /v1/models) on one warm connection, where the server has next to
+    nothing to do. A TCP connect would not do: proxies and the kernel answer it. None when
+    the server answers neither."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for path in ("/health", "/v1/models"):
+            times = []
+            try:
+                for _ in range(probes + 1):  # the first opens the connection
+                    start = perf_counter_ns()
+                    async with session.get(url.rstrip("/") + path, headers=headers) as resp:
+                        await resp.read()
+                        if resp.status != 200:
+                            break
+                    times.append((perf_counter_ns() - start) / 1e6)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                return None
+            if len(times) > 1:
+                return min(times[1:])
+    return None
+
+
+def _ids(models: dict[str, Any]) -> list[str]:
+    return [m["id"] for m in models["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]

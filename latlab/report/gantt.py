@@ -1,0 +1,109 @@
+"""The per-request Gantt chart: every request (a sample of a large run) as a bar on the run's
+clock from its scheduled time to its end, coloured by outcome, with a tick at each token event
+of the slowest."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import plotly.graph_objects as go
+
+from latlab.report.figures import LAYOUT
+from latlab.report.palette import OUTCOME_COLORS
+from latlab.report.timeseries import run_clock, shade_outside_window
+from latlab.units import ms, number
+
+if TYPE_CHECKING:
+    from latlab.analysis.analyze import RunAnalysis
+    from latlab.records.timeline import RequestTimeline
+
+MAX_REQUESTS = 400
+TICKED = 10  # the slowest requests that get their token ticks
+MAX_TICKS = 4000
+TICK_COLOR = "rgba(0,0,0,.55)"
+
+
+def gantt_figure(a: RunAnalysis) -> go.Figure | None:
+    clock = run_clock(a)
+    records = [r for r in a.records if r.origin_ns is not None and r.end_ns is not None]
+    if clock is None or not records:
+        return None
+    ticked = sorted((r for r in records if r.token_ns), key=_span, reverse=True)[:TICKED]
+    shown, sampled = sample(records, ticked)
+    shown.sort(key=lambda r: (r.origin_ns, r.index))
+    position = {id(r): i + 1 for i, r in enumerate(shown)}
+
+    fig = go.Figure(layout={**LAYOUT, "title": _title(len(shown), len(records), sampled,
+                                                      len(ticked)),
+                            "height": max(320, min(1000, 3 * len(shown) + 200)),
+                            "barmode": "overlay", "bargap": 0.15})
+    for outcome in sorted({str(r.outcome) for r in shown}, key=lambda o: (o != "ok", o)):
+        mine = [r for r in shown if str(r.outcome) == outcome]
+        fig.add_bar(orientation="h", name=outcome, y=[position[id(r)] for r in mine],
+                    base=clock.seconds(r.origin_ns for r in mine),
+                    x=[(r.end_ns - r.origin_ns) / 1e9 for r in mine],
+                    marker_color=OUTCOME_COLORS.get(outcome, "#d9534f"),
+                    text=[_about(r) for r in mine], textposition="none",
+                    hovertemplate="%{text}<extra></extra>")
+    times, rows = _ticks(ticked, position)
+    if times:
+        every = max(1, -(-sum(len(r.token_ns) for r in ticked) // MAX_TICKS))
+        name = f"token events of the {len(ticked)} slowest" + (
+            f" (one in {number(every)})" if every > 1 else "")
+        fig.add_scatter(x=clock.seconds(times[::every]), y=rows[::every], mode="markers",
+                        name=name, marker=dict(symbol="line-ns-open", size=7, color=TICK_COLOR,
+                                               line=dict(width=1, color=TICK_COLOR)),
+                        hovertemplate="token event at %{x:.3f} s<extra></extra>")
+    fig.update_xaxes(title_text="seconds since the first scheduled request")
+    fig.update_yaxes(title_text="requests in order of schedule", autorange="reversed",
+                     showticklabels=len(shown) <= 60)
+    shade_outside_window(fig, a, clock)
+    return fig
+
+
+def sample(records: list[RequestTimeline], ticked: list[RequestTimeline]
+           ) -> tuple[list[RequestTimeline], bool]:
+    """All the records when they are few; else the ticked ones, the failures (up to a quarter
+    of the places) and an even sample of the rest. True when it sampled."""
+    if len(records) <= MAX_REQUESTS:
+        return list(records), False
+    kept = {id(r): r for r in ticked}
+    for r in [r for r in records if not r.ok][: MAX_REQUESTS // 4]:
+        kept.setdefault(id(r), r)
+    rest = [r for r in records if id(r) not in kept]
+    step = len(rest) / (MAX_REQUESTS - len(kept))
+    for i in range(MAX_REQUESTS - len(kept)):
+        r = rest[int(i * step)]
+        kept[id(r)] = r
+    return list(kept.values()), True
+
+
+def _span(r: RequestTimeline) -> int:
+    return r.end_ns - r.origin_ns
+
+
+def _ticks(ticked: list[RequestTimeline], position: dict[int, int]) -> tuple[list[int], list[int]]:
+    times = [t for r in ticked for t in r.token_ns]
+    rows = [position[id(r)] for r in ticked for _ in r.token_ns]
+    return times, rows
+
+
+def _title(shown: int, total: int, sampled: bool, ticked: int) -> str:
+    if sampled:
+        which = (f"{number(shown)} of {number(total)} requests: the {number(ticked)} slowest, "
+                 "the failures and an even sample of the rest")
+    else:
+        which = f"all {number(total)} requests"
+    return f"Every request on the run's clock ({which})"
+
+
+def _about(r: RequestTimeline) -> str:
+    """A bar's hover text."""
+    parts = [f"#{r.index} {r.outcome}", f"from schedule to end {ms(_span(r) / 1e6)}"]
+    if r.sent_ns is not None:
+        parts.append(f"sent after {ms((r.sent_ns - r.origin_ns) / 1e6)}")
+    if r.first_token_ns is not None:
+        parts.append(f"first token after {ms((r.first_token_ns - r.origin_ns) / 1e6)}")
+    if r.output_tokens is not None:
+        parts.append(f"{number(r.output_tokens)} output tokens")
+    return " · ".join(parts)

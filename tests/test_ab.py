@@ -1,0 +1,79 @@
+"""latlab ab: the identical workload against two settings, alternated over rounds, pooled
+per side and compared; the server counters that explain the change."""
+
+import json
+
+import pytest
+from sse_server import DONE, Server, Step, completion, stream, usage_only
+from typer.testing import CliRunner
+
+from latlab.analysis.ab import counter_deltas, explain, pooled_throughput
+from latlab.cli import app
+from latlab.records.scrape import Scrape
+from latlab.records.summary import Throughput
+from latlab.store import RunStore
+
+
+def answer(first_token_s: float):
+    return stream([Step(first_token_s, completion("a")), Step(0.002, completion("b")),
+                   Step(0, usage_only(16, 2)), Step(0, DONE)])
+
+
+def counters(server: Server) -> str:
+    """A prefix cache that hits half of each request's 16 prompt tokens."""
+    n = len(server.received)
+    return (f"# TYPE latlab_prefix_cache_queries counter\nlatlab_prefix_cache_queries_total "
+            f"{16 * n}\n# TYPE latlab_prefix_cache_hits counter\n"
+            f"latlab_prefix_cache_hits_total {8 * n}\n")
+
+
+def test_ab_alternates_the_sides_on_the_same_workload_and_finds_the_slower(tmp_path):
+    with Server(answer(0.002), metrics=counters) as fast, Server(answer(0.040)) as slow:
+        result = CliRunner().invoke(app, [
+            "ab", "--a", fast.url, "--b", slow.url, "--requests", "12", "--users", "2",
+            "--rounds", "2", "--prompt-tokens", "16", "--output-tokens", "2",
+            "--out", str(tmp_path), "--json"])
+        prompts = [sorted(r["body"]["prompt"] for r in s.received) for s in (fast, slow)]
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert [(r["side"], r["round"]) for r in record["rounds"]] == [
+        ("A", 1), ("B", 1), ("A", 2), ("B", 2)]
+    assert prompts[0] == prompts[1] and len(prompts[0]) == 24  # identical workloads
+    ttft = next(c for c in record["changes"] if c["key"] == "p50_ttft")
+    assert ttft["verdict"] == "worse" and ttft["b"] - ttft["a"] == pytest.approx(38, abs=15)
+    assert record["counters"]["A"]["prefix-cache hit rate"] == pytest.approx(0.5)
+    assert record["counters"]["B"] == {}  # no /metrics: nothing to explain with
+    with RunStore(tmp_path) as store:
+        tags = sorted(tag for run in store.list() for tag in run.tags)
+    assert tags == ["ab:A", "ab:A", "ab:B", "ab:B"]
+
+
+def test_bad_ab_options_are_usage_errors(tmp_path):
+    cli = CliRunner()
+    missing = cli.invoke(app, ["ab", "--a", "--model tiny"])
+    assert missing.exit_code == 2 and "--b" in missing.output
+    rounds = cli.invoke(app, ["ab", "--a", "http://127.0.0.1:1", "--b", "http://127.0.0.1:2",
+                              "--rounds", "0", "--out", str(tmp_path)])
+    assert rounds.exit_code == 2 and "--rounds 0" in rounds.output
+
+
+def test_rounds_pool_their_rates_by_window():
+    def rates(window_s: float, achieved: float) -> Throughput:
+        return Throughput(window_s=window_s, offered_rate=None, sent_rate=None,
+                          achieved_rate=achieved, output_tokens_per_s=10 * achieved,
+                          total_tokens_per_s=20 * achieved, mean_concurrency=2.0,
+                          backlog_growth=1, fell_behind=False)
+    pooled = pooled_throughput([rates(10.0, 4.0), rates(30.0, 8.0)])
+    assert pooled.window_s == 40.0 and pooled.achieved_rate == pytest.approx(7.0)
+    assert pooled.offered_rate is None and pooled_throughput([rates(1, 1), None]) is None
+
+
+def test_counters_explain_with_ratios_of_their_growth():
+    def scrape(**values: float) -> Scrape:
+        return Scrape(t_ns=0, values=values)
+    rounds = [(scrape(spec_draft_tokens=100, spec_accepted_tokens=50, preemptions=1),
+               scrape(spec_draft_tokens=300, spec_accepted_tokens=170, preemptions=3)),
+              (scrape(spec_draft_tokens=300, spec_accepted_tokens=170, preemptions=3),
+               scrape(spec_draft_tokens=500, spec_accepted_tokens=250, preemptions=3))]
+    assert explain(counter_deltas(rounds)) == {"draft acceptance rate": pytest.approx(0.5),
+                                               "preemptions": 2.0}

@@ -1,0 +1,143 @@
+"""Who the scheduler serves first: priorities, tenants, step limits, queue delay."""
+
+from __future__ import annotations
+
+import time
+
+from latlab.engine.block_manager import BlockManager
+from latlab.engine.config import EngineConfig
+from latlab.engine.sampling import SamplingParams
+from latlab.engine.scheduler import Scheduler, SchedulerOutput
+from latlab.engine.sequence import FinishReason, Sequence, SequenceStatus, StageTimes
+
+
+def seq(name: str, prompt_len: int, priority: int = 0, tenant: str | None = None,
+        enqueued: int = 0) -> Sequence:
+    return Sequence(name, [1] * prompt_len, SamplingParams(), StageTimes(enqueued, enqueued),
+                    priority=priority, tenant=tenant)
+
+
+def scheduler(num_blocks: int = 100, block_size: int = 4, **options: object) -> Scheduler:
+    config = EngineConfig(**{"max_num_seqs": 4, "max_num_batched_tokens": 16, **options})
+    return Scheduler(config, BlockManager(num_blocks, block_size))
+
+
+def run(s: Scheduler) -> SchedulerOutput:
+    """One step as the engine does it: computed tokens advance, finished prompts get a token."""
+    out = s.schedule()
+    assert out.num_batched_tokens <= s.max_num_batched_tokens
+    assert len(s.running) <= s.max_num_seqs
+    for sq, n in out.scheduled:
+        done = sq.num_computed_tokens + n == sq.num_tokens
+        s.advance(sq, n, [2] if done else [])
+        if done:
+            sq.token_ids.append(2)
+    return out
+
+
+def plan(out: SchedulerOutput) -> list[tuple[str, int]]:
+    return [(sq.request_id, n) for sq, n in out.scheduled]
+
+
+def test_fcfs_ignores_priority():
+    s = scheduler(max_num_seqs=1)
+    s.add(seq("low", 2, priority=5))
+    s.add(seq("high", 2, priority=-5))
+    assert plan(run(s)) == [("low", 2)]
+
+
+def test_priority_orders_the_queue_lowest_value_first_then_arrival():
+    s = scheduler(scheduling_policy="priority", max_num_seqs=3, max_num_batched_tokens=6)
+    for name, priority in [("a", 1), ("b", 0), ("c", 1), ("d", -1)]:
+        s.add(seq(name, 2, priority=priority))
+    assert plan(run(s)) == [("d", 2), ("b", 2), ("a", 2)]
+    assert [q.request_id for q in s.waiting] == ["c"]
+
+
+def test_an_urgent_request_preempts_the_least_urgent_running_one():
+    s = scheduler(scheduling_policy="priority", max_num_seqs=2)
+    s.add(seq("low-old", 3, priority=5))
+    s.add(seq("low-new", 3, priority=5))
+    run(s)
+    s.add(seq("urgent", 3, priority=0))
+    out = run(s)
+    assert [q.request_id for q in out.preempted] == ["low-new"]
+    assert plan(out) == [("low-old", 1), ("urgent", 3)]
+    assert s.waiting.peek().request_id == "low-new"
+    s.add(seq("equal", 3, priority=5))               # no more urgent than anyone: waits
+    out = run(s)
+    assert out.preempted == [] and plan(out) == [("low-old", 1), ("urgent", 1)]
+
+
+def test_when_the_pool_runs_dry_priority_preempts_the_least_urgent():
+    s = scheduler(num_blocks=4, block_size=4, scheduling_policy="priority")
+    s.add(seq("low", 8, priority=9))
+    s.add(seq("high", 8, priority=1))
+    assert plan(run(s)) == [("high", 8), ("low", 8)]
+    out = run(s)                                     # both need a third block: one fits
+    assert [q.request_id for q in out.preempted] == ["low"] and plan(out) == [("high", 1)]
+
+
+def test_fair_share_serves_the_light_tenant_before_the_heavy_tenants_backlog():
+    s = scheduler(fair_share=True, max_num_seqs=2, max_num_batched_tokens=8)
+    for i in range(6):
+        s.add(seq(f"heavy{i}", 4, tenant="heavy"))
+    run(s)                                            # heavy0, heavy1 run
+    s.add(seq("light", 4, tenant="light"))
+    s.finish(s.running[0], FinishReason.STOP)
+    out = run(s)
+    assert ("light", 4) in plan(out)                  # ahead of heavy2..5, who came first
+
+
+def test_without_fair_share_the_light_tenant_waits_its_turn():
+    s = scheduler(max_num_seqs=2, max_num_batched_tokens=8)
+    for i in range(6):
+        s.add(seq(f"heavy{i}", 4, tenant="heavy"))
+    run(s)
+    s.add(seq("light", 4, tenant="light"))
+    s.finish(s.running[0], FinishReason.STOP)
+    assert ("heavy2", 4) in plan(run(s))
+
+
+def test_fair_share_splits_prefill_work_between_tenants():
+    s = scheduler(fair_share=True, max_num_seqs=4, max_num_batched_tokens=8)
+    s.add(seq("h0", 40, tenant="heavy"))
+    s.add(seq("h1", 40, tenant="heavy"))
+    run(s)                                            # h0 takes the whole budget
+    s.add(seq("light", 6, tenant="light"))
+    assert plan(run(s))[0] == ("light", 6)            # before h0's next chunk
+
+
+def test_decodes_go_first_and_the_decode_cap_rotates_them():
+    s = scheduler(max_num_seqs=4, max_num_batched_tokens=16, max_decode_tokens=2)
+    for name in "abc":
+        s.add(seq(name, 2))
+    run(s)
+    s.add(seq("p", 30))
+    assert plan(run(s)) == [("a", 1), ("b", 1), ("p", 14)]
+    assert plan(run(s)) == [("c", 1), ("a", 1), ("p", 14)]
+    assert plan(run(s)) == [("b", 1), ("c", 1), ("p", 2)]
+
+
+def test_the_prefill_cap_keeps_steps_short():
+    s = scheduler(max_prefill_tokens=5)
+    s.add(seq("a", 12))
+    s.add(seq("b", 3))
+    assert plan(run(s)) == [("a", 5)]
+    assert plan(run(s)) == [("a", 5)]
+    assert plan(run(s)) == [("a", 2), ("b", 3)]
+    assert plan(run(s)) == [("a", 1), ("b", 1)]
+
+
+def test_requests_never_scheduled_expire_after_the_queue_delay():
+    s = scheduler(max_num_seqs=1, max_queue_delay=0.05)
+    now = time.perf_counter_ns()
+    s.add(seq("running", 2, enqueued=now))
+    run(s)
+    s.add(seq("stale", 2, enqueued=now - 10**9))
+    s.add(seq("fresh", 2, enqueued=now))
+    out = run(s)
+    assert [q.request_id for q in out.refused] == ["stale"]
+    assert out.refused[0].finish_reason is FinishReason.QUEUE_TIMEOUT
+    assert out.refused[0].status is SequenceStatus.FINISHED
+    assert [q.request_id for q in s.waiting] == ["fresh"]

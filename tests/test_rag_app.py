@@ -1,0 +1,76 @@
+"""An application in front of the model: its spans become components of each request's
+decomposition. The span arithmetic on a hand-made trace, then examples/rag_app end to end
+(FastAPI + numpy retrieval + latlab serve, traced with OpenTelemetry's instrumentations) on
+127.0.0.1, benchmarked by latlab."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from latlab.analysis.decompose import Quality
+from latlab.commands.bench import run_bench
+from latlab.load.spans import timing_of
+from latlab.load.target import free_port, start_engine, start_server
+from latlab.records.config import BenchConfig
+from latlab.records.spans import Span
+from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
+
+APP = Path(__file__).resolve().parents[1] / "examples" / "rag_app" / "app.py"
+MS = 1_000_000
+
+
+def span(name, span_id, parent, start_ms, end_ms, kind="internal", service="app", **attrs):
+    return Span(trace_id="t", span_id=span_id, parent_span_id=parent, name=name, kind=kind,
+                start_ns=start_ms * MS, end_ns=end_ms * MS, attributes=attrs, service=service)
+
+
+def test_an_applications_spans_split_its_time():
+    spans = [
+        span("POST /chat", "root", "client", 0, 300, kind="server"),
+        span("retrieval", "r1", "root", 10, 60),
+        span("retrieval", "r2", "root", 50, 90),  # overlaps the first: counted once
+        span("POST", "call", "root", 100, 110, kind="client"),  # ends at the headers
+        span("llm_request", "llm", "call", 102, 290, kind="server", service="llm",
+             **{"gen_ai.latency.e2e": 0.188, "gen_ai.latency.time_in_model_prefill": 0.05,
+                "gen_ai.latency.time_in_model_decode": 0.13,
+                "gen_ai.latency.time_in_queue": 0.008}),
+        span("http send", "s1", "root", 150, 160),  # while the model streams: not the app's
+        span("audit", "a1", "root", 295, 299),
+    ]
+    timing, _ = timing_of(spans)
+    assert timing.source == "otlp:app+llm" and timing.total == pytest.approx(300)
+    assert (timing.queue, timing.prefill, timing.decode) == pytest.approx((8, 50, 130))
+    assert timing.application == pytest.approx({"retrieval": 80, "audit": 4, "other": 28})
+    alone, _ = timing_of([spans[4].model_copy(update={"parent_span_id": "client"})])
+    assert alone.application is None and alone.total == pytest.approx(188)
+
+
+def test_the_rag_example_benchmarked_end_to_end(tmp_path):
+    otlp = free_port("127.0.0.1")
+    endpoint = f"http://127.0.0.1:{otlp}/v1/traces"
+    port = free_port("127.0.0.1")
+    with start_engine(["--model", "tiny", "--otlp-endpoint", endpoint]) as engine, \
+            start_server([sys.executable, str(APP), "--llm-url", engine.url, "--port", str(port),
+                          "--docs", "2000", "--lookup-ms", "200", "--otlp-endpoint", endpoint],
+                         f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/health",
+                         ready_timeout_s=60, name="rag_app"):
+        result = run_bench(BenchConfig(
+            url=f"http://127.0.0.1:{port}", otlp_port=otlp, requests=8, duration_s=None,
+            workload=WorkloadConfig(api="chat", prompt_tokens=LengthDistribution(kind="fixed",
+                                                                                 a=16),
+                                    output_tokens=LengthDistribution(kind="fixed", a=4)),
+            arrivals=ArrivalConfig(users=2), out=tmp_path))
+    a = result.analysis
+    assert result.summary.spans.requests_joined == 8
+    for row in a.decomposed:
+        assert row.record.server.source == "otlp:rag_app+latlab-serve"
+        parts = row.parts
+        assert sum(c.ms for c in parts.components.values() if c.ms is not None) == \
+            pytest.approx(parts.total)
+        assert parts.ms("app:fetch documents") >= 190  # the store's 200 ms sleep (timers wake ~1 ms early)
+        assert parts.ms("app:retrieval") > 0 and parts.ms("prefill") > 0
+    assert a.mean.quality["prefill"] == Quality.EXACT  # the model server's span, nested
+    assert a.mean.application()[0] == "app:fetch documents"
+    finding = next(f for f in a.findings if f.rule == "application_time")
+    assert "fetch documents" in finding.title
