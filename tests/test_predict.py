@@ -214,3 +214,9 @@ def test_an_unsteady_engine_calibration_is_flagged_where_it_is_used(tmp_path):
                "--out", tmp_path)
     assert r.exit_code == 0, r.output
     assert "warning: the fit error is 30%" in r.output
+
+
+def test_calibrating_an_engine_technique_the_simulator_does_not_follow_is_refused():
+    r = invoke("calibrate", "--serve-args", "--max-queue-delay 2 --speculative-method ngram")
+    assert r.exit_code == 2, r.output
+    assert "does not simulate --speculative-method, --max-queue-delay" in r.output

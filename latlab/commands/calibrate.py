@@ -28,6 +28,11 @@ PROBE_REQUESTS = 16
 LOADED_USERS = 4
 
 
+# latlab serve options the simulated replica does not follow (the scheduler's other options,
+# prefix caching, priorities and fair share, it does).
+NOT_SIMULATED = ("speculative_method", "max_queue_delay", "idle_unload")
+
+
 class ShapeOptions(Options):
     max_num_seqs: int | None = opt(None, "--from: the server's batch limit (vLLM "
                                          "--max-num-seqs, llama-server --parallel) (default 256).")
@@ -95,6 +100,9 @@ def calibrate_engine(serve: list[str], err: Console, probe: bool = True) -> Cali
     from latlab.engine.loader import ModelLoadError
 
     config = parse_serve_args(serve).engine_config()
+    if unsimulated := [f"--{name.replace('_', '-')}" for name in NOT_SIMULATED
+                       if getattr(config, name) is not None]:
+        raise UsageError(f"--serve-args: latlab predict does not simulate {', '.join(unsimulated)}")
     err.print("calibrating latlab's engine: timing its steps over a grid of batch shapes…",
               style="dim", highlight=False)
     try:

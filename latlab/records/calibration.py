@@ -69,6 +69,11 @@ class EngineShape(Record):
     chunked_prefill: bool = True
     batching: Literal["continuous", "static"] = "continuous"
     max_waiting: int = Field(default=256, ge=1)
+    max_prefill_tokens: int | None = Field(default=None, ge=1)  # None: max_num_batched_tokens
+    max_decode_tokens: int | None = Field(default=None, ge=1)  # the decode batch cap
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    fair_share: bool = False
+    enable_prefix_caching: bool = False
 
 
 class FitError(Record):

@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 
 from latlab.records.calibration import EngineShape
+from latlab.sim.sequence import engine_shape
 from latlab.sim.stepcost import features, step_features
 
 CONTEXTS = (64, 320, 960)
@@ -37,11 +38,7 @@ def time_engine(config, progress: Progress | None = None) -> tuple[np.ndarray, n
 
     engine = LLMEngine(config)
     c = engine.config
-    shape = EngineShape(max_num_seqs=c.max_num_seqs,
-                        max_num_batched_tokens=c.max_num_batched_tokens,
-                        block_size=c.block_size, num_kv_blocks=engine.block_manager.num_blocks,
-                        max_model_len=c.max_model_len, chunked_prefill=c.enable_chunked_prefill,
-                        batching=c.batching, max_waiting=c.max_waiting)
+    shape = engine_shape(c, engine.block_manager.num_blocks)
     rows: list[list[int]] = []
     ms: list[float] = []
     schedule = engine.scheduler.schedule

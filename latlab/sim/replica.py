@@ -8,10 +8,9 @@ modelled time. When nothing but decodes can happen — every running sequence is
 scheduler could admit nobody, the KV pool has room — the steps until the next event (a
 sequence finishing, a request arriving, a block shortage) are taken in one *decode run*: the
 same steps the scheduler would schedule, charged in closed form, their sequences brought up
-to date lazily (their tokens and blocks) before the scheduler next looks at them.
-
-Uses the scheduler narrowly: `add`, `schedule`, `finish`, its `running`/`waiting` lists and
-the block manager's counts.
+to date lazily (their tokens and blocks) before the scheduler next looks at them. Where a
+decode run could differ from the scheduler's steps (priorities, fair share, a decode cap, a
+prefix-cache hit that might admit a request) the replica steps one at a time.
 """
 
 from __future__ import annotations
@@ -28,7 +27,8 @@ from latlab.engine.block_manager import BlockManager
 from latlab.engine.scheduler import Scheduler
 from latlab.engine.sequence import FinishReason
 from latlab.records.calibration import EngineShape
-from latlab.sim.sequence import SimSequence, block_limit, engine_config, steps_to
+from latlab.sim.sequence import (SimSequence, block_limit, engine_config, may_admit, runs_exact,
+                                 steps_to)
 from latlab.sim.stepcost import StepCostModel, step_features
 
 INF = math.inf
@@ -44,8 +44,10 @@ class SimReplica:
         self.cost = cost
         self.name = name
         self.on_finish = on_finish
-        self.block_manager = BlockManager(shape.num_kv_blocks, shape.block_size)
+        self.block_manager = BlockManager(shape.num_kv_blocks, shape.block_size,
+                                          shape.enable_prefix_caching)
         self.scheduler = Scheduler(engine_config(shape), self.block_manager)
+        self.runs = runs_exact(self.scheduler)  # whether decode runs may be taken
         self.inbox: deque[tuple[float, SimSequence]] = deque()
         self.step_end: float | None = None  # None: idle
         self.last_end = 0.0  # when the last step ended
@@ -123,7 +125,7 @@ class SimReplica:
             self.step_end = None
             self.stable = False
             return
-        if self.stable and sched.running and not self._can_admit():
+        if self.runs and self.stable and sched.running and not may_admit(sched):
             k = self._decode_run(now, horizon)
             if k:
                 return
@@ -151,18 +153,6 @@ class SimReplica:
         self.seg_a.append(a)
         self.seg_b.append(b)
         self.seg_sampled.append(sampled)
-
-    def _can_admit(self) -> bool:
-        """Whether the scheduler would admit the head of the queue this step."""
-        sched = self.scheduler
-        if sched.static or not sched.waiting or len(sched.running) >= sched.max_num_seqs:
-            return False
-        head = sched.waiting.peek()
-        budget = min(sched.max_num_batched_tokens - len(sched.running), sched.max_prefill_tokens)
-        n = min(head.num_uncomputed_tokens, budget)
-        if n < head.num_uncomputed_tokens and not sched.chunked_prefill:
-            return False
-        return n > 0 and self.block_manager.can_allocate(head, n)
 
     def _decode_run(self, now: float, horizon: float) -> int:
         """Start up to the next event's worth of decode-only steps; 0 if none can be taken."""
@@ -225,7 +215,7 @@ class SimReplica:
     def _complete_step(self, out, now: float) -> None:
         step = self.steps - 1
         for seq, n in out.scheduled:
-            seq.num_computed_tokens += n
+            self.scheduler.advance(seq, n, [])
             if seq.num_computed_tokens != len(seq.token_ids):
                 continue
             seq.token_ids.append(0)

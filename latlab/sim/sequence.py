@@ -1,5 +1,6 @@
 """The simulator's sequences: the engine's own `Sequence`, with what the simulator tracks
-about its request, built with token ids that make a shared prompt prefix the same ids."""
+about its request, built with token ids that make a shared prompt prefix the same ids; and
+the arithmetic of decode runs (how many steps, whether they are exact)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import itertools
 import math
 
 from latlab.engine.config import EngineConfig
+from latlab.engine.scheduler import Scheduler
 from latlab.engine.sequence import Sequence, StageTimes
 from latlab.records.calibration import EngineShape
 
@@ -29,12 +31,30 @@ class SimSequence(Sequence):
 
 
 def engine_config(shape: EngineShape) -> EngineConfig:
-    return EngineConfig(max_num_seqs=shape.max_num_seqs,
-                        max_num_batched_tokens=shape.max_num_batched_tokens,
-                        block_size=shape.block_size, num_kv_blocks=shape.num_kv_blocks,
-                        max_model_len=shape.max_model_len,
-                        enable_chunked_prefill=shape.chunked_prefill, batching=shape.batching,
-                        max_waiting=shape.max_waiting, warmup=False)
+    s = shape
+    return EngineConfig(max_num_seqs=s.max_num_seqs,
+                        max_num_batched_tokens=s.max_num_batched_tokens,
+                        block_size=s.block_size, num_kv_blocks=s.num_kv_blocks,
+                        max_model_len=s.max_model_len, enable_chunked_prefill=s.chunked_prefill,
+                        batching=s.batching, max_waiting=s.max_waiting, warmup=False,
+                        max_prefill_tokens=s.max_prefill_tokens,
+                        max_decode_tokens=s.max_decode_tokens,
+                        scheduling_policy=s.scheduling_policy, fair_share=s.fair_share,
+                        enable_prefix_caching=s.enable_prefix_caching)
+
+
+def engine_shape(config: EngineConfig, num_kv_blocks: int) -> EngineShape:
+    """The shape of an engine started with `config` (its KV pool: `num_kv_blocks`)."""
+    c = config
+    return EngineShape(max_num_seqs=c.max_num_seqs,
+                       max_num_batched_tokens=c.max_num_batched_tokens,
+                       block_size=c.block_size, num_kv_blocks=num_kv_blocks,
+                       max_model_len=c.max_model_len, chunked_prefill=c.enable_chunked_prefill,
+                       batching=c.batching, max_waiting=c.max_waiting,
+                       max_prefill_tokens=c.max_prefill_tokens,
+                       max_decode_tokens=c.max_decode_tokens,
+                       scheduling_policy=c.scheduling_policy, fair_share=c.fair_share,
+                       enable_prefix_caching=c.enable_prefix_caching)
 
 
 def steps_to(a: float, b: float, span: float) -> int:
@@ -85,3 +105,30 @@ def block_limit(running: list[Sequence], block_size: int, free: int, k: int) -> 
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if need(mid) <= free else (lo, mid - 1)
     return lo
+
+
+def runs_exact(scheduler: Scheduler) -> bool:
+    """Whether decode runs (steps taken without the scheduler) can be what it would do: not
+    when it rotates decodes under a cap, or charges each step's tokens to tenants."""
+    s = scheduler
+    return (s.waiting.fair_share is None
+            and min(s.max_num_batched_tokens, s.max_decode_tokens) >= s.max_num_seqs)
+
+
+def may_admit(scheduler: Scheduler) -> bool:
+    """Whether the scheduler might admit the head of its queue this step, all running
+    sequences decoding (or preempt one for it): True where unsure."""
+    s = scheduler
+    if s.static or not s.waiting:
+        return False
+    if s.by_priority:
+        return True
+    if len(s.running) >= s.max_num_seqs:
+        return False
+    head = s.waiting.peek()
+    n = min(head.num_uncomputed_tokens, s.max_num_batched_tokens - len(s.running),
+            s.max_prefill_tokens)
+    if n < head.num_uncomputed_tokens and not s.chunked_prefill:
+        return False
+    return n > 0 and (s.block_manager.enable_caching  # its cached prefix might fit
+                      or s.block_manager.can_allocate(head, n))
