@@ -193,3 +193,15 @@ def test_the_simulator_needs_no_torch():
             "import latlab.sim.calibrate_run, latlab.sim.validate\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_run_whose_tokens_came_in_one_chunk_calibrates_without_those_decodes():
+    from latlab.records.calibration import EngineShape, RequestCosts
+    from latlab.sim.calibrate_run import rows
+    from timelines import timeline
+
+    records = [timeline(i, 1000.0 * i, tokens=12, itl=4.0) for i in range(8)]
+    burst = [timeline(8 + i, 9000.0 + 1000 * i, tokens=12, itl=0.0) for i in range(3)]
+    x, ms, decodes, prefills = rows(records + burst, RequestCosts(), EngineShape())
+    assert decodes == 8 and prefills == 11
+    assert np.isfinite(x).all() and (ms > 0).all()

@@ -108,6 +108,8 @@ def rows(records: Sequence[RequestTimeline], costs: RequestCosts, shape: EngineS
     decodes = 0
     for i in np.flatnonzero(n >= 3):
         span = last[i] - f[i]
+        if span <= 0:  # its tokens came in one chunk: no decode to time
+            continue
         steps = n[i] - 1
         overlap = np.clip(np.minimum(last, last[i]) - np.maximum(f, f[i]), 0, None) / span
         overlap[i] = 1.0
