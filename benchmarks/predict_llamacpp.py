@@ -62,8 +62,13 @@ def main() -> None:
         server = start_server(command, url, url + "/health", log_path=Path(tmp) / "llama.log",
                               name="llama-server")
         try:
+            salts = iter(range(1, 1000))
+
             def bench(arrivals: ArrivalConfig, name: str, **kw) -> RunFolder:
-                config = BenchConfig(url=url, model="default", workload=WorkloadConfig(),
+                # Each run its own prompt words: llama-server's prompt cache keeps nothing
+                # from an earlier run (its hits would make prefills look free)
+                workload = WorkloadConfig(prompt_salt=next(salts))
+                config = BenchConfig(url=url, model="default", workload=workload,
                                      arrivals=arrivals, duration_s=args.duration,
                                      warmup_s=5.0, cooldown_s=2.0, out=out, name=name,
                                      server_kind="llamacpp", **kw)

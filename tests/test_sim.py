@@ -205,3 +205,15 @@ def test_a_run_whose_tokens_came_in_one_chunk_calibrates_without_those_decodes()
     x, ms, decodes, prefills = rows(records + burst, RequestCosts(), EngineShape())
     assert decodes == 8 and prefills == 11
     assert np.isfinite(x).all() and (ms > 0).all()
+
+
+def test_prompt_tokens_the_server_found_in_its_cache_are_not_prefilled():
+    from latlab.records.calibration import EngineShape, RequestCosts
+    from latlab.sim.calibrate_run import rows
+    from timelines import timeline
+
+    records = [timeline(i, 1000.0 * i, tokens=12, itl=4.0, prompt=200) for i in range(8)]
+    for r in records[4:]:
+        r.cached_tokens = 150
+    x, _, decodes, prefills = rows(records, RequestCosts(), EngineShape())
+    assert prefills == 8 and list(x[decodes:, 1]) == [200] * 4 + [50] * 4  # tokens computed

@@ -10,7 +10,8 @@ Each successful request gives up to two rows of step features with a measured ti
 * its **prefill** (prefill time against prompt length): the server's prefill time when it
   reports one, else — only without any other request in flight, at low load — the client's
   TTFT less the network and the server's preprocessing; a prompt longer than the step budget
-  is charged as the chunks chunked prefill would cut.
+  is charged as the chunks chunked prefill would cut, less the prompt tokens the server
+  reports it found in its prompt cache.
 
 Per-request costs come from the server timings (medians: preprocess, postprocess, and the
 network as the transit beyond the server's total); without them they are zero and the
@@ -103,6 +104,7 @@ def rows(records: Sequence[RequestTimeline], costs: RequestCosts, shape: EngineS
     end = np.array([r.end_ns for r in ok], dtype=float) / 1e9
     n = np.array([r.output_tokens or 1 for r in ok], dtype=float)
     p = np.array([r.prompt_tokens or r.prompt_tokens_planned or 1 for r in ok], dtype=float)
+    cached = np.minimum(p - 1, [r.cached_tokens or 0 for r in ok])  # the server's prompt cache
     ctx = p + n / 2  # a decode's mean context over its decode
     out, ms, counts = [], [], []
     decodes = 0
@@ -135,13 +137,13 @@ def rows(records: Sequence[RequestTimeline], costs: RequestCosts, shape: EngineS
         if y <= 0:
             continue
         context = ((f < f[i]) & (last >= f[i])) @ ctx
-        steps, done, attention = 0, 0.0, 0.0
+        steps, done, attention = 0, cached[i], 0.0
         while done < p[i]:
             chunk = min(p[i] - done, max(1, budget - busy)) if shape.chunked_prefill else p[i]
             attention += chunk * (done + chunk)
             done += chunk
             steps += 1
-        out.append([p[i] + steps * busy, steps * busy, steps, steps * busy + 1, 0,
+        out.append([p[i] - cached[i] + steps * busy, steps * busy, steps, steps * busy + 1, 0,
                     steps * context, attention])
         ms.append(y)
         counts.append(steps)
