@@ -48,25 +48,27 @@ class ForwardTimer:
         return call
 
 
-def decode_steps(engine: LLMEngine, timer: ForwardTimer, batch: int,
-                 steps: int) -> tuple[float, float]:
-    """Median step time and median model time (ms) of `steps` steps of `batch` decodes."""
-    params = SamplingParams(max_tokens=steps + 4, temperature=1.0, ignore_eos=True)
+def decode_steps(engine: LLMEngine, timer: ForwardTimer | None, batch: int, steps: int,
+                 temperature: float = 1.0) -> tuple[float, float]:
+    """Median step time and median model time (ms; 0 without a timer) of `steps` steps of
+    `batch` decodes of `PROMPT_TOKENS`-token prompts."""
+    params = SamplingParams(max_tokens=steps + 4, temperature=temperature, ignore_eos=True)
     generator = torch.Generator().manual_seed(batch)
     vocab = engine.model_config.vocab_size
     for i in range(batch):
         prompt = torch.randint(0, vocab, (PROMPT_TOKENS,), generator=generator).tolist()
-        engine.add_request(f"b{batch}-{i}", prompt, params)
+        engine.add_request(f"b{batch}-{i}-{time.perf_counter_ns()}", prompt, params)
     while any(s.num_computed_tokens < s.num_prompt_tokens for s in engine.scheduler.running) \
             or engine.scheduler.waiting:
         engine.step()
     step_ms, model_ms = [], []
     for _ in range(steps):
-        timer.total_ns = 0
+        if timer:
+            timer.total_ns = 0
         start = time.perf_counter_ns()
         engine.step()
         step_ms.append((time.perf_counter_ns() - start) / 1e6)
-        model_ms.append(timer.total_ns / 1e6)
+        model_ms.append(timer.total_ns / 1e6 if timer else 0.0)
     while engine.has_unfinished():
         engine.step()
     return percentile(sorted(step_ms), 50), percentile(sorted(model_ms), 50)

@@ -17,35 +17,19 @@ and how often the top-1 token agrees.
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
+from engine_step import decode_steps
 
 from latlab.engine.config import EngineConfig
 from latlab.engine.engine import LLMEngine
-from latlab.engine.sampling import SamplingParams
-from latlab.metrics.stats import percentile
 
 SETTINGS = {"float32": {}, "bfloat16": {"dtype": "bfloat16"}, "int8": {"quantization": "int8"},
             "int8+bf16": {"quantization": "int8", "dtype": "bfloat16"}}
 
 
 def decode_step_ms(engine: LLMEngine, batch: int, steps: int) -> float:
-    params = SamplingParams(max_tokens=steps + 4, temperature=0.0, ignore_eos=True)
-    g = torch.Generator().manual_seed(batch)
-    for i in range(batch):
-        engine.add_request(f"b{batch}-{i}-{time.perf_counter_ns()}",
-                           torch.randint(16, 8192, (128,), generator=g).tolist(), params)
-    while engine.scheduler.waiting or any(not s.is_decoding for s in engine.scheduler.running):
-        engine.step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter_ns()
-        engine.step()
-        times.append((time.perf_counter_ns() - start) / 1e6)
-    while engine.has_unfinished():
-        engine.step()
-    return percentile(sorted(times), 50)
+    return decode_steps(engine, None, batch, steps, temperature=0.0)[0]
 
 
 @torch.inference_mode()

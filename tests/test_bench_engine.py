@@ -124,8 +124,9 @@ def test_an_engine_dying_mid_run_is_reported_and_the_folder_stays_valid(tmp_path
     result = run_bench(config)
     killer.join()
     records = result.run.read_records()
-    assert result.failed and "the embedded engine exited" in result.message
-    assert any(r.ok for r in records) and any(not r.ok for r in records)
+    assert result.failed and "the embedded engine exited" in result.message, result.message
+    assert any(r.ok for r in records) and any(not r.ok for r in records), \
+        [(r.outcome, r.error) for r in records]
     assert result.run.read_summary().failures
 
 

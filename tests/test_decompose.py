@@ -2,8 +2,10 @@ import pytest
 from timelines import MS, steady, timeline, write_run
 
 from latlab.analysis import analyze
-from latlab.analysis.budget import budget, in_flight_at_send, tail_budget
-from latlab.analysis.decompose import COMPONENTS, NetworkBaseline, Quality, decompose
+from latlab.analysis.budget import budget, tail_budget
+from latlab.analysis.decompose import COMPONENTS, NetworkBaseline, Quality, decompose, decompose_all
+from latlab.analysis.requests import in_flight_at_send
+from latlab.records.table import as_table
 from latlab.records.timeline import Outcome, ServerTiming
 
 
@@ -94,7 +96,7 @@ def test_failed_requests_have_no_decomposition():
 
 def test_tail_budget_shows_what_makes_slow_requests_slow():
     records = steady(99) + [timeline(99, 99 * 100, queue=500)]
-    parts = [decompose(r) for r in records]
+    parts = decompose_all(as_table(records))
     mean, tail = budget(parts), tail_budget(parts)
     assert sum(mean.components.values()) == pytest.approx(mean.total)
     assert tail.n == 1 and tail.components["queue"] == pytest.approx(500)
@@ -105,7 +107,7 @@ def test_tail_budget_shows_what_makes_slow_requests_slow():
 
 def test_mixed_runs_report_coverage():
     records = [timeline(i, i * 100, server=i % 2 == 0) for i in range(10)]
-    b = budget([decompose(r) for r in records])
+    b = budget(decompose_all(as_table(records)))
     assert b.coverage["queue"] == pytest.approx(0.5) and b.coverage["ttft_unsplit"] == 0.5
     assert "first token (unsplit)" in b.buckets()
     assert sum(b.components.values()) == pytest.approx(b.total)
@@ -113,7 +115,7 @@ def test_mixed_runs_report_coverage():
 
 def test_in_flight_at_send_counts_the_others():
     records = [timeline(0, 0, tokens=20), timeline(1, 10), timeline(2, 20), timeline(3, 500)]
-    assert in_flight_at_send(records) == [0, 1, 2, 0]
+    assert in_flight_at_send(records).tolist() == [0, 1, 2, 0]
 
 
 def test_analyze_breaks_the_run_down(tmp_path):

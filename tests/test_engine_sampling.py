@@ -83,16 +83,21 @@ def test_eos_stops_unless_ignored_and_min_tokens_forbids_it(engine):
         engine.stop_token_ids, engine.runner.sampler.stop_token_ids = saved
 
 
-def test_streamed_text_is_the_decoded_text():
-    tokenizer = Tokenizer.default()
-    text = "naïve café — 日本語 ok\n\tdone"
-    ids = tokenizer.encode(text)
+def streamed(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
+    """The text a detokenizer releases after each token, then at the end."""
     detok = Detokenizer(tokenizer)
     pieces = []
     for token in ids:
         detok.push(token)
         pieces.append(detok.release())
-    pieces.append(detok.release(final=True))
+    return [*pieces, detok.release(final=True)]
+
+
+def test_streamed_text_is_the_decoded_text():
+    tokenizer = Tokenizer.default()
+    text = "naïve café — 日本語 ok\n\tdone"
+    ids = tokenizer.encode(text)
+    pieces = streamed(tokenizer, ids)
     assert "".join(pieces) == tokenizer.decode(ids) == text
     assert "" in pieces  # multi-byte characters are held until complete
 
@@ -102,13 +107,7 @@ def test_any_token_sequence_streams_the_decoded_text(seed):
     """Random ids (what random weights sample): lone bytes, specials, broken characters."""
     tokenizer = Tokenizer.default()
     ids = np.random.default_rng(seed).integers(0, tokenizer.vocab_size, 400).tolist()
-    detok = Detokenizer(tokenizer)
-    pieces = []
-    for token in ids:
-        detok.push(token)
-        pieces.append(detok.release())
-    pieces.append(detok.release(final=True))
-    assert "".join(pieces) == tokenizer.decode(ids)
+    assert "".join(streamed(tokenizer, ids)) == tokenizer.decode(ids)
 
 
 def test_a_first_token_is_released_in_its_own_step_unless_it_begins_a_character():

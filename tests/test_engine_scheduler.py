@@ -2,36 +2,10 @@
 
 from __future__ import annotations
 
+from scheduler_helpers import plan, run, scheduler, seq
+
 from latlab.engine.block_manager import BlockManager
-from latlab.engine.config import EngineConfig
-from latlab.engine.sampling import SamplingParams
-from latlab.engine.scheduler import Scheduler, SchedulerOutput
-from latlab.engine.sequence import FinishReason, Sequence, SequenceStatus, StageTimes
-
-
-def seq(name: str, prompt_len: int) -> Sequence:
-    return Sequence(name, [1] * prompt_len, SamplingParams(), StageTimes(0, 0))
-
-
-def scheduler(num_blocks: int = 100, block_size: int = 4, **options: object) -> Scheduler:
-    config = EngineConfig(**{"max_num_seqs": 4, "max_num_batched_tokens": 16, **options})
-    return Scheduler(config, BlockManager(num_blocks, block_size))
-
-
-def run(s: Scheduler) -> SchedulerOutput:
-    """One step as the engine does it: computed tokens advance, finished prompts get a token."""
-    out = s.schedule()
-    assert out.num_batched_tokens <= s.max_num_batched_tokens
-    assert len(s.running) <= s.max_num_seqs
-    for sq, n in out.scheduled:
-        sq.num_computed_tokens += n
-        if sq.num_computed_tokens == sq.num_tokens:
-            sq.token_ids.append(2)
-    return out
-
-
-def plan(out: SchedulerOutput) -> list[tuple[str, int]]:
-    return [(sq.request_id, n) for sq, n in out.scheduled]
+from latlab.engine.sequence import FinishReason, SequenceStatus
 
 
 def test_block_manager_allocates_and_frees_whole_blocks():

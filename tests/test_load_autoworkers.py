@@ -2,7 +2,6 @@
 
 import os
 
-import pytest
 
 from latlab.load import autoworkers
 from latlab.load.autoworkers import auto_workers, offered_events_per_s, parse_ns_per_event

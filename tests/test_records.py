@@ -27,6 +27,8 @@ def test_a_run_written_before_the_schema_still_loads_and_reports(tmp_path):
     assert config.target.model == "tiny" and config.slos == {"ttft": 500.0}
     assert summary.ok == 24 and summary.client.workers == 1
     assert summary.percentile("ttft", "p99") > 0 and summary.goodput.good == 24
+    table = run.read_table()  # what the analysis reads: the same records, as columns
+    assert [table.record(i) for i in range(len(table))] == run.read_records()
     a = analyze(run)
     assert not a.summary_recomputed and a.mean.n == 24 and a.has_server_timings
     assert compare(a, analyze(run)).workload_differences == []

@@ -116,6 +116,24 @@ def test_a_large_run_is_sampled_and_its_page_stays_small(tmp_path):
     assert write_html(a.run, a).stat().st_size < 1_600_000
 
 
+def test_a_cdf_of_more_samples_than_it_draws_says_how_many_it_drew(tmp_path, monkeypatch):
+    monkeypatch.setattr(figures, "MAX_CDF_SAMPLES", 100)
+    a = run(tmp_path, steady(30))  # 30 requests of 10 tokens: 270 ITL samples
+    titles = [t.text for t in figures.cdf_figure(a).layout.annotations]
+    assert "ITL (ms); CDF of an even 90 of 270" in titles
+    assert "TTFT (ms)" in titles  # 30 samples: all of them
+    (line,) = [t for t in figures.cdf_figure(a).data if t.name == "ITL"]
+    assert len(line.x) == 90
+
+
+def test_ttft_against_prompt_length_says_when_it_shows_a_sample(tmp_path, monkeypatch):
+    monkeypatch.setattr(figures, "MAX_POINTS", 10)
+    a = run(tmp_path, steady(30))
+    fig = figures.ttft_prompt_figure(a)
+    assert sum(len(t.x) for t in fig.data) == 10
+    assert "(10 of 30 requests, evenly spaced)" in fig.layout.title.text
+
+
 def test_how_requests_ended_over_time_counts_goodput_and_failures(tmp_path):
     records = eventful()
     a = run(tmp_path, records, slos=SLOS)

@@ -80,14 +80,14 @@ async def test_top_k_5_and_10000_served_together(server):
 @pytest.fixture
 def poisoned_sampling(monkeypatch):
     """Sampling raises for any batch holding a sequence seeded POISON_SEED."""
-    sample = Sampler.__call__
+    sample = Sampler.sample
 
     def poisoned(self, logits, seqs):
         if any(seq.params.seed == POISON_SEED for seq in seqs):
             raise RuntimeError("injected sampling failure")
         return sample(self, logits, seqs)
 
-    monkeypatch.setattr(Sampler, "__call__", poisoned)
+    monkeypatch.setattr(Sampler, "sample", poisoned)
 
 
 async def test_a_failure_in_one_requests_sampling_fails_that_request_only(

@@ -60,7 +60,9 @@ def test_a_request_waiting_past_max_queue_delay_gets_503_with_retry_after():
         runner = s.engine.engine.runner
         execute = runner.execute
 
-        def slow_execute(scheduled):      # every step takes 0.2 s: the queue backs up
+        # every step takes 0.2 s: the queue backs up, and the first request (17 steps) still
+        # runs when both refusals (each at the step after 0.1 s of waiting) have come back
+        def slow_execute(scheduled):
             time.sleep(0.2)
             return execute(scheduled)
 
@@ -68,7 +70,7 @@ def test_a_request_waiting_past_max_queue_delay_gets_503_with_retry_after():
         first: dict = {}
         busy = threading.Thread(target=lambda: first.update(httpx.post(
             s.url + "/v1/completions", timeout=60,
-            json={"prompt": "a", "max_tokens": 4, "ignore_eos": True}).json()))
+            json={"prompt": "a", "max_tokens": 16, "ignore_eos": True}).json()))
         busy.start()
         wait_until(lambda: s.engine.stats.num_running == 1, what="the first request to run")
         for stream in (False, True):
@@ -78,7 +80,7 @@ def test_a_request_waiting_past_max_queue_delay_gets_503_with_retry_after():
             assert r.json()["error"]["code"] == "queue_timeout"
             assert int(r.headers["retry-after"]) >= 1
         busy.join(timeout=60)
-        assert first["usage"]["completion_tokens"] == 4       # the running one is unharmed
+        assert first["usage"]["completion_tokens"] == 16      # the running one is unharmed
         runner.execute = execute
         ok = httpx.post(s.url + "/v1/completions", timeout=60, json={
             "prompt": "c", "max_tokens": 2, "stream": True})

@@ -13,7 +13,6 @@ from aiohttp import web
 from sse_server import DONE, Server, chat, usage_only
 from typer.testing import CliRunner
 
-from latlab.analysis import analyze
 from latlab.cli import app
 from latlab.commands.bench import run_bench
 from latlab.load.conversation import Conversation

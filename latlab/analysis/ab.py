@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from latlab.analysis.analyze import RunAnalysis, assemble, judge_rows
+import numpy as np
+
+from latlab.analysis.analyze import RunAnalysis, assemble, judge_requests
 from latlab.metrics.summary import summarize
+from latlab.records.columns import concat, take
 from latlab.records.scrape import Scrape
 from latlab.records.summary import Throughput
 
@@ -26,19 +29,21 @@ EXPLAINERS = {
 def pool(rounds: Sequence[RunAnalysis]) -> RunAnalysis:
     """One side's rounds as one analysis (window: none; rates from the rounds')."""
     first = rounds[0]
-    rows = [row for a in rounds for row in a.measured]
+    measured = [take(a.requests, np.flatnonzero(a.inside)) for a in rounds]
+    requests = concat(measured, [len(m) for m in measured])
+    everything = np.ones(len(requests), bool)
     slos = first.config.slos or None
-    summary = summarize([r.record for r in rows], None, slos)
+    summary = summarize(requests.table, None, slos, metrics=requests.metrics)
     summary.throughput = pooled_throughput([a.summary.throughput for a in rounds])
     if slos:
-        summary.goodput = judge_rows(rows, None, slos)
+        summary.goodput = judge_requests(requests, everything, None, slos)
         rates = [(a.summary.goodput.requests_per_s, a.summary.throughput.window_s)
                  for a in rounds if a.summary.goodput and a.summary.throughput]
         if rates and all(r is not None for r, _ in rates):
             summary.goodput.requests_per_s = (sum(r * w for r, w in rates)
                                               / sum(w for _, w in rates))
     scrapes = [s for a in rounds for s in a.scrapes]
-    return assemble(first.run, first.config, summary, rows, None, scrapes)
+    return assemble(first.run, first.config, summary, requests, None, everything, scrapes)
 
 
 def pooled_throughput(rates: Sequence[Throughput | None]) -> Throughput | None:

@@ -4,9 +4,13 @@ It reads `config.json` (optional), `requests.jsonl` and `summary.json`; a partia
 `summary.json` gets its summary recomputed from the records and the config's measurement
 window (`clock.t0_ns`, `clock.end_ns`, `warmup_s`, `cooldown_s`) and SLOs (`slos`).
 
-Budgets, breakdowns and findings cover the requests scheduled inside the measurement window,
-as the summary does; the records outside it (warmup, cooldown) stay in `rows` for the time
-series, the exports and the cold-start rule.
+Everything is computed over columns (`Requests`: the records, their metrics and their
+decomposition, one array per field), whatever the size of the run; `rows`, `measured` and
+`decomposed` give a request at a time for the few a report shows.
+
+Budgets, breakdowns and findings cover the requests scheduled inside the measurement window
+(`inside`), as the summary does; the records outside it (warmup, cooldown) stay in
+`requests` for the time series, the exports and the cold-start rule.
 """
 
 from __future__ import annotations
@@ -14,29 +18,33 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from latlab.analysis.budget import (
     Budget,
     Group,
-    Row,
     budget,
     by_priority,
     by_prompt_length,
     by_tenant,
-    in_flight_at_send,
     over_time,
     tail_budget,
 )
-from latlab.analysis.decompose import NetworkBaseline, decompose, label
+from latlab.analysis.decompose import NetworkBaseline, arrival_ns, decompose_all, label
 from latlab.analysis.findings import Finding, Unevaluated
+from latlab.analysis.requests import Requests, Rows, in_flight_at_send
 from latlab.analysis.tasks import TaskBudget, task_budget
-from latlab.metrics.request import request_metrics
+from latlab.metrics.request import metric_columns
 from latlab.metrics.stats import percentile
 from latlab.metrics.summary import judge, summarize
+from latlab.metrics.throughput import inside
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.scrape import Scrape
 from latlab.records.summary import ClientCheck, Goodput, RunSummary
-from latlab.records.timeline import NS_PER_MS, Outcome, RequestTimeline
+from latlab.records.columns import present
+from latlab.records.table import OUTCOMES, RequestTable
+from latlab.records.timeline import NS_PER_MS, Outcome
 from latlab.records.window import Window, run_window
 
 UNATTRIBUTED_NOTE_SHARE = 0.05
@@ -45,14 +53,15 @@ TRANSIT_BASELINE = 10.0  # the percentile of the run's transits taken as the net
 
 @dataclass
 class RunAnalysis:
-    """A run's records, per-request decomposition, aggregate budgets, breakdowns and findings."""
+    """A run's requests (columns), aggregate budgets, breakdowns and findings."""
 
     run: RunFolder
     config: RunConfig
     summary: RunSummary
     summary_recomputed: bool
-    rows: list[Row]
+    requests: Requests
     window: Window | None
+    inside: np.ndarray  # the requests scheduled inside the measurement window
     mean: Budget | None
     tail: Budget | None
     by_prompt: list[Group]
@@ -66,22 +75,32 @@ class RunAnalysis:
     notes: list[str] = field(default_factory=list)
 
     @property
-    def records(self) -> list[RequestTimeline]:
-        return [row.record for row in self.rows]
+    def table(self) -> RequestTable:
+        return self.requests.table
 
     @property
-    def measured(self) -> list[Row]:
+    def ok(self) -> np.ndarray:
+        """The measured requests that succeeded and have a decomposition."""
+        return self.inside & self.requests.parts.decomposed
+
+    @property
+    def rows(self) -> Rows:
+        """Every request, one `Row` at a time."""
+        return self.requests.rows()
+
+    @property
+    def measured(self) -> Rows:
         """The rows scheduled inside the measurement window (all of them without a window)."""
-        return measured(self.rows, self.window)
+        return self.requests.rows(self.inside)
 
     @property
-    def decomposed(self) -> list[Row]:
+    def decomposed(self) -> Rows:
         """The measured rows with a decomposition (the successful requests)."""
-        return [row for row in self.measured if row.parts is not None]
+        return self.requests.rows(self.ok)
 
     @property
     def has_server_timings(self) -> bool:
-        return any(row.parts.has_server for row in self.decomposed)
+        return bool((self.ok & self.requests.parts.has_server).any())
 
     @property
     def client(self) -> ClientCheck | None:
@@ -89,97 +108,95 @@ class RunAnalysis:
         return self.summary.client
 
 
-def analyze(run: RunFolder, slos: dict[str, float] | None = None) -> RunAnalysis:
+def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
+            diagnosis: bool = True) -> RunAnalysis:
     """Decompose, aggregate and diagnose one run folder (which may be a partial run);
-    `slos` judges its goodput by other SLOs than its own."""
+    `slos` judges its goodput by other SLOs than its own; without `diagnosis` the rules are
+    not run (`findings` stays empty: what `compare` needs)."""
     config = run.read_config()
-    records = run.read_records()
-    window = run_window(config, records)
+    table = run.read_table()
+    window = run_window(config, table)
+    metrics = metric_columns(table)
     summary = run.read_summary()
     recomputed = summary is None
     if summary is None:
-        summary = summarize(records, window, config.slos or None,
-                            concurrency_cap=config.concurrency)
-
-    base = network_baseline(records, config.target.rtt_ms)
-    rows = [Row(record=r, metrics=request_metrics(r), parts=decompose(r, base), in_flight=n)
-            for r, n in zip(records, in_flight_at_send(records))]
+        summary = summarize(table, window, config.slos or None,
+                            concurrency_cap=config.concurrency, metrics=metrics)
+    parts = decompose_all(table, network_baseline(table, config.target.rtt_ms))
+    requests = Requests(table, metrics, parts, in_flight_at_send(table))
+    chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)
     if slos is not None:
-        summary.goodput = judge_rows(measured(rows, window), window, slos)
-    return assemble(run, config, summary, rows, window, run.read_scrapes(), recomputed)
+        summary.goodput = judge_requests(requests, chosen, window, slos)
+    return assemble(run, config, summary, requests, window, chosen, run.read_scrapes(),
+                    recomputed, diagnosis)
 
 
-def assemble(run: RunFolder, config: RunConfig, summary: RunSummary, rows: list[Row],
-             window: Window | None, scrapes: list[Scrape],
-             recomputed: bool = False) -> RunAnalysis:
-    """The analysis of decomposed `rows`: budgets and breakdowns over the window's, findings,
-    notes."""
+def assemble(run: RunFolder, config: RunConfig, summary: RunSummary, requests: Requests,
+             window: Window | None, chosen: np.ndarray, scrapes: list[Scrape],
+             recomputed: bool = False, diagnosis: bool = True) -> RunAnalysis:
+    """The analysis of decomposed `requests`: budgets and breakdowns over those `chosen`
+    (the window's), findings, notes."""
     from latlab.analysis.diagnose import diagnose
 
-    inside = measured(rows, window)
-    parts = [row.parts for row in inside if row.parts is not None]
+    parts = requests.parts
     analysis = RunAnalysis(
         run=run,
         config=config,
         summary=summary,
         summary_recomputed=recomputed,
-        rows=rows,
+        requests=requests,
         window=window,
-        mean=budget(parts),
-        tail=tail_budget(parts),
-        by_prompt=by_prompt_length(inside),
-        by_tenant=by_tenant(inside),
-        by_priority=by_priority(inside),
-        over_time=over_time(rows),
+        inside=chosen,
+        mean=budget(parts, chosen),
+        tail=tail_budget(parts, chosen),
+        by_prompt=by_prompt_length(requests, chosen),
+        by_tenant=by_tenant(requests, chosen),
+        by_priority=by_priority(requests, chosen),
+        over_time=over_time(requests),
         scrapes=scrapes,
-        tasks=task_budget(inside),
+        tasks=task_budget(requests, chosen),
     )
-    analysis.findings, analysis.unevaluated = diagnose(analysis)
+    if diagnosis:
+        analysis.findings, analysis.unevaluated = diagnose(analysis)
     analysis.notes = _notes(analysis)
     return analysis
 
 
-def judge_rows(rows: list[Row], window: Window | None,
-               slos: dict[str, float]) -> Goodput | None:
-    """Goodput of measured `rows` by `slos` (None without SLOs)."""
+def judge_requests(requests: Requests, chosen: np.ndarray, window: Window | None,
+                   slos: dict[str, float]) -> Goodput | None:
+    """Goodput of the `chosen` requests by `slos` (None without SLOs)."""
     if not slos:
         return None
-    return judge([(r.record, r.metrics) for r in rows if r.record.ok],
-                 sum(not r.record.ok and r.record.outcome != Outcome.CANCELLED for r in rows),
-                 window, slos)
+    t = requests.table
+    failed = chosen & ~t.ok & (t.outcome != OUTCOMES.index(Outcome.CANCELLED))
+    return judge(t, requests.metrics, chosen & t.ok, int(failed.sum()), window, slos)
 
 
-def network_baseline(records: list[RequestTimeline], rtt_ms: float | None = None
-                     ) -> NetworkBaseline:
+def network_baseline(t: RequestTable, rtt_ms: float | None = None) -> NetworkBaseline:
     """The run's network: the 10th percentile of the transit (what the client waited beyond
     the server's total) over its successful requests, and the round trip: the null request's
     measured before the run (`rtt_ms`), else the median TCP connect time of its new
     connections."""
-    transit = sorted((r.usage_ns if r.usage_ns is not None and not r.server.application
-                      else r.done_ns) / NS_PER_MS
-                     - r.sent_ns / NS_PER_MS - r.server.total for r in records
-                     if r.ok and r.server is not None and r.server.total is not None
-                     and r.sent_ns is not None and r.done_ns is not None)
-    connects = sorted(r.connection.connect_ns / NS_PER_MS for r in records
-                      if r.connection is not None and r.connection.new
-                      and r.connection.connect_ns is not None)
-    if rtt_ms is None and connects:
+    arrived = arrival_ns(t)
+    timed = t.ok & t.has_server & ~np.isnan(t.server["total"]) & present(t.sent_ns) \
+        & present(t.done_ns)
+    transit = np.sort(arrived[timed] / NS_PER_MS - t.sent_ns[timed] / NS_PER_MS
+                      - t.server["total"][timed])
+    connect = t.phases["connect_ns"]
+    connects = np.sort(connect[t.new_connection & ~np.isnan(connect)] / NS_PER_MS)
+    if rtt_ms is None and len(connects):
         rtt_ms = percentile(connects, 50)
-    return NetworkBaseline(transit_ms=percentile(transit, TRANSIT_BASELINE) if transit else None,
-                           rtt_ms=rtt_ms)
-
-
-def measured(rows: list[Row], window: Window | None) -> list[Row]:
-    return rows if window is None else [r for r in rows if r.record.origin_ns in window]
+    return NetworkBaseline(transit_ms=percentile(transit, TRANSIT_BASELINE) if len(transit)
+                           else None, rtt_ms=rtt_ms)
 
 
 def _notes(a: RunAnalysis) -> list[str]:
     notes = []
     if a.summary_recomputed:
         notes.append("no summary.json (a partial run?): the summary was recomputed from the records")
-    if not a.rows:
+    if not len(a.requests):
         notes.append("the run has no records yet")
-    elif not a.decomposed:
+    elif not a.ok.any():
         notes.append("no request succeeded: there is no latency budget to show")
     elif not a.has_server_timings:
         notes.append("the server reported no timings: network, preprocess, queue and prefill are "
@@ -194,8 +211,10 @@ def _notes(a: RunAnalysis) -> list[str]:
 
 def _provenance(a: RunAnalysis) -> str:
     """Where the server timings came from and how good each component is."""
-    sources = Counter(r.record.server.source or "latlab" for r in a.decomposed
-                      if r.record.server is not None)
+    source = a.table.source
+    codes = source.codes[a.ok & a.requests.parts.has_server]
+    sources = Counter({source.names[c] if c >= 0 else "latlab": int(n)
+                       for c, n in zip(*np.unique(codes, return_counts=True))})
     by_quality: dict[str, list[str]] = {}
     for name, quality in a.mean.quality.items():
         if quality is not None and name != "unattributed" and a.mean.coverage[name] > 0:

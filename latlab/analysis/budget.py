@@ -10,33 +10,21 @@ composition of a slow request, which is not the composition of an average one.
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from latlab.analysis.decompose import APP, BUCKETS, COMPONENTS, Decomposition, Quality, members
-from latlab.metrics.request import RequestMetrics
+from latlab.analysis.decompose import (APP, BUCKETS, COMPONENTS, QUALITIES, UNAVAILABLE, Parts,
+                                       Quality, members)
+from latlab.analysis.requests import Requests
 from latlab.metrics.stats import distribution, percentile
 from latlab.records.summary import Distribution
-from latlab.records.timeline import RequestTimeline
+from latlab.records.columns import present
 
 TAIL_PERCENTILE = 99.0
 PROMPT_EDGES = (64, 256, 1024, 4096, 16384)
 MAX_TIME_WINDOWS = 10
 MIN_REQUESTS_PER_WINDOW = 10
-
-
-@dataclass(slots=True)
-class Row:
-    """One request with everything derived from it."""
-
-    record: RequestTimeline
-    metrics: RequestMetrics
-    parts: Decomposition | None
-    in_flight: int  # other requests in flight when it was sent
 
 
 @dataclass(slots=True)
@@ -68,31 +56,46 @@ class Budget:
         return value / self.total if self.total > 0 else 0.0
 
 
-def budget(parts: Sequence[Decomposition]) -> Budget | None:
-    if not parts:
+def budget(parts: Parts, which: np.ndarray | None = None) -> Budget | None:
+    """The mean budget of the decomposed requests among `which` (a mask, or indices; all
+    when None)."""
+    if which is None or which.dtype == bool:
+        chosen = np.flatnonzero(parts.decomposed if which is None else parts.decomposed & which)
+    else:
+        chosen = which[parts.decomposed[which]]
+    n = len(chosen)
+    if not n:
         return None
-    n = len(parts)
-    names = [*COMPONENTS, *sorted({c for p in parts for c in p.components if c.startswith(APP)})]
+    codes = {c: q[chosen] for c, q in parts.quality.items()}
+    names = [*COMPONENTS, *(c for c in sorted(parts.ms) if c.startswith(APP)
+                            and (codes[c] >= 0).any())]
     return Budget(
         n=n,
-        total=sum(p.total for p in parts) / n,
-        components={c: sum(p.ms(c) for p in parts) / n for c in names},
-        coverage={c: sum(p.quality(c) not in (None, Quality.UNAVAILABLE) for p in parts) / n
+        total=float(parts.total[chosen].sum()) / n,
+        components={c: float(parts.value(c)[chosen].sum()) / n for c in names},
+        coverage={c: int(((codes[c] >= 0) & (codes[c] != UNAVAILABLE)).sum()) / n
                   for c in names},
-        quality={c: _most_common(p.quality(c) for p in parts) for c in names},
+        quality={c: _most_common(codes[c]) for c in names},
     )
 
 
-def _most_common(qualities: Iterable[Quality | None]) -> Quality | None:
-    counts = Counter(q for q in qualities if q is not None)
-    return counts.most_common(1)[0][0] if counts else None
-
-
-def tail_budget(parts: Sequence[Decomposition], q: float = TAIL_PERCENTILE) -> Budget | None:
-    if not parts:
+def _most_common(codes: np.ndarray) -> Quality | None:
+    """The most common quality; of equally common ones, the first to occur."""
+    counts = np.bincount(codes[codes >= 0], minlength=len(QUALITIES))
+    if not counts.any():
         return None
-    cut = percentile(sorted(p.total for p in parts), q)
-    return budget([p for p in parts if p.total >= cut])
+    tied = np.flatnonzero(counts == counts.max())
+    return QUALITIES[min(tied, key=lambda code: int(np.argmax(codes == code)))]
+
+
+def tail_budget(parts: Parts, which: np.ndarray | None = None,
+                q: float = TAIL_PERCENTILE) -> Budget | None:
+    """The budget of the requests at or above the q-th percentile of E2E from schedule."""
+    chosen = parts.decomposed if which is None else parts.decomposed & which
+    if not chosen.any():
+        return None
+    cut = percentile(np.sort(parts.total[chosen]), q)
+    return budget(parts, chosen & (parts.total >= cut))
 
 
 @dataclass(slots=True)
@@ -107,35 +110,33 @@ class Group:
     e2e: Distribution
 
 
-def group(label: str, rows: Sequence[Row]) -> Group:
-    ok = [r for r in rows if r.record.ok]
+def group(label: str, requests: Requests, members: np.ndarray) -> Group:
+    """The group of the requests where `members` (a mask) holds."""
+    ok = members & requests.table.ok
     return Group(
         label=label,
-        n=len(rows),
-        failed=len(rows) - len(ok),
-        budget=budget([r.parts for r in ok if r.parts is not None]),
-        ttft=distribution(r.metrics.ttft for r in ok),
-        e2e=distribution(r.metrics.e2e_sched for r in ok),
+        n=int(members.sum()),
+        failed=int(members.sum() - ok.sum()),
+        budget=budget(requests.parts, ok),
+        ttft=distribution(requests.metrics.ttft[ok]),
+        e2e=distribution(requests.metrics.e2e_sched[ok]),
     )
 
 
-def group_by(rows: Sequence[Row], key: Callable[[Row], str | None]) -> list[Group]:
-    """One group per distinct key, in order of first appearance; rows without a key are left out."""
-    groups: dict[str, list[Row]] = {}
-    for row in rows:
-        k = key(row)
-        if k is not None:
-            groups.setdefault(k, []).append(row)
-    return [group(k, members) for k, members in groups.items()]
+def group_by(requests: Requests, keys: np.ndarray, labels: list[str], order: np.ndarray
+             ) -> list[Group]:
+    """One group per key (codes into `labels`, −1: left out), in order of first appearance
+    along `order` (the indices of the requests considered)."""
+    ordered = keys[order]
+    found, first = np.unique(ordered[ordered >= 0], return_index=True)
+    considered = np.zeros(len(keys), bool)
+    considered[order] = True
+    return [group(labels[k], requests, considered & (keys == k))
+            for k in found[np.argsort(first)]]
 
 
-def prompt_tokens(row: Row) -> int | None:
-    r = row.record
-    return r.prompt_tokens if r.prompt_tokens is not None else r.prompt_tokens_planned
-
-
-def prompt_bucket(tokens: int | None) -> str | None:
-    if tokens is None:
+def prompt_bucket(tokens: float | None) -> str | None:
+    if tokens is None or np.isnan(tokens):
         return None
     low = 0
     for edge in PROMPT_EDGES:
@@ -145,47 +146,48 @@ def prompt_bucket(tokens: int | None) -> str | None:
     return f"≥{low}"
 
 
-def by_prompt_length(rows: Sequence[Row]) -> list[Group]:
-    ordered = sorted((r for r in rows if prompt_tokens(r) is not None), key=prompt_tokens)
-    return group_by(ordered, lambda r: prompt_bucket(prompt_tokens(r)))
+PROMPT_BUCKETS = [prompt_bucket(e - 1) for e in PROMPT_EDGES] + [prompt_bucket(PROMPT_EDGES[-1])]
 
 
-def by_tenant(rows: Sequence[Row]) -> list[Group]:
-    return sorted(group_by(rows, lambda r: r.record.tenant), key=lambda g: g.label)
+def prompt_buckets(tokens: np.ndarray) -> np.ndarray:
+    """Each request's prompt-length bucket: an index into PROMPT_BUCKETS, −1 without a count."""
+    return np.where(np.isnan(tokens), -1, np.searchsorted(PROMPT_EDGES, tokens, side="right"))
 
 
-def by_priority(rows: Sequence[Row]) -> list[Group]:
-    keyed = group_by(rows, lambda r: None if r.record.priority is None else str(r.record.priority))
-    return sorted(keyed, key=lambda g: int(g.label))
+def by_prompt_length(requests: Requests, which: np.ndarray) -> list[Group]:
+    tokens = requests.prompt_tokens
+    order = np.flatnonzero(which & ~np.isnan(tokens))
+    order = order[np.argsort(tokens[order], kind="stable")]
+    return group_by(requests, prompt_buckets(tokens), PROMPT_BUCKETS, order)
 
 
-def over_time(rows: Sequence[Row]) -> list[Group]:
+def by_tenant(requests: Requests, which: np.ndarray) -> list[Group]:
+    tenant = requests.table.tenant
+    groups = group_by(requests, tenant.codes, list(tenant.names), np.flatnonzero(which))
+    return sorted(groups, key=lambda g: g.label)
+
+
+def by_priority(requests: Requests, which: np.ndarray) -> list[Group]:
+    priority = requests.table.priority
+    levels = np.unique(priority[~np.isnan(priority)])
+    keys = np.where(np.isnan(priority), -1, np.searchsorted(levels, priority))
+    groups = group_by(requests, keys, [str(int(p)) for p in levels], np.flatnonzero(which))
+    return sorted(groups, key=lambda g: int(g.label))
+
+
+def over_time(requests: Requests) -> list[Group]:
     """Consecutive windows of the run by schedule time, each with enough requests to mean something."""
-    timed = sorted((r for r in rows if r.record.origin_ns is not None),
-                   key=lambda r: r.record.origin_ns)
-    if not timed:
+    origin = requests.table.origin_ns
+    timed = np.flatnonzero(present(origin))
+    if not len(timed):
         return []
-    start = timed[0].record.origin_ns
-    span = timed[-1].record.origin_ns - start + 1
+    timed = timed[np.argsort(origin[timed], kind="stable")]
+    start = int(origin[timed[0]])
+    span = int(origin[timed[-1]]) - start + 1
     count = max(1, min(MAX_TIME_WINDOWS, len(timed) // MIN_REQUESTS_PER_WINDOW))
     width = span / count
-    return group_by(timed, lambda r: _window_label(start, width, r.record.origin_ns))
-
-
-def _window_label(start: int, width: float, t: int) -> str:
-    i = math.floor((t - start) / width)
-    return f"{i * width / 1e9:.1f}–{(i + 1) * width / 1e9:.1f} s"
-
-
-def in_flight_at(starts: Sequence[int], ends: Sequence[int], times: Sequence[int]) -> np.ndarray:
-    """For each time, how many of the intervals `[start, end)` contain it."""
-    return (np.searchsorted(np.sort(np.asarray(starts, dtype=np.int64)), times, side="right")
-            - np.searchsorted(np.sort(np.asarray(ends, dtype=np.int64)), times, side="right"))
-
-
-def in_flight_at_send(records: Sequence[RequestTimeline]) -> list[int]:
-    """For each record, how many other requests had been sent and were not finished when it was sent."""
-    sent = [r for r in records if r.sent_ns is not None]
-    counts = iter(in_flight_at([r.sent_ns for r in sent], [r.end_ns for r in sent],
-                               [r.sent_ns for r in sent]))
-    return [max(int(next(counts)) - 1, 0) if r.sent_ns is not None else 0 for r in records]
+    keys = np.full(len(origin), -1)
+    keys[timed] = np.floor((origin[timed] - start) / width).astype(int)
+    labels = [f"{i * width / 1e9:.1f}–{(i + 1) * width / 1e9:.1f} s"
+              for i in range(keys.max() + 1)]
+    return group_by(requests, keys, labels, timed)

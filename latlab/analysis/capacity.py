@@ -28,10 +28,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Sequence
 
-from latlab.analysis.budget import Row
+import numpy as np
+
 from latlab.metrics.slo import slo_value
 from latlab.metrics.stats import percentile
 from latlab.records.sweep import Cost, Knee, Mode, Point
+from latlab.records.table import OUTCOMES
 from latlab.records.timeline import Outcome
 
 if TYPE_CHECKING:
@@ -51,18 +53,19 @@ def measure(analysis: RunAnalysis, label: str, mode: Mode, load: float | None,
             slos: dict[str, float], q: float) -> Point:
     """The point of one bench run; `load=None` takes the achieved rate (synchronous)."""
     s = analysis.summary
-    judged = [r for r in analysis.measured if r.record.outcome != Outcome.CANCELLED]
-    failed = sum(1 for r in judged if not r.record.ok)
-    ok_e2e = sorted(r.metrics.e2e_sched for r in judged
-                    if r.record.ok and r.metrics.e2e_sched is not None)
+    t, metrics = analysis.table, analysis.requests.metrics
+    judged = analysis.inside & (t.outcome != OUTCOMES.index(Outcome.CANCELLED))
+    failed = int((judged & ~t.ok).sum())
+    ok_e2e = np.sort(metrics.e2e_sched[judged & t.ok & ~np.isnan(metrics.e2e_sched)])
     t = s.throughput
     achieved = t.achieved_rate if t else 0.0
     return Point(
         label=label, mode=mode, load=achieved if load is None else load, achieved=achieved,
-        error_rate=failed / len(judged) if judged else 0.0, requests=len(judged),
-        latency=percentile(ok_e2e, q) if ok_e2e else None,
-        median_latency=percentile(ok_e2e, 50) if ok_e2e else None,
-        slo_values={m: _slo_percentile(judged, m, q) for m in slos},
+        error_rate=failed / int(judged.sum()) if judged.any() else 0.0,
+        requests=int(judged.sum()),
+        latency=percentile(ok_e2e, q) if len(ok_e2e) else None,
+        median_latency=percentile(ok_e2e, 50) if len(ok_e2e) else None,
+        slo_values={m: _slo_percentile(analysis, judged, m, q) for m in slos},
         output_tokens_per_s=t.output_tokens_per_s if t else 0.0,
         goodput=s.goodput.requests_per_s if s.goodput else None,
         latencies={m: {p: s.percentile(m, p) for p in ("p50", "p99")}
@@ -74,16 +77,15 @@ def measure(analysis: RunAnalysis, label: str, mode: Mode, load: float | None,
         fell_behind=bool(t and t.fell_behind))
 
 
-def _slo_percentile(rows: Sequence[Row], metric: str, q: float) -> float:
-    """The q-th percentile of `metric` as the SLO judges it (ITL: a request's largest gap);
-    a failed request is infinitely slow, a request without the metric is left out."""
-    values = []
-    for row in rows:
-        if not row.record.ok:
-            values.append(math.inf)
-        elif (value := slo_value(row.metrics, metric)) is not None:
-            values.append(value)
-    return percentile(sorted(values), q) if values else math.inf
+def _slo_percentile(analysis: RunAnalysis, judged: np.ndarray, metric: str, q: float) -> float:
+    """The q-th percentile of `metric` as the SLO judges it (ITL: a request's largest gap)
+    over the `judged` requests; a failed request is infinitely slow, a request without the
+    metric is left out."""
+    ok = analysis.table.ok
+    values = np.asarray(slo_value(analysis.requests.metrics, metric), dtype=float)
+    values = np.where(ok, values, np.inf)[judged]
+    values = np.sort(values[~np.isnan(values)])
+    return percentile(values, q) if len(values) else math.inf
 
 
 def curve(points: Sequence[Point]) -> list[Point]:

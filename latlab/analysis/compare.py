@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from latlab.analysis.analyze import RunAnalysis
-from latlab.analysis.budget import Budget, Row, budget
+from latlab.analysis.budget import Budget, budget
 from latlab.analysis.significance import (bootstrap_difference, cluster_bootstrap_difference,
                                           statistic)
+from latlab.metrics.request import Ragged
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
 
@@ -87,30 +88,32 @@ class Comparison:
         return next((c for c in self.changes if c.key == key), None)
 
 
-def metric_values(rows: list[Row], metric: str) -> np.ndarray:
+def metric_values(a: RunAnalysis, metric: str) -> np.ndarray:
+    """The samples of `metric` over the run's measured successful requests (ITL: pooled)."""
+    metrics, rows = a.requests.metrics, a.ok
     if metric == "itl":
-        return np.asarray([v for r in rows for v in r.metrics.itl], dtype=float)
-    values = [getattr(r.metrics, metric) for r in rows]
-    return np.asarray([v for v in values if v is not None], dtype=float)
+        return metrics.itl.select(rows)
+    values = getattr(metrics, metric)[rows]
+    return values[~np.isnan(values)]
 
 
-def rows_at(rows: list[Row], metric: str, stat: str) -> list[Row]:
-    """The requests that make up a statistic: all (mean), the tail (p90, p99), the middle (p50)."""
-    keyed = [(getattr(r.metrics, metric), r) for r in rows]
-    keyed = [(v, r) for v, r in keyed if v is not None]
-    if stat == "mean" or not keyed:
-        return [r for _, r in keyed]
-    values = np.asarray([v for v, _ in keyed])
+def rows_at(a: RunAnalysis, metric: str, stat: str) -> np.ndarray:
+    """The requests that make up a statistic (a mask): all (mean), the tail (p90, p99), the
+    middle (p50)."""
+    values = getattr(a.requests.metrics, metric)
+    keyed = a.ok & ~np.isnan(values)
+    if stat == "mean" or not keyed.any():
+        return keyed
     q = float(stat[1:])
-    low, high = (np.percentile(values, q), np.inf) if q >= 90 else np.percentile(
-        values, [max(q - 10, 0), min(q + 10, 100)])
-    return [r for v, r in keyed if low <= v <= high]
+    low, high = (np.percentile(values[keyed], q), np.inf) if q >= 90 else np.percentile(
+        values[keyed], [max(q - 10, 0), min(q + 10, 100)])
+    return keyed & (values >= low) & (values <= high)
 
 
-def attribute(a_rows: list[Row], b_rows: list[Row], metric: str, stat: str) -> dict[str, float]:
+def attribute(a: RunAnalysis, b: RunAnalysis, metric: str, stat: str) -> dict[str, float]:
     """Per component, the change (ms) of its mean over the requests at the statistic."""
-    ba = budget([r.parts for r in rows_at(a_rows, metric, stat)])
-    bb = budget([r.parts for r in rows_at(b_rows, metric, stat)])
+    ba = budget(a.requests.parts, rows_at(a, metric, stat))
+    bb = budget(b.requests.parts, rows_at(b, metric, stat))
     if ba is None or bb is None:
         return {}
     return {c: bb.components[c] - ba.components[c] for c in ATTRIBUTED[metric]
@@ -122,40 +125,46 @@ class CompareError(ValueError):
 
 
 def compare(a: RunAnalysis, b: RunAnalysis, seed: int = 0) -> Comparison:
-    a_rows, b_rows = a.decomposed, b.decomposed
-    for analysis, rows in ((a, a_rows), (b, b_rows)):
-        if not rows:
+    for analysis in (a, b):
+        if not analysis.ok.any():
             raise CompareError(f"{analysis.run.path}: no successful request in its window "
                                "to compare")
     changes: list[Change] = []
+    groups = {metric: (_groups(a), _groups(b)) for metric in PER_TOKEN}  # grouped by request
     for metric, label in LATENCY_METRICS.items():
-        va, vb = metric_values(a_rows, metric), metric_values(b_rows, metric)
+        va, vb = ((groups[metric][0].values, groups[metric][1].values) if metric in groups
+                  else (metric_values(a, metric), metric_values(b, metric)))
         if len(va) == 0 or len(vb) == 0:
             changes += [Change(f"{s}_{metric}", f"{label} {s}", "ms",
                                float(statistic(va, s)) if len(va) else None,
                                float(statistic(vb, s)) if len(vb) else None) for s in STATS]
             continue
-        if metric in PER_TOKEN:  # a request's gaps are resampled together
-            diffs = cluster_bootstrap_difference(
-                [np.asarray(r.metrics.itl) for r in a_rows],
-                [np.asarray(r.metrics.itl) for r in b_rows], STATS, seed=seed)
+        if metric in groups:  # a request's gaps are resampled together
+            diffs = cluster_bootstrap_difference(*groups[metric], STATS, seed=seed)
         else:
             diffs = bootstrap_difference(va, vb, STATS, seed=seed)
         for stat, diff in diffs.items():
             change = Change(f"{stat}_{metric}", f"{label} {stat}", "ms", diff.a, diff.b,
                             ci=(diff.ci_low, diff.ci_high), significant=diff.significant)
             if metric in ATTRIBUTED:
-                change.attribution = attribute(a_rows, b_rows, metric, stat)
+                change.attribution = attribute(a, b, metric, stat)
             changes.append(change)
     changes += _rate_changes(a.summary, b.summary)
     changes.append(_error_rate(a.summary, b.summary))
-    budgets = {"mean": (budget([r.parts for r in a_rows]), budget([r.parts for r in b_rows])),
-               "p99 tail": (_tail(a_rows), _tail(b_rows))}
+    budgets = {"mean": (budget(a.requests.parts, a.ok), budget(b.requests.parts, b.ok)),
+               "p99 tail": (_tail(a), _tail(b))}
     return Comparison(a, b, changes, budgets, workload_differences(a.config, b.config))
 
 
-def _tail(rows: list[Row]) -> Budget | None:
-    return budget([r.parts for r in rows_at(rows, "e2e_sched", "p99")])
+def _groups(a: RunAnalysis) -> Ragged:
+    """The ITL samples of the measured successful requests, grouped by request."""
+    itl = a.requests.metrics.itl
+    lengths = np.where(a.ok, itl.lengths, 0)
+    return Ragged(itl.select(a.ok), np.concatenate([[0], np.cumsum(lengths)]))
+
+
+def _tail(a: RunAnalysis) -> Budget | None:
+    return budget(a.requests.parts, rows_at(a, "e2e_sched", "p99"))
 
 
 def _rate(s: RunSummary, key: str) -> float | None:

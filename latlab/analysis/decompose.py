@@ -34,11 +34,15 @@ folded away.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Iterable
 
-from latlab.records.timeline import NS_PER_MS, RequestTimeline, ServerTiming, ms_between
+import numpy as np
+
+from latlab.records.columns import ms_between, present
+from latlab.records.table import RequestTable, as_table
+from latlab.records.timeline import NS_PER_MS, RequestTimeline
 
 
 class Quality(StrEnum):
@@ -128,90 +132,150 @@ class Decomposition:
         return sum(self.ms(c) for c in members(name, self.components))
 
 
+QUALITIES = tuple(Quality)  # quality codes index this; −1: the component does not apply
+UNAVAILABLE = QUALITIES.index(Quality.UNAVAILABLE)
+EXACT, DERIVED, ESTIMATED = (QUALITIES.index(q) for q in (Quality.EXACT, Quality.DERIVED,
+                                                           Quality.ESTIMATED))
+# The order a request's components are summed in (its residual is unattributed).
+SERVER_ORDER = ("client_wait", "connect", "preprocess", "queue", "model_load", "prefill",
+                "decode", "inference", "network", "intake", "postprocess")
+CLIENT_ORDER = ("client_wait", "connect", "network", "preprocess", "queue", "prefill",
+                "ttft_unsplit", "decode", "postprocess")
+
+
+@dataclass(eq=False)
+class Parts:
+    """Every request's decomposition as columns: `ms` NaN where unavailable or not
+    applicable, `quality` codes into QUALITIES (−1: not applicable), `total` NaN and
+    `decomposed` False for a request without one."""
+
+    total: np.ndarray
+    ms: dict[str, np.ndarray]
+    quality: dict[str, np.ndarray]
+    has_server: np.ndarray
+    decomposed: np.ndarray
+    _values: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)
+
+    def value(self, name: str) -> np.ndarray:
+        """The component's time per request, 0 when unavailable or not applicable."""
+        if name not in self._values:
+            self._values[name] = np.nan_to_num(self.ms[name])
+        return self._values[name]
+
+    def bucket(self, name: str) -> np.ndarray:
+        return sum(self.value(c) for c in members(name, self.ms))
+
+    def row(self, i: int) -> Decomposition | None:
+        if not self.decomposed[i]:
+            return None
+        components = {}
+        for name in self.ms:
+            code = self.quality[name][i]
+            if code >= 0:
+                value = self.ms[name][i]
+                components[name] = Component(None if np.isnan(value) else float(value),
+                                             QUALITIES[code])
+        return Decomposition(total=float(self.total[i]), components=components,
+                             has_server=bool(self.has_server[i]))
+
+
 def decompose(r: RequestTimeline, base: NetworkBaseline = NetworkBaseline()
               ) -> Decomposition | None:
     """The request's components, or None when it has no E2E (failed, or never sent or done)."""
-    if not r.ok or r.sent_ns is None or r.done_ns is None:
-        return None
-    total = ms_between(r.done_ns, r.origin_ns)
-    parts: dict[str, Component] = {}
-    setup = r.connection.setup_ns / NS_PER_MS if r.connection is not None else None
-    wait = ms_between(r.sent_ns, r.scheduled_ns)
-    if wait is None:
-        parts["client_wait"] = parts["connect"] = Component(None, Quality.UNAVAILABLE)
-    elif setup is None:
-        parts["client_wait"] = Component(wait, Quality.DERIVED)
-        parts["connect"] = Component(None, Quality.UNAVAILABLE)
-    else:
-        parts["client_wait"] = Component(wait - setup, Quality.DERIVED)
-        parts["connect"] = Component(setup, Quality.EXACT)
-    if r.server is not None:
-        _with_server(r, r.server, base, parts)
-    else:
-        for name in ("network", *SERVER_STAGES[:3]):
-            parts[name] = Component(None, Quality.UNAVAILABLE)
-        first = r.first_token_ns if r.first_token_ns is not None else r.done_ns
-        last = r.last_token_ns if r.last_token_ns is not None else first
-        parts["ttft_unsplit"] = Component(ms_between(first, r.sent_ns), Quality.DERIVED)
-        parts["decode"] = Component(ms_between(last, first), Quality.ESTIMATED)
-        parts["postprocess"] = Component(ms_between(r.done_ns, last), Quality.ESTIMATED)
-    accounted = sum(c.ms for c in parts.values() if c.ms is not None)
-    parts["unattributed"] = Component(total - accounted, Quality.DERIVED)
-    return Decomposition(total=total, components=parts, has_server=r.server is not None)
+    return decompose_all(as_table([r]), base).row(0)
 
 
-def _with_server(r: RequestTimeline, s: ServerTiming, base: NetworkBaseline,
-                 parts: dict[str, Component]) -> None:
-    # An application's total runs to its response's end, past the usage event it relays.
-    arrived = r.usage_ns if r.usage_ns is not None and not s.application else r.done_ns
+def decompose_all(t: RequestTable, base: NetworkBaseline = NetworkBaseline()) -> Parts:
+    """Every request's components (see the module's docstring for each formula)."""
+    n = len(t)
+    done = t.ok & present(t.sent_ns) & present(t.done_ns)
+    names = [*COMPONENTS, *(APP + name for name in t.application)]
+    ms = {c: np.full(n, np.nan) for c in names}
+    quality = {c: np.full(n, -1, np.int8) for c in names}
+
+    def put(name: str, where: np.ndarray, value: np.ndarray | float, code) -> None:
+        where = where & done
+        ms[name][where] = value[where] if isinstance(value, np.ndarray) else value
+        quality[name][where] = code[where] if isinstance(code, np.ndarray) else code
+
+    phases = [np.nan_to_num(t.phases[p]) for p in ("dns_ns", "connect_ns", "tls_ns")]
+    setup = np.where(t.has_connection, sum(phases) / NS_PER_MS, np.nan)
+    wait = ms_between(t.sent_ns, t.scheduled_ns)
+    waited, set_up = ~np.isnan(wait), ~np.isnan(setup)
+    put("client_wait", np.ones(n, bool), np.where(set_up, wait - setup, wait),
+        np.where(waited, DERIVED, UNAVAILABLE))
+    put("connect", np.ones(n, bool), np.where(waited, setup, np.nan),
+        np.where(waited & set_up, EXACT, UNAVAILABLE))
+    _with_server(t, base, t.has_server, put, ms)
+    _client_only(t, ~t.has_server, put)
+    apps = tuple(APP + name for name in t.application)
+    order = {True: (*SERVER_ORDER[:8], *apps, *SERVER_ORDER[8:]), False: CLIENT_ORDER}
+    accounted = {k: sum(np.nan_to_num(ms[c]) for c in summed) for k, summed in order.items()}
+    total = np.where(done, ms_between(t.done_ns, t.origin_ns), np.nan)
+    put("unattributed", np.ones(n, bool),
+        total - np.where(t.has_server, accounted[True], accounted[False]), DERIVED)
+    return Parts(total=total, ms=ms, quality=quality, has_server=t.has_server & done,
+                 decomposed=done)
+
+
+def arrival_ns(t: RequestTable) -> np.ndarray:
+    """When the event carrying the server's timings arrived: its usage event, else its end;
+    an application's total runs to its response's end, past the usage event it relays."""
+    relayed = t.has_application & (sum(~np.isnan(v) for v in t.application.values()) > 0)
+    return np.where(present(t.usage_ns) & ~relayed, t.usage_ns, t.done_ns)
+
+
+def _with_server(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put, ms) -> None:
+    s = t.server
+    arrived = arrival_ns(t)
     for stage in ("preprocess", "queue", "model_load", "prefill", "decode", "inference"):
-        value = getattr(s, stage)
-        parts[stage] = Component(value, Quality.EXACT if value is not None
-                                 else Quality.UNAVAILABLE)
-    for name, value in (s.application or {}).items():
-        parts[APP + name] = Component(value, Quality.DERIVED if name == "other"
-                                      else Quality.EXACT)
-    if s.total is not None:
-        transit = ms_between(arrived, r.sent_ns) - s.total
-        if base.transit_ms is None:
-            parts["network"] = Component(transit, Quality.DERIVED)
-        else:
-            network = min(transit, base.transit_ms)
-            parts["network"] = Component(network, Quality.ESTIMATED)
-            parts["intake"] = Component(transit - network, Quality.DERIVED)
+        put(stage, rows, s[stage], np.where(np.isnan(s[stage]), UNAVAILABLE, EXACT))
+    for name, values in t.application.items():
+        put(APP + name, rows & ~np.isnan(values), values, DERIVED if name == "other" else EXACT)
+    totalled = rows & ~np.isnan(s["total"])
+    transit = ms_between(arrived, t.sent_ns) - s["total"]
+    if base.transit_ms is None:
+        put("network", totalled, transit, DERIVED)
     else:
-        parts["network"] = _round_trip(r, base)
-    if s.queue is None:
-        parts["queue"] = _derived_queue(r, s, parts)
-    tail = ms_between(r.done_ns, arrived) or 0.0
-    parts["postprocess"] = Component((s.postprocess or 0.0) + tail, Quality.DERIVED
-                                     if s.postprocess is not None else Quality.ESTIMATED)
+        network = np.minimum(transit, base.transit_ms)
+        put("network", totalled, network, ESTIMATED)
+        put("intake", totalled, transit - network, DERIVED)
+    _round_trip(t, base, rows & np.isnan(s["total"]), put)
+    unqueued = rows & np.isnan(s["queue"])
+    stages = sum(np.nan_to_num(s[x]) for x in ("preprocess", "model_load", "prefill", "decode",
+                                               "inference", "postprocess"))
+    stages = stages + sum(np.nan_to_num(v) for v in t.application.values())
+    computed = ~np.isnan(s["prefill"]) | ~np.isnan(s["inference"])
+    put("queue", unqueued & totalled, np.where(computed, s["total"] - stages, np.nan),
+        np.where(computed, DERIVED, UNAVAILABLE))
+    before = sum(np.nan_to_num(s[x]) for x in BEFORE_FIRST_TOKEN)
+    timed = ~np.isnan(s["prefill"]) & present(t.first_token_ns)
+    queue = ms_between(t.first_token_ns, t.sent_ns) - np.nan_to_num(ms["network"]) - before
+    put("queue", unqueued & ~totalled, np.where(timed, queue, np.nan),
+        np.where(timed, DERIVED, UNAVAILABLE))
+    tail = np.nan_to_num(ms_between(t.done_ns, arrived))
+    post = s["postprocess"]
+    put("postprocess", rows, np.nan_to_num(post) + tail,
+        np.where(np.isnan(post), ESTIMATED, DERIVED))
 
 
-def _round_trip(r: RequestTimeline, base: NetworkBaseline) -> Component:
+def _round_trip(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put) -> None:
     """Without a server total, the network is estimated as one round trip: the run's (a null
     request's, measured before the run), else this request's TCP connect time."""
     if base.rtt_ms is not None:
-        return Component(base.rtt_ms, Quality.ESTIMATED)
-    c = r.connection
-    if c is not None and c.new and c.connect_ns is not None:
-        return Component(c.connect_ns / NS_PER_MS, Quality.ESTIMATED)
-    return Component(None, Quality.UNAVAILABLE)
+        put("network", rows, base.rtt_ms, ESTIMATED)
+        return
+    connect = np.where(t.new_connection, t.phases["connect_ns"] / NS_PER_MS, np.nan)
+    put("network", rows, connect, np.where(np.isnan(connect), UNAVAILABLE, ESTIMATED))
 
 
-def _derived_queue(r: RequestTimeline, s: ServerTiming, parts: dict[str, Component]
-                   ) -> Component:
-    """The wait the server did not report: its total less its other stages, or, without a
-    total, the time to first token less the network and the server's stages before it."""
-    if s.total is not None:
-        stages = [s.preprocess, s.model_load, s.prefill, s.decode, s.inference, s.postprocess,
-                  *(s.application or {}).values()]
-        if s.prefill is None and s.inference is None:
-            return Component(None, Quality.UNAVAILABLE)
-        return Component(s.total - sum(v for v in stages if v is not None), Quality.DERIVED)
-    if s.prefill is None or r.first_token_ns is None:
-        return Component(None, Quality.UNAVAILABLE)
-    before = sum(getattr(s, stage) or 0.0 for stage in BEFORE_FIRST_TOKEN)
-    network = parts["network"].ms or 0.0
-    return Component(ms_between(r.first_token_ns, r.sent_ns) - network - before,
-                     Quality.DERIVED)
+def _client_only(t: RequestTable, rows: np.ndarray, put) -> None:
+    """Without server timings: the time to first token unsplit, decode and postprocess
+    estimated from the token events; the server's stages unavailable."""
+    for name in ("network", *SERVER_STAGES[:3]):
+        put(name, rows, np.nan, UNAVAILABLE)
+    first = np.where(present(t.first_token_ns), t.first_token_ns, t.done_ns)
+    last = np.where(present(t.last_token_ns), t.last_token_ns, first)
+    put("ttft_unsplit", rows, ms_between(first, t.sent_ns), DERIVED)
+    put("decode", rows, ms_between(last, first), ESTIMATED)
+    put("postprocess", rows, ms_between(t.done_ns, last), ESTIMATED)

@@ -45,7 +45,7 @@ def diagnose(analysis: RunAnalysis) -> tuple[list[Finding], list[Unevaluated]]:
     findings: list[Finding] = []
     unevaluated: list[Unevaluated] = []
     for rule in RULES:
-        if not analysis.decomposed and rule not in ALWAYS:
+        if not analysis.ok.any() and rule not in ALWAYS:
             unevaluated.append(Unevaluated(rule.__name__, "needs successful requests"))
             continue
         result = rule(analysis)

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Sequence
 
+import numpy as np
+
 
 class Severity(IntEnum):
     INFO = 1
@@ -42,5 +44,5 @@ class Unevaluated:
     needs: str
 
 
-def mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
+def mean(values: Sequence[float] | np.ndarray) -> float:
+    return float(np.mean(values)) if len(values) else 0.0

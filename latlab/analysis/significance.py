@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+
+from latlab.metrics.request import Ragged
 
 CONFIDENCE = 0.95
 BOOTSTRAP_ROUNDS = 1000
@@ -58,48 +61,58 @@ def bootstrap_difference(a: np.ndarray, b: np.ndarray, stats: tuple[str, ...],
                         stats)
 
 
-def cluster_bootstrap_difference(a: list[np.ndarray], b: list[np.ndarray],
-                                 stats: tuple[str, ...], rounds: int = BOOTSTRAP_ROUNDS,
-                                 seed: int = 0) -> dict[str, Difference]:
+def cluster_bootstrap_difference(a: Ragged, b: Ragged, stats: tuple[str, ...],
+                                 rounds: int = BOOTSTRAP_ROUNDS, seed: int = 0
+                                 ) -> dict[str, Difference]:
     """`bootstrap_difference` for samples that come in groups (a request's token gaps): the
     groups are resampled whole, since the gaps of one request are not independent of each
     other; resampling them one by one would call two identical setups different. Beyond
     `MAX_CLUSTERS` groups, `MAX_CLUSTERS` are drawn at a time (a wider interval)."""
-    a, b = [g for g in a if len(g)], [g for g in b if len(g)]
-    if not a or not b:
+    if not len(a.values) or not len(b.values):
         raise ValueError("bootstrap needs samples on both sides")
     rng = np.random.default_rng(seed)
-    return _differences(np.concatenate(a), np.concatenate(b),
-                        _resample_groups(a, stats, rounds, rng),
-                        _resample_groups(b, stats, rounds, rng), stats)
+    picks = [rng.integers(0, int((g.lengths > 0).sum()),
+                          (rounds, min(int((g.lengths > 0).sum()), MAX_CLUSTERS))) for g in (a, b)]
+    with ThreadPoolExecutor(2) as pool:  # numpy's partition runs outside the GIL
+        draws_a, draws_b = pool.map(_resample_groups, (a, b), (stats, stats), picks)
+    return _differences(a.values, b.values, draws_a, draws_b, stats)
 
 
 def _differences(a: np.ndarray, b: np.ndarray, draws_a: dict[str, np.ndarray],
                  draws_b: dict[str, np.ndarray], stats: tuple[str, ...]) -> dict[str, Difference]:
     """Each statistic's value on both sides and the confidence interval of B − A."""
     alpha = (1 - CONFIDENCE) / 2
+    whole_a, whole_b = statistics(a, stats), statistics(b, stats)
     result = {}
     for s in stats:
         low, high = np.quantile(draws_b[s] - draws_a[s], [alpha, 1 - alpha])
-        result[s] = Difference(a=float(statistic(a, s)), b=float(statistic(b, s)),
+        result[s] = Difference(a=float(whole_a[s]), b=float(whole_b[s]),
                                ci_low=float(low), ci_high=float(high))
     return result
 
 
-def _resample_groups(groups: list[np.ndarray], stats: tuple[str, ...], rounds: int,
-                     rng: np.random.Generator) -> dict[str, np.ndarray]:
-    values = np.concatenate(groups)
-    lengths = np.array([len(g) for g in groups])
-    offsets = np.cumsum(lengths) - lengths
-    size = min(len(groups), MAX_CLUSTERS)
-    draws = {s: np.empty(rounds) for s in stats}
-    for i in range(rounds):
-        chosen = rng.integers(0, len(groups), size)
+def statistics(values: np.ndarray, stats: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """`statistic` of each of `stats` along the last axis, the percentiles in one pass."""
+    quantiles = [float(s[1:]) for s in stats if s != "mean"]
+    found = dict(zip([s for s in stats if s != "mean"],
+                     np.percentile(values, quantiles, axis=-1))) if quantiles else {}
+    return {s: values.mean(axis=-1) if s == "mean" else found[s] for s in stats}
+
+
+def _resample_groups(groups: Ragged, stats: tuple[str, ...], picks: np.ndarray
+                     ) -> dict[str, np.ndarray]:
+    """The statistics of each round's resample: the groups `picks` (one row a round, indices
+    into the groups that have samples) taken whole."""
+    lengths = groups.lengths
+    kept = np.flatnonzero(lengths)  # a request without samples is no group
+    lengths, offsets = lengths[kept], groups.offsets[:-1][kept]
+    draws = {s: np.empty(len(picks)) for s in stats}
+    for i, chosen in enumerate(picks):
         lens = lengths[chosen]
         starts = np.repeat(offsets[chosen] - (np.cumsum(lens) - lens), lens)
-        sample = values[starts + np.arange(lens.sum())]
-        for s in stats:
-            draws[s][i] = statistic(sample, s)
+        sample = groups.values[starts + np.arange(lens.sum())]
+        for s, value in statistics(sample, stats).items():
+            draws[s][i] = value
     return draws
 
 
@@ -111,8 +124,8 @@ def _resample(values: np.ndarray, stats: tuple[str, ...], rounds: int,
     for start in range(0, rounds, chunk):
         n = min(chunk, rounds - start)
         sample = values[rng.integers(0, len(values), size=(n, size))]
-        for s in stats:
-            draws[s][start:start + n] = statistic(sample, s)
+        for s, value in statistics(sample, stats).items():
+            draws[s][start:start + n] = value
     return draws
 
 

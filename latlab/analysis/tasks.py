@@ -13,10 +13,11 @@ step's mean over the tasks that have that step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+import numpy as np
 
-from latlab.analysis.budget import Budget, Row, budget
-from latlab.metrics.sessions import complete, gap_ms, tool_ms
+from latlab.analysis.budget import Budget, budget
+from latlab.analysis.requests import Requests
+from latlab.metrics.sessions import gap_ms, sessions_of, tool_ms
 
 
 @dataclass(slots=True)
@@ -46,30 +47,33 @@ class TaskBudget:
         return sum(self.model.values())
 
 
-def task_budget(rows: Sequence[Row]) -> TaskBudget | None:
-    """The agent tasks among `rows`; None without a complete one."""
-    tasks: dict[str, list[Row]] = {}
-    for row in rows:
-        step = row.record.session
-        if step is not None and step.kind == "agent":
-            tasks.setdefault(step.id, []).append(row)
-    done = [sorted(t, key=lambda r: r.record.session.turn) for t in tasks.values()]
-    done = [t for t in done if complete([r.record for r in t]) and all(r.parts for r in t)]
-    if not done:
+def task_budget(requests: Requests, chosen: np.ndarray) -> TaskBudget | None:
+    """The agent tasks among the requests `chosen` (a mask); None without a complete one."""
+    t, parts = requests.table, requests.parts
+    agents = chosen & t.step_kind.mask("agent")
+    if not agents.any():
         return None
-    n = len(done)
-    whole = [budget([r.parts for r in t]) for t in done]  # per task: the mean call
-    buckets = {b: sum(w.bucket(b) * len(t) for w, t in zip(whole, done)) / n
+    tasks = sessions_of(t, agents)
+    done = tasks.complete & (np.minimum.reduceat(parts.decomposed[tasks.order],
+                                                 tasks.starts[:-1]).astype(bool))
+    if not done.any():
+        return None
+    n = int(done.sum())
+    calls = [tasks.order[a:b] for a, b, ok in zip(tasks.starts[:-1], tasks.starts[1:], done)
+             if ok]  # each complete task's calls in step order
+    whole = [budget(parts, c) for c in calls]  # per task: the mean call
+    buckets = {b: sum(w.bucket(b) * len(c) for w, c in zip(whole, calls)) / n
                for b in whole[0].buckets()}
-    tools = sum(tool_ms(r.record) for t in done for r in t) / n
-    gaps = sum(gap_ms(r.record) for t in done for r in t) / n
-    total = sum(r.parts.total for t in done for r in t) / n + gaps
+    members = tasks.members(done)
+    tool, gap = tool_ms(t), gap_ms(t)
+    tools = float(tool[members].sum()) / n
+    gaps = float(gap[members].sum()) / n
+    total = float(parts.total[members].sum()) / n + gaps
     steps = []
-    for k in range(1, max(len(t) for t in done) + 1):
-        at = [t[k - 1] for t in done if len(t) >= k]
-        steps.append(StepBudget(
-            step=k, n=len(at), model=budget([r.parts for r in at]),
-            tool=sum(tool_ms(r.record) for r in at) / len(at),
-            orchestration=sum(gap_ms(r.record) - tool_ms(r.record) for r in at) / len(at)))
+    for k in range(max(len(c) for c in calls)):
+        at = np.array([c[k] for c in calls if len(c) > k])
+        steps.append(StepBudget(step=k + 1, n=len(at), model=budget(parts, at),
+                                tool=float(tool[at].mean()),
+                                orchestration=float((gap[at] - tool[at]).mean())))
     return TaskBudget(n=n, total=total, model=buckets, tool=tools,
                       orchestration=gaps - tools, steps=steps)

@@ -157,8 +157,9 @@ def ab(options: ABOptions) -> None:
         print_json(record.model_dump(mode="json") | {"folder": str(folder)})
     else:
         out = console()
-        print_comparison(out, comparison, f"{options.a}  ({len(runs['A'])} runs)",
-                         f"{options.b}  ({len(runs['B'])} runs)")
+        label = {side: f"{setting or 'latlab serve defaults'}  ({len(runs[side])} runs)"
+                 for side, setting in (("A", options.a), ("B", options.b))}
+        print_comparison(out, comparison, label["A"], label["B"])
         for side in SIDES:
             shown = " · ".join(f"{k} {_counter(k, v)}" for k, v in record.counters[side].items())
             if shown:

@@ -134,7 +134,7 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
     `ValueError` naming the option (dataset, trace, tokenizer) before any load."""
     load = run_load(config, console=console, progress=progress, command=command)
     spans = join_run(load.run) if (load.run.path / SPANS).is_file() else None
-    records = load.run.read_records()
+    records = load.run.read_table()
     window = run_window(load.config, records)
     summary = summarize(records, window, config.slos,
                         client=client_check(load.health, records, window),

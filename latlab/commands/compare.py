@@ -37,8 +37,8 @@ def compare(runs: list[str], options: CompareOptions) -> None:
     slos = options.slos() if options.slo else None
     try:
         gates = [Gate.parse(text) for text in options.fail_if]
-        analyses = [analyze(RunFolder.open(resolve_run(ref, options.runs_dir)), slos)
-                    for ref in runs]
+        analyses = [analyze(RunFolder.open(resolve_run(ref, options.runs_dir)), slos,
+                            diagnosis=False) for ref in runs]
         comparisons = [compare_runs(analyses[0], analysis) for analysis in analyses[1:]]
         for ref, comparison in zip(runs[1:], comparisons):
             if comparison.workload_differences and not options.allow_different_workloads:

@@ -43,6 +43,8 @@ class ServeOptions(Options):
     threads: int = opt(1, "Torch intra-op threads.")
     seed: int = opt(0, "Seed of the preset weights and of unseeded sampling.")
     dtype: str = opt("float32", "float32, bfloat16 or float16.")
+    device: str = opt("auto", "cpu, cuda, or auto: CUDA when torch sees a GPU, else the CPU.")
+    enforce_eager: bool = opt(False, "On CUDA, run decode steps eagerly (no CUDA graphs).")
     warmup: bool = opt(True, "Warm up before reporting ready.")
     otel_file: Path | None = opt(None, "Append an OpenTelemetry span per request (stages as "
                                        "events) to this JSON-lines file.")
@@ -77,7 +79,8 @@ class ServeOptions(Options):
             max_num_seqs=o.max_num_seqs, max_num_batched_tokens=o.max_num_batched_tokens,
             enable_chunked_prefill=o.chunked_prefill, batching=o.batching,
             max_waiting=o.max_waiting, threads=o.threads, seed=o.seed, dtype=o.dtype,
-            warmup=o.warmup, **{name: getattr(o, name) for name in TECHNIQUES})
+            device=o.device, enforce_eager=o.enforce_eager, warmup=o.warmup,
+            **{name: getattr(o, name) for name in TECHNIQUES})
 
 
 def parse_serve_args(args: Sequence[str], option: str = "--serve-args") -> ServeOptions:
@@ -113,7 +116,8 @@ def parse_serve_args(args: Sequence[str], option: str = "--serve-args") -> Serve
 
 
 def serve(options: ServeOptions) -> None:
-    """Serve a model through an OpenAI-compatible API (latlab's reference engine, on CPU)."""
+    """Serve a model through an OpenAI-compatible API (latlab's reference engine, on the CPU
+    or a CUDA GPU)."""
     from latlab.engine.config import ConfigError
     from latlab.engine.loader import ModelLoadError
     from latlab.server.auth import read_api_key

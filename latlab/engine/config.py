@@ -85,6 +85,8 @@ class EngineConfig:
     threads: int = 1
     seed: int = 0
     dtype: str = "float32"
+    device: str = "cpu"           # cpu, cuda, or auto (CUDA when available; `latlab serve`'s)
+    enforce_eager: bool = False   # on CUDA, no CUDA graphs for decode steps
     warmup: bool = True
     # Latency techniques, each off by default (see the README's engine section).
     enable_prefix_caching: bool = False

@@ -16,6 +16,7 @@ import torch
 from latlab.engine.block_manager import BlockManager
 from latlab.engine.config import EngineConfig
 from latlab.engine.detokenizer import Detokenizer
+from latlab.engine.device import resolve_device
 from latlab.engine.loader import LoadedModel, load_model
 from latlab.engine.model_runner import ModelRunner
 from latlab.engine.sampling import Sampler, SamplingParams
@@ -71,9 +72,11 @@ class LLMEngine:
 
     def __init__(self, config: EngineConfig) -> None:
         config.validate_techniques()
+        self.device = resolve_device(config.device, config.quantization)
         torch.set_num_threads(config.threads)
         self.dtype = getattr(torch, config.dtype)
-        loaded = load_model(config.model, self.dtype, config.seed, config.quantization)
+        loaded = load_model(config.model, self.dtype, config.seed, config.quantization,
+                            self.device)
         config = replace(config, max_model_len=config.resolve_max_model_len(loaded.config))
         self.config = config
         self.model_config = loaded.config
@@ -97,9 +100,12 @@ class LLMEngine:
     def _runner(self, loaded: LoadedModel) -> ModelRunner:
         num_blocks, config = self.block_manager.num_blocks, self.config
         vocab = loaded.tokenizer.backend.get_vocab(with_added_tokens=True)
-        proposer = make_proposer(config, self.dtype, num_blocks, config.max_model_len, vocab)
+        proposer = make_proposer(config, self.dtype, self.device, num_blocks,
+                                 config.max_model_len, vocab)
         return ModelRunner(loaded.model, Sampler(config.seed, loaded.stop_token_ids),
-                           num_blocks, config.block_size, proposer)
+                           num_blocks, config.block_size, proposer,
+                           static_decode=self.device.type == "cuda" and not config.enforce_eager,
+                           max_num_seqs=config.max_num_seqs, max_model_len=config.max_model_len)
 
     @property
     def is_sleeping(self) -> bool:
@@ -113,6 +119,8 @@ class LLMEngine:
         self.runner = None
         self.block_manager.reset()
         gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # give the freed memory back to the GPU
 
     def wake_up(self) -> None:
         """Load the model again after `sleep` (a cold start; no warm-up)."""
@@ -121,7 +129,7 @@ class LLMEngine:
         started = time.perf_counter()
         config = self.config
         self.runner = self._runner(load_model(config.model, self.dtype, config.seed,
-                                              config.quantization))
+                                              config.quantization, self.device))
         self.num_model_loads += 1
         self.last_load_s = time.perf_counter() - started
 
@@ -275,7 +283,7 @@ class LLMEngine:
 
         def prompt(n: int) -> list[int]:
             vocab = self.model_config.vocab_size
-            return torch.randint(0, vocab, (n,), generator=generator).tolist()
+            return torch.randint(0, vocab, (n,), generator=generator, device="cpu").tolist()
 
         delay, self.scheduler.max_queue_delay_ns = self.scheduler.max_queue_delay_ns, None
         size = 1

@@ -36,14 +36,17 @@ class LoadedModel:
     stop_token_ids: list[int]
 
 
-def load_model(name: str, dtype: torch.dtype, seed: int,
-               quantization: str | None = None) -> LoadedModel:
-    """A preset name (random weights from `seed`) or the path of a checkpoint folder;
-    `quantization` ("int8") quantizes its linear layers (`quantization.py`)."""
+def load_model(name: str, dtype: torch.dtype, seed: int, quantization: str | None = None,
+               device: torch.device = torch.device("cpu")) -> LoadedModel:
+    """A preset name (random weights from `seed`) or the path of a checkpoint folder, read
+    on the CPU and moved to `device`; `quantization` ("int8", CPU only) quantizes its linear
+    layers (`quantization.py`). On the CPU the linear layers are packed for oneDNN."""
     loaded = _load(name, dtype, seed)
     if quantization is not None:
         quantize(loaded.model, quantization)
-    pack_linears(loaded.model)
+    loaded.model.to(device)
+    if device.type == "cpu":
+        pack_linears(loaded.model)
     return loaded
 
 

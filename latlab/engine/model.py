@@ -200,9 +200,11 @@ class CausalLM(nn.Module):
 
     @classmethod
     def random(cls, config: ModelConfig, seed: int, dtype: torch.dtype) -> CausalLM:
-        """Random weights, the same for a given (config, seed) on any machine."""
-        model = cls(config)
-        generator = torch.Generator().manual_seed(seed)
+        """Random weights, the same for a given (config, seed) on any machine: drawn on the
+        CPU (the loader moves them to the engine's device)."""
+        with torch.device("cpu"):
+            model = cls(config)
+        generator = torch.Generator(device="cpu").manual_seed(seed)
         with torch.no_grad():
             for name, param in model.named_parameters():
                 if name.endswith("layernorm.weight") or name == "norm.weight":
@@ -214,13 +216,13 @@ class CausalLM(nn.Module):
         return model.to(dtype).eval()
 
     def allocate_kv_cache(self, num_blocks: int, block_size: int) -> None:
-        dtype = self.embed_tokens.weight.dtype
+        weight = self.embed_tokens.weight
         for layer in self.layers:
             attn = layer.self_attn
             # Head-major, so that a sequence's keys of one head gather contiguously.
             shape = (attn.num_kv_heads, num_blocks, block_size, attn.head_dim)
-            attn.k_cache = torch.zeros(shape, dtype=dtype)
-            attn.v_cache = torch.zeros(shape, dtype=dtype)
+            attn.k_cache = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
+            attn.v_cache = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 meta: AttentionMetadata | None = None) -> torch.Tensor:

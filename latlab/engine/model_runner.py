@@ -1,25 +1,46 @@
-"""The tensor side of a step: batch the scheduled tokens, run the model, sample or verify."""
+"""The tensor side of a step: batch the scheduled tokens, run the model, sample or verify.
+
+Every tensor of a step is made on the model's device; the step's token ids cross to the host
+in one copy at its end, so a token is stamped (by the engine) when the host knows it.
+"""
 
 from __future__ import annotations
 
 import torch
 
 from latlab.engine.batching import MAX_GROUP_QUERIES, query_groups
+from latlab.engine.cuda_graphs import StaticDecode
 from latlab.engine.model import AttentionMetadata, CausalLM, PrefillChunk, QueryGroup
 from latlab.engine.sampling import Sampler
 from latlab.engine.sequence import Sequence
-from latlab.engine.spec_decode import Proposer, verify_greedy
-
+from latlab.engine.spec_decode import Proposer, accept_drafts, greedy_targets
 
 
 class ModelRunner:
+    """Runs steps of `model` over a paged KV cache of `num_kv_blocks` blocks.
+
+    With `static_decode` (`max_num_seqs`, `max_model_len` then bound its buffers) pure decode
+    steps go through `StaticDecode`, replayed from CUDA graphs when the model is on CUDA
+    (eagerly elsewhere); the KV cache then gets one scratch block more for its padding rows.
+    """
+
     def __init__(self, model: CausalLM, sampler: Sampler, num_kv_blocks: int,
-                 block_size: int, proposer: Proposer | None = None) -> None:
+                 block_size: int, proposer: Proposer | None = None, *,
+                 static_decode: bool = False, max_num_seqs: int = 0,
+                 max_model_len: int = 0) -> None:
         self.model = model
+        self.device = model.embed_tokens.weight.device
         self.sampler = sampler
         self.block_size = block_size
         self.proposer = proposer
-        model.allocate_kv_cache(num_kv_blocks, block_size)
+        model.allocate_kv_cache(num_kv_blocks + (1 if static_decode else 0), block_size)
+        self.static_decode = None
+        if static_decode:
+            max_blocks = -(-max_model_len // block_size)
+            self.static_decode = StaticDecode(model, max_num_seqs, max_blocks, block_size,
+                                              scratch_block=num_kv_blocks)
+            if self.device.type == "cuda":
+                self.static_decode.capture()
 
     @torch.inference_mode()
     def execute(self, scheduled: list[tuple[Sequence, int]]) -> list[list[int]]:
@@ -49,16 +70,24 @@ class ModelRunner:
                 done.append(seq)
                 sample_rows += range(len(input_ids) - 1 - len(seq.spec_token_ids),
                                      len(input_ids))
-        meta = self._attention_metadata(batch, slots)
-        hidden = self.model(torch.tensor(input_ids), torch.tensor(positions), meta)
+        if self.static_decode is not None and self.static_decode.fits(batch):
+            hidden = self.static_decode.run([seq for seq, _ in batch],
+                                            [input_ids, positions, slots])
+        else:
+            meta = self._attention_metadata(batch, slots)
+            hidden = self.model(self._tensor(input_ids), self._tensor(positions), meta)
         new: dict[int, list[int]] = {}
         if done:
-            logits = self.model.compute_logits(hidden[torch.tensor(sample_rows)])
+            logits = self.model.compute_logits(hidden[self._tensor(sample_rows)])
             new = self._tokens(logits, done)
         return [new.get(id(seq), []) for seq, _ in scheduled]
 
+    def _tensor(self, values: list) -> torch.Tensor:
+        return torch.tensor(values, device=self.device)
+
     def _tokens(self, logits: torch.Tensor, done: list[Sequence]) -> dict[int, list[int]]:
-        """Sample sequences without speculative tokens together; verify the others."""
+        """Sample sequences without speculative tokens together; verify the others. Their
+        token ids come to the host in one copy."""
         plain_rows, plain, spec_rows, spec = [], [], [], []
         row = 0
         for seq in done:
@@ -70,14 +99,17 @@ class ModelRunner:
                 plain_rows.append(row)
                 plain.append(seq)
             row += k + 1
-        out = {}
+        ids = []
         if plain:
-            rows = logits if not spec else logits[torch.tensor(plain_rows)]
-            out = {id(s): [t] for s, t in zip(plain, self.sampler(rows, plain))}
+            rows = logits if not spec else logits[self._tensor(plain_rows)]
+            ids.append(self.sampler.sample(rows, plain))
         if spec:
-            accepted = verify_greedy(logits[torch.tensor(spec_rows)], spec,
-                                     self.sampler.stop_token_ids)
-            out.update((id(s), tokens) for s, tokens in zip(spec, accepted))
+            ids.append(greedy_targets(logits[self._tensor(spec_rows)], spec,
+                                      self.sampler.stop_token_ids))
+        tokens = torch.cat(ids).tolist()
+        out = {id(s): [t] for s, t in zip(plain, tokens)}
+        out.update((id(s), accepted) for s, accepted in
+                   zip(spec, accept_drafts(tokens[len(plain):], spec)))
         return out
 
     def propose(self, running: list[Sequence]) -> None:
@@ -99,20 +131,21 @@ class ModelRunner:
             start, context = seq.num_computed_tokens, seq.num_computed_tokens + n
             mask = None
             if start:
-                mask = torch.arange(context) <= torch.arange(start, context).unsqueeze(1)
+                mask = (torch.arange(context, device=self.device)
+                        <= torch.arange(start, context, device=self.device).unsqueeze(1))
             blocks = -(-context // self.block_size)
             prefills.append(PrefillChunk(row, row + n, context,
-                                         torch.tensor(seq.block_table[:blocks]), mask))
+                                         self._tensor(seq.block_table[:blocks]), mask))
             row += n
-        return AttentionMetadata(torch.tensor(slots), groups, prefills)
+        return AttentionMetadata(self._tensor(slots), groups, prefills)
 
     def _group(self, members: list[Sequence], nq: int, row: int) -> QueryGroup:
         width = len(members[0].block_table)
-        tables = torch.tensor([seq.block_table + [0] * (width - len(seq.block_table))
+        tables = self._tensor([seq.block_table + [0] * (width - len(seq.block_table))
                                for seq in members])
         # Query j of a sequence sits at position num_computed + j and sees keys up to it.
-        last = torch.tensor([seq.num_computed_tokens for seq in members]).view(-1, 1, 1)
-        keys = torch.arange(width * self.block_size)
-        allowed = keys <= last + torch.arange(nq).view(1, -1, 1)
-        bias = torch.zeros(allowed.shape).masked_fill_(~allowed, -torch.inf)
+        last = self._tensor([seq.num_computed_tokens for seq in members]).view(-1, 1, 1)
+        keys = torch.arange(width * self.block_size, device=self.device)
+        allowed = keys <= last + torch.arange(nq, device=self.device).view(1, -1, 1)
+        bias = torch.zeros(allowed.shape, device=self.device).masked_fill_(~allowed, -torch.inf)
         return QueryGroup(row, row + len(members) * nq, nq, tables, bias[:, None])

@@ -63,25 +63,31 @@ class Sampler:
         self.stop_token_ids = list(stop_token_ids)
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
+        return self.sample(logits, seqs).tolist()
+
+    def sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        """One token id per row, on the logits' device (the caller copies them to the host)."""
         params = [seq.params for seq in seqs]
         for row, seq in enumerate(seqs):
             if seq.num_output_tokens < seq.params.min_tokens:
                 logits[row, self.stop_token_ids + list(seq.params.stop_token_ids)] = -torch.inf
         rows = [i for i, p in enumerate(params) if p.temperature >= GREEDY_BELOW]
         if not rows:
-            return logits.argmax(dim=-1).tolist()
-        temperature = torch.tensor([params[i].temperature for i in rows]).unsqueeze(1)
+            return logits.argmax(dim=-1)
+        device = logits.device
+        temperature = torch.tensor([params[i].temperature for i in rows], device=device)
         if len(rows) == len(seqs):
-            return self._draw(logits / temperature, seqs).tolist()
+            return self._draw(logits / temperature.unsqueeze(1), seqs)
         tokens = logits.argmax(dim=-1)
-        index = torch.tensor(rows)
-        tokens[index] = self._draw(logits[index] / temperature, [seqs[i] for i in rows])
-        return tokens.tolist()
+        index = torch.tensor(rows, device=device)
+        tokens[index] = self._draw(logits[index] / temperature.unsqueeze(1),
+                                   [seqs[i] for i in rows])
+        return tokens
 
     def _draw(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         """Inverse-CDF sampling (one cumsum and one search per batch, far cheaper on a CPU
         than `torch.multinomial`), after the top-k and top-p filters on sorted candidates."""
-        vocab = logits.shape[1]
+        vocab, device = logits.shape[1], logits.device
         top_k = [min(seq.params.top_k, vocab) or vocab for seq in seqs]
         top_p = [seq.params.top_p for seq in seqs]
         order = None
@@ -90,23 +96,26 @@ class Sampler:
         elif min(top_k) < vocab:
             logits, order = logits.topk(max(top_k), dim=-1)
         if order is not None:
-            ranks = torch.arange(logits.shape[1])
-            logits.masked_fill_(ranks >= torch.tensor(top_k).unsqueeze(1), -torch.inf)
+            ranks = torch.arange(logits.shape[1], device=device)
+            logits.masked_fill_(ranks >= torch.tensor(top_k, device=device).unsqueeze(1),
+                                -torch.inf)
         probs = logits.softmax(dim=-1)
         if min(top_p) < 1:
             mass_before = probs.cumsum(dim=-1) - probs
-            probs.masked_fill_(mass_before > torch.tensor(top_p).unsqueeze(1), 0.0)
+            probs.masked_fill_(mass_before > torch.tensor(top_p, device=device).unsqueeze(1), 0.0)
         cdf = probs.cumsum(dim=-1)
-        drawn = torch.searchsorted(cdf, self._uniform(seqs).unsqueeze(1) * cdf[:, -1:], right=True)
+        uniform = self._uniform(seqs).to(device).unsqueeze(1)
+        drawn = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True)
         drawn = drawn.clamp_max_(cdf.shape[1] - 1)
         return (drawn if order is None else order.gather(1, drawn)).squeeze(1)
 
     def _uniform(self, seqs: list[Sequence]) -> torch.Tensor:
-        """One U[0, 1) draw per sequence, from its own generator when it has a seed."""
-        u = torch.rand(len(seqs), generator=self.generator)
+        """One U[0, 1) draw per sequence, from its own generator when it has a seed: drawn on
+        the CPU, so a seed gives the same draws on any device."""
+        u = torch.rand(len(seqs), generator=self.generator, device="cpu")
         for i, seq in enumerate(seqs):
             if seq.params.seed is not None:
                 if seq.generator is None:
                     seq.generator = torch.Generator().manual_seed(seq.params.seed)
-                u[i] = torch.rand(1, generator=seq.generator)
+                u[i] = torch.rand(1, generator=seq.generator, device="cpu")
         return u

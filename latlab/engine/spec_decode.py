@@ -2,7 +2,7 @@
 
 After each step the runner's proposer drafts up to k tokens for every greedy sequence that
 is decoding (`Sequence.spec_token_ids`); the next step runs them through the target model
-in one forward pass (the decode plus k rows), and `verify_greedy` keeps the drafts up to the
+in one forward pass (the decode plus k rows), and `accept_drafts` keeps the drafts up to the
 first one the target model would not have chosen, then the target's own token: 1 to k + 1
 tokens per step, exactly the tokens plain greedy decoding gives. The scheduler rolls the KV
 cache back past the rejected drafts (`Scheduler.advance`).
@@ -45,11 +45,10 @@ def num_to_propose(seq: Sequence, k: int, max_model_len: int) -> int:
     return max(0, min(k, left, max_model_len - seq.num_tokens - 1))
 
 
-def verify_greedy(logits: torch.Tensor, seqs: list[Sequence],
-                  stop_token_ids: list[int]) -> list[list[int]]:
-    """`logits` has k + 1 rows per sequence (the last token's, then each draft's). The
-    drafts are accepted while each equals the target's greedy token at its place; the
-    target's token after the last accepted draft comes with them."""
+def greedy_targets(logits: torch.Tensor, seqs: list[Sequence],
+                   stop_token_ids: list[int]) -> torch.Tensor:
+    """The target model's greedy token at each row of `logits`, k + 1 rows per sequence (the
+    last token's, then each draft's), stopping banned where min_tokens says; on the device."""
     row = 0
     for seq in seqs:
         k, params = len(seq.spec_token_ids), seq.params
@@ -58,7 +57,13 @@ def verify_greedy(logits: torch.Tensor, seqs: list[Sequence],
             logits[row : row + min(forbidden, k + 1),
                    stop_token_ids + list(params.stop_token_ids)] = -torch.inf
         row += k + 1
-    targets = logits.argmax(dim=-1).tolist()
+    return logits.argmax(dim=-1)
+
+
+def accept_drafts(targets: list[int], seqs: list[Sequence]) -> list[list[int]]:
+    """The drafts of each sequence are accepted while each equals the target's greedy token
+    at its place (`targets`: `greedy_targets` on the host); the target's token after the last
+    accepted draft comes with them."""
     out, row = [], 0
     for seq in seqs:
         drafts = seq.spec_token_ids
@@ -109,13 +114,13 @@ class DraftModelProposer:
     sequence has a shadow sequence in the draft's own KV pool; after verification the shadow
     is rolled back to what the target kept, so only new tokens are computed."""
 
-    def __init__(self, config: EngineConfig, dtype: torch.dtype, num_blocks: int,
-                 max_model_len: int, vocab: dict[str, int]) -> None:
+    def __init__(self, config: EngineConfig, dtype: torch.dtype, device: torch.device,
+                 num_blocks: int, max_model_len: int, vocab: dict[str, int]) -> None:
         from latlab.engine.loader import load_model
         from latlab.engine.model_runner import ModelRunner  # which imports this module
 
         draft = load_model(config.speculative_model, dtype, config.seed,
-                           quantization=config.quantization)
+                           quantization=config.quantization, device=device)
         if draft.tokenizer.backend.get_vocab(with_added_tokens=True) != vocab:
             raise ConfigError(f"--speculative-model {config.speculative_model}: its tokenizer "
                               "differs from the model's")
@@ -165,11 +170,11 @@ class DraftModelProposer:
         return shadow
 
 
-def make_proposer(config: EngineConfig, dtype: torch.dtype, num_blocks: int,
-                  max_model_len: int, vocab: dict[str, int]) -> Proposer | None:
+def make_proposer(config: EngineConfig, dtype: torch.dtype, device: torch.device,
+                  num_blocks: int, max_model_len: int, vocab: dict[str, int]) -> Proposer | None:
     if config.speculative_method == "ngram":
         return NgramProposer(config.num_speculative_tokens, config.prompt_lookup_min,
                              config.prompt_lookup_max, max_model_len)
     if config.speculative_method == "draft":
-        return DraftModelProposer(config, dtype, num_blocks, max_model_len, vocab)
+        return DraftModelProposer(config, dtype, device, num_blocks, max_model_len, vocab)
     return None

@@ -20,6 +20,7 @@ from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
+import numpy as np
 from rich.console import Console
 
 from latlab import __version__
@@ -39,7 +40,7 @@ from latlab.records.folder import REQUESTS, RunFolder
 from latlab.records.health import WorkerHealth
 from latlab.records.scrape import METRICS
 from latlab.records.spans import SPANS
-from latlab.records.timeline import Outcome, RequestTimeline
+from latlab.records.table import OUTCOMES, RequestTable
 
 START_LEAD_S = 0.05
 SPAN_POLL_S = 0.1
@@ -253,20 +254,20 @@ def _run_here(config: BenchConfig, plan: WorkerPlan, workload: Workload, run: Ru
 def _finish(config: BenchConfig, run: RunFolder, settings: RunConfig,
             results: list[WorkerResult], notes: list[str]) -> LoadResult:
     reasons = {r.stop_reason for r in results}
-    records = run.read_records()
-    fitted = sum(1 for r in records if r.fitted)
+    records = run.read_table()
+    fitted = int(records.fitted.sum())
     if fitted:
         notes.append(f"{fitted} of {len(records)} requests asked for fewer output tokens than "
                      f"the workload drew, to fit the server's context of "
                      f"{settings.target.max_model_len} tokens")
     messages = list(dict.fromkeys([r.message for r in results if r.message] + notes))
-    settings.clock.end_ns = _end_ns(config, settings.clock.t0_ns, reasons, results, records)
+    settings.clock.end_ns = _end_ns(config, settings.clock.t0_ns, reasons, results)
     run.write_config(settings)
     stop_reason = ("interrupted" if "interrupted" in reasons
                    else "aborted" if "aborted" in reasons else sorted(reasons)[0])
-    ok = sum(1 for r in records if r.ok)
+    ok = int(records.ok.sum())
     message = "\n".join(messages) if messages else None
-    if not records:
+    if not len(records):
         message = message or "no request was sent"
     elif ok == 0 and not message:
         message = f"every request failed ({_failure_counts(records)})"
@@ -274,8 +275,8 @@ def _finish(config: BenchConfig, run: RunFolder, settings: RunConfig,
                       failed=ok == 0 or "aborted" in reasons, message=message)
 
 
-def _end_ns(config: BenchConfig, t0_ns: int, reasons: set[str], results: list[WorkerResult],
-            records: Sequence[RequestTimeline]) -> int | None:
+def _end_ns(config: BenchConfig, t0_ns: int, reasons: set[str], results: list[WorkerResult]
+            ) -> int | None:
     """Where the measurement window ends: the end of --duration; for a stopped or interrupted
     run, when it stopped (the requests Ctrl-C cancelled are counted as cancelled, not as
     failures); else (None) the last activity."""
@@ -286,9 +287,8 @@ def _end_ns(config: BenchConfig, t0_ns: int, reasons: set[str], results: list[Wo
     return min(t for t in (end, stopped) if t is not None)
 
 
-def _failure_counts(records: Sequence[RequestTimeline]) -> str:
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[str(r.outcome)] = counts.get(str(r.outcome), 0) + 1
-    last = records[-1]
-    return ", ".join(f"{k} ×{v}" for k, v in counts.items()) + f"; last: {last.error}"
+def _failure_counts(records: RequestTable) -> str:
+    codes, first, counts = np.unique(records.outcome, return_index=True, return_counts=True)
+    order = np.argsort(first)
+    return (", ".join(f"{OUTCOMES[codes[i]]} ×{counts[i]}" for i in order)
+            + f"; last: {records.text['error'][len(records) - 1].as_py()}")

@@ -1,10 +1,19 @@
-"""The per-request metrics of one timeline, exactly as `formulas.FORMULAS` defines them."""
+"""The per-request metrics, exactly as `formulas.FORMULAS` defines them, computed for every
+request of a `RequestTable` at once (`metric_columns`); `request_metrics` gives one
+request's as a `RequestMetrics`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from latlab.records.timeline import NS_PER_MS, RequestTimeline, ms_between
+import numpy as np
+
+from latlab.records.columns import Ragged, per_request
+from latlab.records.columns import ms_between
+from latlab.records.table import RequestTable, as_table
+from latlab.records.timeline import RequestTimeline
+
+METRICS = ("ttft", "ttft_sched", "e2e", "e2e_sched", "tpot", "lateness")
 
 
 @dataclass(slots=True)
@@ -30,29 +39,77 @@ class RequestMetrics:
         return max(self.itl, default=None)
 
 
+@dataclass(eq=False)
+class MetricColumns:
+    """Every request's metrics (NaN where undefined), ITL and inter-chunk gaps per request."""
+
+    ttft: np.ndarray
+    ttft_sched: np.ndarray
+    e2e: np.ndarray
+    e2e_sched: np.ndarray
+    tpot: np.ndarray
+    lateness: np.ndarray
+    output_tokens: np.ndarray
+    itl: Ragged
+    chunk_gaps: Ragged
+
+    def __len__(self) -> int:
+        return len(self.ttft)
+
+    @property
+    def itl_mean(self) -> np.ndarray:
+        counts = self.itl.lengths
+        return np.where(counts > 0, self.itl.sums() / np.maximum(counts, 1), np.nan)
+
+    @property
+    def itl_max(self) -> np.ndarray:
+        return self.itl.maxima()
+
+    def row(self, i: int) -> RequestMetrics:
+        def value(column: np.ndarray) -> float | None:
+            return None if np.isnan(column[i]) else float(column[i])
+
+        tokens = value(self.output_tokens)
+        return RequestMetrics(*(value(getattr(self, m)) for m in METRICS),
+                              itl=self.itl[i].tolist(), chunk_gaps=self.chunk_gaps[i].tolist(),
+                              output_tokens=None if tokens is None else int(tokens))
+
+
+def metric_columns(t: RequestTable) -> MetricColumns:
+    """The metrics of every request of `t`."""
+    ok = t.ok
+    tokens = t.output_tokens
+    tpot = np.where(ok & (tokens >= 2), ms_between(t.last_token_ns, t.first_token_ns)
+                    / np.maximum(tokens - 1, 1), np.nan)
+    gaps, itl = _gaps(t)
+    return MetricColumns(
+        ttft=ms_between(t.first_token_ns, t.sent_ns),
+        ttft_sched=ms_between(t.first_token_ns, t.scheduled_ns),
+        e2e=np.where(ok, ms_between(t.done_ns, t.sent_ns), np.nan),
+        e2e_sched=np.where(ok, ms_between(t.done_ns, t.scheduled_ns), np.nan),
+        tpot=tpot, lateness=ms_between(t.sent_ns, t.scheduled_ns), output_tokens=tokens,
+        itl=itl, chunk_gaps=gaps)
+
+
+def _gaps(t: RequestTable) -> tuple[Ragged, Ragged]:
+    """The gaps between each request's token events (ms), and its ITL: the gap before an
+    event carrying k tokens gives k samples of gap/k."""
+    offsets = t.token_offsets
+    inside = np.ones(max(len(t.token_ns) - 1, 0), bool)  # gaps within one request
+    starts = offsets[1:-1]
+    inside[starts[(starts > 0) & (starts < len(t.token_ns))] - 1] = False
+    gaps = np.diff(t.token_ns)[inside] / 1e6
+    gap_offsets = np.zeros(len(offsets), np.int64)
+    np.cumsum(np.maximum(np.diff(offsets) - 1, 0), out=gap_offsets[1:])
+    chunk_gaps = Ragged(gaps, gap_offsets)
+    if (t.token_counts <= 1).all():  # one token an event: the gaps are the ITL samples
+        return chunk_gaps, chunk_gaps
+    k = np.maximum(t.token_counts[1:][inside], 1)
+    itl_offsets = np.zeros(len(offsets), np.int64)
+    np.cumsum(per_request(k, gap_offsets), out=itl_offsets[1:])
+    return chunk_gaps, Ragged(np.repeat(gaps / k, k), itl_offsets)
+
+
 def request_metrics(r: RequestTimeline) -> RequestMetrics:
-    ok = r.ok
-    output_tokens = r.output_tokens
-    tpot = None
-    if ok and output_tokens is not None and output_tokens >= 2:
-        span = ms_between(r.last_token_ns, r.first_token_ns)
-        tpot = span / (output_tokens - 1) if span is not None else None
-    itl: list[float] = []
-    gaps: list[float] = []
-    times, counts = r.token_ns, r.token_counts
-    for i in range(1, len(times)):
-        gap = (times[i] - times[i - 1]) / NS_PER_MS
-        gaps.append(gap)
-        k = max(counts[i], 1)
-        itl.extend([gap / k] * k)
-    return RequestMetrics(
-        ttft=ms_between(r.first_token_ns, r.sent_ns),
-        ttft_sched=ms_between(r.first_token_ns, r.scheduled_ns),
-        e2e=ms_between(r.done_ns, r.sent_ns) if ok else None,
-        e2e_sched=ms_between(r.done_ns, r.scheduled_ns) if ok else None,
-        tpot=tpot,
-        lateness=ms_between(r.sent_ns, r.scheduled_ns),
-        itl=itl,
-        chunk_gaps=gaps,
-        output_tokens=output_tokens,
-    )
+    """One request's metrics (the same columns, of one row)."""
+    return metric_columns(as_table([r])).row(0)

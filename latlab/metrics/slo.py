@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from latlab.metrics.request import RequestMetrics
+import numpy as np
+
+from latlab.metrics.request import MetricColumns, RequestMetrics
 
 
-def slo_value(m: RequestMetrics, metric: str) -> float | None:
-    """The value an SLO on `metric` judges: the request's largest token gap for `itl`."""
+def slo_value(m: RequestMetrics | MetricColumns, metric: str):
+    """The value an SLO on `metric` judges (per request of columns): the request's largest
+    token gap for `itl`."""
     return m.itl_max if metric == "itl" else getattr(m, metric)
 
 
-def meets_slos(m: RequestMetrics, slos: dict[str, float]) -> bool:
-    """True when every SLO holds; a metric undefined for the request (TPOT of 1 token) holds."""
+def meets_slos(m: RequestMetrics | MetricColumns, slos: dict[str, float]):
+    """True when every SLO holds (per request of columns); a metric undefined for the
+    request (TPOT of 1 token) holds."""
+    met = np.True_
     for name, limit in slos.items():
-        value = slo_value(m, name)
-        if value is not None and value > limit:
-            return False
-    return True
+        met = met & ~(np.asarray(slo_value(m, name), dtype=float) > limit)
+    return met

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import math
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from latlab.metrics.formulas import FORMULAS
-from latlab.metrics.request import RequestMetrics, request_metrics
+from latlab.metrics.request import MetricColumns, metric_columns
 from latlab.metrics.sessions import reasoning_summary, session_summary
 from latlab.metrics.slo import meets_slos
 from latlab.metrics.stats import distribution
-from latlab.metrics.throughput import SHORTFALL, throughput
+from latlab.metrics.throughput import SHORTFALL, inside, throughput
 from latlab.records.summary import ClientCheck, Goodput, RunSummary, WindowSpan
+from latlab.records.table import OUTCOMES, RequestTable, as_table
 from latlab.records.timeline import Outcome, RequestTimeline
 from latlab.records.window import Window
 
@@ -21,19 +21,20 @@ FAILURE_ADJUSTED = ("ttft", "ttft_sched", "e2e", "e2e_sched")
 CACHED_SHARE_WARNING = 0.5
 
 
-def judge(ok: Sequence[tuple[RequestTimeline, RequestMetrics]], failed: int,
+def judge(t: RequestTable, m: MetricColumns, ok: np.ndarray, failed: int,
           window: Window | None, slos: Mapping[str, float]) -> Goodput:
-    """Goodput: the successful requests (with their metrics) that met every SLO, as a share
+    """Goodput: the successful requests (`ok`, a mask of `t`) that met every SLO, as a share
     of the window's ok + `failed` requests and per second of the window."""
-    good = [r for r, m in ok if meets_slos(m, slos)]
-    good_done = sum(1 for r in good if window is None or r.done_ns in window)
-    return Goodput(slos=dict(slos), good=len(good),
-                   fraction=len(good) / (len(ok) + failed) if ok or failed else 0.0,
-                   requests_per_s=good_done / window.duration_s if window else None)
+    good = ok & meets_slos(m, slos)
+    done = good if window is None else good & inside(t.done_ns, window)
+    judged = int(ok.sum()) + failed
+    return Goodput(slos=dict(slos), good=int(good.sum()),
+                   fraction=int(good.sum()) / judged if judged else 0.0,
+                   requests_per_s=int(done.sum()) / window.duration_s if window else None)
 
 
 def summarize(
-    records: Sequence[RequestTimeline],
+    records: Sequence[RequestTimeline] | RequestTable,
     window: Window | None = None,
     slos: dict[str, float] | None = None,
     *,
@@ -41,69 +42,75 @@ def summarize(
     stop_reason: str | None = None,
     notes: Sequence[str] = (),
     concurrency_cap: int | None = None,
+    metrics: MetricColumns | None = None,
 ) -> RunSummary:
     """The summary over the requests scheduled inside `window` (all when None). `client`
     (the self-check), `stop_reason` and `notes` (the load's own messages, first among the
     warnings) come from the load generator when it ran the records; `concurrency_cap` is
-    the open loop's --max-concurrency, which holds sends back by design."""
-    chosen = [r for r in records if window is None or r.origin_ns in window]
-    metrics = [request_metrics(r) for r in chosen]
-    ok = [(r, m) for r, m in zip(chosen, metrics) if r.ok]
-    failed = [r for r in chosen if not r.ok and r.outcome != Outcome.CANCELLED]
-    cancelled = len(chosen) - len(ok) - len(failed)  # by the user: neither ok nor failed
+    the open loop's --max-concurrency, which holds sends back by design; `metrics` are the
+    records' metric columns when the caller has them already."""
+    t = as_table(records)
+    m = metrics if metrics is not None else metric_columns(t)
+    chosen = np.ones(len(t), bool) if window is None else inside(t.origin_ns, window)
+    ok = chosen & t.ok
+    failed = chosen & ~t.ok & (t.outcome != OUTCOMES.index(Outcome.CANCELLED))
+    n_ok, n_failed = int(ok.sum()), int(failed.sum())
 
-    failures: dict[str, int] = {}
-    for r in failed:
-        failures[str(r.outcome)] = failures.get(str(r.outcome), 0) + 1
+    classes, first, counts = np.unique(t.outcome[failed], return_index=True, return_counts=True)
+    failures = {OUTCOMES[classes[i]]: int(counts[i]) for i in np.argsort(first)}
 
-    ok_metrics = [m for _, m in ok]
+    itl = distribution(m.itl.select(ok), scratch=True)
     latency = {
-        "ttft": distribution(m.ttft for m in ok_metrics),
-        "ttft_sched": distribution(m.ttft_sched for m in ok_metrics),
-        "tpot": distribution(m.tpot for m in ok_metrics),
-        "itl": distribution(v for m in ok_metrics for v in m.itl),
-        "itl_request_mean": distribution(m.itl_mean for m in ok_metrics),
-        "chunk_gap": distribution(v for m in ok_metrics for v in m.chunk_gaps),
-        "e2e": distribution(m.e2e for m in ok_metrics),
-        "e2e_sched": distribution(m.e2e_sched for m in ok_metrics),
-        "lateness": distribution(m.lateness for m in metrics),
+        "ttft": distribution(m.ttft[ok]),
+        "ttft_sched": distribution(m.ttft_sched[ok]),
+        "tpot": distribution(m.tpot[ok]),
+        "itl": itl,
+        "itl_request_mean": distribution(m.itl_mean[ok]),
+        # one token an event (the common case): the gaps are the ITL samples
+        "chunk_gap": itl if m.chunk_gaps is m.itl
+        else distribution(m.chunk_gaps.select(ok), scratch=True),
+        "e2e": distribution(m.e2e[ok]),
+        "e2e_sched": distribution(m.e2e_sched[ok]),
+        "lateness": distribution(m.lateness[chosen]),
     }
     failure_adjusted = {
-        name: distribution([getattr(m, name) for m in ok_metrics] + [math.inf] * len(failed))
+        name: distribution(np.concatenate([getattr(m, name)[ok], np.full(n_failed, np.inf)]),
+                           scratch=True)
         for name in FAILURE_ADJUSTED
     }
 
-    goodput = judge(ok, len(failed), window, slos) if slos else None
+    goodput = judge(t, m, ok, n_failed, window, slos) if slos else None
 
-    prompts = [r.prompt_tokens for r, _ in ok if r.prompt_tokens is not None]
-    outputs = [m.output_tokens for _, m in ok if m.output_tokens is not None]
-    from_usage = sum(1 for r, _ in ok if r.tokens_from_usage)
-    cached = [(r.cached_tokens, r.prompt_tokens) for r, _ in ok
-              if r.cached_tokens is not None and r.prompt_tokens]
+    prompts = t.prompt_tokens[ok]
+    prompts = prompts[~np.isnan(prompts)]
+    outputs = m.output_tokens[ok]
+    outputs = outputs[~np.isnan(outputs)]
+    cached = ok & ~np.isnan(t.cached_tokens) & (np.nan_to_num(t.prompt_tokens) != 0)
+    disagree = ok & t.tokens_from_usage & (t.events > 0) & (t.event_tokens != t.completion_tokens)
     summary = RunSummary(
-        requests=len(records),
-        in_window=len(chosen),
-        cancelled=cancelled,
-        ok=len(ok),
+        requests=len(t),
+        in_window=int(chosen.sum()),
+        cancelled=int(chosen.sum()) - n_ok - n_failed,
+        ok=n_ok,
         failures=failures,
         latency=latency,
         failure_adjusted=failure_adjusted,
-        throughput=throughput(records, chosen, window) if window else None,
+        throughput=throughput(t, chosen, window) if window else None,
         goodput=goodput,
-        mean_prompt_tokens=float(np.mean(prompts)) if prompts else None,
-        mean_output_tokens=float(np.mean(outputs)) if outputs else None,
-        tokens_from_usage=from_usage / len(ok) if ok else 0.0,
-        cached_share=(sum(c for c, _ in cached) / sum(p for _, p in cached)) if cached else None,
-        events_disagree=sum(1 for r, _ in ok if r.tokens_from_usage and r.token_counts
-                            and sum(r.token_counts) != r.completion_tokens),
-        retries=sum(r.retries for r in chosen),
+        mean_prompt_tokens=float(np.mean(prompts)) if len(prompts) else None,
+        mean_output_tokens=float(np.mean(outputs)) if len(outputs) else None,
+        tokens_from_usage=int((ok & t.tokens_from_usage).sum()) / n_ok if n_ok else 0.0,
+        cached_share=(float(t.cached_tokens[cached].sum() / t.prompt_tokens[cached].sum())
+                      if cached.any() else None),
+        events_disagree=int(disagree.sum()),
+        retries=int(t.retries[chosen].sum()),
         formulas=FORMULAS,
         client=client,
         window=(WindowSpan(start_ns=window.start_ns, end_ns=window.end_ns,
                            seconds=window.duration_s) if window else None),
         stop_reason=stop_reason,
-        sessions=session_summary(chosen),
-        reasoning=reasoning_summary(chosen),
+        sessions=session_summary(t, chosen, m.ttft),
+        reasoning=reasoning_summary(t, chosen),
     )
     summary.warnings = [*dict.fromkeys(notes), *_warnings(summary, concurrency_cap)]
     return summary

@@ -22,10 +22,14 @@ from typing import Iterator, Protocol, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from latlab.records.cache import (CACHED_FROM, COLUMNS, load_columns, save_columns,
+                                  source_key)
 from latlab.records.config import RunConfig
+from latlab.records.reader import UnreadableRecords, read_requests
 from latlab.records.summary import RunSummary
 from latlab.records.scrape import METRICS, Scrape
 from latlab.records.spans import SERVER_TIMINGS
+from latlab.records.table import RequestTable
 from latlab.records.timeline import RequestTimeline, ServerTiming
 
 CONFIG = "config.json"
@@ -125,6 +129,23 @@ class RunFolder:
 
     def read_records(self, raw: bool = False) -> list[RequestTimeline]:
         return list(self.iter_records(raw))
+
+    def read_table(self) -> RequestTable:
+        """Every complete record as columns (`records.table`), with the server timings its
+        spans gave: what the analysis reads, whatever the size of the run. A big run's
+        columns are kept in the folder (`records.cache`) and mapped on the next read."""
+        joined, copy = self.path / SERVER_TIMINGS, self.path / COLUMNS
+        key = source_key(self.requests_path, joined)  # before the parse: lines may follow
+        table = load_columns(copy, key)
+        if table is not None:
+            return table
+        try:
+            table = read_requests(self.requests_path, joined)
+        except (UnreadableRecords, ValueError) as e:
+            raise RunFolderError(str(e)) from None
+        if len(table) >= CACHED_FROM:
+            save_columns(table, copy, key)
+        return table
 
     def read_scrapes(self) -> list[Scrape]:
         """The target's /metrics scrapes (metrics.jsonl), oldest first; [] without any."""

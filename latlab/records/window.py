@@ -6,7 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from latlab.records.config import RunConfig
+from latlab.records.columns import present
+from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
 
 
@@ -27,7 +31,7 @@ class Window:
     @classmethod
     def of_run(
         cls,
-        records: Sequence[RequestTimeline],
+        records: Sequence[RequestTimeline] | RequestTable,
         start_ns: int | None = None,
         end_ns: int | None = None,
         warmup_s: float = 0.0,
@@ -35,21 +39,23 @@ class Window:
     ) -> Window | None:
         """The window of a run that started at `start_ns` (default: first scheduled request)
         and ended at `end_ns` (default: last request done), less warmup and cooldown."""
-        starts = [r.origin_ns for r in records if r.origin_ns is not None]
-        ends = [t for r in records for t in (r.done_ns, r.last_token_ns, r.sent_ns) if t is not None]
+        t = as_table(records)
         if start_ns is None:
-            if not starts:
+            starts = t.origin_ns[present(t.origin_ns)]
+            if not len(starts):
                 return None
-            start_ns = min(starts)
+            start_ns = int(starts.min())
         if end_ns is None:
-            if not ends:
+            ends = np.concatenate([c[present(c)] for c in (t.done_ns, t.last_token_ns, t.sent_ns)])
+            if not len(ends):
                 return None
-            end_ns = max(ends) + 1
+            end_ns = int(ends.max()) + 1
         window = cls(start_ns + int(warmup_s * 1e9), end_ns - int(cooldown_s * 1e9))
         return window if window.end_ns > window.start_ns else None
 
 
-def run_window(config: RunConfig, records: Sequence[RequestTimeline]) -> Window | None:
+def run_window(config: RunConfig, records: Sequence[RequestTimeline] | RequestTable
+               ) -> Window | None:
     """The measurement window of a run from its config.json (`clock.t0_ns`, `clock.end_ns`,
     `warmup_s`, `cooldown_s`), also for a partial run whose window was never closed."""
     return Window.of_run(records, start_ns=config.clock.t0_ns, end_ns=config.clock.end_ns,

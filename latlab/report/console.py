@@ -136,11 +136,11 @@ def print_summary(console: Console, summary: RunSummary, run_path: object = None
     table.add_column("ms")
     for column in ("n", "mean", "p50", "p90", "p95", "p99", "p99.9", "p99 95% CI"):
         table.add_column(column, justify="right")
-    for key, label in SUMMARY_ROWS:
-        _summary_row(table, label, summary.latency.get(key))
+    for key, name in SUMMARY_ROWS:
+        _summary_row(table, name, summary.latency.get(key))
     if summary.failures:
-        for key, label in FAILURE_ROWS:
-            _summary_row(table, label, summary.failure_adjusted.get(key), style="magenta")
+        for key, name in FAILURE_ROWS:
+            _summary_row(table, name, summary.failure_adjusted.get(key), style="magenta")
     console.print(table)
     for line in _summary_lines(summary):
         console.print(line)
@@ -149,10 +149,10 @@ def print_summary(console: Console, summary: RunSummary, run_path: object = None
 def summary_line(s: RunSummary, run_path: object) -> str:
     """The run in one line, for the end of piped output (a CI log's last line)."""
     parts = [f"{s.ok} of {s.in_window} ok"]
-    for key, label in (("ttft", "TTFT"), ("e2e", "E2E")):
+    for key, name in (("ttft", "TTFT"), ("e2e", "E2E")):
         p50, p99 = s.percentile(key, "p50"), s.percentile(key, "p99")
         if p50 is not None:
-            parts.append(f"{label} p50 {ms(p50)} p99 {ms(p99)}")
+            parts.append(f"{name} p50 {ms(p50)} p99 {ms(p99)}")
     if s.throughput:
         parts.append(f"{s.throughput.output_tokens_per_s:,.0f} output tok/s")
     if s.goodput:

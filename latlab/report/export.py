@@ -7,13 +7,15 @@ request; durations are ms; missing values are empty (CSV) or null (Parquet), nev
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
-from latlab.analysis.budget import Row
-from latlab.analysis.decompose import APP, COMPONENTS
+from latlab.analysis.decompose import QUALITIES
 from latlab.metrics.sessions import tool_ms
+from latlab.records.columns import Labels, present
+from latlab.records.table import OUTCOMES
 from latlab.records.timeline import NS_PER_MS, SERVER_TIMING_STAGES
 
 if TYPE_CHECKING:
@@ -21,75 +23,59 @@ if TYPE_CHECKING:
 
 EVENTS = ("scheduled", "sent", "headers", "first_token", "last_token", "usage", "done")
 
-Column = tuple[str, pa.DataType, Callable[[Row], Any]]
-
-
-def _columns(origin_ns: int, rows: list[Row]) -> list[Column]:
-    def at(event: str) -> Callable[[Row], float | None]:
-        def get(row: Row) -> float | None:
-            t = getattr(row.record, f"{event}_ns")
-            return None if t is None else (t - origin_ns) / NS_PER_MS
-        return get
-
-    def stage(name: str) -> Callable[[Row], float | None]:
-        return lambda row: getattr(row.record.server, name) if row.record.server else None
-
-    def part(name: str, quality: bool) -> Callable[[Row], Any]:
-        def get(row: Row) -> Any:
-            c = row.parts.components.get(name) if row.parts else None
-            return None if c is None else (str(c.quality) if quality else c.ms)
-        return get
-
-    f64, i64, text, flag = pa.float64(), pa.int64(), pa.string(), pa.bool_()
-    columns: list[Column] = [
-        ("id", text, lambda row: row.record.id),
-        ("index", i64, lambda row: row.record.index),
-        ("worker", i64, lambda row: row.record.worker),
-        ("api", text, lambda row: row.record.api),
-        ("tenant", text, lambda row: row.record.tenant),
-        ("priority", i64, lambda row: row.record.priority),
-        ("outcome", text, lambda row: str(row.record.outcome)),
-        ("status", i64, lambda row: row.record.status),
-        ("error", text, lambda row: row.record.error),
-        ("prompt_tokens", i64, lambda row: row.record.prompt_tokens),
-        ("cached_tokens", i64, lambda row: row.record.cached_tokens),
-        ("output_tokens", i64, lambda row: row.record.output_tokens),
-        ("max_tokens", i64, lambda row: row.record.max_tokens),
-        ("tokens_from_usage", flag, lambda row: row.record.tokens_from_usage),
-        ("token_events", i64, lambda row: len(row.record.token_ns)),
-        ("in_flight_at_send", i64, lambda row: row.in_flight),
-        ("new_connection", flag, lambda row: row.record.connection and row.record.connection.new),
-        ("pool_wait_ms", f64, _pool_wait),
-        ("session", text, lambda row: row.record.session and row.record.session.id),
-        ("turn", i64, lambda row: row.record.session and row.record.session.turn),
-        ("tool_ms", f64, lambda row: tool_ms(row.record) if row.record.session else None),
-        ("first_reasoning_ms", f64, at("first_reasoning")),
-        ("first_answer_ms", f64, at("first_answer")),
-    ]
-    columns += [(f"{event}_ms", f64, at(event)) for event in EVENTS]
-    columns += [(f"server_{name}_ms", f64, stage(name)) for name in SERVER_TIMING_STAGES]
-    columns += [(name, f64, lambda row, n=name: getattr(row.metrics, n))
-                for name in ("ttft", "ttft_sched", "e2e", "e2e_sched", "tpot", "lateness",
-                             "itl_mean")]
-    columns.append(("itl_max", f64, lambda row: row.metrics.itl_max))
-    names = [*COMPONENTS, *sorted({c for row in rows if row.parts
-                                   for c in row.parts.components if c.startswith(APP)})]
-    for name in names:  # an application's components: app:retrieval_ms, ...
-        columns += [(f"{name}_ms", f64, part(name, False)), (f"{name}_quality", text, part(name, True))]
-    return columns
-
-
-def _pool_wait(row: Row) -> float | None:
-    c = row.record.connection
-    return None if c is None or c.pool_wait_ns is None else c.pool_wait_ns / NS_PER_MS
-
 
 def request_table(analysis: RunAnalysis) -> pa.Table:
     """Every request as one row of typed columns."""
-    origins = [row.record.origin_ns for row in analysis.rows if row.record.origin_ns is not None]
-    columns = _columns(min(origins, default=0), analysis.rows)
-    return pa.table({name: pa.array([get(row) for row in analysis.rows], type=kind)
-                     for name, kind, get in columns})
+    requests = analysis.requests
+    t, m, parts = requests.table, requests.metrics, requests.parts
+    origins = t.origin_ns[present(t.origin_ns)]
+    origin = int(origins.min()) if len(origins) else 0
+    i64, f64, text = pa.int64(), pa.float64(), pa.string()
+
+    def numbers(values: np.ndarray, kind: pa.DataType = f64) -> pa.Array:
+        missing = np.isnan(values)
+        return pa.array(np.where(missing, 0, values), mask=missing).cast(kind)
+
+    def since(event: str) -> pa.Array:  # ms since the run's first scheduled request
+        times = t.times[f"{event}_ns"]
+        return numbers(np.where(present(times), times - origin, np.nan) / NS_PER_MS)
+
+    def labels(column: Labels) -> pa.Array:
+        names = pa.array(list(column.names) or [""], text)
+        return names.take(pa.array(column.codes, mask=column.codes < 0))
+
+    outcomes = pa.array(OUTCOMES, text).take(pa.array(t.outcome))
+    columns: dict[str, pa.Array] = {
+        "id": t.text["id"], "index": pa.array(t.index), "worker": pa.array(t.worker),
+        "api": labels(t.api), "tenant": labels(t.tenant),
+        "priority": numbers(t.priority, i64), "outcome": outcomes,
+        "status": numbers(t.status, i64), "error": t.text["error"],
+        "prompt_tokens": numbers(t.prompt_tokens, i64),
+        "cached_tokens": numbers(t.cached_tokens, i64),
+        "output_tokens": numbers(t.output_tokens, i64),
+        "max_tokens": numbers(t.max_tokens, i64),
+        "tokens_from_usage": pa.array(t.tokens_from_usage),
+        "token_events": pa.array(t.events), "in_flight_at_send": pa.array(requests.in_flight),
+        "new_connection": pa.array(t.new_connection, mask=~t.has_connection),
+        "pool_wait_ms": numbers(t.phases["pool_wait_ns"] / NS_PER_MS),
+        "session": labels(t.session), "turn": numbers(t.step["turn"], i64),
+        "tool_ms": numbers(tool_ms(t)), "first_reasoning_ms": since("first_reasoning"),
+        "first_answer_ms": since("first_answer"),
+    }
+    for event in EVENTS:
+        columns[f"{event}_ms"] = since(event)
+    for name in SERVER_TIMING_STAGES:
+        columns[f"server_{name}_ms"] = numbers(np.where(t.has_server, t.server[name], np.nan))
+    for name in ("ttft", "ttft_sched", "e2e", "e2e_sched", "tpot", "lateness", "itl_mean",
+                 "itl_max"):
+        columns[name] = numbers(getattr(m, name))
+    qualities = pa.array([str(q) for q in QUALITIES], text)
+    for name in parts.ms:  # an application's components too: app:retrieval_ms, ...
+        codes = parts.quality[name]
+        columns[f"{name}_ms"] = numbers(parts.ms[name])
+        columns[f"{name}_quality"] = qualities.take(pa.array(codes.astype(np.int64),
+                                                             mask=codes < 0))
+    return pa.table(columns)
 
 
 def write_csv(analysis: RunAnalysis, path: Path | None = None) -> Path:

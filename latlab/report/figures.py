@@ -10,18 +10,18 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from latlab.analysis.budget import Budget, Group, prompt_tokens
+from latlab.analysis.budget import Budget, Group
 from latlab.analysis.decompose import BUCKETS, COMPONENTS, LABELS
 from latlab.report.palette import BUCKET_COLORS, COMPONENT_COLORS, SLO_COLOR
 from latlab.units import ms, number
 
 if TYPE_CHECKING:
     from latlab.analysis.analyze import RunAnalysis
-    from latlab.metrics.request import RequestMetrics
     from latlab.records.summary import Distribution
 
 MAX_POINTS = 4000
 CDF_POINTS = 800
+MAX_CDF_SAMPLES = 1_000_000
 WATERFALL_REQUESTS = 20
 CDF_PANELS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
 CDF_COLORS = {"ttft": "#4c9be8", "tpot": "#4cb86b", "itl": "#c355c9", "e2e": "#e0901a"}
@@ -79,10 +79,12 @@ def groups_figure(groups: Sequence[Group], title: str, axis: str) -> go.Figure:
     return fig
 
 
-def _cdf(values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
-    """The empirical CDF (x, % ≤ x); of many samples, at CDF_POINTS quantiles, a quarter of
-    them spread over the tail beyond p90 so that p99 and p99.9 keep their shape."""
-    data = np.sort(np.asarray(values, dtype=float))
+def _cdf(values: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The empirical CDF (x, % ≤ x) of the positive `values`; of many samples, at CDF_POINTS
+    quantiles, a quarter of them spread over the tail beyond p90 so that p99 and p99.9 keep
+    their shape; of more than MAX_CDF_SAMPLES, of an even sample of them (`cdf_sample`)."""
+    data = cdf_sample(np.asarray(values, dtype=float))
+    data = np.sort(data[data > 0])
     n = len(data)
     if n <= CDF_POINTS:
         return data, np.arange(1, n + 1) / n * 100
@@ -91,18 +93,26 @@ def _cdf(values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     return np.quantile(data, q).astype(np.float32), (q * 100).astype(np.float32)
 
 
+def cdf_sample(values: np.ndarray) -> np.ndarray:
+    """At most MAX_CDF_SAMPLES of `values`, evenly spaced (all of them when fewer)."""
+    return values[::-(-len(values) // MAX_CDF_SAMPLES)] if len(values) else values
+
+
 def cdf_figure(a: RunAnalysis) -> go.Figure:
     """CDFs of TTFT, TPOT, ITL and E2E on log axes (successful requests in the window; ITL
     pooled over tokens), with the summary's p50 and p99 and their CIs, and the run's SLOs.
     An SLO on TTFT or E2E from schedule adds that CDF to the panel, dashed."""
-    ok = [r.metrics for r in a.measured if r.record.ok]
+    ok = a.inside & a.table.ok
     slos = a.config.slos
     panels = []
     for metric, name in CDF_PANELS:
         shown = [metric] + ([f"{metric}_sched"] if f"{metric}_sched" in slos else [])
-        samples = {s: [v for v in _samples(ok, s) if v is not None] for s in shown}
-        zeros = sum(1 for values in samples.values() for v in values if v <= 0)
+        samples = {s: _samples(a, ok, s) for s in shown}
+        zeros = sum(int(np.count_nonzero(values <= 0)) for values in samples.values())
         title = f"{name} (ms)" + (f"; {number(zeros)} at 0 left out" if zeros else "")
+        most = max(len(values) for values in samples.values())
+        if most > MAX_CDF_SAMPLES:
+            title += f"; CDF of an even {number(len(cdf_sample(np.empty(most))))} of {number(most)}"
         panels.append((metric, name, title, samples))
     fig = make_subplots(rows=2, cols=2, subplot_titles=[p[2] for p in panels],
                         vertical_spacing=0.16)
@@ -110,7 +120,7 @@ def cdf_figure(a: RunAnalysis) -> go.Figure:
         cell = dict(row=i // 2 + 1, col=i % 2 + 1)
         for series, values in samples.items():
             label = name if series == metric else f"{name} from schedule"
-            x, y = _cdf([v for v in values if v > 0])
+            x, y = _cdf(values)
             fig.add_scatter(x=x, y=y, mode="lines", name=label, showlegend=False,
                             line=dict(color=CDF_COLORS[metric],
                                       dash="solid" if series == metric else "dash"),
@@ -129,10 +139,13 @@ def cdf_figure(a: RunAnalysis) -> go.Figure:
     return fig
 
 
-def _samples(ok: list[RequestMetrics], metric: str) -> list[float | None]:
+def _samples(a: RunAnalysis, ok: np.ndarray, metric: str) -> np.ndarray:
+    """The samples of `metric` of the requests `ok` (ITL pooled over tokens)."""
+    metrics = a.requests.metrics
     if metric == "itl":
-        return [v for m in ok for v in m.itl]
-    return [getattr(m, metric) for m in ok]
+        return metrics.itl.select(ok)
+    values = getattr(metrics, metric)[ok]
+    return values[~np.isnan(values)]
 
 
 def _percentile_markers(fig: go.Figure, d: Distribution | None, label: str, legend: bool,
@@ -158,18 +171,22 @@ def _finite(value: float | None) -> bool:
 
 
 def ttft_prompt_figure(a: RunAnalysis) -> go.Figure:
-    """TTFT against prompt length, one colour per tenant."""
-    rows = [r for r in a.measured if r.metrics.ttft is not None and prompt_tokens(r) is not None]
-    rows = rows[:: max(1, len(rows) // MAX_POINTS)]
-    fig = _figure("TTFT against prompt length", xaxis_title="prompt tokens",
-                  yaxis_title="TTFT (ms)")
-    tenants = sorted({r.record.tenant or "" for r in rows})
-    for tenant in tenants:
-        mine = [r for r in rows if (r.record.tenant or "") == tenant]
-        fig.add_scatter(x=[prompt_tokens(r) for r in mine], y=[r.metrics.ttft for r in mine],
+    """TTFT against prompt length, one colour per tenant; of many requests, an even sample."""
+    ttft, prompt = a.requests.metrics.ttft, a.requests.prompt_tokens
+    rows = np.flatnonzero(a.inside & ~np.isnan(ttft) & ~np.isnan(prompt))
+    shown = rows[:: max(1, len(rows) // MAX_POINTS)]
+    title = "TTFT against prompt length" + (
+        f" ({number(len(shown))} of {number(len(rows))} requests, evenly spaced)"
+        if len(shown) < len(rows) else "")
+    fig = _figure(title, xaxis_title="prompt tokens", yaxis_title="TTFT (ms)")
+    tenant = a.table.tenant
+    names = sorted({tenant[i] or "" for i in shown})
+    for name in names:
+        mine = shown[(tenant.mask(name) if name else tenant.codes == -1)[shown]]
+        fig.add_scatter(x=prompt[mine].astype(int), y=ttft[mine],
                         mode="markers", marker=dict(size=5, opacity=0.6),
-                        name=tenant or "requests", showlegend=len(tenants) > 1,
-                        text=[f"#{r.record.index}" for r in mine],
+                        name=name or "requests", showlegend=len(names) > 1,
+                        text=[f"#{i}" for i in a.table.index[mine]],
                         hovertemplate="%{text}: %{x} tokens, %{y:.1f} ms<extra></extra>")
     return fig
 
@@ -177,14 +194,17 @@ def ttft_prompt_figure(a: RunAnalysis) -> go.Figure:
 def waterfall_figure(a: RunAnalysis) -> go.Figure:
     """The slowest requests' stages laid end to end from their scheduled time (network is
     upload and download together, drawn before the server's stages)."""
-    slowest = sorted(a.decomposed, key=lambda r: r.parts.total, reverse=True)[:WATERFALL_REQUESTS]
-    slowest.reverse()
-    labels = [f"#{r.record.index} ({prompt_tokens(r) or '?'} tok)" for r in slowest]
+    parts = a.requests.parts
+    rows = np.flatnonzero(a.ok)
+    slowest = rows[np.argsort(-parts.total[rows], kind="stable")[:WATERFALL_REQUESTS]][::-1]
+    prompt = a.requests.prompt_tokens[slowest]
+    labels = [f"#{i} ({int(p) if p else '?'} tok)" for i, p in
+              zip(a.table.index[slowest], np.nan_to_num(prompt))]
     fig = _figure(f"The {len(slowest)} slowest requests, stage by stage (ms from schedule)",
                   barmode="overlay", height=max(300, 26 * len(slowest) + 120))
     start = np.zeros(len(slowest))
     for c in COMPONENTS:
-        widths = np.array([r.parts.ms(c) for r in slowest])
+        widths = parts.value(c)[slowest]
         if not widths.any():
             continue
         fig.add_bar(name=LABELS[c], orientation="h", y=labels, x=widths, base=start.copy(),

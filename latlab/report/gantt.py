@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import plotly.graph_objects as go
 
+from latlab.records.columns import present
 from latlab.report.figures import LAYOUT
 from latlab.report.palette import OUTCOME_COLORS
 from latlab.report.timeseries import run_clock, shade_outside_window
@@ -25,15 +27,21 @@ TICK_COLOR = "rgba(0,0,0,.55)"
 
 def gantt_figure(a: RunAnalysis) -> go.Figure | None:
     clock = run_clock(a)
-    records = [r for r in a.records if r.origin_ns is not None and r.end_ns is not None]
-    if clock is None or not records:
+    t = a.table
+    timed = np.flatnonzero(present(t.origin_ns) & present(t.end_ns))
+    if clock is None or not len(timed):
         return None
-    ticked = sorted((r for r in records if r.token_ns), key=_span, reverse=True)[:TICKED]
-    shown, sampled = sample(records, ticked)
+    span = t.end_ns[timed] - t.origin_ns[timed]
+    streamed = t.events[timed] > 0
+    slowest = timed[streamed][np.argsort(-span[streamed], kind="stable")][:TICKED]
+    chosen, sampled = sample(timed, slowest, ~t.ok[timed])
+    ticked = [t.record(i) for i in slowest]
+    others = set(chosen.tolist()) - set(slowest.tolist())
+    shown = ticked + [t.record(i) for i in sorted(others)]
     shown.sort(key=lambda r: (r.origin_ns, r.index))
     position = {id(r): i + 1 for i, r in enumerate(shown)}
 
-    fig = go.Figure(layout={**LAYOUT, "title": _title(len(shown), len(records), sampled,
+    fig = go.Figure(layout={**LAYOUT, "title": _title(len(shown), len(timed), sampled,
                                                       len(ticked)),
                             "height": max(320, min(1000, 3 * len(shown) + 200)),
                             "barmode": "overlay", "bargap": 0.15})
@@ -61,21 +69,17 @@ def gantt_figure(a: RunAnalysis) -> go.Figure | None:
     return fig
 
 
-def sample(records: list[RequestTimeline], ticked: list[RequestTimeline]
-           ) -> tuple[list[RequestTimeline], bool]:
-    """All the records when they are few; else the ticked ones, the failures (up to a quarter
-    of the places) and an even sample of the rest. True when it sampled."""
-    if len(records) <= MAX_REQUESTS:
-        return list(records), False
-    kept = {id(r): r for r in ticked}
-    for r in [r for r in records if not r.ok][: MAX_REQUESTS // 4]:
-        kept.setdefault(id(r), r)
-    rest = [r for r in records if id(r) not in kept]
-    step = len(rest) / (MAX_REQUESTS - len(kept))
-    for i in range(MAX_REQUESTS - len(kept)):
-        r = rest[int(i * step)]
-        kept[id(r)] = r
-    return list(kept.values()), True
+def sample(timed: np.ndarray, ticked: np.ndarray, failed: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Of the requests `timed` (indices; `failed` marks theirs that failed), all when they
+    are few; else the `ticked` ones, the failures (up to a quarter of the places) and an even
+    sample of the rest. True when it sampled."""
+    if len(timed) <= MAX_REQUESTS:
+        return timed, False
+    kept = list(dict.fromkeys([*ticked.tolist(), *timed[failed][: MAX_REQUESTS // 4].tolist()]))
+    rest = timed[~np.isin(timed, kept)]
+    places = MAX_REQUESTS - len(kept)
+    step = len(rest) / places
+    return np.array(kept + rest[(np.arange(places) * step).astype(int)].tolist()), True
 
 
 def _span(r: RequestTimeline) -> int:

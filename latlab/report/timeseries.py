@@ -11,8 +11,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from latlab.analysis.budget import in_flight_at
+from latlab.analysis.requests import in_flight_at
 from latlab.metrics.slo import meets_slos
+from latlab.records.columns import present
+from latlab.records.table import OUTCOMES
 from latlab.records.timeline import Outcome
 from latlab.report.figures import LAYOUT
 from latlab.report.palette import OUTCOME_COLORS
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 BINS = 60
 OUTCOME_BINS = 30  # fewer: a bin counts the requests that ended in it
 MIN_BIN_S = 0.1
+BLOCK = 1 << 22  # token events at a time
 SHADE = dict(fillcolor="#888", opacity=0.15, line_width=0, layer="below")
 GOOD, MISSED = "met the SLOs", "succeeded, missed an SLO"
 CANCELLED = str(Outcome.CANCELLED)  # by the user: neither succeeded nor failed
@@ -36,12 +39,26 @@ class RunClock:
     origin_ns: int
     end_ns: int
 
-    def seconds(self, values: Iterable[int]) -> np.ndarray:
-        return (np.asarray(list(values), dtype=np.int64) - self.origin_ns) / 1e9
+    def seconds(self, values: Iterable[int] | np.ndarray) -> np.ndarray:
+        values = values if isinstance(values, np.ndarray) else list(values)
+        return (np.asarray(values, dtype=np.int64) - self.origin_ns) / 1e9
 
     @property
     def span_s(self) -> float:
         return (self.end_ns - self.origin_ns) / 1e9
+
+    def histogram(self, times_ns: np.ndarray, edges: np.ndarray, width: float,
+                  chosen: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """The `weights` of the `chosen` times summed per bin of `bins()`, a block of the
+        (flat, per-token) columns at a time so that no copy of them is made."""
+        total = np.zeros(len(edges) - 1)
+        for start in range(0, len(times_ns), BLOCK):
+            block = slice(start, start + BLOCK)
+            which = ((times_ns[block][chosen[block]] - self.origin_ns) / 1e9 // width)
+            inside = (which >= 0) & (which < len(total))
+            total += np.bincount(which[inside].astype(np.int64), minlength=len(total),
+                                 weights=weights[block][chosen[block]][inside])
+        return total
 
     def bins(self, n: int = BINS) -> tuple[np.ndarray, float]:
         """`n` bins' edges over the span (s), and their width."""
@@ -50,10 +67,11 @@ class RunClock:
 
 
 def run_clock(a: RunAnalysis) -> RunClock | None:
-    records = [r for r in a.records if r.origin_ns is not None and r.end_ns is not None]
-    if not records:
+    t = a.table
+    timed = present(t.origin_ns) & present(t.end_ns)
+    if not timed.any():
         return None
-    return RunClock(min(r.origin_ns for r in records), max(r.end_ns for r in records))
+    return RunClock(int(t.origin_ns[timed].min()), int(t.end_ns[timed].max()))
 
 
 def shade_outside_window(fig: go.Figure, a: RunAnalysis, clock: RunClock) -> None:
@@ -72,26 +90,26 @@ def shade_outside_window(fig: go.Figure, a: RunAnalysis, clock: RunClock) -> Non
 
 
 def over_time_figure(a: RunAnalysis) -> go.Figure | None:
-    rows = [row for row in a.rows if row.record.sent_ns is not None]
+    t = a.table
+    sent = present(t.sent_ns)
     clock = run_clock(a)
-    if not rows or clock is None:
+    if not sent.any() or clock is None:
         return None
-    records = [row.record for row in rows]
     edges, width = clock.bins()
     centers = (edges[:-1] + edges[1:]) / 2
 
-    token_t = clock.seconds(t for r in records for t in r.token_ns)
-    token_k = np.asarray([k for r in records for k in r.token_counts], dtype=float)
-    done = clock.seconds(r.done_ns for r in records if r.ok and r.done_ns is not None)
-    tokens_per_s = np.histogram(token_t, edges, weights=token_k)[0] / width
+    events = np.repeat(sent, t.events)  # the token events of requests that were sent
+    tokens_per_s = clock.histogram(t.token_ns, edges, width, events, t.token_counts) / width
+    done = clock.seconds(t.done_ns[sent & t.ok & present(t.done_ns)])
     done_per_s = np.histogram(done, edges)[0] / width
 
-    in_flight = in_flight_at([r.sent_ns for r in records], [r.end_ns for r in records],
+    in_flight = in_flight_at(t.sent_ns[sent], t.end_ns[sent],
                              clock.origin_ns + (centers * 1e9).astype(np.int64))
 
-    timed = [row for row in rows if row.metrics.ttft is not None]
-    ttft = np.asarray([row.metrics.ttft for row in timed])
-    which = np.digitize(clock.seconds(row.record.sent_ns for row in timed), edges) - 1
+    ttft_all = a.requests.metrics.ttft
+    timed = sent & ~np.isnan(ttft_all)
+    ttft = ttft_all[timed]
+    which = np.digitize(clock.seconds(t.sent_ns[timed]), edges) - 1
     p50, p99 = np.full(len(centers), np.nan), np.full(len(centers), np.nan)
     for i in range(len(centers)):
         values = ttft[which == i]
@@ -139,14 +157,19 @@ def outcomes_figure(a: RunAnalysis) -> go.Figure | None:
     slos = a.config.slos
     edges, width = clock.bins(OUTCOME_BINS)
     centers = (edges[:-1] + edges[1:]) / 2
-    fates: dict[str, list[int]] = {}
-    for row in a.rows:
-        r = row.record
-        if r.end_ns is None:
-            continue
-        fate = str(r.outcome) if not r.ok else "ok" if not slos else (
-            GOOD if meets_slos(row.metrics, slos) else MISSED)
-        fates.setdefault(fate, []).append(r.end_ns)
+    t = a.table
+    ended = present(t.end_ns)
+    met = meets_slos(a.requests.metrics, slos) if slos else np.ones(len(t), bool)
+    fates: dict[str, np.ndarray] = {}
+    for code in np.unique(t.outcome[ended]):
+        mine = ended & (t.outcome == code)
+        if code != 0:
+            fates[OUTCOMES[code]] = t.end_ns[mine]
+        elif not slos:
+            fates["ok"] = t.end_ns[mine]
+        else:
+            fates |= {GOOD: t.end_ns[mine & met], MISSED: t.end_ns[mine & ~met]}
+    fates = {fate: ends for fate, ends in fates.items() if len(ends)}
     order = [GOOD, MISSED, "ok"] + sorted(f for f in fates if f not in (GOOD, MISSED, "ok"))
     if slos:
         limits = ", ".join(f"{name} ≤ {ms(limit)}" for name, limit in slos.items())

@@ -90,8 +90,9 @@ async def _announce(server: uvicorn.Server, config: EngineConfig, host: str, por
             server.should_exit = True
             return
         await asyncio.sleep(0.01)
-    model = engine.engine.model_config
+    model, device = engine.engine.model_config, engine.engine.device.type
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     print(f"latlab serve: ready on {url} (model {config.model}, "
-          f"{model.num_parameters / 1e6:.1f}M parameters, warm-up {engine.startup_s:.1f} s, "
-          f"startup {time.perf_counter() - started:.1f} s)", flush=True)
+          f"{model.num_parameters / 1e6:.1f}M parameters, on {device}, "
+          f"warm-up {engine.startup_s:.1f} s, startup {time.perf_counter() - started:.1f} s)",
+          flush=True)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from latlab.analysis.decompose import Quality
+import numpy as np
+
+from latlab.analysis.decompose import UNAVAILABLE
 from latlab.analysis.findings import Finding, Severity, Unevaluated
 from latlab.metrics.stats import percentile, tail_exceeds
 from latlab.metrics.throughput import zero_gap_share
@@ -19,12 +21,14 @@ CLIENT_LATE_MS, CLIENT_LATE_SHARE = 10.0, 0.05
 def client_bottleneck(a: RunAnalysis) -> Finding | Unevaluated | None:
     """From the load generator's self-check when it wrote one, else from the records; critical
     when the client's wait before sending reaches CLIENT_LATE_SHARE of the mean E2E."""
-    rows = [r for r in a.decomposed if r.parts.quality("client_wait") != Quality.UNAVAILABLE]
-    waits = sorted(r.parts.ms("client_wait") for r in rows)
-    p99 = percentile(waits, 99) if waits else 0.0
+    parts = a.requests.parts
+    rows = a.ok & (parts.quality["client_wait"] != UNAVAILABLE)
+    waits = np.sort(parts.value("client_wait")[rows])
+    p99 = percentile(waits, 99) if len(waits) else 0.0
     share = p99 / a.mean.total if a.mean.total > 0 else 0.0
     late = [f"client wait (sent − scheduled − connection setup): p50 "
-            f"{ms(percentile(waits, 50))}, p99 {ms(p99)} ({pct(share)} of the mean E2E)"] if waits else []
+            f"{ms(percentile(waits, 50))}, p99 {ms(p99)} ({pct(share)} of the mean E2E)"
+            ] if len(waits) else []
     where = "the load generator: requests left late, so latencies from send understate " \
             "what users would see"
     fix = "add client workers (--workers), raise the concurrency cap or lower the rate"
@@ -39,12 +43,12 @@ def client_bottleneck(a: RunAnalysis) -> Finding | Unevaluated | None:
         evidence += late + ["client self-check: " + ", ".join(_numbers(client.model_dump()))]
         return Finding("client_bottleneck", severity, "the load generator itself is the bottleneck",
                        evidence, where=where, fix=fix, impact=share)
-    if not rows:
+    if not rows.any():
         return Unevaluated("client_bottleneck", "needs scheduled send times or the client "
                                                 "self-check (summary.json → client)")
     if not tail_exceeds(waits, 99, max(CLIENT_LATE_MS, CLIENT_LATE_SHARE * a.mean.total)):
         return None
-    bursts = zero_gap_share(a.records)
+    bursts = zero_gap_share(a.table)
     if bursts is not None:
         late.append(f"{pct(bursts)} of token events arrived in zero-gap bursts")
     if a.config.concurrency:

@@ -7,10 +7,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from latlab.analysis.budget import Row, prompt_bucket, prompt_tokens
+from latlab.analysis.budget import PROMPT_BUCKETS, prompt_buckets
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
 from latlab.analysis.rules.common import NEEDS_SERVER, before_first_token, server_rows
-from latlab.metrics.stats import percentile
+from latlab.metrics.request import Ragged
+from latlab.metrics.stats import percentiles
+from latlab.records.columns import present
+from latlab.records.table import RequestTable
 from latlab.records.timeline import NS_PER_MS
 from latlab.units import ms, pct
 
@@ -23,23 +26,25 @@ STALL_COINCIDE, STALL_LIFT = 0.5, 0.25
 
 
 def prefill_bound(a: RunAnalysis) -> Finding | Unevaluated | None:
-    rows = [r for r in server_rows(a) if prompt_tokens(r) is not None]
-    if len(rows) < 5:
+    requests, parts = a.requests, a.requests.parts
+    prompt = requests.prompt_tokens
+    rows = server_rows(a) & ~np.isnan(prompt)
+    if rows.sum() < 5:
         return Unevaluated("prefill_bound", NEEDS_SERVER + " and prompt token counts "
                                                                "of ≥ 5 successful requests")
-    tokens = np.array([prompt_tokens(r) for r in rows], dtype=float)
-    prefill = np.array([r.parts.ms("prefill") for r in rows])
-    buckets = [prompt_bucket(prompt_tokens(r)) for r in rows]
-    longest = max((b for b in set(buckets) if buckets.count(b) >= LONG_MIN_REQUESTS),
-                  key=lambda b: max(prompt_tokens(r) for r, rb in zip(rows, buckets) if rb == b),
-                  default=None)
-    long = [r for r, b in zip(rows, buckets) if longest is None or b == longest]
-    long_prefill = mean([r.parts.ms("prefill") for r in long])
-    share = long_prefill / max(mean([before_first_token(r) for r in long]), 1e-9)
-    e2e_share = long_prefill / mean([r.parts.total for r in long])
+    tokens, prefill = prompt[rows], parts.value("prefill")[rows]
+    buckets = prompt_buckets(prompt)
+    counts = np.bincount(buckets[rows], minlength=len(PROMPT_BUCKETS))
+    filled = np.flatnonzero(counts >= LONG_MIN_REQUESTS)
+    longest = int(filled.max()) if len(filled) else None  # the buckets do not overlap
+    long = rows if longest is None else rows & (buckets == longest)
+    long_prefill = mean(parts.value("prefill")[long])
+    share = long_prefill / max(mean(before_first_token(a)[long]), 1e-9)
+    e2e_share = long_prefill / mean(parts.total[long])
     if share < PREFILL_TTFT_SHARE or e2e_share < PREFILL_E2E_SHARE:
         return None
-    evidence = [f"{f'prompts of {longest} tokens' if longest else 'all prompts'}: prefill {ms(long_prefill)} is {pct(share)} of "
+    label = None if longest is None else PROMPT_BUCKETS[longest]
+    evidence = [f"{f'prompts of {label} tokens' if label else 'all prompts'}: prefill {ms(long_prefill)} is {pct(share)} of "
                 f"their time to first token and {pct(e2e_share)} of their E2E"]
     if tokens.max() > 1.5 * max(tokens.min(), 1):
         correlation = float(np.corrcoef(tokens, prefill)[0, 1]) if prefill.std() > 0 else 0.0
@@ -50,7 +55,7 @@ def prefill_bound(a: RunAnalysis) -> Finding | Unevaluated | None:
                      for g in a.by_prompt if g.ttft.n]
     else:
         evidence.append(f"every prompt has ≈{tokens.mean():.0f} tokens: growth not measurable")
-    cached = sum(r.record.cached_tokens or 0 for r in rows) / max(tokens.sum(), 1)
+    cached = np.nan_to_num(a.table.cached_tokens[rows]).sum() / max(tokens.sum(), 1)
     evidence.append(f"{pct(cached)} of prompt tokens came from the prefix cache")
     return Finding("prefill_bound", Severity.WARNING if e2e_share >= 0.3 else Severity.INFO,
                    f"nothing, then fast: prefill is {pct(share)} of the time to first token",
@@ -60,32 +65,34 @@ def prefill_bound(a: RunAnalysis) -> Finding | Unevaluated | None:
 
 
 def decode_stalls(a: RunAnalysis) -> Finding | Unevaluated | None:
-    rows = [r for r in a.decomposed if len(r.record.token_ns) >= 2]
-    itl = np.sort(np.fromiter((v for r in rows for v in r.metrics.itl), dtype=float))
+    t, m = a.table, a.requests.metrics
+    rows = a.ok & (t.events >= 2)
+    itl = m.itl.select(rows)
     if len(itl) < STUTTER_MIN_SAMPLES:
         return Unevaluated("decode_stalls", f"needs ≥ {STUTTER_MIN_SAMPLES} inter-token samples "
                                       f"(streamed responses of ≥ 2 tokens; has {len(itl)})")
-    p50, p99 = percentile(itl, 50), percentile(itl, 99)
+    p50, p99 = percentiles(itl, (50, 99))
+    del itl
     if p50 <= 0 or p99 < STUTTER_RATIO * p50:
         return None
-    begin = np.concatenate([np.asarray(r.record.token_ns[:-1], dtype=np.int64) for r in rows])
-    end = np.concatenate([np.asarray(r.record.token_ns[1:], dtype=np.int64) for r in rows])
-    owner = np.concatenate([np.full(len(r.record.token_ns) - 1, r.record.index) for r in rows])
-    tokens = np.concatenate([np.maximum(r.record.token_counts[1:], 1) for r in rows])
-    gap_ms = (end - begin) / NS_PER_MS
-    stalled = gap_ms / tokens >= STALL_FACTOR * p50
-    prefills = _Prefills(a.decomposed)
+    gaps = m.chunk_gaps
+    chosen = np.repeat(rows, gaps.lengths)  # per gap: its request is one of `rows`
+    stalled = np.flatnonzero(chosen & (gaps.values / _gap_tokens(t, gaps) >= STALL_FACTOR * p50))
+    chosen[stalled] = False
+    normal = np.flatnonzero(chosen)
+    del chosen
+    prefills = _Prefills(a)
     evidence = [f"ITL p99 {ms(p99)} is {p99 / p50:.1f}× its p50 {ms(p50)}",
-                f"{int(stalled.sum())} stalls (gaps ≥ {STALL_FACTOR:.0f}× the p50) in {len(rows)} "
+                f"{len(stalled)} stalls (gaps ≥ {STALL_FACTOR:.0f}× the p50) in {int(rows.sum())} "
                 f"streams"]
-    impact = float(gap_ms[stalled].sum()) / sum(r.parts.total for r in rows)
+    impact = float(gaps.values[stalled].sum()) / float(a.requests.parts.total[rows].sum())
     if not prefills:
         evidence.append("server prefill timings are needed to test whether stalls coincide "
                         "with other requests' prefills")
         coincide = False
     else:
-        during = prefills.overlap_share(begin[stalled], end[stalled], owner[stalled])
-        baseline = prefills.overlap_share(begin[~stalled], end[~stalled], owner[~stalled])
+        during = prefills.overlap_share(*_gap_spans(t, gaps, stalled))
+        baseline = prefills.overlap_share(*_gap_spans(t, gaps, normal))
         evidence.append(f"{pct(during)} of stalls overlap another request's prefill, "
                         f"against {pct(baseline)} of normal gaps")
         coincide = during >= STALL_COINCIDE and during - baseline >= STALL_LIFT
@@ -102,30 +109,49 @@ def decode_stalls(a: RunAnalysis) -> Finding | Unevaluated | None:
                    impact=impact)
 
 
+def _gap_tokens(t: RequestTable, gaps: Ragged) -> np.ndarray | int:
+    """The tokens of the event that ends each gap (at least 1); 1 when every event has one."""
+    if (t.token_counts <= 1).all():
+        return 1
+    return np.maximum(t.token_counts[_gap_positions(t, gaps, np.arange(len(gaps.values))) + 1], 1)
+
+
+def _gap_positions(t: RequestTable, gaps: Ragged, which: np.ndarray) -> np.ndarray:
+    """Where the gaps `which` (indices into `gaps`) start in the flat token columns."""
+    request = np.searchsorted(gaps.offsets, which, side="right") - 1
+    return t.token_offsets[request] + which - gaps.offsets[request]
+
+
+def _gap_spans(t: RequestTable, gaps: Ragged, which: np.ndarray, sample: int = 2000
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(begin, end, owner)` of an even sample of the gaps `which`: owner is the request's index."""
+    which = which[::max(1, len(which) // sample)]
+    start = _gap_positions(t, gaps, which)
+    request = np.searchsorted(gaps.offsets, which, side="right") - 1
+    return t.token_ns[start], t.token_ns[start + 1], t.index[request]
+
+
 class _Prefills:
     """Each request's prefill interval on the client clock: it ends at its first token."""
 
-    def __init__(self, rows: list[Row]) -> None:
-        spans = sorted((r.record.first_token_ns - int(r.record.server.prefill * NS_PER_MS),
-                        r.record.first_token_ns, r.record.index) for r in rows
-                       if r.record.server and r.record.server.prefill is not None
-                       and r.record.first_token_ns is not None)
-        self.starts = np.array([s[0] for s in spans], dtype=np.int64)
-        self.ends = np.array([s[1] for s in spans], dtype=np.int64)
-        self.owners = np.array([s[2] for s in spans], dtype=np.int64)
-        self.longest = int((self.ends - self.starts).max()) if spans else 0
+    def __init__(self, a: RunAnalysis) -> None:
+        t = a.table
+        prefill = t.server["prefill"]
+        timed = a.ok & t.has_server & ~np.isnan(prefill) & present(t.first_token_ns)
+        ends, owners = t.first_token_ns[timed], t.index[timed]
+        starts = ends - (prefill[timed] * NS_PER_MS).astype(np.int64)
+        order = np.lexsort((owners, ends, starts))
+        self.starts, self.ends, self.owners = starts[order], ends[order], owners[order]
+        self.longest = int((self.ends - self.starts).max()) if len(order) else 0
 
     def __bool__(self) -> bool:
         return len(self.starts) > 0
 
-    def overlap_share(self, begin: np.ndarray, end: np.ndarray, owner: np.ndarray,
-                      sample: int = 2000) -> float:
-        """The share of (an even sample of) the gaps `[begin, end]` of request `owner` that
-        overlap another request's prefill."""
+    def overlap_share(self, begin: np.ndarray, end: np.ndarray, owner: np.ndarray) -> float:
+        """The share of the gaps `[begin, end]` of request `owner` that overlap another
+        request's prefill."""
         if not len(begin):
             return 0.0
-        step = max(1, len(begin) // sample)
-        begin, end, owner = begin[::step], end[::step], owner[::step]
         hits = 0
         for b, e, o in zip(begin, end, owner):
             near = slice(np.searchsorted(self.starts, b - self.longest, side="left"),

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from latlab.analysis.budget import prompt_bucket, prompt_tokens
+import numpy as np
+
+from latlab.analysis.budget import prompt_buckets
 from latlab.analysis.decompose import SERVER_STAGES
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
 from latlab.metrics.stats import percentile
@@ -19,10 +21,9 @@ COLD_REQUESTS, COLD_MIN_REQUESTS, COLD_FACTOR, COLD_EXCESS_MS = 3, 20, 3.0, 50.0
 BURST_MS = 20.0
 
 
-def _started_together(rows: list) -> int:
-    """How many requests were sent within BURST_MS of the first one."""
-    first = rows[0].record.sent_ns
-    return sum(1 for r in rows if r.record.sent_ns - first <= BURST_MS * 1e6)
+def _started_together(sent: np.ndarray) -> int:
+    """How many requests were sent within BURST_MS of the first one (`sent` in send order)."""
+    return int(np.count_nonzero(sent - sent[0] <= BURST_MS * 1e6))
 
 
 def unattributed(a: RunAnalysis) -> Finding | None:
@@ -31,11 +32,13 @@ def unattributed(a: RunAnalysis) -> Finding | None:
     share = a.mean.share("unattributed")
     if abs(share) < UNATTRIBUTED_SHARE:
         return None
-    gaps = [s.total - sum(getattr(s, st) or 0.0 for st in (*SERVER_STAGES, "postprocess"))
-            for s in (r.record.server for r in a.decomposed) if s is not None and s.total is not None]
+    server = a.table.server
+    timed = a.ok & a.table.has_server & ~np.isnan(server["total"])
+    gaps = (server["total"] - sum(np.nan_to_num(server[st])
+                                  for st in (*SERVER_STAGES, "postprocess")))[timed]
     evidence = [f"unattributed: {ms(a.mean.components['unattributed'])} of a mean "
                 f"{ms(a.mean.total)} ({pct(share)}); {pct(a.tail.share('unattributed'))} of the tail"]
-    if gaps:
+    if len(gaps):
         evidence.append(f"server total minus its stages: {ms(mean(gaps))} per request")
     return Finding("unattributed", Severity.WARNING,
                    f"{pct(share)} of the time is unattributed", evidence,
@@ -47,35 +50,34 @@ def unattributed(a: RunAnalysis) -> Finding | None:
 
 def cold_start(a: RunAnalysis) -> Finding | Unevaluated | None:
     """The first requests of the whole run (warmup included) against the later ones."""
-    rows = sorted((r for r in a.rows if r.parts is not None and r.metrics.ttft is not None),
-                  key=lambda r: r.record.sent_ns)
+    t, requests = a.table, a.requests
+    ttft = requests.metrics.ttft
+    rows = np.flatnonzero(requests.parts.decomposed & ~np.isnan(ttft))
+    rows = rows[np.argsort(t.sent_ns[rows], kind="stable")]
     if len(rows) < COLD_MIN_REQUESTS:
         return Unevaluated("cold_start", f"needs ≥ {COLD_MIN_REQUESTS} successful requests to "
                                          f"set a warm baseline (has {len(rows)})")
-    together = _started_together(rows)
+    together = _started_together(t.sent_ns[rows])
     if together > COLD_REQUESTS:
         return Unevaluated("cold_start", f"the first {together} requests started together: "
                                          "their prefills shared the server, so their slowness "
                                          "is that burst, not a cold server (`latlab coldstart` "
                                          "measures cold starts)")
-
-    def compute(row) -> float:  # the server's own work when it says, else the client's TTFT
-        s = row.record.server
-        if s is not None and s.prefill is not None:
-            return s.prefill + (s.preprocess or 0.0)
-        return row.metrics.ttft
-
+    # the server's own work when it says, else the client's TTFT
+    prefill = t.server["prefill"]
+    compute = np.where(t.has_server & ~np.isnan(prefill),
+                       prefill + np.nan_to_num(t.server["preprocess"]), ttft)
+    buckets = prompt_buckets(requests.prompt_tokens)
     cold, warm = rows[:COLD_REQUESTS], rows[COLD_REQUESTS:]
     evidence, excess = [], 0.0
-    for row in cold:
-        bucket = prompt_bucket(prompt_tokens(row))
-        peers = [r for r in warm if prompt_bucket(prompt_tokens(r)) == bucket]
-        baseline = sorted(compute(r) for r in (peers if len(peers) >= 5 else warm))
-        value, median = compute(row), percentile(baseline, 50)
+    for i in cold:
+        peers = warm[buckets[warm] == buckets[i]]
+        baseline = np.sort(compute[peers if len(peers) >= 5 else warm])
+        value, median = float(compute[i]), percentile(baseline, 50)
         if value >= COLD_FACTOR * median and value > percentile(baseline, 99) \
                 and value - median >= COLD_EXCESS_MS:
             excess += value - median
-            evidence.append(f"request #{row.record.index}: {ms(value)} against a warm median of "
+            evidence.append(f"request #{t.index[i]}: {ms(value)} against a warm median of "
                             f"{ms(median)} (p99 {ms(percentile(baseline, 99))})")
     if not evidence:
         return None

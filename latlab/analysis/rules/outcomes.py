@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+import numpy as np
+import pyarrow.compute as pc
+
 from latlab.analysis.findings import Finding, Severity
+from latlab.records.table import OUTCOMES
 from latlab.records.timeline import Outcome
 from latlab.units import pct
 
@@ -33,22 +37,31 @@ def _severity(share: float) -> Severity:
     return Severity.WARNING if share >= FAILURE_WARNING else Severity.INFO
 
 
-def judged(a: RunAnalysis) -> list:
-    """The requests the summary judges: those of the window, less the ones the user
-    cancelled."""
-    return [row.record for row in a.measured if row.record.outcome != Outcome.CANCELLED]
+def judged(a: RunAnalysis) -> np.ndarray:
+    """The requests the summary judges (a mask): those of the window, less the ones the
+    user cancelled."""
+    return a.inside & (a.table.outcome != OUTCOMES.index(Outcome.CANCELLED))
 
 
 def failures(a: RunAnalysis) -> Finding | None:
+    t = a.table
     records = judged(a)
-    failed = [r for r in records if not r.ok and r.outcome != Outcome.HTTP_429]
-    if not failed:
+    rejected_code = OUTCOMES.index(Outcome.HTTP_429)
+    failed = records & ~t.ok & (t.outcome != rejected_code)
+    if not failed.any():
         return None
-    share = len(failed) / len(records)
-    classes = Counter(str(r.outcome) for r in failed)
-    examples = {str(r.outcome): r.error for r in failed if r.error}
-    rejected = sum(1 for r in records if r.outcome == Outcome.HTTP_429)
-    evidence = [f"{len(failed)} of {len(records)} requests failed ({pct(share)})"
+    share = int(failed.sum()) / int(records.sum())
+    codes, first, counts = np.unique(t.outcome[failed], return_index=True, return_counts=True)
+    classes = Counter({OUTCOMES[c]: int(n) for c, n, _ in
+                       sorted(zip(codes, counts, first), key=lambda x: x[2])})
+    errors = pc.fill_null(pc.utf8_length(t.text["error"]), 0).to_numpy() > 0
+    examples = {}
+    for code in codes:  # the last error message of each class
+        last = np.flatnonzero(failed & errors & (t.outcome == code))
+        if len(last):
+            examples[OUTCOMES[code]] = t.text["error"][int(last[-1])].as_py()
+    rejected = int((records & (t.outcome == rejected_code)).sum())
+    evidence = [f"{int(failed.sum())} of {int(records.sum())} requests failed ({pct(share)})"
                 + (f", besides {rejected} rejected with HTTP 429 (see rejections)"
                    if rejected else "")]
     evidence += [f"{cls}: {n}" + (f" (e.g. {examples[cls][:120]})" if cls in examples else "")
@@ -63,13 +76,13 @@ def failures(a: RunAnalysis) -> Finding | None:
 
 def rejections(a: RunAnalysis) -> Finding | None:
     records = judged(a)
-    rejected = sum(1 for r in records if r.outcome == Outcome.HTTP_429)
+    rejected = int((records & (a.table.outcome == OUTCOMES.index(Outcome.HTTP_429))).sum())
     if not rejected:
         return None
-    share = rejected / len(records)
+    share = rejected / int(records.sum())
     return Finding("rejections", _severity(share),
                    f"the server rejected {pct(share)} of requests (HTTP 429)",
-                   [f"{rejected} of {len(records)} requests got 429 Too Many Requests"],
+                   [f"{rejected} of {int(records.sum())} requests got 429 Too Many Requests"],
                    where="admission control: the server refused work it could not serve in time",
                    fix="offer less load or add capacity; clients should retry with backoff "
                        "(compare the failure-adjusted percentiles)",

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from latlab.analysis.budget import Row, prompt_tokens
+import numpy as np
+
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
 from latlab.analysis.rules.common import NEEDS_SERVER, server_rows
 from latlab.units import ms, pct
@@ -52,7 +53,7 @@ def overload(a: RunAnalysis) -> Finding | Unevaluated | None:
                 + f"; {t.backlog_growth} more requests in flight at the last arrival than at "
                   "the window's start",
                 f"{worst}: {pct(share)} of the mean E2E, {pct(tail)} of the p99 tail's",
-                f"up to {max(r.in_flight for r in a.rows)} requests in flight"]
+                f"up to {int(a.requests.in_flight.max())} requests in flight"]
     windows = [g for g in a.over_time if g.budget is not None]
     if len(windows) >= 2:
         first, last = windows[0], windows[-1]
@@ -67,20 +68,21 @@ def overload(a: RunAnalysis) -> Finding | Unevaluated | None:
 
 
 def queueing_under_load(a: RunAnalysis) -> Finding | Unevaluated | None:
-    rows = server_rows(a)
-    if not rows:
+    rows = np.flatnonzero(server_rows(a))
+    if not len(rows):
         return Unevaluated("queueing_under_load", NEEDS_SERVER + " (queue)")
+    parts, in_flight = a.requests.parts, a.requests.in_flight
 
-    def waiting(group: list[Row]) -> tuple[float, float]:
-        w = mean([r.parts.ms("queue") + r.parts.ms("client_wait") for r in group])
-        return w, w / mean([r.parts.total for r in group])
+    def waiting(group: np.ndarray) -> tuple[float, float]:
+        w = mean((parts.value("queue") + parts.value("client_wait"))[group])
+        return w, w / mean(parts.total[group])
 
     evidence, fired, impact, evaluated = [], False, 0.0, False
-    by_load = sorted(rows, key=lambda r: r.in_flight)
+    by_load = rows[np.argsort(in_flight[rows], kind="stable")]
     k = len(by_load) // 3
     if k >= 3:
         low, high = by_load[:k], by_load[-k:]
-        lo_n, hi_n = mean([r.in_flight for r in low]), mean([r.in_flight for r in high])
+        lo_n, hi_n = mean(in_flight[low]), mean(in_flight[high])
         if hi_n - lo_n >= 1:
             evaluated = True
             (lw, ls), (hw, hs) = waiting(low), waiting(high)
@@ -110,28 +112,32 @@ def queueing_under_load(a: RunAnalysis) -> Finding | Unevaluated | None:
 
 
 def slow_small_requests(a: RunAnalysis) -> Finding | Unevaluated | None:
-    if not server_rows(a):
+    rows = server_rows(a)
+    if not rows.any():
         return Unevaluated("slow_small_requests", NEEDS_SERVER)
-    tiny = [r for r in server_rows(a) if (prompt_tokens(r) or TINY_TOKENS + 1) <= TINY_TOKENS]
-    if len(tiny) < TINY_MIN_REQUESTS:
+    tokens = np.nan_to_num(a.requests.prompt_tokens)
+    tiny = rows & (tokens > 0) & (tokens <= TINY_TOKENS)  # no count: not known to be tiny
+    if tiny.sum() < TINY_MIN_REQUESTS:
         return Unevaluated("slow_small_requests", f"needs ≥ {TINY_MIN_REQUESTS} successful "
                                                 f"requests of ≤ {TINY_TOKENS} prompt tokens")
+    p = a.requests.parts
     waits = {
-        "network": mean([r.parts.ms("connect") + r.parts.ms("network") for r in tiny]),
-        "queue": mean([r.parts.ms("client_wait") + r.parts.ms("queue") for r in tiny]),
-        "preprocess": mean([r.parts.ms("preprocess") for r in tiny]),
+        "network": mean((p.value("connect") + p.value("network"))[tiny]),
+        "queue": mean((p.value("client_wait") + p.value("queue"))[tiny]),
+        "preprocess": mean(p.value("preprocess")[tiny]),
     }
-    wait, prefill = sum(waits.values()), mean([r.parts.ms("prefill") for r in tiny])
+    wait, prefill = sum(waits.values()), mean(p.value("prefill")[tiny])
     if wait < TINY_WAIT_MS or wait < TINY_WAIT_SHARE * (wait + prefill):
         return None
     worst = max(waits, key=waits.get)
     fixes = {"network": "move the client closer to the server, reuse connections (keep-alive)",
              "queue": "cap the queue depth and add capacity: short requests wait behind others",
              "preprocess": "speed up request handling (tokenizer, chat template, validation)"}
-    evidence = [f"{len(tiny)} requests with ≤ {TINY_TOKENS} prompt tokens: {ms(wait)} before any "
-                f"compute against {ms(prefill)} of prefill ({pct(wait / (wait + prefill))} waiting)"]
+    evidence = [f"{int(tiny.sum())} requests with ≤ {TINY_TOKENS} prompt tokens: {ms(wait)} "
+                f"before any compute against {ms(prefill)} of prefill "
+                f"({pct(wait / (wait + prefill))} waiting)"]
     evidence += [f"{name}: {ms(v)}" for name, v in waits.items()]
     return Finding("slow_small_requests", Severity.WARNING,
                    f"slow even for tiny prompts: {ms(wait)} before the first token is computed",
                    evidence, where=worst, fix=fixes[worst],
-                   impact=wait / mean([r.parts.total for r in tiny]))
+                   impact=wait / mean(p.total[tiny]))

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from latlab.analysis.findings import Finding, Severity, Unevaluated
+from latlab.records.columns import MISSING, present
+from latlab.records.table import RequestTable
 from latlab.units import ms, pct
 
 if TYPE_CHECKING:
@@ -49,25 +53,28 @@ INTAKE_MIN_MS = 50.0
 PREFILL_COVER = 0.5  # of a pause, for another request's prefill to explain it
 FIRST_TOKEN_SLACK_NS = 2_000_000
 MAX_CANDIDATES = 200
+NEVER = np.iinfo(np.int64).max
 
 
 def server_pause(a: RunAnalysis) -> Finding | Unevaluated | None:
     """A pause every stream in flight shares at once (a frozen server, a GC or swap stall,
     a blocked event loop), and requests the server read late (their intake wait)."""
-    rows = [r for r in a.decomposed if len(r.record.token_ns) >= 2]
-    if len(rows) < 2 and not any(r.parts.ms("intake") for r in a.decomposed):
+    t = a.table
+    rows = a.ok & (t.events >= 2)
+    intake = a.requests.parts.value("intake")
+    if rows.sum() < 2 and not intake[a.ok].any():
         return Unevaluated("server_pause", "needs ≥ 2 streamed responses or server totals")
-    pauses = [p for p in shared_pauses(rows) if not _a_prefill(p, a)]
-    late = [r for r in a.decomposed if r.parts.ms("intake") >= INTAKE_MIN_MS]
-    if not pauses and not late:
+    pauses = [p for p in shared_pauses(t, rows) if not _a_prefill(p, a)]
+    late = intake[a.ok & (intake >= INTAKE_MIN_MS)]
+    if not pauses and not len(late):
         return None
     evidence = [f"{ms(length)} when every one of {n} streams in flight stopped at once, "
                 f"{(start - origin(a)) / 1e9:.1f} s into the run" for start, length, n in pauses[:3]]
-    if late:
-        worst = max(r.parts.ms("intake") for r in late)
-        evidence.append(f"{len(late)} requests waited up to {ms(worst)} before the server read "
-                        "them (server intake: between their arrival and the server's receipt)")
-    longest = max([length for _, length, _ in pauses] + [r.parts.ms("intake") for r in late])
+    if len(late):
+        evidence.append(f"{len(late)} requests waited up to {ms(float(late.max()))} before the "
+                        "server read them (server intake: between their arrival and the "
+                        "server's receipt)")
+    longest = max([length for _, length, _ in pauses] + late.tolist())
     return Finding("server_pause", Severity.WARNING,
                    f"the server paused: {ms(longest)} with every stream stopped", evidence,
                    where="the server as a whole (not one request's prefill): frozen, a GC or "
@@ -77,22 +84,35 @@ def server_pause(a: RunAnalysis) -> Finding | Unevaluated | None:
                    impact=longest / a.mean.total if a.mean and a.mean.total else 0.0)
 
 
-def shared_pauses(rows: list) -> list[tuple[int, float, int]]:
-    """`(start_ns, length_ms, streams)` of the intervals in which every stream in flight had
-    a token gap (≥ PAUSE_SHARE of them, at least 2), longest first."""
-    gaps = sorted(((t[i], t[i + 1]) for r in rows for t in [r.record.token_ns]
-                   for i in range(len(t) - 1) if t[i + 1] - t[i] >= PAUSE_MIN_MS * 1e6),
-                  key=lambda g: g[0] - g[1])[:MAX_CANDIDATES]
+def shared_pauses(t: RequestTable, rows: np.ndarray) -> list[tuple[int, float, int]]:
+    """`(start_ns, length_ms, streams)` of the intervals in which every stream in flight
+    (of the requests `rows`) had a token gap (≥ PAUSE_SHARE of them, at least 2), longest
+    first; the MAX_CANDIDATES longest gaps are the candidates."""
+    offsets, tokens = t.token_offsets, t.token_ns
+    streams = np.flatnonzero(rows)
+    begin = tokens[:-1]
+    long = np.flatnonzero(np.diff(tokens) >= PAUSE_MIN_MS * 1e6)  # at a gap's first event
+    owner = np.searchsorted(offsets, long, side="right") - 1
+    long = long[rows[owner] & (long + 1 < offsets[owner + 1])]  # within one of the streams
+    long = long[np.argsort(begin[long] - tokens[long + 1], kind="stable")][:MAX_CANDIDATES]
+    firsts, lasts = tokens[offsets[streams]], tokens[offsets[streams + 1] - 1]
     found: list[tuple[int, float, int]] = []
-    for b, e in gaps:
+    for b, e in zip(tokens[long].tolist(), tokens[long + 1].tolist()):
         mid = (b + e) // 2
         if any(s <= mid < s + length * 1e6 for s, length, _ in found):
             continue
-        flying = [r.record.token_ns for r in rows
-                  if r.record.token_ns[0] < mid < r.record.token_ns[-1]]
-        holding = [g for t in flying for g in zip(t, t[1:]) if g[0] <= mid < g[1]]
-        if len(flying) >= 2 and len(holding) >= PAUSE_SHARE * len(flying):
-            start, end = max(g[0] for g in holding), min(g[1] for g in holding)
+        flying = streams[(firsts < mid) & (mid < lasts)]
+        if len(flying) < 2:
+            continue
+        lengths = offsets[flying + 1] - offsets[flying]
+        at = np.repeat(offsets[flying] - np.cumsum(lengths) + lengths, lengths) \
+            + np.arange(lengths.sum())
+        starts = np.cumsum(lengths) - lengths
+        before = np.maximum.reduceat(np.where(tokens[at] <= mid, tokens[at], MISSING), starts)
+        after = np.minimum.reduceat(np.where(tokens[at] > mid, tokens[at], NEVER), starts)
+        holding = (before != MISSING) & (after != NEVER)
+        if holding.sum() >= PAUSE_SHARE * len(flying):
+            start, end = int(before[holding].max()), int(after[holding].min())
             if end - start >= PAUSE_MIN_MS * 1e6:
                 found.append((start, (end - start) / 1e6, len(flying)))
     return sorted(found, key=lambda p: -p[1])
@@ -103,17 +123,15 @@ def _a_prefill(pause: tuple[int, float, int], a: RunAnalysis) -> bool:
     most of it, or (without server timings) its first token ended it."""
     start, length_ms, _ = pause
     end = start + int(length_ms * 1e6)
-    for row in a.decomposed:
-        first = row.record.first_token_ns
-        if first is None:
-            continue
-        prefill = row.parts.ms("prefill") * 1e6
-        if prefill and min(end, first) - max(start, first - prefill) >= PREFILL_COVER * (end - start):
-            return True
-        if not prefill and 0 <= first - end <= FIRST_TOKEN_SLACK_NS:
-            return True
-    return False
+    rows = a.ok & present(a.table.first_token_ns)
+    first = a.table.first_token_ns[rows]
+    prefill = a.requests.parts.value("prefill")[rows] * 1e6
+    covered = np.minimum(end, first) - np.maximum(start, first - prefill)
+    return bool(((prefill != 0) & (covered >= PREFILL_COVER * (end - start))).any()
+                or ((prefill == 0) & (first - end >= 0)
+                    & (first - end <= FIRST_TOKEN_SLACK_NS)).any())
 
 
 def origin(a: RunAnalysis) -> int:
-    return min((r.record.origin_ns for r in a.rows if r.record.origin_ns is not None), default=0)
+    origins = a.table.origin_ns[present(a.table.origin_ns)]
+    return int(origins.min()) if len(origins) else 0

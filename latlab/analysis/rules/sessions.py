@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from latlab.analysis.decompose import label
 from latlab.analysis.findings import Finding, Severity, Unevaluated
 from latlab.units import ms, pct
@@ -61,15 +63,18 @@ def ttft_grows_with_turns(a: RunAnalysis) -> Finding | Unevaluated | None:
 
 
 def _prefill_by_turn(a: RunAnalysis, first: int, last: int) -> tuple[float, float] | None:
-    by_turn: dict[int, list[float]] = {first: [], last: []}
-    for row in a.decomposed:
-        step = row.record.session
-        if step is not None and step.turn in by_turn and row.record.server is not None \
-                and row.record.server.prefill is not None:
-            by_turn[step.turn].append(row.record.server.prefill)
-    if not by_turn[first] or not by_turn[last]:
-        return None
-    return (sum(by_turn[first]) / len(by_turn[first]), sum(by_turn[last]) / len(by_turn[last]))
+    """The mean server prefill of the measured successful requests at turns `first` and
+    `last`; None when either has none."""
+    t = a.table
+    prefill = t.server["prefill"]
+    timed = a.ok & t.has_session & t.has_server & ~np.isnan(prefill)
+    means = []
+    for turn in (first, last):
+        at = prefill[timed & (t.step["turn"] == turn)]
+        if not len(at):
+            return None
+        means.append(float(at.mean()))
+    return means[0], means[1]
 
 
 def tool_time(a: RunAnalysis) -> Finding | None:

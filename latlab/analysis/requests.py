@@ -1,0 +1,95 @@
+"""A run's requests with everything derived from them, as columns (`Requests`), and a
+request at a time where a report or a test wants one (`Row`, `Rows`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence, overload
+
+import numpy as np
+
+from latlab.analysis.decompose import Decomposition, Parts
+from latlab.metrics.request import MetricColumns, RequestMetrics
+from latlab.records.columns import present
+from latlab.records.table import RequestTable, as_table
+from latlab.records.timeline import RequestTimeline
+
+
+@dataclass(slots=True)
+class Row:
+    """One request with everything derived from it."""
+
+    record: RequestTimeline
+    metrics: RequestMetrics
+    parts: Decomposition | None
+    in_flight: int  # other requests in flight when it was sent
+
+
+@dataclass(eq=False)
+class Requests:
+    """Every request's record, metrics, decomposition and in-flight count at send, as columns."""
+
+    table: RequestTable
+    metrics: MetricColumns
+    parts: Parts
+    in_flight: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def row(self, i: int) -> Row:
+        return Row(record=self.table.record(i), metrics=self.metrics.row(i),
+                   parts=self.parts.row(i), in_flight=int(self.in_flight[i]))
+
+    def rows(self, which: np.ndarray | None = None) -> Rows:
+        """The requests where `which` (a mask) holds, one `Row` at a time (all when None)."""
+        return Rows(self, np.arange(len(self)) if which is None else np.flatnonzero(which))
+
+    @property
+    def prompt_tokens(self) -> np.ndarray:
+        """The server's prompt token count, else the workload's plan (NaN: neither)."""
+        t = self.table
+        return np.where(np.isnan(t.prompt_tokens), t.prompt_tokens_planned, t.prompt_tokens)
+
+
+class Rows(Sequence[Row]):
+    """Some requests of a run as `Row`s, each built when it is read: cheap to hold for a
+    million requests, meant for the few a report shows or a test inspects."""
+
+    def __init__(self, requests: Requests, indices: np.ndarray) -> None:
+        self.requests, self.indices = requests, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @overload
+    def __getitem__(self, i: int) -> Row: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Rows: ...
+
+    def __getitem__(self, i: int | slice) -> Row | Rows:
+        if isinstance(i, slice):
+            return Rows(self.requests, self.indices[i])
+        return self.requests.row(int(self.indices[i]))
+
+    def __iter__(self) -> Iterator[Row]:
+        return (self.requests.row(int(i)) for i in self.indices)
+
+
+def in_flight_at(starts: Sequence[int] | np.ndarray, ends: Sequence[int] | np.ndarray,
+                 times: Sequence[int] | np.ndarray) -> np.ndarray:
+    """For each time, how many of the intervals `[start, end)` contain it."""
+    return (np.searchsorted(np.sort(np.asarray(starts, dtype=np.int64)), times, side="right")
+            - np.searchsorted(np.sort(np.asarray(ends, dtype=np.int64)), times, side="right"))
+
+
+def in_flight_at_send(records: Sequence[RequestTimeline] | RequestTable) -> np.ndarray:
+    """For each request, how many other requests had been sent and were not finished when it
+    was sent (0 for one never sent)."""
+    t = as_table(records)
+    sent = present(t.sent_ns)
+    counts = np.zeros(len(t), np.int64)
+    at = t.sent_ns[sent]
+    counts[sent] = np.maximum(in_flight_at(at, t.end_ns[sent], at) - 1, 0)
+    return counts

@@ -1,0 +1,212 @@
+"""Columns of numpy arrays, one value per request, and what every columnar record shares:
+a missing timestamp (`MISSING`), strings of few values (`Labels`), per-request samples in one
+flat array (`Ragged`), taking some requests of such columns and joining several (`take`,
+`concat`), and turning Arrow columns into numpy ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+MISSING = np.iinfo(np.int64).min
+
+
+@dataclass(eq=False)
+class Labels:
+    """A string column of few distinct values: `codes` index `names`, −1 where missing."""
+
+    codes: np.ndarray
+    names: tuple[str, ...]
+
+    def __getitem__(self, i: int) -> str | None:
+        code = int(self.codes[i])
+        return None if code < 0 else self.names[code]
+
+    def mask(self, name: str) -> np.ndarray:
+        """Where the column holds `name`."""
+        code = self.names.index(name) if name in self.names else -2
+        return self.codes == code
+
+    def take(self, rows: np.ndarray) -> Labels:
+        return Labels(self.codes[rows], self.names)
+
+    @classmethod
+    def concat(cls, columns: Sequence[Labels]) -> Labels:
+        names = tuple(dict.fromkeys(n for c in columns for n in c.names))
+        remap = [np.array([names.index(n) for n in c.names] + [-1]) for c in columns]
+        return cls(np.concatenate([r[c.codes] for r, c in zip(remap, columns)]), names)
+
+    @classmethod
+    def of(cls, column: pa.ChunkedArray | pa.Array) -> Labels:
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks() if column.num_chunks else pa.array([], pa.string())
+        encoded = pc.dictionary_encode(column)
+        codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
+        return cls(codes, tuple(encoded.dictionary.to_pylist()))
+
+
+@dataclass(eq=False)
+class Ragged:
+    """A flat column of per-request samples: request i's are `values[offsets[i]:offsets[i+1]]`."""
+
+    values: np.ndarray
+    offsets: np.ndarray
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.values[self.offsets[i]:self.offsets[i + 1]]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def select(self, rows: np.ndarray) -> np.ndarray:
+        """The samples of the requests where `rows` (a boolean mask) is true, in order."""
+        return self.values[np.repeat(rows, self.lengths)]
+
+    def take(self, rows: np.ndarray) -> Ragged:
+        lengths = self.lengths[rows]
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        at = np.repeat(self.offsets[rows] - offsets[:-1], lengths) + np.arange(offsets[-1])
+        return Ragged(self.values[at], offsets)
+
+    @classmethod
+    def concat(cls, columns: Sequence[Ragged]) -> Ragged:
+        shifts = np.cumsum([0] + [len(c.values) for c in columns[:-1]])
+        offsets = [columns[0].offsets[:1]] + [c.offsets[1:] + k for c, k in zip(columns, shifts)]
+        return cls(np.concatenate([c.values for c in columns]), np.concatenate(offsets))
+
+    def sums(self) -> np.ndarray:
+        """Each request's samples summed (0 for none)."""
+        return per_request(self.values, self.offsets)
+
+    def maxima(self) -> np.ndarray:
+        """Each request's largest sample (NaN for none)."""
+        out = np.full(len(self.offsets) - 1, np.nan)
+        filled = self.lengths > 0
+        if filled.any():
+            out[filled] = np.maximum.reduceat(self.values, self.offsets[:-1][filled])
+        return out
+
+
+def take(value: Any, rows: np.ndarray) -> Any:
+    """The requests `rows` (indices) of a column: an array, a dict of columns, anything with
+    its own `take` (`Labels`, `Ragged`, an Arrow array, a table), or a dataclass of columns
+    (field by field)."""
+    if isinstance(value, np.ndarray):
+        return value[rows]
+    if isinstance(value, dict):
+        return {k: take(v, rows) for k, v in value.items()}
+    if hasattr(value, "take"):
+        return value.take(rows)
+    return replace(value, **{f.name: take(getattr(value, f.name), rows) for f in fields(value)
+                             if f.init and not f.name.startswith("_")})
+
+
+def concat(values: Sequence[Any], lengths: Sequence[int]) -> Any:
+    """Columns of several runs (of `lengths` requests each) one after the other; a dict's
+    column that one of them lacks is missing there."""
+    first = values[0]
+    if isinstance(first, np.ndarray):
+        return np.concatenate(values)
+    if isinstance(first, pa.Array):
+        return pa.concat_arrays(values)
+    if isinstance(first, dict):
+        keys = list(dict.fromkeys(k for v in values for k in v))
+        like = {k: next(v[k] for v in values if k in v) for k in keys}
+        return {k: concat([v[k] if k in v else _missing(like[k], n)
+                           for v, n in zip(values, lengths)], lengths) for k in keys}
+    if hasattr(type(first), "concat"):
+        return type(first).concat(values)
+    return replace(first, **{f.name: concat([getattr(v, f.name) for v in values], lengths)
+                             for f in fields(first) if f.init and not f.name.startswith("_")})
+
+
+def _missing(like: np.ndarray, n: int) -> np.ndarray:
+    """`n` missing values of `like`'s kind: NaN, MISSING (times), −1 (codes), False."""
+    fill = {"f": np.nan, "b": False}.get(like.dtype.kind,
+                                        MISSING if like.dtype == np.int64 else -1)
+    return np.full(n, fill, like.dtype)
+
+
+def present(values: np.ndarray) -> np.ndarray:
+    """Where an int64 timestamp column holds a time."""
+    return values != MISSING
+
+
+def first_present(*columns: np.ndarray) -> np.ndarray:
+    """Per row, the first of `columns` that holds a time (MISSING when none does)."""
+    out = columns[-1].copy()
+    for column in reversed(columns[:-1]):
+        out = np.where(present(column), column, out)
+    return out
+
+
+def ms_between(later: np.ndarray, earlier: np.ndarray) -> np.ndarray:
+    """Milliseconds from `earlier` to `later` per row; NaN where either is missing."""
+    both = present(later) & present(earlier)
+    return np.where(both, (np.where(both, later, 0) - np.where(both, earlier, 0)) / 1e6, np.nan)
+
+
+def per_request(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The sum of each request's slice of a flat per-token column (0 for an empty one)."""
+    out = np.zeros(len(offsets) - 1, np.int64 if values.dtype.kind in "iub" else float)
+    filled = offsets[1:] > offsets[:-1]
+    if filled.any():
+        out[filled] = np.add.reduceat(values, offsets[:-1][filled], dtype=out.dtype)
+    return out
+
+
+def value_of(v: Any, kind: type = int) -> Any:
+    if isinstance(v, np.floating):
+        return None if np.isnan(v) else kind(v)
+    return None if v == MISSING else int(v)
+
+
+def fields_of(column: pa.ChunkedArray | pa.Array) -> dict[str, pa.Array]:
+    """A struct column's fields, missing where the struct is."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return {field.name: values for field, values in zip(array.type, array.flatten())}
+
+
+def ints(column: pa.ChunkedArray | pa.Array, missing: int) -> np.ndarray:
+    return np.asarray(pc.fill_null(column, missing).to_numpy(), dtype=np.int64)
+
+
+def floats(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return np.array(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False), dtype=float)
+
+
+def flags(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return np.asarray(pc.fill_null(column, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def spans(column: pa.MapArray) -> dict[str, np.ndarray]:
+    """A map column (span name → ms) as one column per name, NaN where a request has none."""
+    offsets = column.offsets.to_numpy()  # into the whole of `keys` and `items`
+    keys = column.keys[offsets[0]:offsets[-1]].to_numpy(zero_copy_only=False)
+    values = column.items[offsets[0]:offsets[-1]].to_numpy(zero_copy_only=False).astype(float)
+    owner = np.repeat(np.arange(len(column)), np.diff(offsets))
+    spans = {}
+    for name in sorted(set(keys.tolist())):
+        spans[name] = np.full(len(column), np.nan)
+        spans[name][owner[keys == name]] = values[keys == name]
+    return spans
+
+
+def lists(column: pa.ChunkedArray | pa.Array, dtype: type = np.int64
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """A list column as its flat values and offsets (a missing list is empty), copied once."""
+    lengths = ints(pc.list_value_length(column), 0)
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.empty(offsets[-1], dtype)
+    at = 0
+    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
+        values = chunk.flatten().to_numpy(zero_copy_only=False)
+        flat[at:at + len(values)] = values
+        at += len(values)
+    return flat, offsets

@@ -1,0 +1,135 @@
+"""The columnar records (`RunFolder.read_table`): every field of every record survives, a
+torn last line is left out, a bad line is named, server timings joined from spans fill in;
+and the statistics computed on columns read the same order statistics a full sort would."""
+
+import math
+
+import numpy as np
+import orjson
+import pytest
+from timelines import steady, timeline, write_run
+
+from latlab.metrics.request import metric_columns
+from latlab.metrics.stats import PERCENTILES, distribution, percentile, percentile_ci
+from latlab.records.cache import COLUMNS
+from latlab.records.folder import RunFolder, RunFolderError
+from latlab.records.reader import read_requests
+from latlab.records.spans import SERVER_TIMINGS
+from latlab.records.table import as_table
+from latlab.records.timeline import Outcome, SessionStep
+
+
+def mixed():
+    """Requests of every shape: with and without server timings, failed, new connections,
+    tenants and priorities, and events carrying several tokens."""
+    records = [timeline(i, i * 30.0, connect=1.5 if i % 4 == 0 else None, tenant="ab"[i % 2],
+                        priority=i % 3, server=i % 5 != 0, tokens=3 + i % 4)
+               for i in range(20)]
+    records += [timeline(20, 700.0, outcome=Outcome.TIMEOUT),
+                timeline(21, 720.0, outcome=Outcome.HTTP_429)]
+    records[3].token_counts[2] = 3  # an event carrying three tokens
+    records[3].server.source = "otel"
+    records[4].server.application = {"retrieval": 3.0, "other": 0.5}
+    records[6].session = SessionStep(id="s1", turn=2, turns=3, kind="agent", after_ns=5,
+                                     tool_start_ns=6, tool_end_ns=9, tool_error="boom")
+    records[7].first_reasoning_ns = records[7].first_token_ns
+    records[8].node = "10.0.0.2"  # sent by a Ray node
+    return records
+
+
+def test_the_columns_give_back_every_record(tmp_path):
+    records = mixed()
+    run = write_run(tmp_path, records)
+    table = run.read_table()
+    assert len(table) == len(records)
+    assert [table.record(i) for i in range(len(table))] == run.read_records() == records
+    assert table.tenant.names == ("a", "b") and table.source.names == ("otel",)
+    assert table.ok.tolist() == [r.ok for r in records]
+    assert as_table(records).record(7) == records[7]
+
+
+def test_a_torn_last_line_is_left_out_and_a_bad_line_is_an_error(tmp_path):
+    run = write_run(tmp_path, steady(5))
+    with open(run.requests_path, "ab") as f:
+        f.write(b'{"id": "r5", "index": 5, "sent_ns"')  # a crash mid-write
+    assert len(run.read_table()) == 5 == len(run.read_records())
+
+    lines = run.requests_path.read_bytes().splitlines(keepends=True)
+    run.requests_path.write_bytes(b"".join(lines[:2] + [b'{"id": "x", "index": "two"}\n']
+                                           + lines[2:]))
+    with pytest.raises(RunFolderError, match="requests.jsonl: unreadable record"):
+        run.read_table()
+
+
+def test_an_empty_or_missing_requests_file_is_no_requests(tmp_path):
+    run = write_run(tmp_path, [])
+    assert len(run.read_table()) == 0
+    run.requests_path.unlink()
+    assert len(RunFolder.open(run.path).read_table()) == 0
+
+
+def test_server_timings_joined_from_spans_fill_only_the_requests_without(tmp_path):
+    records = steady(4, server=False)
+    records[1] = timeline(1, 100.0, prefill=10.0)
+    records[2] = timeline(2, 200.0, prefill=10.0)
+    run = write_run(tmp_path, records)
+    lines = [{"id": r.id, "server": {"prefill": 42.0, "total": 50.0, "source": "otel"},
+              "cached_tokens": 7} for r in records[:3]]
+    lines[2]["server"]["application"] = {"retrieval": 2.0}
+    (run.path / SERVER_TIMINGS).write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    table = run.read_table()
+    assert table.record(0).server.prefill == 42.0 and table.record(0).server.source == "otel"
+    assert table.record(1).server.prefill == 10.0  # its own, in-band, stays
+    assert table.record(2).server.application == {"retrieval": 2.0}  # an application's wins
+    assert table.record(3).server is None
+    assert table.cached_tokens.tolist()[:2] == [7, 7]  # neither had a count of its own
+    assert [table.record(i) for i in range(4)] == run.read_records()
+
+
+def test_a_big_runs_columns_are_kept_and_mapped_until_its_records_change(tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.setattr("latlab.records.folder.CACHED_FROM", 1)
+    records = mixed()
+    run = write_run(tmp_path, records)
+    first = run.read_table()
+    assert (run.path / COLUMNS / "manifest.json").is_file()
+    parses = []
+    monkeypatch.setattr("latlab.records.folder.read_requests",
+                        lambda *a: parses.append(a) or read_requests(*a))
+    again = RunFolder.open(run.path).read_table()
+    assert not parses and isinstance(again.token_ns, np.memmap)
+    assert [again.record(i) for i in range(len(again))] == records
+    again.token_ns[0] = -1  # copy-on-write: the copy on disk stays
+    assert RunFolder.open(run.path).read_table().token_ns[0] == first.token_ns[0]
+
+    with open(run.requests_path, "ab") as f:  # the run goes on: the copy is stale
+        f.write(orjson.dumps(timeline(30, 900.0).to_json()) + b"\n")
+    assert len(run.read_table()) == len(records) + 1 and len(parses) == 1
+    (run.path / SERVER_TIMINGS).write_bytes(orjson.dumps(
+        {"id": records[0].id, "server": {"prefill": 1.0, "source": "otel"}}) + b"\n")
+    assert run.read_table().record(0).server.prefill == 1.0 and len(parses) == 2
+    (run.path / COLUMNS / "manifest.json").write_bytes(b"{")  # broken: parsed again
+    assert len(run.read_table()) == len(records) + 1 and len(parses) == 3
+
+
+def test_itl_spreads_an_event_of_k_tokens_over_k_samples():
+    records = mixed()
+    m = metric_columns(as_table(records))
+    gaps = np.diff(np.asarray(records[3].token_ns)) / 1e6
+    assert m.chunk_gaps[3].tolist() == pytest.approx(gaps.tolist())
+    assert m.itl[3].tolist() == pytest.approx([gaps[0], *[gaps[1] / 3] * 3, *gaps[2:]])
+    assert m.itl[0].tolist() == pytest.approx(m.chunk_gaps[0].tolist())
+
+
+@pytest.mark.parametrize("n", [1, 7, 100, 5001])
+def test_a_distribution_reads_the_order_statistics_a_full_sort_would(n):
+    rng = np.random.default_rng(n)
+    values = rng.lognormal(3, 1, n)
+    values[rng.random(n) < 0.02] = math.inf  # failures in the failure-adjusted ones
+    d = distribution(values)
+    ordered = np.sort(values)
+    for name, q in PERCENTILES.items():
+        p = d.percentiles[name]
+        assert p.value == percentile(ordered, q)
+        assert (p.ci_low, p.ci_high) == percentile_ci(ordered, q)
+    assert d.min == ordered[0] and d.max == ordered[-1] and d.n == n
