@@ -160,7 +160,12 @@ def print_calibration(out: Console, cal: Calibration, path: Path | None) -> None
     e = cal.engine
     out.print(f"  engine: max {e.max_num_seqs} sequences, {e.max_num_batched_tokens} tokens a "
               f"step, {e.num_kv_blocks} KV blocks of {e.block_size}, context {e.max_model_len}, "
-              f"{e.batching} batching" + (", chunked prefill" if e.chunked_prefill else ""),
+              f"{e.batching} batching" + (", chunked prefill" if e.chunked_prefill else "")
+              + (", prefix caching" if e.enable_prefix_caching else "")
+              + (f", {e.scheduling_policy} policy" if e.scheduling_policy != "fcfs" else "")
+              + (", fair share" if e.fair_share else "")
+              + (f", {e.max_prefill_tokens} prefill tokens a step" if e.max_prefill_tokens else "")
+              + (f", {e.max_decode_tokens} decode tokens a step" if e.max_decode_tokens else ""),
               highlight=False)
     for note in cal.notes:
         out.print(f"  note: {note}", highlight=False, markup=False)
