@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from latlab.commands.common import RunFailed, UsageError, console, print_json
+from latlab.commands.groups import split_serve_args
 from latlab.commands.options import Options, opt
 from latlab.commands.serve import parse_serve_args
 from latlab.records.calibration import CALIBRATION_JSON, Calibration
@@ -74,7 +75,7 @@ def calibrate(options: CalibrateOptions) -> None:
         if any(v is not None for v in options.shape().values()):
             raise UsageError("--max-num-seqs and the like describe another server (--from); "
                              "latlab's engine takes them in --serve-args")
-        serve = _split(options.serve_args)
+        serve = split_serve_args(options.serve_args)
         cal = calibrate_engine(serve, err, probe=options.probe)
         path = options.out or calibrations.cache_path(serve)
     calibrations.save(cal, path)
@@ -82,15 +83,6 @@ def calibrate(options: CalibrateOptions) -> None:
         print_json(cal.model_dump(mode="json") | {"path": str(path)})
         return
     print_calibration(console(), cal, path)
-
-
-def _split(serve_args: str) -> list[str]:
-    import shlex
-
-    try:
-        return shlex.split(serve_args)
-    except ValueError as e:
-        raise UsageError(f"--serve-args {serve_args!r}: {e}") from None
 
 
 def calibrate_engine(serve: list[str], err: Console, probe: bool = True) -> Calibration:

@@ -15,7 +15,8 @@ from pydantic import ValidationError
 
 from latlab.commands.calibrate import ShapeOptions
 from latlab.commands.common import UsageError, console, print_json
-from latlab.commands.groups import ArrivalShape, OutputOptions, WorkloadOptions
+from latlab.commands.groups import (ArrivalShape, OutputOptions, WorkloadOptions,
+                                   split_serve_args)
 from latlab.commands.options import opt, validation_message
 from latlab.commands.predict_plans import (cold_start_s, parse_goal, predict_sweep,
                                             replicas_for)
@@ -153,7 +154,7 @@ def predict(options: PredictOptions) -> None:
     if o.rate is None and o.users is None and o.trace is None and not (o.sweep or o.replay):
         if o.replicas_for is None:
             raise UsageError("give the load: --rate, --users, --trace or --replay (or --sweep)")
-    cal, where = resolve_calibration(o.calibration, o.from_runs, _serve(o), err,
+    cal, where = resolve_calibration(o.calibration, o.from_runs, split_serve_args(o.serve_args), err,
                                      o.shape() if o.from_runs else None)
     err.print(f"calibration: {cal.headline()}", highlight=False)
     err.print(f"  from {where}", style="dim", highlight=False)
@@ -167,15 +168,6 @@ def predict(options: PredictOptions) -> None:
     point = predict_point(cal, workload, fleet, settings(bench, cal, where, fleet, replayed),
                           o.out, bench.name, o.records)
     _print(o, point, out, err)
-
-
-def _serve(o: PredictOptions) -> list[str]:
-    import shlex
-
-    try:
-        return shlex.split(o.serve_args)
-    except ValueError as e:
-        raise UsageError(f"--serve-args {o.serve_args!r}: {e}") from None
 
 
 def _workload(o: PredictOptions, bench: BenchConfig
