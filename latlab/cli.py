@@ -11,7 +11,8 @@ from pathlib import Path
 import typer
 
 from latlab import __version__
-from latlab.commands import ab, bench, coldstart, compare, export, report, runs, serve, sweep
+from latlab.commands import (ab, bench, calibrate, coldstart, compare, export, predict, report,
+                             runs, serve, sweep)
 from latlab.commands.options import command
 
 # Plain click help: each option's text wraps beside it at any width (rich's panels squeeze
@@ -54,6 +55,8 @@ FOLDER = ("folder", Path, typer.Argument(..., help="Where to write the Hugging F
 command(app, bench.BenchOptions)(bench.bench)
 command(app, sweep.SweepOptions)(sweep.sweep)
 command(app, coldstart.ColdstartOptions)(coldstart.coldstart)
+command(app, predict.PredictOptions)(predict.predict)
+command(app, calibrate.CalibrateOptions)(calibrate.calibrate)
 command(app, report.ReportOptions, arguments=(RUN_DIR,))(report.report)
 command(app, compare.CompareOptions, arguments=(RUNS,))(compare.compare)
 command(app, ab.ABOptions)(ab.ab)

@@ -19,6 +19,14 @@ from latlab.records.workload import (Api, LengthDistribution, SessionConfig, Wor
 API_NAMES = Api.__args__
 
 
+def split_serve_args(text: str) -> list[str]:
+    """--serve-args as a list of arguments (unbalanced quotes: a usage error)."""
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise UsageError(f"--serve-args {text!r}: {e}") from None
+
+
 class ClientOptions(Options):
     model: str | None = opt(None, "Model name to request (default: the first the server "
                                   "lists at /v1/models).")
@@ -42,10 +50,7 @@ class TargetOptions(ClientOptions):
 
     def serve(self) -> list[str]:
         """--serve-args as a list of arguments."""
-        try:
-            return shlex.split(self.serve_args)
-        except ValueError as e:
-            raise UsageError(f"--serve-args {self.serve_args!r}: {e}") from None
+        return split_serve_args(self.serve_args)
 
 
 class WorkloadOptions(Options):

@@ -15,7 +15,7 @@ class RunsOptions(Options):
     target: str | None = opt(None, "Only runs whose target URL contains this.")
     model: str | None = opt(None, "Only runs whose model contains this.")
     tag: str | None = opt(None, "Only runs with this tag.")
-    kind: str | None = opt(None, "bench, sweep or coldstart.")
+    kind: str | None = opt(None, "bench, sweep, coldstart or predict.")
     limit: int = opt(30, "Show at most this many, newest first.")
     rescan: bool = opt(False, "First register run folders the store misses.")
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
+
+from pydantic import ValidationError
 
 from latlab.commands.common import UsageError
-from latlab.commands.options import Options, opt
+from latlab.commands.options import Options, opt, validation_message
 
 
 # Options passed to EngineConfig as they are (it validates them).
@@ -65,24 +68,64 @@ class ServeOptions(Options):
     idle_unload: float | None = opt(None, "Unload the model after this many idle seconds; the "
                                           "next request loads it again.")
 
+    def engine_config(self):
+        """The `EngineConfig` these options serve."""
+        from latlab.engine.config import EngineConfig
+
+        o = self
+        return EngineConfig(
+            model=o.model, max_model_len=o.max_model_len, block_size=o.block_size,
+            num_kv_blocks=o.num_kv_blocks, kv_cache_mib=o.kv_cache_mib,
+            max_num_seqs=o.max_num_seqs, max_num_batched_tokens=o.max_num_batched_tokens,
+            enable_chunked_prefill=o.chunked_prefill, batching=o.batching,
+            max_waiting=o.max_waiting, threads=o.threads, seed=o.seed, dtype=o.dtype,
+            device=o.device, enforce_eager=o.enforce_eager, warmup=o.warmup,
+            **{name: getattr(o, name) for name in TECHNIQUES})
+
+
+def parse_serve_args(args: Sequence[str], option: str = "--serve-args") -> ServeOptions:
+    """`latlab serve`'s options from its command line (`--max-num-seqs 16`, `--flag`,
+    `--no-flag`, `--name=value`); a bad one is a usage error naming `option`."""
+    values: dict[str, object] = {}
+    fields = ServeOptions.model_fields
+    items = list(args)
+    while items:
+        arg = items.pop(0)
+        name, _, inline = arg.removeprefix("--").partition("=")
+        field = name.replace("-", "_")
+        if not arg.startswith("--"):
+            raise UsageError(f"{option}: unexpected {arg!r}")
+        if field.startswith("no_") and field[3:] in fields and fields[field[3:]].annotation \
+                in (bool, "bool"):
+            values[field[3:]] = False
+            continue
+        if field not in fields:
+            raise UsageError(f"{option}: latlab serve has no option --{name}")
+        if fields[field].annotation in (bool, "bool"):
+            values[field] = True
+            continue
+        if not inline and not items:
+            raise UsageError(f"{option}: --{name} needs a value")
+        value = inline or items.pop(0)
+        values[field] = [value] if fields[field].annotation in (list[str], "list[str]") else value
+    try:
+        return ServeOptions(**values)
+    except ValidationError as e:
+        raise UsageError(f"{option}: {validation_message(e, ServeOptions.flags_by_target())}"
+                         ) from None
+
 
 def serve(options: ServeOptions) -> None:
     """Serve a model through an OpenAI-compatible API (latlab's reference engine, on the CPU
     or a CUDA GPU)."""
-    from latlab.engine.config import ConfigError, EngineConfig
+    from latlab.engine.config import ConfigError
     from latlab.engine.loader import ModelLoadError
     from latlab.server.auth import read_api_key
     from latlab.server.openai_serving import ServerSettings
     from latlab.server.serve import run_server
 
     o = options
-    config = EngineConfig(
-        model=o.model, max_model_len=o.max_model_len, block_size=o.block_size,
-        num_kv_blocks=o.num_kv_blocks, kv_cache_mib=o.kv_cache_mib, max_num_seqs=o.max_num_seqs,
-        max_num_batched_tokens=o.max_num_batched_tokens, enable_chunked_prefill=o.chunked_prefill,
-        batching=o.batching, max_waiting=o.max_waiting, threads=o.threads, seed=o.seed,
-        dtype=o.dtype, device=o.device, enforce_eager=o.enforce_eager, warmup=o.warmup,
-        **{name: getattr(o, name) for name in TECHNIQUES})
+    config = o.engine_config()
     try:
         settings = ServerSettings(served_model_name=o.served_model_name or o.model,
                                   api_key=read_api_key(o.api_key, o.api_key_file),

@@ -8,18 +8,12 @@ from __future__ import annotations
 
 import torch
 
+from latlab.engine.batching import MAX_GROUP_QUERIES, query_groups
 from latlab.engine.cuda_graphs import StaticDecode
 from latlab.engine.model import AttentionMetadata, CausalLM, PrefillChunk, QueryGroup
 from latlab.engine.sampling import Sampler
 from latlab.engine.sequence import Sequence
 from latlab.engine.spec_decode import Proposer, accept_drafts, greedy_targets
-
-# A decode joins the current group while its block table is longer than 1/GROUP_SPREAD of the
-# group's longest: padding then costs at most that factor in KV bytes read.
-GROUP_SPREAD = 1.5
-# Runs of at most this many new tokens of a sequence (decodes, decodes with speculative
-# tokens, short prompts) are attended in batched groups; longer ones one chunk at a time.
-MAX_GROUP_QUERIES = 8
 
 
 class ModelRunner:
@@ -126,18 +120,14 @@ class ModelRunner:
     def _attention_metadata(self, batch: list[tuple[Sequence, int]],
                             slots: list[int]) -> AttentionMetadata:
         groups = []
-        row = i = 0
-        while i < len(batch) and batch[i][1] <= MAX_GROUP_QUERIES:
-            nq, width = batch[i][1], len(batch[i][0].block_table)
-            end = i + 1
-            while (end < len(batch) and batch[end][1] == nq
-                   and len(batch[end][0].block_table) * GROUP_SPREAD > width):
-                end += 1
-            groups.append(self._group([seq for seq, _ in batch[i:end]], nq, row))
-            row += (end - i) * nq
-            i = end
+        row = 0
+        spans = query_groups([(n, len(seq.block_table)) for seq, n in batch])
+        for start, end in spans:
+            nq = batch[start][1]
+            groups.append(self._group([seq for seq, _ in batch[start:end]], nq, row))
+            row += (end - start) * nq
         prefills = []
-        for seq, n in batch[i:]:
+        for seq, n in batch[spans[-1][1] if spans else 0 :]:
             start, context = seq.num_computed_tokens, seq.num_computed_tokens + n
             mask = None
             if start:

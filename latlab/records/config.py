@@ -17,6 +17,7 @@ from pydantic import (BaseModel, ConfigDict, Field, SecretStr, field_serializer,
 
 from latlab.records import SCHEMA_VERSION
 from latlab.records.cluster import RayCluster
+from latlab.records.simulation import Simulation
 from latlab.records.workload import ArrivalConfig, WorkloadConfig
 
 MAX_LOCAL_WORKERS = 64
@@ -226,12 +227,14 @@ class Target(BaseModel):
 
 
 class RunConfig(BaseModel):
-    """`config.json`: everything needed to rerun a run and to read its records."""
+    """`config.json`: everything needed to rerun a run and to read its records. A predicted
+    run (`kind: "predict"`, written by `latlab predict`) was simulated, not measured: its
+    `simulation` says how, and `bench` holds the workload it was asked for."""
 
     model_config = ConfigDict(extra="allow")
 
     schema_version: int = SCHEMA_VERSION
-    kind: Literal["bench", "coldstart"] = "bench"
+    kind: Literal["bench", "coldstart", "predict"] = "bench"
     latlab_version: str = ""
     command: str = ""
     name: str | None = None
@@ -247,6 +250,11 @@ class RunConfig(BaseModel):
     clock: Clock = Clock()
     ray: RayCluster | None = None  # the cluster and its nodes' clocks (`--ray`)
     failed: str | None = None  # why the run did not start (no request was sent)
+    simulation: Simulation | None = None  # what `latlab predict` simulated (no request sent)
+
+    @property
+    def simulated(self) -> bool:
+        return self.simulation is not None
 
     @field_validator("slos", mode="before")
     @classmethod

@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 
 from latlab.records import SCHEMA_VERSION
 from latlab.records.ab import ABRecord
+from latlab.records.calibration import Calibration
 from latlab.records.coldstart import ColdstartRecord
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
@@ -28,6 +29,7 @@ FILES: dict[str, Any] = {
     "summary": RunSummary,          # summary.json
     "sweep": SweepRecord,           # sweep.json
     "coldstart": ColdstartRecord,   # coldstart.json
+    "calibration": Calibration,     # a calibration (`latlab calibrate`)
     "ab": ABRecord,                 # ab.json
 }
 

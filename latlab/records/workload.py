@@ -81,6 +81,20 @@ class LengthDistribution(BaseModel):
             value = rng.lognormal(np.log(self.a) - sigma2 / 2, np.sqrt(sigma2))
         return max(0.0, float(value))
 
+    def sample_many(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """`n` samples at once (the simulator's workloads): the distribution of `sample`,
+        not its sequence of draws."""
+        if self.kind == "fixed":
+            values = np.full(n, self.a)
+        elif self.kind == "uniform":
+            values = rng.integers(int(self.a), int(self.b), n, endpoint=True)
+        elif self.kind == "normal":
+            values = rng.normal(self.a, self.b, n)
+        else:
+            sigma2 = np.log1p((self.b / self.a) ** 2)
+            values = rng.lognormal(np.log(self.a) - sigma2 / 2, np.sqrt(sigma2), n)
+        return np.maximum(1, np.rint(values)).astype(np.int64)
+
 
 SessionKind = Literal["chat", "agent"]
 

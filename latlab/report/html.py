@@ -31,7 +31,8 @@ def write_html(run: RunFolder, analysis: RunAnalysis, path: Path | None = None) 
     about += [str(v) for v in (config.target.url, config.target.model) if v]
     if config.command:
         about.append(config.command)
-    page = [f"<h1>latlab report: {e(run.path.name)}</h1>",
+    kind = " (PREDICTED: simulated, not measured)" if config.simulation is not None else ""
+    page = [f"<h1>latlab report: {e(run.path.name)}{e(kind)}</h1>",
             f"<p class=dim>{e(' · '.join(about))}</p>"]
     page += [f"<div class=note>{e(n)}</div>"
              for n in [*analysis.notes, *analysis.summary.warnings]]

@@ -1,0 +1,179 @@
+"""`latlab predict --sweep` (the predicted throughput–latency curve, knee and SLO-max, a sweep
+folder of predicted points that `latlab sweep`'s reports read) and `--replicas-for` (the
+fewest replicas that meet a latency goal at a rate)."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+
+from latlab import __version__
+from latlab.analysis import capacity
+from latlab.analysis.slo_max import slo_max
+from latlab.commands.common import UsageError
+from latlab.commands.predicting import predict_point, settings
+from latlab.commands.sweep_points import SweepConfig, _plan
+from latlab.metrics.stats import percentile
+from latlab.records.calibration import Calibration
+from latlab.records.coldstart import COLDSTART_JSON, ColdstartRecord
+from latlab.records.config import SLO_METRICS, BenchConfig
+from latlab.records.folder import RunFolder, RunFolderError, read_json, write_json
+from latlab.records.simulation import Fleet
+from latlab.records.sweep import SWEEP_JSON, SweepRecord, SweepStop
+from latlab.report.sweep import print_sweep
+from latlab.report.sweep_html import write_sweep_html
+from latlab.sim.fleet import simulate
+from latlab.sim.workload import build
+from latlab.store import RunStore
+
+SIZING_METRICS = ("ttft", "ttft_sched", "tpot", "e2e", "e2e_sched")
+MAX_REPLICAS = 4096
+_GOAL = re.compile(r"^\s*p(?P<q>[0-9.]+)[_ ](?P<metric>[a-z][a-z0-9_]*)\s*<=?\s*(?P<value>[0-9.]+)\s*"
+                   r"(?P<unit>ms|s)?\s*@\s*(?P<rate>[0-9.]+)\s*(?:rps|req/s)?\s*$")
+
+
+def cold_start_s(value: str | None) -> float:
+    """--cold-start: seconds, or a `latlab coldstart` folder (or its coldstart.json): the
+    median time to ready."""
+    if value is None:
+        return 0.0
+    try:
+        return float(value.rstrip("s"))
+    except ValueError:
+        pass
+    path = Path(value)
+    path = path / COLDSTART_JSON if path.is_dir() else path
+    try:
+        record = read_json(path, ColdstartRecord)
+    except RunFolderError as e:
+        raise UsageError(f"--cold-start {value!r}: seconds or a coldstart folder ({e})") from None
+    ready = record.summary.get("ready_s")
+    if ready is None or ready.median is None:
+        raise UsageError(f"--cold-start {value!r}: the coldstart run has no time to ready")
+    return float(ready.median)
+
+
+def predict_sweep(o, cal: Calibration, where: str, fleet: Fleet, bench: BenchConfig,
+                  out, err) -> None:
+    """The predicted sweep: the same plan as `latlab sweep` (explicit --rates, else the
+    synchronous point, a saturation probe, rates up to it, ×1.5 past it), each point a
+    predicted run folder."""
+    from latlab.commands.options import parse_numbers
+
+    config = SweepConfig(base=bench, rates=parse_numbers(o.rates, "--rates"), points=o.points,
+                         percentile=o.percentile, arrival=o.arrival or "poisson",
+                         burstiness=o.burstiness or 1.0)
+    folder = RunFolder.create(o.out, f"sweep-{bench.name}").path
+    created, points = time.time(), []
+    stop = SweepStop(reason="all_points", message="every load given was run")
+    for name, label, mode, load, arrivals in _plan(config, points):
+        point_bench = bench.model_copy(update={"arrivals": arrivals,
+                                               "name": f"p{len(points):02d}-{name}"})
+        workload = build(bench.workload, arrivals, bench.requests, bench.duration_s)
+        p = predict_point(cal, workload, fleet, settings(point_bench, cal, where, fleet),
+                          folder, point_bench.name, o.records, store=o.out)
+        point = capacity.measure(p.analysis, label, mode, load, bench.slos, o.percentile)
+        points.append(point)
+        err.print(f"point {len(points)}: {label}: achieved {point.achieved:.3g} req/s · "
+                  f"p{o.percentile:g} E2E from schedule {point.latency or math.nan:.0f} ms",
+                  style="dim", highlight=False)
+        if mode == "throughput":
+            continue
+        earlier = [q for q in points[:-1] if q.mode != "throughput"]
+        if message := capacity.too_many_errors(point, 0.05):
+            stop = SweepStop(reason="error_rate", message=message)
+            break
+        if earlier and (message := capacity.saturation(earlier[-1], point)):
+            stop = SweepStop(reason="saturated", message=message)
+            break
+    else:
+        if config.rates is None:
+            stop = SweepStop(reason="escalation_limit", message="not clearly saturated")
+    best = slo_max(points, bench.slos, o.percentile)
+    record = SweepRecord(
+        latlab_version=__version__, created=created, command=[], percentile=o.percentile,
+        target={"simulated": True, "model": cal.server, "calibration": where,
+                "calibration_fit": cal.headline(), "fleet": fleet.model_dump(mode="json")},
+        config={"predicted": True, "rates": config.rates, "points": o.points,
+                "bench": bench.model_dump(mode="json", exclude={"arrivals"})},
+        slos=bench.slos,
+        definitions={"capacity": capacity.__doc__ or "", "stop_rule": capacity.STOP_RULE,
+                     "predicted": "every point is a simulated run (latlab predict)"},
+        points=points, curve=[p.label for p in capacity.curve(points)],
+        knee=capacity.knee(points), slo_max=best, stop=stop)
+    write_json(folder / SWEEP_JSON, record)
+    write_sweep_html(folder, record)
+    with RunStore(o.out) as store:
+        store.register_sweep(folder)
+    print_sweep(out, record, folder)
+    err.print(f"predicted sweep folder: {folder} (sweep.json, sweep.html)", highlight=False)
+
+
+def parse_goal(text: str) -> tuple[float, str, float, float]:
+    """`"p99_e2e<2s@40rps"` → (99, "e2e", 2000 ms, 40 req/s)."""
+    m = _GOAL.match(text)
+    if not m:
+        raise UsageError(f"--replicas-for {text!r}: expected pQ_METRIC<LIMIT@RATE, e.g. "
+                         "p99_e2e<2s@40rps")
+    metric, q = m["metric"], float(m["q"])
+    if metric not in SLO_METRICS or metric not in SIZING_METRICS:
+        raise UsageError(f"--replicas-for {text!r}: the metric is one of "
+                         f"{', '.join(SIZING_METRICS)}")
+    if not 0 < q < 100 or float(m["rate"]) <= 0 or float(m["value"]) <= 0:
+        raise UsageError(f"--replicas-for {text!r}: a percentile in (0, 100), a positive limit "
+                         "and rate")
+    return q, metric, float(m["value"]) * (1000.0 if m["unit"] == "s" else 1.0), float(m["rate"])
+
+
+def _value(result, metric: str, q: float) -> float:
+    c = result.columns
+    first, last = result.first_last_token()
+    start = c.scheduled if metric.endswith("_sched") else c.sent
+    tokens = np.where(c.output > 1, c.output - 1, np.nan)
+    base = metric.removesuffix("_sched")
+    values = {"ttft": first - start, "e2e": c.done - start, "tpot": (last - first) / tokens}[base]
+    values = np.where(c.outcome == 0, values * 1e3, np.inf)
+    values = np.sort(values[~np.isnan(values)])
+    return percentile(values, q) if len(values) else math.inf
+
+
+def replicas_for(o, cal: Calibration, where: str, fleet: Fleet, bench: BenchConfig,
+                 out, err) -> None:
+    """The fewest replicas whose percentile meets the goal at the rate: doubling, then
+    halving the gap, one simulation each; the answer's predicted run folder."""
+    q, metric, limit, rate = parse_goal(o.replicas_for)
+    arrivals = bench.arrivals.model_copy(update={"process": o.arrival or "poisson",
+                                                 "rate": rate})
+    bench = bench.model_copy(update={"arrivals": arrivals})
+    tried: dict[int, float] = {}
+
+    def meets(n: int) -> bool:
+        workload = build(bench.workload, arrivals, bench.requests, bench.duration_s)
+        tried[n] = _value(simulate(workload, cal, fleet.model_copy(update={"replicas": n,
+                                                                            "autoscale": None})),
+                          metric, q)
+        err.print(f"  {n} replicas: p{q:g} {metric} {tried[n]:.0f} ms", style="dim",
+                  highlight=False)
+        return tried[n] <= limit
+
+    low, high = 0, max(1, fleet.replicas)
+    while not meets(high):
+        low, high = high, high * 2
+        if high > MAX_REPLICAS:
+            raise UsageError(f"--replicas-for: not met with {low} replicas; the goal may be "
+                             "out of reach (e.g. below a single request's own latency)")
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if meets(mid) else (mid, high)
+    best = fleet.model_copy(update={"replicas": high, "autoscale": None})
+    workload = build(bench.workload, arrivals, bench.requests, bench.duration_s)
+    p = predict_point(cal, workload, best, settings(bench, cal, where, best), o.out,
+                      f"{bench.name}-{high}-replicas", o.records)
+    below = f"; {high - 1}: {tried[high - 1]:.0f} ms ✗" if high - 1 in tried else ""
+    out.print(f"{high} replicas ({best.router}) meet p{q:g} {metric} < {limit:g} ms at "
+              f"{rate:g} req/s: {tried[high]:.0f} ms{below}", highlight=False)
+    out.print(f"run folder: {p.run.path}", highlight=False)

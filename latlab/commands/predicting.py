@@ -1,0 +1,120 @@
+"""What `latlab predict` does, as functions: find the calibration, run one simulated point
+into a predicted run folder, and explain it like a measured run.
+
+    cal = resolve_calibration(calibration=None, from_runs=[], serve=[], err=console)
+    point = predict_point(cal, workload, Fleet(), settings, out=Path("runs"), name="predict")
+    point.summary.percentile("ttft", "p99"), point.analysis.findings
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from rich.console import Console
+
+from latlab import __version__
+from latlab.analysis import RunAnalysis, analyze
+from latlab.commands.common import UsageError
+from latlab.records.calibration import Calibration
+from latlab.records.config import BenchConfig, RunConfig, Target
+from latlab.records.folder import RunFolder
+from latlab.records.simulation import Fleet, Simulation
+from latlab.records.summary import RunSummary
+from latlab.report.html import write_html
+from latlab.sim import calibration as calibrations
+from latlab.sim.calibrate_run import CalibrationError
+from latlab.sim.fleet import simulate
+from latlab.sim.folder import RECORDS, write_run
+from latlab.sim.results import SimResult
+from latlab.sim.workload import SimWorkload
+from latlab.store import RunStore, key_numbers
+
+
+def resolve_calibration(calibration: Path | None, from_runs: Sequence[Path],
+                        serve: list[str], err: Console, shape: dict | None = None
+                        ) -> tuple[Calibration, str]:
+    """The calibration to simulate with, and where it came from: a file, run folders fitted
+    now, or latlab's engine (`serve`), calibrated on first use and cached."""
+    if calibration is not None and from_runs:
+        raise UsageError("--calibration and --from both name the server: give one")
+    if (calibration is not None or from_runs) and serve:
+        raise UsageError("--serve-args is for latlab's engine, not --calibration/--from")
+    try:
+        if calibration is not None:
+            return calibrations.load(calibration), str(calibration)
+        if from_runs:
+            cal = calibrations.run_calibration(from_runs, shape)
+            return cal, "fitted now from " + ", ".join(map(str, from_runs))
+    except CalibrationError as e:
+        raise UsageError(str(e)) from None
+    path = calibrations.cache_path(serve)
+    if path.is_file():
+        try:
+            return calibrations.load(path), str(path)
+        except CalibrationError:
+            err.print(f"the cached calibration {path} is unreadable: calibrating again",
+                      style="yellow", highlight=False)
+    from latlab.commands.calibrate import calibrate_engine
+
+    try:
+        cal = calibrate_engine(serve, err)
+    except ImportError as e:
+        raise UsageError(f"calibrating latlab's engine needs torch ({e}): install latlab's "
+                         "engine extra, or predict another server with --calibration FILE or "
+                         "--from RUN_DIR") from None
+    calibrations.save(cal, path)
+    return cal, f"{path} (calibrated now)"
+
+
+@dataclass
+class Predicted:
+    run: RunFolder
+    summary: RunSummary
+    analysis: RunAnalysis | None
+    result: SimResult
+    wall_s: float
+
+
+def settings(bench: BenchConfig, cal: Calibration, where: str, fleet: Fleet,
+             replay: str | None = None, command: Sequence[str] | None = None) -> RunConfig:
+    """config.json of a predicted run: the bench it stands for, marked simulated."""
+    return RunConfig(
+        kind="predict", latlab_version=__version__,
+        command=shlex.join(command if command is not None else sys.argv),
+        name=bench.name, tags=bench.tags, bench=bench,
+        target=Target(url=None, model=cal.server, embedded=False),
+        warmup_s=bench.warmup_s, cooldown_s=bench.cooldown_s, duration_s=bench.duration_s,
+        slos=bench.slos,
+        simulation=Simulation(calibration=where, calibration_created=cal.created,
+                              calibration_fit=cal.headline(), server=cal.server, fleet=fleet,
+                              replay=replay))
+
+
+def predict_point(cal: Calibration, workload: SimWorkload, fleet: Fleet, config: RunConfig,
+                  out: Path, name: str, records: int = RECORDS, explain: bool = True,
+                  store: Path | None = None) -> Predicted:
+    """Simulate, write the predicted run folder (summary, report.html), register it."""
+    started = time.perf_counter()
+    try:
+        result = simulate(workload, cal, fleet)
+    except RuntimeError as e:
+        raise UsageError(f"the calibration's engine cannot serve this workload: {e}") from None
+    wall = time.perf_counter() - started
+    sim = config.simulation
+    sim.wall_s = wall
+    sim.outcome = result.fleet
+    sim.steps, sim.decode_run_steps = result.steps, result.decode_run_steps
+    sim.preemptions = result.preemptions
+    run, summary = write_run(result, workload, config, out, name, records)
+    analysis = None
+    if explain:
+        analysis = analyze(run)
+        write_html(run, analysis)
+    with RunStore(store or out) as runs:
+        runs.register(run.path, "predict", config, key_numbers(summary))
+    return Predicted(run, summary, analysis, result, wall)

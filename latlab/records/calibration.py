@@ -1,0 +1,123 @@
+"""`calibration.json`: what `latlab predict` knows about one server, fitted by `latlab calibrate`.
+
+A simulated replica schedules with the engine's own scheduler (`EngineShape`: the knobs that
+decide what runs in a step) and charges each step the time of the step-cost model
+(`StepCost`): a linear model in the step's features — its prefill and decode tokens, the
+context they attend, the chunks and rows sampled — with hinges that make it piecewise linear
+in the step's tokens. Each request also pays fixed costs outside the engine
+(`RequestCosts`). `FitError` states how well the model reproduces the timings it was fitted
+on; `created` dates the calibration.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from pydantic import Field
+
+from latlab.records import SCHEMA_VERSION
+from latlab.records.summary import Record
+
+CALIBRATION_JSON = "calibration.json"
+
+# The features of one engine step, each a number the scheduler's output determines.
+STEP_FEATURES: dict[str, str] = {
+    "step": "1 per step (the step's fixed overhead)",
+    "tokens": "tokens computed in the step (prefill chunk tokens + decodes)",
+    "decodes": "sequences decoding one token",
+    "prefills": "prefill chunks",
+    "sampled": "sequences that get a token this step (decodes and finished prefills)",
+    "decode_groups": "attention calls the decodes make per layer (latlab's engine groups "
+                     "decodes of similar context)",
+    "decode_context": "context tokens the decodes attend, summed, in thousands",
+    "prefill_attention": "Σ chunk tokens × chunk context over the prefill chunks, in millions",
+}
+
+
+class StepCost(Record):
+    """Step time (ms) = Σ coefficient × feature, plus hinge × max(0, tokens − knot)."""
+
+    coefficients: dict[str, float]
+    knots: list[float] = []
+    hinges: list[float] = []
+
+    def describe(self) -> str:
+        parts = [f"{v:.4g}×{k}" for k, v in self.coefficients.items() if v]
+        parts += [f"{h:+.4g}×(tokens−{k:g})₊" for k, h in zip(self.knots, self.hinges) if h]
+        return " + ".join(parts) + " ms"
+
+
+class RequestCosts(Record):
+    """Per-request time outside the engine's steps (ms)."""
+
+    preprocess: float = Field(default=0.0, ge=0)  # received → handed to the engine
+    preprocess_per_token: float = Field(default=0.0, ge=0)  # more per prompt token
+    postprocess: float = Field(default=0.0, ge=0)  # last token → response complete
+    network: float = Field(default=0.0, ge=0)  # client ↔ server round trip, split in two
+    reject: float = Field(default=0.0, ge=0)  # a 429's round trip
+
+
+class EngineShape(Record):
+    """The serving knobs that decide a step's batch (latlab serve's options of the same names)."""
+
+    max_num_seqs: int = Field(default=32, ge=1)
+    max_num_batched_tokens: int = Field(default=512, ge=1)
+    block_size: int = Field(default=16, ge=1)
+    num_kv_blocks: int = Field(default=2730, ge=1)
+    max_model_len: int = Field(default=2048, ge=2)
+    chunked_prefill: bool = True
+    batching: Literal["continuous", "static"] = "continuous"
+    max_waiting: int = Field(default=256, ge=1)
+    max_prefill_tokens: int | None = Field(default=None, ge=1)  # None: max_num_batched_tokens
+    max_decode_tokens: int | None = Field(default=None, ge=1)  # the decode batch cap
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    fair_share: bool = False
+    enable_prefix_caching: bool = False
+
+
+class FitError(Record):
+    """How far the fitted step times are from the timings they were fitted on.
+
+    `mape` is the mean of |predicted − measured| / measured over the `samples`; `p90` and
+    `max` are percentiles of the same ratio; `holdout_mape` the mean over samples left out of
+    the fit (every fifth), when there were enough. `outliers` were dropped before the fit."""
+
+    samples: int
+    outliers: int = 0  # samples left out of the fit: far off, slowed by something else
+    mape: float
+    p90: float
+    max: float
+    holdout_mape: float | None = None
+    what: str = "engine step time"
+
+
+class Calibration(Record):
+    """Everything calibration.json holds."""
+
+    schema_version: int = SCHEMA_VERSION
+    kind: Literal["calibration"] = "calibration"
+    latlab_version: str = ""
+    created: float = Field(default_factory=time.time)
+    source: Literal["engine", "run"] = "engine"
+    server: str = ""  # what was calibrated, in words
+    target: dict[str, object] = {}
+    engine: EngineShape = EngineShape()
+    step: StepCost
+    request: RequestCosts = RequestCosts()
+    fit: FitError
+    runs: list[str] = []  # the run folders a run calibration was fitted from
+    notes: list[str] = []
+
+    @property
+    def date(self) -> str:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(self.created))
+
+    def headline(self) -> str:
+        """One line: what, when, how well."""
+        f = self.fit
+        holdout = f", held out {100 * f.holdout_mape:.1f}%" if f.holdout_mape is not None else ""
+        dropped = f", {f.outliers} outliers left out" if f.outliers else ""
+        return (f"calibration of {self.server or self.source} from {self.date}: {f.what} fit "
+                f"error {100 * f.mape:.1f}% mean{holdout}, {100 * f.p90:.1f}% p90 "
+                f"({f.samples} samples{dropped})")

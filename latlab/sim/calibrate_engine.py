@@ -1,0 +1,102 @@
+"""Calibrate the step-cost model on latlab's own engine: time `LLMEngine.step()` in process
+over a grid of batch shapes and fit (as `benchmarks/engine_step.py` times steps).
+
+For each context length and decode batch: the batch's prompts are prefilled (those steps are
+samples too: several prefill chunks at once, chunked continuations), a few pure decode steps
+are timed, then prompts of several lengths join the decoding batch one at a time (a step of
+decodes plus one prefill chunk). Every timed step is the whole `step()`: the model, the
+scheduler, sampling, detokenization. torch is imported here only.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Callable
+
+import numpy as np
+
+from latlab.records.calibration import EngineShape
+from latlab.sim.sequence import engine_shape
+from latlab.sim.stepcost import features, step_features
+
+CONTEXTS = (64, 320, 960)
+BATCHES = (1, 2, 4, 8, 16, 31, 32)
+LONG_CONTEXT_BATCH = 8  # at the longest context, batches up to this (the prefills are slow)
+PREFILLS = (16, 64, 192, 448)
+DECODE_STEPS = 12
+REPEATS = 2
+
+Progress = Callable[[str], None]
+
+
+def time_engine(config, progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray,
+                                                                    EngineShape]:
+    """(features, step ms, the engine's shape) over the grid, for an `EngineConfig`."""
+    from latlab.engine.engine import LLMEngine
+    from latlab.engine.sampling import SamplingParams
+
+    engine = LLMEngine(config)
+    c = engine.config
+    shape = engine_shape(c, engine.block_manager.num_blocks)
+    rows: list[list[int]] = []
+    ms: list[float] = []
+    schedule = engine.scheduler.schedule
+    current: list[int] = []
+
+    def spy():
+        out = schedule()
+        current[:] = step_features(out.scheduled)
+        return out
+
+    engine.scheduler.schedule = spy
+    rng = np.random.default_rng(0)
+    vocab = engine.model_config.vocab_size
+    ids = iter(range(10**9))
+
+    def prompt(n: int) -> list[int]:
+        return rng.integers(0, vocab, n).tolist()
+
+    def step() -> None:
+        start = time.perf_counter_ns()
+        engine.step()
+        elapsed = (time.perf_counter_ns() - start) / 1e6
+        if current[0]:
+            rows.append(list(current))
+            ms.append(elapsed)
+
+    gc.collect()
+    grid = [(context, batch, False) for context in CONTEXTS for batch in BATCHES
+            if not (context == CONTEXTS[-1] and batch > LONG_CONTEXT_BATCH)]
+    grid += [(CONTEXTS[len(CONTEXTS) // 2], batch, True) for batch in BATCHES if batch > 1]
+    for context, batch, spread in grid:
+        # spread: contexts from a quarter to twice and a half the mean (more decode groups)
+        contexts = (np.geomspace(context / 4, context * 2.5, batch).astype(int) if spread
+                    else np.full(batch, context))
+        longest = int(contexts.max()) + DECODE_STEPS + len(PREFILLS) * REPEATS + 2
+        if (batch > c.max_num_seqs or longest >= c.max_model_len
+                or batch * longest > shape.num_kv_blocks * c.block_size):
+            continue
+        if progress:
+            progress(f"batch {batch} at context {context}" + (" (spread)" if spread else ""))
+        params = SamplingParams(max_tokens=c.max_model_len - longest, temperature=0.0,
+                                ignore_eos=True)
+        running = [f"c{next(ids)}" for _ in range(batch)]
+        for rid, n in zip(running, contexts):
+            engine.add_request(rid, prompt(max(1, int(n))), params)
+        while engine.scheduler.waiting or any(
+                s.num_computed_tokens < s.num_prompt_tokens for s in engine.scheduler.running):
+            step()
+        for _ in range(DECODE_STEPS):
+            step()
+        one = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+        for _ in range(REPEATS if batch < c.max_num_seqs else 0):  # room to join
+            for n in PREFILLS:
+                if n + batch > c.max_num_batched_tokens and not c.enable_chunked_prefill:
+                    continue
+                engine.add_request(f"p{next(ids)}", prompt(min(n, c.max_model_len - 1)), one)
+                while engine.scheduler.waiting or len(engine.scheduler.running) > batch:
+                    step()
+        for rid in running:
+            engine.abort(rid)
+    return features(rows), np.asarray(ms), shape

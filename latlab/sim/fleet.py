@@ -1,0 +1,246 @@
+"""The simulated fleet: clients, a router, admission control, an autoscaler and replicas.
+
+    result = simulate(workload, calibration, Fleet(replicas=2, router="round_robin"))
+
+Open-loop clients send at their scheduled times; closed-loop users (and `max_concurrency`)
+send when an earlier request is done, so those runs advance the replicas in time order, one
+step boundary at a time. A request reaches its replica's queue after the network and its
+preprocessing; one turned away by admission control (the replica's waiting queue at
+`max_waiting`, as latlab serve counts it) is a 429; a prompt the context cannot hold a 400.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from latlab.records.calibration import Calibration
+from latlab.records.simulation import Fleet, FleetOutcome
+from latlab.sim.policies import Autoscaler, Router
+from latlab.sim.replica import SimReplica
+from latlab.sim.sequence import SimSequence, new_sequence
+from latlab.sim.results import OK, REJECTED, TOO_LONG, Columns, SimResult
+from latlab.sim.stepcost import StepCostModel
+from latlab.sim.workload import SimWorkload
+
+INF = math.inf
+READY, TICK, SEND = 0, 1, 2
+FREE = "free"  # a SEND event's data: a client slot freed (max_concurrency)
+
+
+@dataclass
+class _State:
+    events: list = field(default_factory=list)
+    order: itertools.count = field(default_factory=itertools.count)
+    sent: int = 0
+    in_flight: int = 0
+    queue: deque = field(default_factory=deque)  # client-side waits: (scheduled, index)
+
+
+class Simulation:
+    def __init__(self, workload: SimWorkload, calibration: Calibration, fleet: Fleet) -> None:
+        self.w = workload
+        self.cal = calibration
+        self.fleet = fleet
+        self.shape = calibration.engine
+        if fleet.max_waiting is not None:
+            self.shape = self.shape.model_copy(update={"max_waiting": fleet.max_waiting})
+        self.cost = StepCostModel(calibration.step)
+        rc = calibration.request
+        self.net = rc.network / 2e3
+        self.pre, self.pre_token = rc.preprocess / 1e3, rc.preprocess_per_token / 1e3
+        self.post, self.reject = rc.postprocess / 1e3, rc.reject / 1e3
+        self.router = Router(fleet.router)
+        self.autoscaler = Autoscaler(fleet.autoscale) if fleet.autoscale else None
+        self.replicas: list[SimReplica] = []
+        self.ready: list[SimReplica] = []
+        self.booting = 0
+        self.cols = Columns(workload.requests or 0)
+        self.s = _State()
+        arrivals = workload.arrivals
+        self.cap = arrivals.max_concurrency if arrivals.open_loop else None
+        self.feedback = not arrivals.open_loop or self.cap is not None
+        self.ready_timeline: list[tuple[float, int]] = []
+        self.scale_ups = self.scale_downs = 0
+        self._prefix = list(range(1, workload.prefix_tokens + 1))
+        for _ in range(fleet.replicas):
+            self._add_replica(0.0)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        w, s = self.w, self.s
+        if w.arrival is None:
+            for start in w.starts:
+                self._push(start, SEND, None)
+        if self.autoscaler:
+            self._push(self.autoscaler.policy.interval_s, TICK, None)
+        arrival = w.arrival if w.arrival is not None else np.empty(0)
+        times = arrival.tolist()
+        i, n = 0, len(times)
+        while True:
+            t_arr = times[i] if i < n else INF
+            t_ev = s.events[0][0] if s.events else INF
+            if t_ev < INF and t_arr == INF and self._only_ticks():
+                t_ev = INF  # nothing left to send: the autoscaler's ticks stop
+            t = min(t_arr, t_ev)
+            if self.feedback:
+                r = min(self.replicas, key=_boundary)
+                if _boundary(r) <= t and _boundary(r) < INF:
+                    r.advance(_boundary(r))
+                    continue
+            if t == INF:
+                break
+            for r in self.replicas:
+                r.advance(t)
+            if self.feedback and s.events and s.events[0][0] < t:
+                continue
+            if t_arr <= t_ev:
+                i += 1
+                self._arrive(t_arr, i - 1)
+            else:
+                t, _, kind, data = heapq.heappop(s.events)
+                self._event(t, kind, data)
+        for r in self.replicas:
+            r.advance(INF)
+        return self._result()
+
+    def _only_ticks(self) -> bool:
+        return (all(kind == TICK for _, _, kind, _ in self.s.events)
+                and all(_boundary(r) == INF for r in self.replicas))
+
+    def _push(self, t: float, kind: int, data: object) -> None:
+        heapq.heappush(self.s.events, (t, next(self.s.order), kind, data))
+
+    def _event(self, t: float, kind: int, data: object) -> None:
+        if kind == SEND:
+            if data is None:  # a closed-loop user is free
+                self._user_send(t)
+            else:
+                self._free(t)
+        elif kind == TICK:
+            self._scale(t)
+            self._push(t + self.autoscaler.policy.interval_s, TICK, None)
+        else:
+            self.ready.append(data)
+            self.booting -= 1
+            self.ready_timeline.append((t, len(self.ready)))
+
+    def _arrive(self, t: float, index: int) -> None:
+        """An open-loop request is due: sent now, or when a slot frees (max_concurrency)."""
+        if self.cap is not None and self.s.in_flight >= self.cap:
+            self.s.queue.append((t, index))
+            return
+        self._send(t, t, index)
+
+    def _user_send(self, t: float) -> None:
+        w, index = self.w, self.s.sent
+        if (w.requests is not None and index >= w.requests) or (
+                w.duration_s is not None and t >= w.duration_s):
+            return
+        w.ensure(index + 1)
+        self._send(t, t, index)
+
+    def _send(self, t: float, scheduled: float, index: int) -> None:
+        s, c, lengths = self.s, self.cols, self.w.lengths
+        s.sent += 1
+        s.in_flight += 1
+        prompt, output = int(lengths.prompt[index]), int(lengths.output[index])
+        shared = bool(lengths.shared[index])
+        replica = self.router.route(self.ready, 0 if shared else None) if self.ready else None
+        c.add(index, scheduled, t, -1 if replica is None else replica.name, prompt)
+        if replica is None:
+            return self._done(index, t + self.reject, REJECTED)
+        if replica.num_waiting >= self.shape.max_waiting:
+            return self._done(index, t + self.reject, REJECTED)
+        arrive = t + self.net + self.pre + self.pre_token * prompt
+        c.engine_in[index] = arrive
+        if prompt >= self.shape.max_model_len:
+            return self._done(index, arrive + self.net, TOO_LONG)
+        output = min(output, self.shape.max_model_len - prompt)
+        seq = new_sequence(index, prompt, output, self._prefix if shared else None,
+                           priority=lengths.priority[index] or 0, tenant=lengths.tenant[index])
+        replica.cut(arrive)
+        replica.submit(seq, arrive)
+
+    def _finished(self, seq: SimSequence, now: float) -> None:
+        c, i = self.cols, seq.index
+        c.first_scheduled[i] = seq.first_scheduled
+        c.first_step[i] = seq.first_step
+        c.last_step[i] = seq.last_step
+        c.output[i] = seq.num_tokens - seq.num_prompt_tokens
+        c.preemptions[i] = seq.num_preemptions
+        if seq.runs:
+            c.runs[i] = seq.runs + [(seq.run_start, seq.last_step)]
+        self._done(i, now + self.post + self.net, OK)
+
+    def _done(self, index: int, done: float, outcome: int) -> None:
+        self.cols.done[index] = done
+        self.cols.outcome[index] = outcome
+        if self.feedback:  # the client learns it at `done`: a user, or a slot, is free
+            self._push(done, SEND, None if self.cap is None else FREE)
+
+    def _free(self, t: float) -> None:
+        s = self.s
+        s.in_flight -= 1
+        if s.queue:
+            scheduled, index = s.queue.popleft()
+            self._send(t, scheduled, index)
+
+    # -- the fleet ---------------------------------------------------------------------------
+
+    def _add_replica(self, ready_at: float) -> SimReplica:
+        r = SimReplica(self.shape, self.cost, self._finished, name=len(self.replicas))
+        r.started = ready_at
+        r.stopped = None
+        self.replicas.append(r)
+        if ready_at <= 0:
+            self.ready.append(r)
+            self.ready_timeline.append((0.0, len(self.ready)))
+        else:
+            self.booting += 1
+            self._push(ready_at, READY, r)
+        return r
+
+    def _scale(self, t: float) -> None:
+        p = self.autoscaler.policy
+        want = self.autoscaler.desired(t, self.ready, self.booting)
+        for _ in range(want - len(self.ready) - self.booting):
+            r = self._add_replica(t + p.lag_s + p.cold_start_s)
+            r.started = t + p.lag_s
+            self.scale_ups += 1
+        while len(self.ready) > max(want, 1):
+            r = self.ready.pop()
+            r.stopped = t
+            self.scale_downs += 1
+            self.ready_timeline.append((t, len(self.ready)))
+
+    def _result(self) -> SimResult:
+        end = max([float(np.nanmax(self.cols.done[: self.s.sent]))] if self.s.sent else [0.0])
+        paid = 0.0
+        for r in self.replicas:
+            stop = r.stopped if r.stopped is not None else end
+            paid += max(0.0, max(stop, r.last_end) - r.started)  # a drained one finishes
+        counts = [n for _, n in self.ready_timeline] or [len(self.ready)]
+        outcome = FleetOutcome(replica_seconds=paid, mean_replicas=paid / end if end > 0 else 0,
+                               peak_replicas=max(counts), scale_ups=self.scale_ups,
+                               scale_downs=self.scale_downs,
+                               timeline=[(round(t, 3), n) for t, n in self.ready_timeline])
+        return SimResult(self.cols.trim(self.s.sent), self.replicas, self.net, outcome)
+
+
+def _boundary(r: SimReplica) -> float:
+    if r.step_end is not None:
+        return r.step_end
+    return r.inbox[0][0] if r.inbox else INF
+
+
+def simulate(workload: SimWorkload, calibration: Calibration, fleet: Fleet | None = None
+             ) -> SimResult:
+    """Run `workload` against `fleet` (one replica by default) charged by `calibration`."""
+    return Simulation(workload, calibration, fleet or Fleet()).run()

@@ -1,0 +1,288 @@
+"""A simulated replica: the engine's own `Scheduler` and `BlockManager` decide every step; a
+step-cost model (`StepCostModel`) stands in for the model runner.
+
+Event-driven per engine step, not per token: a step starts when the last one ends (or when a
+request reaches an idle engine), takes the requests handed over since (as the engine thread
+drains its queue before every step), asks the scheduler what to run, and ends after the
+modelled time. When nothing but decodes can happen — every running sequence is decoding, the
+scheduler could admit nobody, the KV pool has room — the steps until the next event (a
+sequence finishing, a request arriving, a block shortage) are taken in one *decode run*: the
+same steps the scheduler would schedule, charged in closed form, their sequences brought up
+to date lazily (their tokens and blocks) before the scheduler next looks at them. Where a
+decode run could differ from the scheduler's steps (priorities, fair share, a decode cap, a
+prefix-cache hit that might admit a request) the replica steps one at a time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from array import array
+from collections import deque
+from typing import Callable
+
+from latlab.engine.batching import decode_groups
+from latlab.engine.block_manager import BlockManager
+from latlab.engine.scheduler import Scheduler
+from latlab.engine.sequence import FinishReason
+from latlab.records.calibration import EngineShape
+from latlab.sim.sequence import (SimSequence, block_limit, engine_config, may_admit, runs_exact,
+                                 steps_to)
+from latlab.sim.stepcost import StepCostModel, step_features
+
+INF = math.inf
+Finished = Callable[[SimSequence, float], None]
+
+
+class SimReplica:
+    """One engine. `advance(t)` runs it up to time `t` (seconds); `submit` hands it a request."""
+
+    def __init__(self, shape: EngineShape, cost: StepCostModel, on_finish: Finished,
+                 name: int = 0) -> None:
+        self.shape = shape
+        self.cost = cost
+        self.name = name
+        self.on_finish = on_finish
+        self.block_manager = BlockManager(shape.num_kv_blocks, shape.block_size,
+                                          shape.enable_prefix_caching)
+        self.scheduler = Scheduler(engine_config(shape), self.block_manager)
+        self.runs = runs_exact(self.scheduler)  # whether decode runs may be taken
+        self.inbox: deque[tuple[float, SimSequence]] = deque()
+        self.step_end: float | None = None  # None: idle
+        self.last_end = 0.0  # when the last step ended
+        self._pending = None  # the step in progress: a SchedulerOutput, or k decode steps
+        self.steps = 0  # steps started
+        self.decode_steps = 0  # steps taken in decode runs
+        self.outstanding = 0  # submitted, not finished
+        # Decode-run state: valid while `stable` (every running sequence decoding).
+        self.stable = False
+        self.context = 0  # Σ computed tokens of the running sequences
+        self.groups = 0  # decode groups at a decode run's first step (kept through it)
+        self.owed = 0  # at most this many blocks the decode runs took, not yet allocated
+        self._finishes: list[tuple[int, int, SimSequence]] = []
+        self._tie = itertools.count()
+        # Every step (or decode run) as a segment: its first step, start, a, b (seconds).
+        self.seg_first = array("q")
+        self.seg_start = array("d")
+        self.seg_a = array("d")
+        self.seg_b = array("d")
+        self.seg_sampled = array("q")  # tokens the segment's steps each sampled
+        self.trace: list | None = None  # when a list: every step's [(request id, tokens)]
+
+    # -- requests in -----------------------------------------------------------------------
+
+    @property
+    def num_waiting(self) -> int:
+        """What latlab serve counts against --max-waiting: queued and not yet taken in."""
+        return len(self.scheduler.waiting) + len(self.inbox)
+
+    def submit(self, seq: SimSequence, at: float) -> None:
+        """The request reaches the engine's queue at `at` (after preprocessing)."""
+        self.inbox.append((at, seq))
+        self.outstanding += 1
+
+    def cut(self, at: float) -> None:
+        """End the decode run in progress at the first of its steps that ends at or after
+        `at` (a request arriving then is taken in at that step's end, not the run's)."""
+        k = self._pending
+        if not isinstance(k, int) or self.step_end <= at:
+            return
+        start, a, b = self.seg_start[-1], self.seg_a[-1], self.seg_b[-1]
+        j = steps_to(a, b, at - start) if at > start else 1
+        if j >= k:
+            return
+        batch = len(self.scheduler.running)
+        self._pending = j
+        self.steps -= k - j
+        self.decode_steps -= k - j
+        self.context -= (k - j) * batch
+        end = start + a * j + b * j * (j - 1) / 2
+        self.step_end = end
+
+    # -- time ------------------------------------------------------------------------------
+
+    def advance(self, until: float) -> None:
+        """Run every step that ends by `until`. A decode run in progress may reach past it:
+        `cut` ends it at the first step end after a request submitted later arrives."""
+        while True:
+            if self.step_end is not None:
+                if self.step_end > until:
+                    return
+                now = self.step_end
+                self._complete(now)
+            else:
+                if not self.inbox or self.inbox[0][0] > until:
+                    return
+                now = self.inbox[0][0]
+            while self.inbox and self.inbox[0][0] <= now:
+                self.scheduler.add(self.inbox.popleft()[1])
+            self._start(now, self.inbox[0][0] if self.inbox else INF)
+
+    def _start(self, now: float, horizon: float) -> None:
+        sched = self.scheduler
+        if not sched.running and not sched.waiting:
+            self.step_end = None
+            self.stable = False
+            return
+        if self.runs and self.stable and sched.running and not may_admit(sched):
+            k = self._decode_run(now, horizon)
+            if k:
+                return
+        self._sync_running()
+        self.stable = False
+        out = sched.schedule()
+        if not out.scheduled:
+            raise RuntimeError("the scheduler scheduled nothing with requests waiting: the "
+                               "engine shape cannot serve them")
+        f = step_features(out.scheduled)
+        for seq, n in out.scheduled:
+            if seq.first_scheduled < 0:
+                seq.first_scheduled = now
+        dt = self.cost.seconds(*f)
+        if self.trace is not None:
+            self.trace.append([(seq.request_id, n) for seq, n in out.scheduled])
+        self._segment(now, dt, 0.0, f[3])
+        self._pending = out
+        self.steps += 1
+        self.step_end = now + dt
+
+    def _segment(self, start: float, a: float, b: float, sampled: int) -> None:
+        self.seg_first.append(self.steps)
+        self.seg_start.append(start)
+        self.seg_a.append(a)
+        self.seg_b.append(b)
+        self.seg_sampled.append(sampled)
+
+    def _decode_run(self, now: float, horizon: float) -> int:
+        """Start up to the next event's worth of decode-only steps; 0 if none can be taken."""
+        batch = len(self.scheduler.running)
+        first = self.steps
+        heap = self._finishes
+        while heap and heap[0][2].finish_step != heap[0][0]:
+            heapq.heappop(heap)
+        k = heap[0][0] - first + 1 if heap else 1
+        size = self.shape.block_size
+        if self.block_manager.num_free_blocks - self.owed < batch * (k // size + 1):
+            k = min(k, self._block_limit(k))
+            if k < 1:
+                return 0
+        a, b = self.cost.decode_run(batch, self.context + batch, min(self.groups, batch))
+        span = horizon - now
+        if span <= a:
+            k = 1
+        elif k > 1 and span < a * k + b * k * (k - 1) / 2:
+            k = max(1, min(k, steps_to(a, b, span)))
+        self._segment(now, a, b, batch)
+        self.owed += batch * (k // size + 1)
+        self._pending = k
+        self.steps += k
+        self.decode_steps += k
+        self.context += k * batch
+        dt = a * k + b * k * (k - 1) / 2
+        self.step_end = now + dt
+        return k
+
+    def _block_limit(self, k: int) -> int:
+        """The most decode steps (≤ k) every running sequence can take without preemption."""
+        self._sync_running()
+        return block_limit(self.scheduler.running, self.shape.block_size,
+                           self.block_manager.num_free_blocks, k)
+
+    # -- step completion ---------------------------------------------------------------------
+
+    def _complete(self, now: float) -> None:
+        self.last_end = now
+        pending, self._pending = self._pending, None
+        if isinstance(pending, int):
+            self._complete_run(now, pending)
+        else:
+            self._complete_step(pending, now)
+
+    def _complete_run(self, now: float, k: int) -> None:
+        if self.trace is not None:
+            self.trace.extend([[(s.request_id, 1) for s in self.scheduler.running]] * k)
+        last = self.steps - 1
+        heap = self._finishes
+        while heap and heap[0][0] <= last:
+            fs, _, seq = heapq.heappop(heap)
+            if seq.finish_step != fs:
+                continue
+            self._sync(seq)
+            self.context -= seq.num_computed_tokens
+            self._finish(seq, now)
+
+    def _complete_step(self, out, now: float) -> None:
+        step = self.steps - 1
+        for seq, n in out.scheduled:
+            self.scheduler.advance(seq, n, [])
+            if seq.num_computed_tokens != len(seq.token_ids):
+                continue
+            seq.token_ids.append(0)
+            if seq.first_step < 0:
+                seq.first_step = seq.run_start = step
+            elif seq.last_step != step - 1:
+                if seq.runs is None:
+                    seq.runs = []
+                seq.runs.append((seq.run_start, seq.last_step))
+                seq.run_start = step
+            seq.last_step = step
+            if len(seq.token_ids) - seq.num_prompt_tokens >= seq.target:
+                self._finish(seq, now)
+        for seq in out.preempted:
+            seq.finish_step = -1
+        self._restabilize()
+
+    def _restabilize(self) -> None:
+        """After a step the scheduler ran: is every running sequence decoding? If so, the
+        decode-run state (context, decode groups, when each finishes) from scratch."""
+        running = self.scheduler.running
+        size = self.shape.block_size
+        context, widths = 0, []
+        for seq in running:
+            c = seq.num_computed_tokens
+            if c + 1 != len(seq.token_ids) or seq.first_step < 0:  # (a last prompt token)
+                self.stable = False
+                return
+            context += c
+            widths.append(-(-(c + 1) // size))
+        self.stable, self.context = True, context
+        last, done = self.steps - 1, self.decode_steps
+        for seq in running:
+            seq.sync, seq.sync_step = done, last + 1
+            fs = last + seq.target - (len(seq.token_ids) - seq.num_prompt_tokens)
+            if fs != seq.finish_step:
+                seq.finish_step = fs
+                heapq.heappush(self._finishes, (fs, next(self._tie), seq))
+        widths.sort(reverse=True)
+        self.groups = len(decode_groups(widths))  # at the next step; kept through the run
+
+    def _sync(self, seq: SimSequence) -> None:
+        """Bring a sequence up to date with the decode steps it took since it was last seen."""
+        k = self.decode_steps - seq.sync
+        if k:
+            self.block_manager.allocate(seq, k)
+            seq.num_computed_tokens += k
+            seq.token_ids.extend(itertools.repeat(0, k))
+            if seq.last_step != seq.sync_step - 1:  # it missed a step: a new run of tokens
+                if seq.runs is None:
+                    seq.runs = []
+                seq.runs.append((seq.run_start, seq.last_step))
+                seq.run_start = seq.sync_step
+            seq.last_step = self.steps - 1
+            seq.sync, seq.sync_step = self.decode_steps, self.steps
+
+    def _sync_running(self) -> None:
+        if self.stable:
+            done = self.decode_steps
+            for seq in self.scheduler.running:
+                if seq.sync != done:
+                    self._sync(seq)
+        self.owed = 0
+
+    def _finish(self, seq: SimSequence, now: float) -> None:
+        seq.finish_step = -1
+        self.scheduler.finish(seq, FinishReason.LENGTH)
+        self.outstanding -= 1
+        self.on_finish(seq, now)
+        seq.token_ids = []

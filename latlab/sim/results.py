@@ -1,0 +1,217 @@
+"""What a simulation produced, column by column, and the request records it stands for.
+
+Every request is one row of `Columns` (times in seconds from the run's start). Token times are
+not stored per token: a request's tokens came at the ends of a run of consecutive steps of its
+replica (`first_step`..`last_step`, more runs if it was preempted), and a replica's steps are
+kept as segments (`SimReplica.seg_*`), so `SimResult.step_ends` rebuilds any step's end.
+`timeline(i)` turns a row into the `RequestTimeline` a bench run would have recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from latlab.records.simulation import FleetOutcome
+from latlab.records.timeline import Outcome, RequestTimeline, ServerTiming
+
+OK, REJECTED, TOO_LONG = 0, 1, 2
+OUTCOMES = {OK: (Outcome.OK, 200, None),
+            REJECTED: (Outcome.HTTP_429, 429, "simulated: the replica's waiting queue is full"),
+            TOO_LONG: (Outcome.HTTP_4XX, 400, "simulated: the prompt does not fit the context")}
+BASE_NS = 1_000_000_000  # the simulated clock's t0 (ns): every stamp is positive
+_FLOAT = ("scheduled", "sent", "engine_in", "first_scheduled", "done")
+_INT = ("replica", "prompt", "first_step", "last_step", "output", "preemptions", "outcome")
+
+
+class Columns:
+    """Per-request arrays, grown as requests are sent (in index order)."""
+
+    def __init__(self, capacity: int) -> None:
+        n = max(capacity, 1024)
+        for name in _FLOAT:
+            setattr(self, name, np.full(n, np.nan))
+        for name in _INT:
+            setattr(self, name, np.full(n, -1, dtype=np.int64))
+        self.runs: dict[int, list[tuple[int, int]]] = {}
+        self.size = 0
+
+    def add(self, index: int, scheduled: float, sent: float, replica: int, prompt: int) -> None:
+        if index >= len(self.sent):
+            self._grow(2 * index + 1)
+        self.scheduled[index] = scheduled
+        self.sent[index] = sent
+        self.replica[index] = replica
+        self.prompt[index] = prompt
+        self.size = max(self.size, index + 1)
+
+    def _grow(self, n: int) -> None:
+        for name in (*_FLOAT, *_INT):
+            old = getattr(self, name)
+            new = np.full(n, np.nan if old.dtype.kind == "f" else -1, dtype=old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
+
+    def trim(self, n: int) -> Columns:
+        for name in (*_FLOAT, *_INT):
+            setattr(self, name, getattr(self, name)[:n])
+        self.size = n
+        return self
+
+
+@dataclass
+class SimResult:
+    columns: Columns
+    replicas: Sequence  # the SimReplica objects, for their step segments
+    net: float  # one-way network delay (s)
+    fleet: FleetOutcome
+    _ends: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.columns.size
+
+    @property
+    def steps(self) -> int:
+        return sum(r.steps for r in self.replicas)
+
+    @property
+    def decode_run_steps(self) -> int:
+        return sum(r.decode_steps for r in self.replicas)
+
+    @property
+    def preemptions(self) -> int:
+        return sum(r.scheduler.num_preemptions for r in self.replicas)
+
+    def step_ends(self, replica: int) -> np.ndarray:
+        """The end (s) of every step replica `replica` ran, in order."""
+        if replica not in self._ends:
+            r = self.replicas[replica]
+            first = np.frombuffer(r.seg_first, dtype=np.int64)
+            start, a, b = (np.frombuffer(x, dtype=float) for x in (r.seg_start, r.seg_a, r.seg_b))
+            counts = np.diff(np.append(first, r.steps))
+            seg = np.repeat(np.arange(len(first)), counts)
+            m = np.arange(r.steps) - first[seg] + 1
+            self._ends[replica] = start[seg] + a[seg] * m + b[seg] * m * (m - 1) / 2
+        return self._ends[replica]
+
+    def decode_means(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per request, over its decode steps (NaN without any): the mean tokens sampled
+        (streamed) per step, and the share of steps that sampled two or more — what a
+        server's serving work scales with."""
+        c = self.columns
+        streamed = np.full(len(self), np.nan)
+        multi = np.full(len(self), np.nan)
+        for r, replica in enumerate(self.replicas):
+            rows = np.flatnonzero((c.replica == r) & (c.outcome == OK) & (c.output > 1))
+            if not len(rows):
+                continue
+            first = np.frombuffer(replica.seg_first, dtype=np.int64)
+            sampled = np.frombuffer(replica.seg_sampled, dtype=np.int64)
+            per_step = np.repeat(sampled, np.diff(np.append(first, replica.steps)))
+            a, b = c.first_step[rows] + 1, c.last_step[rows] + 1
+            for out, values in ((streamed, per_step), (multi, per_step >= 2)):
+                total = np.concatenate([[0], np.cumsum(values)])
+                out[rows] = (total[b] - total[a]) / (b - a)
+        return streamed, multi
+
+    def token_steps(self, i: int) -> list[tuple[int, int]]:
+        c = self.columns
+        return c.runs.get(i) or [(int(c.first_step[i]), int(c.last_step[i]))]
+
+    def first_last_token(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every request's first and last token time at the client (s; NaN if none)."""
+        c = self.columns
+        first = np.full(len(self), np.nan)
+        last = np.full(len(self), np.nan)
+        for r in range(len(self.replicas)):
+            rows = np.flatnonzero((c.replica == r) & (c.outcome == OK))
+            if len(rows):
+                ends = self.step_ends(r)
+                first[rows] = ends[c.first_step[rows]] + self.net
+                last[rows] = ends[c.last_step[rows]] + self.net
+        return first, last
+
+    def tokens_in(self, start: float, end: float) -> int:
+        """Output tokens that reached the client in [start, end) (s)."""
+        c, total = self.columns, 0
+        for r in range(len(self.replicas)):
+            rows = np.flatnonzero((c.replica == r) & (c.outcome == OK))
+            if not len(rows):
+                continue
+            arrive = self.step_ends(r) + self.net
+            lo, hi = np.searchsorted(arrive, start), np.searchsorted(arrive, end)
+            plain = [i for i in rows if int(i) not in c.runs]
+            f, la = c.first_step[plain], c.last_step[plain]
+            total += int(np.maximum(0, np.minimum(la, hi - 1) - np.maximum(f, lo) + 1).sum())
+            for i in rows:
+                for a, b in c.runs.get(int(i), ()):
+                    total += max(0, min(b, hi - 1) - max(a, lo) + 1)
+        return total
+
+    def timeline(self, i: int, api: str = "completions", tokens: bool = True,
+                 tenant: str | None = None, priority: int | None = None) -> RequestTimeline:
+        """Request `i` as bench records it (without its per-token stamps unless `tokens`)."""
+        c = self.columns
+        ns = _ns
+        outcome, status, error = OUTCOMES[int(c.outcome[i])]
+        r = RequestTimeline(id=f"sim-{i}", index=i, api=api,
+                            prompt_tokens_planned=int(c.prompt[i]), tenant=tenant,
+                            priority=priority, scheduled_ns=ns(c.scheduled[i]),
+                            sent_ns=ns(c.sent[i]), done_ns=ns(c.done[i]), outcome=outcome,
+                            status=status, error=error, prompt_tokens=int(c.prompt[i]))
+        if outcome != Outcome.OK:
+            return r
+        ends = self.step_ends(int(c.replica[i]))
+        net = self.net
+        steps = self.token_steps(i)
+        first, last = ends[steps[0][0]] + net, ends[steps[-1][1]] + net
+        received = c.sent[i] + net
+        r.headers_ns = ns(c.engine_in[i] + net)
+        r.first_token_ns, r.last_token_ns, r.usage_ns = ns(first), ns(last), ns(c.done[i])
+        if tokens:
+            stamps = np.concatenate([ends[a : b + 1] for a, b in steps]) + net
+            r.token_ns = (BASE_NS + np.rint(stamps * 1e9)).astype(np.int64).tolist()
+            r.token_counts = [1] * len(r.token_ns)
+        r.completion_tokens = int(c.output[i])
+        r.cached_tokens = 0
+        r.tokens_from_usage = True
+        completed = float(c.done[i]) - net
+        engine_in, scheduled = float(c.engine_in[i]), float(c.first_scheduled[i])
+        first, last, received = float(first), float(last), float(received)
+        r.server = ServerTiming(
+            preprocess=(engine_in - received) * 1e3, queue=(scheduled - engine_in) * 1e3,
+            prefill=(first - net - scheduled) * 1e3, decode=(last - first) * 1e3,
+            postprocess=(completed - (last - net)) * 1e3, total=(completed - received) * 1e3,
+            source="simulated")
+        r.server_request_id = r.id
+        return r
+
+    def light_timelines(self, api: str, tenant: list, priority: list) -> list[RequestTimeline]:
+        """Every request as `timeline(i, tokens=False)` gives it for the summary (no server
+        timings, no token stamps), built from the columns at once."""
+        c = self.columns
+        first, last = self.first_last_token()
+
+        def ns(seconds: np.ndarray) -> list[int]:
+            return (BASE_NS + np.rint(np.nan_to_num(seconds) * 1e9)).astype(np.int64).tolist()
+
+        scheduled, sent, done, f, la = map(ns, (c.scheduled, c.sent, c.done, first, last))
+        outcome, prompt, output = c.outcome.tolist(), c.prompt.tolist(), c.output.tolist()
+        out = []
+        for i in range(len(self)):
+            kind, status, error = OUTCOMES[outcome[i]]
+            r = RequestTimeline(id=f"sim-{i}", index=i, api=api, prompt_tokens_planned=prompt[i],
+                                tenant=tenant[i], priority=priority[i], scheduled_ns=scheduled[i],
+                                sent_ns=sent[i], done_ns=done[i], outcome=kind, status=status,
+                                error=error, prompt_tokens=prompt[i])
+            if outcome[i] == OK:
+                r.first_token_ns, r.last_token_ns, r.usage_ns = f[i], la[i], done[i]
+                r.completion_tokens, r.cached_tokens, r.tokens_from_usage = output[i], 0, True
+            out.append(r)
+        return out
+
+
+def _ns(seconds: float) -> int:
+    return BASE_NS + int(round(seconds * 1e9))

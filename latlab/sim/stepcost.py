@@ -1,0 +1,141 @@
+"""The step-cost model: an engine step's time from what the scheduler put into it.
+
+Features (`latlab.records.calibration.STEP_FEATURES`): the step itself, its tokens, decodes,
+prefill chunks, rows sampled, the context the decodes attend and the prefill chunks' attention
+area; plus hinges `max(0, tokens − knot)` that make the cost piecewise linear in the tokens (a
+CPU or GPU gets more efficient, or saturates, as the batch grows). Fitted by least squares on
+relative error (`fit`), non-negative except the hinges, with numpy and scipy.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from latlab.engine.batching import decode_groups
+from latlab.records.calibration import STEP_FEATURES, FitError, StepCost
+
+FEATURES = tuple(STEP_FEATURES)
+HOLDOUT_EVERY = 5
+TRIM = 4.0
+MIN_TRIM = 0.10
+MIN_HOLDOUT_SAMPLES = 20
+
+
+class StepCostModel:
+    """Evaluates a `StepCost` fast: plain floats, no numpy, for the simulator's inner loop."""
+
+    def __init__(self, cost: StepCost) -> None:
+        c = {name: float(cost.coefficients.get(name, 0.0)) for name in FEATURES}
+        unknown = set(cost.coefficients) - set(FEATURES)
+        if unknown:
+            raise ValueError(f"unknown step-cost features: {', '.join(sorted(unknown))}")
+        if len(cost.knots) != len(cost.hinges):
+            raise ValueError("the step cost needs one hinge per knot")
+        self.cost = cost
+        self.c_step = c["step"] / 1e3  # seconds
+        self.c_tokens = c["tokens"] / 1e3
+        self.c_decodes = c["decodes"] / 1e3
+        self.c_prefills = c["prefills"] / 1e3
+        self.c_sampled = c["sampled"] / 1e3
+        self.c_groups = c["decode_groups"] / 1e3
+        self.c_ctx = c["decode_context"] / 1e6  # per context token
+        self.c_attn = c["prefill_attention"] / 1e9  # per token × context
+        self.hinges = [(float(k), float(h) / 1e3) for k, h in zip(cost.knots, cost.hinges) if h]
+
+    def seconds(self, tokens: int, decodes: int, prefills: int, sampled: int, groups: int,
+                decode_context: int, prefill_attention: int) -> float:
+        """One step's time in seconds (context and attention in tokens, not thousands)."""
+        t = (self.c_step + self.c_tokens * tokens + self.c_decodes * decodes
+             + self.c_prefills * prefills + self.c_sampled * sampled + self.c_groups * groups
+             + self.c_ctx * decode_context + self.c_attn * prefill_attention)
+        for knot, hinge in self.hinges:
+            if tokens > knot:
+                t += hinge * (tokens - knot)
+        return max(t, 1e-7)
+
+    def decode_run(self, batch: int, context: int, groups: int) -> tuple[float, float]:
+        """Steps of `batch` decodes only, attending `context` tokens in the first: step j
+        (from 0) takes `a + b·j` seconds, since every decode's context grows by one a step."""
+        a = self.seconds(batch, batch, 0, batch, groups, context, 0)
+        return a, self.c_ctx * batch
+
+
+def step_features(scheduled: Sequence[tuple[object, int]]) -> list[int]:
+    """(tokens, decodes, prefills, sampled, decode groups, decode context, prefill attention)
+    of a step the scheduler made (`(sequence, tokens)`, blocks allocated), before it runs."""
+    tokens = decodes = prefills = sampled = context = attention = 0
+    widths = []
+    for seq, n in scheduled:
+        c = seq.num_computed_tokens
+        tokens += n
+        if n == 1:
+            decodes += 1
+            context += c + 1
+            widths.append(len(seq.block_table))
+        else:
+            prefills += 1
+            attention += n * (c + n)
+        if c + n == seq.num_tokens:
+            sampled += 1
+    widths.sort(reverse=True)
+    return [tokens, decodes, prefills, sampled, len(decode_groups(widths)), context, attention]
+
+
+def features(rows: Sequence[Sequence[float]], steps: Sequence[float] | None = None
+             ) -> np.ndarray:
+    """`[n, len(FEATURES)]` from rows of `step_features` (in tokens), scaled to the
+    calibration's units; a row that sums several steps says how many in `steps`."""
+    x = np.asarray(rows, dtype=float).reshape(-1, 7)
+    ones = np.ones(len(x)) if steps is None else np.asarray(steps, dtype=float)
+    return np.column_stack([ones, x[:, :5], x[:, 5] / 1e3, x[:, 6] / 1e6])
+
+
+def design(x: np.ndarray, knots: Sequence[float]) -> np.ndarray:
+    tokens = x[:, 1:2]
+    hinges = [np.maximum(0.0, tokens - k) for k in knots]
+    return np.hstack([x, *hinges]) if hinges else x
+
+
+def fit(x: np.ndarray, ms: np.ndarray, knots: Sequence[float] = (),
+        use: Sequence[str] = FEATURES, what: str = "engine step time",
+        trim: float | None = TRIM) -> tuple[StepCost, FitError]:
+    """Least squares on relative error of `ms` (step times) against the features `x`
+    (`features(...)`) restricted to `use`; with `trim`, refitted without the samples whose
+    error exceeds `trim` × the median error (outliers: another process took the CPU). The
+    fit error is over the samples kept, and over every fifth held out of a second fit."""
+    from scipy.optimize import lsq_linear
+
+    ms = np.asarray(ms, dtype=float)
+    mask = np.array([name in use for name in FEATURES] + [True] * len(knots))
+
+    def solve(rows: np.ndarray) -> np.ndarray:
+        a = design(x[rows], knots)[:, mask] / ms[rows, None]
+        lower = np.r_[np.zeros(int(mask[: len(FEATURES)].sum())), np.full(len(knots), -np.inf)]
+        coef = np.zeros(mask.size)
+        coef[mask] = lsq_linear(a, np.ones(len(a)), bounds=(lower, np.inf)).x
+        return coef
+
+    everything = np.arange(len(ms))
+    coef = solve(everything)
+    outliers = 0
+    if trim:  # samples a noisy neighbour slowed down: refit without them
+        errors = np.abs(design(x, knots) @ coef - ms) / ms
+        keep = errors <= max(trim * np.median(errors), MIN_TRIM)
+        outliers = int((~keep).sum())
+        if outliers and keep.sum() >= len(coef):
+            x, ms, everything = x[keep], ms[keep], np.arange(int(keep.sum()))
+            coef = solve(everything)
+    errors = np.abs(design(x, knots) @ coef - ms) / ms
+    holdout = None
+    if len(ms) >= MIN_HOLDOUT_SAMPLES:
+        test = everything % HOLDOUT_EVERY == 0
+        partial = solve(everything[~test])
+        holdout = float(np.mean(np.abs(design(x[test], knots) @ partial - ms[test]) / ms[test]))
+    cost = StepCost(coefficients={n: float(v) for n, v in zip(FEATURES, coef) if n in use},
+                    knots=[float(k) for k in knots],
+                    hinges=[float(v) for v in coef[len(FEATURES):]])
+    return cost, FitError(samples=len(ms), outliers=outliers, mape=float(errors.mean()),
+                          p90=float(np.percentile(errors, 90)), max=float(errors.max()),
+                          holdout_mape=holdout, what=what)

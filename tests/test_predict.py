@@ -1,0 +1,222 @@
+"""Predicted run folders and the `latlab predict` / `latlab calibrate` commands (with a
+calibration file: no engine is timed here, except the small grid test at the end)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from latlab.analysis import analyze
+from latlab.cli import app
+from latlab.metrics.summary import summarize
+from latlab.records.config import BenchConfig, RunConfig
+from latlab.records.folder import RunFolder
+from latlab.records.simulation import Simulation
+from latlab.sim import calibration as calibrations
+from latlab.sim.fleet import simulate
+from latlab.sim.folder import write_run
+from latlab.store import RunStore
+from sim_helpers import calibration, open_loop
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture
+def cal_file(tmp_path):
+    return calibrations.save(calibration(), tmp_path / "cal.json")
+
+
+def config(workload) -> RunConfig:
+    return RunConfig(kind="predict", bench=BenchConfig(workload=workload.config,
+                                                       arrivals=workload.arrivals,
+                                                       requests=workload.requests,
+                                                       duration_s=None),
+                     simulation=Simulation(calibration="test"))
+
+
+def test_a_predicted_run_folder_is_a_run_folder_marked_simulated(tmp_path):
+    workload = open_loop(5.0, 300)
+    result = simulate(workload, calibration())
+    run, summary = write_run(result, workload, config(workload), tmp_path, "p")
+    assert run.read_config().kind == "predict" and run.read_config().simulated
+    records = run.read_records()
+    assert len(records) == 300 and summary.requests == 300 and summary.ok == 300
+    again = summarize(records, None)
+    assert again.percentile("ttft", "p99") == pytest.approx(summary.percentile("ttft", "p99"))
+    r = records[10]
+    assert r.server.source == "simulated" and len(r.token_ns) == r.completion_tokens
+    parts = [r.server.preprocess, r.server.queue, r.server.prefill, r.server.decode,
+             r.server.postprocess]
+    assert sum(parts) == pytest.approx(r.server.total, rel=1e-6)
+    assert (r.done_ns - r.sent_ns) / 1e6 == pytest.approx(r.server.total + 1.0, rel=1e-6)
+    analysis = analyze(run)
+    assert analysis.has_server_timings and analysis.mean is not None
+    assert any("PREDICTED" in w for w in analysis.summary.warnings)
+    import pyarrow.parquet as pq
+    table = pq.read_table(run.path / "all_requests.parquet")
+    assert table.num_rows == 300
+    ttft = np.sort(table.column("ttft_ms").to_numpy())
+    assert np.percentile(ttft, 50) == pytest.approx(summary.percentile("ttft", "p50"), rel=1e-6)
+
+
+def test_a_sample_of_records_keeps_the_summary_of_every_request(tmp_path):
+    workload = open_loop(5.0, 1200)
+    result = simulate(workload, calibration())
+    _, full = write_run(result, workload, config(workload), tmp_path, "full")
+    run, sampled = write_run(result, workload, config(workload), tmp_path, "sampled",
+                             records=200)
+    assert len(run.read_records()) == 200
+    assert run.read_config().simulation.records_total == 1200
+    assert sampled.requests == full.requests == 1200
+    for metric in ("ttft", "tpot", "e2e", "e2e_sched"):
+        for q in ("p50", "p99"):
+            assert sampled.percentile(metric, q) == pytest.approx(full.percentile(metric, q))
+    assert sampled.throughput.output_tokens_per_s == pytest.approx(
+        full.throughput.output_tokens_per_s, rel=1e-9)
+    assert sampled.throughput.total_tokens_per_s == pytest.approx(
+        full.throughput.total_tokens_per_s, rel=1e-9)
+    assert sampled.percentile("itl", "p50") == pytest.approx(full.percentile("itl", "p50"),
+                                                             rel=0.1)
+    assert any("sample" in w for w in sampled.warnings)
+
+
+def test_predict_with_a_calibration_file_prints_and_writes_a_predicted_run(tmp_path, cal_file):
+    r = invoke("predict", "--calibration", cal_file, "--rate", 4, "--requests", 400,
+               "--out", tmp_path, "--slo", "ttft=500ms")
+    assert r.exit_code == 0, r.output
+    assert "calibration of test server" in r.output and "fit error 2.0%" in r.output
+    assert "PREDICTED" in r.output and "Where the time goes" in r.output
+    with RunStore(tmp_path) as store:
+        (stored,) = store.list(kind="predict")
+    run = RunFolder.open(stored.path)
+    assert run.read_summary().goodput is not None
+    report = invoke("report", stored.path)
+    assert report.exit_code == 0 and "PREDICTED" in report.output
+    other = invoke("predict", "--calibration", cal_file, "--rate", 4, "--requests", 400,
+                   "--out", tmp_path, "--slo", "ttft=500ms", "--replicas", 2)
+    runs = sorted(p.path for p in RunStore(tmp_path).list(kind="predict"))
+    compared = invoke("compare", *runs)
+    assert other.exit_code == 0 and compared.exit_code == 0, compared.output
+
+
+def test_predict_replays_a_run_and_sizes_a_fleet(tmp_path, cal_file):
+    first = invoke("predict", "--calibration", cal_file, "--rate", 6, "--requests", 300,
+                   "--out", tmp_path, "--name", "orig")
+    (orig,) = [p for p in tmp_path.iterdir() if p.name.endswith("orig")]
+    # a predicted run is a bench-shaped run folder: replay its requests
+    again = invoke("predict", "--calibration", cal_file, "--replay", orig, "--out", tmp_path,
+                   "--name", "again")
+    (copy,) = [p for p in tmp_path.iterdir() if p.name.endswith("again")]
+    a, b = RunFolder(orig).read_summary(), RunFolder(copy).read_summary()
+    assert first.exit_code == 0 and again.exit_code == 0, again.output
+    assert b.percentile("e2e", "p50") == pytest.approx(a.percentile("e2e", "p50"), rel=1e-6)
+    compared = invoke("compare", orig, copy)  # the same workload: a run and its prediction
+    assert compared.exit_code == 0, compared.output
+
+    sized = invoke("predict", "--calibration", cal_file, "--replicas-for",
+                   "p99_e2e<1500ms@40rps", "--requests", 1500, "--out", tmp_path)
+    assert sized.exit_code == 0, sized.output
+    line = next(l for l in sized.output.splitlines() if "replicas (" in l)
+    n = int(line.split()[0])
+    tried = {int(l.split()[0]): float(l.split()[-2]) for l in sized.output.splitlines()
+             if l.strip().endswith(" ms") and "replicas:" in l}
+    assert tried[n] < 1500 and (n == 1 or tried[n - 1] >= 1500)
+
+
+def test_predict_sweep_draws_the_curve_and_the_slo_max(tmp_path, cal_file):
+    r = invoke("predict", "--calibration", cal_file, "--sweep", "--rates", "2,8,16,40",
+               "--requests", 600, "--slo", "ttft=400ms", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    (folder,) = [p for p in tmp_path.iterdir() if "sweep" in p.name]
+    data = orjson.loads((folder / "sweep.json").read_bytes())
+    assert data["target"]["simulated"] and len(data["points"]) >= 3
+    assert (folder / "sweep.html").is_file()
+    best = data["slo_max"]
+    assert best is not None and "ttft" in best["statement"]
+    for p in data["points"]:
+        assert RunFolder.open(p["run"]).read_config().kind == "predict"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rate", "5", "--router", "random"], "--router 'random'"),
+    (["--rate", "5", "--calibration", "missing.json"], "missing.json"),
+    (["--rate", "5", "--calibration", "c.json", "--from", "runs"], "give one"),
+    (["--replicas-for", "p99_e2e<2s"], "expected pQ_METRIC<LIMIT@RATE"),
+    (["--replicas-for", "p99_itl<2s@4rps"], "the metric is one of"),
+    (["--requests", "10"], "give the load"),
+    (["--rate", "5", "--autoscale", "cpu"], "--autoscale 'cpu'"),
+    (["--rate", "5", "--autoscale", "queue", "--min-replicas", "4", "--max-replicas", "2"],
+     "--max-replicas 2 is below"),
+    (["--rate", "5", "--cold-start", "nowhere"], "--cold-start 'nowhere'"),
+])
+def test_bad_input_is_one_line(tmp_path, cal_file, args, message):
+    args = [str(cal_file) if a == "c.json" else a for a in args]
+    if "--calibration" not in args and "--from" not in args:
+        args += ["--calibration", str(cal_file)]
+    r = invoke("predict", *args, "--out", tmp_path)
+    assert r.exit_code == 2, r.output
+    assert message in r.output and "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_calibrate_from_a_run_folder_recovers_the_server(tmp_path, cal_file):
+    """Round trip: a simulated server's run folders fitted back into a calibration that
+    predicts another load of it."""
+    folders = []
+    for rate in (1.0, 6.0, 12.0):
+        r = invoke("predict", "--calibration", cal_file, "--rate", rate, "--requests", 500,
+                   "--out", tmp_path, "--name", f"m{rate:g}")
+        assert r.exit_code == 0, r.output
+        folders += [p for p in tmp_path.iterdir() if p.name.endswith(f"m{rate:g}")]
+    out = tmp_path / "fitted.json"
+    r = invoke("calibrate", *sum((["--from", f] for f in folders), []), "--out", out,
+               "--max-num-seqs", 32, "--max-num-batched-tokens", 512)
+    assert r.exit_code == 0, r.output
+    fitted = calibrations.load(out)
+    assert fitted.source == "run" and fitted.fit.mape < 0.2
+    assert fitted.request.network == pytest.approx(1.0, rel=0.01)
+    truth = simulate(open_loop(9.0, 2000), calibration())
+    guess = simulate(open_loop(9.0, 2000), fitted)
+    for result in (truth, guess):
+        result.e2e = np.median(result.columns.done - result.columns.sent)
+    assert guess.e2e == pytest.approx(truth.e2e, rel=0.15)
+    bad = invoke("calibrate", "--from", tmp_path / "nothing")
+    assert bad.exit_code == 2 and "neither a run folder" in bad.output
+
+
+def test_calibrating_the_engine_times_a_grid_and_fits(monkeypatch):
+    from latlab.engine.config import EngineConfig
+    from latlab.sim import calibrate_engine
+
+    monkeypatch.setattr(calibrate_engine, "CONTEXTS", (16, 48))
+    monkeypatch.setattr(calibrate_engine, "BATCHES", (1, 2, 4))
+    monkeypatch.setattr(calibrate_engine, "PREFILLS", (8, 32))
+    cal = calibrations.engine_calibration(EngineConfig(model="tiny", max_model_len=256,
+                                                       max_num_seqs=4, warmup=False))
+    assert cal.source == "engine" and cal.engine.max_num_seqs == 4
+    assert cal.fit.samples > 20 and math.isfinite(cal.fit.mape)
+    assert cal.step.coefficients["step"] > 0 and "fit error" in cal.headline()
+
+
+def test_an_unsteady_engine_calibration_is_flagged_where_it_is_used(tmp_path):
+    steady = calibration()
+    assert calibrations.fit_warning(steady) is None
+    noisy = steady.model_copy(update={"fit": steady.fit.model_copy(update={"mape": 0.3})})
+    assert calibrations.fit_warning(noisy.model_copy(update={"source": "run"})) is None
+    path = calibrations.save(noisy, tmp_path / "noisy.json")
+    r = invoke("predict", "--calibration", path, "--rate", 4, "--requests", 100,
+               "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    assert "warning: the fit error is 30%" in r.output
+
+
+def test_calibrating_an_engine_technique_the_simulator_does_not_follow_is_refused():
+    r = invoke("calibrate", "--serve-args", "--max-queue-delay 2 --speculative-method ngram")
+    assert r.exit_code == 2, r.output
+    assert "does not simulate --speculative-method, --max-queue-delay" in r.output
