@@ -33,7 +33,7 @@ from latlab.records.spans import SPANS
 from latlab.records.summary import RunSummary
 from latlab.records.window import run_window
 from latlab.records.workload import OPEN_LOOP, ArrivalConfig
-from latlab.report.console import print_budget, print_findings, print_summary, summary_line
+from latlab.report.console import print_analysis, print_summary, summary_line
 from latlab.report.html import write_html
 from latlab.store import RunStore, key_numbers
 
@@ -178,11 +178,7 @@ def bench(options: BenchOptions) -> None:
     else:
         print_summary(out, result.summary, result.run.path)
         if result.analysis is not None:
-            out.print()
-            print_budget(out, result.analysis)
-            out.print()
-            print_findings(out, result.analysis, unevaluated=False)
-            out.print(f"report: {result.run.report_path}")
+            print_analysis(out, result.analysis)
         if not out.is_terminal:
             out.print(summary_line(result.summary, result.run.path))
     shown = set(result.summary.warnings) if not options.json_output else set()

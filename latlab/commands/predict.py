@@ -25,7 +25,7 @@ from latlab.records.config import BenchConfig
 from latlab.records.folder import RunFolder, RunFolderError
 from latlab.records.simulation import ROUTERS, Autoscale, Fleet
 from latlab.records.workload import OPEN_LOOP, ArrivalConfig
-from latlab.report.console import print_budget, print_findings, print_summary
+from latlab.report.console import print_analysis, print_summary
 from latlab.sim.calibration import fit_warning
 from latlab.sim.folder import RECORDS
 from latlab.sim.workload import SimWorkload, build, replay
@@ -201,11 +201,7 @@ def _print(o: PredictOptions, p: Predicted, out, err) -> None:
                   f"most, {f.replica_seconds:.0f} replica-seconds · {f.scale_ups} scale-ups, "
                   f"{f.scale_downs} scale-downs", highlight=False)
     if p.analysis is not None:
-        out.print()
-        print_budget(out, p.analysis)
-        out.print()
-        print_findings(out, p.analysis, unevaluated=False)
-        out.print(f"report: {p.run.report_path}")
+        print_analysis(out, p.analysis)
     err.print(f"simulated {len(p.result)} requests ({p.result.steps} engine steps, "
               f"{p.result.decode_run_steps} of them in decode runs) in {p.wall_s:.1f} s",
               style="dim", highlight=False)

@@ -93,6 +93,15 @@ def _components_table(mean: Budget, tail: Budget) -> Table:
     return table
 
 
+def print_analysis(console: Console, analysis: RunAnalysis) -> None:
+    """What a run ends with: its latency budget, its findings and where its report is."""
+    console.print()
+    print_budget(console, analysis)
+    console.print()
+    print_findings(console, analysis, unevaluated=False)
+    console.print(f"report: {analysis.run.report_path}")
+
+
 def print_findings(console: Console, analysis: RunAnalysis, unevaluated: bool = True) -> None:
     """The findings, most severe first, each with its evidence, where the time goes and the
     fix to try first; then (dim) the rules that could not run and what they need."""
