@@ -220,3 +220,10 @@ def test_calibrating_an_engine_technique_the_simulator_does_not_follow_is_refuse
     r = invoke("calibrate", "--serve-args", "--max-queue-delay 2 --speculative-method ngram")
     assert r.exit_code == 2, r.output
     assert "does not simulate --speculative-method, --max-queue-delay" in r.output
+
+
+def test_predict_takes_no_options_that_would_do_nothing_there():
+    for flag in ("--salt-prompts", "--progress"):
+        result = CliRunner().invoke(app, ["predict", flag])
+        assert result.exit_code == 2 and "No such option" in result.output, result.output
+    assert "--salt-prompts" in CliRunner().invoke(app, ["bench", "--help"]).output

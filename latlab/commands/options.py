@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, ClassVar, TypeVar
 
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -34,6 +34,8 @@ def opt(default: Any, help: str, *flags: str, to: str | None = None,
 
 class Options(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
+    # Fields a command inherits with a group but does not take: no flag, the default.
+    not_options: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def flag(cls, field: str) -> str:
@@ -62,7 +64,8 @@ def command(app: typer.Typer, options: type[O], name: str | None = None,
     def register(handler: Callable[..., None]) -> Callable[..., None]:
         params = [inspect.Parameter(arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
                                     annotation=kind) for arg, kind, default in arguments]
-        params += [_parameter(field, options.model_fields[field]) for field in _ordered(options)]
+        params += [_parameter(field, options.model_fields[field]) for field in _ordered(options)
+                   if field not in options.not_options]
         positional = [arg for arg, _, _ in arguments]
 
         def cli(**values: Any) -> None:

@@ -73,6 +73,7 @@ class FleetOptions(ShapeOptions):
 
 
 class PredictOptions(WorkloadOptions, ArrivalShape, FleetOptions, OutputOptions):
+    not_options = frozenset({"salt_prompts", "progress"})  # nothing is sent, nothing to watch
     rate: float | None = opt(None, "Open loop: requests per second.")
     users: int | None = opt(None, "Closed loop: N users, each sends when its last request ends.")
     ramp: float = opt(0.0, "Seconds to ramp the rate (or users) up from zero.", to="ramp_s")
