@@ -57,10 +57,3 @@ def running_server(api_key: str | None = None, wait_ready: bool = True,
         thread.join(timeout=30)
         sock.close()
         assert not thread.is_alive(), "server did not stop"
-
-
-def wait_until(condition, timeout_s: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)

@@ -1,10 +1,6 @@
 """The client bounded by its own limits (issue 11): no secret on disk, --duration bounds a run
 against a stalled server, an empty answer is a failure, Ctrl-C says so in the exit code."""
 
-import os
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -15,6 +11,7 @@ from latlab.commands.bench import run_bench
 from latlab.records.config import BenchConfig, redact
 from latlab.records.timeline import Outcome
 from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
+from processes import interrupted, wait_until
 from sse_server import DONE, Server, Step, completion, stream, usage_only
 
 SMALL = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=8),
@@ -70,19 +67,11 @@ def test_an_answer_without_a_token_or_usage_is_a_failure(tmp_path):
 def test_ctrl_c_during_the_load_exits_130_with_the_summary_written(tmp_path):
     slow = [Step(0, completion("a")), Step(0.2, usage_only(8, 1)), Step(0, DONE)]
     with Server(stream(slow)) as server:
-        proc = subprocess.Popen([sys.executable, "-m", "latlab", "bench", "--url", server.url,
-                                 "--duration", "30", "--users", "2", "--out", str(tmp_path)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            deadline = time.monotonic() + 60
-            while not any(p.stat().st_size for p in tmp_path.glob("*/requests.jsonl")):
-                assert time.monotonic() < deadline and proc.poll() is None
-                time.sleep(0.05)
-            os.kill(proc.pid, signal.SIGINT)
-            out, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert proc.returncode == 130, err.decode()
+        code, _, err = interrupted(
+            ["bench", "--url", server.url, "--duration", "30", "--users", "2",
+             "--out", str(tmp_path)],
+            lambda: wait_until(lambda: any(p.stat().st_size
+                                           for p in tmp_path.glob("*/requests.jsonl")),
+                               60, "the first record"))
+    assert code == 130, err.decode()
     assert b"interrupted" in err and list(tmp_path.glob("*/summary.json"))

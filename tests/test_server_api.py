@@ -9,7 +9,8 @@ import openai
 import orjson
 import pytest
 import torch
-from engine_server import running_server, wait_until
+from engine_server import running_server
+from processes import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from latlab.engine.engine import LLMEngine

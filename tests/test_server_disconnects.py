@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import httpx
 import orjson
-from engine_server import running_server, wait_until
+from engine_server import running_server
+from processes import wait_until
 from raw_http import raw_post
 from server_logs import server_logs, tracebacks
 

@@ -9,7 +9,8 @@ import httpx
 import orjson
 import pytest
 import torch
-from engine_server import running_server, wait_until
+from engine_server import running_server
+from processes import wait_until
 
 from latlab.engine.sampling import Sampler, SamplingParams
 from latlab.engine.sequence import Sequence, StageTimes

@@ -11,7 +11,8 @@ import sys
 
 import httpx
 import orjson
-from engine_server import running_server, wait_until
+from engine_server import running_server
+from processes import wait_until
 
 LONG = {"prompt": "x", "max_tokens": 200, "ignore_eos": True, "stream": True}
 

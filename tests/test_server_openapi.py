@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from engine_server import running_server, wait_until
+from engine_server import running_server
+from processes import wait_until
 from schema_fuzz import fuzz
 
 FUZZ_CASES = 1000

@@ -8,7 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from engine_server import running_server, wait_until
+from engine_server import running_server
+from processes import wait_until
 from raw_http import raw_post, status_of
 
 from latlab.server.prompts import PromptBuilder

@@ -8,7 +8,8 @@ import time
 
 import httpx
 import orjson
-from engine_server import running_server, wait_until
+from engine_server import running_server
+from processes import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 

@@ -1,10 +1,7 @@
 """A sweep without --url: one embedded engine serves every point, and Ctrl-C stops the sweep
 cleanly — the finished points kept, the engine stopped."""
 
-import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -13,17 +10,11 @@ import orjson
 import pytest
 
 from latlab.records.folder import RunFolder
+from processes import interrupted, wait_until
 
 pytest.importorskip("torch")
 
 TINY = "--model tiny --max-model-len 256 --num-kv-blocks 64 --block-size 8"
-
-
-def wait_for(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def serving(port: int) -> list[str]:
@@ -42,22 +33,18 @@ def serving(port: int) -> list[str]:
 
 
 def test_ctrl_c_keeps_the_finished_points_and_stops_the_one_engine(tmp_path):
-    command = [sys.executable, "-m", "latlab", "sweep", "--serve-args", TINY,
+    command = ["sweep", "--serve-args", TINY,
                "--rates", "2,3,4", "--duration", "3", "--prompt-tokens", "16",
                "--output-tokens", "4", "--out", str(tmp_path), "--no-progress"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        wait_for(lambda: list(tmp_path.glob("*-sweep-engine/sweep.json")), 120, "sweep.json")
+    def two_points_started() -> None:
+        wait_until(lambda: list(tmp_path.glob("*-sweep-engine/sweep.json")), 120, "sweep.json")
         folder = next(tmp_path.glob("*-sweep-engine"))
-        wait_for(lambda: list(folder.glob("*-p01-*/config.json")), 120, "the second point")
+        wait_until(lambda: list(folder.glob("*-p01-*/config.json")), 120, "the second point")
         time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, err.decode()
+
+    code, _, err = interrupted(command, two_points_started)
+    assert code == 130, err.decode()
+    folder = next(tmp_path.glob("*-sweep-engine"))
     data = orjson.loads((folder / "sweep.json").read_bytes())
     assert data["stop"]["reason"] == "interrupted"
     assert data["points"][0]["load"] == 2 and not data["points"][0]["interrupted"]
