@@ -217,3 +217,18 @@ def test_prompt_tokens_the_server_found_in_its_cache_are_not_prefilled():
         r.cached_tokens = 150
     x, _, decodes, prefills = rows(records, RequestCosts(), EngineShape())
     assert prefills == 8 and list(x[decodes:, 1]) == [200] * 4 + [50] * 4  # tokens computed
+
+
+def test_predicted_records_carry_the_prompt_tokens_their_prefix_cache_served():
+    shared = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=32),
+                            output_tokens=LengthDistribution(kind="fixed", a=8),
+                            prefix_tokens=64, prefix_fraction=0.5)
+    work = open_loop(2.0, 200, shared)
+    cached = simulate(work, calibration(enable_prefix_caching=True, block_size=16))
+    c = cached.columns
+    with_prefix, ok = c.prompt == 96, c.outcome == OK
+    assert (c.cached[with_prefix & ok] == 64).mean() > 0.9  # the 4 shared blocks, after the first
+    assert (c.cached[~with_prefix & ok] == 0).all()
+    assert cached.timeline(int(np.flatnonzero(with_prefix & ok)[-1])).cached_tokens == 64
+    plain = simulate(work, calibration(block_size=16))
+    assert (plain.columns.cached[plain.columns.outcome == OK] == 0).all()

@@ -174,6 +174,7 @@ class Simulation:
         c.first_step[i] = seq.first_step
         c.last_step[i] = seq.last_step
         c.output[i] = seq.num_tokens - seq.num_prompt_tokens
+        c.cached[i] = seq.num_cached_tokens
         c.preemptions[i] = seq.num_preemptions
         if seq.runs:
             c.runs[i] = seq.runs + [(seq.run_start, seq.last_step)]

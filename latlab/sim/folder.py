@@ -93,7 +93,8 @@ def write_parquet(result: SimResult, path: Path) -> Path:
     table = pa.table({
         "index": np.arange(len(result)), "replica": c.replica, "outcome": c.outcome,
         "scheduled_s": c.scheduled, "sent_s": c.sent, "done_s": c.done,
-        "prompt_tokens": c.prompt, "output_tokens": c.output,
+        "prompt_tokens": c.prompt, "cached_tokens": c.cached,
+        "output_tokens": c.output,
         "ttft_ms": (first - c.sent) * 1e3, "tpot_ms": (last - first) / tokens * 1e3,
         "e2e_ms": (c.done - c.sent) * 1e3,
         "queue_ms": (c.first_scheduled - c.engine_in) * 1e3, "preemptions": c.preemptions})

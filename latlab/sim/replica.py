@@ -139,6 +139,7 @@ class SimReplica:
         for seq, n in out.scheduled:
             if seq.first_scheduled < 0:
                 seq.first_scheduled = now
+                seq.num_cached_tokens = seq.num_computed_tokens  # what its prompt found cached
         dt = self.cost.seconds(*f)
         if self.trace is not None:
             self.trace.append([(seq.request_id, n) for seq, n in out.scheduled])

@@ -23,7 +23,8 @@ OUTCOMES = {OK: (Outcome.OK, 200, None),
             TOO_LONG: (Outcome.HTTP_4XX, 400, "simulated: the prompt does not fit the context")}
 BASE_NS = 1_000_000_000  # the simulated clock's t0 (ns): every stamp is positive
 _FLOAT = ("scheduled", "sent", "engine_in", "first_scheduled", "done")
-_INT = ("replica", "prompt", "first_step", "last_step", "output", "preemptions", "outcome")
+_INT = ("replica", "prompt", "cached", "first_step", "last_step", "output", "preemptions",
+        "outcome")
 
 
 class Columns:
@@ -175,7 +176,7 @@ class SimResult:
             r.token_ns = (BASE_NS + np.rint(stamps * 1e9)).astype(np.int64).tolist()
             r.token_counts = [1] * len(r.token_ns)
         r.completion_tokens = int(c.output[i])
-        r.cached_tokens = 0
+        r.cached_tokens = int(c.cached[i])
         r.tokens_from_usage = True
         completed = float(c.done[i]) - net
         engine_in, scheduled = float(c.engine_in[i]), float(c.first_scheduled[i])
@@ -199,6 +200,7 @@ class SimResult:
 
         scheduled, sent, done, f, la = map(ns, (c.scheduled, c.sent, c.done, first, last))
         outcome, prompt, output = c.outcome.tolist(), c.prompt.tolist(), c.output.tolist()
+        cached = c.cached.tolist()
         out = []
         for i in range(len(self)):
             kind, status, error = OUTCOMES[outcome[i]]
@@ -208,7 +210,8 @@ class SimResult:
                                 error=error, prompt_tokens=prompt[i])
             if outcome[i] == OK:
                 r.first_token_ns, r.last_token_ns, r.usage_ns = f[i], la[i], done[i]
-                r.completion_tokens, r.cached_tokens, r.tokens_from_usage = output[i], 0, True
+                r.completion_tokens, r.cached_tokens = output[i], cached[i]
+                r.tokens_from_usage = True
             out.append(r)
         return out
 
