@@ -2,12 +2,13 @@
 
     python benchmarks/spec_decode.py            # 32 requests per run (a few minutes)
     python benchmarks/spec_decode.py --quick    # 8 requests at concurrency 1, 32 at 16
+    python benchmarks/spec_decode.py --users 32,64 --requests 64   # where it stops paying
 
 Repetitive prompts: a random 24-token passage repeated 8 times (192 tokens), the kind of text
 prompt lookup is made for (code edits, documents quoting themselves); 128 output tokens,
 greedy (the only case drafts are proposed for), ignore_eos. The `default` preset, one torch
-thread, in-process against `LLMEngine`, closed loops of 1 and 16 users; plain decoding and
-`speculative_method="ngram"` (k = `--k`) alternate over `--rounds`. Prints TPOT p50, output
+thread, in-process against `LLMEngine`, closed loops of 1 and 16 users (`--users`); plain
+decoding and `speculative_method="ngram"` (k = `--k`) alternate over `--rounds`. Prints TPOT p50, output
 tok/s and the acceptance rate (accepted / proposed drafts), and the speedup per concurrency.
 The greedy outputs are compared: identical in float32; in bfloat16 a verification pass rounds
 differently from single-token decodes, so near-ties can flip (the share identical is printed).
@@ -38,9 +39,12 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--users", default="1,16", help="closed-loop concurrencies, e.g. 1,16,64")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    base = EngineConfig(model="default", threads=1, dtype=args.dtype, max_num_seqs=16)
+    concurrencies = [int(u) for u in args.users.split(",")]
+    base = EngineConfig(model="default", threads=1, dtype=args.dtype,
+                        max_num_seqs=max(concurrencies))
     engines = {"plain": LLMEngine(base),
                "ngram": LLMEngine(base.with_overrides(speculative_method="ngram",
                                                       num_speculative_tokens=args.k))}
@@ -48,7 +52,7 @@ def main() -> None:
           f"{args.dtype}, 1 thread; n-gram k={args.k}; rounds alternate plain and ngram")
     print(f"{'users':>5} {'round':>5}  {'decoding':<9}{'TPOT p50':>10}{'out tok/s':>10}"
           f"{'accepted':>9}")
-    for users in (1, 16):
+    for users in concurrencies:
         n = 8 if args.quick and users == 1 else args.requests
         tps = {name: 0.0 for name in engines}
         for round_ in range(1 if args.quick else args.rounds):
