@@ -49,7 +49,7 @@ def requests(duration_s: float, heavy_rate: float, light_rate: float,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=12.0, help="seconds of arrivals")
-    parser.add_argument("--heavy-rate", type=float, default=8.0)
+    parser.add_argument("--heavy-rate", type=float, default=20.0)
     parser.add_argument("--light-rate", type=float, default=1.0)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--quick", action="store_true")
