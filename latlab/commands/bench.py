@@ -20,7 +20,7 @@ from latlab.analysis import RunAnalysis, analyze
 from latlab.commands.common import (EXIT_FAILED, Interrupted, RunFailed, UsageError, console,
                                     print_json)
 from latlab.commands.groups import (ArrivalShape, OutputOptions, SessionOptions, StopOptions,
-                                    TargetOptions, WorkloadOptions, engine_tokenizer)
+                                    TargetOptions, WorkloadOptions, engine_tokenizer, window_s)
 from latlab.commands.options import opt, validation_message
 from latlab.load.generator import run_load
 from latlab.load.spans import join_run
@@ -73,10 +73,7 @@ class BenchOptions(TargetOptions, WorkloadOptions, SessionOptions, ArrivalShape,
                 and self.requests < turns.a):
             raise UsageError(f"--requests {self.requests} is fewer than one session's "
                              f"{int(turns.a)} requests: sessions run whole")
-        warmup = self.warmup if self.warmup is not None else (
-            min(0.1 * duration, 5.0) if duration else 0.0)
-        cooldown = self.cooldown if self.cooldown is not None else (
-            min(0.05 * duration, 2.0) if duration else 0.0)
+        warmup, cooldown = window_s(duration, self.warmup, self.cooldown)
         try:
             arrivals = ArrivalConfig(users=DEFAULT_USERS if self.users is None else self.users,
                                      rate=self.rate,

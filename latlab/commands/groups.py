@@ -170,6 +170,14 @@ class ArrivalShape(Options):
                                             "shows as lateness.")
 
 
+def window_s(duration: float | None, warmup: float | None, cooldown: float | None
+             ) -> tuple[float, float]:
+    """The warm-up and cool-down excluded from statistics: as given, else 10% of the duration
+    (at most 5 s) and 5% (at most 2 s); none for a run without a duration."""
+    return (warmup if warmup is not None else (min(0.1 * duration, 5.0) if duration else 0.0),
+            cooldown if cooldown is not None else (min(0.05 * duration, 2.0) if duration else 0.0))
+
+
 class StopOptions(Options):
     duration: float | None = opt(None, "Seconds of load (default: 20 unless --requests).",
                                  to="duration_s")

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from latlab.commands.calibrate import ShapeOptions
 from latlab.commands.common import UsageError, console, print_json
 from latlab.commands.groups import (ArrivalShape, OutputOptions, WorkloadOptions,
-                                   split_serve_args)
+                                   split_serve_args, window_s)
 from latlab.commands.options import opt, validation_message
 from latlab.commands.predict_plans import (cold_start_s, parse_goal, predict_sweep,
                                             replicas_for)
@@ -106,15 +106,11 @@ class PredictOptions(WorkloadOptions, ArrivalShape, FleetOptions, OutputOptions)
         requests = self.requests
         if requests is None and self.duration is None and self.trace is None:
             requests = DEFAULT_REQUESTS
-        d = self.duration
+        warmup, cooldown = window_s(self.duration, self.warmup, self.cooldown)
         try:
             return BenchConfig(
-                workload=self.workload(), arrivals=self.arrivals(), duration_s=d,
-                requests=requests,
-                warmup_s=self.warmup if self.warmup is not None else (min(0.1 * d, 5.0) if d
-                                                                      else 0.0),
-                cooldown_s=self.cooldown if self.cooldown is not None else (
-                    min(0.05 * d, 2.0) if d else 0.0),
+                workload=self.workload(), arrivals=self.arrivals(), duration_s=self.duration,
+                requests=requests, warmup_s=warmup, cooldown_s=cooldown,
                 slos=self.slos(), out=self.out, name=self.name or "predict", tags=self.tag)
         except ValidationError as e:
             raise UsageError(validation_message(e, self.flags_by_target())) from None
