@@ -20,7 +20,8 @@ from latlab.analysis import RunAnalysis, analyze
 from latlab.commands.common import (EXIT_FAILED, Interrupted, RunFailed, UsageError, console,
                                     print_json)
 from latlab.commands.groups import (ArrivalShape, OutputOptions, SessionOptions, StopOptions,
-                                    TargetOptions, WorkloadOptions, engine_tokenizer, window_s)
+                                    TargetOptions, WorkloadOptions, arrival_process,
+                                    engine_tokenizer, window_s)
 from latlab.commands.options import opt, validation_message
 from latlab.load.generator import run_load
 from latlab.load.spans import join_run
@@ -32,7 +33,7 @@ from latlab.records.folder import RunFolder
 from latlab.records.spans import SPANS
 from latlab.records.summary import RunSummary
 from latlab.records.window import run_window
-from latlab.records.workload import OPEN_LOOP, ArrivalConfig
+from latlab.records.workload import ArrivalConfig
 from latlab.report.console import print_analysis, print_summary, summary_line
 from latlab.report.html import write_html
 from latlab.store import RunStore, key_numbers
@@ -79,7 +80,9 @@ class BenchOptions(TargetOptions, WorkloadOptions, SessionOptions, ArrivalShape,
                                      rate=self.rate,
                                      burstiness=1.0 if self.burstiness is None else self.burstiness,
                                      max_concurrency=self.max_concurrency, ramp_s=self.ramp,
-                                     trace=self.trace, seed=self.seed, process=self._process())
+                                     trace=self.trace, seed=self.seed, process=arrival_process(
+                                         self.arrival, self.burstiness, self.rate,
+                                         self.users, self.trace))
             return BenchConfig(url=self.url, model=self.model, api_key=self.api_key,
                                workload=workload, arrivals=arrivals, duration_s=duration,
                                requests=self.requests, warmup_s=warmup, cooldown_s=cooldown,
@@ -96,21 +99,6 @@ class BenchOptions(TargetOptions, WorkloadOptions, SessionOptions, ArrivalShape,
         except ValidationError as e:
             raise UsageError(validation_message(e, self.flags_by_target())) from None
 
-    def _process(self) -> str:
-        if self.arrival is not None and self.arrival not in OPEN_LOOP:
-            raise UsageError(f"--arrival {self.arrival!r}: expected one of {', '.join(OPEN_LOOP)}")
-        if self.trace is not None:
-            if self.rate is not None or self.users is not None:
-                raise UsageError("--trace replays its own timestamps: drop --rate/--users")
-            return "trace"
-        if self.rate is not None:
-            if self.users is not None:
-                raise UsageError("--users (closed loop) and --rate (open loop) exclude each "
-                                 "other; cap an open loop with --max-concurrency")
-            return self.arrival or ("gamma" if self.burstiness is not None else "poisson")
-        if self.arrival is not None or self.burstiness is not None:
-            raise UsageError("--arrival and --burstiness shape an open loop: give --rate")
-        return "closed"
 
 
 @dataclass

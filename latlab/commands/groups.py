@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from latlab.commands.common import UsageError
 from latlab.commands.options import Options, opt, validation_message
 from latlab.records.config import parse_slo
-from latlab.records.workload import (Api, LengthDistribution, SessionConfig, WorkloadConfig,
-                                     WorkloadError)
+from latlab.records.workload import (OPEN_LOOP, Api, LengthDistribution, SessionConfig,
+                                     WorkloadConfig, WorkloadError)
 
 API_NAMES = Api.__args__
 
@@ -168,6 +168,26 @@ class ArrivalShape(Options):
                                          "(CV = 1/sqrt(burstiness)).")
     max_concurrency: int | None = opt(None, "Cap on requests in flight (open loop); waiting "
                                             "shows as lateness.")
+
+
+def arrival_process(arrival: str | None, burstiness: float | None, rate: float | None,
+                    users: int | None, trace: object | None) -> str:
+    """The arrival process the load options ask for (`ArrivalConfig.process`), or a usage
+    error for options that exclude each other or shape nothing."""
+    if arrival is not None and arrival not in OPEN_LOOP:
+        raise UsageError(f"--arrival {arrival!r}: expected one of {', '.join(OPEN_LOOP)}")
+    if trace is not None:
+        if rate is not None or users is not None:
+            raise UsageError("--trace replays its own timestamps: drop --rate/--users")
+        return "trace"
+    if rate is not None:
+        if users is not None:
+            raise UsageError("--users (closed loop) and --rate (open loop) exclude each "
+                             "other; cap an open loop with --max-concurrency")
+        return arrival or ("gamma" if burstiness is not None else "poisson")
+    if arrival is not None or burstiness is not None:
+        raise UsageError("--arrival and --burstiness shape an open loop: give --rate")
+    return "closed"
 
 
 def window_s(duration: float | None, warmup: float | None, cooldown: float | None

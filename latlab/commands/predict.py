@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from latlab.commands.calibrate import ShapeOptions
 from latlab.commands.common import UsageError, console, print_json
 from latlab.commands.groups import (ArrivalShape, OutputOptions, WorkloadOptions,
-                                   split_serve_args, window_s)
+                                   arrival_process, split_serve_args, window_s)
 from latlab.commands.options import opt, validation_message
 from latlab.commands.predict_plans import (cold_start_s, parse_goal, predict_sweep,
                                             replicas_for)
@@ -24,7 +24,7 @@ from latlab.commands.predicting import Predicted, predict_point, resolve_calibra
 from latlab.records.config import BenchConfig
 from latlab.records.folder import RunFolder, RunFolderError
 from latlab.records.simulation import ROUTERS, Autoscale, Fleet
-from latlab.records.workload import OPEN_LOOP, ArrivalConfig
+from latlab.records.workload import ArrivalConfig
 from latlab.report.console import print_analysis, print_summary
 from latlab.sim.calibration import fit_warning
 from latlab.sim.folder import RECORDS
@@ -116,16 +116,11 @@ class PredictOptions(WorkloadOptions, ArrivalShape, FleetOptions, OutputOptions)
             raise UsageError(validation_message(e, self.flags_by_target())) from None
 
     def arrivals(self) -> ArrivalConfig:
-        if self.arrival is not None and self.arrival not in OPEN_LOOP:
-            raise UsageError(f"--arrival {self.arrival!r}: expected one of {', '.join(OPEN_LOOP)}")
-        if self.rate is not None and self.users is not None:
-            raise UsageError("--users (closed loop) and --rate (open loop) exclude each other")
-        process = ("trace" if self.trace else
-                   self.arrival or ("gamma" if self.burstiness else "poisson") if self.rate
-                   else "closed")
+        process = arrival_process(self.arrival, self.burstiness, self.rate, self.users,
+                                  self.trace)
         try:
             return ArrivalConfig(process=process, users=self.users or 1, rate=self.rate,
-                                 burstiness=self.burstiness or 1.0,
+                                 burstiness=1.0 if self.burstiness is None else self.burstiness,
                                  max_concurrency=self.max_concurrency, ramp_s=self.ramp,
                                  trace=self.trace, seed=self.seed)
         except ValidationError as e:
