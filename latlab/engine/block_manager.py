@@ -71,12 +71,7 @@ class BlockManager:
             seq.block_table.append(block_id)
 
     def free(self, seq: Sequence) -> None:
-        for block_id in reversed(seq.block_table):
-            block = self.blocks[block_id]
-            block.ref_count -= 1
-            if block.ref_count == 0:
-                self.free_block_ids[block_id] = None
-        seq.block_table.clear()
+        self.trim(seq, 0)
 
     def trim(self, seq: Sequence, num_tokens: int) -> None:
         """Give back the blocks past the first `num_tokens` tokens (rejected draft tokens)."""

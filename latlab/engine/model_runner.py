@@ -62,11 +62,13 @@ class ModelRunner:
         done: list[Sequence] = []
         for seq, n in batch:
             start, size, table = seq.num_computed_tokens, self.block_size, seq.block_table
-            tokens = seq.token_ids + seq.spec_token_ids if seq.spec_token_ids else seq.token_ids
-            input_ids += tokens[start : start + n]
+            known = len(seq.token_ids)
+            input_ids += seq.token_ids[start : start + n]
+            if start + n > known:  # drafts being verified (no copy of the whole context)
+                input_ids += seq.spec_token_ids[max(start - known, 0) : start + n - known]
             positions += range(start, start + n)
             slots += [table[p // size] * size + p % size for p in range(start, start + n)]
-            if start + n == len(tokens):
+            if start + n == known + len(seq.spec_token_ids):
                 done.append(seq)
                 sample_rows += range(len(input_ids) - 1 - len(seq.spec_token_ids),
                                      len(input_ids))

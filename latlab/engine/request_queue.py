@@ -15,7 +15,6 @@ from typing import Literal
 
 from latlab.engine.sequence import Sequence
 
-POLICIES = ("fcfs", "priority")
 FAIR_SHARE_DECAY = 0.9
 
 
@@ -53,7 +52,8 @@ class RequestQueue:
         return bool(self._items)
 
     def __iter__(self) -> Iterator[Sequence]:
-        return iter(sorted(self._items, key=self.key))
+        """In no particular order: the scheduler sorts them with the running ones by `key`."""
+        return iter(self._items)
 
     def key(self, seq: Sequence) -> tuple[float, float, int]:
         """Sort key of a sequence, waiting or running: smaller is served first."""
