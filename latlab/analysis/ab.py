@@ -43,7 +43,8 @@ def pool(rounds: Sequence[RunAnalysis]) -> RunAnalysis:
             summary.goodput.requests_per_s = (sum(r * w for r, w in rates)
                                               / sum(w for _, w in rates))
     scrapes = [s for a in rounds for s in a.scrapes]
-    return assemble(first.run, first.config, summary, requests, None, everything, scrapes)
+    return assemble(first.run, first.config, summary, requests, None, everything, scrapes,
+                    diagnosis=False)
 
 
 def pooled_throughput(rates: Sequence[Throughput | None]) -> Throughput | None:
