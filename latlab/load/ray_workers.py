@@ -190,7 +190,8 @@ def _collect(ray: Any, actors: list, node_of: dict[int, str], run: RunFolder,
                 try:
                     items = ray.get(ref)
                 except ray.exceptions.RayError as e:
-                    writer.write_lines(_lost_records(w, node_of[w], in_flight[w]))
+                    for record in _lost_records(w, node_of[w], in_flight[w]):
+                        writer.write(record)
                     results[w] = _lost(w, node_of[w], len(in_flight[w]), e)
                     lost.add(w)
                     continue
@@ -232,17 +233,12 @@ def _forward_interrupts(actors: list) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _lost_records(worker: int, node: str, flying: dict[str, tuple]) -> list[bytes]:
-    import orjson
-
-    out = []
-    for rid, index, scheduled in flying.values():
-        r = RequestTimeline(id=rid, index=index, worker=worker, node=node, scheduled_ns=scheduled,
-                            outcome=Outcome.CLIENT_ERROR,
+def _lost_records(worker: int, node: str, flying: dict[str, tuple]) -> list[RequestTimeline]:
+    return [RequestTimeline(id=rid, index=index, worker=worker, node=node,
+                            scheduled_ns=scheduled, outcome=Outcome.CLIENT_ERROR,
                             error=f"its load generator (worker {worker} on node {node}) was lost "
                                   "mid-request")
-        out.append(orjson.dumps(r.to_json(), option=orjson.OPT_APPEND_NEWLINE))
-    return out
+            for rid, index, scheduled in flying.values()]
 
 
 def _lost(worker: int, node: str, flying: int, error: Exception) -> WorkerResult:
