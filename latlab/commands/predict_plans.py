@@ -65,8 +65,9 @@ def predict_sweep(o, cal: Calibration, where: str, fleet: Fleet, bench: BenchCon
     from latlab.commands.options import parse_numbers
 
     config = SweepConfig(base=bench, rates=parse_numbers(o.rates, "--rates"), points=o.points,
-                         percentile=o.percentile, arrival=o.arrival or "poisson",
-                         burstiness=o.burstiness or 1.0)
+                         percentile=o.percentile,
+                         arrival=o.arrival or ("gamma" if o.burstiness is not None else "poisson"),
+                         burstiness=1.0 if o.burstiness is None else o.burstiness)
     folder = RunFolder.create(o.out, f"sweep-{bench.name}").path
     created, points = time.time(), []
     stop = SweepStop(reason="all_points", message="every load given was run")
@@ -84,7 +85,7 @@ def predict_sweep(o, cal: Calibration, where: str, fleet: Fleet, bench: BenchCon
         if mode == "throughput":
             continue
         earlier = [q for q in points[:-1] if q.mode != "throughput"]
-        if message := capacity.too_many_errors(point, 0.05):
+        if message := capacity.too_many_errors(point, config.max_error_rate):
             stop = SweepStop(reason="error_rate", message=message)
             break
         if earlier and (message := capacity.saturation(earlier[-1], point)):
