@@ -28,6 +28,7 @@ import orjson
 from latlab.load.connection import connection_trace
 from latlab.load.ollama import NdjsonParser, ollama_body
 from latlab.load.server_timing import ServerKind, from_event, from_headers
+from latlab.load.stamps import StampingConnector, read_stamped
 from latlab.load.sse import StreamFault, StreamParser, apply_usage
 from latlab.load.workload import RequestSpec
 from latlab.records.timeline import Outcome, RequestTimeline
@@ -77,7 +78,7 @@ class Client:
         self._fresh: aiohttp.ClientSession | None = None  # one connection per request
 
     def _new_session(self, keepalive: bool) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0,
+        connector = StampingConnector(limit=self._pool_size, limit_per_host=0,
                                          ttl_dns_cache=300, force_close=not keepalive)
         return aiohttp.ClientSession(connector=connector, timeout=self._timeout,
                                      trace_configs=[connection_trace()],
@@ -184,8 +185,7 @@ class Client:
     async def _read_stream(self, resp: aiohttp.ClientResponse, r: RequestTimeline,
                            keep: bool) -> str | None:
         parser = (NdjsonParser if self.route.ollama else StreamParser)(r, self.route.chat, keep)
-        async for chunk in resp.content.iter_any():
-            parser.feed(chunk, perf_counter_ns())
+        await read_stamped(resp, parser.feed)
         parser.finish()
         return "".join(parser.text) if parser.text is not None else None
 

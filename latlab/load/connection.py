@@ -1,7 +1,9 @@
 """Connection phases from aiohttp's tracing: pool wait, DNS, connect, and `sent`.
 
-The request's `RequestTimeline` is the trace's request context. `sent` is stamped the moment
-a connection is ready for it (new or reused), just before aiohttp writes the request.
+The request's `RequestTimeline` is the trace's request context. `sent` is stamped when aiohttp
+hands the request's body (with its headers) to the socket; a request whose body is never
+written keeps the time its connection was ready (new or reused). Between the two lie
+aiohttp's building of the request and, on Python < 3.12, one event-loop turn: client wait.
 """
 
 from __future__ import annotations
@@ -41,11 +43,19 @@ def connection_trace() -> aiohttp.TraceConfig:
         dns = getattr(ctx, "dns_ns", None)
         r.connection = ConnectionTiming(new=True, pool_wait_ns=getattr(ctx, "pool_wait_ns", None),
                                         dns_ns=dns, connect_ns=r.sent_ns - ctx.create_ns - (dns or 0))
+        ctx.body_sent = False
 
     async def reuse(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
         r = ctx.trace_request_ctx
         r.sent_ns = perf_counter_ns()
         r.connection = ConnectionTiming(new=False, pool_wait_ns=getattr(ctx, "pool_wait_ns", None))
+        ctx.body_sent = False
+
+    async def chunk_sent(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+        if getattr(ctx, "body_sent", True):
+            return
+        ctx.body_sent = True
+        ctx.trace_request_ctx.sent_ns = perf_counter_ns()  # aiohttp writes right after this
 
     trace.on_connection_queued_start.append(queued_start)
     trace.on_connection_queued_end.append(queued_end)
@@ -54,4 +64,5 @@ def connection_trace() -> aiohttp.TraceConfig:
     trace.on_dns_resolvehost_end.append(dns_end)
     trace.on_connection_create_end.append(create_end)
     trace.on_connection_reuseconn.append(reuse)
+    trace.on_request_chunk_sent.append(chunk_sent)
     return trace

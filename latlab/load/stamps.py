@@ -1,0 +1,80 @@
+"""Arrival stamps taken when the socket is read, not when the reading coroutine resumes.
+
+aiohttp hands a response's bytes to the reading coroutine one event-loop turn after the
+socket read; at hundreds of streams that turn is spent on every other readable socket and
+every other coroutine, and a stamp taken in the coroutine carries all of it. `StampedHandler`
+(the connection's protocol) stamps each read as it happens, with the body's byte count after
+it; `read_stamped` cuts what the coroutine reads at those counts, so every piece gets the
+time its bytes were read. The protocol does nothing else in the read, so the stamps of the
+sockets later in one loop turn wait only for the reads before them, not for their parsing.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from collections.abc import Callable
+from time import perf_counter_ns
+from typing import Any
+
+import aiohttp
+from aiohttp.client_proto import ResponseHandler
+
+
+class StampedHandler(ResponseHandler):
+    """aiohttp's response protocol, keeping `(read_ns, body_bytes_after)` for each socket
+    read of the response being received."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stamps: deque[tuple[int, int]] = deque()
+        self.stamped: object = None  # the payload the stamps count
+
+    def data_received(self, data: bytes) -> None:
+        t = perf_counter_ns()
+        before = self._payload
+        super().data_received(data)
+        payload = self._payload or before
+        if payload is None:
+            return
+        if payload is not self.stamped:
+            self.stamped, self.stamps = payload, deque()
+        self.stamps.append((t, payload.total_bytes))
+
+
+class StampingConnector(aiohttp.TCPConnector):
+    """A TCPConnector whose connections are `StampedHandler`s."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._factory = functools.partial(StampedHandler, loop=self._loop)
+
+
+async def read_stamped(resp: aiohttp.ClientResponse, feed: Callable[[bytes, int], None]) -> None:
+    """Feed `resp`'s body to `feed(piece, read_ns)` until its end, each piece stamped with
+    the socket read that brought it (now, on a connection that is not a `StampedHandler`)."""
+    content = resp.content
+    handler = getattr(resp, "_protocol", None)  # kept after the connection is released
+    offset = 0
+    while chunk := await content.readany():
+        if isinstance(handler, StampedHandler) and handler.stamped is content:
+            for piece, t in split_at_reads(chunk, offset, handler.stamps):
+                feed(piece, t or perf_counter_ns())
+        else:
+            feed(chunk, perf_counter_ns())
+        offset += len(chunk)
+
+
+def split_at_reads(chunk: bytes, offset: int,
+                   stamps: deque[tuple[int, int]]) -> list[tuple[bytes, int | None]]:
+    """`chunk` (the body's bytes from `offset` on) cut where the socket reads in `stamps`
+    ended, each piece with its read's stamp (None past the last stamp), consuming `stamps`."""
+    end, pos, out = offset + len(chunk), 0, []
+    while stamps and stamps[0][1] <= end:
+        t, upto = stamps.popleft()
+        if upto - offset > pos:
+            out.append((chunk[pos:upto - offset], t))
+            pos = upto - offset
+    if pos < len(chunk):
+        out.append((chunk[pos:], stamps[0][0] if stamps else None))
+    return out
