@@ -111,3 +111,21 @@ def test_requests_never_scheduled_expire_after_the_queue_delay():
     assert out.refused[0].finish_reason is FinishReason.QUEUE_TIMEOUT
     assert out.refused[0].status is SequenceStatus.FINISHED
     assert [q.request_id for q in s.waiting] == ["fresh"]
+
+
+def test_a_preempted_request_goes_back_before_the_requests_that_came_after_it():
+    """FCFS keeps its queue in arrival order (no sort per step): a preempted sequence is put
+    back at its arrival's place, and the queue's order is the policy's."""
+    from latlab.engine.request_queue import RequestQueue
+
+    q = RequestQueue()
+    a, b, c, d = (seq(name, 2) for name in "abcd")
+    for s in (a, b, c, d):
+        q.add(s)
+    q.remove(a)
+    q.remove(c)
+    q.add(c)  # preempted: back before d, which came after it
+    q.add(a)
+    assert [s.request_id for s in q.ordered()] == ["a", "b", "c", "d"]
+    assert q.peek() is a
+    assert q.ordered() == sorted(q, key=q.key)

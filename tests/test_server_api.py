@@ -211,3 +211,29 @@ def test_a_chat_template_that_rejects_the_messages_gives_400(tmp_path):
         r = httpx.post(s.url + "/v1/chat/completions", json={
             "messages": [{"role": "user", "content": "x"}], "max_tokens": 2})
         assert r.status_code == 200
+
+
+def test_step_log_has_every_served_step_and_what_it_scheduled(tmp_path):
+    """Each step that served is one line: every generated token was sampled in exactly one
+    of them, every prompt token computed in one, and the steps follow one another."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from latlab.records.steps import read_step_log
+
+    path = tmp_path / "steps.jsonl"
+    prompts = ["one two three", "a much longer prompt than the first one " * 3, "x"]
+    with running_server(settings={"step_log": path}) as s:
+        def send(prompt):
+            return httpx.post(s.url + "/v1/completions", timeout=60,
+                              json={"prompt": prompt, "max_tokens": 5, "ignore_eos": True})
+
+        with ThreadPoolExecutor(3) as pool:
+            usages = [r.json()["usage"] for r in pool.map(send, prompts)]
+    steps = read_step_log(path)
+    assert sum(st.sampled for st in steps) == sum(u["completion_tokens"] for u in usages)
+    # the last generated token is sampled but never computed again
+    computed = sum(u["prompt_tokens"] + u["completion_tokens"] - 1 for u in usages)
+    assert sum(st.tokens for st in steps) == computed
+    assert all(st.decodes + st.prefills >= 1 and st.decodes <= st.tokens
+               and st.end_ns > st.start_ns for st in steps)
+    assert all(a.end_ns <= b.start_ns for a, b in zip(steps, steps[1:]))

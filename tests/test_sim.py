@@ -232,3 +232,30 @@ def test_predicted_records_carry_the_prompt_tokens_their_prefix_cache_served():
     assert cached.timeline(int(np.flatnonzero(with_prefix & ok)[-1])).cached_tokens == 64
     plain = simulate(work, calibration(block_size=16))
     assert (plain.columns.cached[plain.columns.outcome == OK] == 0).all()
+
+
+def test_fitted_to_served_steps_the_cost_is_the_servers():
+    """Steps a server ran 1.3 times slower than timed in process, plus 0.5 ms each (noise of
+    ±2 %): the calibration fitted to them charges what they took."""
+    from latlab.records.steps import StepRecord
+    from latlab.sim.calibration import as_served
+
+    cal = calibration()
+    model = StepCostModel(cal.step)
+    rng = np.random.default_rng(0)
+    steps, t = [], 0
+    for _ in range(400):
+        decodes, prefill = int(rng.integers(0, 32)), int(rng.choice([0, 0, 0, 64, 256]))
+        f = [decodes + prefill, decodes, int(prefill > 0), decodes + int(prefill > 0),
+             min(decodes, 3), decodes * int(rng.integers(16, 600)), prefill * prefill]
+        if not f[0]:
+            continue
+        ms = (1.3 * model.seconds(*f) * 1e3 + 0.5) * rng.uniform(0.98, 1.02)
+        steps.append(StepRecord(start_ns=t, end_ns=t + int(ms * 1e6), **dict(zip(
+            ("tokens", "decodes", "prefills", "sampled", "decode_groups", "decode_context",
+             "prefill_attention"), f))))
+        t += int(ms * 1e6) + 1000
+    served = StepCostModel(as_served(cal, steps).step)
+    errors = [abs(served.seconds(*s.features()) * 1e3 / s.ms - 1) for s in steps]
+    assert np.mean(errors) < 0.02
+    assert "steps served" in as_served(cal, steps).notes[-1]

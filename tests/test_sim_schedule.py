@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from latlab.engine.batching import step_features
 from latlab.engine.config import EngineConfig
 from latlab.engine.engine import LLMEngine
 from latlab.engine.sampling import SamplingParams
@@ -15,7 +16,7 @@ from latlab.records.simulation import Fleet
 from latlab.records.workload import ArrivalConfig, WorkloadConfig
 from latlab.sim.fleet import Simulation
 from latlab.sim.sequence import engine_shape, new_sequence
-from latlab.sim.stepcost import StepCostModel, step_features
+from latlab.sim.stepcost import StepCostModel
 from latlab.sim.workload import Lengths, SimWorkload
 
 PREFIX = list(range(1, 49))  # the shared prefix the simulator gives a workload of 48 tokens

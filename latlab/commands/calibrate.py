@@ -20,6 +20,7 @@ from latlab.commands.serve import parse_serve_args
 from latlab.records.calibration import CALIBRATION_JSON, Calibration
 from latlab.records.config import BenchConfig
 from latlab.records.folder import RunFolder
+from latlab.records.steps import StepLogError, read_step_log
 from latlab.records.workload import ArrivalConfig, WorkloadConfig
 from latlab.sim import calibration as calibrations
 from latlab.sim.calibrate_run import CalibrationError, request_costs
@@ -27,6 +28,8 @@ from latlab.sim.validate import compare
 
 PROBE_REQUESTS = 16
 LOADED_USERS = 4
+PROBE_LOAD = 0.5  # the open-loop probe's rate, as a share of the predicted capacity
+PROBE_OPEN_S = 20.0  # and about how long it runs
 
 
 # latlab serve options the simulated replica does not follow (the scheduler's other options,
@@ -109,35 +112,52 @@ def calibrate_engine(serve: list[str], err: Console, probe: bool = True) -> Cali
 
 
 def _probe(cal: Calibration, serve: list[str], err: Console) -> Calibration:
-    """Short benches through one latlab serve: one request at a time (the per-request
-    costs), then a few users and as many users as the engine batches (what serving adds to
-    a step, fitted by replaying them all); how well the result replays each is noted."""
+    """Short benches through one latlab serve writing its steps (`--step-log`): one request
+    at a time (the per-request costs), a few users, as many users as the engine batches,
+    and Poisson arrivals at half the capacity the in-process calibration predicts. The
+    step cost is then fitted to the steps served under those arrivals
+    (`calibration.as_served`): the engine's steps cost more while its HTTP server takes in
+    and streams requests as they come than in a closed loop or in process. How well the
+    result replays each probe is noted."""
     from latlab.commands.bench import run_bench
     from latlab.load.target import EngineError, start_engine
 
     batch = cal.engine.max_num_seqs
-    plan = [(1, PROBE_REQUESTS), (LOADED_USERS, 8 * LOADED_USERS), (batch, 3 * batch)]
-    err.print("probing latlab serve: " + ", ".join(f"{n} requests from {u} user"
-                                                   + ("s" if u > 1 else "") for u, n in plan)
-              + "…", style="dim", highlight=False)
+    rate = round(PROBE_LOAD * calibrations.capacity(cal, 2 * batch), 2)
+    plan = [(ArrivalConfig(process="closed", users=1), PROBE_REQUESTS),
+            (ArrivalConfig(process="closed", users=LOADED_USERS), 8 * LOADED_USERS),
+            (ArrivalConfig(process="closed", users=batch), 3 * batch),
+            (ArrivalConfig(process="poisson", rate=rate), round(rate * PROBE_OPEN_S))]
+    err.print("probing latlab serve: " + ", ".join(
+        f"{n} requests from {a.users} user" + ("s" if a.users > 1 else "")
+        if not a.open_loop else f"{n} at {a.rate:g}/s (Poisson)" for a, n in plan)
+        + "…", style="dim", highlight=False)
     with tempfile.TemporaryDirectory(prefix="latlab-calibrate-") as tmp:
+        steps = Path(tmp) / "steps.jsonl"
         try:
-            engine = start_engine(serve, log_path=Path(tmp) / "engine.log")
+            engine = start_engine([*serve, "--step-log", str(steps)],
+                                  log_path=Path(tmp) / "engine.log")
         except EngineError as e:
             raise RunFailed(f"the probe could not start latlab serve: {e}") from None
         runs = []
         try:
-            for users, requests in plan:
+            for arrivals, requests in plan:
                 bench = BenchConfig(url=engine.url, workload=WorkloadConfig(),
-                                    arrivals=ArrivalConfig(process="closed", users=users),
-                                    duration_s=None, requests=requests, out=Path(tmp),
-                                    name=f"calibrate-probe-{users}")
+                                    arrivals=arrivals, duration_s=None, requests=requests,
+                                    out=Path(tmp), name="calibrate-probe")
                 runs.append(RunFolder(run_bench(bench).run.path))
         finally:
             engine.stop()
         costs = request_costs(runs[0].read_records())
         cal = calibrations.with_request_costs(cal, costs, "a probe through latlab serve")
-        cal = calibrations.serving_overhead(cal, runs)
+        open_loop = [r for r in runs[-1].read_records() if r.origin_ns and r.end_ns]
+        start = min(r.origin_ns for r in open_loop)
+        end = max(r.end_ns for r in open_loop)
+        try:
+            served = [s for s in read_step_log(steps) if start <= s.start_ns <= end]
+            cal = calibrations.as_served(cal, served)
+        except (StepLogError, CalibrationError) as e:
+            raise RunFailed(f"the open-loop probe's steps: {e}") from None
         checks = [compare(cal, run) for run in runs]
     cal.notes += [f"probe replayed on the calibration: {c.line()}" for c in checks]
     return cal

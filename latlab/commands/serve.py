@@ -51,6 +51,10 @@ class ServeOptions(Options):
     otlp_endpoint: str | None = opt(None, "Export an OpenTelemetry span per request over "
                                           "OTLP/HTTP to this URL (e.g. latlab bench --otlp-port: "
                                           "http://127.0.0.1:PORT/v1/traces).")
+    step_log: Path | None = opt(None, "Append one JSON line per engine step to this file: its "
+                                      "start and end, tokens, decodes, prefill chunks, context "
+                                      "(what latlab calibrate fits; schema docs/schema/"
+                                      "step.schema.json).")
     enable_prefix_caching: bool = opt(False, "Share the cached KV blocks of common prompt "
                                              "prefixes.")
     scheduling_policy: str = opt("fcfs", "fcfs, or priority (the request's `priority`: lower "
@@ -126,11 +130,16 @@ def serve(options: ServeOptions) -> None:
 
     o = options
     config = o.engine_config()
+    if o.step_log is not None:
+        try:
+            open(o.step_log, "ab").close()
+        except OSError as e:
+            raise UsageError(f"--step-log {o.step_log}: {e.strerror or e}") from None
     try:
         settings = ServerSettings(served_model_name=o.served_model_name or o.model,
                                   api_key=read_api_key(o.api_key, o.api_key_file),
                                   allow_origins=tuple(o.allow_origin), otel_file=o.otel_file,
-                                  otlp_endpoint=o.otlp_endpoint)
+                                  otlp_endpoint=o.otlp_endpoint, step_log=o.step_log)
         run_server(config, settings, host=o.host, port=o.port)
     except (ConfigError, ModelLoadError) as e:
         raise UsageError(str(e)) from None

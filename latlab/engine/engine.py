@@ -9,62 +9,25 @@ import gc
 import itertools
 import logging
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
+from latlab.engine.batching import step_features
 from latlab.engine.block_manager import BlockManager
 from latlab.engine.config import EngineConfig
 from latlab.engine.detokenizer import Detokenizer
 from latlab.engine.device import resolve_device
 from latlab.engine.loader import LoadedModel, load_model
 from latlab.engine.model_runner import ModelRunner
+from latlab.engine.outputs import EngineStats, RequestOutput
 from latlab.engine.sampling import Sampler, SamplingParams
 from latlab.engine.scheduler import Scheduler
 from latlab.engine.sequence import FinishReason, Sequence, StageTimes
 from latlab.engine.spec_decode import make_proposer
 
 log = logging.getLogger("latlab.engine")
-
-
-@dataclass(slots=True)
-class RequestOutput:
-    """What one step produced for one request: the new text, cumulative counts, the end."""
-
-    request_id: str
-    text: str
-    num_prompt_tokens: int
-    num_cached_tokens: int
-    num_output_tokens: int
-    token_time_ns: int
-    finish_reason: FinishReason | None
-    times: StageTimes
-    error: str | None = None  # set with FinishReason.ERROR: why the engine gave up on it
-    num_draft_tokens: int = 0     # speculative tokens verified so far
-    num_accepted_tokens: int = 0  # of which accepted
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
-
-
-@dataclass(frozen=True, slots=True)
-class EngineStats:
-    num_running: int
-    num_waiting: int
-    num_free_blocks: int
-    num_blocks: int
-    kv_usage: float
-    num_preemptions: int
-    num_steps: int
-    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache
-    prefix_cache_hits: int = 0     # of which found there
-    num_draft_tokens: int = 0      # speculative tokens verified
-    num_accepted_tokens: int = 0   # of which accepted
-    num_queue_timeouts: int = 0    # refused after --max-queue-delay
-    model_loaded: bool = True      # False while unloaded (--idle-unload)
-    num_model_loads: int = 0       # reloads after an unload
-    last_load_s: float | None = None
 
 
 class LLMEngine:
@@ -90,6 +53,9 @@ class LLMEngine:
         self.runner: ModelRunner | None = self._runner(loaded)
         self.sequences: dict[str, Sequence] = {}
         self.num_steps = 0
+        # Called after each step that ran the model: its start and end (perf_counter ns)
+        # and `batching.step_features` of what it scheduled (`latlab serve --step-log`).
+        self.on_step: Callable[[int, int, list[int]], None] | None = None
         self.num_queue_timeouts = 0
         self.num_model_loads = 0
         self.last_load_s: float | None = None
@@ -177,10 +143,12 @@ class LLMEngine:
         """Schedule, run the model once, and report every request that got tokens (or was
         refused for waiting too long, or failed)."""
         self.wake_up()
+        started = time.perf_counter_ns()  # a model load (after --idle-unload) is not a step's
         out = self.scheduler.schedule()
         outputs = [self._refused(seq) for seq in out.refused]
         if not out.scheduled:
             return outputs
+        features = step_features(out.scheduled) if self.on_step else None
         tokens, failed = self._execute(out.scheduled)
         outputs += failed
         now = time.perf_counter_ns()
@@ -195,6 +163,8 @@ class LLMEngine:
                 except Exception as e:
                     outputs.append(self._fail(seq, e))
         self.runner.propose(self.scheduler.running)
+        if features:
+            self.on_step(started, time.perf_counter_ns(), features)
         return outputs
 
     def _execute(self, scheduled: list[tuple[Sequence, int]]

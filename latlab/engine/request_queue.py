@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Iterator
 from typing import Literal
 
@@ -35,7 +36,9 @@ class FairShare:
 
 
 class RequestQueue:
-    """The waiting sequences; `peek` gives the one the policy serves next."""
+    """The waiting sequences; `peek` gives the one the policy serves next. Under plain FCFS
+    they are kept in arrival order, so the order costs nothing per step however long the
+    queue; a priority or fair-share order is sorted when asked for."""
 
     def __init__(self, policy: Literal["fcfs", "priority"] = "fcfs",
                  fair_share: bool = False) -> None:
@@ -44,6 +47,7 @@ class RequestQueue:
         self._items: list[Sequence] = []
         self._arrivals: dict[int, int] = {}  # id(seq) -> arrival number, kept until finished
         self._next_arrival = 0
+        self._kept_in_order = policy == "fcfs" and not fair_share
 
     def __len__(self) -> int:
         return len(self._items)
@@ -52,8 +56,12 @@ class RequestQueue:
         return bool(self._items)
 
     def __iter__(self) -> Iterator[Sequence]:
-        """In no particular order: the scheduler sorts them with the running ones by `key`."""
+        """In no particular order (`ordered` for the policy's)."""
         return iter(self._items)
+
+    def ordered(self) -> list[Sequence]:
+        """The waiting sequences, the one to serve first first."""
+        return list(self._items) if self._kept_in_order else sorted(self._items, key=self.key)
 
     def key(self, seq: Sequence) -> tuple[float, float, int]:
         """Sort key of a sequence, waiting or running: smaller is served first."""
@@ -66,10 +74,13 @@ class RequestQueue:
         if id(seq) not in self._arrivals:
             self._arrivals[id(seq)] = self._next_arrival
             self._next_arrival += 1
+        elif self._kept_in_order:  # preempted: back to its place
+            insort(self._items, seq, key=lambda s: self._arrivals[id(s)])
+            return
         self._items.append(seq)
 
     def peek(self) -> Sequence:
-        return min(self._items, key=self.key)
+        return self._items[0] if self._kept_in_order else min(self._items, key=self.key)
 
     def remove(self, seq: Sequence) -> None:
         self._items.remove(seq)

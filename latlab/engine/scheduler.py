@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from heapq import merge
 
 from latlab.engine.block_manager import BlockManager
 from latlab.engine.config import EngineConfig
@@ -100,15 +101,16 @@ class Scheduler:
         preempted_for_priority = len(out.preempted)
         self._schedule_decodes(out, budget, scheduled)
         kv_dry = len(out.preempted) > preempted_for_priority
-        candidates = [s for s in self.running if not s.is_decoding]
-        if not (self.static or kv_dry):
-            candidates += self.waiting
-        admitting = True
-        for seq in sorted(candidates, key=self.waiting.key):
+        key = self.waiting.key
+        prefilling = sorted((s for s in self.running if not s.is_decoding), key=key)
+        waiting = [] if self.static or kv_dry else self.waiting.ordered()
+        admitting, left = True, len(prefilling)  # left: running candidates not yet seen
+        for seq in merge(prefilling, waiting, key=key):
             limit = min(budget.total, budget.prefill)
-            if limit <= 0:
+            if limit <= 0 or not (admitting or left):
                 break
             if seq.status is SequenceStatus.RUNNING:
+                left -= 1
                 self.block_manager.take_cached_prefix(seq)  # static: admitted blockless
                 n = self._chunk(seq, limit)
                 if n and self._make_room(seq, n, out, scheduled):

@@ -19,6 +19,7 @@ from latlab.records.ab import ABRecord
 from latlab.records.calibration import Calibration
 from latlab.records.coldstart import ColdstartRecord
 from latlab.records.config import RunConfig
+from latlab.records.steps import StepRecord
 from latlab.records.summary import RunSummary
 from latlab.records.sweep import SweepRecord
 from latlab.records.timeline import RequestTimeline
@@ -31,6 +32,7 @@ FILES: dict[str, Any] = {
     "coldstart": ColdstartRecord,   # coldstart.json
     "calibration": Calibration,     # a calibration (`latlab calibrate`)
     "ab": ABRecord,                 # ab.json
+    "step": StepRecord,             # each line of a `latlab serve --step-log` file
 }
 
 

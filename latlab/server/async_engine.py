@@ -17,10 +17,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
-from latlab.engine.engine import EngineStats, LLMEngine, RequestOutput
+import orjson
+
+from latlab.engine.engine import LLMEngine
+from latlab.engine.outputs import EngineStats, RequestOutput
 from latlab.engine.sampling import SamplingParams
 from latlab.engine.sequence import FinishReason
+from latlab.records.steps import FEATURE_FIELDS
 
 log = logging.getLogger("latlab.serve")
 
@@ -110,8 +115,11 @@ class RequestStream:
 class AsyncEngine:
     """Runs an `LLMEngine` in a thread; `submit` from the event loop, iterate the stream."""
 
-    def __init__(self, engine: LLMEngine, max_waiting: int) -> None:
+    def __init__(self, engine: LLMEngine, max_waiting: int, step_log: Path | None = None
+                 ) -> None:
         self.engine = engine
+        # unbuffered: each step's line is written as it ends (a killed server loses none)
+        self._step_log = open(step_log, "ab", buffering=0) if step_log else None
         self.max_waiting = max_waiting
         self.stats: EngineStats = engine.stats()
         self.ready = asyncio.Event()
@@ -143,6 +151,12 @@ class AsyncEngine:
         if self._thread is not None:
             self._thread.join(timeout=30)
         self._fail_all(EngineNotReady("the server is shutting down"))
+        if self._step_log is not None:
+            self._step_log.close()
+
+    def _log_step(self, start_ns: int, end_ns: int, features: list[int]) -> None:
+        self._step_log.write(orjson.dumps(dict(zip(("start_ns", "end_ns", *FEATURE_FIELDS),
+                                                   (start_ns, end_ns, *features)))) + b"\n")
 
     def _fail_all(self, error: Exception) -> None:
         for stream in self._streams.values():
@@ -209,6 +223,8 @@ class AsyncEngine:
         if self._stopping:
             return
         freeze_heap()
+        if self._step_log is not None:  # after the warm-up: only the steps that serve
+            self.engine.on_step = self._log_step
         self.startup_s = time.perf_counter() - started
         self.stats = self.engine.stats()
         self._loop.call_soon_threadsafe(self.ready.set)

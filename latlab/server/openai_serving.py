@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from latlab.engine.engine import RequestOutput
+from latlab.engine.outputs import RequestOutput
 from latlab.server.async_engine import (AsyncEngine, EngineNotReady, EngineRequestError,
                                         QueueFull, QueueTimeout, RequestFailed,
                                         RequestStream)
@@ -47,6 +47,7 @@ class ServerSettings:
     allow_origins: tuple[str, ...] = ()
     otel_file: Path | None = None
     otlp_endpoint: str | None = None
+    step_log: Path | None = None  # one JSON line per engine step (records.steps)
 
 
 class OpenAIServing:

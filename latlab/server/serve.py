@@ -56,7 +56,8 @@ class _Server(uvicorn.Server):
 def build_server(config: EngineConfig, settings: ServerSettings, host: str,
                  port: int) -> uvicorn.Server:
     """A uvicorn server around a new engine; the engine warms up once the server starts."""
-    engine = AsyncEngine(LLMEngine(replace(config, warmup=False)), config.max_waiting)
+    engine = AsyncEngine(LLMEngine(replace(config, warmup=False)), config.max_waiting,
+                         step_log=settings.step_log)
     app = create_app(engine, settings, warmup=config.warmup)
     return _Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                   access_log=False, timeout_graceful_shutdown=5,

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import orjson
 from fastapi.responses import StreamingResponse
 
-from latlab.engine.engine import RequestOutput
+from latlab.engine.outputs import RequestOutput
 from latlab.server.async_engine import (EngineNotReady, EngineRequestError, QueueTimeout,
                                         RequestFailed, RequestStream)
 from latlab.server.schemas import ApiError, GenerationRequest, Usage

@@ -10,7 +10,7 @@ from prometheus_client import (CollectorRegistry, Counter, Histogram, disable_cr
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from latlab.engine.engine import EngineStats
+from latlab.engine.outputs import EngineStats
 from latlab.engine.sequence import StageTimes
 
 if TYPE_CHECKING:

@@ -18,7 +18,8 @@ import numpy as np
 
 from latlab.records.calibration import EngineShape
 from latlab.sim.sequence import engine_shape
-from latlab.sim.stepcost import features, step_features
+from latlab.engine.batching import step_features
+from latlab.sim.stepcost import features
 
 CONTEXTS = (64, 320, 960)
 BATCHES = (1, 2, 4, 8, 16, 31, 32)

@@ -23,12 +23,13 @@ from pydantic import ValidationError
 
 from latlab import __version__
 from latlab.records.calibration import Calibration, RequestCosts
-from latlab.records.folder import RunFolder, RunFolderError, read_json, write_json
-from latlab.sim.calibrate_run import (CalibrationError, request_costs, rows, run_folders,
-                                      shape_from)
+from latlab.records.folder import RunFolderError, read_json, write_json
+from latlab.records.steps import StepRecord
+from latlab.records.workload import ArrivalConfig, WorkloadConfig
+from latlab.sim.calibrate_run import CalibrationError, request_costs, rows, run_folders, shape_from
 from latlab.sim.fleet import simulate
-from latlab.sim.stepcost import fit
-from latlab.sim.workload import replay, replayed_records
+from latlab.sim.stepcost import StepCostModel, fit
+from latlab.sim.workload import build
 
 RUN_FEATURES = ("step", "tokens", "decodes", "decode_context", "prefill_attention")
 # A step of one row (a lone decode: a matrix-vector product) is cheaper than the line
@@ -95,56 +96,41 @@ def with_request_costs(calibration: Calibration, costs: RequestCosts, where: str
     return calibration.model_copy(update={"request": costs, "notes": notes})
 
 
-def serving_overhead(calibration: Calibration, runs: Sequence[RunFolder], rounds: int = 2
-                     ) -> Calibration:
-    """Add what serving costs beyond the engine's steps timed in process — the HTTP server's
-    event loop and the load generator sharing the CPU with the engine — fitted so that
-    replaying `runs` (probes through the server) gives their measured TPOT: least squares of
-    each request's relative TPOT shortfall on the share of its decode steps that batch two
-    or more sequences and on the mean tokens streamed per step. They become a jump in the
-    step cost at two tokens (hinges at 1 and 2) and a cost per sampled token."""
+def as_served(calibration: Calibration, steps: Sequence[StepRecord]) -> Calibration:
+    """The step cost fitted to the steps a server really ran (`latlab serve --step-log`):
+    served ms ≈ scale × the cost timed in process + a fixed cost a step, least squares on
+    relative error. What serving adds to a step lands in those two numbers: the HTTP event
+    loop and the load generator sharing the CPU (and the GIL) with the engine, and the
+    machine's speed at the time."""
     from scipy.optimize import lsq_linear
 
-    added = np.zeros(2)
-    for _ in range(rounds):
-        xs, ys = [], []
-        for run in runs:
-            records = replayed_records(run)
-            result = simulate(replay(run), calibration)
-            first, last = result.first_last_token()
-            streamed, multi = result.decode_means()
-            for i, r in enumerate(records):
-                n = r.output_tokens or 0
-                if not (r.ok and n >= 3 and r.first_token_ns and r.last_token_ns
-                        and np.isfinite(first[i]) and np.isfinite(streamed[i])):
-                    continue
-                measured = (r.last_token_ns - r.first_token_ns) / 1e6 / (n - 1)
-                predicted = (last[i] - first[i]) * 1e3 / (n - 1)
-                xs.append([multi[i] / measured, streamed[i] / measured])
-                ys.append((measured - predicted) / measured)
-        if len(ys) < MIN_ROWS:
-            break
-        step = lsq_linear(np.asarray(xs), np.asarray(ys), bounds=(-added, np.inf)).x
-        added += step
-        calibration = _add_overhead(calibration, float(step[0]), float(step[1]))
-    calibration.notes.append(f"serving overhead fitted from {len(runs)} probes through the "
-                             f"server: +{added[0]:.3f} ms a step that batches two or more, "
-                             f"+{added[1]:.3f} ms a streamed token")
-    return calibration
-
-
-def _add_overhead(calibration: Calibration, multi: float, per_token: float) -> Calibration:
+    if len(steps) < MIN_ROWS:
+        raise CalibrationError(f"{len(steps)} served steps: too few to fit")
+    model = StepCostModel(calibration.step)
+    charged = np.array([model.seconds(*s.features()) for s in steps]) * 1e3
+    served = np.array([s.ms for s in steps])
+    a = np.column_stack([charged / served, 1 / served])
+    scale, extra = lsq_linear(a, np.ones(len(served)), bounds=(0.0, np.inf)).x
+    before = float(np.mean(np.abs(charged / served - 1)))
+    after = float(np.mean(np.abs((scale * charged + extra) / served - 1)))
     step = calibration.step
-    coefficients = dict(step.coefficients)
-    coefficients["sampled"] = coefficients.get("sampled", 0.0) + per_token
-    knots, hinges = list(step.knots), list(step.hinges)
-    for knot, sign in ((1.0, 1.0), (2.0, -1.0)):  # (t−1)₊ − (t−2)₊: 1 from two tokens on
-        if knot not in knots:
-            knots.append(knot)
-            hinges.append(0.0)
-        hinges[knots.index(knot)] += sign * multi
-    return calibration.model_copy(update={"step": step.model_copy(update={
-        "coefficients": coefficients, "knots": knots, "hinges": hinges})})
+    coefficients = {k: v * scale for k, v in step.coefficients.items()}
+    coefficients["step"] = coefficients.get("step", 0.0) + extra
+    step = step.model_copy(update={"coefficients": coefficients,
+                                   "hinges": [h * scale for h in step.hinges]})
+    note = (f"step costs fitted to {len(steps)} steps served through latlab serve: "
+            f"{scale:.3f} × the steps timed in process + {extra:.3f} ms a step (mean error on "
+            f"the served steps {before:.1%} before, {after:.1%} after)")
+    return calibration.model_copy(update={"step": step, "notes": [*calibration.notes, note]})
+
+
+def capacity(calibration: Calibration, users: int) -> float:
+    """Requests a second the calibrated server completes under a closed loop of `users`
+    (bench's default workload), simulated."""
+    workload = build(WorkloadConfig(), ArrivalConfig(process="closed", users=users),
+                     20 * users, None)
+    c = simulate(workload, calibration).columns
+    return len(c.done) / float(c.done.max() - c.sent.min())
 
 
 def run_calibration(paths: Sequence[Path], shape: dict | None = None) -> Calibration:

@@ -22,14 +22,14 @@ from array import array
 from collections import deque
 from typing import Callable
 
-from latlab.engine.batching import decode_groups
+from latlab.engine.batching import decode_groups, step_features
 from latlab.engine.block_manager import BlockManager
 from latlab.engine.scheduler import Scheduler
 from latlab.engine.sequence import FinishReason
 from latlab.records.calibration import EngineShape
 from latlab.sim.sequence import (SimSequence, block_limit, engine_config, may_admit, runs_exact,
                                  steps_to)
-from latlab.sim.stepcost import StepCostModel, step_features
+from latlab.sim.stepcost import StepCostModel
 
 INF = math.inf
 Finished = Callable[[SimSequence, float], None]

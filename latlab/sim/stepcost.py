@@ -13,7 +13,6 @@ from typing import Sequence
 
 import numpy as np
 
-from latlab.engine.batching import decode_groups
 from latlab.records.calibration import STEP_FEATURES, FitError, StepCost
 
 FEATURES = tuple(STEP_FEATURES)
@@ -60,27 +59,6 @@ class StepCostModel:
         (from 0) takes `a + b·j` seconds, since every decode's context grows by one a step."""
         a = self.seconds(batch, batch, 0, batch, groups, context, 0)
         return a, self.c_ctx * batch
-
-
-def step_features(scheduled: Sequence[tuple[object, int]]) -> list[int]:
-    """(tokens, decodes, prefills, sampled, decode groups, decode context, prefill attention)
-    of a step the scheduler made (`(sequence, tokens)`, blocks allocated), before it runs."""
-    tokens = decodes = prefills = sampled = context = attention = 0
-    widths = []
-    for seq, n in scheduled:
-        c = seq.num_computed_tokens
-        tokens += n
-        if n == 1:
-            decodes += 1
-            context += c + 1
-            widths.append(len(seq.block_table))
-        else:
-            prefills += 1
-            attention += n * (c + n)
-        if c + n == seq.num_tokens:
-            sampled += 1
-    widths.sort(reverse=True)
-    return [tokens, decodes, prefills, sampled, len(decode_groups(widths)), context, attention]
 
 
 def features(rows: Sequence[Sequence[float]], steps: Sequence[float] | None = None
