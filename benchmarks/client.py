@@ -12,6 +12,9 @@ monotonic clock, or writes a whole stream at once.
 The error a client adds: to ITL, the gap it measured between two events minus the gap
 between the server's writes of them; to TTFT, its time to first token minus the server's
 (its first write minus the request's arrival). Both clocks are the machine's CLOCK_MONOTONIC.
+The TTFT error's two sides are shown apart at p99: `send` (the server's read of the request
+minus the client's send stamp: the client's write and the server loop's own delay) and
+`delivery` (the client's stamp of an event minus the server's write of it).
 
 (1) capacity: closed-loop `latlab bench` runs against the paced server at rising concurrency
     with 1 and 2 worker processes: achieved token events/s against the ideal (concurrency x
@@ -186,7 +189,8 @@ class Servers:
             p.wait(10)
 
 
-ADDED = ("events_per_s", "itl_p50", "itl_p99", "ttft_p50", "ttft_p99")
+ADDED = ("events_per_s", "itl_p50", "itl_p99", "ttft_p50", "ttft_p99", "send_p99",
+         "delivery_p99")
 
 
 # --- what a client added ----------------------------------------------------------------
@@ -195,8 +199,11 @@ ADDED = ("events_per_s", "itl_p50", "itl_p99", "ttft_p50", "ttft_p99")
 def added_errors(streams: list[tuple[str, list[int], int | None]], sends: dict[str, dict],
                  start_ns: int, end_ns: int) -> dict:
     """ITL and TTFT errors (ms) of `streams` (request id, the client's token stamps, its
-    send stamp), counting events and requests inside [start_ns, end_ns)."""
-    itl, ttft, events = [], [], 0
+    send stamp), counting events and requests inside [start_ns, end_ns); and the TTFT
+    error's two sides: `send` (the server's read of the request − the client's send stamp,
+    which includes the server's own delay) and `delivery` (the client's stamp of an event −
+    the server's write of it)."""
+    itl, ttft, send, delivery, events = [], [], [], [], 0
     for rid, stamps, sent in streams:
         t = np.asarray(stamps, dtype=np.int64)
         inside = (t >= start_ns) & (t < end_ns)
@@ -206,10 +213,12 @@ def added_errors(streams: list[tuple[str, list[int], int | None]], sends: dict[s
             continue
         written = np.asarray(server["t"], dtype=np.int64)
         itl.extend(((np.diff(t) - np.diff(written)) / 1e6)[inside[1:]])
+        delivery.extend(((t - written) / 1e6)[inside])
         if sent is not None and start_ns <= sent < end_ns:
             ttft.append(((t[0] - sent) - (written[0] - server["r"])) / 1e6)
+            send.append((server["r"] - sent) / 1e6)
     out = {"events_per_s": events / ((end_ns - start_ns) / 1e9)}
-    for name, values in (("itl", itl), ("ttft", ttft)):
+    for name, values in (("itl", itl), ("ttft", ttft), ("send", send), ("delivery", delivery)):
         v = np.asarray(values) if values else np.asarray([np.nan])
         out[f"{name}_p50"], out[f"{name}_p99"] = np.percentile(v, 50), np.percentile(v, 99)
     return out
@@ -432,14 +441,15 @@ def main() -> None:
             print("\n(1) capacity: one token event per 10 ms per stream, closed loop")
             print(f"{'streams':>8} {'workers':>7} {'events/s':>10} {'of ideal':>8} "
                   f"{'ITL added p50':>13} {'p99':>7} {'TTFT added p50':>14} {'p99':>7} "
-                  f"{'loop lag p99':>12} {'CPU%':>5}  failed")
+                  f"{'send p99':>8} {'deliv. p99':>10} {'loop lag p99':>12} {'CPU%':>5}  failed")
             for workers in (1, 2):
                 for users in levels:
                     c = latlab_run(servers, folder, users, workers, duration)
                     print(f"{users:>8} {workers:>7} {c['events_per_s']:>10,.0f} "
                           f"{100 * c['events_per_s'] / (users / INTERVAL_S):>7.1f}% "
                           f"{c['itl_p50']:>13.3f} {c['itl_p99']:>7.3f} {c['ttft_p50']:>14.3f} "
-                          f"{c['ttft_p99']:>7.3f} {c['lag_p99']:>12.2f} {c['cpu']:>5.0f}  "
+                          f"{c['ttft_p99']:>7.3f} {c['send_p99']:>8.3f} {c['delivery_p99']:>10.3f} "
+                          f"{c['lag_p99']:>12.2f} {c['cpu']:>5.0f}  "
                           f"{c['failed']}" + ("  (client bottleneck)" if c["bottleneck"] else ""))
             print("   (ms)")
             users = 256
@@ -447,7 +457,7 @@ def main() -> None:
                   f"(2 s warm-up and 0.5 s left out), median of "
                   f"{args.rounds or (1 if args.quick else 3)} interleaved rounds")
             print(f"{'client':<28} {'events/s':>10} {'ITL added p50':>13} {'p99':>7} "
-                  f"{'TTFT added p50':>14} {'p99':>7}")
+                  f"{'TTFT added p50':>14} {'p99':>7} {'send p99':>8} {'deliv. p99':>10}")
             rows = [("latlab, 1 process", lambda: latlab_run(servers, folder, users, 1, duration)),
                     ("  the same, collector on", lambda: collector_on(
                         lambda: latlab_run(servers, folder, users, 1, duration))),
@@ -466,7 +476,8 @@ def main() -> None:
                 c = {k: float(np.median([r[k] for r in runs])) for k in ADDED}
                 label = name + (f" ({runs[0]['workers']})" if "auto" in name else "")
                 print(f"{label:<28} {c['events_per_s']:>10,.0f} {c['itl_p50']:>13.3f} "
-                      f"{c['itl_p99']:>7.3f} {c['ttft_p50']:>14.3f} {c['ttft_p99']:>7.3f}")
+                      f"{c['itl_p99']:>7.3f} {c['ttft_p50']:>14.3f} {c['ttft_p99']:>7.3f} "
+                      f"{c['send_p99']:>8.3f} {c['delivery_p99']:>10.3f}")
             print("   (ms)")
             print(f"   the collector's pauses in those runs' windows (CPU time): "
                   f"{gc_pauses()}")

@@ -59,6 +59,8 @@ class BlockManager:
         return self.blocks_needed(seq, num_new_tokens) <= self.num_free_blocks
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
+        if seq.num_computed_tokens + num_new_tokens <= len(seq.block_table) * self.block_size:
+            return  # the common decode: its last block has room
         for _ in range(self.blocks_needed(seq, num_new_tokens)):
             block_id, _ = self.free_block_ids.popitem(last=False)
             block = self.blocks[block_id]

@@ -155,8 +155,9 @@ class Scheduler:
         decodes = [s for s in self.running if s.is_decoding]
         start = self._decode_offset % len(decodes) if decodes else 0
         count = 0
-        for seq in decodes[start:] + decodes[:start]:
-            if seq.status is not SequenceStatus.RUNNING:
+        running, bm = SequenceStatus.RUNNING, self.block_manager
+        for seq in decodes[start:] + decodes[:start] if start else decodes:
+            if seq.status is not running:
                 continue  # preempted to make room for an older one
             n = seq.num_uncomputed_tokens + len(seq.spec_token_ids)
             if n > min(budget.total, budget.decode):
@@ -165,8 +166,8 @@ class Scheduler:
                 if n > min(budget.total, budget.decode):
                     self._decode_offset = start + count  # the rest go first next step
                     return
-            if self._make_room(seq, n, out, scheduled):
-                self._schedule(seq, n, out, budget, scheduled)
+            if bm.can_allocate(seq, n) or self._make_room(seq, n, out, scheduled):
+                self._schedule(seq, n, out, budget, scheduled, decode=True)
                 count += 1
 
     def _admit(self, seq: Sequence, limit: int, out: SchedulerOutput, budget: _Budget,
@@ -225,13 +226,14 @@ class Scheduler:
             out.preempted.append(victim)
 
     def _schedule(self, seq: Sequence, n: int, out: SchedulerOutput, budget: _Budget,
-                  scheduled: set[int]) -> None:
-        budget.take(n, seq.is_decoding)
+                  scheduled: set[int], decode: bool | None = None) -> None:
+        budget.take(n, seq.is_decoding if decode is None else decode)
         self.block_manager.allocate(seq, n)
         if seq.times.first_scheduled is None:
             self.block_manager.count_lookup(seq)
-        seq.mark_scheduled()
-        self.waiting.charge(seq, n)
+            seq.mark_scheduled()
+        if self.waiting.fair_share is not None:
+            self.waiting.charge(seq, n)
         out.scheduled.append((seq, n))
         scheduled.add(id(seq))
 
