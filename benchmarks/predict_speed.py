@@ -44,6 +44,7 @@ def main() -> None:
     parser.add_argument("--loads", default="0.5", help="fractions of capacity")
     parser.add_argument("--calibration", type=Path)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile-lines", type=int, default=12, help="functions to list")
     parser.add_argument("--folder", action="store_true",
                         help="also time writing the predicted run folder")
     args = parser.parse_args()
@@ -78,7 +79,7 @@ def main() -> None:
               f"{len(result) / took / 1e3:>8.1f} {result.steps:>10} "
               f"{result.decode_run_steps / result.steps:>8.1%} {took / len(result) * 1e6:>7.1f}")
         if profile:
-            pstats.Stats(profile).sort_stats("tottime").print_stats(12)
+            pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile_lines)
         if args.folder:
             from latlab.commands.predicting import settings
             from latlab.sim.folder import write_run

@@ -36,6 +36,7 @@ RUN_FEATURES = ("step", "tokens", "decodes", "decode_context", "prefill_attentio
 # through the others: the hinges at 1 and 2 tokens let the fit step there.
 ENGINE_KNOTS = (1.0, 2.0)
 MIN_ROWS = 8
+METHOD = "served-steps"  # how the engine is calibrated: a change makes cached ones stale
 NOISY_FIT = 0.10  # a mean step-time error above this: the steps were not steady
 
 
@@ -43,7 +44,7 @@ def cache_path(serve_args: Sequence[str] = ()) -> Path:
     """Where the calibration of the engine `latlab serve SERVE_ARGS` is cached."""
     root = os.environ.get("LATLAB_CACHE") or Path(
         os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "latlab"
-    key = hashlib.sha256(" ".join([__version__, platform.node(), *serve_args]).encode())
+    key = hashlib.sha256(" ".join([__version__, METHOD, platform.node(), *serve_args]).encode())
     return Path(root) / f"calibration-engine-{key.hexdigest()[:12]}.json"
 
 
