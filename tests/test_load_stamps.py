@@ -4,6 +4,7 @@ coroutine gets the event loop back."""
 import asyncio
 import time
 from collections import deque
+from contextlib import contextmanager
 
 from latlab.load import stamps
 from latlab.load.sse import StreamParser
@@ -12,6 +13,27 @@ from sse_server import DONE, Server, Step, completion, stream
 from test_load_client import send, spec
 
 MS = 1_000_000
+
+
+@contextmanager
+def busy_loop(hold_s: float):
+    """A callback that holds the running loop `hold_s` at every turn; yields the list of
+    (start, end) it held it."""
+    loop = asyncio.get_running_loop()
+    held, busy = [], [True]
+
+    def hog():
+        start = time.perf_counter_ns()
+        time.sleep(hold_s)
+        held.append((start, time.perf_counter_ns()))
+        if busy[0]:
+            loop.call_soon(hog)
+
+    loop.call_soon(hog)
+    try:
+        yield held
+    finally:
+        busy[0] = False
 
 
 def test_a_chunk_is_cut_where_each_read_ended():
@@ -44,20 +66,8 @@ async def test_stamps_are_the_socket_reads_even_when_the_loop_is_busy(monkeypatc
     monkeypatch.setattr(stamps.StampedHandler, "data_received", recorded)
     monkeypatch.setattr(StreamParser, "feed", feed)
     steps = [Step(0.03, completion(c)) for c in "abcd"] + [Step(0, DONE)]
-    loop = asyncio.get_running_loop()
-    busy = True
-
-    def hog():
-        time.sleep(0.015)
-        if busy:
-            loop.call_soon(hog)
-
-    with Server(stream(steps)) as server:
-        loop.call_soon(hog)
-        try:
-            r = await send(server.url, spec())
-        finally:
-            busy = False
+    with Server(stream(steps)) as server, busy_loop(0.015):
+        r = await send(server.url, spec())
     assert r.ok, r.error
     assert len(r.token_ns) == 4
     assert set(r.token_ns) <= set(read_ns)
@@ -76,22 +86,8 @@ async def test_sent_is_when_the_body_is_written_not_when_the_connection_was_read
         arrived.append(time.perf_counter_ns())
         return await handle(request)
 
-    loop = asyncio.get_running_loop()
-    busy, held = True, []
-
-    def hog():
-        start = time.perf_counter_ns()
-        time.sleep(0.05)
-        held.append((start, time.perf_counter_ns()))
-        if busy:
-            loop.call_soon(hog)
-
-    with Server(stamped) as server:
-        loop.call_soon(hog)
-        try:
-            r = await send(server.url, spec())
-        finally:
-            busy = False
+    with Server(stamped) as server, busy_loop(0.05) as held:
+        r = await send(server.url, spec())
     assert r.ok, r.error
     assert r.sent_ns <= arrived[0]
     assert not [h for h in held if r.sent_ns <= h[0] and h[1] <= arrived[0]]
