@@ -24,13 +24,19 @@ def done_times(result) -> np.ndarray:
     return result.columns.done.copy()
 
 
-def test_decode_runs_give_the_same_times_as_one_step_at_a_time(monkeypatch):
+def one_step_at_a_time(monkeypatch) -> None:
+    """No decode runs, no admissions: the scheduler makes every step."""
+    monkeypatch.setattr(replica_module.SimReplica, "_decode_run", lambda self, now, h: 0)
+    monkeypatch.setattr(replica_module, "admits_alone", lambda scheduler, owed: 0)
+
+
+def test_lazy_steps_give_the_same_times_as_one_step_at_a_time(monkeypatch):
     exact = calibration()
     exact.step.coefficients["decode_groups"] = 0.0  # runs keep their first step's groups
     fast = simulate(open_loop(6.0, 400), exact)
     grouped = simulate(open_loop(6.0, 400), calibration())
     assert fast.decode_run_steps > fast.steps / 2
-    monkeypatch.setattr(replica_module.SimReplica, "_decode_run", lambda self, now, h: 0)
+    one_step_at_a_time(monkeypatch)
     slow = simulate(open_loop(6.0, 400), exact)
     assert slow.decode_run_steps == 0 and slow.steps == fast.steps
     np.testing.assert_allclose(done_times(fast), done_times(slow), rtol=0, atol=1e-9)
@@ -49,7 +55,7 @@ def test_a_short_kv_pool_preempts_and_still_matches_single_steps(monkeypatch):
     cal = calibration(num_kv_blocks=60, block_size=8, max_model_len=256)
     fast = simulate(open_loop(20.0, 300), cal)
     assert fast.preemptions > 0
-    monkeypatch.setattr(replica_module.SimReplica, "_decode_run", lambda self, now, h: 0)
+    one_step_at_a_time(monkeypatch)
     slow = simulate(open_loop(20.0, 300), cal)
     assert slow.preemptions == fast.preemptions
     np.testing.assert_allclose(done_times(fast), done_times(slow), atol=1e-9)

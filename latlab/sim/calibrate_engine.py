@@ -16,9 +16,9 @@ from typing import Callable
 
 import numpy as np
 
+from latlab.engine.batching import step_features
 from latlab.records.calibration import EngineShape
 from latlab.sim.sequence import engine_shape
-from latlab.engine.batching import step_features
 from latlab.sim.stepcost import features
 
 CONTEXTS = (64, 320, 960)

@@ -4,13 +4,13 @@ step-cost model (`StepCostModel`) stands in for the model runner.
 Event-driven per engine step, not per token: a step starts when the last one ends (or when a
 request reaches an idle engine), takes the requests handed over since (as the engine thread
 drains its queue before every step), asks the scheduler what to run, and ends after the
-modelled time. When nothing but decodes can happen — every running sequence is decoding, the
-scheduler could admit nobody, the KV pool has room — the steps until the next event (a
-sequence finishing, a request arriving, a block shortage) are taken in one *decode run*: the
-same steps the scheduler would schedule, charged in closed form, their sequences brought up
-to date lazily (their tokens and blocks) before the scheduler next looks at them. Where a
-decode run could differ from the scheduler's steps (priorities, fair share, a decode cap, a
-prefix-cache hit that might admit a request) the replica steps one at a time.
+modelled time. Where what the scheduler would do is known — every running sequence decoding
+and nobody to admit (a *decode run*: the steps until the next event in closed form), or the
+queue's head admitted alone beside the decodes (an *admission*) — the replica takes the
+steps without it (`lazy_steps.py`), and brings their sequences up to date lazily (their
+tokens and blocks) before the scheduler next looks at them. Where that could differ from
+the scheduler's steps (priorities, fair share, a decode cap, a prefix-cache hit, a second
+request joining) the replica asks the scheduler.
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from latlab.engine.block_manager import BlockManager
 from latlab.engine.scheduler import Scheduler
 from latlab.engine.sequence import FinishReason
 from latlab.records.calibration import EngineShape
-from latlab.sim.sequence import (SimSequence, block_limit, engine_config, may_admit, runs_exact,
-                                 steps_to)
+from latlab.sim.lazy_steps import Admission, LazySteps
+from latlab.sim.sequence import SimSequence, admits_alone, engine_config, may_admit, runs_exact
 from latlab.sim.stepcost import StepCostModel
 
 INF = math.inf
 Finished = Callable[[SimSequence, float], None]
 
 
-class SimReplica:
+class SimReplica(LazySteps):
     """One engine. `advance(t)` runs it up to time `t` (seconds); `submit` hands it a request."""
 
     def __init__(self, shape: EngineShape, cost: StepCostModel, on_finish: Finished,
@@ -82,24 +82,6 @@ class SimReplica:
         self.inbox.append((at, seq))
         self.outstanding += 1
 
-    def cut(self, at: float) -> None:
-        """End the decode run in progress at the first of its steps that ends at or after
-        `at` (a request arriving then is taken in at that step's end, not the run's)."""
-        k = self._pending
-        if not isinstance(k, int) or self.step_end <= at:
-            return
-        start, a, b = self.seg_start[-1], self.seg_a[-1], self.seg_b[-1]
-        j = steps_to(a, b, at - start) if at > start else 1
-        if j >= k:
-            return
-        batch = len(self.scheduler.running)
-        self._pending = j
-        self.steps -= k - j
-        self.decode_steps -= k - j
-        self.context -= (k - j) * batch
-        end = start + a * j + b * j * (j - 1) / 2
-        self.step_end = end
-
     # -- time ------------------------------------------------------------------------------
 
     def advance(self, until: float) -> None:
@@ -125,10 +107,12 @@ class SimReplica:
             self.step_end = None
             self.stable = False
             return
-        if self.runs and self.stable and sched.running and not may_admit(sched):
-            k = self._decode_run(now, horizon)
-            if k:
-                return
+        if self.runs and self.stable and sched.running:
+            if not may_admit(sched):
+                if self._decode_run(now, horizon):
+                    return
+            elif n := admits_alone(sched, self.owed):
+                return self._admit(now, n)
         self._sync_running()
         self.stable = False
         out = sched.schedule()
@@ -155,41 +139,6 @@ class SimReplica:
         self.seg_b.append(b)
         self.seg_sampled.append(sampled)
 
-    def _decode_run(self, now: float, horizon: float) -> int:
-        """Start up to the next event's worth of decode-only steps; 0 if none can be taken."""
-        batch = len(self.scheduler.running)
-        first = self.steps
-        heap = self._finishes
-        while heap and heap[0][2].finish_step != heap[0][0]:
-            heapq.heappop(heap)
-        k = heap[0][0] - first + 1 if heap else 1
-        size = self.shape.block_size
-        if self.block_manager.num_free_blocks - self.owed < batch * (k // size + 1):
-            k = min(k, self._block_limit(k))
-            if k < 1:
-                return 0
-        a, b = self.cost.decode_run(batch, self.context + batch, min(self.groups, batch))
-        span = horizon - now
-        if span <= a:
-            k = 1
-        elif k > 1 and span < a * k + b * k * (k - 1) / 2:
-            k = max(1, min(k, steps_to(a, b, span)))
-        self._segment(now, a, b, batch)
-        self.owed += batch * (k // size + 1)
-        self._pending = k
-        self.steps += k
-        self.decode_steps += k
-        self.context += k * batch
-        dt = a * k + b * k * (k - 1) / 2
-        self.step_end = now + dt
-        return k
-
-    def _block_limit(self, k: int) -> int:
-        """The most decode steps (≤ k) every running sequence can take without preemption."""
-        self._sync_running()
-        return block_limit(self.scheduler.running, self.shape.block_size,
-                           self.block_manager.num_free_blocks, k)
-
     # -- step completion ---------------------------------------------------------------------
 
     def _complete(self, now: float) -> None:
@@ -197,21 +146,10 @@ class SimReplica:
         pending, self._pending = self._pending, None
         if isinstance(pending, int):
             self._complete_run(now, pending)
+        elif isinstance(pending, Admission):
+            self._complete_admission(now, pending)
         else:
             self._complete_step(pending, now)
-
-    def _complete_run(self, now: float, k: int) -> None:
-        if self.trace is not None:
-            self.trace.extend([[(s.request_id, 1) for s in self.scheduler.running]] * k)
-        last = self.steps - 1
-        heap = self._finishes
-        while heap and heap[0][0] <= last:
-            fs, _, seq = heapq.heappop(heap)
-            if seq.finish_step != fs:
-                continue
-            self._sync(seq)
-            self.context -= seq.num_computed_tokens
-            self._finish(seq, now)
 
     def _complete_step(self, out, now: float) -> None:
         step = self.steps - 1

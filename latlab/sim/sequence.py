@@ -132,3 +132,24 @@ def may_admit(scheduler: Scheduler) -> bool:
         return False
     return n > 0 and (s.block_manager.enable_caching  # its cached prefix might fit
                       or s.block_manager.can_allocate(head, n))
+
+
+def admits_alone(scheduler: Scheduler, owed: int) -> int:
+    """The prompt tokens the scheduler gives the head of its queue this step when that is
+    all it does beside every running sequence's decode — FCFS without a prefix cache, the
+    whole prompt fits the step, nobody else can join, and the KV pool (less the `owed`
+    blocks decode runs took) holds a new block for every decode too — else 0."""
+    s = scheduler
+    if s.static or s.by_priority or not s.waiting or s.block_manager.enable_caching:
+        return 0
+    batch = len(s.running)
+    if batch >= s.max_num_seqs:
+        return 0
+    head = s.waiting.peek()
+    n = head.num_uncomputed_tokens
+    room = min(s.max_num_batched_tokens - batch, s.max_prefill_tokens)
+    if n > room or (len(s.waiting) > 1 and room > n and batch + 1 < s.max_num_seqs):
+        return 0
+    if s.block_manager.num_free_blocks - owed < batch + s.block_manager.blocks_needed(head, n):
+        return 0
+    return n
