@@ -6,26 +6,21 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from pathlib import Path
 
 import numpy as np
 
-from latlab import __version__
-from latlab.analysis import capacity
-from latlab.analysis.slo_max import slo_max
+from latlab.analysis import RunAnalysis
 from latlab.commands.common import UsageError
 from latlab.commands.predicting import predict_point, settings
-from latlab.commands.sweep_points import SweepConfig, _plan
+from latlab.commands.sweep_points import Sweep, SweepConfig
 from latlab.metrics.stats import percentile
 from latlab.records.calibration import Calibration
 from latlab.records.coldstart import COLDSTART_JSON, ColdstartRecord
 from latlab.records.config import SLO_METRICS, BenchConfig
-from latlab.records.folder import RunFolder, RunFolderError, read_json, write_json
+from latlab.records.folder import RunFolder, RunFolderError, read_json
 from latlab.records.simulation import Fleet
-from latlab.records.sweep import SWEEP_JSON, SweepRecord, SweepStop
 from latlab.report.sweep import print_sweep
-from latlab.report.sweep_html import write_sweep_html
 from latlab.sim.fleet import simulate
 from latlab.sim.workload import build
 from latlab.store import RunStore
@@ -59,9 +54,9 @@ def cold_start_s(value: str | None) -> float:
 
 def predict_sweep(o, cal: Calibration, where: str, fleet: Fleet, bench: BenchConfig,
                   out, err) -> None:
-    """The predicted sweep: the same plan as `latlab sweep` (explicit --rates, else the
-    synchronous point, a saturation probe, rates up to it, ×1.5 past it), each point a
-    predicted run folder."""
+    """The predicted sweep: `latlab sweep`'s plan and stop rule (`sweep_points.Sweep`:
+    explicit --rates, else the synchronous point, a saturation probe, rates up to it, ×1.5
+    past it), each point a predicted run folder."""
     from latlab.commands.options import parse_numbers
 
     config = SweepConfig(base=bench, rates=parse_numbers(o.rates, "--rates"), points=o.points,
@@ -69,48 +64,22 @@ def predict_sweep(o, cal: Calibration, where: str, fleet: Fleet, bench: BenchCon
                          arrival=o.arrival or ("gamma" if o.burstiness is not None else "poisson"),
                          burstiness=1.0 if o.burstiness is None else o.burstiness)
     folder = RunFolder.create(o.out, f"sweep-{bench.name}").path
-    created, points = time.time(), []
-    stop = SweepStop(reason="all_points", message="every load given was run")
-    for name, label, mode, load, arrivals in _plan(config, points):
-        point_bench = bench.model_copy(update={"arrivals": arrivals,
-                                               "name": f"p{len(points):02d}-{name}"})
-        workload = build(bench.workload, arrivals, bench.requests, bench.duration_s)
-        p = predict_point(cal, workload, fleet, settings(point_bench, cal, where, fleet),
-                          folder, point_bench.name, o.records, store=o.out)
-        point = capacity.measure(p.analysis, label, mode, load, bench.slos, o.percentile)
-        points.append(point)
-        err.print(f"point {len(points)}: {label}: achieved {point.achieved:.3g} req/s · "
-                  f"p{o.percentile:g} E2E from schedule {point.latency or math.nan:.0f} ms",
-                  style="dim", highlight=False)
-        if mode == "throughput":
-            continue
-        earlier = [q for q in points[:-1] if q.mode != "throughput"]
-        if message := capacity.too_many_errors(point, config.max_error_rate):
-            stop = SweepStop(reason="error_rate", message=message)
-            break
-        if earlier and (message := capacity.saturation(earlier[-1], point)):
-            stop = SweepStop(reason="saturated", message=message)
-            break
-    else:
-        if config.rates is None:
-            stop = SweepStop(reason="escalation_limit", message="not clearly saturated")
-    best = slo_max(points, bench.slos, o.percentile)
-    record = SweepRecord(
-        latlab_version=__version__, created=created, command=[], percentile=o.percentile,
-        target={"simulated": True, "model": cal.server, "calibration": where,
-                "calibration_fit": cal.headline(), "fleet": fleet.model_dump(mode="json")},
-        config={"predicted": True, "rates": config.rates, "points": o.points,
-                "bench": bench.model_dump(mode="json", exclude={"arrivals"})},
-        slos=bench.slos,
-        definitions={"capacity": capacity.__doc__ or "", "stop_rule": capacity.STOP_RULE,
-                     "predicted": "every point is a simulated run (latlab predict)"},
-        points=points, curve=[p.label for p in capacity.curve(points)],
-        knee=capacity.knee(points), slo_max=best, stop=stop)
-    write_json(folder / SWEEP_JSON, record)
-    write_sweep_html(folder, record)
+    sweep = Sweep(config, folder, [], target={
+        "simulated": True, "model": cal.server, "calibration": where,
+        "calibration_fit": cal.headline(), "fleet": fleet.model_dump(mode="json")},
+        definitions={"predicted": "every point is a simulated run (latlab predict)"})
+
+    def simulated(point: BenchConfig) -> RunAnalysis:
+        workload = build(bench.workload, point.arrivals, bench.requests, bench.duration_s)
+        p = predict_point(cal, workload, fleet, settings(point, cal, where, fleet), folder,
+                          point.name, o.records, store=o.out)
+        return p.analysis
+
+    sweep.run(simulated, err)
+    sweep.finish()
     with RunStore(o.out) as store:
         store.register_sweep(folder)
-    print_sweep(out, record, folder)
+    print_sweep(out, sweep.record(), folder)
     err.print(f"predicted sweep folder: {folder} (sweep.json, sweep.html)", highlight=False)
 
 

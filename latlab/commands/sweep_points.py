@@ -16,9 +16,10 @@ Ctrl-C keeps the points already measured. Without a URL one embedded engine serv
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, Field, model_validator
@@ -26,6 +27,7 @@ from rich.console import Console
 
 from latlab import __version__
 from latlab.analysis import capacity
+from latlab.analysis.analyze import RunAnalysis
 from latlab.analysis.slo_max import slo_max
 from latlab.commands.bench import run_bench
 from latlab.load import BenchError
@@ -93,8 +95,17 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
     used (after writing what was measured)."""
     console = console or Console(stderr=True)
     folder = RunFolder.create(config.base.out, f"sweep-{config.base.name}").path
-    sweep = _Sweep(config, folder, list(command))
+    sweep = Sweep(config, folder, list(command))
     engine = None
+
+    def measure(bench: BenchConfig) -> RunAnalysis:
+        result = run_bench(bench.model_copy(update={"url": url}), console=console,
+                           progress=progress, command=sweep.command, store=config.base.out)
+        if result.analysis is None:
+            raise BenchError(f"could not analyse the point {result.run.path}")
+        sweep.target["model"] = result.analysis.config.target.model
+        return result.analysis
+
     try:
         url = config.base.url
         if url is None:
@@ -106,15 +117,7 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
                 raise BenchError(str(e)) from None
             url = engine.url
             sweep.target |= {"url": url, "engine_ready_s": engine.ready_s}
-        for step in _plan(config, sweep.points):
-            if sweep.stop_after(sweep.run_point(url, step, console, progress)):
-                break
-        else:
-            if config.rates is not None or config.concurrencies is not None:
-                sweep.stop("all_points", "every load given was run")
-            else:
-                sweep.stop("escalation_limit", f"not clearly saturated after {MAX_ESCALATIONS} "
-                           f"steps of ×{ESCALATION} past the probe's throughput")
+        sweep.run(measure, console)
     except KeyboardInterrupt:
         sweep.stop("interrupted", "interrupted (Ctrl-C): the points finished so far are kept")
     except BaseException as e:
@@ -129,7 +132,7 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
     return SweepResult(folder, sweep.record())
 
 
-def _plan(config: SweepConfig, points: list[Point]) -> Iterator[Step]:
+def plan(config: SweepConfig, points: list[Point]) -> Iterator[Step]:
     """The steps of the sweep; an automatic plan reads the points measured so far."""
     shape = dict(burstiness=config.burstiness, seed=config.base.arrivals.seed,
                  max_concurrency=config.base.arrivals.max_concurrency)
@@ -163,45 +166,60 @@ def _plan(config: SweepConfig, points: list[Point]) -> Iterator[Step]:
         yield rate(probe * ESCALATION ** k)
 
 
-class _Sweep:
-    """The sweep folder's state: its points and stop, written to sweep.json."""
+class Sweep:
+    """A sweep folder's state: its points and stop, written to sweep.json after each point.
+    `latlab sweep` measures the points (`run_sweep`); `latlab predict --sweep` simulates
+    them: `run_point` takes the function that runs one."""
 
-    def __init__(self, config: SweepConfig, folder: Path, command: list[str]) -> None:
+    def __init__(self, config: SweepConfig, folder: Path, command: list[str],
+                 target: dict[str, Any] | None = None,
+                 definitions: dict[str, str] | None = None) -> None:
         self.config = config
         self.folder = folder
         self.command = redact(command)
         self.created = time.time()
         self.points: list[Point] = []
-        self.target: dict[str, Any] = {"url": config.base.url, "model": config.base.model,
-                                       "embedded": config.base.url is None,
-                                       "serve_args": redact(config.base.serve_args)}
+        self.target: dict[str, Any] = target or {
+            "url": config.base.url, "model": config.base.model,
+            "embedded": config.base.url is None, "serve_args": redact(config.base.serve_args)}
+        self.definitions = definitions or {}
         self.stopped = SweepStop(reason="running", message="")
 
-    def run_point(self, url: str, step: Step, console: Console, progress: bool) -> Point:
+    def run_point(self, step: Step, run: Callable[[BenchConfig], RunAnalysis],
+                  console: Console) -> Point:
+        """Run `step` through `run` (its bench config → the point's analysis)."""
         name, label, mode, load, arrivals = step
         base = self.config.base
         workers = (base.workers if arrivals.open_loop or base.workers == "auto"
                    else min(base.workers, arrivals.users))
-        bench = BenchConfig(**{**dict(base), "url": url, "out": self.folder, "arrivals": arrivals,
+        bench = BenchConfig(**{**dict(base), "out": self.folder, "arrivals": arrivals,
                                "name": f"p{len(self.points):02d}-{name}", "workers": workers,
                                "tags": [*base.tags, f"sweep:{self.folder.name}"]})
         console.print(f"[bold]point {len(self.points) + 1}[/]: {label}")
-        result = run_bench(bench, console=console, progress=progress, command=self.command,
-                           store=base.out)
-        if result.analysis is None:
-            raise BenchError(f"could not analyse the point {result.run.path}")
-        point = capacity.measure(result.analysis, label, mode, load, self.config.base.slos,
+        analysis = run(bench)
+        point = capacity.measure(analysis, label, mode, load, self.config.base.slos,
                                  self.config.percentile)
         if self.config.price_per_hour:
             point.cost = capacity.cost(self.config.price_per_hour, point.achieved,
                                        point.output_tokens_per_s)
         self.points.append(point)
-        self.target["model"] = result.analysis.config.target.model
         console.print(f"  achieved {point.achieved:.3g} req/s · p{self.config.percentile:g} E2E "
                       f"from schedule {ms(point.latency)} · errors "
-                      f"{100 * point.error_rate:.1f}% · {result.run.path.name}", style="dim")
+                      f"{100 * point.error_rate:.1f}% · {Path(point.run).name}", style="dim")
         self.write()
         return point
+
+    def run(self, run: Callable[[BenchConfig], RunAnalysis], console: Console) -> None:
+        """Every step of the plan (`plan`) until the stop rule fires."""
+        config = self.config
+        for step in plan(config, self.points):
+            if self.stop_after(self.run_point(step, run, console)):
+                return
+        if config.rates is not None or config.concurrencies is not None:
+            self.stop("all_points", "every load given was run")
+        else:
+            self.stop("escalation_limit", f"not clearly saturated after {MAX_ESCALATIONS} "
+                      f"steps of ×{ESCALATION} past the probe's throughput")
 
     def stop_after(self, point: Point) -> str | None:
         """Whether the sweep ends after `point` (and why)."""
@@ -233,7 +251,8 @@ class _Sweep:
                 "max_concurrency": c.base.arrivals.max_concurrency,
                 "bench": c.base.model_dump(mode="json", exclude={"arrivals"})},
             percentile=c.percentile, slos=c.base.slos,
-            definitions={"capacity": capacity.__doc__ or "", "stop_rule": capacity.STOP_RULE},
+            definitions={"capacity": capacity.__doc__ or "", "stop_rule": capacity.STOP_RULE,
+                         **self.definitions},
             points=self.points, curve=[p.label for p in capacity.curve(self.points)],
             knee=capacity.knee(self.points), slo_max=best,
             slo_max_cost=(capacity.cost(c.price_per_hour, best.achieved,
