@@ -67,7 +67,7 @@ class LazySteps:
             k = 1
         elif k > 1 and span < a * k + b * k * (k - 1) / 2:
             k = max(1, min(k, steps_to(a, b, span)))
-        self._segment(now, a, b, batch)
+        self._segment(now, a, b)
         self.owed += batch * (k // size + 1)
         self._pending = k
         self.steps += k
@@ -100,7 +100,7 @@ class LazySteps:
         head.num_cached_tokens = head.num_computed_tokens
         dt = self.cost.seconds(batch + n, batch, 1, batch + 1, groups, self.context + batch,
                                n * (head.num_computed_tokens + n))
-        self._segment(now, dt, 0.0, batch + 1)
+        self._segment(now, dt, 0.0)
         self._pending = Admission(head, n)
         self.steps += 1
         self.decode_steps += 1

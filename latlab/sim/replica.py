@@ -67,7 +67,6 @@ class SimReplica(LazySteps):
         self.seg_start = array("d")
         self.seg_a = array("d")
         self.seg_b = array("d")
-        self.seg_sampled = array("q")  # tokens the segment's steps each sampled
         self.trace: list | None = None  # when a list: every step's [(request id, tokens)]
 
     # -- requests in -----------------------------------------------------------------------
@@ -127,17 +126,16 @@ class SimReplica(LazySteps):
         dt = self.cost.seconds(*f)
         if self.trace is not None:
             self.trace.append([(seq.request_id, n) for seq, n in out.scheduled])
-        self._segment(now, dt, 0.0, f[3])
+        self._segment(now, dt, 0.0)
         self._pending = out
         self.steps += 1
         self.step_end = now + dt
 
-    def _segment(self, start: float, a: float, b: float, sampled: int) -> None:
+    def _segment(self, start: float, a: float, b: float) -> None:
         self.seg_first.append(self.steps)
         self.seg_start.append(start)
         self.seg_a.append(a)
         self.seg_b.append(b)
-        self.seg_sampled.append(sampled)
 
     # -- step completion ---------------------------------------------------------------------
 

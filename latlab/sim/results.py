@@ -97,26 +97,6 @@ class SimResult:
             self._ends[replica] = start[seg] + a[seg] * m + b[seg] * m * (m - 1) / 2
         return self._ends[replica]
 
-    def decode_means(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per request, over its decode steps (NaN without any): the mean tokens sampled
-        (streamed) per step, and the share of steps that sampled two or more — what a
-        server's serving work scales with."""
-        c = self.columns
-        streamed = np.full(len(self), np.nan)
-        multi = np.full(len(self), np.nan)
-        for r, replica in enumerate(self.replicas):
-            rows = np.flatnonzero((c.replica == r) & (c.outcome == OK) & (c.output > 1))
-            if not len(rows):
-                continue
-            first = np.frombuffer(replica.seg_first, dtype=np.int64)
-            sampled = np.frombuffer(replica.seg_sampled, dtype=np.int64)
-            per_step = np.repeat(sampled, np.diff(np.append(first, replica.steps)))
-            a, b = c.first_step[rows] + 1, c.last_step[rows] + 1
-            for out, values in ((streamed, per_step), (multi, per_step >= 2)):
-                total = np.concatenate([[0], np.cumsum(values)])
-                out[rows] = (total[b] - total[a]) / (b - a)
-        return streamed, multi
-
     def token_steps(self, i: int) -> list[tuple[int, int]]:
         c = self.columns
         return c.runs.get(i) or [(int(c.first_step[i]), int(c.last_step[i]))]
