@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from latlab.metrics.request import request_metrics
-from latlab.metrics.stats import percentile
+from latlab.metrics.stats import percentiles
 from latlab.records.calibration import Calibration
 from latlab.records.folder import RunFolder
 from latlab.records.simulation import Fleet
@@ -46,11 +46,14 @@ def measured_percentiles(run: RunFolder) -> tuple[dict, int]:
     window = run_window(run.read_config(), records)
     chosen = [r for r in records if r.ok and (window is None or r.origin_ns in window)]
     metrics = [request_metrics(r) for r in chosen]
-    out = {}
-    for name in METRICS:
-        values = sorted(v for m in metrics if (v := getattr(m, name)) is not None)
-        out[name] = {q: percentile(values, q) if values else math.nan for q in QUANTILES}
-    return out, len(chosen)
+    values = {name: np.array([v for m in metrics if (v := getattr(m, name)) is not None],
+                             dtype=float) for name in METRICS}
+    return _quantiles(values), len(chosen)
+
+
+def _quantiles(values: dict[str, np.ndarray]) -> dict[str, dict[float, float]]:
+    return {name: dict(zip(QUANTILES, percentiles(v.copy(), QUANTILES))) if len(v)
+            else dict.fromkeys(QUANTILES, math.nan) for name, v in values.items()}
 
 
 def predicted_percentiles(calibration: Calibration, run: RunFolder,
@@ -73,8 +76,7 @@ def predicted_percentiles(calibration: Calibration, run: RunFolder,
     values = {"ttft": (first - c.sent)[ok] * 1e3, "e2e": (c.done - c.sent)[ok] * 1e3,
               "tpot": ((last - first) / np.where(tokens > 0, tokens, np.nan))[ok & (tokens > 0)]
               * 1e3}
-    return {name: {q: float(np.percentile(v, q)) if len(v) else math.nan for q in QUANTILES}
-            for name, v in values.items()}
+    return _quantiles(values)
 
 
 def compare(calibration: Calibration, run: RunFolder, fleet: Fleet | None = None) -> Comparison:
