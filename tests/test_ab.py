@@ -40,7 +40,9 @@ def test_ab_alternates_the_sides_on_the_same_workload_and_finds_the_slower(tmp_p
         ("A", 1), ("B", 1), ("A", 2), ("B", 2)]
     assert prompts[0] == prompts[1] and len(prompts[0]) == 24  # identical workloads
     ttft = next(c for c in record["changes"] if c["key"] == "p50_ttft")
-    assert ttft["verdict"] == "worse" and ttft["b"] - ttft["a"] == pytest.approx(38, abs=15)
+    # B's server waits 38 ms longer for the first token; a busy machine delays both sides,
+    # so the bound on the far side is loose (a unit error would be off by 1000x)
+    assert ttft["verdict"] == "worse" and 20 < ttft["b"] - ttft["a"] < 100
     assert record["counters"]["A"]["prefix-cache hit rate"] == pytest.approx(0.5)
     assert record["counters"]["B"] == {}  # no /metrics: nothing to explain with
     with RunStore(tmp_path) as store:
