@@ -86,7 +86,7 @@ async def test_sent_is_when_the_body_is_written_not_when_the_connection_was_read
         arrived.append(time.perf_counter_ns())
         return await handle(request)
 
-    with Server(stamped) as server, busy_loop(0.05) as held:
+    with Server(stamped) as server, busy_loop(0.1) as held:
         r = await send(server.url, spec())
     assert r.ok, r.error
     assert r.sent_ns <= arrived[0]
