@@ -11,10 +11,16 @@ from typing import Any, Sequence
 from pydantic import ValidationError
 
 from latlab.commands.common import UsageError
-from latlab.commands.options import Options, opt, validation_message
-from latlab.records.config import parse_slo
-from latlab.records.workload import (OPEN_LOOP, Api, LengthDistribution, SessionConfig,
-                                     WorkloadConfig, WorkloadError)
+from latlab.commands.options import Options, opt, parse_numbers, validation_message
+from latlab.records.config import BenchConfig, parse_slo
+from latlab.records.workload import (
+    OPEN_LOOP,
+    Api,
+    LengthDistribution,
+    SessionConfig,
+    WorkloadConfig,
+    WorkloadError,
+)
 
 API_NAMES = Api.__args__
 
@@ -168,6 +174,32 @@ class ArrivalShape(Options):
                                          "(CV = 1/sqrt(burstiness)).")
     max_concurrency: int | None = opt(None, "Cap on requests in flight (open loop); waiting "
                                             "shows as lateness.")
+
+
+class SweepPlan(ArrivalShape):
+    """The loads of a sweep and what its points are judged at (`latlab sweep`, `latlab
+    predict --sweep`)."""
+
+    rates: str | None = opt(None, "Sweep: open-loop request rates to run, e.g. 1,2,4 "
+                                  "(default: automatic).")
+    points: int = opt(6, "Sweep, automatic plan: rates spread between the synchronous rate "
+                         "and the saturation throughput.")
+    percentile: float = opt(99.0, "Sweep: the percentile the SLOs and the knee are judged at.")
+
+    def plan(self, base: BenchConfig, **more: object):
+        """A `SweepConfig` over `base` (its arrival shape from --arrival/--burstiness; a
+        usage error names the option at fault)."""
+        from latlab.commands.sweep_points import SweepConfig
+
+        try:
+            return SweepConfig(
+                base=base, rates=parse_numbers(self.rates, "--rates"), points=self.points,
+                percentile=self.percentile,
+                burstiness=1.0 if self.burstiness is None else self.burstiness,
+                arrival=self.arrival or ("gamma" if self.burstiness is not None else "poisson"),
+                **more)
+        except ValidationError as e:
+            raise UsageError(validation_message(e, self.flags_by_target())) from None
 
 
 def arrival_process(arrival: str | None, burstiness: float | None, rate: float | None,

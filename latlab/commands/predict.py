@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from latlab.commands.calibrate import ShapeOptions
 from latlab.commands.common import UsageError, console, print_json
-from latlab.commands.groups import (ArrivalShape, OutputOptions, WorkloadOptions,
-                                   arrival_process, split_serve_args, window_s)
+from latlab.commands.groups import (OutputOptions, SweepPlan, WorkloadOptions, arrival_process,
+                                   split_serve_args, window_s)
 from latlab.commands.options import opt, validation_message
 from latlab.commands.predict_plans import (cold_start_s, parse_goal, predict_sweep,
                                             replicas_for)
@@ -72,7 +72,7 @@ class FleetOptions(ShapeOptions):
             raise UsageError(validation_message(e, self.flags_by_target())) from None
 
 
-class PredictOptions(WorkloadOptions, ArrivalShape, FleetOptions, OutputOptions):
+class PredictOptions(WorkloadOptions, SweepPlan, FleetOptions, OutputOptions):
     not_options = frozenset({"salt_prompts", "progress"})  # nothing is sent, nothing to watch
     rate: float | None = opt(None, "Open loop: requests per second.")
     users: int | None = opt(None, "Closed loop: N users, each sends when its last request ends.")
@@ -95,9 +95,6 @@ class PredictOptions(WorkloadOptions, ArrivalShape, FleetOptions, OutputOptions)
                                     "lengths.")
     records: int = opt(RECORDS, "Write at most this many request records (a sample beyond).")
     sweep: bool = opt(False, "Predict a sweep: the throughput–latency curve and SLO-max.")
-    rates: str | None = opt(None, "--sweep: the rates (default: automatic, as latlab sweep).")
-    points: int = opt(6, "--sweep: automatic rates between the synchronous rate and capacity.")
-    percentile: float = opt(99.0, "--sweep: the percentile SLOs and the knee are judged at.")
     replicas_for: str | None = opt(None, "The fewest replicas meeting a goal, e.g. "
                                          "\"p99_e2e<2s@40rps\".")
     json_output: bool = opt(False, "Print summary.json to stdout.", "--json")

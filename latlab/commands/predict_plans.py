@@ -13,7 +13,7 @@ import numpy as np
 from latlab.analysis import RunAnalysis
 from latlab.commands.common import UsageError
 from latlab.commands.predicting import predict_point, settings
-from latlab.commands.sweep_points import Sweep, SweepConfig
+from latlab.commands.sweep_points import Sweep
 from latlab.metrics.stats import percentile
 from latlab.records.calibration import Calibration
 from latlab.records.coldstart import COLDSTART_JSON, ColdstartRecord
@@ -57,12 +57,7 @@ def predict_sweep(o, cal: Calibration, where: str, fleet: Fleet, bench: BenchCon
     """The predicted sweep: `latlab sweep`'s plan and stop rule (`sweep_points.Sweep`:
     explicit --rates, else the synchronous point, a saturation probe, rates up to it, ×1.5
     past it), each point a predicted run folder."""
-    from latlab.commands.options import parse_numbers
-
-    config = SweepConfig(base=bench, rates=parse_numbers(o.rates, "--rates"), points=o.points,
-                         percentile=o.percentile,
-                         arrival=o.arrival or ("gamma" if o.burstiness is not None else "poisson"),
-                         burstiness=1.0 if o.burstiness is None else o.burstiness)
+    config = o.plan(bench)
     folder = RunFolder.create(o.out, f"sweep-{bench.name}").path
     sweep = Sweep(config, folder, [], target={
         "simulated": True, "model": cal.server, "calibration": where,

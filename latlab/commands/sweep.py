@@ -4,29 +4,22 @@ from __future__ import annotations
 
 import sys
 
-from pydantic import ValidationError
-
 from latlab.commands.bench import BenchOptions
-from latlab.commands.common import EXIT_INTERRUPTED, RunFailed, UsageError, console, print_json
-from latlab.commands.groups import (ArrivalShape, OutputOptions, StopOptions, TargetOptions,
+from latlab.commands.common import EXIT_INTERRUPTED, RunFailed, console, print_json
+from latlab.commands.groups import (OutputOptions, StopOptions, SweepPlan, TargetOptions,
                                     WorkloadOptions)
-from latlab.commands.options import opt, parse_numbers, validation_message
+from latlab.commands.options import opt, parse_numbers
 from latlab.commands.sweep_points import SweepConfig, run_sweep
 from latlab.load.target import interrupt_on_sigterm
 from latlab.report.sweep import print_sweep
 
 
-class SweepOptions(TargetOptions, WorkloadOptions, ArrivalShape, StopOptions, OutputOptions):
-    rates: str | None = opt(None, "Open-loop request rates to run, e.g. 1,2,4 (default: "
-                                  "automatic).")
-    concurrencies: str | None = opt(None, "Closed-loop user counts to run instead, e.g. "
-                                          "1,4,16.")
-    points: int = opt(6, "Automatic plan: rates spread between the synchronous rate and the "
-                         "saturation throughput.")
+class SweepOptions(TargetOptions, WorkloadOptions, SweepPlan, StopOptions, OutputOptions):
+    concurrencies: str | None = opt(None, "Closed-loop user counts to run instead of rates, "
+                                          "e.g. 1,4,16.")
     saturation_users: int = opt(64, "Automatic plan: users of the closed-loop probe that finds "
                                     "the saturation throughput.")
     max_error_rate: float = opt(0.05, "Stop once a point's error rate exceeds this fraction.")
-    percentile: float = opt(99.0, "The percentile the SLOs and the knee are judged at.")
     price_per_hour: float | None = opt(None, "What the server costs per hour: adds cost per "
                                              "million output tokens and per thousand requests.")
     json_output: bool = opt(False, "Print sweep.json to stdout.", "--json")
@@ -35,16 +28,10 @@ class SweepOptions(TargetOptions, WorkloadOptions, ArrivalShape, StopOptions, Ou
         shared = self.model_dump(include=set(BenchOptions.model_fields))
         base = BenchOptions(**shared | {"users": 1, "arrival": None, "burstiness": None}
                             ).bench_config()
-        try:
-            return SweepConfig(
-                base=base, rates=parse_numbers(self.rates, "--rates"),
-                concurrencies=parse_numbers(self.concurrencies, "--concurrencies", int),
-                points=self.points, saturation_users=self.saturation_users,
-                max_error_rate=self.max_error_rate, percentile=self.percentile,
-                price_per_hour=self.price_per_hour, burstiness=1.0 if self.burstiness is None else self.burstiness,
-                arrival=self.arrival or ("gamma" if self.burstiness is not None else "poisson"))
-        except ValidationError as e:
-            raise UsageError(validation_message(e, self.flags_by_target())) from None
+        return self.plan(base, concurrencies=parse_numbers(self.concurrencies,
+                                                           "--concurrencies", int),
+                         saturation_users=self.saturation_users,
+                         max_error_rate=self.max_error_rate, price_per_hour=self.price_per_hour)
 
 
 def sweep(options: SweepOptions) -> None:
