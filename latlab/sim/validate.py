@@ -8,12 +8,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from latlab.metrics.request import request_metrics
+from latlab.metrics.request import metric_columns
 from latlab.metrics.stats import percentiles
+from latlab.metrics.throughput import inside
 from latlab.records.calibration import Calibration
+from latlab.records.columns import present
 from latlab.records.folder import RunFolder
 from latlab.records.simulation import Fleet
-from latlab.records.window import run_window
+from latlab.records.table import RequestTable
+from latlab.records.window import Window, run_window
 from latlab.sim.fleet import simulate
 from latlab.sim.workload import replay
 
@@ -40,15 +43,11 @@ class Comparison:
         return f"{self.requests} requests: " + ", ".join(parts)
 
 
-def measured_percentiles(run: RunFolder) -> tuple[dict, int]:
-    """The run's own TTFT, TPOT, E2E percentiles over its measurement window."""
-    records = run.read_records()
-    window = run_window(run.read_config(), records)
-    chosen = [r for r in records if r.ok and (window is None or r.origin_ns in window)]
-    metrics = [request_metrics(r) for r in chosen]
-    values = {name: np.array([v for m in metrics if (v := getattr(m, name)) is not None],
-                             dtype=float) for name in METRICS}
-    return _quantiles(values), len(chosen)
+def _measured(t: RequestTable, chosen: np.ndarray) -> dict[str, dict[float, float]]:
+    """The run's own TTFT, TPOT, E2E percentiles over the `chosen` requests."""
+    m = metric_columns(t)
+    return _quantiles({name: (v := getattr(m, name))[chosen & ~np.isnan(v)]
+                       for name in METRICS})
 
 
 def _quantiles(values: dict[str, np.ndarray]) -> dict[str, dict[float, float]]:
@@ -56,22 +55,17 @@ def _quantiles(values: dict[str, np.ndarray]) -> dict[str, dict[float, float]]:
             else dict.fromkeys(QUANTILES, math.nan) for name, v in values.items()}
 
 
-def predicted_percentiles(calibration: Calibration, run: RunFolder,
-                          fleet: Fleet | None = None) -> dict:
+def _predicted(calibration: Calibration, run: RunFolder, origin: np.ndarray,
+               window: Window | None, fleet: Fleet | None) -> dict[str, dict[float, float]]:
     """Replay the run on the calibrated server: the same percentiles over the same window
-    (the requests scheduled inside it)."""
-    workload = replay(run)
-    config = run.read_config()
-    result = simulate(workload, calibration, fleet)
+    (the requests scheduled inside it; `origin`: the run's requests' origins, sorted)."""
+    result = simulate(replay(run), calibration, fleet)
     c = result.columns
     first, last = result.first_last_token()
-    records = run.read_records()
-    window = run_window(config, records)
-    origin = np.sort([r.origin_ns for r in records if r.origin_ns is not None])
-    inside = np.ones(len(result), bool)
+    chosen = np.ones(len(result), bool)
     if window is not None and len(origin) == len(result):
-        inside = (origin >= window.start_ns) & (origin < window.end_ns)
-    ok = (c.outcome == 0) & inside
+        chosen = inside(origin, window)
+    ok = (c.outcome == 0) & chosen
     tokens = c.output - 1
     values = {"ttft": (first - c.sent)[ok] * 1e3, "e2e": (c.done - c.sent)[ok] * 1e3,
               "tpot": ((last - first) / np.where(tokens > 0, tokens, np.nan))[ok & (tokens > 0)]
@@ -80,5 +74,11 @@ def predicted_percentiles(calibration: Calibration, run: RunFolder,
 
 
 def compare(calibration: Calibration, run: RunFolder, fleet: Fleet | None = None) -> Comparison:
-    measured, n = measured_percentiles(run)
-    return Comparison(str(run.path), n, measured, predicted_percentiles(calibration, run, fleet))
+    """The run's measured percentiles and the calibration's prediction of them, from one
+    read of its records."""
+    t = run.read_table()
+    window = run_window(run.read_config(), t)
+    chosen = t.ok if window is None else t.ok & inside(t.origin_ns, window)
+    origin = np.sort(t.origin_ns[present(t.origin_ns)])
+    return Comparison(str(run.path), int(chosen.sum()), _measured(t, chosen),
+                      _predicted(calibration, run, origin, window, fleet))
