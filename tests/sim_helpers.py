@@ -16,7 +16,8 @@ COSTS = RequestCosts(preprocess=1.5, postprocess=0.3, network=1.0, reject=1.0)
 
 
 def calibration(**shape) -> Calibration:
-    return Calibration(server="test server", engine=EngineShape(**shape), step=STEP,
+    return Calibration(server="test server", engine=EngineShape(**shape),
+                       step=STEP.model_copy(deep=True),  # a test may change its own
                        request=COSTS, fit=FitError(samples=100, mape=0.02, p90=0.05, max=0.1))
 
 
