@@ -4,6 +4,7 @@ calibration file: no engine is timed here, except the small grid test at the end
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import orjson
@@ -141,6 +142,31 @@ def test_predict_sweep_draws_the_curve_and_the_slo_max(tmp_path, cal_file):
     assert best is not None and "ttft" in best["statement"]
     for p in data["points"]:
         assert RunFolder.open(p["run"]).read_config().kind == "predict"
+
+
+def test_an_interrupted_predicted_sweep_keeps_its_points(tmp_path, cal_file, monkeypatch):
+    """Ctrl-C during a predicted sweep ends it as latlab sweep's does: the points so far in
+    sweep.json, stopped as interrupted, the folder registered, exit 130."""
+    from latlab.commands import predict_plans
+
+    simulated = predict_plans.predict_point
+    calls = []
+
+    def second_interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return simulated(*args, **kwargs)
+
+    monkeypatch.setattr(predict_plans, "predict_point", second_interrupted)
+    r = invoke("predict", "--calibration", cal_file, "--sweep", "--rates", "2,8,16",
+               "--requests", 300, "--out", tmp_path)
+    assert r.exit_code == 130, r.output
+    (folder,) = [p for p in tmp_path.iterdir() if "sweep" in p.name]
+    data = orjson.loads((folder / "sweep.json").read_bytes())
+    assert data["stop"]["reason"] == "interrupted" and len(data["points"]) == 1
+    with RunStore(tmp_path) as store:
+        assert [Path(s.path).name for s in store.list(kind="sweep")] == [folder.name]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from latlab.analysis import RunAnalysis
-from latlab.commands.common import UsageError
+from latlab.commands.common import EXIT_INTERRUPTED, RunFailed, UsageError
 from latlab.commands.predicting import predict_point, settings
 from latlab.commands.sweep_points import Sweep
 from latlab.metrics.stats import percentile
@@ -23,7 +23,6 @@ from latlab.records.simulation import Fleet
 from latlab.report.sweep import print_sweep
 from latlab.sim.fleet import simulate
 from latlab.sim.workload import build
-from latlab.store import RunStore
 
 SIZING_METRICS = ("ttft", "ttft_sched", "tpot", "e2e", "e2e_sched")
 MAX_REPLICAS = 4096
@@ -70,12 +69,12 @@ def predict_sweep(o, cal: Calibration, where: str, fleet: Fleet, bench: BenchCon
                           point.name, o.records, store=o.out)
         return p.analysis
 
-    sweep.run(simulated, err)
-    sweep.finish()
-    with RunStore(o.out) as store:
-        store.register_sweep(folder)
+    with sweep.recording(o.out):
+        sweep.run(simulated, err)
     print_sweep(out, sweep.record(), folder)
     err.print(f"predicted sweep folder: {folder} (sweep.json, sweep.html)", highlight=False)
+    if sweep.stopped.reason == "interrupted":
+        raise RunFailed(code=EXIT_INTERRUPTED)
 
 
 def parse_goal(text: str) -> tuple[float, str, float, float]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,7 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
         sweep.target["model"] = result.analysis.config.target.model
         return result.analysis
 
-    try:
+    with sweep.recording(config.base.out):
         url = config.base.url
         if url is None:
             console.print("starting the embedded engine (latlab serve) for the whole sweep…",
@@ -117,18 +118,11 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
                 raise BenchError(str(e)) from None
             url = engine.url
             sweep.target |= {"url": url, "engine_ready_s": engine.ready_s}
-        sweep.run(measure, console)
-    except KeyboardInterrupt:
-        sweep.stop("interrupted", "interrupted (Ctrl-C): the points finished so far are kept")
-    except BaseException as e:
-        sweep.stop("failed", str(e))
-        raise
-    finally:
-        if engine is not None:
-            engine.stop()
-        sweep.finish()
-        with RunStore(config.base.out) as store:
-            store.register_sweep(folder)
+        try:
+            sweep.run(measure, console)
+        finally:
+            if engine is not None:
+                engine.stop()
     return SweepResult(folder, sweep.record())
 
 
@@ -208,6 +202,23 @@ class Sweep:
                       f"{100 * point.error_rate:.1f}% · {Path(point.run).name}", style="dim")
         self.write()
         return point
+
+    @contextmanager
+    def recording(self, store: Path) -> Iterator[Sweep]:
+        """Whatever happens inside: Ctrl-C stops the sweep as interrupted (the points so far
+        kept), an error as failed (and goes on up); sweep.json and sweep.html are written and
+        the folder registered in `store`'s run store."""
+        try:
+            yield self
+        except KeyboardInterrupt:
+            self.stop("interrupted", "interrupted (Ctrl-C): the points finished so far are kept")
+        except BaseException as e:
+            self.stop("failed", str(e))
+            raise
+        finally:
+            self.finish()
+            with RunStore(store) as runs:
+                runs.register_sweep(self.folder)
 
     def run(self, run: Callable[[BenchConfig], RunAnalysis], console: Console) -> None:
         """Every step of the plan (`plan`) until the stop rule fires."""
