@@ -61,7 +61,6 @@ from latlab.records.sweep import Point
 from latlab.records.window import run_window
 from latlab.records.workload import ArrivalConfig, WorkloadConfig
 from latlab.sim import calibration as calibrations
-from latlab.sim.stepcost import StepCostModel
 from latlab.sim.validate import METRICS, QUANTILES, compare
 from latlab.sim.workload import build, replay
 
@@ -108,18 +107,14 @@ class SpeedReference:
 def served_ratio(cal, steps, run: RunFolder) -> float:
     """Σ served step time / Σ what `cal` charges for the same steps, over `run`'s window."""
     window = run_window(run.read_config(), run.read_records())
-    model = StepCostModel(cal.step)
     chosen = [s for s in steps if window.start_ns <= s.start_ns < window.end_ns]
-    charged = sum(model.seconds(*s.features()) for s in chosen) * 1e3
+    charged = float(calibrations.charged_ms(cal.step, chosen).sum())
     return sum(s.ms for s in chosen) / charged if charged else math.nan
 
 
 def scaled(cal, factor: float):
     """`cal` with every step cost multiplied by `factor` (the machine `factor` times slower)."""
-    step = cal.step
-    return cal.model_copy(update={"step": step.model_copy(update={
-        "coefficients": {k: v * factor for k, v in step.coefficients.items()},
-        "hinges": [h * factor for h in step.hinges]})})
+    return cal.model_copy(update={"step": calibrations.scaled_step(cal.step, factor)})
 
 
 class Background:

@@ -177,3 +177,16 @@ def test_workers_auto_picks_a_count_from_the_offered_load(tmp_path):
     assert "--workers auto: 1 for about 60 token events/s offered" in result.output
     run = only_run(tmp_path)
     assert run.read_config().bench.workers == 1 and len(run.read_records()) == 6
+
+
+def test_serve_args_read_as_latlab_serve_reads_them():
+    """--serve-args (bench, sweep, ab, calibrate, predict) take latlab serve's options: a
+    repeatable option keeps every value, --no-X turns a flag off, a wrong one is named."""
+    from latlab.commands.common import UsageError
+    from latlab.commands.serve import parse_serve_args
+
+    o = parse_serve_args(["--allow-origin", "a", "--allow-origin=b", "--no-chunked-prefill",
+                          "--max-num-seqs", "8"])
+    assert (o.allow_origin, o.chunked_prefill, o.max_num_seqs) == (["a", "b"], False, 8)
+    with pytest.raises(UsageError, match="--no-such"):
+        parse_serve_args(["--no-such"])

@@ -22,6 +22,7 @@ from latlab.records.folder import RunFolder, RunFolderError, read_json
 from latlab.records.simulation import Fleet
 from latlab.report.sweep import print_sweep
 from latlab.sim.fleet import simulate
+from latlab.sim.results import OK
 from latlab.sim.workload import build
 
 SIZING_METRICS = ("ttft", "ttft_sched", "tpot", "e2e", "e2e_sched")
@@ -100,7 +101,7 @@ def _value(result, metric: str, q: float) -> float:
     tokens = np.where(c.output > 1, c.output - 1, np.nan)
     base = metric.removesuffix("_sched")
     values = {"ttft": first - start, "e2e": c.done - start, "tpot": (last - first) / tokens}[base]
-    values = np.where(c.outcome == 0, values * 1e3, np.inf)
+    values = np.where(c.outcome == OK, values * 1e3, np.inf)
     values = np.sort(values[~np.isnan(values)])
     return percentile(values, q) if len(values) else math.inf
 

@@ -81,11 +81,11 @@ class Predicted:
 
 
 def settings(bench: BenchConfig, cal: Calibration, where: str, fleet: Fleet,
-             replay: str | None = None, command: Sequence[str] | None = None) -> RunConfig:
+             replay: str | None = None) -> RunConfig:
     """config.json of a predicted run: the bench it stands for, marked simulated."""
     return RunConfig(
         kind="predict", latlab_version=__version__,
-        command=shlex.join(command if command is not None else sys.argv),
+        command=shlex.join(sys.argv),
         name=bench.name, tags=bench.tags, bench=bench,
         target=Target(url=None, model=cal.server, embedded=False),
         warmup_s=bench.warmup_s, cooldown_s=bench.cooldown_s, duration_s=bench.duration_s,

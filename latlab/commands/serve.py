@@ -100,18 +100,21 @@ def parse_serve_args(args: Sequence[str], option: str = "--serve-args") -> Serve
         if not arg.startswith("--"):
             raise UsageError(f"{option}: unexpected {arg!r}")
         if field.startswith("no_") and field[3:] in fields and fields[field[3:]].annotation \
-                in (bool, "bool"):
+                is bool:
             values[field[3:]] = False
             continue
         if field not in fields:
             raise UsageError(f"{option}: latlab serve has no option --{name}")
-        if fields[field].annotation in (bool, "bool"):
+        if fields[field].annotation is bool:
             values[field] = True
             continue
         if not inline and not items:
             raise UsageError(f"{option}: --{name} needs a value")
         value = inline or items.pop(0)
-        values[field] = [value] if fields[field].annotation in (list[str], "list[str]") else value
+        if fields[field].annotation == list[str]:  # repeatable: --allow-origin a --allow-origin b
+            values[field] = [*values.get(field, []), value]
+        else:
+            values[field] = value
     try:
         return ServeOptions(**values)
     except ValidationError as e:

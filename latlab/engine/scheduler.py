@@ -105,7 +105,10 @@ class Scheduler:
         prefilling = sorted((s for s in self.running if not s.is_decoding), key=key)
         waiting = [] if self.static or kv_dry else self.waiting.ordered()
         admitting, left = True, len(prefilling)  # left: running candidates not yet seen
-        for seq in merge(prefilling, waiting, key=key):
+        # fair share's keys change as this step charges tenants: ordered once, at its start
+        ordered = (sorted(prefilling + waiting, key=key) if self.waiting.fair_share
+                   else merge(prefilling, waiting, key=key))
+        for seq in ordered:
             limit = min(budget.total, budget.prefill)
             if limit <= 0 or not (admitting or left):
                 break
@@ -231,9 +234,8 @@ class Scheduler:
         self.block_manager.allocate(seq, n)
         if seq.times.first_scheduled is None:
             self.block_manager.count_lookup(seq)
-            seq.mark_scheduled()
-        if self.waiting.fair_share is not None:
-            self.waiting.charge(seq, n)
+        seq.mark_scheduled()
+        self.waiting.charge(seq, n)
         out.scheduled.append((seq, n))
         scheduled.add(id(seq))
 

@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from latlab import __version__
-from latlab.records.calibration import Calibration, RequestCosts
+from latlab.records.calibration import Calibration, RequestCosts, StepCost
 from latlab.records.folder import RunFolderError, read_json, write_json
 from latlab.records.steps import StepRecord
 from latlab.records.workload import ArrivalConfig, WorkloadConfig
@@ -107,22 +107,31 @@ def as_served(calibration: Calibration, steps: Sequence[StepRecord]) -> Calibrat
 
     if len(steps) < MIN_ROWS:
         raise CalibrationError(f"{len(steps)} served steps: too few to fit")
-    model = StepCostModel(calibration.step)
-    charged = np.array([model.seconds(*s.features()) for s in steps]) * 1e3
+    charged = charged_ms(calibration.step, steps)
     served = np.array([s.ms for s in steps])
     a = np.column_stack([charged / served, 1 / served])
     scale, extra = lsq_linear(a, np.ones(len(served)), bounds=(0.0, np.inf)).x
     before = float(np.mean(np.abs(charged / served - 1)))
     after = float(np.mean(np.abs((scale * charged + extra) / served - 1)))
-    step = calibration.step
-    coefficients = {k: v * scale for k, v in step.coefficients.items()}
-    coefficients["step"] = coefficients.get("step", 0.0) + extra
-    step = step.model_copy(update={"coefficients": coefficients,
-                                   "hinges": [h * scale for h in step.hinges]})
+    step = scaled_step(calibration.step, float(scale), float(extra))
     note = (f"step costs fitted to {len(steps)} steps served through latlab serve: "
             f"{scale:.3f} × the steps timed in process + {extra:.3f} ms a step (mean error on "
             f"the served steps {before:.1%} before, {after:.1%} after)")
     return calibration.model_copy(update={"step": step, "notes": [*calibration.notes, note]})
+
+
+def charged_ms(cost: StepCost, steps: Sequence[StepRecord]) -> np.ndarray:
+    """What `cost` charges for each of `steps` (ms)."""
+    model = StepCostModel(cost)
+    return np.array([model.seconds(*s.features()) for s in steps]) * 1e3
+
+
+def scaled_step(step: StepCost, scale: float, extra_ms: float = 0.0) -> StepCost:
+    """`step` with every cost times `scale`, plus `extra_ms` a step."""
+    coefficients = {k: v * scale for k, v in step.coefficients.items()}
+    coefficients["step"] = coefficients.get("step", 0.0) + extra_ms
+    return step.model_copy(update={"coefficients": coefficients,
+                                   "hinges": [h * scale for h in step.hinges]})
 
 
 def capacity(calibration: Calibration, users: int) -> float:

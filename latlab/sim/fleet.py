@@ -154,9 +154,7 @@ class Simulation:
         shared = bool(lengths.shared[index])
         replica = self.router.route(self.ready, 0 if shared else None) if self.ready else None
         c.add(index, scheduled, t, -1 if replica is None else replica.name, prompt)
-        if replica is None:
-            return self._done(index, t + self.reject, REJECTED)
-        if replica.num_waiting >= self.shape.max_waiting:
+        if replica is None or replica.num_waiting >= self.shape.max_waiting:
             return self._done(index, t + self.reject, REJECTED)
         arrive = t + self.net + self.pre + self.pre_token * prompt
         c.engine_in[index] = arrive

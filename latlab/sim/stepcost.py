@@ -32,7 +32,6 @@ class StepCostModel:
             raise ValueError(f"unknown step-cost features: {', '.join(sorted(unknown))}")
         if len(cost.knots) != len(cost.hinges):
             raise ValueError("the step cost needs one hinge per knot")
-        self.cost = cost
         self.c_step = c["step"] / 1e3  # seconds
         self.c_tokens = c["tokens"] / 1e3
         self.c_decodes = c["decodes"] / 1e3

@@ -47,7 +47,6 @@ class SimWorkload:
     arrival: np.ndarray | None = None
     starts: list[float] = field(default_factory=list)
     lengths: Lengths | None = None
-    replayed: bool = False
     _rng: np.random.Generator | None = None
     _dataset: Lengths | None = None
 
@@ -130,7 +129,7 @@ def replay(run: RunFolder) -> SimWorkload:
     bench = config.bench
     arrivals = bench.arrivals.model_copy(update={"process": "trace"}) if bench.arrivals.open_loop \
         else bench.arrivals
-    w = SimWorkload(bench.workload, arrivals, len(records), bench.duration_s, replayed=True)
+    w = SimWorkload(bench.workload, arrivals, len(records), bench.duration_s)
     w.lengths = Lengths(np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64),
                         np.zeros(len(records), bool), [r.tenant for r in records],
                         [r.priority for r in records])
