@@ -148,14 +148,16 @@ def measure(argv: list[str], checkout: Path) -> tuple[float, int, int]:
     """Run `latlab ARGV` from `checkout`: (seconds, peak RSS in bytes, exit code)."""
     env = {**os.environ, "PYTHONPATH": str(checkout), "COLUMNS": "100"}
     code = "import sys; from latlab.cli import main; sys.argv[0] = 'latlab'; main()"
-    start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", code, *argv], env=env, cwd=checkout,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode not in (0, 1):
-        sys.stderr.write(proc.stderr.read().decode()[-3000:])
+    with tempfile.TemporaryFile() as err:  # a pipe nobody reads until the end could fill
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", code, *argv], env=env, cwd=checkout,
+                                stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode not in (0, 1):
+            err.seek(0)
+            sys.stderr.write(err.read().decode()[-3000:])
     return seconds, usage.ru_maxrss * 1024, proc.returncode
 
 

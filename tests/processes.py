@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -16,17 +17,27 @@ def wait_until(condition, timeout_s: float = 20.0, what: str = "condition") -> N
         time.sleep(0.02)
 
 
-def interrupted(args: list[str], ready: Callable[[], object]) -> tuple[int, bytes, bytes]:
-    """`python -m latlab ARGS`, sent SIGINT once `ready()` returns: its exit code, stdout
-    and stderr (it is killed if it outlives this)."""
-    proc = subprocess.Popen([sys.executable, "-m", "latlab", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        ready()
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, out, err
+def interrupted(args: list[str], ready: Callable[[], object], what: str,
+                timeout_s: float = 60.0, after_s: float = 0.0,
+                sig: int = signal.SIGINT) -> tuple[int, bytes, bytes]:
+    """`python -m latlab ARGS`, sent `sig` `after_s` after `ready()` is true: its exit code,
+    stdout and stderr. Fails at once, with its stderr, if it ends before; it is killed if it
+    outlives this."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-m", "latlab", *args], stdout=out, stderr=err)
+        try:
+            wait_until(lambda: proc.poll() is not None or ready(), timeout_s, what)
+            if proc.poll() is not None:
+                err.seek(0)
+                raise AssertionError(f"latlab ended (exit {proc.returncode}) before {what}: "
+                                     f"{err.read().decode()[-2000:]}")
+            time.sleep(after_s)
+            proc.send_signal(sig)
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        out.seek(0)
+        err.seek(0)
+        return proc.returncode, out.read(), err.read()

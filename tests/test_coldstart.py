@@ -5,7 +5,6 @@ stopped — after success, failures and Ctrl-C."""
 import shlex
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from latlab.analysis.coldstart import spread
 from latlab.load.target import free_port
 from latlab.records.folder import RunFolder
 from latlab.store import RunStore
+from processes import interrupted
 from sse_server import DONE, Server, Step, completion, stream
 
 SERVER = Path(__file__).with_name("coldstart_server.py")
@@ -116,22 +116,13 @@ def test_a_url_already_answering_is_refused_before_anything_starts(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_keeps_the_finished_starts_and_stops_the_server(tmp_path, sig):
     port, pids = free_port(), tmp_path / "pids"
-    command = [sys.executable, "-m", "latlab", "coldstart", "--command", fake(port, pids),
+    command = ["coldstart", "--command", fake(port, pids),
                "--url", f"http://127.0.0.1:{port}", "--runs", "3", "--warm-requests", "2",
                "--idle-gaps", "1s", "--out", str(tmp_path / "runs")]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while not (pids.is_file() and len(pids.read_text().splitlines()) >= 2):
-            assert time.monotonic() < deadline and proc.poll() is None, "no second start"
-            time.sleep(0.05)
-        proc.send_signal(sig)
-        proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130
+    code, _, err = interrupted(
+        command, lambda: pids.is_file() and len(pids.read_text().splitlines()) >= 2,
+        "the second start", sig=sig)
+    assert code == 130, err.decode()
     (folder,) = (tmp_path / "runs").glob("*-coldstart-*")
     data = orjson.loads((folder / "coldstart.json").read_bytes())
     assert data["interrupted"] and len(data["runs"]) == 1
