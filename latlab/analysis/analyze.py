@@ -5,8 +5,8 @@ It reads `config.json` (optional), `requests.jsonl` and `summary.json`; a partia
 window (`clock.t0_ns`, `clock.end_ns`, `warmup_s`, `cooldown_s`) and SLOs (`slos`).
 
 Everything is computed over columns (`Requests`: the records, their metrics and their
-decomposition, one array per field), whatever the size of the run; `rows`, `measured` and
-`decomposed` give a request at a time for the few a report shows.
+decomposition, one array per field), whatever the size of the run; `rows` and `decomposed`
+give a request at a time for the few a report shows.
 
 Budgets, breakdowns and findings cover the requests scheduled inside the measurement window
 (`inside`), as the summary does; the records outside it (warmup, cooldown) stay in
@@ -87,11 +87,6 @@ class RunAnalysis:
     def rows(self) -> Rows:
         """Every request, one `Row` at a time."""
         return self.requests.rows()
-
-    @property
-    def measured(self) -> Rows:
-        """The rows scheduled inside the measurement window (all of them without a window)."""
-        return self.requests.rows(self.inside)
 
     @property
     def decomposed(self) -> Rows:

@@ -17,7 +17,7 @@ from latlab.analysis.analyze import RunAnalysis
 from latlab.analysis.budget import Budget, budget
 from latlab.analysis.significance import (bootstrap_difference, cluster_bootstrap_difference,
                                           statistic)
-from latlab.metrics.request import Ragged
+from latlab.records.columns import Ragged
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
 
@@ -89,11 +89,9 @@ class Comparison:
 
 
 def metric_values(a: RunAnalysis, metric: str) -> np.ndarray:
-    """The samples of `metric` over the run's measured successful requests (ITL: pooled)."""
-    metrics, rows = a.requests.metrics, a.ok
-    if metric == "itl":
-        return metrics.itl.select(rows)
-    values = getattr(metrics, metric)[rows]
+    """The samples of a per-request `metric` over the run's measured successful requests
+    (ITL, per token, goes by request: `_groups`)."""
+    values = getattr(a.requests.metrics, metric)[a.ok]
     return values[~np.isnan(values)]
 
 
@@ -151,7 +149,7 @@ def compare(a: RunAnalysis, b: RunAnalysis, seed: int = 0) -> Comparison:
             changes.append(change)
     changes += _rate_changes(a.summary, b.summary)
     changes.append(_error_rate(a.summary, b.summary))
-    budgets = {"mean": (budget(a.requests.parts, a.ok), budget(b.requests.parts, b.ok)),
+    budgets = {"mean": (a.mean, b.mean),
                "p99 tail": (_tail(a), _tail(b))}
     return Comparison(a, b, changes, budgets, workload_differences(a.config, b.config))
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from latlab.metrics.request import Ragged
+from latlab.records.columns import Ragged
 
 CONFIDENCE = 0.95
 BOOTSTRAP_ROUNDS = 1000

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from latlab.records.cache import (CACHED_FROM, COLUMNS, load_columns, save_columns,
                                   source_key)
 from latlab.records.config import RunConfig
-from latlab.records.reader import UnreadableRecords, read_requests
+from latlab.records.reader import read_requests
 from latlab.records.summary import RunSummary
 from latlab.records.scrape import METRICS, Scrape
 from latlab.records.spans import SERVER_TIMINGS
@@ -141,7 +141,7 @@ class RunFolder:
             return table
         try:
             table = read_requests(self.requests_path, joined)
-        except (UnreadableRecords, ValueError) as e:
+        except ValueError as e:  # UnreadableRecords too
             raise RunFolderError(str(e)) from None
         if len(table) >= CACHED_FROM:
             save_columns(table, copy, key)

@@ -145,9 +145,6 @@ class RequestTable:
                       for f in fields(cls) if f.name not in TOKENS},
                    token_ns=tokens.values, token_counts=counts, token_offsets=tokens.offsets)
 
-    def tokens(self, i: int) -> np.ndarray:
-        return self.token_ns[self.token_offsets[i]:self.token_offsets[i + 1]]
-
     def record(self, i: int) -> RequestTimeline:
         """Request `i` as a `RequestTimeline` (for the few a report shows one by one)."""
         data: dict[str, Any] = {name: value_of(column[i]) for name, column in

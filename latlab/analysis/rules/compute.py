@@ -10,9 +10,8 @@ import numpy as np
 from latlab.analysis.budget import PROMPT_BUCKETS, prompt_buckets
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
 from latlab.analysis.rules.common import NEEDS_SERVER, before_first_token, server_rows
-from latlab.metrics.request import Ragged
 from latlab.metrics.stats import percentiles
-from latlab.records.columns import present
+from latlab.records.columns import Ragged, present
 from latlab.records.table import RequestTable
 from latlab.records.timeline import NS_PER_MS
 from latlab.units import ms, pct
