@@ -95,13 +95,8 @@ def parse_goal(text: str) -> tuple[float, str, float, float]:
 
 
 def _value(result, metric: str, q: float) -> float:
-    c = result.columns
-    first, last = result.first_last_token()
-    start = c.scheduled if metric.endswith("_sched") else c.sent
-    tokens = np.where(c.output > 1, c.output - 1, np.nan)
-    base = metric.removesuffix("_sched")
-    values = {"ttft": first - start, "e2e": c.done - start, "tpot": (last - first) / tokens}[base]
-    values = np.where(c.outcome == OK, values * 1e3, np.inf)
+    """`metric`'s `q` percentile over every request, a failure counting as infinitely slow."""
+    values = np.where(result.columns.outcome == OK, result.latencies_ms()[metric], np.inf)
     values = np.sort(values[~np.isnan(values)])
     return percentile(values, q) if len(values) else math.inf
 

@@ -88,15 +88,13 @@ def write_parquet(result: SimResult, path: Path) -> Path:
     import pyarrow.parquet as pq
 
     c = result.columns
-    first, last = result.first_last_token()
-    tokens = np.where(c.output > 1, c.output - 1, np.nan)
+    ms = result.latencies_ms()
     table = pa.table({
         "index": np.arange(len(result)), "replica": c.replica, "outcome": c.outcome,
         "scheduled_s": c.scheduled, "sent_s": c.sent, "done_s": c.done,
         "prompt_tokens": c.prompt, "cached_tokens": c.cached,
         "output_tokens": c.output,
-        "ttft_ms": (first - c.sent) * 1e3, "tpot_ms": (last - first) / tokens * 1e3,
-        "e2e_ms": (c.done - c.sent) * 1e3,
+        "ttft_ms": ms["ttft"], "tpot_ms": ms["tpot"], "e2e_ms": ms["e2e"],
         "queue_ms": (c.first_scheduled - c.engine_in) * 1e3, "preemptions": c.preemptions})
     pq.write_table(table, path)
     return path

@@ -114,6 +114,18 @@ class SimResult:
                 last[rows] = ends[c.last_step[rows]] + self.net
         return first, last
 
+    def latencies_ms(self) -> dict[str, np.ndarray]:
+        """Every request's TTFT, TPOT and E2E from its send, and TTFT and E2E from its
+        schedule (ms; NaN where undefined: a failure, TPOT of a single token)."""
+        c = self.columns
+        first, last = self.first_last_token()
+        tokens = np.where(c.output > 1, c.output - 1, np.nan)
+        ok = c.outcome == OK
+        done = np.where(ok, c.done, np.nan)
+        return {"ttft": (first - c.sent) * 1e3, "tpot": (last - first) / tokens * 1e3,
+                "e2e": (done - c.sent) * 1e3, "ttft_sched": (first - c.scheduled) * 1e3,
+                "e2e_sched": (done - c.scheduled) * 1e3}
+
     def tokens_in(self, start: float, end: float) -> int:
         """Output tokens that reached the client in [start, end) (s)."""
         c, total = self.columns, 0

@@ -60,17 +60,11 @@ def _predicted(calibration: Calibration, run: RunFolder, origin: np.ndarray,
     """Replay the run on the calibrated server: the same percentiles over the same window
     (the requests scheduled inside it; `origin`: the run's requests' origins, sorted)."""
     result = simulate(replay(run), calibration, fleet)
-    c = result.columns
-    first, last = result.first_last_token()
     chosen = np.ones(len(result), bool)
     if window is not None and len(origin) == len(result):
         chosen = inside(origin, window)
-    ok = (c.outcome == 0) & chosen
-    tokens = c.output - 1
-    values = {"ttft": (first - c.sent)[ok] * 1e3, "e2e": (c.done - c.sent)[ok] * 1e3,
-              "tpot": ((last - first) / np.where(tokens > 0, tokens, np.nan))[ok & (tokens > 0)]
-              * 1e3}
-    return _quantiles(values)
+    return _quantiles({name: ms[chosen & ~np.isnan(ms)]
+                       for name, ms in result.latencies_ms().items() if name in METRICS})
 
 
 def compare(calibration: Calibration, run: RunFolder, fleet: Fleet | None = None) -> Comparison:
