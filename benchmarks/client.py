@@ -228,8 +228,10 @@ def added_errors(streams: list[tuple[str, list[int], int | None]], sends: dict[s
 
 
 def bench_config(url: str, folder: Path, **kw):
-    from latlab.records.config import BenchConfig
-    from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
+    from latlab.records.bench import BenchConfig
+    from latlab.records.arrivals import ArrivalConfig
+    from latlab.records.lengths import LengthDistribution
+    from latlab.records.workload import WorkloadConfig
 
     users, output = kw.pop("users"), kw.pop("output")
     workload = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=16),
@@ -240,7 +242,7 @@ def bench_config(url: str, folder: Path, **kw):
 
 
 def latlab_run(servers: Servers, folder: Path, users: int, workers, duration: float) -> dict:
-    from latlab.commands.bench import run_bench
+    from latlab.services.bench import run_bench
     from latlab.records.window import run_window
 
     config = bench_config(servers.url("paced"), folder, users=users, output=50,
@@ -397,7 +399,7 @@ def raw_speed(servers: Servers, folder: Path, users: int, requests: int, output:
               rounds: int, aiperf: str | None) -> dict:
     import uvloop
 
-    from latlab.commands.bench import run_bench
+    from latlab.services.bench import run_bench
 
     best = {"minimal": 0.0, "latlab": 0.0, "aiperf": 0.0}
     for _ in range(rounds):

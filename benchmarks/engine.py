@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
-from latlab.engine.config import EngineConfig
+from latlab.records.engine import EngineConfig
 from latlab.engine.engine import LLMEngine
-from latlab.engine.sampling import SamplingParams
+from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.sequence import Sequence
 from latlab.metrics.stats import percentile
 

@@ -35,12 +35,13 @@ from dataclasses import replace
 import torch
 from engine_step import PROMPT_TOKENS, decode_steps
 
-from latlab.engine.config import PRESETS, EngineConfig, ModelConfig
+from latlab.engine.config import ModelConfig, PRESETS
+from latlab.records.engine import EngineConfig
 from latlab.engine.device import resolve_device
 from latlab.engine.engine import LLMEngine
 from latlab.engine.loader import LoadedModel, save_checkpoint
 from latlab.engine.model import CausalLM
-from latlab.engine.sampling import SamplingParams
+from latlab.engine.sampling_params import SamplingParams
 from latlab.tokenizer import Tokenizer
 
 SHAPES = {**PRESETS, "1b": ModelConfig(

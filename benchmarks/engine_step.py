@@ -19,9 +19,9 @@ import time
 
 import torch
 
-from latlab.engine.config import EngineConfig
+from latlab.records.engine import EngineConfig
 from latlab.engine.engine import LLMEngine
-from latlab.engine.sampling import SamplingParams
+from latlab.engine.sampling_params import SamplingParams
 from latlab.metrics.stats import percentile
 
 PROMPT_TOKENS = 128

@@ -27,10 +27,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from delay_proxy import DelayProxy  # noqa: E402
 
-from latlab.commands.bench import run_bench  # noqa: E402
+from latlab.services.bench import run_bench  # noqa: E402
 from latlab.load.target import responds_ok, start_engine  # noqa: E402
 from latlab.records.config import BenchConfig  # noqa: E402
-from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig  # noqa: E402
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.lengths import LengthDistribution
+from latlab.records.workload import WorkloadConfig  # noqa: E402
 
 DELAYS_MS = (20.0, 50.0)
 WORKLOAD = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=64),

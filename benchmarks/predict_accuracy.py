@@ -48,18 +48,21 @@ import psutil
 
 from latlab.analysis import analyze, capacity
 from latlab.analysis.slo_max import slo_max
-from latlab.commands.bench import run_bench
-from latlab.commands.calibrate import calibrate_engine
+from latlab.services.bench import run_bench
+from latlab.records.engine import EngineConfig
+from latlab.services.calibrate import calibrate_engine
 from latlab.commands.common import console
-from latlab.commands.predicting import predict_point, settings
+from latlab.services.predict import predict_point, settings
 from latlab.load.target import interrupt_on_sigterm, start_engine
-from latlab.records.config import BenchConfig, parse_slo
+from latlab.records.bench import BenchConfig
+from latlab.records.slo import parse_slo
 from latlab.records.folder import RunFolder
 from latlab.records.simulation import Fleet
 from latlab.records.steps import read_step_log
 from latlab.records.sweep import Point
 from latlab.records.window import run_window
-from latlab.records.workload import ArrivalConfig, WorkloadConfig
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.workload import WorkloadConfig
 from latlab.sim import calibration as calibrations
 from latlab.sim.validate import METRICS, QUANTILES, compare
 from latlab.sim.workload import build, replay
@@ -81,7 +84,7 @@ class SpeedReference:
         self.ids = 0
 
     def _run(self) -> float:
-        from latlab.engine.sampling import SamplingParams
+        from latlab.engine.sampling_params import SamplingParams
 
         engine, vocab = self.engine, self.engine.model_config.vocab_size
         started = time.perf_counter()
@@ -258,7 +261,7 @@ def main() -> None:
         saved_reference = args.calibration.with_suffix(".reference_ms")
     else:
         background.wait_quiet(err, args.quiet, args.patience)
-        cal = calibrate_engine([], err)
+        cal = calibrate_engine(EngineConfig(), [], err)
         args.calibration = Path(args.out) / "accuracy-calibration.json"
         calibrations.save(cal, args.calibration)
         saved_reference = args.calibration.with_suffix(".reference_ms")

@@ -21,12 +21,13 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from latlab.commands.bench import run_bench
+from latlab.services.bench import run_bench
 from latlab.commands.common import console
 from latlab.load.target import free_port, interrupt_on_sigterm, start_server
-from latlab.records.config import BenchConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder
-from latlab.records.workload import ArrivalConfig, WorkloadConfig
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.workload import WorkloadConfig
 from latlab.sim.calibration import run_calibration, save
 from latlab.sim.fleet import simulate
 from latlab.sim.validate import METRICS, QUANTILES, compare

@@ -23,9 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from latlab.records.config import BenchConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.simulation import Fleet
-from latlab.records.workload import ArrivalConfig, WorkloadConfig
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.workload import WorkloadConfig
 from latlab.sim import calibration as calibrations
 from latlab.sim.fleet import simulate
 from latlab.sim.workload import build
@@ -81,7 +82,7 @@ def main() -> None:
         if profile:
             pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile_lines)
         if args.folder:
-            from latlab.commands.predicting import settings
+            from latlab.services.predict import settings
             from latlab.sim.folder import write_run
 
             bench = BenchConfig(workload=workload.config, arrivals=workload.arrivals,

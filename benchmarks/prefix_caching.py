@@ -19,9 +19,9 @@ import random
 
 from replay import Request, ms, prefill_ms, replay, ttft_ms
 
-from latlab.engine.config import EngineConfig
+from latlab.records.engine import EngineConfig
 from latlab.engine.engine import LLMEngine
-from latlab.engine.sampling import SamplingParams
+from latlab.engine.sampling_params import SamplingParams
 
 SYSTEM_TOKENS = 1024
 

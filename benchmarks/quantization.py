@@ -21,7 +21,7 @@ import argparse
 import torch
 from engine_step import decode_steps
 
-from latlab.engine.config import EngineConfig
+from latlab.records.engine import EngineConfig
 from latlab.engine.engine import LLMEngine
 
 SETTINGS = {"float32": {}, "bfloat16": {"dtype": "bfloat16"}, "int8": {"quantization": "int8"},

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from latlab.engine.engine import LLMEngine
-from latlab.engine.sampling import SamplingParams
+from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.sequence import Sequence
 from latlab.metrics.stats import percentile
 

@@ -197,9 +197,9 @@ async def llama_greedy(server: Server, prompt: list[int], text: str) -> tuple[li
 
 def same_model(server: Server, model: Path, dtype: str) -> str:
     """Whether llama-server and latlab's engine tokenize alike and decode alike (greedy)."""
-    from latlab.engine.config import EngineConfig
+    from latlab.records.engine import EngineConfig
     from latlab.engine.engine import LLMEngine
-    from latlab.engine.sampling import SamplingParams
+    from latlab.engine.sampling_params import SamplingParams
 
     engine = LLMEngine(EngineConfig(model=str(model), dtype=dtype, warmup=False))
     text = "def main():\n    print('hello, world')  # 3.14 ok?"

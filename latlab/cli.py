@@ -13,7 +13,13 @@ import typer
 from latlab import __version__
 from latlab.commands import (ab, bench, calibrate, coldstart, compare, export, predict, report,
                              runs, serve, sweep)
-from latlab.commands.options import command
+from latlab.commands.options import ConfigFile, JsonOutput, NamedWorkload, command
+from latlab.records.ab import ABConfig
+from latlab.records.bench import BenchConfig, SloConfig
+from latlab.records.coldstart import ColdstartConfig
+from latlab.records.engine import ServeConfig
+from latlab.records.predict import CalibrateConfig, PredictConfig
+from latlab.records.sweep import SweepConfig
 
 # Plain click help: each option's text wraps beside it at any width (rich's panels squeeze
 # it into a narrow column at 80), and piped help is plain text.
@@ -52,20 +58,23 @@ RUNS = ("runs", list[str], typer.Argument(..., metavar="RUN_A RUN_B [RUN...]",
                                                "each is compared with the first."))
 FOLDER = ("folder", Path, typer.Argument(..., help="Where to write the Hugging Face folder."))
 
-command(app, bench.BenchOptions)(bench.bench)
-command(app, sweep.SweepOptions)(sweep.sweep)
-command(app, coldstart.ColdstartOptions)(coldstart.coldstart)
-command(app, predict.PredictOptions)(predict.predict)
-command(app, calibrate.CalibrateOptions)(calibrate.calibrate)
-command(app, report.ReportOptions, arguments=(RUN_DIR,))(report.report)
-command(app, compare.CompareOptions, arguments=(RUNS,))(compare.compare)
-command(app, ab.ABOptions)(ab.ab)
-command(app, runs.RunsOptions)(runs.runs)
-command(app, serve.ServeOptions)(serve.serve)
-command(tokenizer_app, export.TokenizerExportOptions, name="export",
-        arguments=(FOLDER,))(export.tokenizer_export)
-command(model_app, export.ModelExportOptions, name="export",
-        arguments=(FOLDER,))(export.model_export)
+command(app, bench.bench, config=BenchConfig, options=bench.BenchDisplay)
+command(app, sweep.sweep, config=SweepConfig, options=bench.Display, exclude=sweep.NOT_TAKEN)
+command(app, coldstart.coldstart, config=ColdstartConfig, options=ConfigFile,
+        exclude=coldstart.NOT_TAKEN)
+command(app, predict.predict, config=PredictConfig, options=NamedWorkload,
+        exclude=predict.NOT_TAKEN)
+command(app, calibrate.calibrate, config=CalibrateConfig, options=JsonOutput)
+command(app, report.report, options=report.ReportOptions, arguments=(RUN_DIR,))
+command(app, compare.compare, config=SloConfig, options=compare.CompareOptions,
+        arguments=(RUNS,))
+command(app, ab.ab, config=ABConfig, options=NamedWorkload, exclude=ab.NOT_TAKEN)
+command(app, runs.runs, options=runs.RunsOptions)
+command(app, serve.serve, config=ServeConfig)
+command(tokenizer_app, export.tokenizer_export, options=export.TokenizerExportOptions,
+        name="export", arguments=(FOLDER,))
+command(model_app, export.model_export, options=export.ModelExportOptions, name="export",
+        arguments=(FOLDER,))
 
 
 def main() -> None:

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import uvicorn
 
-from latlab.engine.config import EngineConfig
+from latlab.records.engine import EngineConfig, ServeConfig
 from latlab.server.async_engine import AsyncEngine
-from latlab.server.openai_serving import ServerSettings
 from latlab.server.serve import build_server
 
 TINY = dict(model="tiny", max_model_len=256, block_size=8, max_num_seqs=8,
@@ -33,16 +32,16 @@ def running_server(api_key: str | None = None, wait_ready: bool = True,
                    otel_file: Path | None = None, settings: dict | None = None,
                    **engine_options: object) -> Iterator[RunningServer]:
     """A server with the tiny preset (override any EngineConfig field, and any
-    ServerSettings field through `settings`), ready unless `wait_ready` is False (then only
+    ServeConfig field through `settings`), ready unless `wait_ready` is False (then only
     listening)."""
     config = EngineConfig(**{**TINY, **engine_options})
-    settings = ServerSettings(served_model_name="tiny", api_key=api_key, otel_file=otel_file,
-                              **(settings or {}))
+    serve = ServeConfig(engine=config, api_key=api_key, otel_file=otel_file,
+                        **(settings or {}))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = build_server(config, settings, "127.0.0.1", port)
+    server = build_server(serve.model_copy(update={"port": port}))
     engine: AsyncEngine = server.config.app.state.engine
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

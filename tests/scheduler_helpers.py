@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from latlab.engine.block_manager import BlockManager
-from latlab.engine.config import EngineConfig
-from latlab.engine.sampling import SamplingParams
+from latlab.records.engine import EngineConfig
+from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.scheduler import Scheduler, SchedulerOutput
 from latlab.engine.sequence import Sequence, StageTimes
 

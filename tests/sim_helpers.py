@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from latlab.records.calibration import (Calibration, EngineShape, FitError, RequestCosts,
-                                        StepCost)
-from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
+from latlab.records.calibration import Calibration, FitError, RequestCosts, StepCost
+from latlab.records.engine import EngineShape
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.lengths import LengthDistribution
+from latlab.records.workload import WorkloadConfig
 from latlab.sim.workload import Lengths, SimWorkload, build
 
 STEP = StepCost(coefficients={"step": 4.0, "tokens": 0.2, "decodes": 0.1, "prefills": 1.0,

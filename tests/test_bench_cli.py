@@ -183,10 +183,14 @@ def test_serve_args_read_as_latlab_serve_reads_them():
     """--serve-args (bench, sweep, ab, calibrate, predict) take latlab serve's options: a
     repeatable option keeps every value, --no-X turns a flag off, a wrong one is named."""
     from latlab.commands.common import UsageError
-    from latlab.commands.serve import parse_serve_args
+    from latlab.commands.options import parse_args
+    from latlab.records.engine import ServeConfig
 
-    o = parse_serve_args(["--allow-origin", "a", "--allow-origin=b", "--no-chunked-prefill",
-                          "--max-num-seqs", "8"])
-    assert (o.allow_origin, o.chunked_prefill, o.max_num_seqs) == (["a", "b"], False, 8)
-    with pytest.raises(UsageError, match="--no-such"):
-        parse_serve_args(["--no-such"])
+    o = parse_args(ServeConfig, ["--allow-origin", "a", "--allow-origin=b",
+                                 "--no-chunked-prefill", "--max-num-seqs", "8"], "--serve-args")
+    assert (o.allow_origins, o.engine.enable_chunked_prefill, o.engine.max_num_seqs) == (
+        ["a", "b"], False, 8)
+    with pytest.raises(UsageError, match="--serve-args: .*--no-such"):
+        parse_args(ServeConfig, ["--no-such"], "--serve-args")
+    with pytest.raises(UsageError, match="--serve-args: .*--max-num-seqs"):
+        parse_args(ServeConfig, ["--max-num-seqs", "x"], "--serve-args")

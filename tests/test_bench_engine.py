@@ -10,11 +10,12 @@ import pytest
 from typer.testing import CliRunner
 
 from latlab.cli import app
-from latlab.commands.bench import run_bench
-from latlab.records.config import BenchConfig
+from latlab.services.bench import run_bench
+from latlab.records.bench import BenchConfig
 from latlab.load.target import EngineError, start_engine
 from latlab.load import BenchError
-from latlab.records.workload import LengthDistribution, WorkloadConfig
+from latlab.records.lengths import LengthDistribution
+from latlab.records.workload import WorkloadConfig
 from latlab.records.folder import RunFolder
 
 pytest.importorskip("torch")

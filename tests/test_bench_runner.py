@@ -11,10 +11,12 @@ import orjson
 import pytest
 
 from latlab.load import BenchError
-from latlab.commands.bench import run_bench
-from latlab.records.config import BenchConfig
+from latlab.services.bench import run_bench
+from latlab.records.bench import BenchConfig
 from latlab.records.window import run_window
-from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.lengths import LengthDistribution
+from latlab.records.workload import WorkloadConfig
 from latlab.records.folder import RunFolder
 from latlab.records.timeline import Outcome
 from sse_server import DONE, Server, Step, completion, status, stream, usage_only
@@ -31,7 +33,9 @@ def three_tokens(delay_s: float = 0.0) -> list[Step]:
 
 
 def config(url: str, tmp_path, **kw) -> BenchConfig:
-    fields = dict(url=url, workload=SMALL, out=tmp_path, duration_s=None, requests=30)
+    fields = dict(url=url, workload=SMALL, out=tmp_path, duration_s=None, requests=30,
+                  warmup_s=0, cooldown_s=0)  # every request measured (a duration's default
+    #                                            warm-up would leave out the first ones)
     return BenchConfig(**(fields | kw))
 
 

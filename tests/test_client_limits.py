@@ -7,10 +7,13 @@ import pytest
 from typer.testing import CliRunner
 
 from latlab.cli import app
-from latlab.commands.bench import run_bench
-from latlab.records.config import BenchConfig, redact
+from latlab.services.bench import run_bench
+from latlab.records.bench import BenchConfig
+from latlab.records.target import redact
 from latlab.records.timeline import Outcome
-from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.lengths import LengthDistribution
+from latlab.records.workload import WorkloadConfig
 from processes import interrupted
 from sse_server import DONE, Server, Step, completion, stream, usage_only
 
@@ -45,7 +48,7 @@ def test_duration_bounds_a_run_against_a_stalled_server(tmp_path):
     with Server(stream(stalled)) as server:
         started = time.monotonic()
         result = run_bench(BenchConfig(url=server.url, workload=SMALL, duration_s=1.0,
-                                       drain_s=0.5, timeout_s=300, out=tmp_path,
+                                       warmup_s=0, drain_s=0.5, timeout_s=300, out=tmp_path,
                                        arrivals=ArrivalConfig(users=2)))
         took = time.monotonic() - started
     assert took < 6  # not the 8 s stall, not the 300 s timeout: the run's own limit

@@ -9,12 +9,12 @@ import sys
 import pytest
 import torch
 
-from latlab.engine.config import ConfigError, EngineConfig
+from latlab.records.engine import ConfigError, EngineConfig
 from latlab.engine.cuda_graphs import StaticDecode, capture_sizes, capture_widths, padded
 from latlab.engine.device import resolve_device
 from latlab.engine.engine import LLMEngine
 from latlab.engine.model_runner import ModelRunner
-from latlab.engine.sampling import SamplingParams
+from latlab.engine.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
 SAMPLED = SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, top_k=50, seed=5)

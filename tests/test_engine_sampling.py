@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from latlab.engine.config import EngineConfig
+from latlab.records.engine import EngineConfig
 from latlab.engine.detokenizer import Detokenizer
 from latlab.engine.engine import LLMEngine
-from latlab.engine.sampling import Sampler, SamplingParams
+from latlab.engine.sampling import Sampler
+from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.sequence import FinishReason, Sequence, StageTimes
 from latlab.tokenizer import Tokenizer
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from latlab.engine.block_manager import BlockManager
-from latlab.engine.config import ConfigError, EngineConfig
+from latlab.records.engine import ConfigError, EngineConfig
 from latlab.engine.engine import LLMEngine
 from latlab.engine.loader import load_model, save_checkpoint
 from latlab.engine.quantization import Int8Linear
-from latlab.engine.sampling import SamplingParams
+from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.sequence import FinishReason, Sequence, StageTimes
 from latlab.engine.spec_decode import NgramProposer
 

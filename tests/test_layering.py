@@ -2,6 +2,7 @@
 may not import (function-level imports included), and no module grows past the limit."""
 
 import ast
+import graphlib
 import re
 from pathlib import Path
 
@@ -70,3 +71,26 @@ def test_no_module_is_over_the_limit():
     long = [f"{p.relative_to(ROOT)}: {n} lines" for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES]
     assert not long, "split these by concept:\n" + "\n".join(long)
+
+
+def module_imports(path: Path) -> set[str]:
+    """The latlab modules `path` imports (function-level and TYPE_CHECKING imports too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return {name for name in found if name.startswith("latlab")}
+
+
+def test_no_import_circles():
+    """No module reaches itself through imports: each concept depends on lower ones only."""
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in PACKAGE.rglob("*.py")}
+    graph = {name: {m for m in module_imports(path) if m in modules and m != name}
+             for name, path in modules.items()}
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as e:
+        raise AssertionError(f"an import circle: {' -> '.join(e.args[1])}") from None

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from scipy import stats
 
 from latlab.load.arrivals import ArrivalError, arrival_times, load_trace, user_start_times
-from latlab.records.workload import ArrivalConfig
+from latlab.records.arrivals import ArrivalConfig
 
 N = 20000
 

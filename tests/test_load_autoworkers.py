@@ -6,8 +6,10 @@ import os
 from latlab.load import autoworkers
 from latlab.load.autoworkers import auto_workers, offered_events_per_s, parse_ns_per_event
 from latlab.load.workload import Workload
-from latlab.records.config import BenchConfig
-from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
+from latlab.records.bench import BenchConfig
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.lengths import LengthDistribution
+from latlab.records.workload import WorkloadConfig
 
 
 def config(**arrivals) -> BenchConfig:

@@ -10,12 +10,14 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
-from latlab.commands.bench import run_bench
+from latlab.services.bench import run_bench
 from latlab.load.client import Client
 from latlab.load.workload import RequestSpec
-from latlab.records.config import BenchConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.timeline import RequestTimeline
-from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.lengths import LengthDistribution
+from latlab.records.workload import WorkloadConfig
 from sse_server import DONE, Server, Step, completion, stream, usage_only
 
 SERVERS = Path(__file__).parent / "fixtures" / "servers"

@@ -7,7 +7,8 @@ import pytest
 from latlab.tokenizer import Tokenizer
 from latlab.load.datasets import DatasetError
 from latlab.load.workload import Workload
-from latlab.records.workload import LengthDistribution, WorkloadConfig, WorkloadError
+from latlab.records.lengths import LengthDistribution, WorkloadError
+from latlab.records.workload import WorkloadConfig
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from latlab.metrics.request import request_metrics
 from latlab.metrics.slo import meets_slos
 from latlab.metrics.stats import distribution, percentile, percentile_ci
 from latlab.metrics.summary import summarize
-from latlab.records.config import parse_slo
+from latlab.records.slo import parse_slo
 from latlab.records.window import Window
 from latlab.records.timeline import Outcome, RequestTimeline, ServerTiming
 

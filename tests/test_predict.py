@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from latlab.analysis import analyze
 from latlab.cli import app
 from latlab.metrics.summary import summarize
-from latlab.records.config import BenchConfig, RunConfig
+from latlab.records.bench import BenchConfig
+from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.simulation import Simulation
 from latlab.sim import calibration as calibrations
@@ -147,7 +148,7 @@ def test_predict_sweep_draws_the_curve_and_the_slo_max(tmp_path, cal_file):
 def test_an_interrupted_predicted_sweep_keeps_its_points(tmp_path, cal_file, monkeypatch):
     """Ctrl-C during a predicted sweep ends it as latlab sweep's does: the points so far in
     sweep.json, stopped as interrupted, the folder registered, exit 130."""
-    from latlab.commands import predict_plans
+    from latlab.services import predict_plans
 
     simulated = predict_plans.predict_point
     calls = []
@@ -179,7 +180,9 @@ def test_an_interrupted_predicted_sweep_keeps_its_points(tmp_path, cal_file, mon
     (["--rate", "5", "--autoscale", "cpu"], "--autoscale 'cpu'"),
     (["--rate", "5", "--autoscale", "queue", "--min-replicas", "4", "--max-replicas", "2"],
      "--max-replicas 2 is below"),
-    (["--rate", "5", "--cold-start", "nowhere"], "--cold-start 'nowhere'"),
+    (["--rate", "5", "--autoscale", "queue", "--cold-start", "nowhere"],
+     "--cold-start 'nowhere'"),
+    (["--rate", "5", "--cold-start", "5"], "--cold-start goes with --autoscale"),
 ])
 def test_bad_input_is_one_line(tmp_path, cal_file, args, message):
     args = [str(cal_file) if a == "c.json" else a for a in args]
@@ -217,7 +220,7 @@ def test_calibrate_from_a_run_folder_recovers_the_server(tmp_path, cal_file):
 
 
 def test_calibrating_the_engine_times_a_grid_and_fits(monkeypatch):
-    from latlab.engine.config import EngineConfig
+    from latlab.records.engine import EngineConfig
     from latlab.sim import calibrate_engine
 
     monkeypatch.setattr(calibrate_engine, "CONTEXTS", (16, 48))

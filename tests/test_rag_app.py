@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 from latlab.analysis.decompose import Quality
-from latlab.commands.bench import run_bench
+from latlab.services.bench import run_bench
 from latlab.load.spans import timing_of
 from latlab.load.target import free_port, start_engine, start_server
-from latlab.records.config import BenchConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.spans import Span
-from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.lengths import LengthDistribution
+from latlab.records.workload import WorkloadConfig
 
 APP = Path(__file__).resolve().parents[1] / "examples" / "rag_app" / "app.py"
 MS = 1_000_000

@@ -13,11 +13,13 @@ import time
 
 import pytest
 
-from latlab.commands.bench import run_bench
+from latlab.services.bench import run_bench
 from latlab.load import BenchError
-from latlab.records.config import BenchConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.timeline import Outcome
-from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.lengths import LengthDistribution
+from latlab.records.workload import WorkloadConfig
 from sse_server import DONE, Server, Step, completion, stream, usage_only
 
 # Ray's processes talk over loopback only (by default they use the machine's address): Ray

@@ -12,7 +12,8 @@ import torch
 from engine_server import running_server
 from processes import wait_until
 
-from latlab.engine.sampling import Sampler, SamplingParams
+from latlab.engine.sampling import Sampler
+from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.sequence import Sequence, StageTimes
 
 POISON_SEED = 666

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from engine_server import running_server
 
-from latlab.engine.config import ConfigError
+from latlab.records.engine import ConfigError
 from latlab.server.auth import read_api_key
 
 BODY = b'{"prompt": "x", "max_tokens": 2}'

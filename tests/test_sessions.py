@@ -14,13 +14,14 @@ from sse_server import DONE, Server, chat, usage_only
 from typer.testing import CliRunner
 
 from latlab.cli import app
-from latlab.commands.bench import run_bench
+from latlab.services.bench import run_bench
 from latlab.load.conversation import Conversation
 from latlab.load.datasets import load_dataset
 from latlab.load.workload import Workload
-from latlab.records.config import BenchConfig
-from latlab.records.workload import (ArrivalConfig, LengthDistribution, SessionConfig,
-                                     WorkloadConfig)
+from latlab.records.bench import BenchConfig
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.lengths import LengthDistribution
+from latlab.records.workload import SessionConfig, WorkloadConfig
 from latlab.tokenizer import Tokenizer
 
 FIXED = LengthDistribution.parse
@@ -240,9 +241,8 @@ def test_session_options_that_do_not_fit_are_refused(tmp_path, args, fragment):
 
 
 def test_the_default_think_time_scales_with_the_run():
-    from latlab.commands.bench import BenchOptions
-
-    config = BenchOptions(url="http://127.0.0.1:9", turns="3", duration=10).bench_config()
+    config = BenchConfig(url="http://127.0.0.1:9", duration_s=10,
+                         workload={"sessions": {"turns": "3"}})
     think = config.workload.sessions.think_s
     assert (think.kind, think.a) == ("lognormal", 1.0)
     draws = [think.draw(np.random.default_rng(i)) for i in range(200)]

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from latlab.records.simulation import Autoscale, Fleet
-from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.lengths import LengthDistribution
+from latlab.records.workload import WorkloadConfig
 from latlab.load.arrivals import arrival_times
 from latlab.sim import replica as replica_module
 from latlab.sim.fleet import Simulation, simulate
@@ -203,7 +205,8 @@ def test_the_simulator_needs_no_torch():
 
 
 def test_a_run_whose_tokens_came_in_one_chunk_calibrates_without_those_decodes():
-    from latlab.records.calibration import EngineShape, RequestCosts
+    from latlab.records.calibration import RequestCosts
+    from latlab.records.engine import EngineShape
     from latlab.sim.calibrate_run import rows
     from timelines import timeline
 
@@ -215,7 +218,8 @@ def test_a_run_whose_tokens_came_in_one_chunk_calibrates_without_those_decodes()
 
 
 def test_prompt_tokens_the_server_found_in_its_cache_are_not_prefilled():
-    from latlab.records.calibration import EngineShape, RequestCosts
+    from latlab.records.calibration import RequestCosts
+    from latlab.records.engine import EngineShape
     from latlab.sim.calibrate_run import rows
     from timelines import timeline
 

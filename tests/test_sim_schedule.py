@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 
 from latlab.engine.batching import step_features
-from latlab.engine.config import EngineConfig
+from latlab.records.engine import EngineConfig, EngineShape
 from latlab.engine.engine import LLMEngine
-from latlab.engine.sampling import SamplingParams
+from latlab.engine.sampling_params import SamplingParams
 from latlab.records.calibration import Calibration, FitError, StepCost
 from latlab.records.simulation import Fleet
-from latlab.records.workload import ArrivalConfig, WorkloadConfig
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.workload import WorkloadConfig
 from latlab.sim.fleet import Simulation
-from latlab.sim.sequence import engine_shape, new_sequence
+from latlab.sim.sequence import new_sequence
 from latlab.sim.stepcost import StepCostModel
 from latlab.sim.workload import Lengths, SimWorkload
 
@@ -78,7 +79,7 @@ def engine_run(config: EngineConfig, arrival, prompt, output, shared, priority, 
 
 def sim_run(config: EngineConfig, num_blocks: int, arrival, prompt, output, shared, priority,
             tenant):
-    shape = engine_shape(config, num_blocks).model_copy(update={"max_waiting": 10_000})
+    shape = EngineShape.of(config, num_blocks).model_copy(update={"max_waiting": 10_000})
     calibration = Calibration(engine=shape, step=COST,
                               fit=FitError(samples=1, mape=0, p90=0, max=0))
     n = len(arrival)

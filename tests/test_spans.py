@@ -14,14 +14,17 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from typer.testing import CliRunner
 
 from latlab.cli import app
-from latlab.commands.bench import run_bench
+from latlab.services.bench import run_bench
 from latlab.load.otlp import SpanReceiver, read_spans
 from latlab.load.spans import clock_offset, join_run, match, timing_of
-from latlab.records.config import BenchConfig, Clock
+from latlab.records.bench import BenchConfig
+from latlab.records.config import Clock
 from latlab.records.folder import RunFolder
 from latlab.records.spans import SERVER_TIMINGS, SPANS, Span
 from latlab.records.timeline import RequestTimeline
-from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.lengths import LengthDistribution
+from latlab.records.workload import WorkloadConfig
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SMALL = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=16),

@@ -11,9 +11,11 @@ from typer.testing import CliRunner
 from capacity_server import capacity
 from latlab.cli import app
 from latlab.analysis.capacity import saturation
-from latlab.commands.sweep_points import ESCALATION, SweepConfig, run_sweep
-from latlab.records.config import BenchConfig
-from latlab.records.workload import LengthDistribution, WorkloadConfig
+from latlab.records.sweep import SweepConfig
+from latlab.services.sweep import ESCALATION, run_sweep
+from latlab.records.bench import BenchConfig
+from latlab.records.lengths import LengthDistribution
+from latlab.records.workload import WorkloadConfig
 from latlab.records.folder import RunFolder
 from latlab.store import RunStore
 from sse_server import Server

@@ -1,5 +1,6 @@
 """Explaining latency: per-request decomposition, aggregate budgets, diagnosis."""
 
-from latlab.analysis.analyze import RunAnalysis, analyze
+from latlab.analysis.analyze import analyze
+from latlab.analysis.run_analysis import RunAnalysis
 
 __all__ = ["RunAnalysis", "analyze"]

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from latlab.analysis.analyze import RunAnalysis, assemble, judge_requests
+from latlab.analysis.analyze import assemble, judge_requests
+from latlab.analysis.run_analysis import RunAnalysis
 from latlab.metrics.summary import summarize
 from latlab.records.columns import concat, take
 from latlab.records.scrape import Scrape

@@ -16,13 +16,10 @@ Budgets, breakdowns and findings cover the requests scheduled inside the measure
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from latlab.analysis.budget import (
-    Budget,
-    Group,
     budget,
     by_priority,
     by_prompt_length,
@@ -31,9 +28,10 @@ from latlab.analysis.budget import (
     tail_budget,
 )
 from latlab.analysis.decompose import NetworkBaseline, arrival_ns, decompose_all, label
-from latlab.analysis.findings import Finding, Unevaluated
-from latlab.analysis.requests import Requests, Rows, in_flight_at_send
-from latlab.analysis.tasks import TaskBudget, task_budget
+from latlab.analysis.diagnose import diagnose
+from latlab.analysis.requests import Requests, in_flight_at_send
+from latlab.analysis.run_analysis import RunAnalysis
+from latlab.analysis.tasks import task_budget
 from latlab.metrics.request import metric_columns
 from latlab.metrics.stats import percentile
 from latlab.metrics.summary import judge, summarize
@@ -41,7 +39,7 @@ from latlab.metrics.throughput import inside
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.scrape import Scrape
-from latlab.records.summary import ClientCheck, Goodput, RunSummary
+from latlab.records.summary import Goodput, RunSummary
 from latlab.records.columns import present
 from latlab.records.table import OUTCOMES, RequestTable
 from latlab.records.timeline import NS_PER_MS, Outcome
@@ -49,58 +47,6 @@ from latlab.records.window import Window, run_window
 
 UNATTRIBUTED_NOTE_SHARE = 0.05
 TRANSIT_BASELINE = 10.0  # the percentile of the run's transits taken as the network's own
-
-
-@dataclass
-class RunAnalysis:
-    """A run's requests (columns), aggregate budgets, breakdowns and findings."""
-
-    run: RunFolder
-    config: RunConfig
-    summary: RunSummary
-    summary_recomputed: bool
-    requests: Requests
-    window: Window | None
-    inside: np.ndarray  # the requests scheduled inside the measurement window
-    mean: Budget | None
-    tail: Budget | None
-    by_prompt: list[Group]
-    by_tenant: list[Group]
-    by_priority: list[Group]
-    over_time: list[Group]
-    scrapes: list[Scrape] = field(default_factory=list)
-    tasks: TaskBudget | None = None  # agent tasks: the whole task's budget
-    findings: list[Finding] = field(default_factory=list)
-    unevaluated: list[Unevaluated] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def table(self) -> RequestTable:
-        return self.requests.table
-
-    @property
-    def ok(self) -> np.ndarray:
-        """The measured requests that succeeded and have a decomposition."""
-        return self.inside & self.requests.parts.decomposed
-
-    @property
-    def rows(self) -> Rows:
-        """Every request, one `Row` at a time."""
-        return self.requests.rows()
-
-    @property
-    def decomposed(self) -> Rows:
-        """The measured rows with a decomposition (the successful requests)."""
-        return self.requests.rows(self.ok)
-
-    @property
-    def has_server_timings(self) -> bool:
-        return bool((self.ok & self.requests.parts.has_server).any())
-
-    @property
-    def client(self) -> ClientCheck | None:
-        """The load generator's self-check (`summary.json` → `client`), when it wrote one."""
-        return self.summary.client
 
 
 def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
@@ -131,8 +77,6 @@ def assemble(run: RunFolder, config: RunConfig, summary: RunSummary, requests: R
              recomputed: bool = False, diagnosis: bool = True) -> RunAnalysis:
     """The analysis of decomposed `requests`: budgets and breakdowns over those `chosen`
     (the window's), findings, notes."""
-    from latlab.analysis.diagnose import diagnose
-
     parts = requests.parts
     analysis = RunAnalysis(
         run=run,

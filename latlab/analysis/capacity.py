@@ -37,7 +37,7 @@ from latlab.records.table import OUTCOMES
 from latlab.records.timeline import Outcome
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 KNEE_ELASTICITY = 1.0
 SATURATION_LOAD_GROWTH = 0.10

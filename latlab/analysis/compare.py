@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from latlab.analysis.analyze import RunAnalysis
+from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.budget import Budget, budget
 from latlab.analysis.significance import (bootstrap_difference, cluster_bootstrap_difference,
                                           statistic)

@@ -14,7 +14,7 @@ from latlab.analysis.rules import (client, compute, coverage, network, outcomes,
                                    server_state, sessions, tenants)
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 Rule = Callable[["RunAnalysis"], "Finding | Unevaluated | None"]
 

@@ -14,7 +14,8 @@ from rich.console import Console
 from latlab.load import BenchError
 from latlab.load.arrivals import ArrivalError
 from latlab.load.datasets import DatasetError
-from latlab.records.workload import WorkloadError
+from latlab.records.lengths import WorkloadError
+from latlab.services.errors import InputError, ServiceFailed
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 PIPED_WIDTH = 200
@@ -67,15 +68,15 @@ def print_json(data: dict[str, Any]) -> None:
 
 def run_command(name: str, body: Callable[[], None]) -> None:
     """Run a command's body; a `CommandError` becomes its exit code and one line on stderr,
-    Ctrl-C exit code 130. The load generator's own errors are named here once: bad input
-    found while preparing the load (a dataset, a trace, a tokenizer) is a usage error, a
-    target that cannot be used a failed run."""
+    Ctrl-C exit code 130. The services' and the load generator's own errors are named here
+    once: bad input (a dataset, a trace, a tokenizer, a calibration) is a usage error, a
+    target that cannot be used or work that could not be done a failed run."""
     try:
         try:
             body()
-        except (WorkloadError, ArrivalError, DatasetError) as e:
+        except (WorkloadError, ArrivalError, DatasetError, InputError) as e:
             raise UsageError(str(e)) from None
-        except BenchError as e:
+        except (BenchError, ServiceFailed) as e:
             raise RunFailed(str(e)) from None
     except CommandError as e:
         if str(e):

@@ -10,31 +10,32 @@ from latlab.analysis.compare import CompareError
 from latlab.analysis.compare import compare as compare_runs
 from latlab.analysis.gate import Gate, GateError
 from latlab.commands.common import RunFailed, UsageError, console
-from latlab.commands.groups import SloOptions
-from latlab.commands.options import opt
+from latlab.commands.options import Options
+from latlab.records.bench import SloConfig
 from latlab.records.folder import RunFolder, RunFolderError
+from latlab.records.settings import setting
 from latlab.report.comparison import print_comparison
 from latlab.store import resolve_run
 
 
-class CompareOptions(SloOptions):
-    fail_if: list[str] = opt([], "Regression gate like 'p99_ttft>+10%' or "
+class CompareOptions(Options):
+    fail_if: list[str] = setting([], "Regression gate like 'p99_ttft>+10%' or "
                                  "'output_tokens_per_s<-5%' (repeatable); exit code 1 when one "
                                  "trips.", "--fail-if")
-    require_significance: bool = opt(False, "Let a gate trip only when its change is "
+    require_significance: bool = setting(False, "Let a gate trip only when its change is "
                                             "significant (95% CI excludes zero).")
-    allow_different_workloads: bool = opt(False, "Compare runs whose workloads differ.")
-    runs_dir: Path = opt(Path("runs"), "Runs folder holding the run store.")
-    full: bool = opt(False, "Show mean and p90 too, not only p50 and p99.")
+    allow_different_workloads: bool = setting(False, "Compare runs whose workloads differ.")
+    runs_dir: Path = setting(Path("runs"), "Runs folder holding the run store.")
+    full: bool = setting(False, "Show mean and p90 too, not only p50 and p99.")
 
 
-def compare(runs: list[str], options: CompareOptions) -> None:
+def compare(runs: list[str], config: SloConfig, options: CompareOptions) -> None:
     """Compare runs side by side: each metric's change, its confidence, and which component
     of the latency budget it came from."""
     if len(runs) < 2:
         raise UsageError("give at least two runs")
     out = console()
-    slos = options.slos() if options.slo else None
+    slos = config.slos or None
     try:
         gates = [Gate.parse(text) for text in options.fail_if]
         analyses = [analyze(RunFolder.open(resolve_run(ref, options.runs_dir)), slos,

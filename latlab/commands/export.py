@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from latlab.commands.common import UsageError, console
-from latlab.commands.options import Options, opt
+from latlab.commands.options import Options
+from latlab.records.settings import setting
 
 
 class TokenizerExportOptions(Options):
-    model: str = opt("default", "A preset or a checkpoint folder, as in serve.")
+    model: str = setting("default", "A preset or a checkpoint folder, as in serve.")
 
 
 def tokenizer_export(folder: Path, options: TokenizerExportOptions) -> None:
@@ -26,9 +27,9 @@ def tokenizer_export(folder: Path, options: TokenizerExportOptions) -> None:
 
 
 class ModelExportOptions(Options):
-    model: str = opt("default", "The preset to export.")
-    seed: int = opt(0, "Seed of the random weights (as `latlab serve --seed`).")
-    gguf: bool = opt(False, "Also write it as GGUF (FOLDER/model.gguf) for llama.cpp.")
+    model: str = setting("default", "The preset to export.")
+    seed: int = setting(0, "Seed of the random weights (as `latlab serve --seed`).")
+    gguf: bool = setting(False, "Also write it as GGUF (FOLDER/model.gguf) for llama.cpp.")
 
 
 def model_export(folder: Path, options: ModelExportOptions) -> None:

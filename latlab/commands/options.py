@@ -1,97 +1,196 @@
-"""Command-line options, declared once as fields of option classes, typer options derived.
+"""A command's options, derived from the config it builds and its own display options
+(`records.settings`: every setting is declared once, on the config that carries it).
 
-    class StopOptions(Options):
-        duration: float | None = opt(None, "Seconds of load.", to="duration_s")
+    command(app, bench, config=BenchConfig, options=BenchDisplay)
 
-    @command(app, BenchOptions)
-    def bench(options: BenchOptions) -> None: ...
-
-A field's name gives its flag (`max_concurrency` → `--max-concurrency`) unless `flags` says
-otherwise; `to` names the config field it fills, so a config's validation error names the
-flag the user typed. Commands share groups of options by inheriting the classes.
+registers `bench(config, options)`: each field of `BenchConfig` (and of its sub-configs)
+that is a setting becomes an option in its help group; the options given build the config,
+laid over `--config FILE` and `--workload NAME` when the command takes them; a config that
+does not validate is a usage error led by the flag at fault.
 """
 
 from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Any, Callable, ClassVar, TypeVar
+from typing import Any, Callable
 
 import typer
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import typer.core
+from pydantic import BaseModel, ValidationError
 
 from latlab.commands.common import UsageError, run_command
-
-O = TypeVar("O", bound="Options")
-
-
-def opt(default: Any, help: str, *flags: str, to: str | None = None,
-        envvar: str | None = None, metavar: str | None = None) -> Any:
-    """A field that is a command-line option (see the module's doc)."""
-    return Field(default, description=help, json_schema_extra={
-        "flags": list(flags), "to": to, "envvar": envvar, "metavar": metavar})
-
-
-class Options(BaseModel):
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-    # Fields a command inherits with a group but does not take: no flag, the default.
-    not_options: ClassVar[frozenset[str]] = frozenset()
-
-    @classmethod
-    def flag(cls, field: str) -> str:
-        extra = cls.model_fields[field].json_schema_extra or {}
-        flags = extra.get("flags") or [f"--{field.replace('_', '-')}"]
-        return flags[0].split("/")[0]
-
-    @classmethod
-    def flags_by_target(cls) -> dict[str, str]:
-        """Config field (or option field) → the flag that sets it."""
-        out = {}
-        for name, f in cls.model_fields.items():
-            extra = f.json_schema_extra or {}
-            out[extra.get("to") or name] = cls.flag(name)
-        return out
-
+from latlab.commands.config_files import read_config_file, read_workload
+from latlab.records.settings import (GROUPS, OUTPUT, Spec, flag_of, nest, option, setting, specs,
+                                     sub_config)
 
 Argument = tuple[str, Any, Any]  # name, type, typer.Argument(...)
 
 
-def command(app: typer.Typer, options: type[O], name: str | None = None,
-            arguments: tuple[Argument, ...] = (), **settings: Any) -> Callable:
-    """Register `handler(*arguments, options)` as a command whose typer options are
-    `options`' fields (and whose positional `arguments` are given as typer arguments)."""
-
-    def register(handler: Callable[..., None]) -> Callable[..., None]:
-        params = [inspect.Parameter(arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
-                                    annotation=kind) for arg, kind, default in arguments]
-        params += [_parameter(field, options.model_fields[field]) for field in _ordered(options)
-                   if field not in options.not_options]
-        positional = [arg for arg, _, _ in arguments]
-
-        def cli(**values: Any) -> None:
-            cmd = name or handler.__name__
-            args = [values.pop(arg) for arg in positional]
-            run_command(cmd.replace("_", " "), lambda: handler(*args, _build(options, values)))
-
-        cli.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-        cli.__name__, cli.__doc__ = handler.__name__, _unwrapped(handler.__doc__ or "")
-        app.command(name, context_settings={"help_option_names": ["-h", "--help"]},
-                    **settings)(cli)
-        return handler
-
-    return register
+class Options(BaseModel):
+    """A command's own options: what to print, not what to run."""
 
 
-def _ordered(options: type[Options]) -> list[str]:
-    """The fields in the order of the groups as the class lists them, its own fields last."""
-    classes = [c for c in options.__mro__ if issubclass(c, Options) and c is not Options]
-    groups = classes[1:] + classes[:1]
-    where = {}
-    for rank, cls in enumerate(groups):
-        for i, name in enumerate(cls.__annotations__):
-            if name in options.model_fields:
-                where.setdefault(name, (rank, i))
-    return sorted(options.model_fields, key=lambda name: where.get(name, (len(groups), 0)))
+class JsonOutput(Options):
+    json_output: bool = setting(False, "Print the command's record (summary.json, sweep.json, "
+                                "ab.json, ...) to stdout.", "--json", group=OUTPUT)
+
+
+class ConfigFile(JsonOutput):
+    """Where a command's config can come from besides its flags."""
+
+    config_file: Path | None = setting(None, "Read the settings from this YAML or JSON file "
+                                       "(config.json's schema; a run folder or its config.json "
+                                       "reruns that run); flags override it.", "--config",
+                                       group=OUTPUT)
+
+
+class NamedWorkload(ConfigFile):
+    workload: str | None = setting(None, "A named workload to start from (`--workload list` "
+                                   "shows them); --config and flags override it.",
+                                   "--workload", group=OUTPUT)
+
+
+class GroupedCommand(typer.core.TyperCommand):
+    """Plain help with the options in sections by help group, in the groups' order."""
+
+    def format_options(self, ctx: typer.Context, formatter: Any) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                group = getattr(param, "rich_help_panel", None) or "Other"
+                sections.setdefault("Arguments" if param.param_type_name == "argument"
+                                    else group, []).append(record)
+        order = ["Arguments", *GROUPS]
+        for title in sorted(sections, key=lambda g: order.index(g) if g in order else len(order)):
+            with formatter.section(title):
+                formatter.write_dl(sections[title])
+
+
+def command(app: typer.Typer, handler: Callable[..., None], *,
+            config: type[BaseModel] | None = None, options: type[Options] | None = None,
+            exclude: frozenset[str] = frozenset(), name: str | None = None,
+            arguments: tuple[Argument, ...] = ()) -> None:
+    """Register `handler(*arguments, config=..., options=...)` on `app` (see the module's
+    doc); `exclude` names the config's settings this command does not take."""
+    config_specs = list(specs(config, exclude)) if config else []
+    option_specs = list(specs(options)) if options else []
+    params = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                annotation=typer.Context)]
+    params += [inspect.Parameter(arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
+                                 annotation=kind) for arg, kind, default in arguments]
+    params += [_parameter(spec) for spec in config_specs + option_specs]
+    positional = [arg for arg, _, _ in arguments]
+
+    def cli(ctx: typer.Context, **values: Any) -> None:
+        args = [values.pop(arg) for arg in positional]
+        given = _given(ctx, values)
+
+        def body() -> None:
+            kwargs: dict[str, Any] = {}
+            if options:
+                kwargs["options"] = options(**{s.path[0]: values[s.key] for s in option_specs})
+            if config:
+                kwargs["config"] = build(config, config_specs, values, given,
+                                         kwargs.get("options"))
+            handler(*args, **kwargs)
+
+        run_command((name or handler.__name__).replace("_", " "), body)
+
+    cli.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    cli.__name__, cli.__doc__ = handler.__name__, _unwrapped(handler.__doc__ or "")
+    app.command(name, cls=GroupedCommand,
+                context_settings={"help_option_names": ["-h", "--help"]})(cli)
+
+
+def parse_args(model: type[BaseModel], argv: list[str], where: str) -> Any:
+    """`model` from a command line of its settings (`--serve-args "--max-num-seqs 8"`): the
+    same options its own command takes; an error is a usage error led by `where`."""
+    config_specs = list(specs(model))
+    app = typer.Typer()
+    command(app, lambda config: None, config=model, name="x")
+    cmd = typer.main.get_command(app)
+    try:
+        ctx = cmd.make_context(where, list(argv))
+    except Exception as e:  # click's usage errors, from the click typer carries
+        if not hasattr(e, "format_message"):
+            raise
+        raise UsageError(f"{where}: {e.format_message()}") from None
+    try:
+        return build(model, config_specs, ctx.params, _given(ctx, ctx.params))
+    except UsageError as e:
+        raise UsageError(f"{where}: {e}") from None
+
+
+def _given(ctx: typer.Context, values: dict[str, Any]) -> set[str]:
+    """The options the user gave (on the command line or in the environment)."""
+    sources = {key: ctx.get_parameter_source(key) for key in values}
+    return {key for key, source in sources.items()
+            if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")}
+
+
+def build(model: type[BaseModel], config_specs: list[Spec], values: dict[str, Any],
+          given: set[str], display: Options | None = None) -> Any:
+    """`model` from the options given, over the named workload and the config file."""
+    base: dict[str, Any] = {}
+    if isinstance(display, NamedWorkload) and display.workload is not None:
+        base = overlay(model, base, read_workload(display.workload, model))
+    if isinstance(display, ConfigFile) and display.config_file is not None:
+        base = overlay(model, base, read_config_file(display.config_file, model))
+    flags = nest({s.path: values[s.key] for s in config_specs if s.key in given})
+    try:
+        return model.model_validate(overlay(model, base, flags))
+    except ValidationError as e:
+        raise UsageError(validation_message(e, model)) from None
+
+
+def overlay(model: type[BaseModel], base: dict[str, Any], over: dict[str, Any]
+            ) -> dict[str, Any]:
+    """`over` laid on `base` key by key; a sub-config with a default of its own starts from
+    it, and one whose settings replace each other (`under`) drops what `over` replaces."""
+    out = dict(base)
+    for key, value in over.items():
+        info = model.model_fields.get(key)
+        child = sub_config(info.annotation) if info is not None else None
+        if child is None or not isinstance(value, dict):
+            out[key] = value
+            continue
+        start = out.get(key)
+        if not isinstance(start, dict):
+            default = info.default if isinstance(info.default, BaseModel) else None
+            start = default.model_dump(exclude_unset=True) if default is not None else {}
+        if hasattr(child, "under"):
+            start = child.under(start, value)
+        out[key] = overlay(child, start, value)
+    return out
+
+
+def validation_message(e: ValidationError, model: type[BaseModel]) -> str:
+    """The first error of `e`, led by the flag of the setting it is about."""
+    first = e.errors()[0]
+    message = first["msg"].removeprefix("Value error, ")
+    node: Any = model
+    flag = None
+    for part in first["loc"]:
+        fields = getattr(node, "model_fields", None)
+        if not fields or part not in fields:
+            break
+        flag = flag_of(node, str(part)) if option(fields[part]) else flag
+        node = sub_config(fields[part].annotation)
+    if flag is None or message.startswith("--"):
+        return message
+    if message.startswith("'"):  # the message names the bad item of a list
+        return f"{flag} {message}"
+    value = first.get("input")
+    shown = f" {value!r}" if isinstance(value, (int, float, str)) else ""
+    return f"{flag}{shown}: {message}"
+
+
+def _unwrapped(doc: str) -> str:
+    """A docstring's paragraphs each on one line, so help text wraps to the terminal."""
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
 _METAVARS = {str: "TEXT", int: "INT", float: "NUMBER", Path: "PATH"}
@@ -104,65 +203,11 @@ def _metavar(annotation: Any) -> str | None:
     return _METAVARS.get(inner[0] if inner else kinds[0]) if kinds else None
 
 
-def _unwrapped(doc: str) -> str:
-    """A docstring's paragraphs each on one line, so help text wraps to the terminal."""
-    paragraphs = inspect.cleandoc(doc).split("\n\n")
-    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
-
-
-def _parameter(field: str, info: Any) -> inspect.Parameter:
-    extra = info.json_schema_extra or {}
-    default = (... if info.is_required() else info.default_factory()
-               if callable(info.default_factory) else info.default)
-    option = typer.Option(default, *(extra.get("flags") or []), help=info.description,
-                          envvar=extra.get("envvar"), show_envvar=bool(extra.get("envvar")),
-                          metavar=extra.get("metavar") or _metavar(info.annotation))
-    return inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, default=option,
-                             annotation=info.annotation)
-
-
-def _build(options: type[O], values: dict[str, Any]) -> O:
-    try:
-        return options(**values)
-    except ValidationError as e:
-        raise UsageError(validation_message(e, options.flags_by_target())) from None
-
-
-def validation_message(e: ValidationError, flags: dict[str, str]) -> str:
-    """The first error of `e`, led by the flag of the field it is about."""
-    first = e.errors()[0]
-    field = next((str(p) for p in reversed(first["loc"]) if str(p) in flags), None)
-    message = first["msg"].removeprefix("Value error, ")
-    if field is None:
-        return message
-    value = first.get("input")
-    shown = f" {value!r}" if isinstance(value, (int, float, str)) else ""
-    return f"{flags[field]}{shown}: {message}"
-
-
-def parse_numbers(text: str | None, option: str, kind: type = float) -> list | None:
-    """`"1,2,4"` → `[1.0, 2.0, 4.0]` (None stays None); a bad list is a usage error."""
-    if text is None:
-        return None
-    try:
-        return [kind(item) for item in text.split(",") if item.strip()]
-    except ValueError:
-        raise UsageError(f"{option} {text!r}: expected a comma-separated list of "
-                         f"{'whole ' if kind is int else ''}numbers") from None
-
-
-_UNITS_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "": 1.0}
-
-
-def parse_seconds(text: str, option: str) -> list[float]:
-    """`"500ms,5s,1m"` → `[0.5, 5.0, 60.0]` (a bare number is seconds)."""
-    gaps = []
-    for item in (i.strip() for i in text.split(",") if i.strip()):
-        number = item.rstrip("ms")
-        unit = item[len(number):]
-        try:
-            gaps.append(float(number) * _UNITS_S[unit])
-        except (ValueError, KeyError):
-            raise UsageError(f"{option} {item!r}: expected a duration like 500ms, 5s or 1m")
-    return gaps
-
+def _parameter(spec: Spec) -> inspect.Parameter:
+    flags = list(spec.flags)
+    option = typer.Option(spec.default, *flags, help=spec.help, show_default=spec.show_default,
+                          envvar=list(spec.envvar) or None, show_envvar=bool(spec.envvar),
+                          metavar=spec.metavar or _metavar(spec.annotation),
+                          rich_help_panel=spec.group)
+    return inspect.Parameter(spec.key, inspect.Parameter.KEYWORD_ONLY, default=option,
+                             annotation=spec.annotation)

@@ -1,5 +1,5 @@
-"""`latlab predict`: the latency a server would show under a load, simulated from its
-calibration — a predicted run folder that reports, `compare` and sweep curves read.
+"""`latlab predict`: options → `PredictConfig` → the calibration → one point, a sweep, or the
+replicas a goal needs → print.
 
     latlab predict --rate 5 --requests 100000        # latlab's engine, calibrated on first use
     latlab predict --calibration cal.json --rate 40 --replicas 4 --router round_robin
@@ -9,178 +9,96 @@ calibration — a predicted run folder that reports, `compare` and sweep curves 
 
 from __future__ import annotations
 
-from pathlib import Path
+from rich.console import Console
 
-from pydantic import ValidationError
-
-from latlab.commands.calibrate import ShapeOptions
-from latlab.commands.common import UsageError, console, print_json
-from latlab.commands.groups import (OutputOptions, SweepPlan, WorkloadOptions, arrival_process,
-                                   split_serve_args, window_s)
-from latlab.commands.options import opt, validation_message
-from latlab.commands.predict_plans import (cold_start_s, parse_goal, predict_sweep,
-                                            replicas_for)
-from latlab.commands.predicting import Predicted, predict_point, resolve_calibration, settings
-from latlab.records.config import BenchConfig
+from latlab.commands.options import NamedWorkload
+from latlab.commands.common import EXIT_INTERRUPTED, RunFailed, UsageError, console, print_json
+from latlab.commands.options import parse_args
+from latlab.records.bench import BenchConfig
+from latlab.records.engine import ServeConfig
 from latlab.records.folder import RunFolder, RunFolderError
-from latlab.records.simulation import ROUTERS, Autoscale, Fleet
-from latlab.records.workload import ArrivalConfig
+from latlab.records.predict import PredictConfig
 from latlab.report.console import print_analysis, print_summary
+from latlab.report.sweep import print_sweep
+from latlab.services.predict import Predicted, predict_point, resolve_calibration, settings
+from latlab.services.predict_plans import predict_sweep, replicas_for
 from latlab.sim.calibration import fit_warning
-from latlab.sim.folder import RECORDS
 from latlab.sim.workload import SimWorkload, build, replay
 
-DEFAULT_REQUESTS = 10_000
+# Nothing is sent: no target, client, workers or telemetry; the fleet's --max-waiting is the
+# replicas' queue; an open-loop sweep's shape is the --arrival/--burstiness given with a rate.
+NOT_TAKEN = frozenset({
+    "bench.url", "bench.model", "bench.api_key", "bench.api_key_file", "bench.timeout_s",
+    "bench.ignore_eos", "bench.continuous_usage", "bench.stream", "bench.keepalive",
+    "bench.server_kind", "bench.drain_s", "bench.workers", "bench.ray", "bench.otlp_port",
+    "bench.span_wait_s", "bench.scrape_interval_s", "bench.workload.salt_prompts",
+    "server.max_waiting", "plan.shape"})
 
 
-class FleetOptions(ShapeOptions):
-    replicas: int = opt(1, "Replicas behind the router (with --autoscale: at the start).")
-    router: str = opt("least_outstanding", "round_robin, least_outstanding or prefix_affinity.")
-    max_waiting: int | None = opt(None, "Per replica: requests waiting beyond this get 429 "
-                                        "(default: the calibration's).")
-    autoscale: str | None = opt(None, "Autoscale on concurrency (in flight per replica) or "
-                                      "queue (waiting per replica).")
-    scale_target: float = opt(8.0, "--autoscale: the metric's target per replica.")
-    min_replicas: int = opt(1, "--autoscale: at least this many.")
-    max_replicas: int = opt(16, "--autoscale: at most this many.")
-    scale_interval: float = opt(5.0, "--autoscale: seconds between decisions.")
-    scale_lag: float = opt(0.0, "--autoscale: seconds from a decision to scale up until the "
-                                "new replica starts (provisioning).")
-    cold_start: str | None = opt(None, "--autoscale: a new replica's start: seconds, or a "
-                                       "`latlab coldstart` folder (its median time to ready).")
-    scale_down_after: float = opt(60.0, "--autoscale: seconds below target before draining one.")
-
-    def fleet(self) -> Fleet:
-        if self.router not in ROUTERS:
-            raise UsageError(f"--router {self.router!r}: expected one of {', '.join(ROUTERS)}")
-        autoscale = None
-        cold_start = cold_start_s(self.cold_start)
-        try:
-            if self.autoscale is not None:
-                if self.autoscale not in ("concurrency", "queue"):
-                    raise UsageError(f"--autoscale {self.autoscale!r}: expected concurrency "
-                                     "or queue")
-                autoscale = Autoscale(
-                    metric=self.autoscale, target=self.scale_target,
-                    min_replicas=self.min_replicas, max_replicas=self.max_replicas,
-                    interval_s=self.scale_interval, lag_s=self.scale_lag,
-                    cold_start_s=cold_start,
-                    scale_down_after_s=self.scale_down_after)
-            return Fleet(replicas=self.replicas, router=self.router, autoscale=autoscale,
-                         max_waiting=self.max_waiting)
-        except ValidationError as e:
-            raise UsageError(validation_message(e, self.flags_by_target())) from None
-
-
-class PredictOptions(WorkloadOptions, SweepPlan, FleetOptions, OutputOptions):
-    not_options = frozenset({"salt_prompts", "progress"})  # nothing is sent, nothing to watch
-    rate: float | None = opt(None, "Open loop: requests per second.")
-    users: int | None = opt(None, "Closed loop: N users, each sends when its last request ends.")
-    ramp: float = opt(0.0, "Seconds to ramp the rate (or users) up from zero.", to="ramp_s")
-    trace: Path | None = opt(None, "Replay arrival times from JSONL (`timestamp` s or "
-                                   "`timestamp_ms` per line).")
-    requests: int | None = opt(None, f"Requests to simulate (default {DEFAULT_REQUESTS} unless "
-                                     "--duration).")
-    duration: float | None = opt(None, "Seconds of simulated load.", to="duration_s")
-    warmup: float | None = opt(None, "Seconds excluded at the start (default with --duration: "
-                                     "10%, at most 5).", to="warmup_s")
-    cooldown: float | None = opt(None, "Seconds excluded at the end (default with --duration: "
-                                       "5%, at most 2).", to="cooldown_s")
-    calibration: Path | None = opt(None, "The server's calibration (`latlab calibrate`).")
-    from_runs: list[Path] = opt([], "Calibrate from these run or sweep folders now (the "
-                                    "server they measured).", "--from")
-    serve_args: str = opt("", "latlab serve options of the engine to predict (calibrated on "
-                              "first use, cached).")
-    replay: Path | None = opt(None, "Replay a measured run's requests: its scheduled times and "
-                                    "lengths.")
-    records: int = opt(RECORDS, "Write at most this many request records (a sample beyond).")
-    sweep: bool = opt(False, "Predict a sweep: the throughput–latency curve and SLO-max.")
-    replicas_for: str | None = opt(None, "The fewest replicas meeting a goal, e.g. "
-                                         "\"p99_e2e<2s@40rps\".")
-    json_output: bool = opt(False, "Print summary.json to stdout.", "--json")
-
-    def bench_config(self) -> BenchConfig:
-        requests = self.requests
-        if requests is None and self.duration is None and self.trace is None:
-            requests = DEFAULT_REQUESTS
-        warmup, cooldown = window_s(self.duration, self.warmup, self.cooldown)
-        try:
-            return BenchConfig(
-                workload=self.workload(), arrivals=self.arrivals(), duration_s=self.duration,
-                requests=requests, warmup_s=warmup, cooldown_s=cooldown,
-                slos=self.slos(), out=self.out, name=self.name or "predict", tags=self.tag)
-        except ValidationError as e:
-            raise UsageError(validation_message(e, self.flags_by_target())) from None
-
-    def arrivals(self) -> ArrivalConfig:
-        process = arrival_process(self.arrival, self.burstiness, self.rate, self.users,
-                                  self.trace)
-        try:
-            return ArrivalConfig(process=process, users=self.users or 1, rate=self.rate,
-                                 burstiness=1.0 if self.burstiness is None else self.burstiness,
-                                 max_concurrency=self.max_concurrency, ramp_s=self.ramp,
-                                 trace=self.trace, seed=self.seed)
-        except ValidationError as e:
-            raise UsageError(validation_message(e, self.flags_by_target())) from None
-
-
-def predict(options: PredictOptions) -> None:
+def predict(config: PredictConfig, options: NamedWorkload) -> None:
     """Predict the latency a server would show under a load, from its calibration:
     simulated with the engine's own scheduler and a fitted step-cost model, written as a
     predicted run folder (marked simulated) with the same summary, budget and findings.
 
     Without --calibration or --from: latlab's engine, calibrated on first use and cached."""
     out, err = console(), console(stderr=True)
-    o = options
-    if o.records < 1:
-        raise UsageError(f"--records {o.records}: write at least one record")
-    fleet = o.fleet()
-    bench = o.bench_config()
-    if o.sweep and o.replicas_for:
-        raise UsageError("--sweep and --replicas-for are two questions: ask one at a time")
-    if o.replicas_for:
-        parse_goal(o.replicas_for)
-    if o.rate is None and o.users is None and o.trace is None and not (o.sweep or o.replay):
-        if o.replicas_for is None:
-            raise UsageError("give the load: --rate, --users, --trace or --replay (or --sweep)")
-    cal, where = resolve_calibration(o.calibration, o.from_runs, split_serve_args(o.serve_args), err,
-                                     o.shape() if o.from_runs else None)
+    bench = config.bench
+    if not (bench.arrivals.rate or bench.arrivals.trace or "users" in bench.arrivals.model_fields_set
+            or config.sweep or config.replay or config.replicas_for):
+        raise UsageError("give the load: --rate, --users, --trace or --replay (or --sweep)")
+    serve = parse_args(ServeConfig, bench.serve_args, "--serve-args") if bench.serve_args else None
+    cal, where = resolve_calibration(config, config.calibration, bench.serve_args,
+                                     serve.engine if serve else None, err)
     err.print(f"calibration: {cal.headline()}", highlight=False)
     err.print(f"  from {where}", style="dim", highlight=False)
     if warning := fit_warning(cal):
         err.print(f"  warning: {warning}", style="yellow", highlight=False)
-    if o.sweep:
-        return predict_sweep(o, cal, where, fleet, bench, out, err)
-    if o.replicas_for:
-        return replicas_for(o, cal, where, fleet, bench, out, err)
-    workload, replayed, bench = _workload(o, bench)
-    point = predict_point(cal, workload, fleet, settings(bench, cal, where, fleet, replayed),
-                          o.out, bench.name, o.records)
-    _print(o, point, out, err)
+    if config.sweep:
+        sweep = predict_sweep(config, cal, where, err)
+        print_sweep(out, sweep.record(), sweep.folder)
+        err.print(f"predicted sweep folder: {sweep.folder} (sweep.json, sweep.html)",
+                  highlight=False)
+        if sweep.stopped.reason == "interrupted":
+            raise RunFailed(code=EXIT_INTERRUPTED)
+        return
+    if config.replicas_for is not None:
+        sizing = replicas_for(config, cal, where, err)
+        g, tried, high = sizing.goal, sizing.tried, sizing.replicas
+        below = f"; {high - 1}: {tried[high - 1]:.0f} ms ✗" if high - 1 in tried else ""
+        out.print(f"{high} replicas ({sizing.fleet.router}) meet p{g.percentile:g} {g.metric} "
+                  f"< {g.limit_ms:g} ms at {g.rate:g} req/s: {tried[high]:.0f} ms{below}",
+                  highlight=False)
+        out.print(f"run folder: {sizing.point.run.path}", highlight=False)
+        return
+    workload, replayed, bench = _workload(config)
+    point = predict_point(cal, workload, config.fleet,
+                          settings(bench, cal, where, config.fleet, replayed), bench.out,
+                          bench.name, config.records)
+    _print(options, point, out, err)
 
 
-def _workload(o: PredictOptions, bench: BenchConfig
-              ) -> tuple[SimWorkload, str | None, BenchConfig]:
+def _workload(config: PredictConfig) -> tuple[SimWorkload, str | None, BenchConfig]:
     """The simulated clients; with --replay, the run's own requests, and its bench settings
     (so `latlab compare RUN PREDICTED` compares the same workload)."""
-    if o.replay is None:
+    bench = config.bench
+    if config.replay is None:
         return (build(bench.workload, bench.arrivals, bench.requests, bench.duration_s), None,
                 bench)
-    if o.rate is not None or o.users is not None or o.trace is not None:
+    if bench.arrivals.open_loop or "users" in bench.arrivals.model_fields_set:
         raise UsageError("--replay sends the run's own requests: drop --rate/--users/--trace")
     try:
-        run = RunFolder.open(o.replay)
+        run = RunFolder.open(config.replay)
         workload = replay(run)
         measured = run.read_config().bench
     except RunFolderError as e:
         raise UsageError(f"--replay: {e}") from None
-    bench = measured.model_copy(update={"out": o.out, "name": bench.name, "tags": bench.tags,
-                                        "slos": bench.slos or measured.slos})
-    return workload, str(o.replay), bench
+    bench = measured.model_copy(update={"out": bench.out, "name": bench.name,
+                                        "tags": bench.tags, "slos": bench.slos or measured.slos})
+    return workload, str(config.replay), bench
 
 
-def _print(o: PredictOptions, p: Predicted, out, err) -> None:
-    if o.json_output:
+def _print(options: NamedWorkload, p: Predicted, out: Console, err: Console) -> None:
+    if options.json_output:
         print_json(p.summary.to_json() | {"run": str(p.run.path), "simulated": True})
         return
     print_summary(out, p.summary, p.run.path)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from latlab.analysis import analyze
 from latlab.commands.common import RunFailed, UsageError, console
-from latlab.commands.options import Options, opt
+from latlab.commands.options import Options
+from latlab.records.settings import setting
 from latlab.load.otlp import read_spans
 from latlab.load.spans import join_run
 from latlab.records.folder import RunFolder, RunFolderError
@@ -17,12 +18,12 @@ from latlab.report.html import write_html
 
 
 class ReportOptions(Options):
-    out: str | None = opt(None, "Where to write the HTML report (default: RUN_DIR/report.html).",
+    out: str | None = setting(None, "Where to write the HTML report (default: RUN_DIR/report.html).",
                           "--out", "-o")
-    csv: bool = opt(False, "Also write the per-request table to RUN_DIR/requests.csv.")
-    parquet: bool = opt(False, "Also write the per-request table to RUN_DIR/requests.parquet.")
-    full: bool = opt(False, "Print every component, not only the buckets.")
-    spans: Path | None = opt(None, "Join the server's spans from this file to the requests "
+    csv: bool = setting(False, "Also write the per-request table to RUN_DIR/requests.csv.")
+    parquet: bool = setting(False, "Also write the per-request table to RUN_DIR/requests.parquet.")
+    full: bool = setting(False, "Print every component, not only the buckets.")
+    spans: Path | None = setting(None, "Join the server's spans from this file to the requests "
                                    "first (an OTel collector's file export, OTLP/JSON lines, or "
                                    "latlab serve --otel-file).")
 

@@ -5,19 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from latlab.commands.common import UsageError, console
-from latlab.commands.options import Options, opt
+from latlab.commands.options import Options
+from latlab.records.settings import setting
 from latlab.report.comparison import print_runs
 from latlab.store import KINDS, RunStore
 
 
 class RunsOptions(Options):
-    runs_dir: Path = opt(Path("runs"), "Runs folder holding the run store.")
-    target: str | None = opt(None, "Only runs whose target URL contains this.")
-    model: str | None = opt(None, "Only runs whose model contains this.")
-    tag: str | None = opt(None, "Only runs with this tag.")
-    kind: str | None = opt(None, "bench, sweep, coldstart or predict.")
-    limit: int = opt(30, "Show at most this many, newest first.")
-    rescan: bool = opt(False, "First register run folders the store misses.")
+    runs_dir: Path = setting(Path("runs"), "Runs folder holding the run store.")
+    target: str | None = setting(None, "Only runs whose target URL contains this.")
+    model: str | None = setting(None, "Only runs whose model contains this.")
+    tag: str | None = setting(None, "Only runs with this tag.")
+    kind: str | None = setting(None, "bench, sweep, coldstart or predict.")
+    limit: int = setting(30, "Show at most this many, newest first.")
+    rescan: bool = setting(False, "First register run folders the store misses.")
 
 
 def runs(options: RunsOptions) -> None:

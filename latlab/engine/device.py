@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from latlab.engine.config import ConfigError
+from latlab.records.engine import ConfigError
 
 DEVICES = ("auto", "cpu", "cuda")
 

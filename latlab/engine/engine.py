@@ -10,22 +10,22 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 
 import torch
 
 from latlab.engine.batching import step_features
 from latlab.engine.block_manager import BlockManager
-from latlab.engine.config import EngineConfig
+from latlab.records.engine import EngineConfig
 from latlab.engine.detokenizer import Detokenizer
 from latlab.engine.device import resolve_device
 from latlab.engine.loader import LoadedModel, load_model
 from latlab.engine.model_runner import ModelRunner
 from latlab.engine.outputs import EngineStats, RequestOutput
-from latlab.engine.sampling import Sampler, SamplingParams
+from latlab.engine.sampling import Sampler
+from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.scheduler import Scheduler
 from latlab.engine.sequence import FinishReason, Sequence, StageTimes
-from latlab.engine.spec_decode import make_proposer
+from latlab.engine.draft_proposer import make_proposer
 
 log = logging.getLogger("latlab.engine")
 
@@ -40,13 +40,13 @@ class LLMEngine:
         self.dtype = getattr(torch, config.dtype)
         loaded = load_model(config.model, self.dtype, config.seed, config.quantization,
                             self.device)
-        config = replace(config, max_model_len=config.resolve_max_model_len(loaded.config))
+        config = config.model_copy(update={"max_model_len": config.resolve_max_model_len(loaded.config)})
         self.config = config
         self.model_config = loaded.config
         self.tokenizer = loaded.tokenizer
         self.stop_token_ids = set(loaded.stop_token_ids)
         num_blocks = config.resolve_kv_blocks(loaded.config, self.dtype.itemsize)
-        config.validate(loaded.config, num_blocks)
+        config.validate_for(loaded.config, num_blocks)
         self.block_manager = BlockManager(num_blocks, config.block_size,
                                           enable_caching=config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)

@@ -14,7 +14,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from latlab.engine.config import PRESETS, ModelConfig
+from latlab.engine.config import ModelConfig, PRESETS
 from latlab.engine.linear import pack_linears
 from latlab.engine.model import CausalLM
 from latlab.engine.quantization import quantize

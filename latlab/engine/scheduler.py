@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from heapq import merge
 
 from latlab.engine.block_manager import BlockManager
-from latlab.engine.config import EngineConfig
+from latlab.records.engine import EngineConfig
 from latlab.engine.request_queue import RequestQueue
 from latlab.engine.sequence import FinishReason, Sequence, SequenceStatus
 

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import torch
 
     from latlab.engine.detokenizer import Detokenizer
-    from latlab.engine.sampling import SamplingParams
+    from latlab.engine.sampling_params import SamplingParams
 
 
 class SequenceStatus(Enum):

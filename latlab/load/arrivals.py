@@ -17,7 +17,7 @@ from typing import Iterator
 import numpy as np
 
 from latlab.load.datasets import jsonl_rows
-from latlab.records.workload import ArrivalConfig
+from latlab.records.arrivals import ArrivalConfig
 
 _BLOCK = 4096
 

@@ -20,7 +20,7 @@ import time
 from latlab.load.arrivals import load_trace
 from latlab.load.sse import StreamParser
 from latlab.load.workload import Workload
-from latlab.records.config import BenchConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.timeline import RequestTimeline
 
 STREAM_EVENTS_PER_S = 100.0

@@ -35,7 +35,9 @@ from latlab.load.scrape import Scraper
 from latlab.load.target import EngineError, start_engine
 from latlab.load.worker import Worker, WorkerPlan, WorkerResult
 from latlab.load.workload import Workload
-from latlab.records.config import BenchConfig, Clock, RunConfig, ServerKind, Target, redact
+from latlab.records.bench import BenchConfig
+from latlab.records.config import Clock, RunConfig, Target
+from latlab.records.target import ServerKind, redact
 from latlab.records.folder import REQUESTS, RunFolder
 from latlab.records.health import WorkerHealth
 from latlab.records.scrape import METRICS

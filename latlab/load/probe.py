@@ -22,7 +22,8 @@ from latlab.load.client import Client
 from latlab.load.discovery import discover
 from latlab.load.target import EngineError, ServerProcess, responds_ok, start_engine, start_server
 from latlab.load.workload import Workload
-from latlab.records.config import ColdstartConfig, Target
+from latlab.records.coldstart import ColdstartConfig
+from latlab.records.config import Target
 from latlab.records.folder import RecordWriter, RunFolder
 from latlab.records.timeline import RequestTimeline
 

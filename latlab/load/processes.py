@@ -19,7 +19,7 @@ from typing import Any, Callable
 from latlab.load import BenchError
 from latlab.load.worker import Worker, WorkerPlan, WorkerResult
 from latlab.load.workload import Workload
-from latlab.records.config import BenchConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.health import WorkerHealth
 
 WORKER_START_TIMEOUT_S = 120.0

@@ -25,7 +25,7 @@ from latlab import __version__
 from latlab.load.clocks import shift_health, shift_record
 from latlab.load.worker import Worker, WorkerPlan
 from latlab.load.workload import Workload
-from latlab.records.config import BenchConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.timeline import RequestTimeline
 
 # ("begin", (id, index, scheduled_ns)) | ("record", (id, line)) | ("snapshot", dict)

@@ -30,7 +30,7 @@ from latlab.load.clocks import estimate_offset
 from latlab.load.ray_actor import LoadActor
 from latlab.load.worker import WorkerPlan, WorkerResult
 from latlab.records.cluster import NodeClock, RayCluster
-from latlab.records.config import BenchConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder
 from latlab.records.health import WorkerHealth
 from latlab.records.timeline import Outcome, RequestTimeline

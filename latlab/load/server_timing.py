@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from latlab.records.config import ServerKind
+from latlab.records.target import ServerKind
 from latlab.records.timeline import ServerTiming
 
 __all__ = ["ServerKind", "detect", "from_event", "from_headers"]

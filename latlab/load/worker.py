@@ -22,7 +22,8 @@ from latlab.load.collector import without_collector
 from latlab.load.selfcheck import HealthSampler
 from latlab.load.sessions import SessionDriver
 from latlab.load.workload import RequestSpec, Workload
-from latlab.records.config import BenchConfig, ServerKind
+from latlab.records.bench import BenchConfig
+from latlab.records.target import ServerKind
 from latlab.records.folder import RecordSink, RunFolder
 from latlab.records.health import WorkerHealth
 from latlab.records.timeline import Outcome, RequestTimeline, ms_between

@@ -14,7 +14,8 @@ import numpy as np
 
 from latlab.load.datasets import load_dataset
 from latlab.records.timeline import SessionStep
-from latlab.records.workload import CHAT_APIS, Api, WorkloadConfig, WorkloadError
+from latlab.records.lengths import WorkloadError
+from latlab.records.workload import Api, CHAT_APIS, WorkloadConfig
 from latlab.tokenizer import Tokenizer, TokenizerError
 
 __all__ = ["Api", "RequestSpec", "Workload", "WorkloadError"]

@@ -5,9 +5,39 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import BaseModel
+
+from latlab.records.bench import BenchConfig
+from latlab.records.settings import AB, setting
 from latlab.records.summary import Record
 
 AB_JSON = "ab.json"
+SIDES = ("A", "B")
+
+
+class ABConfig(BaseModel):
+    """Two settings, the identical workload against each, alternated over rounds."""
+
+    a: str = setting(..., "Setting A: arguments for an embedded latlab serve, or a server URL "
+                     "(http://HOST:PORT).", "--a", group=AB)
+    b: str = setting(..., "Setting B, the same way.", "--b", group=AB)
+    rounds: int = setting(3, "A/B pairs to run, alternating (each a full bench run per side).",
+                          group=AB, ge=1, le=20)
+    bench: BenchConfig = BenchConfig()
+
+    def sides(self) -> dict[str, BenchConfig]:
+        """Each side's bench config: the same workload and arrivals, its own target."""
+        out = {}
+        for side, setting_ in zip(SIDES, (self.a, self.b)):
+            url = setting_ if setting_.startswith(("http://", "https://")) else None
+            out[side] = BenchConfig.model_validate(
+                self.bench.model_dump(exclude={"url", "serve_args", "name", "tags"},
+                                      exclude_unset=True)
+                | {"url": url, "serve_args": "" if url else setting_,
+                   "api_key": self.bench.api_key,
+                   "name": f"ab-{side}-{self.bench.name}",
+                   "tags": [*self.bench.tags, f"ab:{side}"]})
+        return out
 
 
 class ABRound(Record):

@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import Field
 
 from latlab.records import SCHEMA_VERSION
+from latlab.records.engine import EngineShape
 from latlab.records.summary import Record
 
 CALIBRATION_JSON = "calibration.json"
@@ -56,24 +57,6 @@ class RequestCosts(Record):
     postprocess: float = Field(default=0.0, ge=0)  # last token → response complete
     network: float = Field(default=0.0, ge=0)  # client ↔ server round trip, split in two
     reject: float = Field(default=0.0, ge=0)  # a 429's round trip
-
-
-class EngineShape(Record):
-    """The serving knobs that decide a step's batch (latlab serve's options of the same names)."""
-
-    max_num_seqs: int = Field(default=32, ge=1)
-    max_num_batched_tokens: int = Field(default=512, ge=1)
-    block_size: int = Field(default=16, ge=1)
-    num_kv_blocks: int = Field(default=2730, ge=1)
-    max_model_len: int = Field(default=2048, ge=2)
-    chunked_prefill: bool = True
-    batching: Literal["continuous", "static"] = "continuous"
-    max_waiting: int = Field(default=256, ge=1)
-    max_prefill_tokens: int | None = Field(default=None, ge=1)  # None: max_num_batched_tokens
-    max_decode_tokens: int | None = Field(default=None, ge=1)  # the decode batch cap
-    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
-    fair_share: bool = False
-    enable_prefix_caching: bool = False
 
 
 class FitError(Record):

@@ -17,14 +17,14 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol, TypeVar
+from typing import Iterator, Protocol
 
 import orjson
-from pydantic import BaseModel, ValidationError
 
 from latlab.records.cache import (CACHED_FROM, COLUMNS, load_columns, save_columns,
                                   source_key)
 from latlab.records.config import RunConfig
+from latlab.records.files import RunFolderError, read_json, write_json
 from latlab.records.reader import read_requests
 from latlab.records.summary import RunSummary
 from latlab.records.scrape import METRICS, Scrape
@@ -36,13 +36,6 @@ CONFIG = "config.json"
 REQUESTS = "requests.jsonl"
 SUMMARY = "summary.json"
 REPORT = "report.html"
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-class RunFolderError(Exception):
-    """A folder that is not a readable latlab run."""
 
 
 @dataclass(frozen=True)
@@ -205,23 +198,3 @@ class RecordWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def write_json(path: Path, record: BaseModel) -> None:
-    """Write `record` to `path` atomically (a reader never sees half a file)."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(record.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
-    tmp.replace(path)
-
-
-def read_json(path: Path, model: type[M]) -> M:
-    """`path` read as `model`; `RunFolderError` names the file and the first bad field."""
-    try:
-        return model.model_validate_json(path.read_bytes())
-    except OSError as e:
-        raise RunFolderError(f"{path}: unreadable: {e.strerror}") from None
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise RunFolderError(f"{path}: not a latlab {model.__name__}: "
-                             f"{where + ': ' if where else ''}{first['msg']}") from None

@@ -7,14 +7,38 @@ steps, how long the simulation took, how many records were written).
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import field_validator, model_validator
 
+from latlab.records.coldstart import COLDSTART_JSON, ColdstartRecord
+from latlab.records.files import RunFolderError, read_json
+from latlab.records.settings import AUTOSCALE, FLEET, flag_of, setting
 from latlab.records.summary import Record
 
 Router = Literal["round_robin", "least_outstanding", "prefix_affinity"]
 ROUTERS: tuple[str, ...] = Router.__args__
+
+
+def cold_start(value: Any) -> Any:
+    """--cold-start: seconds, or a `latlab coldstart` folder (or its coldstart.json): the
+    median time to ready."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return float(value.rstrip("s"))
+    except ValueError:
+        pass
+    path = Path(value)
+    try:
+        record = read_json(path / COLDSTART_JSON if path.is_dir() else path, ColdstartRecord)
+    except RunFolderError as e:
+        raise ValueError(f"{value!r}: seconds or a coldstart folder ({e})") from None
+    ready = record.summary.get("ready_s")
+    if ready is None or ready.median is None:
+        raise ValueError(f"{value!r}: the coldstart run has no time to ready")
+    return float(ready.median)
 
 
 class Autoscale(Record):
@@ -24,14 +48,32 @@ class Autoscale(Record):
     server's start, e.g. from `latlab coldstart`) after the decision; one is drained after
     the desired count stayed below the ready count for `scale_down_after_s`."""
 
-    metric: Literal["concurrency", "queue"] = "concurrency"
-    target: float = Field(default=8.0, gt=0)
-    min_replicas: int = Field(default=1, ge=1)
-    max_replicas: int = Field(default=16, ge=1)
-    interval_s: float = Field(default=5.0, gt=0)
-    lag_s: float = Field(default=0.0, ge=0)
-    cold_start_s: float = Field(default=0.0, ge=0)
-    scale_down_after_s: float = Field(default=60.0, ge=0)
+    metric: Literal["concurrency", "queue"] = setting(
+        ..., "Autoscale on concurrency (in flight per replica) or queue (waiting per "
+        "replica).", "--autoscale", group=AUTOSCALE, cli_type=str | None)
+    target: float = setting(8.0, "The metric's target per replica.", "--scale-target",
+                            group=AUTOSCALE, gt=0)
+    min_replicas: int = setting(1, "At least this many.", group=AUTOSCALE, ge=1)
+    max_replicas: int = setting(16, "At most this many.", group=AUTOSCALE, ge=1)
+    interval_s: float = setting(5.0, "Seconds between decisions.", "--scale-interval",
+                                group=AUTOSCALE, gt=0)
+    lag_s: float = setting(0.0, "Seconds from a decision to scale up until the new replica "
+                           "starts (provisioning).", "--scale-lag", group=AUTOSCALE, ge=0)
+    cold_start_s: float = setting(0.0, "A new replica's start: seconds, or a `latlab "
+                                  "coldstart` folder (its median time to ready).",
+                                  "--cold-start", group=AUTOSCALE, cli_type=str | None, ge=0)
+    scale_down_after_s: float = setting(60.0, "Seconds below target before draining one.",
+                                        "--scale-down-after", group=AUTOSCALE, ge=0)
+
+    _cold_start = field_validator("cold_start_s", mode="before")(lambda v: cold_start(v))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _needs_metric(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("metric") is None:
+            given = flag_of(cls, next(iter(data), "target"))
+            raise ValueError(f"{given} goes with --autoscale concurrency|queue")
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> Autoscale:
@@ -44,10 +86,13 @@ class Autoscale(Record):
 class Fleet(Record):
     """N replicas behind a router; with `autoscale`, `replicas` is the start."""
 
-    replicas: int = Field(default=1, ge=1)
-    router: Router = "least_outstanding"
+    replicas: int = setting(1, "Replicas behind the router (with --autoscale: at the start).",
+                            group=FLEET, ge=1)
+    router: Router = setting("least_outstanding", "round_robin, least_outstanding or "
+                             "prefix_affinity.", group=FLEET, cli_type=str)
     autoscale: Autoscale | None = None
-    max_waiting: int | None = Field(default=None, ge=1)  # per replica; default: calibration's
+    max_waiting: int | None = setting(None, "Per replica: requests waiting beyond this get 429 "
+                                      "(default: the calibration's).", group=FLEET, ge=1)
 
 
 class FleetOutcome(Record):

@@ -1,4 +1,5 @@
-"""`sweep.json`: a sweep's points, its curve, knee and SLO-max, and why it stopped.
+"""A sweep's settings (`SweepConfig`) and `sweep.json`: its points, its curve, knee and SLO-max,
+and why it stopped.
 
 Each point is also a complete run folder inside the sweep folder (`Point.run`); this file
 holds what the capacity analysis read from them, rewritten after every point.
@@ -9,8 +10,13 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
+from pydantic import BaseModel, field_validator, model_validator
+
 from latlab.records import SCHEMA_VERSION
+from latlab.records.bench import BenchConfig
+from latlab.records.settings import SWEEP, setting
 from latlab.records.summary import Ms, Record
+from latlab.records.arrivals import ArrivalConfig, ArrivalShape
 
 SWEEP_JSON = "sweep.json"
 Mode = Literal["synchronous", "throughput", "rate", "concurrency"]
@@ -123,3 +129,71 @@ class SweepRecord(Record):
     slo_max_cost: Cost | None = None
     price_per_hour: float | None = None
     stop: SweepStop
+
+
+def numbers(value: Any) -> Any:
+    """`"1,2,4"` → `[1.0, 2.0, 4.0]`; lists pass."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return [float(item) for item in value.split(",") if item.strip()]
+    except ValueError:
+        raise ValueError("expected a comma-separated list of numbers") from None
+
+
+class SweepPlan(BaseModel):
+    """The loads of a sweep and what its points are judged at (`latlab sweep`, `latlab
+    predict --sweep`): explicit open-loop `rates`, else an automatic plan of `points` rates,
+    with the arrival `shape` of every open-loop point."""
+
+    rates: list[float] | None = setting(None, "Open-loop request rates to run, e.g. 1,2,4 "
+                                        "(default: automatic).", group=SWEEP, cli_type=str | None)
+    points: int = setting(6, "Automatic plan: rates spread between the synchronous rate and "
+                          "the saturation throughput.", group=SWEEP, ge=1, le=50)
+    percentile: float = setting(99.0, "The percentile the SLOs and the knee are judged at.",
+                                group=SWEEP, gt=0, lt=100)
+    shape: ArrivalShape = ArrivalShape()
+
+    _rates = field_validator("rates", mode="before")(lambda value: numbers(value))
+
+    @model_validator(mode="after")
+    def _check_rates(self) -> SweepPlan:
+        if self.rates is not None and (not self.rates or min(self.rates) <= 0):
+            raise ValueError(f"--rates {self.rates}: give positive requests per second")
+        self.shape.open_loop_process()
+        return self
+
+    def arrivals(self, rate: float, seed: int) -> ArrivalConfig:
+        """An open-loop point's arrivals at `rate`."""
+        return ArrivalConfig(process=self.shape.open_loop_process(), rate=rate,
+                             burstiness=self.shape.burstiness,
+                             max_concurrency=self.shape.max_concurrency, seed=seed)
+
+
+class SweepConfig(SweepPlan):
+    """A sweep: the bench run every point shares (`base`), the loads and the stop rule."""
+
+    base: BenchConfig = BenchConfig()
+    concurrencies: list[int] | None = setting(None, "Closed-loop user counts to run instead of "
+                                              "rates, e.g. 1,4,16.", group=SWEEP,
+                                              cli_type=str | None)
+    saturation_users: int = setting(64, "Automatic plan: users of the closed-loop probe that "
+                                    "finds the saturation throughput.", group=SWEEP, ge=2)
+    max_error_rate: float = setting(0.05, "Stop once a point's error rate exceeds this "
+                                    "fraction.", group=SWEEP, ge=0, le=1)
+    price_per_hour: float | None = setting(None, "What the server costs per hour: adds cost "
+                                           "per million output tokens and per thousand "
+                                           "requests.", group=SWEEP, gt=0)
+
+    _concurrencies = field_validator("concurrencies", mode="before")(
+        lambda value: [int(v) for v in numbers(value)] if isinstance(value, str) else value)
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepConfig:
+        if self.rates is not None and self.concurrencies is not None:
+            raise ValueError("--rates (open loop) and --concurrencies (closed loop) exclude "
+                             "each other")
+        if self.concurrencies is not None and (not self.concurrencies
+                                               or min(self.concurrencies) < 1):
+            raise ValueError(f"--concurrencies {self.concurrencies}: give whole numbers ≥ 1")
+        return self

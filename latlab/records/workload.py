@@ -1,102 +1,44 @@
-"""What a run sends and when: the workload (prompt and output lengths, dataset, labels) and
-the arrivals (closed loop, open-loop processes, trace replay). Request `i` of a workload
-depends only on `(seed, i)`; `latlab.load.workload` builds it."""
+"""What a run sends: the workload (prompt and output lengths, dataset, labels, sessions).
+Request `i` of a workload depends only on `(seed, i)`; `latlab.load.workload` builds it. When
+the requests go is `latlab.records.arrivals`."""
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-import numpy as np
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, field_validator, model_validator
+
+from latlab.records.lengths import LengthDistribution
+from latlab.records.settings import SESSIONS, WORKLOAD, derive, flag_of, setting
 
 Api = Literal["completions", "chat", "ollama", "ollama-chat"]
 CHAT_APIS = ("chat", "ollama-chat")  # the APIs that take messages, not a prompt
-Process = Literal["closed", "poisson", "gamma", "constant", "trace"]
-OPEN_LOOP = ("poisson", "gamma", "constant")
-
-
-class WorkloadError(ValueError):
-    """A workload option or dataset that cannot be used; the message names it."""
-
-
-class LengthDistribution(BaseModel):
-    """Token counts: `fixed:N`, `uniform:LOW,HIGH`, `normal:MEAN,STD`, `lognormal:MEAN,STD`.
-
-    The lognormal's MEAN and STD are those of the lengths themselves, not of their logs.
-    Samples are rounded and clipped to at least 1.
-    """
-
-    kind: Literal["fixed", "uniform", "normal", "lognormal"]
-    a: float = Field(gt=0)
-    b: float = Field(default=0.0, ge=0)
-
-    @model_validator(mode="after")
-    def _check(self) -> LengthDistribution:
-        if self.kind == "uniform" and self.b < self.a:
-            raise ValueError(f"uniform:{self.a:g},{self.b:g}: HIGH must be at least LOW")
-        return self
-
-    @classmethod
-    def parse(cls, text: str, option: str) -> LengthDistribution:
-        kind, _, params = text.strip().partition(":")
-        if not params and kind.replace(".", "", 1).isdigit():
-            kind, params = "fixed", kind
-        arity = {"fixed": 1, "uniform": 2, "normal": 2, "lognormal": 2}
-        if kind not in arity:
-            raise WorkloadError(f"{option} {text!r}: unknown distribution {kind!r} "
-                                f"(one of {', '.join(arity)})")
-        try:
-            values = [float(v) for v in params.split(",")]
-        except ValueError:
-            values = []
-        if len(values) != arity[kind]:
-            shape = {"fixed": "N", "uniform": "LOW,HIGH"}.get(kind, "MEAN,STD")
-            raise WorkloadError(f"{option} {text!r}: expected {kind}:{shape}")
-        if values[0] <= 0 or min(values) < 0:
-            raise WorkloadError(f"{option} {text!r}: lengths must be positive")
-        try:
-            return cls(kind=kind, a=values[0], b=values[1] if len(values) > 1 else 0.0)
-        except ValueError as e:
-            raise WorkloadError(f"{option} {text!r}: {e.errors()[0]['msg']}") from None
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.a:g}" + (f",{self.b:g}" if self.kind != "fixed" else "")
-
-    def sample(self, rng: np.random.Generator) -> int:
-        if self.kind == "uniform":
-            return max(1, int(rng.integers(int(self.a), int(self.b), endpoint=True)))
-        return max(1, int(round(self.draw(rng))))
-
-    def draw(self, rng: np.random.Generator) -> float:
-        """One value, unrounded (a duration), at least 0."""
-        if self.kind == "fixed":
-            value = self.a
-        elif self.kind == "uniform":
-            value = rng.uniform(self.a, self.b)
-        elif self.kind == "normal":
-            value = rng.normal(self.a, self.b)
-        else:
-            sigma2 = np.log1p((self.b / self.a) ** 2)
-            value = rng.lognormal(np.log(self.a) - sigma2 / 2, np.sqrt(sigma2))
-        return max(0.0, float(value))
-
-    def sample_many(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """`n` samples at once (the simulator's workloads): the distribution of `sample`,
-        not its sequence of draws."""
-        if self.kind == "fixed":
-            values = np.full(n, self.a)
-        elif self.kind == "uniform":
-            values = rng.integers(int(self.a), int(self.b), n, endpoint=True)
-        elif self.kind == "normal":
-            values = rng.normal(self.a, self.b, n)
-        else:
-            sigma2 = np.log1p((self.b / self.a) ** 2)
-            values = rng.lognormal(np.log(self.a) - sigma2 / 2, np.sqrt(sigma2), n)
-        return np.maximum(1, np.rint(values)).astype(np.int64)
 
 
 SessionKind = Literal["chat", "agent"]
+TOOL_MS = "lognormal:100,50"  # an agent's tool step without --tool-latency
+
+
+def _weights(label: type) -> Any:
+    """A validator that also takes the command line's `LABEL[:WEIGHT]` items."""
+
+    def parse(value: Any) -> Any:
+        if not isinstance(value, (list, tuple)):
+            return value
+        weights = {}
+        for item in map(str, value):
+            name, _, weight = item.rpartition(":") if ":" in item else (item, "", "1")
+            try:
+                weights[label(name)] = float(weight)
+            except ValueError:
+                raise ValueError(f"{item!r}: expected LABEL[:WEIGHT]"
+                                 + (" with an integer LABEL" if label is int else "")) from None
+        return weights
+
+    return field_validator("tenants" if label is str else "priorities", mode="before")(
+        classmethod(lambda cls, value: parse(value)))
 
 
 class SessionConfig(BaseModel):
@@ -108,11 +50,70 @@ class SessionConfig(BaseModel):
     output is the next message. `turns` None replays a dataset's conversations whole."""
 
     kind: SessionKind = "chat"
-    turns: LengthDistribution | None = LengthDistribution(kind="fixed", a=4)
-    think_s: LengthDistribution | None = None
-    tool_ms: LengthDistribution | None = None
-    tool_url: str | None = None
-    message_tokens: LengthDistribution | None = None  # a new message's length (None: prompt_tokens)
+    turns: LengthDistribution | None = setting(
+        LengthDistribution(kind="fixed", a=4), "Sessions: chats of N turns (or a distribution; "
+        "`all`: a dataset's whole conversations), each prompt the whole history plus a new "
+        "message.", group=SESSIONS, cli_type=str | None)
+    agent_steps: LengthDistribution | None = setting(
+        None, "Agent tasks: N model calls (or a distribution) with a tool step between two.",
+        group=SESSIONS, cli_type=str | None, exclude=True)
+    think_s: LengthDistribution | None = setting(
+        None, "Seconds between a turn's answer and the next turn (a distribution; 0: none; "
+        "default: lognormal around 3 s, at most a tenth of --duration).", "--think-time",
+        group=SESSIONS, cli_type=str | None)
+    tool_ms: LengthDistribution | None = setting(
+        None, f"A tool step's milliseconds (a distribution; default {TOOL_MS}).",
+        "--tool-latency", group=SESSIONS, cli_type=str | None)
+    tool_url: str | None = setting(
+        None, "A real tool: POST it each answer; its reply is the next message (instead of "
+        "--tool-latency).", group=SESSIONS, pattern=r"^https?://")
+    message_tokens: LengthDistribution | None = setting(
+        None, "A session's later messages (user turns, tool output): length distribution "
+        "(default: --prompt-tokens).", group=SESSIONS, cli_type=str | None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _command_line(cls, data: Any) -> Any:
+        """--turns all, --think-time 0, and --agent-steps N as an agent's `turns`."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("turns") == "all":
+            data["turns"] = None
+        if str(data.get("think_s")).strip() in ("0", "0.0", "fixed:0"):
+            data["think_s"] = None
+        if data.get("agent_steps") is not None:
+            if "turns" in data:
+                raise ValueError("--turns (chats) and --agent-steps (agent tasks) exclude "
+                                 "each other")
+            data |= {"kind": "agent", "turns": data.pop("agent_steps")}
+        elif "turns" not in data and "kind" not in data:
+            given = flag_of(cls, next(iter(data), "think_s"))
+            raise ValueError(f"{given} shapes sessions: give --turns or --agent-steps")
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> SessionConfig:
+        if self.kind == "chat" and (self.tool_ms is not None or self.tool_url is not None):
+            raise ValueError("--tool-latency and --tool-url go with --agent-steps")
+        if self.kind == "agent":
+            if self.think_s is not None:
+                raise ValueError("--think-time goes with --turns (an agent's gaps are its "
+                                 "tools)")
+            if self.tool_url is None and self.tool_ms is None \
+                    and "tool_ms" not in self.model_fields_set:
+                derive(self, tool_ms=LengthDistribution.model_validate(TOOL_MS))
+        return self
+
+    def think_default(self, duration_s: float | None) -> None:
+        """A chat without a think time given gets the default: lognormal around 3 s, at most
+        a tenth of `duration_s`."""
+        if self.kind == "chat" and "think_s" not in self.model_fields_set:
+            mean = min(THINK_S, duration_s / 10) if duration_s else THINK_S
+            derive(self, think_s=LengthDistribution(kind="lognormal", a=mean, b=mean / 2))
+
+
+THINK_S = 3.0
 
 
 class WorkloadConfig(BaseModel):
@@ -122,19 +123,40 @@ class WorkloadConfig(BaseModel):
     prompt's words (not its length), so a server's prompt cache keeps nothing from another
     run; a dataset's prompts get a few salt words in front."""
 
-    api: Api = "completions"
-    prompt_tokens: LengthDistribution = LengthDistribution(kind="lognormal", a=256, b=128)
-    output_tokens: LengthDistribution = LengthDistribution(kind="lognormal", a=64, b=32)
-    dataset: Path | None = None
-    prefix_tokens: int = Field(default=0, ge=0)
-    prefix_fraction: float = Field(default=1.0, ge=0, le=1)
-    tenants: dict[str, float] = {}
-    priorities: dict[int, float] = {}
-    tokenizer: str | None = None
-    seed: int = 0
+    api: Api = setting("completions", "completions, chat (OpenAI), ollama or ollama-chat "
+                       "(Ollama's native /api/generate, /api/chat).", group=WORKLOAD,
+                       cli_type=str)
+    prompt_tokens: LengthDistribution = setting(
+        LengthDistribution(kind="lognormal", a=256, b=128), "Prompt length distribution: N, "
+        "fixed:N, uniform:LO,HI, normal:MEAN,STD, lognormal:MEAN,STD (in tokens).",
+        group=WORKLOAD, cli_type=str)
+    output_tokens: LengthDistribution = setting(
+        LengthDistribution(kind="lognormal", a=64, b=32), "Output length distribution (held "
+        "with max_tokens, ignore_eos and min_tokens).", group=WORKLOAD, cli_type=str)
+    dataset: Path | None = setting(None, "JSONL (prompt or messages, optional output_tokens, "
+                                   "tenant, priority) or ShareGPT JSON.", group=WORKLOAD)
+    prefix_tokens: int = setting(0, "A shared system prompt of this many tokens...",
+                                 group=WORKLOAD, ge=0)
+    prefix_fraction: float = setting(1.0, "...for this fraction of the requests.",
+                                     group=WORKLOAD, ge=0, le=1)
+    tenants: dict[str, float] = setting({}, "Tenant label NAME[:WEIGHT], sent as `user` "
+                                        "(repeatable).", "--tenant", group=WORKLOAD,
+                                        cli_type=list[str])
+    priorities: dict[int, float] = setting({}, "Priority INT[:WEIGHT], sent as `priority` "
+                                           "(repeatable).", "--priority", group=WORKLOAD,
+                                           cli_type=list[str])
+    tokenizer: str | None = setting(None, "The target's tokenizer (tokenizer.json or HF "
+                                    "folder) (default: latlab's bundled one).", group=WORKLOAD)
+    seed: int = setting(0, "Seed of the workload and the arrivals.", group=WORKLOAD)
+    salt_prompts: bool = setting(False, "Give this run its own prompt words (same lengths), "
+                                 "so the server's prompt cache keeps nothing from earlier "
+                                 "runs.", group=WORKLOAD)
     prompt_salt: int | None = None  # other prompt words per salt, the same lengths
     context_tokens: int | None = None  # the server's context: max_tokens is lowered to fit it
     sessions: SessionConfig | None = None  # None: independent single-turn requests
+
+    _tenants = _weights(str)
+    _priorities = _weights(int)
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:
@@ -143,33 +165,6 @@ class WorkloadConfig(BaseModel):
         for option, weights in (("--tenant", self.tenants), ("--priority", self.priorities)):
             if any(w <= 0 for w in weights.values()):
                 raise ValueError(f"{option}: weights must be positive")
+        if self.salt_prompts and self.prompt_salt is None:
+            derive(self, prompt_salt=secrets.randbits(31))
         return self
-
-
-class ArrivalConfig(BaseModel):
-    """Closed loop: `users` each send their next request when the last one ends.
-    Open loop: `rate` requests/s with Poisson, gamma (`burstiness` is its shape: 1 is
-    Poisson, below 1 burstier, CV = 1/sqrt(burstiness)) or constant gaps, or the
-    timestamps of a `trace`. `max_concurrency` caps requests in flight (late sends show as
-    lateness); `ramp_s` grows the rate (or the number of users) linearly from zero."""
-
-    process: Process = "closed"
-    users: int = Field(default=4, ge=1)
-    rate: float | None = Field(default=None, gt=0)
-    burstiness: float = Field(default=1.0, gt=0)
-    max_concurrency: int | None = Field(default=None, ge=1)
-    ramp_s: float = Field(default=0.0, ge=0)
-    trace: Path | None = None
-    seed: int = 0
-
-    @model_validator(mode="after")
-    def _check(self) -> ArrivalConfig:
-        if self.process in OPEN_LOOP and self.rate is None:
-            raise ValueError(f"a {self.process} arrival process needs a rate")
-        if self.process == "trace" and self.trace is None:
-            raise ValueError("trace replay needs a trace file")
-        return self
-
-    @property
-    def open_loop(self) -> bool:
-        return self.process != "closed"

@@ -17,7 +17,7 @@ from latlab.report.sessions import print_tasks, session_lines
 from latlab.units import cell, ms
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 BAR_WIDTH = 56
 _BLOCKS = {"network": "░", "queue & overhead": "▒", "application": "▞", "prefill": "▓",

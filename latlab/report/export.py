@@ -19,7 +19,7 @@ from latlab.records.table import OUTCOMES
 from latlab.records.timeline import NS_PER_MS, SERVER_TIMING_STAGES
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 EVENTS = ("scheduled", "sent", "headers", "first_token", "last_token", "usage", "done")
 

@@ -16,7 +16,7 @@ from latlab.report.palette import BUCKET_COLORS, COMPONENT_COLORS, SLO_COLOR
 from latlab.units import ms, number
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
     from latlab.records.summary import Distribution
 
 MAX_POINTS = 4000

@@ -16,7 +16,7 @@ from latlab.report.timeseries import run_clock, shade_outside_window
 from latlab.units import ms, number
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
     from latlab.records.timeline import RequestTimeline
 
 MAX_REQUESTS = 400

@@ -16,7 +16,7 @@ from latlab.report.palette import SEVERITY_COLORS
 from latlab.units import ms, number, pct
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
     from latlab.records.folder import RunFolder
 
 SUMMARY_METRICS = ("ttft", "ttft_sched", "tpot", "itl", "e2e", "e2e_sched", "lateness")

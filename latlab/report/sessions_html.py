@@ -10,7 +10,7 @@ from latlab.report.figures import LAYOUT
 from latlab.report.palette import BUCKET_COLORS
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 TOOL_COLOR, ORCHESTRATION_COLOR = "#7f7f7f", "#d9534f"
 

@@ -21,7 +21,7 @@ from latlab.report.palette import OUTCOME_COLORS
 from latlab.units import ms
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 BINS = 60
 OUTCOME_BINS = 30  # fewer: a bin counts the requests that ended in it

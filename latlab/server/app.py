@@ -23,7 +23,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from latlab.server.async_engine import AsyncEngine
 from latlab.server.auth import check_bearer
 from latlab.server.guards import OriginGuard
-from latlab.server.openai_serving import OpenAIServing, ServerSettings
+from latlab.records.engine import ServeConfig
+from latlab.server.openai_serving import OpenAIServing
 from latlab.server.openapi import ERRORS, install_openapi, request_body
 from latlab.server.schemas import (ApiError, ChatCompletionRequest, ChatCompletionResponse,
                                    CompletionRequest, CompletionResponse, ModelCard,
@@ -64,7 +65,7 @@ class RequestIdMiddleware:
         await self.app(scope, receive, send_with_id)
 
 
-def create_app(engine: AsyncEngine, settings: ServerSettings, warmup: bool = True) -> FastAPI:
+def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) -> FastAPI:
     """The app; its lifespan starts the engine thread (warming up first) and stops it."""
     tracer = None
     if settings.otel_file or settings.otlp_endpoint:
@@ -109,7 +110,7 @@ def create_app(engine: AsyncEngine, settings: ServerSettings, warmup: bool = Tru
 
     @v1.get("/models", response_model=ModelList)
     async def models() -> dict[str, Any]:
-        card = ModelCard(id=settings.served_model_name,
+        card = ModelCard(id=settings.model_name,
                          max_model_len=engine.engine.config.max_model_len)
         return ModelList(data=[card]).model_dump()
 

@@ -23,7 +23,7 @@ import orjson
 
 from latlab.engine.engine import LLMEngine
 from latlab.engine.outputs import EngineStats, RequestOutput
-from latlab.engine.sampling import SamplingParams
+from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.sequence import FinishReason
 from latlab.records.steps import FEATURE_FIELDS
 

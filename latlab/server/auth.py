@@ -11,7 +11,7 @@ import hmac
 import os
 from pathlib import Path
 
-from latlab.engine.config import ConfigError
+from latlab.records.engine import ConfigError
 from latlab.server.schemas import ApiError
 
 ENV_VAR = "LATLAB_API_KEY"

@@ -12,14 +12,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from latlab.engine.outputs import RequestOutput
+from latlab.records.engine import ServeConfig
 from latlab.server.async_engine import (AsyncEngine, EngineNotReady, EngineRequestError,
                                         QueueFull, QueueTimeout, RequestFailed,
                                         RequestStream)
@@ -38,20 +37,8 @@ from latlab.server.timing import server_timing
 TENANT_HEADER = "x-tenant-id"
 
 
-@dataclass
-class ServerSettings:
-    served_model_name: str
-    api_key: str | None = None
-    max_body_bytes: int = 4 << 20
-    body_timeout_s: float = 60.0  # a body not in by then: 408
-    allow_origins: tuple[str, ...] = ()
-    otel_file: Path | None = None
-    otlp_endpoint: str | None = None
-    step_log: Path | None = None  # one JSON line per engine step (records.steps)
-
-
 class OpenAIServing:
-    def __init__(self, engine: AsyncEngine, settings: ServerSettings,
+    def __init__(self, engine: AsyncEngine, settings: ServeConfig,
                  telemetry: Telemetry) -> None:
         self.engine = engine
         self.settings = settings
@@ -115,7 +102,7 @@ class OpenAIServing:
 
     def _submit(self, body: GenerationRequest, ids: list[int], max_tokens: int | None,
                 received: int, tenant: str | None) -> RequestStream:
-        name = self.settings.served_model_name
+        name = self.settings.model_name
         if body.model is not None and body.model != name:
             raise ApiError(404, f"the model {body.model!r} does not exist; this server serves "
                            f"{name!r}", param="model", code="model_not_found")
@@ -144,7 +131,7 @@ class OpenAIServing:
             except (EngineRequestError, EngineNotReady, RequestFailed) as e:
                 raise self._refused(e) from None
         if body.stream:
-            events = StreamEvents(api, rid, self.settings.served_model_name, body, stream,
+            events = StreamEvents(api, rid, self.settings.model_name, body, stream,
                                   self.telemetry, num_prompt_tokens)
             return EngineStreamResponse(events.sse(), media_type="text/event-stream",
                                         headers={"Cache-Control": "no-cache"})
@@ -174,7 +161,7 @@ class OpenAIServing:
                                        last.num_output_tokens, str(last.finish_reason),
                                        (last.num_accepted_tokens, last.num_draft_tokens))
         usage = Usage(**usage_of(last))
-        reason, name = str(last.finish_reason), self.settings.served_model_name
+        reason, name = str(last.finish_reason), self.settings.model_name
         if api == "chat":
             response: Any = ChatCompletionResponse(
                 id=rid, model=name, usage=usage, choices=[ChatChoice(

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from latlab.engine.sampling import SamplingParams
+from latlab.engine.sampling_params import SamplingParams
 
 
 class ApiError(Exception):

@@ -13,16 +13,15 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 
 import uvicorn
 import uvloop
 
-from latlab.engine.config import EngineConfig
 from latlab.engine.engine import LLMEngine
+from latlab.records.engine import EngineConfig, ServeConfig
 from latlab.server.app import create_app
 from latlab.server.async_engine import AsyncEngine
-from latlab.server.openai_serving import ServerSettings
+from latlab.server.auth import read_api_key
 
 
 class _Server(uvicorn.Server):
@@ -53,24 +52,27 @@ class _Server(uvicorn.Server):
                 loop.remove_signal_handler(sig)
 
 
-def build_server(config: EngineConfig, settings: ServerSettings, host: str,
-                 port: int) -> uvicorn.Server:
-    """A uvicorn server around a new engine; the engine warms up once the server starts."""
-    engine = AsyncEngine(LLMEngine(replace(config, warmup=False)), config.max_waiting,
-                         step_log=settings.step_log)
-    app = create_app(engine, settings, warmup=config.warmup)
-    return _Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+def build_server(serve: ServeConfig) -> uvicorn.Server:
+    """A uvicorn server around a new engine; the engine warms up once the server starts.
+    The API key is read here (--api-key, LATLAB_API_KEY or --api-key-file)."""
+    config = serve.engine
+    serve = serve.model_copy(update={"api_key": read_api_key(serve.api_key, serve.api_key_file),
+                                     "api_key_file": None})
+    engine = AsyncEngine(LLMEngine(config.model_copy(update={"warmup": False})),
+                         config.max_waiting, step_log=serve.step_log)
+    app = create_app(engine, serve, warmup=config.warmup)
+    return _Server(uvicorn.Config(app, host=serve.host, port=serve.port, log_level="warning",
                                   access_log=False, timeout_graceful_shutdown=5,
                                   lifespan="on"), engine)
 
 
-def run_server(config: EngineConfig, settings: ServerSettings, host: str = "127.0.0.1",
-               port: int = 8000) -> None:
+def run_server(serve: ServeConfig) -> None:
     started = time.perf_counter()
-    server = build_server(config, settings, host, port)
+    server = build_server(serve)
 
     async def main() -> None:
-        announce = asyncio.create_task(_announce(server, config, host, port, started))
+        announce = asyncio.create_task(_announce(server, serve.engine, serve.host, serve.port,
+                                                 started))
         try:
             await server.serve()
         finally:

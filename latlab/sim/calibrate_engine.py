@@ -17,8 +17,7 @@ from typing import Callable
 import numpy as np
 
 from latlab.engine.batching import step_features
-from latlab.records.calibration import EngineShape
-from latlab.sim.sequence import engine_shape
+from latlab.records.engine import EngineShape
 from latlab.sim.stepcost import features
 
 CONTEXTS = (64, 320, 960)
@@ -35,11 +34,11 @@ def time_engine(config, progress: Progress | None = None) -> tuple[np.ndarray, n
                                                                     EngineShape]:
     """(features, step ms, the engine's shape) over the grid, for an `EngineConfig`."""
     from latlab.engine.engine import LLMEngine
-    from latlab.engine.sampling import SamplingParams
+    from latlab.engine.sampling_params import SamplingParams
 
     engine = LLMEngine(config)
     c = engine.config
-    shape = engine_shape(c, engine.block_manager.num_blocks)
+    shape = EngineShape.of(c, engine.block_manager.num_blocks)
     rows: list[list[int]] = []
     ms: list[float] = []
     schedule = engine.scheduler.schedule

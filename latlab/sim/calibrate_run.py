@@ -26,7 +26,9 @@ from typing import Sequence
 
 import numpy as np
 
-from latlab.records.calibration import EngineShape, RequestCosts
+from latlab.records.calibration import RequestCosts
+from latlab.records.engine import EngineShape
+from latlab.records.predict import OTHER_SERVER
 from latlab.records.folder import RunFolder
 from latlab.records.sweep import SWEEP_JSON
 from latlab.records.timeline import RequestTimeline
@@ -139,7 +141,7 @@ def rows(records: Sequence[RequestTimeline], costs: RequestCosts, shape: EngineS
         context = ((f < f[i]) & (last >= f[i])) @ ctx
         steps, done, attention = 0, cached[i], 0.0
         while done < p[i]:
-            chunk = min(p[i] - done, max(1, budget - busy)) if shape.chunked_prefill else p[i]
+            chunk = min(p[i] - done, max(1, budget - busy)) if shape.enable_chunked_prefill else p[i]
             attention += chunk * (done + chunk)
             done += chunk
             steps += 1
@@ -154,10 +156,9 @@ def rows(records: Sequence[RequestTimeline], costs: RequestCosts, shape: EngineS
 
 
 def shape_from(records: Sequence[RequestTimeline], given: dict) -> EngineShape:
-    """The engine shape: what was given, else defaults (vLLM's scheduler limits), the
-    context at least the longest request seen."""
+    """The engine shape: what was given, else another server's defaults (`OTHER_SERVER`:
+    vLLM's scheduler limits), the context at least the longest request seen."""
     longest = max(((r.prompt_tokens or 0) + (r.output_tokens or 0) for r in records), default=0)
-    values = {"max_num_seqs": 256, "max_num_batched_tokens": 2048, "num_kv_blocks": 100_000,
-              "max_model_len": max(2048, longest + 1), "max_waiting": 100_000}
+    values = OTHER_SERVER | {"max_model_len": max(OTHER_SERVER["max_model_len"], longest + 1)}
     values.update({k: v for k, v in given.items() if v is not None})
     return EngineShape(**values)

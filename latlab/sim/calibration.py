@@ -25,7 +25,8 @@ from latlab import __version__
 from latlab.records.calibration import Calibration, RequestCosts, StepCost
 from latlab.records.folder import RunFolderError, read_json, write_json
 from latlab.records.steps import StepRecord
-from latlab.records.workload import ArrivalConfig, WorkloadConfig
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.workload import WorkloadConfig
 from latlab.sim.calibrate_run import CalibrationError, request_costs, rows, run_folders, shape_from
 from latlab.sim.fleet import simulate
 from latlab.sim.stepcost import StepCostModel, fit

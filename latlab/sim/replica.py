@@ -26,9 +26,9 @@ from latlab.engine.batching import decode_groups, step_features
 from latlab.engine.block_manager import BlockManager
 from latlab.engine.scheduler import Scheduler
 from latlab.engine.sequence import FinishReason
-from latlab.records.calibration import EngineShape
+from latlab.records.engine import EngineShape
 from latlab.sim.lazy_steps import Admission, LazySteps
-from latlab.sim.sequence import SimSequence, admits_alone, engine_config, may_admit, runs_exact
+from latlab.sim.sequence import SimSequence, admits_alone, may_admit, runs_exact
 from latlab.sim.stepcost import StepCostModel
 
 INF = math.inf
@@ -46,7 +46,7 @@ class SimReplica(LazySteps):
         self.on_finish = on_finish
         self.block_manager = BlockManager(shape.num_kv_blocks, shape.block_size,
                                           shape.enable_prefix_caching)
-        self.scheduler = Scheduler(engine_config(shape), self.block_manager)
+        self.scheduler = Scheduler(shape.engine_config(), self.block_manager)
         self.runs = runs_exact(self.scheduler)  # whether decode runs may be taken
         self.inbox: deque[tuple[float, SimSequence]] = deque()
         self.step_end: float | None = None  # None: idle

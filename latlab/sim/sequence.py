@@ -7,10 +7,8 @@ from __future__ import annotations
 import itertools
 import math
 
-from latlab.engine.config import EngineConfig
 from latlab.engine.scheduler import Scheduler
 from latlab.engine.sequence import Sequence, StageTimes
-from latlab.records.calibration import EngineShape
 
 _TIMES = StageTimes(0, 0)  # shared: the scheduler stamps first_scheduled once, harmlessly
 
@@ -28,33 +26,6 @@ class SimSequence(Sequence):
     last_step: int
     finish_step: int
     runs: list[tuple[int, int]] | None
-
-
-def engine_config(shape: EngineShape) -> EngineConfig:
-    s = shape
-    return EngineConfig(max_num_seqs=s.max_num_seqs,
-                        max_num_batched_tokens=s.max_num_batched_tokens,
-                        block_size=s.block_size, num_kv_blocks=s.num_kv_blocks,
-                        max_model_len=s.max_model_len, enable_chunked_prefill=s.chunked_prefill,
-                        batching=s.batching, max_waiting=s.max_waiting, warmup=False,
-                        max_prefill_tokens=s.max_prefill_tokens,
-                        max_decode_tokens=s.max_decode_tokens,
-                        scheduling_policy=s.scheduling_policy, fair_share=s.fair_share,
-                        enable_prefix_caching=s.enable_prefix_caching)
-
-
-def engine_shape(config: EngineConfig, num_kv_blocks: int) -> EngineShape:
-    """The shape of an engine started with `config` (its KV pool: `num_kv_blocks`)."""
-    c = config
-    return EngineShape(max_num_seqs=c.max_num_seqs,
-                       max_num_batched_tokens=c.max_num_batched_tokens,
-                       block_size=c.block_size, num_kv_blocks=num_kv_blocks,
-                       max_model_len=c.max_model_len, chunked_prefill=c.enable_chunked_prefill,
-                       batching=c.batching, max_waiting=c.max_waiting,
-                       max_prefill_tokens=c.max_prefill_tokens,
-                       max_decode_tokens=c.max_decode_tokens,
-                       scheduling_policy=c.scheduling_policy, fair_share=c.fair_share,
-                       enable_prefix_caching=c.enable_prefix_caching)
 
 
 def steps_to(a: float, b: float, span: float) -> int:

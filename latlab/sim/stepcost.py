@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from latlab.records.calibration import STEP_FEATURES, FitError, StepCost
+from latlab.records.calibration import FitError, STEP_FEATURES, StepCost
 
 FEATURES = tuple(STEP_FEATURES)
 HOLDOUT_EVERY = 5

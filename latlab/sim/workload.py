@@ -19,7 +19,9 @@ from latlab.load.arrivals import arrival_times, user_start_times
 from latlab.load.datasets import load_dataset
 from latlab.load.workload import Workload
 from latlab.records.folder import RunFolder
-from latlab.records.workload import ArrivalConfig, WorkloadConfig, WorkloadError
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.lengths import WorkloadError
+from latlab.records.workload import WorkloadConfig
 
 CHUNK = 4096
 

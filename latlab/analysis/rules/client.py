@@ -13,7 +13,7 @@ from latlab.metrics.throughput import zero_gap_share
 from latlab.units import ms, pct
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 CLIENT_LATE_MS, CLIENT_LATE_SHARE = 10.0, 0.05
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 NEEDS_SERVER = "needs server timings (the server-timing protocol) to split the time"
 

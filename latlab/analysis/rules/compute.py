@@ -17,7 +17,7 @@ from latlab.records.timeline import NS_PER_MS
 from latlab.units import ms, pct
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 LONG_MIN_REQUESTS, PREFILL_TTFT_SHARE, PREFILL_E2E_SHARE, PREFILL_CORRELATION = 3, 0.5, 0.25, 0.5
 STUTTER_MIN_SAMPLES, STUTTER_RATIO, STALL_FACTOR = 50, 3.0, 3.0

@@ -14,7 +14,7 @@ from latlab.metrics.stats import percentile
 from latlab.units import ms, pct
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 UNATTRIBUTED_SHARE = 0.05
 COLD_REQUESTS, COLD_MIN_REQUESTS, COLD_FACTOR, COLD_EXCESS_MS = 3, 20, 3.0, 50.0

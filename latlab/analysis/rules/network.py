@@ -9,7 +9,7 @@ from latlab.analysis.findings import Finding, Severity, Unevaluated
 from latlab.units import ms, pct
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 NETWORK_SHARE, NETWORK_MIN_MS = 0.10, 20.0
 

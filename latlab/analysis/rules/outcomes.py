@@ -14,7 +14,7 @@ from latlab.records.timeline import Outcome
 from latlab.units import pct
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 FAILURE_WARNING, FAILURE_CRITICAL = 0.01, 0.10
 FAILURE_FIXES = {

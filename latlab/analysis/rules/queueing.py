@@ -12,7 +12,7 @@ from latlab.analysis.rules.common import NEEDS_SERVER, server_rows
 from latlab.units import ms, pct
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 QUEUE_DOMINATES = 0.5
 TINY_TOKENS, TINY_MIN_REQUESTS, TINY_WAIT_MS, TINY_WAIT_SHARE = 128, 3, 20.0, 0.5

@@ -13,7 +13,7 @@ from latlab.records.table import RequestTable
 from latlab.units import ms, pct
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 KV_FULL = 0.95
 KV_FULL_SHARE = 0.1  # of the scrapes

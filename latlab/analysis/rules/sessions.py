@@ -12,7 +12,7 @@ from latlab.analysis.findings import Finding, Severity, Unevaluated
 from latlab.units import ms, pct
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 MIN_TURN_REQUESTS = 3  # a turn's TTFT p50 counts with this many requests
 TTFT_GROWTH, TTFT_GROWTH_MS = 2.0, 10.0

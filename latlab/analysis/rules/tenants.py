@@ -13,7 +13,7 @@ from latlab.records.columns import present
 from latlab.units import ms
 
 if TYPE_CHECKING:
-    from latlab.analysis.analyze import RunAnalysis
+    from latlab.analysis.run_analysis import RunAnalysis
 
 TENANT_SIZE_RATIO, TENANT_SLOWDOWN, TENANT_MIN_MS, TENANT_MIN_REQUESTS = 2.0, 1.5, 10.0, 5
 

@@ -1,7 +1,7 @@
-"""What `latlab predict` does, as functions: find the calibration, run one simulated point
-into a predicted run folder, and explain it like a measured run.
+"""Prediction: find the calibration, run one simulated point into a predicted run folder,
+and explain it like a measured run.
 
-    cal = resolve_calibration(calibration=None, from_runs=[], serve=[], err=console)
+    cal, where = resolve_calibration(PredictConfig(), EngineConfig(), err=console)
     point = predict_point(cal, workload, Fleet(), settings, out=Path("runs"), name="predict")
     point.summary.percentile("ttft", "p99"), point.analysis.findings
 """
@@ -13,16 +13,17 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from rich.console import Console
 
 from latlab import __version__
 from latlab.analysis import RunAnalysis, analyze
-from latlab.commands.common import UsageError
+from latlab.records.bench import BenchConfig
 from latlab.records.calibration import Calibration
-from latlab.records.config import BenchConfig, RunConfig, Target
+from latlab.records.config import RunConfig, Target
+from latlab.records.engine import EngineConfig
 from latlab.records.folder import RunFolder
+from latlab.records.predict import CalibrationSource
 from latlab.records.simulation import Fleet, Simulation
 from latlab.records.summary import RunSummary
 from latlab.report.html import write_html
@@ -31,27 +32,27 @@ from latlab.sim.calibrate_run import CalibrationError
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import RECORDS, write_run
 from latlab.sim.results import SimResult
+from latlab.services.calibrate import calibrate_engine
+from latlab.services.errors import InputError
 from latlab.sim.workload import SimWorkload
 from latlab.store import RunStore, key_numbers
 
 
-def resolve_calibration(calibration: Path | None, from_runs: Sequence[Path],
-                        serve: list[str], err: Console, shape: dict | None = None
+def resolve_calibration(source: CalibrationSource, calibration: Path | None,
+                        serve: list[str], engine: EngineConfig | None, err: Console
                         ) -> tuple[Calibration, str]:
     """The calibration to simulate with, and where it came from: a file, run folders fitted
-    now, or latlab's engine (`serve`), calibrated on first use and cached."""
-    if calibration is not None and from_runs:
-        raise UsageError("--calibration and --from both name the server: give one")
-    if (calibration is not None or from_runs) and serve:
-        raise UsageError("--serve-args is for latlab's engine, not --calibration/--from")
+    now, or latlab's engine (`serve`, whose engine config is `engine`), calibrated on first
+    use and cached."""
     try:
         if calibration is not None:
             return calibrations.load(calibration), str(calibration)
-        if from_runs:
-            cal = calibrations.run_calibration(from_runs, shape)
-            return cal, "fitted now from " + ", ".join(map(str, from_runs))
+        if source.from_runs:
+            cal = calibrations.run_calibration(source.from_runs,
+                                               source.server.model_dump(exclude_none=True))
+            return cal, "fitted now from " + ", ".join(map(str, source.from_runs))
     except CalibrationError as e:
-        raise UsageError(str(e)) from None
+        raise InputError(str(e)) from None
     path = calibrations.cache_path(serve)
     if path.is_file():
         try:
@@ -59,12 +60,10 @@ def resolve_calibration(calibration: Path | None, from_runs: Sequence[Path],
         except CalibrationError:
             err.print(f"the cached calibration {path} is unreadable: calibrating again",
                       style="yellow", highlight=False)
-    from latlab.commands.calibrate import calibrate_engine
-
     try:
-        cal = calibrate_engine(serve, err)
+        cal = calibrate_engine(engine or EngineConfig(), serve, err)
     except ImportError as e:
-        raise UsageError(f"calibrating latlab's engine needs torch ({e}): install latlab's "
+        raise InputError(f"calibrating latlab's engine needs torch ({e}): install latlab's "
                          "engine extra, or predict another server with --calibration FILE or "
                          "--from RUN_DIR") from None
     calibrations.save(cal, path)
@@ -103,7 +102,7 @@ def predict_point(cal: Calibration, workload: SimWorkload, fleet: Fleet, config:
     try:
         result = simulate(workload, cal, fleet)
     except RuntimeError as e:
-        raise UsageError(f"the calibration's engine cannot serve this workload: {e}") from None
+        raise InputError(f"the calibration's engine cannot serve this workload: {e}") from None
     wall = time.perf_counter() - started
     sim = config.simulation
     sim.wall_s = wall

@@ -1,4 +1,4 @@
-"""`run_sweep`: bench runs over request rates or concurrencies in one folder, and the answers.
+"""A sweep: bench runs over request rates or concurrencies in one folder, and the answers.
 
     result = run_sweep(SweepConfig(base=BenchConfig(url=url, duration_s=20,
                                                     slos={"ttft": 500.0})))
@@ -23,56 +23,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, Field, model_validator
 from rich.console import Console
 
 from latlab import __version__
 from latlab.analysis import capacity
-from latlab.analysis.analyze import RunAnalysis
+from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.slo_max import slo_max
-from latlab.commands.bench import run_bench
 from latlab.load import BenchError
 from latlab.load.target import EngineError, start_engine
-from latlab.records.config import BenchConfig, redact
+from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder, write_json
-from latlab.records.sweep import SWEEP_JSON, Mode, Point, SweepRecord, SweepStop
-from latlab.records.workload import OPEN_LOOP, ArrivalConfig
+from latlab.records.sweep import SWEEP_JSON, Mode, Point, SweepConfig, SweepRecord, SweepStop
+from latlab.records.target import redact
+from latlab.records.arrivals import ArrivalConfig
 from latlab.report.sweep_html import write_sweep_html
+from latlab.services.bench import run_bench
 from latlab.store import RunStore
 from latlab.units import ms
 
 ESCALATION = 1.5
 MAX_ESCALATIONS = 3
 Step = tuple[str, str, Mode, float | None, ArrivalConfig]  # folder, label, mode, load
-
-
-class SweepConfig(BaseModel):
-    """A sweep: the bench run every point shares (`base`), the loads and the stop rule."""
-
-    base: BenchConfig
-    rates: list[float] | None = None
-    concurrencies: list[int] | None = None
-    points: int = Field(default=6, ge=1, le=50)
-    saturation_users: int = Field(default=64, ge=2)
-    arrival: str = "poisson"
-    burstiness: float = Field(default=1.0, gt=0)
-    max_error_rate: float = Field(default=0.05, ge=0, le=1)
-    percentile: float = Field(default=99.0, gt=0, lt=100)
-    price_per_hour: float | None = Field(default=None, gt=0)
-
-    @model_validator(mode="after")
-    def _check(self) -> SweepConfig:
-        if self.rates is not None and self.concurrencies is not None:
-            raise ValueError("--rates (open loop) and --concurrencies (closed loop) exclude "
-                             "each other")
-        if self.rates is not None and (not self.rates or min(self.rates) <= 0):
-            raise ValueError(f"--rates {self.rates}: give positive requests per second")
-        if self.concurrencies is not None and (not self.concurrencies
-                                               or min(self.concurrencies) < 1):
-            raise ValueError(f"--concurrencies {self.concurrencies}: give whole numbers ≥ 1")
-        if self.arrival not in OPEN_LOOP:
-            raise ValueError(f"--arrival {self.arrival!r}: expected one of {', '.join(OPEN_LOOP)}")
-        return self
 
 
 @dataclass
@@ -128,18 +99,16 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
 
 def plan(config: SweepConfig, points: list[Point]) -> Iterator[Step]:
     """The steps of the sweep; an automatic plan reads the points measured so far."""
-    shape = dict(burstiness=config.burstiness, seed=config.base.arrivals.seed,
-                 max_concurrency=config.base.arrivals.max_concurrency)
+    seed = config.base.workload.seed
 
     def rate(r: float) -> Step:
-        return (f"rate-{r:.3g}", f"{r:.3g} req/s", "rate", r,
-                ArrivalConfig(process=config.arrival, rate=r, **shape))
+        return (f"rate-{r:.3g}", f"{r:.3g} req/s", "rate", r, config.arrivals(r, seed))
 
     def users(n: int, mode: Mode = "concurrency") -> Step:
         label = {"synchronous": "sync (1 user)", "throughput": f"probe ({n} users)"}
         return (f"{mode}-{n}", label.get(mode, f"{n} users"), mode,
                 None if mode == "synchronous" else float(n),
-                ArrivalConfig(process="closed", users=n, seed=config.base.arrivals.seed))
+                ArrivalConfig(process="closed", users=n, seed=seed))
 
     if config.rates is not None:
         yield from (rate(r) for r in sorted(set(config.rates)))
@@ -259,7 +228,6 @@ class Sweep:
             latlab_version=__version__, created=self.created, command=self.command,
             target=self.target,
             config=c.model_dump(mode="json", exclude={"base"}) | {
-                "max_concurrency": c.base.arrivals.max_concurrency,
                 "bench": c.base.model_dump(mode="json", exclude={"arrivals"})},
             percentile=c.percentile, slos=c.base.slos,
             definitions={"capacity": capacity.__doc__ or "", "stop_rule": capacity.STOP_RULE,
