@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from delay_proxy import DelayProxy  # noqa: E402
 
 from latlab.commands.bench import run_bench  # noqa: E402
-from latlab.load.target import responds_ok, start_engine  # noqa: E402
+from latlab.load.target.launch import responds_ok, start_engine  # noqa: E402
 from latlab.records.config import BenchConfig  # noqa: E402
 from latlab.records.workload import ArrivalConfig, LengthDistribution, WorkloadConfig  # noqa: E402
 

@@ -52,7 +52,7 @@ from latlab.commands.bench import run_bench
 from latlab.commands.calibrate import calibrate_engine
 from latlab.commands.common import console
 from latlab.commands.predicting import predict_point, settings
-from latlab.load.target import interrupt_on_sigterm, start_engine
+from latlab.load.target.launch import interrupt_on_sigterm, start_engine
 from latlab.records.config import BenchConfig, parse_slo
 from latlab.records.folder import RunFolder
 from latlab.records.simulation import Fleet

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from latlab.cli import app
 from latlab.commands.bench import run_bench
 from latlab.records.config import BenchConfig
-from latlab.load.target import EngineError, start_engine
+from latlab.load.target.launch import EngineError, start_engine
 from latlab.load import BenchError
 from latlab.records.workload import LengthDistribution, WorkloadConfig
 from latlab.records.folder import RunFolder

@@ -24,8 +24,8 @@ from latlab.commands.common import Interrupted, RunFailed, UsageError, console, 
 from latlab.commands.groups import (ArrivalShape, ClientOptions, OutputOptions, SessionOptions,
                                     StopOptions, WorkloadOptions)
 from latlab.commands.options import opt
-from latlab.load.scrape import scrape_once
-from latlab.load.target import EngineError, interrupt_on_sigterm, start_engine
+from latlab.load.telemetry.scrape import scrape_once
+from latlab.load.target.launch import EngineError, interrupt_on_sigterm, start_engine
 from latlab.records.ab import AB_JSON, ABChange, ABRecord, ABRound
 from latlab.records.config import BenchConfig
 from latlab.records.folder import RunFolder, write_json

@@ -24,7 +24,7 @@ from latlab.commands.groups import (ArrivalShape, OutputOptions, SessionOptions,
                                     engine_tokenizer, window_s)
 from latlab.commands.options import opt, validation_message
 from latlab.load.generator import run_load
-from latlab.load.spans import join_run
+from latlab.load.telemetry.spans import join_run
 from latlab.metrics.client import client_check
 from latlab.metrics.formulas import FORMULAS
 from latlab.metrics.summary import summarize

@@ -120,7 +120,7 @@ def _probe(cal: Calibration, serve: list[str], err: Console) -> Calibration:
     and streams requests as they come than in a closed loop or in process. How well the
     result replays each probe is noted."""
     from latlab.commands.bench import run_bench
-    from latlab.load.target import EngineError, start_engine
+    from latlab.load.target.launch import EngineError, start_engine
 
     batch = cal.engine.max_num_seqs
     rate = round(PROBE_LOAD * calibrations.capacity(cal, 2 * batch), 2)

@@ -23,9 +23,9 @@ from latlab.analysis.coldstart import coldstart_record, summarize_start
 from latlab.commands.common import EXIT_INTERRUPTED, RunFailed, UsageError, console, print_json
 from latlab.commands.groups import TargetOptions, WorkloadOptions, engine_tokenizer
 from latlab.commands.options import opt, parse_seconds, validation_message
-from latlab.load.probe import start_and_probe
-from latlab.load.target import interrupt_on_sigterm
-from latlab.load.workload import Workload
+from latlab.load.target.probe import start_and_probe
+from latlab.load.target.launch import interrupt_on_sigterm
+from latlab.load.workload.requests import Workload
 from latlab.records.coldstart import COLDSTART_JSON, ColdstartRecord, Start
 from latlab.records.config import Clock, ColdstartConfig, RunConfig, Target, redact
 from latlab.records.folder import RunFolder, write_json

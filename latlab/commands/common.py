@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 
 from latlab.load import BenchError
-from latlab.load.arrivals import ArrivalError
-from latlab.load.datasets import DatasetError
+from latlab.load.workload.arrivals import ArrivalError
+from latlab.load.workload.datasets import DatasetError
 from latlab.records.workload import WorkloadError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130

@@ -10,7 +10,7 @@ from latlab.commands.groups import (OutputOptions, StopOptions, SweepPlan, Targe
                                     WorkloadOptions)
 from latlab.commands.options import opt, parse_numbers
 from latlab.commands.sweep_points import SweepConfig, run_sweep
-from latlab.load.target import interrupt_on_sigterm
+from latlab.load.target.launch import interrupt_on_sigterm
 from latlab.report.sweep import print_sweep
 
 

@@ -32,7 +32,7 @@ from latlab.analysis.analyze import RunAnalysis
 from latlab.analysis.slo_max import slo_max
 from latlab.commands.bench import run_bench
 from latlab.load import BenchError
-from latlab.load.target import EngineError, start_engine
+from latlab.load.target.launch import EngineError, start_engine
 from latlab.records.config import BenchConfig, redact
 from latlab.records.folder import RunFolder, write_json
 from latlab.records.sweep import SWEEP_JSON, Mode, Point, SweepRecord, SweepStop

@@ -25,7 +25,7 @@ SLO_METRICS = ("ttft", "ttft_sched", "tpot", "itl", "e2e", "e2e_sched")
 
 
 class ServerKind(StrEnum):
-    """Whose server timings to read (`latlab.load.server_timing`); `auto` tells them apart."""
+    """Whose server timings to read (`latlab.load.request.server_timing`); `auto` tells them apart."""
 
     AUTO = "auto"
     LATLAB = "latlab"

@@ -1,6 +1,6 @@
 """What a run sends and when: the workload (prompt and output lengths, dataset, labels) and
 the arrivals (closed loop, open-loop processes, trace replay). Request `i` of a workload
-depends only on `(seed, i)`; `latlab.load.workload` builds it."""
+depends only on `(seed, i)`; `latlab.load.workload.requests` builds it."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ import time
 from typing import Any, Callable
 
 from latlab.load import BenchError
-from latlab.load.worker import Worker, WorkerPlan, WorkerResult
-from latlab.load.workload import Workload
+from latlab.load.workers.worker import Worker, WorkerPlan, WorkerResult
+from latlab.load.workload.requests import Workload
 from latlab.records.config import BenchConfig
 from latlab.records.health import WorkerHealth
 

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 import aiohttp
 import numpy as np
 
-from latlab.load.arrivals import arrival_times, sleep_until, user_start_times
-from latlab.load.client import describe, error_message
-from latlab.load.conversation import Conversation
+from latlab.load.workload.arrivals import arrival_times, sleep_until, user_start_times
+from latlab.load.request.client import describe, error_message
+from latlab.load.workload.conversation import Conversation
 
 if TYPE_CHECKING:
-    from latlab.load.worker import Worker
+    from latlab.load.workers.worker import Worker
 
 TOOL_TIMEOUT_S = 60.0
 # Why a worker stopped that ends the sessions under way; others (the request budget or the

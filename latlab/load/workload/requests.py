@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from latlab.load.datasets import load_dataset
+from latlab.load.workload.datasets import load_dataset
 from latlab.records.timeline import SessionStep
 from latlab.records.workload import CHAT_APIS, Api, WorkloadConfig, WorkloadError
 from latlab.tokenizer import Tokenizer, TokenizerError

@@ -16,12 +16,12 @@ from pathlib import Path
 from time import perf_counter_ns
 from typing import Any, Callable, Coroutine
 
-from latlab.load.arrivals import arrival_times, sleep_until, user_start_times
-from latlab.load.client import Client
-from latlab.load.collector import without_collector
-from latlab.load.selfcheck import HealthSampler
-from latlab.load.sessions import SessionDriver
-from latlab.load.workload import RequestSpec, Workload
+from latlab.load.workload.arrivals import arrival_times, sleep_until, user_start_times
+from latlab.load.request.client import Client
+from latlab.load.workers.collector import without_collector
+from latlab.load.workers.selfcheck import HealthSampler
+from latlab.load.workers.sessions import SessionDriver
+from latlab.load.workload.requests import RequestSpec, Workload
 from latlab.records.config import BenchConfig, ServerKind
 from latlab.records.folder import RecordSink, RunFolder
 from latlab.records.health import WorkerHealth
