@@ -32,6 +32,7 @@ from latlab.load.telemetry.scrape import Scraper
 from latlab.load.workers.auto import auto_workers
 from latlab.load.workers.processes import run_workers
 from latlab.load.workers.progress import ProgressDisplay
+from latlab.load.workers.snapshot import WorkerSnapshot
 from latlab.load.workers.worker import Worker, WorkerPlan, WorkerResult
 from latlab.load.workload.arrivals import load_trace
 from latlab.load.workload.requests import Workload
@@ -243,7 +244,8 @@ def _start_clock(run: RunFolder, settings: RunConfig, lead_s: float = START_LEAD
 
 
 def _run_here(config: BenchConfig, plan: WorkerPlan, workload: Workload, run: RunFolder,
-              settings: RunConfig, update: Callable | None) -> WorkerResult:
+              settings: RunConfig, update: Callable[[WorkerSnapshot], None] | None
+              ) -> WorkerResult:
     import uvloop
 
     plan.t0_ns = _start_clock(run, settings)

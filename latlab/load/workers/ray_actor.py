@@ -28,7 +28,7 @@ from latlab.load.workload.requests import Workload
 from latlab.records.config import BenchConfig
 from latlab.records.timeline import RequestTimeline
 
-# ("begin", (id, index, scheduled_ns)) | ("record", (id, line)) | ("snapshot", dict)
+# ("begin", (id, index, scheduled_ns)) | ("record", (id, line)) | ("snapshot", WorkerSnapshot)
 # | ("done", WorkerResult json) | ("error", traceback)
 Item = tuple[str, Any]
 

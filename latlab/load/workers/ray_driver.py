@@ -28,6 +28,7 @@ from latlab import __version__
 from latlab.load import BenchError
 from latlab.load.workers.clocks import estimate_offset
 from latlab.load.workers.ray_actor import LoadActor
+from latlab.load.workers.snapshot import WorkerSnapshot
 from latlab.load.workers.worker import WorkerPlan, WorkerResult
 from latlab.records.cluster import NodeClock, RayCluster
 from latlab.records.config import BenchConfig
@@ -41,7 +42,7 @@ START_LEAD_S = 0.5  # time for `run` to reach every actor before t0
 
 
 def run_ray_workers(config: BenchConfig, plan: WorkerPlan, start_clock: Callable[[float], int],
-                    update: Callable[[dict[str, Any]], None] | None,
+                    update: Callable[[WorkerSnapshot], None] | None,
                     console: Console | None = None) -> tuple[list[WorkerResult], RayCluster]:
     """Run `config.workers` actors on the cluster at `config.ray`, starting together at
     `start_clock(lead_s)` (the driver's clock); return their results and the cluster's
@@ -174,7 +175,7 @@ def _loopback(url: str) -> bool:
 
 
 def _collect(ray: Any, actors: list, node_of: dict[int, str], run: RunFolder,
-             update: Callable[[dict[str, Any]], None] | None
+             update: Callable[[WorkerSnapshot], None] | None
              ) -> tuple[dict[int, WorkerResult], set[int]]:
     """Long-poll every actor until it is done or lost, appending records as they come;
     the results, and the workers that were lost."""

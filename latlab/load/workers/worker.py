@@ -19,6 +19,7 @@ from latlab.load.workers.collector import without_collector
 from latlab.load.workers.loop import Runs, ScheduleLoop, SingleRequests
 from latlab.load.workers.selfcheck import HealthSampler
 from latlab.load.workers.sessions import Sessions
+from latlab.load.workers.snapshot import WorkerSnapshot
 from latlab.load.workload.requests import RequestSpec, Workload
 from latlab.records.config import BenchConfig, ServerKind
 from latlab.records.folder import RecordSink, RunFolder
@@ -76,7 +77,7 @@ class Worker:
     """Runs one process's share of the load on its own event loop and connection pool."""
 
     def __init__(self, config: BenchConfig, plan: WorkerPlan, workload: Workload,
-                 on_snapshot: Callable[[dict[str, Any]], None] | None = None,
+                 on_snapshot: Callable[[WorkerSnapshot], None] | None = None,
                  writer: RecordSink | None = None) -> None:
         """`writer` takes each record as it ends (default: the run folder's requests.jsonl)."""
         self.config = config
@@ -195,7 +196,6 @@ class Worker:
             return
         c = self.counters
         tokens = c.tokens_done + sum(len(r.token_ns) for r in self.in_flight.values())
-        self.on_snapshot({"worker": self.w, "dispatched": c.dispatched, "done": c.done,
-                          "failed": c.failed, "in_flight": len(self.in_flight),
-                          "tokens": tokens, "ttft": c.ttft_new})
+        self.on_snapshot(WorkerSnapshot(self.w, c.dispatched, c.done, c.failed,
+                                        len(self.in_flight), tokens, c.ttft_new))
         c.ttft_new = []
