@@ -21,7 +21,7 @@ minus the client's send stamp: the client's write and the server loop's own dela
     100/s), the added ITL and TTFT errors, the client's own loop lag and CPU.
 (2) side by side, 256 streams of 100 tokens/s, one after another on the same servers:
     latlab (one process; the same with Python's garbage collector left on during the load,
-    as before `latlab.load.collector`; `--workers auto`), a minimal aiohttp + uvloop client
+    as before `latlab.load.workers.collector`; `--workers auto`), a minimal aiohttp + uvloop client
     that stamps each event as it reads its line, and AIPerf (`--aiperf PATH`: its raw
     records carry a monotonic stamp per event and the X-Request-Id the server logs); with
     `--rounds N` each client runs N times, interleaved, and the median is shown (3 by
@@ -265,12 +265,12 @@ GC_PAUSES: list[tuple[int, float]] = []  # (generation, ms of CPU) in the collec
 
 def collector_on(run):
     """`run` with Python's garbage collector left on during the load, as before
-    `latlab.load.collector` (the one process runs in this one); each collection's CPU time
+    `latlab.load.workers.collector` (the one process runs in this one); each collection's CPU time
     goes to GC_PAUSES."""
     import contextlib
     import gc
 
-    from latlab.load import collector
+    from latlab.load.workers import collector
 
     started: list[int] = []
     pauses: list[tuple[int, int, float]] = []
@@ -420,7 +420,7 @@ def raw_speed(servers: Servers, folder: Path, users: int, requests: int, output:
 
 
 def parse_ns() -> float:
-    from latlab.load.autoworkers import parse_ns_per_event
+    from latlab.load.workers.auto import parse_ns_per_event
 
     return min(parse_ns_per_event() for _ in range(5))
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from delay_proxy import DelayProxy  # noqa: E402
 
 from latlab.services.bench import run_bench  # noqa: E402
-from latlab.load.target import responds_ok, start_engine  # noqa: E402
+from latlab.load.target.launch import responds_ok, start_engine  # noqa: E402
 from latlab.records.config import BenchConfig  # noqa: E402
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.lengths import LengthDistribution

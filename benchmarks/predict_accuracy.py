@@ -53,7 +53,7 @@ from latlab.records.engine import EngineConfig
 from latlab.services.calibrate import calibrate_engine
 from latlab.commands.common import console
 from latlab.services.predict import predict_point, settings
-from latlab.load.target import interrupt_on_sigterm, start_engine
+from latlab.load.target.launch import interrupt_on_sigterm, start_engine
 from latlab.records.bench import BenchConfig
 from latlab.records.slo import parse_slo
 from latlab.records.folder import RunFolder

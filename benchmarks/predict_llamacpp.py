@@ -23,7 +23,7 @@ from pathlib import Path
 
 from latlab.services.bench import run_bench
 from latlab.commands.common import console
-from latlab.load.target import free_port, interrupt_on_sigterm, start_server
+from latlab.load.target.launch import free_port, interrupt_on_sigterm, start_server
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder
 from latlab.records.arrivals import ArrivalConfig

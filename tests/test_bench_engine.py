@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from latlab.cli import app
 from latlab.services.bench import run_bench
 from latlab.records.bench import BenchConfig
-from latlab.load.target import EngineError, start_engine
+from latlab.load.target.launch import EngineError, start_engine
 from latlab.load import BenchError
 from latlab.records.lengths import LengthDistribution
 from latlab.records.workload import WorkloadConfig

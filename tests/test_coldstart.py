@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from latlab.cli import app
 from latlab.analysis.coldstart import spread
-from latlab.load.target import free_port
+from latlab.load.target.launch import free_port
 from latlab.records.folder import RunFolder
 from latlab.store import RunStore
 from processes import interrupted

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 from scipy import stats
 
-from latlab.load.arrivals import ArrivalError, arrival_times, load_trace, user_start_times
+from latlab.load.workload.arrivals import ArrivalError, arrival_times, load_trace, user_start_times
 from latlab.records.arrivals import ArrivalConfig
 
 N = 20000

@@ -5,9 +5,9 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from latlab.load.client import Client, error_message
-from latlab.load.discovery import list_models
-from latlab.load.workload import RequestSpec
+from latlab.load.request.client import Client, error_message
+from latlab.load.target.discovery import list_models
+from latlab.load.workload.requests import RequestSpec
 from latlab.metrics.request import request_metrics
 from latlab.records.timeline import Outcome, RequestTimeline
 from sse_server import DONE, Server, Step, chat, completion, sse, status, stream, usage_only

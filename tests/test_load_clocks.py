@@ -5,8 +5,8 @@ import gc
 
 import pytest
 
-from latlab.load.clocks import estimate_offset, shift_health, shift_record
-from latlab.load.collector import collector_paused, sweep_if_piled, without_collector
+from latlab.load.workers.clocks import estimate_offset, shift_health, shift_record
+from latlab.load.workers.collector import collector_paused, sweep_if_piled, without_collector
 from latlab.records.health import WorkerHealth
 from latlab.records.timeline import ConnectionTiming, RequestTimeline, SessionStep
 
@@ -28,7 +28,7 @@ class FakeRemote:
 
 def test_the_offset_comes_from_the_shortest_round_trip(monkeypatch):
     now = [1_000_000]
-    monkeypatch.setattr("latlab.load.clocks.perf_counter_ns", lambda: now[0])
+    monkeypatch.setattr("latlab.load.workers.clocks.perf_counter_ns", lambda: now[0])
     remote = FakeRemote(offset=-5_000_000_000, delays=[900_000, 200_000, 600_000], share=0.9,
                         now=now)
     found = estimate_offset(remote, round_trips=3)

@@ -3,7 +3,7 @@
 import asyncio
 import time
 
-from latlab.load.selfcheck import HealthSampler
+from latlab.load.workers.selfcheck import HealthSampler
 from latlab.metrics.client import client_check
 from latlab.metrics.throughput import zero_gap_share
 from latlab.records.health import WorkerHealth

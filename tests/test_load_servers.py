@@ -11,8 +11,8 @@ import orjson
 from aiohttp import web
 
 from latlab.services.bench import run_bench
-from latlab.load.client import Client
-from latlab.load.workload import RequestSpec
+from latlab.load.request.client import Client
+from latlab.load.workload.requests import RequestSpec
 from latlab.records.bench import BenchConfig
 from latlab.records.timeline import RequestTimeline
 from latlab.records.arrivals import ArrivalConfig

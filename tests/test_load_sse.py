@@ -2,7 +2,7 @@
 
 import pytest
 
-from latlab.load.sse import StreamFault, StreamParser
+from latlab.load.request.sse import StreamFault, StreamParser
 from latlab.records.timeline import Outcome, RequestTimeline
 from sse_server import DONE, chat, completion, usage_only
 

@@ -6,9 +6,9 @@ import time
 from collections import deque
 from contextlib import contextmanager
 
-from latlab.load import stamps
-from latlab.load.sse import StreamParser
-from latlab.load.stamps import split_at_reads
+from latlab.load.request import stamps
+from latlab.load.request.sse import StreamParser
+from latlab.load.request.stamps import split_at_reads
 from sse_server import DONE, Server, Step, completion, stream
 from test_load_client import send, spec
 

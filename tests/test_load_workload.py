@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from latlab.tokenizer import Tokenizer
-from latlab.load.datasets import DatasetError
-from latlab.load.workload import Workload
+from latlab.load.workload.datasets import DatasetError
+from latlab.load.workload.requests import Workload
 from latlab.records.lengths import LengthDistribution, WorkloadError
 from latlab.records.workload import WorkloadConfig
 

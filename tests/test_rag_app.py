@@ -10,8 +10,8 @@ import pytest
 
 from latlab.analysis.decompose import Quality
 from latlab.services.bench import run_bench
-from latlab.load.spans import timing_of
-from latlab.load.target import free_port, start_engine, start_server
+from latlab.load.telemetry.spans import timing_of
+from latlab.load.target.launch import free_port, start_engine, start_server
 from latlab.records.bench import BenchConfig
 from latlab.records.spans import Span
 from latlab.records.arrivals import ArrivalConfig

@@ -7,11 +7,11 @@ import pytest
 from multidict import CIMultiDict
 
 from latlab.analysis.decompose import Quality, decompose
-from latlab.load.ollama import NdjsonParser
-from latlab.load.scrape import parse
-from latlab.load.server_timing import (ServerKind, context_length, detect, from_event,
+from latlab.load.request.ollama import NdjsonParser
+from latlab.load.telemetry.scrape import parse
+from latlab.load.request.server_timing import (ServerKind, context_length, detect, from_event,
                                        from_headers)
-from latlab.load.sse import StreamParser
+from latlab.load.request.sse import StreamParser
 from latlab.records.timeline import RequestTimeline
 
 SERVERS = Path(__file__).parent / "fixtures" / "servers"

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from latlab.cli import app
 from latlab.services.bench import run_bench
-from latlab.load.conversation import Conversation
-from latlab.load.datasets import load_dataset
-from latlab.load.workload import Workload
+from latlab.load.workload.conversation import Conversation
+from latlab.load.workload.datasets import load_dataset
+from latlab.load.workload.requests import Workload
 from latlab.records.bench import BenchConfig
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.lengths import LengthDistribution

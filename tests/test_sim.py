@@ -13,7 +13,7 @@ from latlab.records.simulation import Autoscale, Fleet
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.lengths import LengthDistribution
 from latlab.records.workload import WorkloadConfig
-from latlab.load.arrivals import arrival_times
+from latlab.load.workload.arrivals import arrival_times
 from latlab.sim import replica as replica_module
 from latlab.sim.fleet import Simulation, simulate
 from latlab.sim.results import OK, REJECTED, TOO_LONG

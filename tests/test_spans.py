@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from latlab.cli import app
 from latlab.services.bench import run_bench
-from latlab.load.otlp import SpanReceiver, read_spans
-from latlab.load.spans import clock_offset, join_run, match, timing_of
+from latlab.load.telemetry.otlp import SpanReceiver, read_spans
+from latlab.load.telemetry.spans import clock_offset, join_run, match, timing_of
 from latlab.records.bench import BenchConfig
 from latlab.records.config import Clock
 from latlab.records.folder import RunFolder

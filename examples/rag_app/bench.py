@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from latlab.load.target import free_port, start_engine, start_server
+from latlab.load.target.launch import free_port, start_engine, start_server
 
 APP = Path(__file__).with_name("app.py")
 BENCH = ["--api", "chat", "--duration", "30", "--users", "4", "--prompt-tokens", "fixed:64",

@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 
 from latlab.load import BenchError
-from latlab.load.arrivals import ArrivalError
-from latlab.load.datasets import DatasetError
+from latlab.load.workload.arrivals import ArrivalError
+from latlab.load.workload.datasets import DatasetError
 from latlab.records.lengths import WorkloadError
 from latlab.services.errors import InputError, ServiceFailed
 

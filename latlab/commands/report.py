@@ -9,8 +9,8 @@ from latlab.analysis import analyze
 from latlab.commands.common import RunFailed, UsageError, console
 from latlab.commands.options import Options
 from latlab.records.settings import setting
-from latlab.load.otlp import read_spans
-from latlab.load.spans import join_run
+from latlab.load.telemetry.otlp import read_spans
+from latlab.load.telemetry.spans import join_run
 from latlab.records.folder import RunFolder, RunFolderError
 from latlab.report.console import print_budget, print_findings, print_summary
 from latlab.report.export import write_csv, write_parquet

@@ -1,7 +1,8 @@
-"""The load generator: what to send (`workload`), when (`arrivals`), how (`client`, `sse`,
-`connection`), by which processes (`worker`, `processes`), against which target (`target`),
-and the run that ties them together (`generator.run_load`). It writes records and
-config.json; the summary, analysis and reports are the commands' business."""
+"""The load generator: what to send and when (`workload/`), how one request goes and is timed
+(`request/`), who sends it (`workers/`: a worker's schedule loop, its processes, `--ray`),
+against which target (`target/`), what the target reports besides (`telemetry/`), and the
+run that ties them together (`generator.run_load`). It writes records and config.json; the
+summary, analysis and reports are the commands' business."""
 
 
 class BenchError(Exception):

@@ -25,16 +25,17 @@ from rich.console import Console
 
 from latlab import __version__
 from latlab.load import BenchError, Unreachable
-from latlab.load.arrivals import load_trace
-from latlab.load.autoworkers import auto_workers
-from latlab.load.discovery import discover, round_trip_ms
-from latlab.load.otlp import SpanReceiver
-from latlab.load.processes import run_workers
-from latlab.load.progress import ProgressDisplay
-from latlab.load.scrape import Scraper
-from latlab.load.target import EngineError, start_engine
-from latlab.load.worker import Worker, WorkerPlan, WorkerResult
-from latlab.load.workload import Workload
+from latlab.load.target.discovery import discover, round_trip_ms
+from latlab.load.target.launch import EngineError, start_engine
+from latlab.load.telemetry.otlp import SpanReceiver
+from latlab.load.telemetry.scrape import Scraper
+from latlab.load.workers.auto import auto_workers
+from latlab.load.workers.processes import run_workers
+from latlab.load.workers.progress import ProgressDisplay
+from latlab.load.workers.snapshot import WorkerSnapshot
+from latlab.load.workers.worker import Worker, WorkerPlan, WorkerResult
+from latlab.load.workload.arrivals import load_trace
+from latlab.load.workload.requests import Workload
 from latlab.records.bench import BenchConfig
 from latlab.records.config import Clock, RunConfig, Target
 from latlab.records.target import ServerKind, redact
@@ -78,7 +79,7 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
     if config.arrivals.process == "trace":
         load_trace(config.arrivals.trace)
     if config.ray is not None:
-        from latlab.load.ray_workers import require_ray
+        from latlab.load.workers.ray_driver import require_ray
 
         require_ray()  # before an engine is started for nothing
     if config.workers == "auto":
@@ -124,7 +125,7 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
             with display or nullcontext():
                 update = display.update if display else None
                 if config.ray is not None:
-                    from latlab.load.ray_workers import run_ray_workers
+                    from latlab.load.workers.ray_driver import run_ray_workers
 
                     results, settings.ray = run_ray_workers(
                         config, plan, lambda lead: _start_clock(run, settings, lead), update,
@@ -245,7 +246,8 @@ def _start_clock(run: RunFolder, settings: RunConfig, lead_s: float = START_LEAD
 
 
 def _run_here(config: BenchConfig, plan: WorkerPlan, workload: Workload, run: RunFolder,
-              settings: RunConfig, update: Callable | None) -> WorkerResult:
+              settings: RunConfig, update: Callable[[WorkerSnapshot], None] | None
+              ) -> WorkerResult:
     import uvloop
 
     plan.t0_ns = _start_clock(run, settings)

@@ -100,7 +100,7 @@ class RunFolder:
     def iter_records(self, raw: bool = False) -> Iterator[RequestTimeline]:
         """Every complete record; a torn last line (crash mid-write) is skipped. Unless
         `raw`, a request without in-band server timings gets those its spans gave
-        (server_timings.jsonl, written by `latlab.load.spans.join_run`); an application's
+        (server_timings.jsonl, written by `latlab.load.telemetry.spans.join_run`); an application's
         spans win over the model server's in-band timings its answer relayed."""
         if not self.requests_path.is_file():
             return

@@ -19,8 +19,8 @@ from latlab.analysis import analyze
 from latlab.analysis.ab import counter_deltas, explain, pool
 from latlab.analysis.compare import Comparison
 from latlab.analysis.compare import compare as compare_runs
-from latlab.load.scrape import scrape_once
-from latlab.load.target import EngineError, start_engine
+from latlab.load.telemetry.scrape import scrape_once
+from latlab.load.target.launch import EngineError, start_engine
 from latlab.records.ab import AB_JSON, SIDES, ABChange, ABConfig, ABRecord, ABRound
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder, write_json

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from latlab.analysis import RunAnalysis, analyze
 from latlab.load.generator import run_load
-from latlab.load.spans import join_run
+from latlab.load.telemetry.spans import join_run
 from latlab.metrics.client import client_check
 from latlab.metrics.summary import summarize
 from latlab.records.bench import BenchConfig

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from latlab.load.target import EngineError, start_engine
+from latlab.load.target.launch import EngineError, start_engine
 from latlab.records.bench import BenchConfig
 from latlab.records.calibration import Calibration
 from latlab.records.engine import ConfigError, EngineConfig

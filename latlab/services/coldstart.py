@@ -18,8 +18,8 @@ from rich.console import Console
 
 from latlab import __version__
 from latlab.analysis.coldstart import coldstart_record, summarize_start
-from latlab.load.probe import start_and_probe
-from latlab.load.workload import Workload
+from latlab.load.target.probe import start_and_probe
+from latlab.load.workload.requests import Workload
 from latlab.records.coldstart import COLDSTART_JSON, ColdstartConfig, ColdstartRecord, Start
 from latlab.records.config import Clock, RunConfig, Target
 from latlab.records.folder import RunFolder, write_json

@@ -30,7 +30,7 @@ from latlab.analysis import capacity
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.slo_max import slo_max
 from latlab.load import BenchError
-from latlab.load.target import EngineError, start_engine
+from latlab.load.target.launch import EngineError, start_engine
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder, write_json
 from latlab.records.sweep import SWEEP_JSON, Mode, Point, SweepConfig, SweepRecord, SweepStop

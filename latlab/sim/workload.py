@@ -1,10 +1,10 @@
 """The requests of a simulated run, from the same specs as `latlab bench` or from a run folder.
 
-Specs (`WorkloadConfig`, `ArrivalConfig`): the arrival times are `latlab.load.arrivals`' own
+Specs (`WorkloadConfig`, `ArrivalConfig`): the arrival times are `latlab.load.workload.arrivals`' own
 (the same schedule for the same seed); token lengths are drawn from the same
 `LengthDistribution`s, in bulk (`sample_many`: the same distributions, not request for
 request the prompts bench would send), and so are the shared prefix, tenants and priorities.
-A dataset is read through `latlab.load.workload.Workload` (prompt lengths in the target's
+A dataset is read through `latlab.load.workload.requests.Workload` (prompt lengths in the target's
 tokens), its entries reused in turn. A run folder replays its own requests: their scheduled
 times and their prompt and output lengths as measured.
 """
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from latlab.load.arrivals import arrival_times, user_start_times
-from latlab.load.datasets import load_dataset
-from latlab.load.workload import Workload
+from latlab.load.workload.arrivals import arrival_times, user_start_times
+from latlab.load.workload.datasets import load_dataset
+from latlab.load.workload.requests import Workload
 from latlab.records.folder import RunFolder
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.lengths import WorkloadError

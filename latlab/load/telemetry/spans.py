@@ -23,8 +23,8 @@ from typing import Iterable, Sequence
 
 import orjson
 
-from latlab.load.app_trace import application_of
-from latlab.load.otlp import read_spans
+from latlab.load.telemetry.app_trace import application_of
+from latlab.load.telemetry.otlp import read_spans
 from latlab.records.config import Clock
 from latlab.records.folder import RunFolder
 from latlab.records.spans import SERVER_TIMINGS, SPANS, Span, SpanJoin

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from latlab.load.server_timing import from_event, llamacpp_cached
+from latlab.load.request.server_timing import from_event, llamacpp_cached
 from latlab.records.timeline import Outcome, RequestTimeline, ServerTiming
 
 

@@ -2,12 +2,12 @@
 
 The driver (this process) connects to the cluster (`auto`: the one on this machine, started
 for the run if none runs), places `config.workers` actors with Ray's SPREAD strategy, checks
-that each node runs the same latlab, and estimates every node's clock offset
-(`latlab.load.clocks`). The schedule's `t0` is fixed on the driver's clock and handed to each
-actor in its own; every record comes back in the driver's time base, marked with its node,
-and is appended to requests.jsonl as it arrives. A worker whose node dies is reported as
-aborted: its finished requests are kept and those it had in flight are recorded as
-`client_error`. Ray is imported only here, only when asked for (the `ray` extra).
+that each node runs the same latlab, and estimates every node's clock offset (`clocks`).
+The schedule's `t0` is fixed on the driver's clock and handed to each actor in its own;
+every record comes back in the driver's time base, marked with its node, and is appended to
+requests.jsonl as it arrives. A worker whose node dies is reported as aborted: its finished
+requests are kept and those it had in flight are recorded as `client_error`. Ray is
+imported only here, only when asked for (the `ray` extra).
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from rich.console import Console
 
 from latlab import __version__
 from latlab.load import BenchError
-from latlab.load.clocks import estimate_offset
-from latlab.load.ray_actor import LoadActor
-from latlab.load.worker import WorkerPlan, WorkerResult
+from latlab.load.workers.clocks import estimate_offset
+from latlab.load.workers.ray_actor import LoadActor
+from latlab.load.workers.snapshot import WorkerSnapshot
+from latlab.load.workers.worker import WorkerPlan, WorkerResult
 from latlab.records.cluster import NodeClock, RayCluster
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder
@@ -41,7 +42,7 @@ START_LEAD_S = 0.5  # time for `run` to reach every actor before t0
 
 
 def run_ray_workers(config: BenchConfig, plan: WorkerPlan, start_clock: Callable[[float], int],
-                    update: Callable[[dict[str, Any]], None] | None,
+                    update: Callable[[WorkerSnapshot], None] | None,
                     console: Console | None = None) -> tuple[list[WorkerResult], RayCluster]:
     """Run `config.workers` actors on the cluster at `config.ray`, starting together at
     `start_clock(lead_s)` (the driver's clock); return their results and the cluster's
@@ -174,7 +175,7 @@ def _loopback(url: str) -> bool:
 
 
 def _collect(ray: Any, actors: list, node_of: dict[int, str], run: RunFolder,
-             update: Callable[[dict[str, Any]], None] | None
+             update: Callable[[WorkerSnapshot], None] | None
              ) -> tuple[dict[int, WorkerResult], set[int]]:
     """Long-poll every actor until it is done or lost, appending records as they come;
     the results, and the workers that were lost."""

@@ -10,9 +10,9 @@ from typing import Any
 
 import orjson
 
-from latlab.load.server_timing import ollama
-from latlab.load.sse import StreamFault
-from latlab.load.workload import RequestSpec
+from latlab.load.request.server_timing import ollama
+from latlab.load.request.sse import StreamFault
+from latlab.load.workload.requests import RequestSpec
 from latlab.records.timeline import Outcome, RequestTimeline
 
 

@@ -8,7 +8,7 @@
 | Ollama | the final object of `/api/generate` or `/api/chat` | model load, prefill (`prompt_eval_duration`), decode (`eval_duration`), total (ns) |
 
 vLLM and SGLang send nothing per request in HTTP: their OpenTelemetry spans carry the
-timings (`latlab.load.spans`). `ServerKind` names the adapters; `--server-kind auto` tells
+timings (`latlab.load.telemetry.spans`). `ServerKind` names the adapters; `--server-kind auto` tells
 them apart by what the server lists at /v1/models and what it sends.
 """
 

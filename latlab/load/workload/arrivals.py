@@ -16,7 +16,7 @@ from typing import Iterator
 
 import numpy as np
 
-from latlab.load.datasets import jsonl_rows
+from latlab.load.workload.datasets import jsonl_rows
 from latlab.records.arrivals import ArrivalConfig
 
 _BLOCK = 4096

@@ -10,8 +10,8 @@ from typing import Any
 import aiohttp
 
 from latlab.load import BenchError, Unreachable
-from latlab.load.client import describe
-from latlab.load.server_timing import ServerKind, context_length, detect
+from latlab.load.request.client import describe
+from latlab.load.request.server_timing import ServerKind, context_length, detect
 
 
 async def fetch_models(url: str, api_key: str | None = None,

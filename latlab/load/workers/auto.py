@@ -17,9 +17,9 @@ import math
 import os
 import time
 
-from latlab.load.arrivals import load_trace
-from latlab.load.sse import StreamParser
-from latlab.load.workload import Workload
+from latlab.load.request.sse import StreamParser
+from latlab.load.workload.arrivals import load_trace
+from latlab.load.workload.requests import Workload
 from latlab.records.bench import BenchConfig
 from latlab.records.timeline import RequestTimeline
 

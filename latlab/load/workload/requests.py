@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from latlab.load.datasets import load_dataset
+from latlab.load.workload.datasets import load_dataset
 from latlab.records.timeline import SessionStep
 from latlab.records.lengths import WorkloadError
 from latlab.records.workload import Api, CHAT_APIS, WorkloadConfig

@@ -17,8 +17,9 @@ import time
 from typing import Any, Callable
 
 from latlab.load import BenchError
-from latlab.load.worker import Worker, WorkerPlan, WorkerResult
-from latlab.load.workload import Workload
+from latlab.load.workers.snapshot import WorkerSnapshot
+from latlab.load.workers.worker import Worker, WorkerPlan, WorkerResult
+from latlab.load.workload.requests import Workload
 from latlab.records.bench import BenchConfig
 from latlab.records.health import WorkerHealth
 
@@ -26,7 +27,7 @@ WORKER_START_TIMEOUT_S = 120.0
 
 
 def run_workers(config: BenchConfig, plan: WorkerPlan, start_clock: Callable[[], int],
-                update: Callable[[dict[str, Any]], None] | None) -> list[WorkerResult]:
+                update: Callable[[WorkerSnapshot], None] | None) -> list[WorkerResult]:
     """Spawn `config.workers` worker processes, start them together at `start_clock()` once
     all are ready, relay their progress snapshots to `update`, and return their results."""
     ctx = mp.get_context("spawn")
@@ -68,7 +69,7 @@ def run_workers(config: BenchConfig, plan: WorkerPlan, start_clock: Callable[[],
                         results[w] = _lost_worker(w, p.exitcode)
                 continue
             if message["type"] == "snapshot" and update:
-                update(message)
+                update(message["snapshot"])
             elif message["type"] == "done":
                 result = WorkerResult.from_json(message["result"])
                 results[result.worker] = result
@@ -118,7 +119,8 @@ def _worker_process(config_json: dict[str, Any], plan_fields: dict[str, Any], me
     if not go.wait(WORKER_START_TIMEOUT_S):
         return
     plan.t0_ns = t0.value
-    worker = Worker(config, plan, workload, lambda s: messages.put({"type": "snapshot", **s}))
+    worker = Worker(config, plan, workload,
+                    lambda s: messages.put({"type": "snapshot", "snapshot": s}))
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         result = runner.run(worker.run())
     messages.put({"type": "done", "result": result.to_json()})

@@ -18,10 +18,11 @@ import secrets
 from time import perf_counter_ns
 
 from latlab.load import BenchError
-from latlab.load.client import Client
-from latlab.load.discovery import discover
-from latlab.load.target import EngineError, ServerProcess, responds_ok, start_engine, start_server
-from latlab.load.workload import Workload
+from latlab.load.request.client import Client
+from latlab.load.target.discovery import discover
+from latlab.load.target.launch import (EngineError, ServerProcess, responds_ok, start_engine,
+                                       start_server)
+from latlab.load.workload.requests import Workload
 from latlab.records.coldstart import ColdstartConfig
 from latlab.records.config import Target
 from latlab.records.folder import RecordWriter, RunFolder

@@ -25,12 +25,12 @@ from typing import Any
 import aiohttp
 import orjson
 
-from latlab.load.connection import connection_trace
-from latlab.load.ollama import NdjsonParser, ollama_body
-from latlab.load.server_timing import ServerKind, from_event, from_headers
-from latlab.load.stamps import StampingConnector, read_stamped
-from latlab.load.sse import StreamFault, StreamParser, apply_usage
-from latlab.load.workload import RequestSpec
+from latlab.load.request.connection import connection_trace
+from latlab.load.request.ollama import NdjsonParser, ollama_body
+from latlab.load.request.server_timing import ServerKind, from_event, from_headers
+from latlab.load.request.sse import StreamFault, StreamParser, apply_usage
+from latlab.load.request.stamps import StampingConnector, read_stamped
+from latlab.load.workload.requests import RequestSpec
 from latlab.records.timeline import Outcome, RequestTimeline
 
 ERROR_BODY_BYTES = 2048

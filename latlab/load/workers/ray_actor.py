@@ -1,4 +1,4 @@
-"""One worker of a `--ray` run, on whichever node Ray placed it (`latlab.load.ray_workers`
+"""One worker of a `--ray` run, on whichever node Ray placed it (`latlab.load.workers.ray_driver`
 drives it).
 
 It runs an ordinary `Worker` on its own uvloop, in the node's time base, and hands every
@@ -22,13 +22,13 @@ from typing import Any
 import orjson
 
 from latlab import __version__
-from latlab.load.clocks import shift_health, shift_record
-from latlab.load.worker import Worker, WorkerPlan
-from latlab.load.workload import Workload
+from latlab.load.workers.clocks import shift_health, shift_record
+from latlab.load.workers.worker import Worker, WorkerPlan
+from latlab.load.workload.requests import Workload
 from latlab.records.bench import BenchConfig
 from latlab.records.timeline import RequestTimeline
 
-# ("begin", (id, index, scheduled_ns)) | ("record", (id, line)) | ("snapshot", dict)
+# ("begin", (id, index, scheduled_ns)) | ("record", (id, line)) | ("snapshot", WorkerSnapshot)
 # | ("done", WorkerResult json) | ("error", traceback)
 Item = tuple[str, Any]
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from latlab.load.datasets import Turn
-from latlab.load.workload import RequestSpec, Workload
+from latlab.load.workload.datasets import Turn
+from latlab.load.workload.requests import RequestSpec, Workload
 from latlab.records.timeline import SessionStep
 from latlab.records.workload import CHAT_APIS
 

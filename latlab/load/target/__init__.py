@@ -1,0 +1,1 @@
+"""The target: starting a server, asking it what it is, probing its cold start."""
