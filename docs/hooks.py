@@ -19,10 +19,14 @@ import types
 from collections.abc import Callable
 from pathlib import Path
 
-# Document the checkout being built, whichever latlab the environment has installed.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 MARKER = re.compile(r"^<!-- generate: ([\w-]+) -->$", re.MULTILINE)
+
+
+def on_config(config):
+    # Document the checkout being built, whichever latlab the environment has installed
+    # (mkdocs restores sys.path after loading this file, so not at import time).
+    sys.path.insert(0, str(Path(config.config_file_path).resolve().parent))
+    return config
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
