@@ -87,7 +87,8 @@ def _command(path: str, command, ctx) -> str:
     usage = [path, "[OPTIONS]"] + [p.metavar or p.name.upper() for p in arguments]
     if hasattr(command, "list_commands"):
         usage.append("COMMAND")
-    lines = [f"## {path}", "", inspect.cleandoc(command.help), "", "```", " ".join(usage), "```", ""]
+    lines = [f"## {path}", "", inspect.cleandoc(command.help), "",
+             "```", " ".join(usage), "```", ""]
     if hasattr(command, "list_commands"):
         lines += ["| command | what it does |", "|---|---|"]
         for name in command.list_commands(ctx):
@@ -171,13 +172,19 @@ def findings() -> str:
         if rule.__doc__:
             out += [inspect.cleandoc(rule.__doc__), ""]
         used = _names(rule)
-        rows = [f"| `{name}` | {rule.__globals__[name]!r} | {cell(note)} |"
-                for name, note in _constants(sys.modules[module]).items() if name in used]
-        if rows:
-            out += ["| threshold | value | note |", "|---|---|---|", *rows, ""]
+        constants = {name: note for name, note in _constants(sys.modules[module]).items()
+                     if name in used}
+        notes = any(constants.values())
+        if constants:
+            columns = ["threshold", "value"] + (["note"] if notes else [])
+            out += ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+            for name, note in constants.items():
+                value = rule.__globals__[name]
+                out.append(f"| `{name}` | {value!r} |" + (f" {cell(note)} |" if notes else ""))
+            out.append("")
         else:
             out += ["No thresholds: it fires on any occurrence.", ""]
-        thresholds += len(rows)
+        thresholds += len(constants)
     if not thresholds:
         raise ValueError("no diagnosis rule reads a module-level threshold constant any more")
     return "\n".join(out)
@@ -202,30 +209,24 @@ def _names(function: Callable, seen: set | None = None) -> set[str]:
 
 
 def _constants(module: types.ModuleType) -> dict[str, str]:
-    """The module's own UPPER_CASE numbers written as literals, in order, each with its
-    line's comment."""
+    """The module's own UPPER_CASE numbers, in order, each with its line's comment."""
     source = inspect.getsource(module)
     lines = source.splitlines()
     found = {}
     for node in ast.parse(source).body:
-        if not isinstance(node, ast.Assign) or not _literal(node.value):
+        if not isinstance(node, ast.Assign):
+            continue
+        try:  # numbers written as such, not computed sentinels such as np.iinfo(...).max
+            ast.literal_eval(node.value)
+        except ValueError:
             continue
         comment = lines[node.end_lineno - 1].partition("#")[2].strip()
-        for target in node.targets:
-            for name in ast.walk(target):
-                value = getattr(module, getattr(name, "id", ""), None)
-                if isinstance(name, ast.Name) and name.id.isupper() \
-                        and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    found[name.id] = comment
+        for name in (n.id for target in node.targets for n in ast.walk(target)
+                     if isinstance(n, ast.Name) and n.id.isupper()):
+            value = getattr(module, name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                found[name] = comment
     return found
-
-
-def _literal(node: ast.expr) -> bool:
-    try:
-        ast.literal_eval(node)
-    except ValueError:
-        return False
-    return True
 
 
 # ---------------------------------------------------------------- the server-timing protocol

@@ -48,7 +48,8 @@ def test_readme_links_lead_somewhere(site: Path) -> None:
         assert file.exists(), f"README links to {target}: no such file"
         if anchor and file.suffix == ".md" and file.is_relative_to(ROOT / "docs"):
             rel = file.relative_to(ROOT / "docs")
-            page = site / (rel.parent if rel.stem == "index" else rel.with_suffix("")) / "index.html"
+            url = rel.parent if rel.stem == "index" else rel.with_suffix("")
+            page = site / url / "index.html"
             assert f'id="{anchor}"' in page.read_text(encoding="utf-8"), \
                 f"README links to {target}: the page has no such anchor"
 
