@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PIP    := $(BIN)/pip install --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: setup demo test bench-engine bench-client clean
+.PHONY: setup demo test docs bench-engine bench-client clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# The documentation site (mkdocs.yml), into site/; its reference pages are read from the code.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench-engine: $(STAMP)
 	$(BIN)/python benchmarks/engine.py
 	$(BIN)/python benchmarks/engine_step.py
@@ -28,4 +32,4 @@ bench-client: $(STAMP)
 	$(BIN)/python benchmarks/client.py $(if $(wildcard .venv-clients/bin/aiperf),--aiperf .venv-clients/bin/aiperf)
 
 clean:
-	rm -rf $(VENV) runs build *.egg-info
+	rm -rf $(VENV) runs build site *.egg-info

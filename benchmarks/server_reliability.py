@@ -1,5 +1,5 @@
-"""Does `latlab serve` stay up whatever its clients do? The numbers of the README's
-"Reliability" section.
+"""Does `latlab serve` stay up whatever its clients do? The numbers of
+docs/performance/reliability.md.
 
     python benchmarks/server_reliability.py            # about four minutes
     python benchmarks/server_reliability.py --quick    # fewer cases, shorter overload

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# latlab against a real llama.cpp server, as the README shows it:
+# latlab against a real llama.cpp server, as docs/guides/real-servers.md shows it:
 #
 #   scripts/llamacpp.sh PATH/TO/llama-server [PORT]
 #

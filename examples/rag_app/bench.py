@@ -2,7 +2,7 @@
 127.0.0.1, both exporting their spans to latlab's OTLP receiver, run `latlab bench` against
 the app, and stop both (by process group, on errors and Ctrl-C too).
 
-    python examples/rag_app/bench.py                      # the README's run
+    python examples/rag_app/bench.py                      # the run of docs/guides/sessions.md
     python examples/rag_app/bench.py --lookup-ms 0 -- --duration 10 --users 2
 
 Arguments after `--` go to `latlab bench` (default: 30 s, 4 users, chat, 64-token questions,
