@@ -278,7 +278,7 @@ def _intervals(source: str) -> dict[str, tuple[str, str]]:
 
 def server_adapters() -> str:
     """The per-server adapters' table (the module's docstring) and the `--server-kind` values."""
-    from latlab.load import server_timing as adapters
+    from latlab.load.request import server_timing as adapters
 
     if "| server |" not in (adapters.__doc__ or ""):
         raise ValueError("latlab.load.request.server_timing's docstring lost its table of servers")
