@@ -141,10 +141,12 @@ def _default(p) -> str:
 
 def metric_definitions() -> dict[str, str]:
     """name → definition of every metric: the one place that reads them."""
-    from latlab.metrics.formulas import FORMULAS
+    from latlab.records.catalog import formulas
+
+    FORMULAS = formulas()
 
     if not isinstance(FORMULAS, dict) or not FORMULAS:
-        raise ValueError("latlab.metrics.formulas.FORMULAS is no longer a filled dict")
+        raise ValueError("latlab.records.catalog.formulas() is no longer a filled dict")
     return FORMULAS
 
 

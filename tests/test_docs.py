@@ -14,7 +14,7 @@ import pytest
 import typer
 
 from latlab.cli import app
-from latlab.metrics.formulas import FORMULAS
+from latlab.records.catalog import formulas
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -76,5 +76,5 @@ def test_options_page_lists_every_command(site: Path) -> None:
 
 def test_metrics_page_lists_every_metric(site: Path) -> None:
     page = (site / "reference" / "metrics" / "index.html").read_text(encoding="utf-8")
-    missing = [name for name in FORMULAS if f"<code>{name}</code>" not in page]
+    missing = [name for name in formulas() if f"<code>{name}</code>" not in page]
     assert not missing, f"metrics missing from the metrics page: {missing}"

@@ -128,3 +128,23 @@ def test_named_workloads_are_listed_and_each_builds():
 
     for name in names:
         BenchConfig.model_validate(read_workload(name, BenchConfig))
+
+
+def test_the_catalog_is_what_every_list_reads():
+    """Each table, chart, SLO parser and export iterates the metric catalog."""
+    from latlab.analysis.compare import LATENCY_METRICS, RATES
+    from latlab.metrics.summary import FAILURE_ADJUSTED
+    from latlab.records.catalog import CATALOG, formulas, metrics
+    from latlab.records.slo import SLO_METRICS, parse_slo
+    from latlab.report.console import SUMMARY_ROWS
+    from latlab.report.figures import SLO_PANEL
+
+    assert SLO_METRICS == metrics(slo=True) and set(SLO_PANEL) == set(SLO_METRICS)
+    assert [name for name, _ in SUMMARY_ROWS] == list(metrics(summary=True))
+    assert set(LATENCY_METRICS) | set(RATES) == set(metrics(compared=True))
+    assert set(FAILURE_ADJUSTED) <= set(SLO_METRICS)
+    assert set(formulas()) >= set(CATALOG)
+    for name in SLO_METRICS:
+        assert parse_slo(f"{name}=10ms") == (name, 10.0)
+    with pytest.raises(ValueError, match="unknown metric"):
+        parse_slo("lateness=10ms")  # a metric, but not one an SLO may bound

@@ -17,18 +17,17 @@ from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.budget import Budget, budget
 from latlab.analysis.significance import (bootstrap_difference, cluster_bootstrap_difference,
                                           statistic)
+from latlab.records.catalog import CATALOG, metrics
 from latlab.records.columns import Ragged
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
 
-LATENCY_METRICS = {"ttft": "TTFT", "ttft_sched": "TTFT from schedule", "tpot": "TPOT",
-                   "itl": "ITL", "e2e": "E2E", "e2e_sched": "E2E from schedule"}
+LATENCY_METRICS = {name: CATALOG[name].label for name in metrics(compared=True, unit="ms")}
 STATS = ("mean", "p50", "p90", "p99")
-PER_TOKEN = ("itl",)
+PER_TOKEN = metrics(compared=True, unit="ms", per_request=False)
 UNTESTED_NOISE = 0.05  # a change without a CI must exceed this share to be called a change
-RATES = {"output_tokens_per_s": ("output tokens/s", "tok/s"),
-         "achieved_rate": ("achieved rate", "req/s"),
-         "goodput": ("goodput", "req/s")}
+RATES = {name: (CATALOG[name].label, CATALOG[name].unit)
+         for name in metrics(compared=True) if not CATALOG[name].latency}
 ATTRIBUTED = {
     "ttft": ("network", "preprocess", "queue", "prefill", "ttft_unsplit"),
     "ttft_sched": ("client_wait", "connect", "network", "preprocess", "queue", "prefill",

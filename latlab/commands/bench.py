@@ -8,8 +8,8 @@ from rich.console import Console
 
 from latlab.commands.common import EXIT_FAILED, Interrupted, RunFailed, console, print_json
 from latlab.commands.options import NamedWorkload
-from latlab.metrics.formulas import FORMULAS
 from latlab.records.bench import BenchConfig
+from latlab.records.catalog import formulas
 from latlab.records.settings import OUTPUT, setting
 from latlab.report.console import print_analysis, print_summary, summary_line
 from latlab.services.bench import run_bench
@@ -60,6 +60,6 @@ def explain(out: Console) -> None:
     table = Table(title="latlab metric definitions (all latencies in ms)", title_justify="left")
     table.add_column("metric")
     table.add_column("definition")
-    for name, formula in FORMULAS.items():
+    for name, formula in formulas().items():
         table.add_row(name, formula)
     out.print(table)

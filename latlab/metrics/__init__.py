@@ -1,4 +1,4 @@
-"""The metrics of the contract (DESIGN.md, docs/design.md): each formula stated once
-(`formulas`), per-request metrics (`request`), percentiles with confidence intervals
-(`stats`), rates over the window (`throughput`), SLOs (`slo`), the client self-check
-(`client`) and the run summary that gathers them (`summary`). All latencies in ms."""
+"""The metrics of the contract (docs/design.md), as the catalog (`records.catalog`) defines
+them: per-request metrics (`request`), percentiles with confidence intervals (`stats`), rates
+over the window (`throughput`), SLOs (`slo`), the client self-check (`client`) and the run
+summary that gathers them (`summary`). All latencies in ms."""

@@ -1,4 +1,4 @@
-"""The per-request metrics, exactly as `formulas.FORMULAS` defines them, computed for every
+"""The per-request metrics, exactly as the catalog (`records.catalog`) defines them, computed for every
 request of a `RequestTable` at once (`metric_columns`); `request_metrics` gives one
 request's as a `RequestMetrics`."""
 
@@ -8,12 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from latlab.records.catalog import metrics
 from latlab.records.columns import Ragged, per_request
 from latlab.records.columns import ms_between
 from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
 
-METRICS = ("ttft", "ttft_sched", "e2e", "e2e_sched", "tpot", "lateness")
+METRICS = metrics(per_request=True)
 
 
 @dataclass(slots=True)
@@ -70,7 +71,7 @@ class MetricColumns:
             return None if np.isnan(column[i]) else float(column[i])
 
         tokens = value(self.output_tokens)
-        return RequestMetrics(*(value(getattr(self, m)) for m in METRICS),
+        return RequestMetrics(**{m: value(getattr(self, m)) for m in METRICS},
                               itl=self.itl[i].tolist(), chunk_gaps=self.chunk_gaps[i].tolist(),
                               output_tokens=None if tokens is None else int(tokens))
 

@@ -6,18 +6,18 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from latlab.metrics.formulas import FORMULAS
 from latlab.metrics.request import MetricColumns, metric_columns
 from latlab.metrics.sessions import reasoning_summary, session_summary
 from latlab.metrics.slo import meets_slos
 from latlab.metrics.stats import distribution
 from latlab.metrics.throughput import SHORTFALL, inside, throughput
+from latlab.records.catalog import formulas, metrics
 from latlab.records.summary import ClientCheck, Goodput, RunSummary, WindowSpan
 from latlab.records.table import OUTCOMES, RequestTable, as_table
 from latlab.records.timeline import Outcome, RequestTimeline
 from latlab.records.window import Window
 
-FAILURE_ADJUSTED = ("ttft", "ttft_sched", "e2e", "e2e_sched")
+FAILURE_ADJUSTED = metrics(failure_adjusted=True)
 CACHED_SHARE_WARNING = 0.5
 
 
@@ -104,7 +104,7 @@ def summarize(
                       if cached.any() else None),
         events_disagree=int(disagree.sum()),
         retries=int(t.retries[chosen].sum()),
-        formulas=FORMULAS,
+        formulas=formulas(),
         client=client,
         window=(WindowSpan(start_ns=window.start_ns, end_ns=window.end_ns,
                            seconds=window.duration_s) if window else None),

@@ -11,10 +11,10 @@ from typing import Any
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
 from latlab.records.bench import BenchConfig, serve_args
+from latlab.records.catalog import metrics
 from latlab.records.engine import EngineConfig
 from latlab.records.settings import CALIBRATION, FLEET, OUTPUT, setting
 from latlab.records.simulation import Fleet
-from latlab.records.slo import SLO_METRICS
 from latlab.records.sweep import SweepPlan
 
 def _lower(text: str) -> str:
@@ -74,7 +74,7 @@ class CalibrateConfig(CalibrationSource):
 
 _GOAL = re.compile(r"^\s*p(?P<q>[0-9.]+)[_ ](?P<metric>[a-z][a-z0-9_]*)\s*<=?\s*(?P<value>[0-9.]+)"
                    r"\s*(?P<unit>ms|s)?\s*@\s*(?P<rate>[0-9.]+)\s*(?:rps|req/s)?\s*$")
-SIZING_METRICS = ("ttft", "ttft_sched", "tpot", "e2e", "e2e_sched")
+SIZING_METRICS = metrics(sizing=True)
 
 
 class Goal(BaseModel):
@@ -94,7 +94,7 @@ class Goal(BaseModel):
         m = _GOAL.match(data)
         if not m:
             raise ValueError(f"{data!r}: expected pQ_METRIC<LIMIT@RATE, e.g. p99_e2e<2s@40rps")
-        if m["metric"] not in SLO_METRICS or m["metric"] not in SIZING_METRICS:
+        if m["metric"] not in SIZING_METRICS:
             raise ValueError(f"{data!r}: the metric is one of {', '.join(SIZING_METRICS)}")
         return {"percentile": float(m["q"]), "metric": m["metric"], "text": data,
                 "limit_ms": float(m["value"]) * (1000.0 if m["unit"] == "s" else 1.0),

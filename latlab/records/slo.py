@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-SLO_METRICS = ("ttft", "ttft_sched", "tpot", "itl", "e2e", "e2e_sched")
+from latlab.records.catalog import metrics
+
+SLO_METRICS = metrics(slo=True)
 _SLO = re.compile(r"^\s*(?P<name>[a-z][a-z0-9_]*)\s*(?:=|<=?)\s*(?P<value>[0-9.]+)\s*"
                   r"(?P<unit>ms|s|us)?\s*$")
 _UNIT_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001, None: 1.0}

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from latlab.analysis.budget import Budget
 from latlab.analysis.decompose import BUCKETS, label, members
+from latlab.records.catalog import CATALOG, metrics
 from latlab.records.summary import Distribution, RunSummary
 from latlab.report.palette import BUCKET_COLORS, SEVERITY_COLORS
 from latlab.report.sessions import print_tasks, session_lines
@@ -123,11 +124,9 @@ def print_findings(console: Console, analysis: RunAnalysis, unevaluated: bool = 
             console.print(Text(f"    {u.rule}: {u.needs}", style="dim"))
 
 
-SUMMARY_ROWS = (("ttft", "TTFT"), ("ttft_sched", "  from schedule"), ("tpot", "TPOT"),
-                ("itl", "ITL (per token)"), ("itl_request_mean", "  per-request mean"),
-                ("chunk_gap", "inter-chunk gap"), ("e2e", "E2E"), ("e2e_sched", "  from schedule"),
-                ("lateness", "lateness"))
-FAILURE_ROWS = (("ttft", "TTFT failure-adjusted"), ("e2e", "E2E failure-adjusted"))
+SUMMARY_ROWS = tuple((name, CATALOG[name].row) for name in metrics(summary=True))
+FAILURE_ROWS = tuple((name, f"{CATALOG[name].label} failure-adjusted")
+                     for name in metrics(failure_adjusted=True, parent=None))
 
 
 def print_summary(console: Console, summary: RunSummary, run_path: object = None) -> None:

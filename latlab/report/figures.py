@@ -12,22 +12,22 @@ from plotly.subplots import make_subplots
 
 from latlab.analysis.budget import Budget, Group
 from latlab.analysis.decompose import BUCKETS, COMPONENTS, LABELS
+from latlab.records.catalog import CATALOG, charts, metrics
+from latlab.records.summary import Distribution
 from latlab.report.palette import BUCKET_COLORS, COMPONENT_COLORS, SLO_COLOR
 from latlab.units import ms, number
 
 if TYPE_CHECKING:
     from latlab.analysis.run_analysis import RunAnalysis
-    from latlab.records.summary import Distribution
 
 MAX_POINTS = 4000
 CDF_POINTS = 800
 MAX_CDF_SAMPLES = 1_000_000
 WATERFALL_REQUESTS = 20
-CDF_PANELS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
+CDF_PANELS = tuple((chart, CATALOG[chart].label) for chart in charts())
 CDF_COLORS = {"ttft": "#4c9be8", "tpot": "#4cb86b", "itl": "#c355c9", "e2e": "#e0901a"}
 CDF_MARKERS = {"p50": "circle", "p99": "diamond"}
-SLO_PANEL = {"ttft": "ttft", "ttft_sched": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2e",
-             "e2e_sched": "e2e"}
+SLO_PANEL = {name: CATALOG[name].chart for name in metrics(slo=True)}
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=40), height=360,
               legend=dict(orientation="h", y=-0.18, traceorder="normal"))
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from latlab.analysis import decompose
 from latlab.analysis.decompose import label
+from latlab.records.catalog import metrics
 from latlab.records.summary import Percentile, RunSummary
 from latlab.report import figures, gantt, sessions_html, timeseries
 from latlab.report.page import chart, document, e, settings_table
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from latlab.analysis.run_analysis import RunAnalysis
     from latlab.records.folder import RunFolder
 
-SUMMARY_METRICS = ("ttft", "ttft_sched", "tpot", "itl", "e2e", "e2e_sched", "lateness")
+SUMMARY_METRICS = metrics(summary=True)
 QUANTILES = ("p50", "p90", "p99", "p99.9")
 
 

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from latlab.analysis.decompose import BUCKETS
+from latlab.records.catalog import CATALOG, metrics
 from latlab.records.sweep import Point, SweepRecord
 from latlab.report.figures import LAYOUT
 from latlab.report.page import chart, document, e, settings_table
@@ -17,7 +18,7 @@ from latlab.report.sweep import ordered
 from latlab.units import money, number
 
 REPORT = "sweep.html"
-CURVE_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"))
+CURVE_METRICS = tuple((name, CATALOG[name].label) for name in metrics(curve=True))
 QUANTILE_STYLE = {"p50": dict(dash="dot", color="#4c9be8"), "p99": dict(color="#c355c9")}
 
 

@@ -11,6 +11,7 @@ import numpy as np
 from latlab.metrics.request import metric_columns
 from latlab.metrics.stats import percentiles
 from latlab.metrics.throughput import inside
+from latlab.records.catalog import metrics
 from latlab.records.calibration import Calibration
 from latlab.records.columns import present
 from latlab.records.folder import RunFolder
@@ -20,7 +21,7 @@ from latlab.records.window import Window, run_window
 from latlab.sim.fleet import simulate
 from latlab.sim.workload import replay
 
-METRICS = ("ttft", "tpot", "e2e")
+METRICS = metrics(curve=True)
 QUANTILES = (50.0, 99.0)
 
 
