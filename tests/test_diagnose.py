@@ -23,7 +23,7 @@ def diagnosed(tmp_path):
 def test_a_healthy_run_has_no_findings(diagnosed):
     findings, unevaluated, _ = diagnosed(steady(40, prompt=50))
     assert findings == {}
-    assert set(unevaluated) == {"noisy_neighbour", "kv_cache_full"}
+    assert set(unevaluated) == {"noisy_neighbour", "kv_cache_full", "busy_host"}
 
 
 def test_every_finding_carries_numbers(diagnosed):

@@ -1,9 +1,16 @@
 """The client self-check: what it measures and when it calls the client the bottleneck."""
 
 import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import time
 
+from latlab.load.telemetry.host import HostSampler
 from latlab.load.workers.selfcheck import HealthSampler
+from latlab.records.summary import HostLoad, Usage
 from latlab.metrics.client import client_check
 from latlab.metrics.throughput import zero_gap_share
 from latlab.records.health import WorkerHealth
@@ -57,9 +64,40 @@ def test_only_the_measurement_window_is_judged():
     assert not c["bottleneck"] and c["loop_lag_ms"]["max"] == 0.1 and c["lateness_p99_ms"] == 0.2
 
 
-def test_loop_lag_without_own_cpu_blames_the_oversubscribed_machine():
-    c = client_check([health(lag=20.0, cpu=30.0, load=64.0)], []).model_dump()
-    assert "oversubscribed (load average 64.0" in c["reasons"][0]
+def test_loop_lag_without_own_cpu_blames_the_oversubscribed_machine_not_the_client():
+    c = client_check([health(lag=20.0, cpu=30.0, load=64.0)], [])
+    assert not c.bottleneck and c.host_busy
+    assert "oversubscribed: load average 64.0" in c.host_reasons[0]
+    assert any("event-loop lag p99 20.0 ms" in r for r in c.host_reasons)
+
+
+def host(client: float, other: float, server: float | None = None) -> HostLoad:
+    def use(mean: float) -> Usage:
+        return Usage(mean=mean, max=mean)
+    return HostLoad(cpus=4, seconds=10, busy=use(client + other + (server or 0)),
+                    client=use(client), server=use(server) if server is not None else None,
+                    other=use(other))
+
+
+def test_late_timestamps_on_a_busy_host_are_the_hosts_not_the_clients():
+    """The issue's case: the client at 3% CPU, the host busy with other processes. The
+    advice must not be --workers (it adds load)."""
+    c = client_check([health(lag=20.0, cpu=3.0)], [], host=host(client=0.03, other=2.5,
+                                                                  server=0.8))
+    assert not c.bottleneck and c.host_busy
+    assert "other processes used 2.5 of the host's 4 cores" in c.host_reasons[0]
+    assert not any("--workers" in r for r in c.host_reasons)
+
+
+def test_a_saturated_client_is_the_bottleneck_even_on_a_busy_host():
+    c = client_check([health(lag=20.0, cpu=95.0)], [], host=host(client=0.95, other=2.0))
+    assert c.bottleneck and any("add --workers" in r for r in c.reasons)
+    assert any("event-loop lag" in r for r in c.reasons)
+
+
+def test_a_quiet_host_is_not_busy():
+    c = client_check([health()], [], host=host(client=0.1, other=0.2, server=1.5))
+    assert not c.host_busy and not c.bottleneck
 
 
 def test_zero_gap_bursts_count_only_while_the_client_is_busy():
@@ -94,3 +132,24 @@ def test_a_node_that_falls_behind_is_named():
                      "loop lag p99 7.0 ms"]
     assert check["bottleneck"]
     assert not any(r.startswith("node ") for r in client_check([a], []).reasons)
+
+
+def test_the_host_sampler_tells_other_processes_from_the_client():
+    """A process that is not the client's (orphaned at once) burns a core: it counts as
+    other work; a busy thread of this process counts as the client."""
+    burner = f'{sys.executable} -c "import time\nt = time.time()\nwhile time.time() - t < 3: pass"'
+    started = subprocess.run(["sh", "-c", f"{burner} > /dev/null 2>&1 & echo $!"],
+                             capture_output=True, text=True, check=True)
+    pid = int(started.stdout.strip())
+    try:
+        stop = time.monotonic() + 2.6
+        with HostSampler() as sampler:
+            while time.monotonic() < stop:  # the client's own work
+                sum(range(1000))
+        result = sampler.result
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert result is not None and result.seconds >= 2
+    assert result.other.mean >= 0.4 and result.client.mean >= 0.1  # shares of a busy host
+    assert result.server is None

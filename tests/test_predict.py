@@ -252,7 +252,7 @@ def test_calibrating_an_engine_technique_the_simulator_does_not_follow_is_refuse
 
 
 def test_predict_takes_no_options_that_would_do_nothing_there():
-    for flag in ("--salt-prompts", "--progress"):
-        result = CliRunner().invoke(app, ["predict", flag])
+    for flag in ("--prompts", "--progress"):
+        result = CliRunner().invoke(app, ["predict", flag, "x"])
         assert result.exit_code == 2 and "No such option" in result.output, result.output
-    assert "--salt-prompts" in CliRunner().invoke(app, ["bench", "--help"]).output
+    assert "--prompts" in CliRunner().invoke(app, ["bench", "--help"]).output

@@ -43,7 +43,7 @@ def test_a_command_takes_no_option_it_ignores():
     for command, flag in (("coldstart", "--stream"), ("coldstart", "--keepalive"),
                           ("coldstart", "--server-kind"), ("coldstart", "--turns"),
                           ("predict", "--url"), ("predict", "--workers"),
-                          ("predict", "--salt-prompts"), ("ab", "--url"),
+                          ("predict", "--prompts"), ("ab", "--url"),
                           ("ab", "--serve-args"), ("calibrate", "--workload"),
                           ("sweep", "--rate"), ("sweep", "--users")):
         result = invoke(command, flag, "x", "--help")

@@ -60,16 +60,18 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
     metrics = metric_columns(table)
     summary = run.read_summary()
     recomputed = summary is None
+    scrapes = run.read_scrapes()
     if summary is None:
         summary = summarize(table, window, config.slos or None,
-                            concurrency_cap=config.concurrency, metrics=metrics)
+                            concurrency_cap=config.concurrency, metrics=metrics,
+                            scrapes=scrapes)
     parts = decompose_all(table, network_baseline(table, config.target.rtt_ms))
     requests = Requests(table, metrics, parts, in_flight_at_send(table))
     chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)
     if slos is not None:
         summary.goodput = judge_requests(requests, chosen, window, slos)
-    return assemble(run, config, summary, requests, window, chosen, run.read_scrapes(),
-                    recomputed, diagnosis)
+    return assemble(run, config, summary, requests, window, chosen, scrapes, recomputed,
+                    diagnosis)
 
 
 def assemble(run: RunFolder, config: RunConfig, summary: RunSummary, requests: Requests,

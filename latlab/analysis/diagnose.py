@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from latlab.analysis.findings import Finding, Unevaluated
-from latlab.analysis.rules import (client, compute, coverage, network, outcomes, queueing,
-                                   server_state, sessions, tenants)
+from latlab.analysis.rules import (client, compute, coverage, host, network, outcomes,
+                                   queueing, server_state, sessions, tenants)
 
 if TYPE_CHECKING:
     from latlab.analysis.run_analysis import RunAnalysis
@@ -22,6 +22,7 @@ RULES: tuple[Rule, ...] = (
     outcomes.failures,
     outcomes.rejections,
     client.client_bottleneck,
+    host.busy_host,
     queueing.overload,
     queueing.queueing_under_load,
     queueing.slow_small_requests,

@@ -16,6 +16,7 @@ from latlab.commands.common import UsageError, console
 from latlab.records.bench import BenchConfig
 from latlab.records.coldstart import ColdstartConfig
 from latlab.records.folder import CONFIG
+from latlab.records.settings import settings_of
 from latlab.records.sweep import SWEEP_JSON
 
 WORKLOADS = resources.files("latlab") / "workloads"
@@ -34,7 +35,7 @@ def read_config_file(path: Path, model: type[BaseModel]) -> dict[str, Any]:
                          ) from None
     if not isinstance(data, dict):
         raise UsageError(f"--config {path}: expected a mapping of settings")
-    return placed(_settings(data), model, f"--config {path}")
+    return settings_of(model, placed(_settings(data), model, f"--config {path}"))
 
 
 def _settings(data: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ NOT_TAKEN = frozenset({
     "bench.url", "bench.model", "bench.api_key", "bench.api_key_file", "bench.timeout_s",
     "bench.ignore_eos", "bench.continuous_usage", "bench.stream", "bench.keepalive",
     "bench.server_kind", "bench.drain_s", "bench.workers", "bench.ray", "bench.otlp_port",
-    "bench.span_wait_s", "bench.scrape_interval_s", "bench.workload.salt_prompts",
+    "bench.span_wait_s", "bench.scrape_interval_s", "bench.workload.prompts",
     "server.max_waiting", "plan.shape"})
 
 

@@ -27,7 +27,9 @@ from latlab import __version__
 from latlab.load import BenchError, Unreachable
 from latlab.load.target.discovery import discover, round_trip_ms
 from latlab.load.target.launch import EngineError, start_engine
-from latlab.load.telemetry.otlp import SpanReceiver
+from latlab.load.telemetry.otlp import SpanReceiver, await_spans
+from latlab.load.target.settings import server_settings
+from latlab.load.telemetry.host import HostSampler
 from latlab.load.telemetry.scrape import Scraper
 from latlab.load.workers.auto import auto_workers
 from latlab.load.workers.processes import run_workers
@@ -35,19 +37,19 @@ from latlab.load.workers.progress import ProgressDisplay
 from latlab.load.workers.snapshot import WorkerSnapshot
 from latlab.load.workers.worker import Worker, WorkerPlan, WorkerResult
 from latlab.load.workload.arrivals import load_trace
+from latlab.load.workload.prompts import with_salt
 from latlab.load.workload.requests import Workload
 from latlab.records.bench import BenchConfig
 from latlab.records.config import Clock, RunConfig, Target
 from latlab.records.target import ServerKind, redact
 from latlab.records.folder import REQUESTS, RunFolder
 from latlab.records.health import WorkerHealth
+from latlab.records.summary import HostLoad
 from latlab.records.scrape import METRICS
 from latlab.records.spans import SPANS
 from latlab.records.table import OUTCOMES, RequestTable
 
 START_LEAD_S = 0.05
-SPAN_POLL_S = 0.1
-SPAN_QUIET_S = 1.0  # longer than an exporter's batch delay (latlab serve: 0.5 s)
 MODELS_TIMEOUT_S = 10.0
 FIT_CHECK_REQUESTS = 1000  # requests drawn to check that prompts fit the context
 
@@ -64,6 +66,7 @@ class LoadResult:
     notes: list[str]
     failed: bool
     message: str | None = None
+    host: HostLoad | None = None  # the host's CPUs over the run, and who used them
 
     @property
     def health(self) -> list[WorkerHealth]:
@@ -75,6 +78,7 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
     """Run `config` to the end (or Ctrl-C) and write config.json and requests.jsonl into a
     new folder under `config.out`. Raises `BenchError`, or the workload's/arrivals'
     `ValueError`s for bad input, before any load is sent."""
+    config = config.model_copy(update={"workload": with_salt(config.workload)})
     workload = Workload(config.workload)
     if config.arrivals.process == "trace":
         load_trace(config.arrivals.trace)
@@ -110,16 +114,18 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
             key = config.api_key.get_secret_value() if config.api_key else None
             target = settings.target
             target.model, target.server_kind, target.max_model_len = _identify(url, config, key)
+            target.settings = asyncio.run(server_settings(url, key))
             _fit(workload, config, target.max_model_len)
             target.rtt_ms = asyncio.run(round_trip_ms(url, key))
             settings.target.otlp_endpoint = receiver.endpoint if receiver else None
             run.write_config(settings)
             plan = WorkerPlan(0, url, settings.target.model, str(run.path), secrets.token_hex(3),
                               0, key, settings.target.server_kind)
-            scraper = (context.enter_context(Scraper(
+            scraper = context.enter_context(Scraper(
                 url.rstrip("/") + "/metrics", run.path / METRICS, config.scrape_interval_s,
                 {"Authorization": f"Bearer {key}"} if key else None))
-                if config.scrape_interval_s else None)
+            host = context.enter_context(HostSampler(
+                engine.process.pid if engine is not None else None, url))
             display = (ProgressDisplay(console or Console(stderr=True), config.duration_s,
                                        config.requests) if progress else None)
             with display or nullcontext():
@@ -136,8 +142,8 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
                     results = run_workers(config, plan, lambda: _start_clock(run, settings),
                                           update)
             if receiver is not None:
-                notes += _await_spans(receiver, run, config.span_wait_s)
-            if scraper is not None and not scraper.count:
+                notes += await_spans(receiver, run, config.span_wait_s)
+            if config.scrape_interval_s and not scraper.count:
                 notes.append(f"no scrape of {scraper.url} succeeded ({scraper.last_error}): "
                              "the run has no load context")
             if engine is not None and not engine.alive:
@@ -147,7 +153,7 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
         finally:
             if engine is not None:
                 engine.stop()
-    return _finish(config, run, settings, results, notes)
+    return _finish(config, run, settings, results, notes, host.result)
 
 
 def _resolve_workers(config: BenchConfig, workload: Workload,
@@ -171,26 +177,6 @@ def _not_started(run: RunFolder, settings: RunConfig) -> Iterator[None]:
                                if isinstance(e, KeyboardInterrupt) else str(e) or type(e).__name__)
             run.write_config(settings)
         raise
-
-
-def _await_spans(receiver: SpanReceiver, run: RunFolder, wait_s: float) -> list[str]:
-    """Wait (at most `wait_s`) until a span has arrived for every successful request's
-    trace and none for `SPAN_QUIET_S` (exporters send in batches, seconds after the request
-    ended, and an application's spans come in other batches than its model server's)."""
-    wanted = {r.trace_id for r in run.read_records(raw=True) if r.ok and r.trace_id}
-    deadline = time.monotonic() + wait_s
-    count, quiet_since = receiver.count, time.monotonic()
-    while time.monotonic() < deadline:
-        if receiver.count != count:
-            count, quiet_since = receiver.count, time.monotonic()
-        elif (wanted <= receiver.trace_ids
-              and time.monotonic() - quiet_since >= SPAN_QUIET_S):
-            break
-        time.sleep(SPAN_POLL_S)
-    if receiver.count:
-        return []
-    return [f"no span arrived at {receiver.endpoint} in {wait_s:g} s after the load: point "
-            "the server's OTLP/HTTP trace exporter there"]
 
 
 def run_config(config: BenchConfig, command: Sequence[str] | None) -> RunConfig:
@@ -256,7 +242,7 @@ def _run_here(config: BenchConfig, plan: WorkerPlan, workload: Workload, run: Ru
 
 
 def _finish(config: BenchConfig, run: RunFolder, settings: RunConfig,
-            results: list[WorkerResult], notes: list[str]) -> LoadResult:
+            results: list[WorkerResult], notes: list[str], host: HostLoad | None) -> LoadResult:
     reasons = {r.stop_reason for r in results}
     records = run.read_table()
     fitted = int(records.fitted.sum())
@@ -276,7 +262,7 @@ def _finish(config: BenchConfig, run: RunFolder, settings: RunConfig,
     elif ok == 0 and not message:
         message = f"every request failed ({_failure_counts(records)})"
     return LoadResult(run, settings, results, stop_reason, messages,
-                      failed=ok == 0 or "aborted" in reasons, message=message)
+                      failed=ok == 0 or "aborted" in reasons, message=message, host=host)
 
 
 def _end_ns(config: BenchConfig, t0_ns: int, reasons: set[str], results: list[WorkerResult]

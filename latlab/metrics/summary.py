@@ -6,12 +6,14 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from latlab.metrics.cache import cache_use
 from latlab.metrics.request import MetricColumns, metric_columns
 from latlab.metrics.sessions import reasoning_summary, session_summary
 from latlab.metrics.slo import meets_slos
 from latlab.metrics.stats import distribution
 from latlab.metrics.throughput import SHORTFALL, inside, throughput
 from latlab.records.catalog import formulas, metrics
+from latlab.records.scrape import Scrape
 from latlab.records.summary import ClientCheck, Goodput, RunSummary, WindowSpan
 from latlab.records.table import OUTCOMES, RequestTable, as_table
 from latlab.records.timeline import Outcome, RequestTimeline
@@ -43,6 +45,7 @@ def summarize(
     notes: Sequence[str] = (),
     concurrency_cap: int | None = None,
     metrics: MetricColumns | None = None,
+    scrapes: Sequence[Scrape] = (),
 ) -> RunSummary:
     """The summary over the requests scheduled inside `window` (all when None). `client`
     (the self-check), `stop_reason` and `notes` (the load's own messages, first among the
@@ -102,6 +105,7 @@ def summarize(
         tokens_from_usage=int((ok & t.tokens_from_usage).sum()) / n_ok if n_ok else 0.0,
         cached_share=(float(t.cached_tokens[cached].sum() / t.prompt_tokens[cached].sum())
                       if cached.any() else None),
+        cache=cache_use(t, ok, scrapes),
         events_disagree=int(disagree.sum()),
         retries=int(t.retries[chosen].sum()),
         formulas=formulas(),
@@ -143,11 +147,11 @@ def _warnings(s: RunSummary, cap: int | None = None) -> list[str]:
     if s.ok and s.tokens_from_usage < 1.0:
         warnings.append(f"{100 * (1 - s.tokens_from_usage):.0f}% of requests had no server usage: "
                         "their token counts are the client's own count")
-    if s.cached_share is not None and s.cached_share >= CACHED_SHARE_WARNING:
-        warnings.append(f"{100 * s.cached_share:.0f}% of prompt tokens came from the server's "
+    if s.cache is not None and s.cache.share >= CACHED_SHARE_WARNING:
+        warnings.append(f"{100 * s.cache.share:.0f}% of prompt tokens came from the server's "
                         "prefix cache: TTFT is flattered if that is not what production sees "
-                        "(rerunning the same prompts fills it; --salt-prompts gives every run "
-                        "its own)")
+                        "(prompts sent again fill it: every run's prompts are fresh unless "
+                        "--prompts says otherwise)")
     if s.events_disagree:
         warnings.append(f"{s.events_disagree} of {s.ok} streams carried a different number of "
                         "token events than their usage count: ITL counts events as tokens "
@@ -158,4 +162,7 @@ def _warnings(s: RunSummary, cap: int | None = None) -> list[str]:
                         "server closes keep-alive connections; --no-keepalive avoids it")
     if s.client is not None and s.client.bottleneck:
         warnings.append("the client was the bottleneck: " + "; ".join(s.client.reasons))
+    if s.client is not None and s.client.host_busy:
+        warnings.append("the host was busy with other work: the timings are unreliable; "
+                        "rerun on a quiet host (" + "; ".join(s.client.host_reasons) + ")")
     return warnings

@@ -18,6 +18,7 @@ from latlab.records.cluster import RayCluster
 from latlab.records.coldstart import ColdstartConfig
 from latlab.records.simulation import Simulation
 from latlab.records.slo import slo_dict
+from latlab.records.server import ServerSettings
 from latlab.records.target import ServerKind
 
 
@@ -45,6 +46,7 @@ class Target(BaseModel):
     otlp_endpoint: str | None = None
     rtt_ms: float | None = None  # a null request's round trip before the run
     max_model_len: int | None = None  # the context the server lists for the model
+    settings: ServerSettings | None = None  # what the server says of its own settings
 
 
 class RunConfig(BaseModel):

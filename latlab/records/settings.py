@@ -57,6 +57,30 @@ def setting(default: Any, help: str, *flags: str, group: str = OTHER, cli_type: 
     return info
 
 
+class Derived:
+    """Marks a field a run derives (its prompt salt, the server's context): recorded in
+    config.json, but not a setting: a config file's value is dropped and derived again."""
+
+
+def derived(default: Any = None, **field: Any) -> Any:
+    """A field that is recorded, not set (`Derived`)."""
+    info: FieldInfo = Field(default, **field)
+    info.metadata.append(Derived())
+    return info
+
+
+def settings_of(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
+    """`data` (a config as written to disk) without the fields a run derived."""
+    out = {}
+    for key, value in data.items():
+        info = model.model_fields.get(key)
+        if info is not None and any(isinstance(m, Derived) for m in info.metadata):
+            continue
+        child = sub_config(info.annotation) if info is not None else None
+        out[key] = settings_of(child, value) if child and isinstance(value, dict) else value
+    return out
+
+
 @dataclass(frozen=True)
 class Spec:
     """One option derived from a config field: where its value goes (`path`, from the root

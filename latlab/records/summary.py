@@ -104,8 +104,33 @@ class Machine(Record):
     load_average_max: float
 
 
+class Usage(Record):
+    """CPU cores in use (or a share, for steal): the mean over the run and the largest
+    one-second sample."""
+
+    mean: float
+    max: float
+
+
+class HostLoad(Record):
+    """The host the load generator ran on, over the run: how busy its CPUs were and with
+    whom — the client's own processes, the target's server when it runs here, every other
+    process — and the share of CPU time the hypervisor gave to others (steal)."""
+
+    cpus: int
+    seconds: float
+    busy: Usage
+    client: Usage
+    server: Usage | None = None
+    server_found: str | None = None  # how the server's processes were found
+    other: Usage
+    steal: Usage | None = None
+    load_average_max: float = 0.0
+
+
 class ClientCheck(Record):
-    """The load generator's self-check: is the client the bottleneck, and why."""
+    """The load generator's self-check: is the client the bottleneck (`reasons`), or was
+    the host busy with other work (`host_reasons`: the results are unreliable), and why."""
 
     workers: int
     loop_lag_ms: LoopLag = LoopLag()
@@ -115,6 +140,20 @@ class ClientCheck(Record):
     zero_gap_share: float | None = None
     bottleneck: bool
     reasons: list[str] = []
+    host: HostLoad | None = None
+    host_busy: bool = False
+    host_reasons: list[str] = []
+
+
+class CacheUse(Record):
+    """Prompt tokens the server took from its prefix cache: their share, and where latlab
+    learned it (each request's own count, or the server's counters over the run)."""
+
+    share: float
+    source: str
+    requests: int | None = None  # requests that reported their cached tokens
+    cached_tokens: float
+    prompt_tokens: float
 
 
 class WindowSpan(Record):
@@ -181,7 +220,8 @@ class RunSummary(Record):
     mean_prompt_tokens: float | None = None
     mean_output_tokens: float | None = None
     tokens_from_usage: float = 0.0
-    cached_share: float | None = None  # prompt tokens the server took from its prefix cache
+    cached_share: float | None = None  # the per-request share (`cache` says it with its source)
+    cache: CacheUse | None = None
     events_disagree: int = 0  # requests whose token events do not add up to the usage count
     retries: int = 0  # requests sent again on a fresh connection
     warnings: list[str] = []

@@ -4,14 +4,13 @@ the requests go is `latlab.records.arrivals`."""
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, field_validator, model_validator
 
 from latlab.records.lengths import LengthDistribution
-from latlab.records.settings import SESSIONS, WORKLOAD, derive, flag_of, setting
+from latlab.records.settings import SESSIONS, WORKLOAD, derive, derived, flag_of, setting
 
 Api = Literal["completions", "chat", "ollama", "ollama-chat"]
 CHAT_APIS = ("chat", "ollama-chat")  # the APIs that take messages, not a prompt
@@ -121,7 +120,9 @@ class WorkloadConfig(BaseModel):
     one, the output length); a `prefix_tokens` system prompt is shared by a `prefix_fraction`
     of the requests; labels are drawn per request by weight. A `prompt_salt` changes every
     prompt's words (not its length), so a server's prompt cache keeps nothing from another
-    run; a dataset's prompts get a few salt words in front."""
+    run; a dataset's prompts get a few salt words in front. `prompts` says which salt a run
+    gets: its own (`fresh`, the default: no server has seen them), none (`seed`: the seed's
+    own words, the same in every run), or a run folder's (that run's prompts again)."""
 
     api: Api = setting("completions", "completions, chat (OpenAI), ollama or ollama-chat "
                        "(Ollama's native /api/generate, /api/chat).", group=WORKLOAD,
@@ -148,11 +149,12 @@ class WorkloadConfig(BaseModel):
     tokenizer: str | None = setting(None, "The target's tokenizer (tokenizer.json or HF "
                                     "folder) (default: latlab's bundled one).", group=WORKLOAD)
     seed: int = setting(0, "Seed of the workload and the arrivals.", group=WORKLOAD)
-    salt_prompts: bool = setting(False, "Give this run its own prompt words (same lengths), "
-                                 "so the server's prompt cache keeps nothing from earlier "
-                                 "runs.", group=WORKLOAD)
-    prompt_salt: int | None = None  # other prompt words per salt, the same lengths
-    context_tokens: int | None = None  # the server's context: max_tokens is lowered to fit it
+    prompts: str = setting("fresh", "Prompt words: fresh (this run's own, the same lengths: "
+                           "no server has seen them), seed (the seed's own, the same in every "
+                           "run: for prompt-cache studies), or a run folder (its prompts "
+                           "again).", group=WORKLOAD, metavar="fresh|seed|RUN_DIR")
+    prompt_salt: int | None = derived()  # what `prompts` gave the run (None: the seed's words)
+    context_tokens: int | None = derived()  # the server's context: max_tokens fits it
     sessions: SessionConfig | None = None  # None: independent single-turn requests
 
     _tenants = _weights(str)
@@ -162,9 +164,9 @@ class WorkloadConfig(BaseModel):
     def _check(self) -> WorkloadConfig:
         if self.sessions is not None and self.sessions.turns is None and self.dataset is None:
             raise ValueError("--turns all replays a dataset's conversations: give --dataset")
+        if self.prompts not in ("fresh", "seed") and not Path(self.prompts).is_dir():
+            raise ValueError(f"--prompts {self.prompts!r}: expected fresh, seed or a run folder")
         for option, weights in (("--tenant", self.tenants), ("--priority", self.priorities)):
             if any(w <= 0 for w in weights.values()):
                 raise ValueError(f"{option}: weights must be positive")
-        if self.salt_prompts and self.prompt_salt is None:
-            derive(self, prompt_salt=secrets.randbits(31))
         return self

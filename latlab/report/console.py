@@ -203,6 +203,9 @@ def _summary_lines(s: RunSummary) -> list[Text | Table]:
     if any(tokens):
         lines.append(Text(f"tokens      mean {' · '.join(x for x in tokens if x)} · "
                           f"{100 * s.tokens_from_usage:.0f}% counted by the server's usage"))
+    if s.cache is not None:
+        lines.append(Text(f"prompt cache {100 * s.cache.share:.1f}% of prompt tokens from the "
+                          f"server's prefix cache ({s.cache.source})"))
     if s.failures:
         failed = sum(s.failures.values())
         by_class = ", ".join(f"{k} ×{v}" for k, v in sorted(s.failures.items()))
@@ -227,6 +230,16 @@ def _summary_lines(s: RunSummary) -> list[Text | Table]:
             numbers.append(f"sends late p99 {c.lateness_p99_ms:.2f} ms")
         lines.append(Text(f"client      {' · '.join(numbers)}",
                           style="bold red" if c.bottleneck else "dim"))
+        if c.host is not None:
+            h = c.host
+            shares = [f"client {h.client.mean:.2f}",
+                      f"server {h.server.mean:.2f}" if h.server else None,
+                      f"others {h.other.mean:.2f} (max {h.other.max:.2f})",
+                      f"steal {100 * h.steal.mean:.0f}%" if h.steal else None]
+            lines.append(Text(f"host        {'BUSY WITH OTHER WORK · ' if c.host_busy else ''}"
+                              f"{h.busy.mean:.2f} of {h.cpus} cores busy: "
+                              f"{' · '.join(x for x in shares if x)}",
+                              style="bold red" if c.host_busy else "dim"))
     lines += session_lines(s)
     for warning in s.warnings:
         lines.append(Text(f"! {warning}", style="yellow"))

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from latlab import __version__
 from latlab.server.async_engine import AsyncEngine
 from latlab.server.auth import check_bearer
 from latlab.server.guards import OriginGuard
@@ -72,7 +73,7 @@ def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) 
         from latlab.server.tracing import RequestTracer  # the SDK only when asked for
 
         tracer = RequestTracer(settings.otel_file, settings.otlp_endpoint)
-    telemetry = Telemetry(lambda: engine.stats, tracer)
+    telemetry = Telemetry(lambda: engine.stats, tracer, engine_settings(engine))
     serving = OpenAIServing(engine, settings, telemetry)
 
     @asynccontextmanager
@@ -133,6 +134,11 @@ def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) 
         return JSONResponse({"status": "failed" if engine.failed else "warming up"},
                             status_code=503)
 
+    @app.get("/server_info")
+    async def server_info() -> dict[str, Any]:
+        """The engine's settings as this server resolved them (what advice can rely on)."""
+        return {"server": "latlab", "version": __version__, "engine": engine_settings(engine)}
+
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(telemetry.render(), media_type="text/plain; version=0.0.4")
@@ -165,3 +171,9 @@ def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) 
                             status_code=e.status_code, headers=e.headers)
 
     return app
+
+
+def engine_settings(engine: AsyncEngine) -> dict[str, Any]:
+    """The engine's config, resolved (its context and KV pool as the engine sized them)."""
+    return engine.engine.config.model_dump(mode="json") | {
+        "num_kv_blocks": engine.engine.block_manager.num_blocks}

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (CollectorRegistry, Counter, Histogram, disable_created_metrics,
                                generate_latest)
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily,
+                                    Metric)
 from prometheus_client.registry import Collector
 
 from latlab.engine.outputs import EngineStats
@@ -26,10 +27,13 @@ disable_created_metrics()  # no `_created` series: they double the page and nobo
 class _EngineCollector(Collector):
     """Gauges and counters read from the engine's latest stats at scrape time."""
 
-    def __init__(self, stats: Callable[[], EngineStats]) -> None:
+    def __init__(self, stats: Callable[[], EngineStats], settings: dict[str, Any]) -> None:
         self._stats = stats
+        self._settings = {k: str(v) for k, v in settings.items() if v is not None}
 
     def collect(self) -> Iterator[Metric]:
+        yield InfoMetricFamily(f"{PREFIX}_engine_config", "The engine's settings.",
+                               value=self._settings)
         s = self._stats()
         yield GaugeMetricFamily(f"{PREFIX}_num_requests_running",
                                 "Requests in the running batch.", value=s.num_running)
@@ -65,8 +69,8 @@ class _EngineCollector(Collector):
 class Telemetry:
     """The Prometheus metrics, and the per-request trace when one is kept."""
 
-    def __init__(self, stats: Callable[[], EngineStats],
-                 tracer: RequestTracer | None = None) -> None:
+    def __init__(self, stats: Callable[[], EngineStats], tracer: RequestTracer | None = None,
+                 settings: dict[str, Any] | None = None) -> None:
         self.tracer = tracer
         self.registry = CollectorRegistry()
 
@@ -92,7 +96,7 @@ class Telemetry:
             f"{PREFIX}_request_spec_decode_acceptance_rate", "Per request: speculative tokens "
             "accepted / proposed.", buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
             registry=self.registry)
-        self.registry.register(_EngineCollector(stats))
+        self.registry.register(_EngineCollector(stats, settings or {}))
 
     def observe_request(self, request_id: str, times: StageTimes, prompt_tokens: int,
                         completion_tokens: int, outcome: str,

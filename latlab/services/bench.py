@@ -47,9 +47,9 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
     records = load.run.read_table()
     window = run_window(load.config, records)
     summary = summarize(records, window, config.slos,
-                        client=client_check(load.health, records, window),
+                        client=client_check(load.health, records, window, load.host),
                         stop_reason=load.stop_reason, notes=load.notes,
-                        concurrency_cap=load.config.concurrency)
+                        concurrency_cap=load.config.concurrency, scrapes=load.run.read_scrapes())
     summary.spans = spans
     load.run.write_summary(summary)
     with RunStore(store or config.out) as runs:

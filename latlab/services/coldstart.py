@@ -19,6 +19,7 @@ from rich.console import Console
 from latlab import __version__
 from latlab.analysis.coldstart import coldstart_record, summarize_start
 from latlab.load.target.probe import start_and_probe
+from latlab.load.workload.prompts import with_salt
 from latlab.load.workload.requests import Workload
 from latlab.records.coldstart import COLDSTART_JSON, ColdstartConfig, ColdstartRecord, Start
 from latlab.records.config import Clock, RunConfig, Target
@@ -42,6 +43,7 @@ def run_coldstart(config: ColdstartConfig, *, console: Console | None = None,
                   command: Sequence[str] | None = None) -> ColdstartResult:
     """Run every start to the end (or Ctrl-C). Raises `BenchError` when a server cannot be
     started or used (after writing what was measured)."""
+    config = config.model_copy(update={"workload": with_salt(config.workload)})
     workload = Workload(config.workload)
     run = RunFolder.create(config.out, f"coldstart-{config.name}")
     settings = RunConfig(kind="coldstart", latlab_version=__version__,

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from latlab.analysis.advice import chunked_prefill, prefix_caching, smaller_batches
 from latlab.analysis.budget import PROMPT_BUCKETS, prompt_buckets
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
 from latlab.analysis.rules.common import NEEDS_SERVER, before_first_token, server_rows
@@ -59,7 +60,7 @@ def prefill_bound(a: RunAnalysis) -> Finding | Unevaluated | None:
     return Finding("prefill_bound", Severity.WARNING if e2e_share >= 0.3 else Severity.INFO,
                    f"nothing, then fast: prefill is {pct(share)} of the time to first token",
                    evidence, where="prefill",
-                   fix="shorter prompts, prefix caching for shared prefixes, chunked prefill",
+                   fix=f"shorter prompts; {prefix_caching(a)}; {chunked_prefill(a)}",
                    impact=e2e_share)
 
 
@@ -99,7 +100,7 @@ def decode_stalls(a: RunAnalysis) -> Finding | Unevaluated | None:
         return Finding("decode_stalls", Severity.WARNING,
                        "starts, then stutters: decode stalls while other requests prefill",
                        evidence, where="decode, interrupted by other requests' prefills",
-                       fix="chunked prefill (a token budget per step), smaller decode batches",
+                       fix=f"{chunked_prefill(a)}; {smaller_batches(a)}",
                        impact=impact)
     return Finding("decode_stalls", Severity.INFO,
                    "decode stalls not clearly tied to other requests' prefills", evidence,

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from latlab.analysis.advice import prefix_caching
 from latlab.analysis.findings import Finding, Severity, Unevaluated
 from latlab.records.columns import MISSING, present
 from latlab.records.table import RequestTable
@@ -43,7 +44,7 @@ def kv_cache_full(a: RunAnalysis) -> Finding | Unevaluated | None:
                    + (" and were preempted" if new_preemptions > 0 else ""), evidence,
                    where="queue (waiting for KV-cache blocks) and recomputation after preemption",
                    fix="more KV-cache memory, fewer running sequences or shorter contexts; "
-                       "prefix caching for shared prompts",
+                       + prefix_caching(a),
                    impact=len(full) / len(scrapes))
 
 

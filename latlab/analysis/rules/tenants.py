@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from latlab.analysis.requests import in_flight_at
+from latlab.analysis.advice import fair_queueing
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
 from latlab.metrics.stats import percentile
 from latlab.records.columns import present
@@ -49,5 +50,5 @@ def noisy_neighbour(a: RunAnalysis) -> Finding | Unevaluated | None:
     return Finding("noisy_neighbour", Severity.WARNING,
                    f"heavy tenant {heavy!r} slows light tenant {light!r}", evidence,
                    where="queue and batching: head-of-line blocking behind big requests",
-                   fix="per-tenant isolation: fair queueing, per-tenant concurrency limits",
+                   fix=fair_queueing(a),
                    impact=len(crowded) / len(t))

@@ -16,6 +16,7 @@ import asyncio
 import base64
 import os
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
@@ -27,7 +28,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest, ExportTraceServiceResponse)
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from latlab.records.folder import RunFolder
 from latlab.records.spans import Span, SpanEvent
+
+SPAN_POLL_S = 0.1
+SPAN_QUIET_S = 1.0  # longer than an exporter's batch delay (latlab serve: 0.5 s)
 
 MAX_BODY = 64 << 20
 KINDS = {0: None, 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
@@ -174,3 +179,23 @@ def _sdk_span(data: dict[str, Any]) -> Span:
                                   attributes=e.get("attributes") or {})
                         for e in data.get("events") or []],
                 service=(data.get("resource") or {}).get("attributes", {}).get("service.name"))
+
+
+def await_spans(receiver: SpanReceiver, run: RunFolder, wait_s: float) -> list[str]:
+    """Wait (at most `wait_s`) until a span has arrived for every successful request's
+    trace and none for `SPAN_QUIET_S` (exporters send in batches, seconds after the request
+    ended, and an application's spans come in other batches than its model server's)."""
+    wanted = {r.trace_id for r in run.read_records(raw=True) if r.ok and r.trace_id}
+    deadline = time.monotonic() + wait_s
+    count, quiet_since = receiver.count, time.monotonic()
+    while time.monotonic() < deadline:
+        if receiver.count != count:
+            count, quiet_since = receiver.count, time.monotonic()
+        elif (wanted <= receiver.trace_ids
+              and time.monotonic() - quiet_since >= SPAN_QUIET_S):
+            break
+        time.sleep(SPAN_POLL_S)
+    if receiver.count:
+        return []
+    return [f"no span arrived at {receiver.endpoint} in {wait_s:g} s after the load: point "
+            "the server's OTLP/HTTP trace exporter there"]

@@ -16,7 +16,6 @@ queries and hits (tokens), speculative draft and accepted tokens.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import urllib.request
@@ -68,9 +67,11 @@ def scrape_once(url: str, headers: dict[str, str] | None = None) -> Scrape:
 
 
 class Scraper:
-    """Scrapes `url` every `interval_s` until stopped; failures are counted, not fatal."""
+    """Scrapes `url` when the load starts, every `interval_s` during it (None: not between)
+    and when it ends: the counters' growth over the run, and the time series when asked for.
+    Failures are counted, not fatal."""
 
-    def __init__(self, url: str, path: Path, interval_s: float,
+    def __init__(self, url: str, path: Path, interval_s: float | None,
                  headers: dict[str, str] | None = None) -> None:
         self.url, self.path, self.interval_s = url, path, interval_s
         self.headers = headers or {}
@@ -80,29 +81,31 @@ class Scraper:
         self._thread = threading.Thread(target=self._run, daemon=True, name="latlab-scrape")
 
     def __enter__(self) -> Scraper:
-        self._thread.start()
+        if self.interval_s is not None:
+            self._thread.start()
+        else:
+            self._scrape()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(TIMEOUT_S + 1)
+        if self.interval_s is not None:
+            self._stop.set()
+            self._thread.join(TIMEOUT_S + 1)
+        self._scrape()
 
     def _run(self) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            while not self._stop.is_set():
-                due = time.monotonic() + self.interval_s
-                self._scrape(fd)
-                self._stop.wait(max(0.0, due - time.monotonic()))
-        finally:
-            os.close(fd)
+        while not self._stop.is_set():
+            due = time.monotonic() + self.interval_s
+            self._scrape()
+            self._stop.wait(max(0.0, due - time.monotonic()))
 
-    def _scrape(self, fd: int) -> None:
+    def _scrape(self) -> None:
         try:
             scrape = scrape_once(self.url, self.headers)
         except Exception as e:  # noqa: BLE001 - a missed scrape is a gap, not a failed run
             self.failures += 1
             self.last_error = f"{type(e).__name__}: {e}"
             return
-        os.write(fd, orjson.dumps(scrape.model_dump()) + b"\n")
+        with open(self.path, "ab") as f:  # one write a line: a reader never sees half
+            f.write(orjson.dumps(scrape.model_dump()) + b"\n")
         self.count += 1

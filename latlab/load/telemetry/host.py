@@ -1,0 +1,120 @@
+"""The host during a run, sampled every second in a thread: its busy CPU cores, the steal
+the hypervisor took, the load average, and which processes used the cores — the load
+generator's own (this process and its children), the target's server when it runs on this
+host (the embedded engine, or whoever listens on the target's loopback port), and every
+other process. What lets the self-check tell a saturated client from a busy host."""
+
+from __future__ import annotations
+
+import threading
+import time
+from urllib.parse import urlsplit
+
+import psutil
+
+from latlab.records.summary import HostLoad, Usage
+
+INTERVAL_S = 1.0
+LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+class HostSampler:
+    """`with HostSampler(server_pid) as host: ...; host.result` (None under a second)."""
+
+    def __init__(self, server_pid: int | None = None, url: str | None = None) -> None:
+        self._server_root, self.server_found = self._server(server_pid, url)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="latlab-host", daemon=True)
+        self._samples: list[tuple[float, float, float, float, float | None]] = []
+        self._load = 0.0
+        self.result: HostLoad | None = None
+
+    def __enter__(self) -> HostSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.result = self._summary()
+
+    @staticmethod
+    def _server(pid: int | None, url: str | None) -> tuple[psutil.Process | None, str | None]:
+        if pid is not None:
+            try:
+                return psutil.Process(pid), "the embedded engine"
+            except psutil.Error:
+                return None, None
+        parts = urlsplit(url or "")
+        if parts.hostname not in LOOPBACK or parts.port is None:
+            return None, None
+        try:
+            for c in psutil.net_connections(kind="tcp"):
+                if c.status == psutil.CONN_LISTEN and c.laddr.port == parts.port and c.pid:
+                    return psutil.Process(c.pid), f"process {c.pid} listening on :{parts.port}"
+        except (psutil.Error, OSError):  # not allowed to see other users' sockets
+            pass
+        return None, None
+
+    def _tree(self, root: psutil.Process | None) -> dict[int, psutil.Process]:
+        if root is None:
+            return {}
+        try:
+            return {p.pid: p for p in [root, *root.children(recursive=True)]}
+        except psutil.Error:
+            return {}
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        last_host, last_cpu = psutil.cpu_times(), time.perf_counter()
+        seen: dict[int, float] = {}
+        _spent({**self._tree(me), **self._tree(self._server_root)}, seen)
+        while not self._stop.wait(INTERVAL_S):
+            host, now = psutil.cpu_times(), time.perf_counter()
+            wall = now - last_cpu
+            server = self._tree(self._server_root)
+            client = {pid: p for pid, p in self._tree(me).items() if pid not in server}
+            used = {name: _spent(procs, seen) for name, procs in (("client", client),
+                                                                  ("server", server))}
+            total = sum(host) - sum(last_host)
+            idle = (host.idle + getattr(host, "iowait", 0.0)
+                    - last_host.idle - getattr(last_host, "iowait", 0.0))
+            busy = max(0.0, (total - idle) / wall)
+            steal = ((host.steal - last_host.steal) / total
+                     if hasattr(host, "steal") and total > 0 else None)
+            self._samples.append((busy, used["client"] / wall, used["server"] / wall,
+                                  max(0.0, busy - (used["client"] + used["server"]) / wall),
+                                  steal))
+            self._load = max(self._load, psutil.getloadavg()[0])
+            last_host, last_cpu = host, now
+
+    def _summary(self) -> HostLoad | None:
+        if not self._samples:
+            return None
+        columns = list(zip(*self._samples))
+
+        def usage(values: tuple) -> Usage:
+            return Usage(mean=sum(values) / len(values), max=max(values))
+
+        steal = [v for v in columns[4] if v is not None]
+        return HostLoad(cpus=psutil.cpu_count() or 1,
+                        seconds=len(self._samples) * INTERVAL_S, busy=usage(columns[0]),
+                        client=usage(columns[1]),
+                        server=usage(columns[2]) if self._server_root else None,
+                        server_found=self.server_found, other=usage(columns[3]),
+                        steal=usage(tuple(steal)) if steal else None,
+                        load_average_max=self._load)
+
+
+def _spent(processes: dict[int, psutil.Process], seen: dict[int, float]) -> float:
+    """CPU seconds `processes` spent since the last call (one first seen: nothing yet)."""
+    spent = 0.0
+    for pid, p in processes.items():
+        try:
+            times = p.cpu_times()
+        except psutil.Error:
+            continue
+        now = times.user + times.system
+        spent += now - seen.get(pid, now)  # a process first seen counts from then on
+        seen[pid] = now
+    return spent
