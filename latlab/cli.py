@@ -15,11 +15,12 @@ from latlab.commands import (ab, bench, calibrate, coldstart, compare, export, p
                              runs, serve, sweep)
 from latlab.commands.options import ConfigFile, JsonOutput, NamedWorkload, command
 from latlab.records.ab import ABConfig
-from latlab.records.bench import BenchConfig, SloConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.coldstart import ColdstartConfig
 from latlab.records.engine import ServeConfig
 from latlab.records.predict import CalibrateConfig, PredictConfig
 from latlab.records.sweep import SweepConfig
+from latlab.records.verdict import CompareConfig
 
 # Plain click help: each option's text wraps beside it at any width (rich's panels squeeze
 # it into a narrow column at 80), and piped help is plain text.
@@ -66,7 +67,7 @@ command(app, predict.predict, config=PredictConfig, options=NamedWorkload,
         exclude=predict.NOT_TAKEN)
 command(app, calibrate.calibrate, config=CalibrateConfig, options=JsonOutput)
 command(app, report.report, options=report.ReportOptions, arguments=(RUN_DIR,))
-command(app, compare.compare, config=SloConfig, options=compare.CompareOptions,
+command(app, compare.compare, config=CompareConfig, options=compare.CompareOptions,
         arguments=(RUNS,))
 command(app, ab.ab, config=ABConfig, options=NamedWorkload, exclude=ab.NOT_TAKEN)
 command(app, runs.runs, options=runs.RunsOptions)

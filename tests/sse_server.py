@@ -73,6 +73,23 @@ def stream(steps: list[Step], headers: dict[str, str] | None = None) -> Handler:
     return handle
 
 
+def caching(cold_s: float, warm_s: float) -> Handler:
+    """A server with a prompt cache it never reports (as vLLM's prefix cache in its default
+    usage): a prompt it has seen gets its first token after `warm_s`, a new one after
+    `cold_s` (its prefill); usage carries no cached tokens."""
+    seen: set[str] = set()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        prompt = str(body.get("prompt") or body.get("messages"))
+        delay = warm_s if prompt in seen else cold_s
+        seen.add(prompt)
+        return await stream([Step(delay, completion("a")), Step(0.002, completion("b")),
+                             Step(0, usage_only(16, 2)), Step(0, DONE)])(request)
+
+    return handle
+
+
 def status(code: int, body: dict | None = None) -> Handler:
     async def handle(request: web.Request) -> web.Response:
         return web.json_response(body or {"error": {"message": f"status {code}"}}, status=code)

@@ -4,7 +4,7 @@ per side and compared; the server counters that explain the change."""
 import json
 
 import pytest
-from sse_server import DONE, Server, Step, completion, stream, usage_only
+from sse_server import DONE, Server, Step, caching, completion, stream, usage_only
 from typer.testing import CliRunner
 
 from latlab.analysis.ab import counter_deltas, explain, pooled_throughput
@@ -12,6 +12,7 @@ from latlab.cli import app
 from latlab.records.scrape import Scrape
 from latlab.records.summary import Throughput
 from latlab.store import RunStore
+from latlab.tokenizer import Tokenizer
 
 
 def answer(first_token_s: float):
@@ -33,12 +34,16 @@ def test_ab_alternates_the_sides_on_the_same_workload_and_finds_the_slower(tmp_p
             "ab", "--a", fast.url, "--b", slow.url, "--requests", "12", "--users", "2",
             "--rounds", "2", "--prompt-tokens", "16", "--output-tokens", "2",
             "--out", str(tmp_path), "--json"])
-        prompts = [sorted(r["body"]["prompt"] for r in s.received) for s in (fast, slow)]
+        prompts = [[r["body"]["prompt"] for r in s.received] for s in (fast, slow)]
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
     assert [(r["side"], r["round"]) for r in record["rounds"]] == [
-        ("A", 1), ("B", 1), ("A", 2), ("B", 2)]
-    assert prompts[0] == prompts[1] and len(prompts[0]) == 24  # identical workloads
+        ("A", 1), ("B", 1), ("B", 2), ("A", 2)]  # ABBA: going first or second cancels out
+    # identical workloads, fresh words in every round of each side: no cache can hold them
+    tokens = Tokenizer.load(None)
+    assert sorted(len(tokens.encode(p)) for p in prompts[0]) == sorted(
+        len(tokens.encode(p)) for p in prompts[1])
+    assert len(set(prompts[0] + prompts[1])) == 48
     ttft = next(c for c in record["changes"] if c["key"] == "p50_ttft")
     # B's server waits 38 ms longer for the first token; a busy machine delays both sides,
     # so the bound on the far side is loose (a unit error would be off by 1000x)
@@ -79,3 +84,43 @@ def test_counters_explain_with_ratios_of_their_growth():
                scrape(spec_draft_tokens=500, spec_accepted_tokens=250, preemptions=3))]
     assert explain(counter_deltas(rounds)) == {"draft acceptance rate": pytest.approx(0.5),
                                                "preemptions": 2.0}
+
+
+def ab_json(tmp_path, url: str, *more: str) -> dict:
+    result = CliRunner().invoke(app, [
+        "ab", "--a", url, "--b", url, "--requests", "12", "--users", "2", "--rounds", "2",
+        "--prompt-tokens", "16", "--output-tokens", "2", "--out", str(tmp_path), "--json",
+        *more])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_an_a_a_ab_against_a_caching_server_finds_no_change(tmp_path):
+    """One server against itself, with a prefix cache its usage never reports: fresh prompts
+    keep every round cold, and the round-to-round noise keeps chance out of the verdicts.
+    With the seed's prompts every round but A's first is served from the cache: B looks
+    faster, but A's rounds disagree (cold, then warm), and that spread is the noise the
+    change must beat: no false 'better' either."""
+    with Server(caching(cold_s=0.040, warm_s=0.002)) as server:
+        fresh = ab_json(tmp_path / "fresh", server.url)
+        cached = ab_json(tmp_path / "seed", server.url, "--prompts", "seed")
+    latency = [c for c in fresh["changes"] if c["unit"] == "ms"]
+    assert latency and {c["verdict"] for c in latency} == {"same"}, [
+        (c["key"], c["a"], c["b"], c["why_same"]) for c in latency if c["verdict"] != "same"]
+    assert "rounds" in fresh["noise"]
+    ttft = next(c for c in cached["changes"] if c["key"] == "mean_ttft")
+    assert ttft["b"] < 0.6 * ttft["a"]  # the cache flattered B ...
+    assert ttft["verdict"] == "same" and "noise" in ttft["why_same"]  # ... and is seen as noise
+
+
+def test_the_same_bench_twice_against_a_caching_server_agrees(tmp_path):
+    with Server(caching(cold_s=0.040, warm_s=0.002)) as server:
+        p50 = []
+        for _ in range(2):
+            result = CliRunner().invoke(app, [
+                "bench", "--url", server.url, "--requests", "8", "--users", "2",
+                "--prompt-tokens", "16", "--output-tokens", "2", "--out", str(tmp_path),
+                "--json"])
+            assert result.exit_code == 0, result.output
+            p50.append(json.loads(result.stdout)["latency"]["ttft"]["percentiles"]["p50"]["value"])
+    assert min(p50) > 30  # both cold: the second run's prompts are new to the cache

@@ -17,7 +17,7 @@ from latlab.analysis.run_analysis import RunAnalysis
 from latlab.metrics.summary import summarize
 from latlab.records.columns import concat, take
 from latlab.records.scrape import Scrape
-from latlab.records.summary import Throughput
+from latlab.records.summary import ClientCheck, HostLoad, Throughput, Usage
 
 # Ratios of counter deltas: name → (numerator series, denominator series or None).
 EXPLAINERS = {
@@ -36,6 +36,10 @@ def pool(rounds: Sequence[RunAnalysis]) -> RunAnalysis:
     slos = first.config.slos or None
     summary = summarize(requests.table, None, slos, metrics=requests.metrics)
     summary.throughput = pooled_throughput([a.summary.throughput for a in rounds])
+    host = pooled_host([a.summary.client.host if a.summary.client else None for a in rounds])
+    if host is not None:
+        summary.client = ClientCheck(workers=first.summary.client.workers, bottleneck=False,
+                                     host=host)
     if slos:
         summary.goodput = judge_requests(requests, everything, None, slos)
         rates = [(a.summary.goodput.requests_per_s, a.summary.throughput.window_s)
@@ -67,6 +71,25 @@ def pooled_throughput(rates: Sequence[Throughput | None]) -> Throughput | None:
                       mean_concurrency=weighted("mean_concurrency"),
                       backlog_growth=max(t.backlog_growth for t in rates),
                       fell_behind=any(t.fell_behind for t in rates))
+
+
+def pooled_host(hosts: Sequence[HostLoad | None]) -> HostLoad | None:
+    """Rounds' host loads as one: each usage weighted by the seconds it was sampled over."""
+    if not hosts or any(h is None for h in hosts):
+        return None
+    total = sum(h.seconds for h in hosts)
+
+    def usage(name: str) -> Usage | None:
+        values = [getattr(h, name) for h in hosts]
+        if any(v is None for v in values):
+            return None
+        return Usage(mean=sum(v.mean * h.seconds for v, h in zip(values, hosts)) / total,
+                     max=max(v.max for v in values))
+
+    return HostLoad(cpus=hosts[0].cpus, seconds=total, busy=usage("busy"),
+                    client=usage("client"), server=usage("server"), other=usage("other"),
+                    steal=usage("steal"),
+                    load_average_max=max(h.load_average_max for h in hosts))
 
 
 def counter_deltas(rounds: Sequence[tuple[Scrape, Scrape]]) -> dict[str, float]:

@@ -4,6 +4,10 @@ A latency change carries the bootstrap CI of `b − a` (`significance.py`) and i
 to components: the mean component budgets of the requests *at* that statistic in each run
 (all requests for the mean, those at or above the percentile for p90/p99, the p40–p60 band
 for the median), so "p99 TTFT −38%" reads "queue −41 ms, prefill unchanged".
+
+A change is better or worse only when it is significant (its interval excludes zero), larger
+than the run-to-run noise (`noise.py`) and at least the minimum practical effect (2% unless
+set per metric); otherwise it is the same, and `why_same` says which test it failed.
 """
 
 from __future__ import annotations
@@ -15,12 +19,15 @@ import numpy as np
 
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.budget import Budget, budget
+from latlab.analysis.noise import Noise, from_blocks
 from latlab.analysis.significance import (bootstrap_difference, cluster_bootstrap_difference,
                                           statistic)
+from latlab.metrics.stats import reliable
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.columns import Ragged
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
+from latlab.records.verdict import DEFAULT_MIN_EFFECT, VerdictConfig
 
 LATENCY_METRICS = {name: CATALOG[name].label for name in metrics(compared=True, unit="ms")}
 STATS = ("mean", "p50", "p90", "p99")
@@ -55,6 +62,9 @@ class Change:
     ci: tuple[float, float] | None = None
     significant: bool | None = None
     attribution: dict[str, float] = field(default_factory=dict)
+    noise: float | None = None  # the run-to-run noise band (a half-width, in `unit`)
+    min_effect: float = DEFAULT_MIN_EFFECT  # the smallest relative change worth a verdict
+    withheld: str | None = None  # why no verdict can be given (too few samples, a busy host)
 
     @property
     def delta(self) -> float | None:
@@ -65,11 +75,28 @@ class Change:
         return self.delta / self.a if self.delta is not None and self.a else None
 
     @property
+    def why_same(self) -> str | None:
+        """Why the change is no change (None when it is one)."""
+        if self.delta is None or self.delta == 0:
+            return "no difference"
+        if self.withheld is not None:
+            return self.withheld
+        if self.significant is False:
+            return "not significant"
+        relative = abs(self.relative) if self.relative is not None else None
+        if relative is not None and relative < self.min_effect:
+            return f"below the {100 * self.min_effect:g}% minimum effect"
+        if self.noise is not None and abs(self.delta) <= self.noise:
+            return f"within the run-to-run noise (±{self.noise:.3g} {self.unit})"
+        if self.significant is None and self.noise is None and (relative or 0) < UNTESTED_NOISE:
+            return f"untested and below {100 * UNTESTED_NOISE:g}%"
+        return None
+
+    @property
     def verdict(self) -> str:
-        """better, worse or same; without a CI only a change beyond 5% counts."""
-        if self.delta is None or self.delta == 0 or self.significant is False:
-            return "same"
-        if self.significant is None and abs(self.relative or 0.0) < UNTESTED_NOISE:
+        """better or worse when significant, beyond the noise and the minimum effect; else
+        same."""
+        if self.why_same is not None:
             return "same"
         better = (self.delta < 0) == self.lower_is_better
         return "better" if better else "worse"
@@ -82,6 +109,8 @@ class Comparison:
     changes: list[Change]
     budgets: dict[str, tuple[Budget | None, Budget | None]]
     workload_differences: list[str]
+    noise_source: str = ""
+    conditions: list[str] = field(default_factory=list)  # the sides ran unlike: say so
 
     def change(self, key: str) -> Change | None:
         return next((c for c in self.changes if c.key == key), None)
@@ -121,7 +150,10 @@ class CompareError(ValueError):
     """Runs that cannot be compared."""
 
 
-def compare(a: RunAnalysis, b: RunAnalysis, seed: int = 0) -> Comparison:
+def compare(a: RunAnalysis, b: RunAnalysis, seed: int = 0, noise: Noise | None = None,
+            verdicts: VerdictConfig | None = None) -> Comparison:
+    """B against A; `noise` (default: each run's own drift, `noise.from_blocks`) and
+    `verdicts` (the minimum effects) decide what is a change."""
     for analysis in (a, b):
         if not analysis.ok.any():
             raise CompareError(f"{analysis.run.path}: no successful request in its window "
@@ -143,14 +175,24 @@ def compare(a: RunAnalysis, b: RunAnalysis, seed: int = 0) -> Comparison:
         for stat, diff in diffs.items():
             change = Change(f"{stat}_{metric}", f"{label} {stat}", "ms", diff.a, diff.b,
                             ci=(diff.ci_low, diff.ci_high), significant=diff.significant)
+            if stat != "mean" and not all(reliable(len(v), float(stat[1:])) for v in (va, vb)):
+                change.withheld = f"too few samples beyond {stat} to tell"
             if metric in ATTRIBUTED:
                 change.attribution = attribute(a, b, metric, stat)
             changes.append(change)
     changes += _rate_changes(a.summary, b.summary)
     changes.append(_error_rate(a.summary, b.summary))
+    noise = noise if noise is not None else from_blocks([a, b])
+    verdicts = verdicts or VerdictConfig()
+    unlike_hosts = host_differs(a, b)
+    for change in changes:
+        change.noise, change.min_effect = noise.of(change.key), verdicts.effect(change.key)
+        if unlike_hosts and change.key != "error_rate":
+            change.withheld = change.withheld or "the host's other work differed between the sides"
     budgets = {"mean": (a.mean, b.mean),
                "p99 tail": (_tail(a), _tail(b))}
-    return Comparison(a, b, changes, budgets, workload_differences(a.config, b.config))
+    return Comparison(a, b, changes, budgets, workload_differences(a.config, b.config),
+                      noise.source, conditions(a, b) + unlike_hosts)
 
 
 def _groups(a: RunAnalysis) -> Ragged:
@@ -218,3 +260,28 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+CACHE_DIFFERENCE = 0.05  # of prompt tokens: sides whose caches served more differently
+HOST_DIFFERENCE = 0.5  # cores of other work
+
+
+def conditions(a: RunAnalysis, b: RunAnalysis) -> list[str]:
+    """How the two sides ran unlike each other beyond their settings: the server's prefix
+    cache serving different shares of their prompts."""
+    ca, cb = a.summary.cache, b.summary.cache
+    if ca is not None and cb is not None and abs(ca.share - cb.share) >= CACHE_DIFFERENCE:
+        return [f"the prefix cache served {100 * ca.share:.0f}% of A's prompt tokens and "
+                f"{100 * cb.share:.0f}% of B's: a TTFT change may be the cache's"]
+    return []
+
+
+def host_differs(a: RunAnalysis, b: RunAnalysis) -> list[str]:
+    """The sides ran with different amounts of other work on the load generator's host: no
+    timing of theirs can be compared (verdicts are withheld; error rates still count)."""
+    ha = a.summary.client.host if a.summary.client else None
+    hb = b.summary.client.host if b.summary.client else None
+    if ha is None or hb is None or abs(ha.other.mean - hb.other.mean) < HOST_DIFFERENCE:
+        return []
+    return [f"other work used {ha.other.mean:.1f} cores of the host during A and "
+            f"{hb.other.mean:.1f} during B: timing verdicts withheld (rerun on a quiet host)"]

@@ -6,12 +6,17 @@
     OP     > (trips when the change is above VALUE) or < (below VALUE)
     VALUE  a signed change: +10% relative to the baseline, or absolute in the key's unit
            (+20ms or +0.02s for latencies, -5 for tok/s or req/s, +1 for error-rate points)
+
+A gate trips when the change is past VALUE and is a change (significant, beyond the
+run-to-run noise and the minimum effect); it cannot tell (inconclusive) when the change past
+VALUE is within the noise, or the noise reaches from the change past VALUE; else it passes.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 from latlab.analysis.compare import Comparison
 from latlab.units import number
@@ -44,8 +49,9 @@ class Gate:
             value *= 1000.0
         return cls(text.strip(), match["key"], match["op"] == ">", value, unit == "%")
 
-    def check(self, comparison: Comparison, require_significance: bool = False) -> str | None:
-        """A message when the gate trips, else None. Raises `GateError` for an unknown key."""
+    def check(self, comparison: Comparison) -> GateResult:
+        """Whether the gate trips, passes, or cannot tell (the change, or the gate's margin,
+        is within the run-to-run noise). Raises `GateError` for an unknown key."""
         change = comparison.change(self.key)
         if change is None and self.key == "goodput":
             raise GateError(f"--fail-if {self.text!r}: goodput needs both runs judged by the "
@@ -59,12 +65,28 @@ class Gate:
                             f"run {missing}")
         observed = change.relative * 100 if self.relative else change.delta
         if observed is None:
-            return None
-        tripped = observed > self.value if self.above else observed < self.value
-        if not tripped or (require_significance and change.significant is False):
-            return None
+            return GateResult(self, "inconclusive", f"{self.text}: {change.label} is 0 in the "
+                              "first run: a relative change is undefined")
         unit = "%" if self.relative else f" {change.unit}"
-        noise = "" if change.significant is not False else " (within noise: not significant)"
-        return (f"{self.text}: {change.label} changed by {observed:+.1f}{unit} "
-                f"({number(change.a, '{:.4g}')} → {number(change.b, '{:.4g}')} {change.unit})"
-                f"{noise}")
+        moved = (f"{change.label} changed by {observed:+.1f}{unit} ({number(change.a, '{:.4g}')}"
+                 f" → {number(change.b, '{:.4g}')} {change.unit})")
+        beyond = observed > self.value if self.above else observed < self.value
+        if beyond:
+            if change.why_same is None:
+                return GateResult(self, "tripped", f"{self.text}: {moved}")
+            return GateResult(self, "inconclusive", f"{self.text}: {moved}, but "
+                              f"{change.why_same}: too noisy to gate")
+        noise = change.noise
+        if noise is not None and self.relative and change.a:
+            noise = 100 * noise / abs(change.a)
+        if noise is not None and abs(self.value - observed) <= noise:
+            return GateResult(self, "inconclusive", f"{self.text}: {moved}, within the noise "
+                              f"(±{noise:.3g}{unit}) of the gate: too noisy to gate")
+        return GateResult(self, "passed", f"{self.text}: {moved}")
+
+
+@dataclass(frozen=True)
+class GateResult:
+    gate: Gate
+    status: Literal["passed", "tripped", "inconclusive"]
+    message: str

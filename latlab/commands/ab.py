@@ -10,7 +10,7 @@ from latlab.analysis.compare import CompareError
 from latlab.commands.options import NamedWorkload
 from latlab.commands.common import Interrupted, RunFailed, console, print_json
 from latlab.load.target.launch import interrupt_on_sigterm
-from latlab.records.ab import SIDES, ABConfig
+from latlab.records.ab import SIDES, ABConfig, ABRound
 from latlab.report.comparison import print_comparison
 from latlab.services.ab import compare_sides, run_ab
 
@@ -29,7 +29,7 @@ def ab(config: ABConfig, options: NamedWorkload) -> None:
     if not all(runs[side] for side in SIDES):
         raise Interrupted("interrupted before both sides ran")
     try:
-        comparison = compare_sides(done, config.bench.slos or None)
+        comparison = compare_sides(done, config)
     except CompareError as e:
         raise RunFailed(str(e)) from None
     if options.json_output:
@@ -39,6 +39,7 @@ def ab(config: ABConfig, options: NamedWorkload) -> None:
         label = {side: f"{setting or 'latlab serve defaults'}  ({len(runs[side])} runs)"
                  for side, setting in (("A", config.a), ("B", config.b))}
         print_comparison(out, comparison, label["A"], label["B"])
+        out.print("rounds: " + " · ".join(_round(r) for r in record.rounds), highlight=False)
         for side in SIDES:
             shown = " · ".join(f"{k} {_counter(k, v)}" for k, v in record.counters[side].items())
             if shown:
@@ -46,6 +47,14 @@ def ab(config: ABConfig, options: NamedWorkload) -> None:
     err.print(f"ab folder: {folder} (ab.json; each round is a run folder)", highlight=False)
     if record.interrupted:
         raise Interrupted("interrupted: the rounds that finished are compared and kept")
+
+
+def _round(r: ABRound) -> str:
+    """A round in a few words: its side and number, the cache's share, the host's others."""
+    cache = f"cache {100 * r.cached_share:.0f}%" if r.cached_share is not None else "cache ?"
+    host = (f", host others {r.host_other_cores:.1f} cores"
+            if r.host_other_cores is not None else "")
+    return f"{r.side}{r.round} {cache}{host}"
 
 
 def _counter(name: str, value: float) -> str:

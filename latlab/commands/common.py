@@ -17,7 +17,7 @@ from latlab.load.workload.datasets import DatasetError
 from latlab.records.lengths import WorkloadError
 from latlab.services.errors import InputError, ServiceFailed
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PIPED_WIDTH = 200
 
 

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
-
 from latlab.records.bench import BenchConfig
 from latlab.records.settings import AB, setting
 from latlab.records.summary import Record
+from latlab.records.verdict import VerdictConfig
 
 AB_JSON = "ab.json"
 SIDES = ("A", "B")
 
 
-class ABConfig(BaseModel):
+class ABConfig(VerdictConfig):
     """Two settings, the identical workload against each, alternated over rounds."""
 
     a: str = setting(..., "Setting A: arguments for an embedded latlab serve, or a server URL "
@@ -44,6 +43,8 @@ class ABRound(Record):
     side: Literal["A", "B"]
     round: int
     run: str  # the round's run folder
+    cached_share: float | None = None  # of prompt tokens, from the server's prefix cache
+    host_other_cores: float | None = None  # other work on the load generator's host
 
 
 class ABChange(Record):
@@ -57,7 +58,9 @@ class ABChange(Record):
     ci_low: float | None = None
     ci_high: float | None = None
     significant: bool | None = None
+    noise: float | None = None  # the run-to-run noise band (± in `unit`)
     verdict: Literal["better", "worse", "same"]
+    why_same: str | None = None
 
 
 class ABRecord(Record):
@@ -68,4 +71,6 @@ class ABRecord(Record):
     changes: list[ABChange] = []
     counters: dict[Literal["A", "B"], dict[str, float]] = {}  # explainer → value, per side
     workload_differences: list[str] = []
+    noise: str = ""  # how the run-to-run noise was estimated
+    conditions: list[str] = []  # how the sides ran unlike (cache, host)
     interrupted: bool = False

@@ -28,16 +28,25 @@ def print_comparison(console: Console, comparison: Comparison, a_name: str, b_na
     console.print(f"[bold]A[/] = {a_name}\n[bold]B[/] = {b_name}")
     for difference in comparison.workload_differences:
         console.print(f"[yellow]workloads differ:[/] {difference}")
+    for condition in comparison.conditions:
+        console.print(f"[yellow]the sides ran unlike:[/] {condition}", highlight=False)
     shown = [c for c in comparison.changes
              if full or c.unit != "ms" or c.key.split("_")[0] in SHOWN_STATS]
     table = Table(title="B against A", title_justify="left")
-    for column in ("metric", "A", "B", "change", "95% CI of change", "verdict"):
-        table.add_column(column, justify="left" if column == "metric" else "right")
+    for column in ("metric", "A", "B", "change", "95% CI of change", "noise ±", "verdict"):
+        table.add_column(column, justify="left" if column in ("metric", "verdict") else "right")
     for change in shown:
         style = VERDICT_STYLE[change.verdict]
+        why = f" [dim]({change.why_same})[/]" if change.verdict == "same" and change.why_same \
+            not in (None, "no difference") else ""
         table.add_row(change.label, _value(change.a, change.unit), _value(change.b, change.unit),
-                      _delta(change), _ci(change), f"[{style}]{change.verdict}[/]")
+                      _delta(change), _ci(change), _value(change.noise, change.unit),
+                      f"[{style}]{change.verdict}[/]{why}")
     console.print(table)
+    if comparison.noise_source:
+        console.print(f"[dim]noise: {comparison.noise_source}; a change must also be "
+                      "significant and past its minimum effect (--min-effect)[/]",
+                      highlight=False)
     lines = [attribution_line(c) for c in shown if c.significant and c.attribution]
     if lines:
         console.print("\n[bold]Where the changes come from[/] (components of the requests at "

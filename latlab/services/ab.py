@@ -19,6 +19,7 @@ from latlab.analysis import analyze
 from latlab.analysis.ab import counter_deltas, explain, pool
 from latlab.analysis.compare import Comparison
 from latlab.analysis.compare import compare as compare_runs
+from latlab.analysis.noise import from_blocks, from_rounds
 from latlab.load.telemetry.scrape import scrape_once
 from latlab.load.target.launch import EngineError, start_engine
 from latlab.records.ab import AB_JSON, SIDES, ABChange, ABConfig, ABRecord, ABRound
@@ -41,8 +42,9 @@ class ABRuns:
 
 
 def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
-    """Run the rounds (A then B, `rounds` times) and write ab.json as they go; embedded
-    engines are started once per side and kept for every round. Ctrl-C keeps what ran."""
+    """Run the rounds (A B, then B A, and so on: whatever going first or second does to a
+    run cancels out) and write ab.json as they go; embedded engines are started once per
+    side and kept for every round. Ctrl-C keeps what ran."""
     configs = config.sides()
     out = config.bench.out
     folder = RunFolder.create(out, "ab").path
@@ -61,7 +63,7 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
                 bench.url = engine.url
         try:
             for i in range(1, config.rounds + 1):
-                for side in SIDES:
+                for side in SIDES if i % 2 else SIDES[::-1]:  # ABBA: order effects cancel
                     if err is not None:
                         err.print(f"round {i} of {config.rounds}: {side}", style="dim")
                     before = _scrape(configs[side])
@@ -70,7 +72,12 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
                     if before is not None and after is not None:
                         done.scrapes[side].append((before, after))
                     done.runs[side].append(result.run)
-                    record.rounds.append(ABRound(side=side, round=i, run=str(result.run.path)))
+                    s = result.summary
+                    record.rounds.append(ABRound(
+                        side=side, round=i, run=str(result.run.path),
+                        cached_share=s.cache.share if s.cache else None,
+                        host_other_cores=(s.client.host.other.mean
+                                          if s.client and s.client.host else None)))
                     write_json(folder / AB_JSON, record)
                     if result.failed:
                         raise ServiceFailed(f"{side}, round {i}: {result.message}")
@@ -89,18 +96,25 @@ def _scrape(config: BenchConfig) -> Scrape | None:
         return None
 
 
-def compare_sides(done: ABRuns, slos: dict[str, float] | None) -> Comparison:
-    """Pool each side's rounds, compare B against A, and fill the record with the changes
-    and the explaining counters (ab.json is written)."""
+def compare_sides(done: ABRuns, config: ABConfig) -> Comparison:
+    """Pool each side's rounds, compare B against A with the spread of each side's rounds as
+    the noise (each round's own drift when a side ran once), and fill the record with the
+    changes and the explaining counters (ab.json is written)."""
     record = done.record
+    slos = config.bench.slos or None
     analyses = {side: [analyze(run, slos, diagnosis=False) for run in done.runs[side]]
                 for side in SIDES}  # compare reads no findings
-    comparison = compare_runs(pool(analyses["A"]), pool(analyses["B"]))
+    noise = from_rounds([analyses[side] for side in SIDES]) or from_blocks(
+        [a for side in SIDES for a in analyses[side]])
+    comparison = compare_runs(pool(analyses["A"]), pool(analyses["B"]), noise=noise,
+                              verdicts=config)
     record.workload_differences = comparison.workload_differences
+    record.noise, record.conditions = comparison.noise_source, comparison.conditions
     record.changes = [ABChange(key=c.key, label=c.label, unit=c.unit, a=c.a, b=c.b,
                                ci_low=c.ci[0] if c.ci else None,
                                ci_high=c.ci[1] if c.ci else None,
-                               significant=c.significant, verdict=c.verdict)
+                               significant=c.significant, noise=c.noise, verdict=c.verdict,
+                               why_same=c.why_same if c.verdict == "same" else None)
                       for c in comparison.changes]
     record.counters = {side: explain(counter_deltas(done.scrapes[side])) for side in SIDES}
     write_json(done.folder / AB_JSON, record)

@@ -1,4 +1,4 @@
-"""The host during a run, sampled every second in a thread: its busy CPU cores, the steal
+"""The host during a run, sampled four times a second in a thread: its busy CPU cores, the steal
 the hypervisor took, the load average, and which processes used the cores — the load
 generator's own (this process and its children), the target's server when it runs on this
 host (the embedded engine, or whoever listens on the target's loopback port), and every
@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 import psutil
 
 from latlab.records.summary import HostLoad, Usage
 
-INTERVAL_S = 1.0
+INTERVAL_S = 0.25
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 
@@ -25,7 +26,7 @@ class HostSampler:
         self._server_root, self.server_found = self._server(server_pid, url)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="latlab-host", daemon=True)
-        self._samples: list[tuple[float, float, float, float, float | None]] = []
+        self._samples: list[tuple[float, float, float, float, float, float | None]] = []
         self._load = 0.0
         self.result: HostLoad | None = None
 
@@ -66,44 +67,48 @@ class HostSampler:
 
     def _run(self) -> None:
         me = psutil.Process()
-        last_host, last_cpu = psutil.cpu_times(), time.perf_counter()
         seen: dict[int, float] = {}
         _spent({**self._tree(me), **self._tree(self._server_root)}, seen)
-        while not self._stop.wait(INTERVAL_S):
-            host, now = psutil.cpu_times(), time.perf_counter()
-            wall = now - last_cpu
-            server = self._tree(self._server_root)
-            client = {pid: p for pid, p in self._tree(me).items() if pid not in server}
-            used = {name: _spent(procs, seen) for name, procs in (("client", client),
-                                                                  ("server", server))}
-            total = sum(host) - sum(last_host)
-            idle = (host.idle + getattr(host, "iowait", 0.0)
-                    - last_host.idle - getattr(last_host, "iowait", 0.0))
-            busy = max(0.0, (total - idle) / wall)
-            steal = ((host.steal - last_host.steal) / total
-                     if hasattr(host, "steal") and total > 0 else None)
-            self._samples.append((busy, used["client"] / wall, used["server"] / wall,
-                                  max(0.0, busy - (used["client"] + used["server"]) / wall),
-                                  steal))
-            self._load = max(self._load, psutil.getloadavg()[0])
-            last_host, last_cpu = host, now
+        last = (psutil.cpu_times(), time.perf_counter())
+        while True:
+            stopping = self._stop.wait(INTERVAL_S)
+            last = self._sample(me, seen, *last)
+            if stopping:  # the last, shorter interval too: a short run gets a sample
+                return
+
+    def _sample(self, me: psutil.Process, seen: dict[int, float], last_host: Any,
+                last_time: float) -> tuple[Any, float]:
+        host, now = psutil.cpu_times(), time.perf_counter()
+        wall = now - last_time
+        server = self._tree(self._server_root)
+        client = {pid: p for pid, p in self._tree(me).items() if pid not in server}
+        used = [_spent(procs, seen) / wall for procs in (client, server)]
+        total = sum(host) - sum(last_host)
+        idle = (host.idle + getattr(host, "iowait", 0.0)
+                - last_host.idle - getattr(last_host, "iowait", 0.0))
+        busy = max(0.0, (total - idle) / wall)
+        steal = ((host.steal - last_host.steal) / total
+                 if hasattr(host, "steal") and total > 0 else None)
+        self._samples.append((wall, busy, used[0], used[1], max(0.0, busy - sum(used)), steal))
+        self._load = max(self._load, psutil.getloadavg()[0])
+        return host, now
 
     def _summary(self) -> HostLoad | None:
         if not self._samples:
             return None
-        columns = list(zip(*self._samples))
+        weights, *columns = (list(c) for c in zip(*self._samples))
+        seconds = sum(weights)
 
-        def usage(values: tuple) -> Usage:
-            return Usage(mean=sum(values) / len(values), max=max(values))
+        def usage(values: list) -> Usage:
+            return Usage(mean=sum(v * w for v, w in zip(values, weights)) / seconds,
+                         max=max(values))
 
-        steal = [v for v in columns[4] if v is not None]
-        return HostLoad(cpus=psutil.cpu_count() or 1,
-                        seconds=len(self._samples) * INTERVAL_S, busy=usage(columns[0]),
+        steal = columns[4] if all(v is not None for v in columns[4]) else None
+        return HostLoad(cpus=psutil.cpu_count() or 1, seconds=seconds, busy=usage(columns[0]),
                         client=usage(columns[1]),
                         server=usage(columns[2]) if self._server_root else None,
                         server_found=self.server_found, other=usage(columns[3]),
-                        steal=usage(tuple(steal)) if steal else None,
-                        load_average_max=self._load)
+                        steal=usage(steal) if steal else None, load_average_max=self._load)
 
 
 def _spent(processes: dict[int, psutil.Process], seen: dict[int, float]) -> float:

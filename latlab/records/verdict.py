@@ -1,0 +1,57 @@
+"""What a comparison calls a change (`latlab compare`, `latlab ab`): a difference that is
+significant, beyond the run-to-run noise, and at least the minimum practical effect."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, field_validator
+
+from latlab.records.bench import SloConfig
+from latlab.records.settings import VERDICT, setting
+
+DEFAULT_MIN_EFFECT = 0.02
+STATS = ("mean", "p50", "p90", "p99")  # the statistics compared
+_EFFECT = re.compile(r"^\s*(?:(?P<key>[a-z0-9_]+)\s*=\s*)?(?P<value>[0-9.]+)\s*%\s*$")
+
+
+def effects(value: Any) -> Any:
+    """`["2%", "p99_ttft=5%", "tpot=1%"]` → `{"*": 0.02, "p99_ttft": 0.05, "tpot": 0.01}`."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    out = {}
+    for item in map(str, value):
+        m = _EFFECT.match(item)
+        if not m:
+            raise ValueError(f"{item!r}: expected PCT% or METRIC=PCT%, e.g. 2% or p99_ttft=5%")
+        out[m["key"] or "*"] = float(m["value"]) / 100
+    return out
+
+
+class VerdictConfig(BaseModel):
+    min_effect: dict[str, float] = setting(
+        {}, "The smallest change worth a verdict, relative: PCT% for every metric, or "
+        "METRIC=PCT% for one (a metric like tpot, or a statistic like p99_ttft) (repeatable; "
+        "default 2%).", group=VERDICT, cli_type=list[str], metavar="[METRIC=]PCT%")
+
+    _effects = field_validator("min_effect", mode="before")(lambda value: effects(value))
+
+    def effect(self, key: str) -> float:
+        """The minimum effect for the comparison key `key` (e.g. `p99_ttft`)."""
+        metric = next((key.removeprefix(f"{s}_") for s in STATS if key.startswith(f"{s}_")),
+                      key)
+        for name in (key, metric, "*"):
+            if name in self.min_effect:
+                return self.min_effect[name]
+        return DEFAULT_MIN_EFFECT
+
+
+class CompareConfig(SloConfig, VerdictConfig):
+    """`latlab compare`: the SLOs the runs are judged by, what a change is, and the noise."""
+
+    noise: Path | None = setting(None, "A repeat of the first run (the same setting, run "
+                                 "again): their difference is the run-to-run noise a change "
+                                 "must exceed (default: the runs' own drift, a lower bound).",
+                                 group=VERDICT, metavar="RUN")
