@@ -80,10 +80,17 @@ def test_config_reruns_a_run_and_flags_override_it(tmp_path):
         over = invoke("bench", "--config", run / "config.json", "--requests", 4, "--users", 2,
                       "--out", tmp_path / "c", "--no-progress")
         assert over.exit_code == 0, over.output
+        same = invoke("bench", "--config", run, "--prompts", run, "--out", tmp_path / "d",
+                      "--no-progress")
+        assert same.exit_code == 0, same.output
     a = RunFolder.open(run).read_config().bench
     b = RunFolder.open(runs(tmp_path / "b")[0]).read_config().bench
     c = RunFolder.open(runs(tmp_path / "c")[0]).read_config().bench
-    assert b.model_dump(exclude={"out"}) == a.model_dump(exclude={"out"})
+    d = RunFolder.open(runs(tmp_path / "d")[0]).read_config().bench
+    fresh = {"out": True, "workload": {"prompt_salt"}}
+    assert b.model_dump(exclude=fresh) == a.model_dump(exclude=fresh)
+    assert b.workload.prompt_salt != a.workload.prompt_salt  # a rerun's prompts are fresh...
+    assert d.workload.prompt_salt == a.workload.prompt_salt  # ... unless asked for again
     assert (c.requests, c.arrivals.process, c.arrivals.users) == (4, "closed", 2)
     assert (c.workload.prompt_tokens, c.workload.seed, c.workload.tenants) == (
         a.workload.prompt_tokens, 3, {"a": 2.0})
