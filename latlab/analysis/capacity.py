@@ -26,12 +26,12 @@ Definitions (quoted in the sweep's output):
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from latlab.metrics.slo import slo_value
-from latlab.metrics.stats import percentile
+from latlab.metrics.stats import percentile, percentile_ci
 from latlab.records.sweep import Cost, Knee, Mode, Point
 from latlab.records.table import OUTCOMES
 from latlab.records.timeline import Outcome
@@ -66,6 +66,8 @@ def measure(analysis: RunAnalysis, label: str, mode: Mode, load: float | None,
         latency=percentile(ok_e2e, q) if len(ok_e2e) else None,
         median_latency=percentile(ok_e2e, 50) if len(ok_e2e) else None,
         slo_values={m: _slo_percentile(analysis, judged, m, q) for m in slos},
+        slo_ci={m: _slo_percentile(analysis, judged, m, q, ci=True) for m in slos},
+        cached_share=s.cache.share if s.cache else None,
         output_tokens_per_s=t.output_tokens_per_s if t else 0.0,
         goodput=s.goodput.requests_per_s if s.goodput else None,
         latencies={m: {p: s.percentile(m, p) for p in ("p50", "p99")}
@@ -77,14 +79,18 @@ def measure(analysis: RunAnalysis, label: str, mode: Mode, load: float | None,
         fell_behind=bool(t and t.fell_behind))
 
 
-def _slo_percentile(analysis: RunAnalysis, judged: np.ndarray, metric: str, q: float) -> float:
+def _slo_percentile(analysis: RunAnalysis, judged: np.ndarray, metric: str, q: float,
+                    ci: bool = False) -> Any:
     """The q-th percentile of `metric` as the SLO judges it (ITL: a request's largest gap)
     over the `judged` requests; a failed request is infinitely slow, a request without the
-    metric is left out."""
+    metric is left out. With `ci`: its 95% confidence interval (a side the sample cannot
+    bound is None)."""
     ok = analysis.table.ok
     values = np.asarray(slo_value(analysis.requests.metrics, metric), dtype=float)
     values = np.where(ok, values, np.inf)[judged]
     values = np.sort(values[~np.isnan(values)])
+    if ci:
+        return percentile_ci(values, q) if len(values) else (None, None)
     return percentile(values, q) if len(values) else math.inf
 
 

@@ -41,6 +41,8 @@ class Point(Record):
     latency: float | None  # E2E from schedule at the sweep's percentile, successful requests
     median_latency: float | None  # E2E from schedule p50
     slo_values: dict[str, Ms]  # each SLO metric at the percentile, failed = inf
+    slo_ci: dict[str, tuple[Ms | None, Ms | None]] = {}  # their 95% CIs (None: unbounded)
+    cached_share: float | None = None  # of prompt tokens, from the server's prefix cache
     output_tokens_per_s: float
     goodput: float | None = None
     latencies: dict[str, dict[str, float | None]] = {}
@@ -101,6 +103,8 @@ class SloMax(Record):
     limiting: str | None
     statement: str
     notes: list[str] = []
+    lo: float | None = None  # the load with every SLO value at the top of its CI (pessimistic)
+    hi: float | None = None  # ... at the bottom of its CI (optimistic)
 
 
 class SweepStop(Record):

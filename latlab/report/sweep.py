@@ -13,6 +13,8 @@ from rich.text import Text
 from latlab.records.sweep import Point, SweepRecord
 from latlab.units import money, number
 
+CACHE_SPREAD = 0.10  # of prompt tokens served from the cache, between points
+
 
 def ordered(points: list[Point]) -> list[Point]:
     """The points in order of load, the saturation probe last."""
@@ -28,7 +30,7 @@ def print_sweep(console: Console, sweep: SweepRecord, folder: Path) -> None:
     table = _table(f"sweep {folder.name} (latencies in ms; ◆ the knee)",
                    ["point", "offered\nreq/s", "achieved\nreq/s", "errors", "TTFT\np50 / p99",
                     "TPOT\np50",
-                    "E2E\np50 / p99", "output\ntok/s",
+                    "E2E\np50 / p99", "output\ntok/s", "prompt\ncache",
                     *(f"{q} {m}\n≤ {limit:g}" for m, limit in slos.items()),
                     *(["goodput\nreq/s"] if slos else [])])
     for p in ordered(sweep.points):
@@ -42,7 +44,7 @@ def print_sweep(console: Console, sweep: SweepRecord, folder: Path) -> None:
                f"{number(lat['ttft']['p50'])} / {number(lat['ttft']['p99'])}",
                number(lat["tpot"]["p50"]),
                f"{number(lat['e2e']['p50'])} / {number(lat['e2e']['p99'])}",
-               f"{p.output_tokens_per_s:.0f}"]
+               f"{p.output_tokens_per_s:.0f}", _cache(p)]
         for m, limit in slos.items():
             v = p.slo_values[m]
             ok = v <= limit
@@ -61,6 +63,23 @@ def print_sweep(console: Console, sweep: SweepRecord, folder: Path) -> None:
         console.print(cost)
     for line in sweep_answers(sweep):
         console.print(line)
+    if warning := cache_warning(sweep):
+        console.print(Text(f"! {warning}", style="yellow"))
+
+
+def _cache(p: Point) -> str:
+    return f"{100 * p.cached_share:.0f}%" if p.cached_share is not None else "–"
+
+
+def cache_warning(sweep: SweepRecord) -> str | None:
+    """When the server's prefix cache served its points unlike each other: their latencies
+    are not on one curve."""
+    shares = [p.cached_share for p in sweep.points if p.cached_share is not None]
+    if len(shares) < 2 or max(shares) - min(shares) < CACHE_SPREAD:
+        return None
+    return (f"the prefix cache served {100 * min(shares):.0f}–{100 * max(shares):.0f}% of the "
+            "points' prompt tokens: their latencies are flattered unequally (the curve and the "
+            "SLO-max with them)")
 
 
 def _table(title: str, columns: list[str]) -> Table:

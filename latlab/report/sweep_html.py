@@ -14,7 +14,7 @@ from latlab.records.sweep import Point, SweepRecord
 from latlab.report.figures import LAYOUT
 from latlab.report.page import chart, document, e, settings_table
 from latlab.report.palette import BUCKET_COLORS
-from latlab.report.sweep import ordered
+from latlab.report.sweep import cache_warning, ordered
 from latlab.units import money, number
 
 REPORT = "sweep.html"
@@ -135,6 +135,8 @@ def _answers(sweep: SweepRecord) -> str:
     best = sweep.slo_max
     if best:
         out.append(f"<p><b>SLO-max</b>: {e(best.statement)}.</p>")
+    if warning := cache_warning(sweep):
+        out.append(f"<p class=warn>{e(warning)}</p>")
         links = [f"{side}: <code>{e(Path(ref.run).name)}</code>"
                  for side, ref in (("passing", best.passing), ("failing", best.failing)) if ref]
         if links:
@@ -156,7 +158,7 @@ def _points_table(sweep: SweepRecord) -> str:
     q = f"p{sweep.percentile:g}"
     slos = sweep.slos
     head = ["point", "load", "achieved req/s", "errors", "TTFT p50", "TTFT p99", "TPOT p50",
-            "TPOT p99", "E2E p50", "E2E p99", "out tok/s"]
+            "TPOT p99", "E2E p50", "E2E p99", "out tok/s", "prompt cache"]
     head += [f"{q} {m} (≤{v:g})" for m, v in slos.items()]
     head += ["goodput"] if slos else []
     head += ["$/M out tok", "$/k req"] if sweep.price_per_hour else []
@@ -166,7 +168,8 @@ def _points_table(sweep: SweepRecord) -> str:
         cells = [e(p.label) + (" (interrupted)" if p.interrupted else ""),
                  f"{p.load:.3g}", f"{p.achieved:.3g}", f"{100 * p.error_rate:.1f}%",
                  *(number(lat[m][k]) for m in ("ttft", "tpot", "e2e") for k in ("p50", "p99")),
-                 f"{p.output_tokens_per_s:.0f}"]
+                 f"{p.output_tokens_per_s:.0f}",
+                 f"{100 * p.cached_share:.0f}%" if p.cached_share is not None else "–"]
         for m, limit in slos.items():
             v = p.slo_values[m]
             color = "#2e8b57" if v <= limit else "#d9534f"
