@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 from timelines import MS, steady, timeline, write_run
 
@@ -63,6 +65,22 @@ def test_without_a_server_total_the_queue_is_what_ttft_leaves_after_network_and_
     assert decompose(reused, NetworkBaseline(rtt_ms=3.0)).ms("network") == pytest.approx(3.0)
     assert decompose(reused).quality("network") == Quality.UNAVAILABLE
     assert sum(d.ms(c) for c in COMPONENTS) == pytest.approx(d.total)
+
+
+def test_a_non_streamed_answer_from_llama_cpp_counts_its_decode_once():
+    """Not streamed, the one event comes after the decode: the queue derived from it must
+    leave the decode out (it was counted twice, and the rest showed as -50% unattributed)."""
+    streamed = timeline(0, 0, connect=2.0, upload=1, download=1, preprocess=0, queue=7,
+                        prefill=30, tokens=20, itl=10)
+    whole = copy.deepcopy(streamed)
+    whole.token_ns, whole.token_counts, whole.first_token_ns = [], [], None
+    whole.add_token_event(whole.done_ns, 20)  # one body: the whole answer
+    for r in (streamed, whole):
+        r.server = ServerTiming(prefill=30.0, decode=190.0, source="llamacpp")
+    for d in (decompose(streamed), decompose(whole)):
+        assert d.ms("queue") == pytest.approx(1 + 7 + 1 - 2.0, abs=0.5)
+        assert abs(d.ms("unattributed")) < 1.0
+        assert sum(d.ms(c) for c in COMPONENTS) == pytest.approx(d.total)
 
 
 def test_a_run_baseline_splits_transit_into_network_and_server_intake():

@@ -248,6 +248,19 @@ def test_a_pause_every_stream_shares_is_the_servers_not_a_prefills(diagnosed):
     assert "server_pause" not in diagnosed(alone)[0]  # one stream's stall is not the server's
 
 
+def test_a_pause_the_clients_own_event_loop_made_is_not_the_servers(diagnosed):
+    """Every stream stops at once while the load generator's event loop is held up: its reads
+    were late, not the server's tokens (a GC pause, a busy host). The pause is the client's."""
+    together = [timeline(i, 0, tokens=20, itl=5, stalls={10: 1000}) for i in range(4)]
+    rest = [timeline(4 + i, 2000 + 300 * i, tokens=20, itl=5) for i in range(20)]
+    start = together[0].token_ns[9]  # the streams' last token before the stop
+    stalled = {"workers": 1, "bottleneck": False, "stalls": [(start, 1000.0)]}
+    findings, _, _ = diagnosed(together + rest, client=stalled)
+    assert "server_pause" not in findings
+    elsewhere = {**stalled, "stalls": [(start + 5_000_000_000, 1000.0)]}
+    assert "server_pause" in diagnosed(together + rest, client=elsewhere)[0]
+
+
 def test_a_pause_filled_by_a_prefill_sent_after_the_window_is_no_server_pause(diagnosed):
     """The window's streams stop while a request sent during the cooldown prefills."""
     streams = [timeline(i, 0, tokens=20, itl=5, stalls={10: 1000}) for i in range(4)]

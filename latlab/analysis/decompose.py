@@ -16,7 +16,8 @@ event carrying the server's timings arrived (a stream's final event, a body).
     preprocess, queue, model_load, prefill, decode, inference
                   = the server's own durations                            exact
     queue (when the server does not report it) = server.total − its other stages, or, without a
-                    total, (first_token − sent) − network − the server's stages before it   derived
+                    total, (first_token − sent) − network − the server's stages before it
+                    (the decode too, when one event carried the whole answer)       derived
     postprocess   = server.postprocess + (done − usage)                   derived (estimated
                                                                           without the former)
     app:NAME      = an application in front of the model (its spans, `server.application`):
@@ -249,6 +250,10 @@ def _with_server(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put, 
     put("queue", unqueued & totalled, np.where(computed, s["total"] - stages, np.nan),
         np.where(computed, DERIVED, UNAVAILABLE))
     before = sum(np.nan_to_num(s[x]) for x in BEFORE_FIRST_TOKEN)
+    # one event carrying the whole answer (not streamed): it came after the decode too
+    whole = (t.events <= 1) & (np.nan_to_num(t.completion_tokens) > 1)
+    before = before + np.where(whole, np.nan_to_num(s["decode"]) + np.nan_to_num(s["inference"]),
+                               0.0)
     timed = ~np.isnan(s["prefill"]) & present(t.first_token_ns)
     queue = ms_between(t.first_token_ns, t.sent_ns) - np.nan_to_num(ms["network"]) - before
     put("queue", unqueued & ~totalled, np.where(timed, queue, np.nan),

@@ -34,6 +34,8 @@ BUSY_CPU_PERCENT = 60.0
 HOST_OTHER_SHARE = 0.25  # of the host's cores, used by neither client nor server: busy
 HOST_OTHER_MIN_CORES = 0.5
 HOST_STEAL = 0.10
+STALL_MS = 20.0  # an event-loop lag this long delays every stream's stamps at once
+MAX_STALLS = 1000
 
 
 def client_check(workers: Sequence[WorkerHealth], records: Sequence[RequestTimeline],
@@ -82,7 +84,16 @@ def client_check(workers: Sequence[WorkerHealth], records: Sequence[RequestTimel
                        lateness_p99_ms=lateness_p99,
                        machine=Machine(cpus=cpus, load_average_max=load),
                        zero_gap_share=zero_share, bottleneck=bool(reasons), reasons=reasons,
-                       host=host, host_busy=bool(host_reasons), host_reasons=host_reasons)
+                       host=host, host_busy=bool(host_reasons), host_reasons=host_reasons,
+                       stalls=_stalls(workers))
+
+
+def _stalls(workers: Sequence[WorkerHealth]) -> list[tuple[int, float]]:
+    """When each worker's event loop was held up STALL_MS or more (the longest kept): every
+    stream's stamps were taken late then, which looks like a server that paused."""
+    found = [(at - int(lag * 1e6), lag) for w in workers
+             for at, lag in zip(w.loop_lag_at_ns, w.loop_lag_ms) if lag >= STALL_MS]
+    return sorted(sorted(found, key=lambda s: -s[1])[:MAX_STALLS])
 
 
 def host_busy(host: HostLoad | None) -> list[str]:

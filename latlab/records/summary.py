@@ -143,6 +143,7 @@ class ClientCheck(Record):
     host: HostLoad | None = None
     host_busy: bool = False
     host_reasons: list[str] = []
+    stalls: list[tuple[int, float]] = []  # (start ns, ms) the client's event loop was held up
 
 
 class CacheUse(Record):

@@ -66,6 +66,9 @@ def server_pause(a: RunAnalysis) -> Finding | Unevaluated | None:
     if rows.sum() < 2 and not intake[a.ok].any():
         return Unevaluated("server_pause", "needs ≥ 2 streamed responses or server totals")
     pauses = [p for p in shared_pauses(t, rows) if not _a_prefill(p, a)]
+    stalls = a.client.stalls if a.client is not None else []
+    clients = [p for p in pauses if _overlap(p, stalls) >= PREFILL_COVER]
+    pauses = [p for p in pauses if p not in clients]
     late = intake[a.ok & (intake >= INTAKE_MIN_MS)]
     if not pauses and not len(late):
         return None
@@ -75,14 +78,30 @@ def server_pause(a: RunAnalysis) -> Finding | Unevaluated | None:
         evidence.append(f"{len(late)} requests waited up to {ms(float(late.max()))} before the "
                         "server read them (server intake: between their arrival and the "
                         "server's receipt)")
+    if clients:
+        evidence.append(f"{len(clients)} more such stops were the client's own event loop "
+                        "held up (its reads were late, not the server's tokens): left out")
+    busy = a.client is not None and a.client.host_busy and a.client.host is not None \
+        and a.client.host.server is not None
+    if busy:
+        evidence.append("the server shares the load generator's host, which was busy with "
+                        "other work (see busy_host)")
     longest = max([length for _, length, _ in pauses] + late.tolist())
-    return Finding("server_pause", Severity.WARNING,
+    return Finding("server_pause", Severity.INFO if busy else Severity.WARNING,
                    f"the server paused: {ms(longest)} with every stream stopped", evidence,
                    where="the server as a whole (not one request's prefill): frozen, a GC or "
                          "swap stall, a blocked event loop",
                    fix="look at the server's host: CPU steal, memory pressure, long GC pauses, "
                        "synchronous work on its event loop",
                    impact=longest / a.mean.total if a.mean and a.mean.total else 0.0)
+
+
+def _overlap(pause: tuple[int, float, int], stalls: list[tuple[int, float]]) -> float:
+    """The share of `pause` the client's event loop was held up for."""
+    start, length_ms, _ = pause
+    end = start + length_ms * 1e6
+    covered = sum(max(0.0, min(end, s + lag * 1e6) - max(start, s)) for s, lag in stalls)
+    return covered / (length_ms * 1e6) if length_ms > 0 else 0.0
 
 
 def shared_pauses(t: RequestTable, rows: np.ndarray) -> list[tuple[int, float, int]]:
