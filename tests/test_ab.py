@@ -124,3 +124,21 @@ def test_the_same_bench_twice_against_a_caching_server_agrees(tmp_path):
             assert result.exit_code == 0, result.output
             p50.append(json.loads(result.stdout)["latency"]["ttft"]["percentiles"]["p50"]["value"])
     assert min(p50) > 30  # both cold: the second run's prompts are new to the cache
+
+
+def test_a_real_prefix_cache_effect_is_found_and_attributed(tmp_path):
+    """latlab serve without and with prefix caching, a shared 448-token system prompt in a
+    run (fresh prompts keep it shared within a run, new across runs): B's TTFT is better,
+    and B's cache share and counters say why."""
+    engine = "--model default --max-model-len 512 --num-kv-blocks 256 --no-warmup"
+    result = CliRunner().invoke(app, [
+        "ab", "--a", engine, "--b", f"{engine} --enable-prefix-caching", "--rounds", "1",
+        "--requests", "24", "--users", "1", "--prefix-tokens", "448", "--prompt-tokens", "16",
+        "--output-tokens", "4", "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    ttft = next(c for c in record["changes"] if c["key"] == "p50_ttft")
+    assert ttft["verdict"] == "better" and ttft["b"] < 0.5 * ttft["a"], ttft
+    shares = {r["side"]: r["cached_share"] for r in record["rounds"]}
+    assert shares["A"] == 0 and shares["B"] > 0.5
+    assert record["counters"]["B"]["prefix-cache hit rate"] > 0.5
