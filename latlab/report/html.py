@@ -138,6 +138,16 @@ def _summary_lines(summary: RunSummary) -> list[str]:
         rate = "" if g.requests_per_s is None else f"{number(g.requests_per_s, '{:.2f}')} req/s, "
         lines.append(f"goodput {rate}{number(g.good)} requests ({pct(g.fraction)}) met every "
                      f"SLO: {slos}")
+    if summary.cache is not None:
+        lines.append(f"prompt cache: {pct(summary.cache.share)} of prompt tokens came from the "
+                     f"server's prefix cache ({summary.cache.source})")
+    host = summary.client.host if summary.client else None
+    if host is not None:
+        server = f", the server {host.server.mean:.2f}" if host.server else ""
+        lines.append(f"host: {host.busy.mean:.2f} of {host.cpus} cores busy: the client "
+                     f"{host.client.mean:.2f}{server}, other work {host.other.mean:.2f}"
+                     + (" (busy with other work: the timings are unreliable)"
+                        if summary.client.host_busy else ""))
     return lines
 
 
