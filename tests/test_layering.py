@@ -94,3 +94,35 @@ def test_no_import_circles():
         tuple(graphlib.TopologicalSorter(graph).static_order())
     except graphlib.CycleError as e:
         raise AssertionError(f"an import circle: {' -> '.join(e.args[1])}") from None
+
+
+def package_rows() -> dict[str, str]:
+    """The package table of docs/design.md: `package → its row's text`."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    return {m["name"]: m["text"] for m in re.finditer(
+        r"^\| `(?P<name>[a-z_]+)` \| (?P<text>.*) \|$", text, re.M)}
+
+
+def test_the_design_names_every_module_of_every_package():
+    """docs/design.md is the contract: a module it does not name is one it does not know."""
+    rows = package_rows()
+    missing = []
+    for package in sorted(p for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()):
+        row = rows.get(package.name)
+        if row is None:
+            missing.append(f"{package.name} (no row)")
+            continue
+        named = set(re.findall(r"`([a-z_]+)", row))
+        for module in package.rglob("*.py"):
+            if module.stem != "__init__" and module.stem not in named:
+                missing.append(f"{package.name}/{module.relative_to(package)}")
+    assert not missing, "docs/design.md does not name:\n" + "\n".join(missing)
+
+
+def test_the_design_names_every_diagnosis_rule():
+    from latlab.analysis.diagnose import RULES
+
+    text = (ROOT / "docs" / "design.md").read_text()
+    section = text[text.index("## Diagnosis"):text.index("## The run folder")]
+    missing = [rule.__name__ for rule in RULES if f"`{rule.__name__}`" not in section]
+    assert not missing, f"docs/design.md's Diagnosis does not name: {missing}"
