@@ -76,10 +76,9 @@ class SpeedReference:
     this process on an engine of its own: the machine's speed now, in ms (median of 3)."""
 
     def __init__(self) -> None:
-        from latlab.commands.serve import parse_serve_args
         from latlab.engine.engine import LLMEngine
 
-        self.engine = LLMEngine(parse_serve_args([]).engine_config())
+        self.engine = LLMEngine(EngineConfig())
         self.rng = np.random.default_rng(0)
         self.ids = 0
 
