@@ -14,7 +14,7 @@ from latlab.analysis.noise import from_repeat
 from latlab.commands.common import EXIT_INCONCLUSIVE, RunFailed, UsageError, console
 from latlab.commands.options import Options
 from latlab.records.folder import RunFolder, RunFolderError
-from latlab.records.settings import setting
+from latlab.records.settings import OUTPUT, VERDICT, setting
 from latlab.records.verdict import CompareConfig
 from latlab.report.comparison import print_comparison
 from latlab.store import resolve_run
@@ -23,10 +23,12 @@ from latlab.store import resolve_run
 class CompareOptions(Options):
     fail_if: list[str] = setting([], "Regression gate like 'p99_ttft>+10%' or "
                                  "'output_tokens_per_s<-5%' (repeatable): exit code 1 when one "
-                                 "trips, 3 when one cannot tell for the noise.", "--fail-if")
-    allow_different_workloads: bool = setting(False, "Compare runs whose workloads differ.")
-    runs_dir: Path = setting(Path("runs"), "Runs folder holding the run store.")
-    full: bool = setting(False, "Show mean and p90 too, not only p50 and p99.")
+                                 "trips, 3 when one cannot tell for the noise.", "--fail-if",
+                                 group=VERDICT)
+    allow_different_workloads: bool = setting(False, "Compare runs whose workloads differ.",
+                                              group=VERDICT)
+    runs_dir: Path = setting(Path("runs"), "Runs folder holding the run store.", group=OUTPUT)
+    full: bool = setting(False, "Show mean and p90 too, not only p50 and p99.", group=OUTPUT)
 
 
 def compare(runs: list[str], config: CompareConfig, options: CompareOptions) -> None:
