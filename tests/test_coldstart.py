@@ -101,9 +101,10 @@ def test_a_failure_after_the_start_still_stops_the_process_group(tmp_path):
 
 def test_a_server_that_never_gets_ready_is_stopped(tmp_path):
     port, pids = free_port(), tmp_path / "pids"
+    # 5 s: time for the fake server to start and write its pids on a busy machine
     result = coldstart("--command", fake(port, pids, "--delay", "60"), "--url",
-                       f"http://127.0.0.1:{port}", "--ready-timeout", "1", "--out", str(tmp_path))
-    assert result.exit_code == 1 and "was not ready after 1 s" in result.output
+                       f"http://127.0.0.1:{port}", "--ready-timeout", "5", "--out", str(tmp_path))
+    assert result.exit_code == 1 and "was not ready after 5 s" in result.output
     assert all_gone(pids)
 
 

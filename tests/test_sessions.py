@@ -193,8 +193,16 @@ def test_dataset_conversations_are_replayed_turn_by_turn(tmp_path):
     with Server(answering()) as server:
         result = run_bench(session_config(
             server.url, tmp_path, SessionConfig(turns=None), requests=3, duration_s=None,
-            arrivals=ArrivalConfig(users=1), workload={"dataset": path}))
+            arrivals=ArrivalConfig(users=1), workload={"dataset": path, "prompts": "seed"}))
         bodies = [r["body"] for r in server.received]
+        fresh = run_bench(session_config(
+            server.url, tmp_path, SessionConfig(turns=None), requests=3, duration_s=None,
+            arrivals=ArrivalConfig(users=1), workload={"dataset": path}))
+        salted = [r["body"] for r in server.received[len(bodies):]]
+    assert fresh.summary.ok == 3
+    assert [len(b["messages"]) for b in salted] == [1, 3, 1]  # fresh words, the same turns
+    assert salted[1]["messages"][0]["content"].endswith(" first question")
+    assert salted[1]["messages"][0]["content"] != "first question"
     assert [len(b["messages"]) for b in bodies] == [1, 3, 1]
     assert bodies[1]["messages"][0]["content"] == "first question"
     assert bodies[1]["messages"][2]["content"] == "second question"

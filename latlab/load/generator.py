@@ -114,7 +114,8 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
             key = config.api_key.get_secret_value() if config.api_key else None
             target = settings.target
             target.model, target.server_kind, target.max_model_len = _identify(url, config, key)
-            target.settings = asyncio.run(server_settings(url, key))
+            told = asyncio.run(server_settings(url, key))
+            target.settings = told if told.known() else None
             _fit(workload, config, target.max_model_len)
             target.rtt_ms = asyncio.run(round_trip_ms(url, key))
             settings.target.otlp_endpoint = receiver.endpoint if receiver else None

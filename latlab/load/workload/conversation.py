@@ -29,6 +29,7 @@ class Conversation:
         self.tenant, self.priority = workload.labels(rng)
         system = workload.prefix if c.prefix_tokens and rng.random() < c.prefix_fraction else ""
         self.script: list[Turn] | None = None
+        self.salt = ""  # a dataset conversation's salt words, before its first message
         if workload.dataset is None:
             self.turns = c.sessions.turns.sample(rng)
         else:
@@ -37,7 +38,10 @@ class Conversation:
             self.turns = (len(script) if c.sessions.turns is None
                           else min(len(script), c.sessions.turns.sample(rng)))
             self.script = script[: self.turns]
-            system = workload.salt_words + system + (entry.system or "")
+            system += entry.system or ""
+            self.salt = workload.salt_words
+            if system:
+                system, self.salt = self.salt + system, ""
         self.messages: list[dict[str, Any]] = (
             [{"role": "system", "content": system}] if system else [])
         self.tokens = self._count(system)  # the history's prompt tokens so far
@@ -76,7 +80,8 @@ class Conversation:
         if self.script is not None and (self.kind == "chat" or turn == 1):
             line = self.script[turn - 1]
             reply = self._count(line.reply) if line.reply else 0
-            return line.user, self._count(line.user), reply or c.output_tokens.sample(rng)
+            user, self.salt = self.salt + line.user, ""
+            return user, self._count(user), reply or c.output_tokens.sample(rng)
         n = lengths.sample(rng)
         max_tokens = c.output_tokens.sample(rng)
         if tool_output is not None:

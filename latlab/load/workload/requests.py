@@ -62,8 +62,8 @@ class Workload:
         salt = [] if config.prompt_salt is None else [config.prompt_salt]
         self._prefix = self.text(np.random.default_rng([config.seed, 1, *salt]),
                                   config.prefix_tokens)
-        self._salt_words = (self.text(np.random.default_rng([config.seed, 4, *salt]), SALT_WORDS)
-                            if salt else "")
+        self._salt_words = (self.text(np.random.default_rng([config.seed, 4, *salt]),
+                                      SALT_WORDS).strip() + " " if salt else "")
         self._tenants = _choice(config.tenants)
         self._priorities = _choice(config.priorities)
 
@@ -144,18 +144,20 @@ class Workload:
         spec.max_tokens = max_tokens or self.config.output_tokens.sample(rng)
         spec.tenant = entry.tenant or spec.tenant
         spec.priority = entry.priority if entry.priority is not None else spec.priority
-        prefix = self._salt_words + (self._prefix if shared else "")
+        prefix = self._prefix if shared else ""
         if self.config.api in CHAT_APIS:
             messages = entry.messages or [{"role": "user", "content": entry.prompt}]
             system = [{"role": "system", "content": prefix}] if prefix else []
-            spec.messages = system + messages
+            first, *rest = system + messages  # the salt goes before the first message's words
+            words = self._salt_words + str(first.get("content") or "")
+            spec.messages = [{**first, "content": words}, *rest]
             spec.prompt_tokens = sum(len(self.tokenizer.encode(str(m.get("content") or "")))
                                      for m in spec.messages)
         else:
             text = entry.prompt
             if text is None:
                 text = self.tokenizer.apply_chat_template(entry.messages)
-            spec.prompt = prefix + text
+            spec.prompt = self._salt_words + prefix + text
             spec.prompt_tokens = len(self.tokenizer.encode(spec.prompt))
 
     def text(self, rng: np.random.Generator, n_tokens: int) -> str:
