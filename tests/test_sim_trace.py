@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-import pytest
 
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.simulation import Fleet

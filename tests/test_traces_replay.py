@@ -148,3 +148,10 @@ def test_a_window_past_the_trace_is_refused_before_the_run(tmp_path):
             trace=MOONCAKE, trace_start_s=1e6)))
     with pytest.raises(TraceError):
         Workload(WorkloadConfig(), ArrivalConfig(trace=tmp_path / "none.jsonl"))
+
+
+def test_the_context_check_reads_no_further_than_the_window():
+    w = workload(context_tokens=1000)  # 209 requests: fewer than the 1,000 checked
+    over, longest, checked = w.prompts_too_long(1000)
+    assert checked == 209 and longest == round(82831 / 32) and over == sum(
+        1 for i in range(209) if w.request(i).prompt_tokens + 2 > 1000)

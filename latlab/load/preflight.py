@@ -35,7 +35,7 @@ def fit_context(workload: Workload, config: BenchConfig, context: int | None) ->
         return
     config.workload.context_tokens = context  # the same object as workload.config
     count = min(config.requests or FIT_CHECK_REQUESTS, FIT_CHECK_REQUESTS)
-    over, longest = workload.prompts_too_long(count)
+    over, longest, count = workload.prompts_too_long(count)
     if over:
         lower = ("--length-scale" if config.arrivals.process == "trace"
                  and workload.trace.first.row.prompt_tokens is not None else "--prompt-tokens")

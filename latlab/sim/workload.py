@@ -13,6 +13,7 @@ share as a server's prefix cache would; a trace's sessions are replayed at their
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -126,11 +127,12 @@ def build(config: WorkloadConfig, arrivals: ArrivalConfig, requests: int | None,
 def _trace(config: WorkloadConfig, arrivals: ArrivalConfig, requests: int | None,
            duration_s: float | None) -> SimWorkload:
     """The trace's window: its times, its lengths scaled (drawn from the workload's
-    distributions where it gives none), its blocks and labels."""
+    distributions where it gives none), its blocks (flat, 8 bytes an id) and labels."""
     rng = np.random.default_rng([config.seed, 5])
     scale = arrivals.length_scale
-    times, prompt, output, tenant, priority = [], [], [], [], []
-    ids, starts = [], [0]
+    times, prompt, output = array("d"), array("q"), array("q")
+    ids, starts = array("q"), array("q", [0])
+    tenant, priority = [], []
     for replayed in replay_window(arrivals, duration_s, requests)[1]:
         row = replayed.row
         times.append(replayed.offset_s)
@@ -145,10 +147,10 @@ def _trace(config: WorkloadConfig, arrivals: ArrivalConfig, requests: int | None
     if not times:
         raise WorkloadError(f"--trace {arrivals.trace}: no request in the window")
     n = len(times)
-    w = SimWorkload(config, arrivals, n, duration_s, arrival=np.asarray(times, dtype=float))
-    w.lengths = Lengths(np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64),
+    w = SimWorkload(config, arrivals, n, duration_s, arrival=np.frombuffer(times, dtype=float))
+    w.lengths = Lengths(np.frombuffer(prompt, np.int64), np.frombuffer(output, np.int64),
                         np.zeros(n, bool), tenant, priority,
-                        Blocks(np.asarray(ids, dtype=np.int64), np.asarray(starts, np.int64),
+                        Blocks(np.frombuffer(ids, np.int64), np.frombuffer(starts, np.int64),
                                block_tokens(scale)) if ids else None)
     return w
 

@@ -169,15 +169,18 @@ class Workload:
         """A tenant and a priority, drawn by their weights."""
         return self._tenants(rng), self._priorities(rng)
 
-    def prompts_too_long(self, count: int) -> tuple[int, int]:
-        """Of the first `count` requests, how many have prompts that leave no room for one
-        output token in the server's context, and the longest prompt (tokens)."""
+    def prompts_too_long(self, count: int) -> tuple[int, int, int]:
+        """Of the first `count` requests (a trace's window may hold fewer), how many have
+        prompts that leave no room for one output token in the server's context, the longest
+        prompt (tokens), and how many were looked at."""
         limit = self.config.context_tokens
         if limit is None:
-            return 0, 0
+            return 0, 0, 0
+        if self.trace is not None:
+            count = next((i for i in range(count) if self.trace.get(i) is None), count)
         specs = [self.request(i) for i in range(count)]
         over = [s for s in specs if (s.context_needed or 0) - s.max_tokens + 1 > limit]
-        return len(over), max((s.prompt_tokens or 0 for s in specs), default=0)
+        return len(over), max((s.prompt_tokens or 0 for s in specs), default=0), count
 
     def _synthetic(self, spec: RequestSpec, rng: np.random.Generator, shared: bool) -> None:
         n = self.config.prompt_tokens.sample(rng)

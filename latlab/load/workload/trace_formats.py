@@ -197,7 +197,8 @@ def _date(src: TraceSource, line: int, field: str, text: str) -> float:
 def _ids(src: TraceSource, line: int, value: Any) -> list[int] | None:
     if value is None:
         return None
-    if not isinstance(value, list) or not all(_is_int(h) and h >= 0 for h in value):
+    if (not isinstance(value, list) or not all(type(h) is int for h in value)
+            or (value and min(value) < 0)):
         raise src.error(line, "hash_ids", "must be a list of block ids (integers, 0 or more)")
     return value or None
 

@@ -108,7 +108,7 @@ def window(trace: Trace, start_s: float = 0.0, speed: float = 1.0) -> Iterator[R
 
 
 def replay_window(arrivals: ArrivalConfig, duration_s: float | None = None,
-           requests: int | None = None) -> tuple[Trace, Iterator[Replayed]]:
+                  requests: int | None = None) -> tuple[Trace, Iterator[Replayed]]:
     """The trace of `arrivals` and its replay's window: from --trace-start, at --trace-speed,
     until `duration_s` (seconds of replay) or `requests`."""
     trace = Trace(arrivals.trace)
