@@ -124,3 +124,18 @@ def test_sweep_and_predict_take_a_trace(tmp_path):
     help_text = invoke("sweep", "--help").output
     assert "--trace-speed" in help_text and "--length-scale" in help_text
     assert "--rate " not in help_text and "--users" not in help_text
+
+
+def test_ab_replays_the_same_trace_against_both_sides(tmp_path):
+    from sse_server import DONE, Server, Step, completion, stream, usage_only
+
+    answer = stream([Step(0.002, completion("a")), Step(0, usage_only(8, 1)), Step(0, DONE)])
+    with Server(answer) as a, Server(answer) as b:
+        result = invoke("ab", "--a", a.url, "--b", b.url, "--trace", MOONCAKE, "--requests", 6,
+                        "--trace-speed", 50, "--length-scale", 1 / 256, "--rounds", 1,
+                        "--out", tmp_path, "--json")
+        prompts = [[r["body"]["prompt"] for r in s.received] for s in (a, b)]
+    assert result.exit_code == 0, result.output
+    lengths = [sorted(len(p.split()) for p in side) for side in prompts]
+    assert lengths[0] == lengths[1] == sorted(max(1, round(r.row.prompt_tokens / 256))
+                                              for r in list(window(Trace(MOONCAKE)))[:6])
