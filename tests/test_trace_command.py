@@ -63,7 +63,7 @@ def test_the_command_prints_plots_and_prints_json(tmp_path):
     assert result.exit_code == 0, result.output
     assert "mooncake" in result.output and "latlab bench --rate" in result.output
     assert "Plotly.newPlot" in page.read_text()
-    data = invoke("trace", MOONCAKE, "--no-html", "--json", "--requests", 50)
+    data = invoke("trace", MOONCAKE, "--no-page", "--json", "--requests", 50)
     profile = TraceProfile.model_validate(orjson.loads(data.stdout))
     assert profile.requests == 50 and profile.sharing is not None
 
@@ -72,7 +72,7 @@ def test_a_bad_trace_is_a_usage_error_naming_the_line_and_field(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1}\n'
                     '{"timestamp": 1, "input_length": -5, "output_length": 1}\n')
-    result = invoke("trace", path, "--no-html")
+    result = invoke("trace", path, "--no-page")
     assert result.exit_code == 2 and "line 2: `input_length` must be" in result.output
     scaled = invoke("trace", MOONCAKE, "--export", tmp_path / "x.jsonl", "--length-scale", 0.5)
     assert scaled.exit_code == 2 and "scale them when you replay it" in scaled.output
@@ -80,7 +80,7 @@ def test_a_bad_trace_is_a_usage_error_naming_the_line_and_field(tmp_path):
 
 def test_an_exported_slice_reads_back_as_the_window(tmp_path):
     out = tmp_path / "slice.jsonl"
-    result = invoke("trace", MOONCAKE, "--no-html", "--trace-start", 12, "--duration", 20,
+    result = invoke("trace", MOONCAKE, "--no-page", "--trace-start", 12, "--duration", 20,
                     "--export", out)
     assert result.exit_code == 0, result.output
     source = [r for r in window(Trace(MOONCAKE), start_s=12.0) if r.offset_s < 20.0]
@@ -106,7 +106,7 @@ def test_a_runs_traffic_exports_without_text(tmp_path):
                 completion_tokens=8, tenant="t", session=SessionStep(id="s", turn=i + 1, turns=3),
                 trace=TraceStep(row=i, time_s=float(i), hash_ids=[9, 10 + i])))
     out = tmp_path / "traffic.jsonl"
-    assert invoke("trace", run.path, "--no-html", "--export", out).exit_code == 0
+    assert invoke("trace", run.path, "--no-page", "--export", out).exit_code == 0
     rows = [orjson.loads(line) for line in out.read_text().splitlines()]
     assert rows[1] == {"timestamp": 1000.0, "input_length": 65, "output_length": 8,
                        "hash_ids": [0, 2], "session": "s", "turn": 2, "tenant": "t"}

@@ -23,9 +23,10 @@ NOT_TAKEN = frozenset({"arrivals.process", "arrivals.burstiness", "arrivals.max_
 
 
 class TraceOptions(JsonOutput):
-    html: Path | None = setting(None, "Write the trace's page here (default: NAME-trace.html "
-                                "in the current folder).", group=OUTPUT)
-    no_html: bool = setting(False, "Write no page.", "--no-html", group=OUTPUT)
+    page: bool = setting(True, "Write the trace's page: rate over time, length histograms.",
+                         "--page/--no-page", group=OUTPUT)
+    html: Path | None = setting(None, "Where to write it (default: NAME-trace.html in the "
+                                "current folder).", group=OUTPUT)
 
 
 def trace(config: TraceConfig, options: TraceOptions) -> None:
@@ -40,7 +41,7 @@ def trace(config: TraceConfig, options: TraceOptions) -> None:
         count = export_trace(config, config.export)
         err.print(f"exported {count:,} requests to {config.export}", highlight=False,
                   markup=False)
-    if not options.no_html:
+    if options.page:
         source = Path(profile.source)
         page = options.html or Path(f"{source.stem or source.name}-trace.html")
         write_trace_html(page, profile)
