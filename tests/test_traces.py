@@ -128,6 +128,17 @@ def test_bad_traces_name_the_file_line_and_field(tmp_path, name, content, fragme
     assert str(e.value).startswith(f"--trace {path}") and fragment in str(e.value)
 
 
+def test_a_compressed_trace_reads_as_the_plain_one(tmp_path):
+    import gzip
+
+    packed = tmp_path / "azure.csv.gz"
+    packed.write_bytes(gzip.compress(AZURE.read_bytes()))
+    moon = tmp_path / "mooncake.jsonl.gz"
+    moon.write_bytes(gzip.compress(MOONCAKE.read_bytes()))
+    assert [r.row for r in rows(packed)] == [r.row for r in rows(AZURE)]
+    assert Trace(moon).format == "mooncake" and len(rows(moon)) == 209
+
+
 def test_a_missing_trace_or_a_folder_that_is_no_run(tmp_path):
     with pytest.raises(TraceError, match="cannot read it"):
         Trace(tmp_path / "missing.jsonl")

@@ -57,7 +57,7 @@ def csv_format(src: TraceSource, header: str) -> tuple[str, Rows]:
 
 
 def _json_rows(src: TraceSource) -> Iterator[tuple[int, dict[str, Any]]]:
-    with open(src.path, "rb") as f:
+    with src.open() as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -120,7 +120,7 @@ def _labelled(src: TraceSource, n: int, row: dict[str, Any], turns: dict[str, in
 
 
 def _csv_rows(src: TraceSource) -> Iterator[tuple[int, dict[str, str]]]:
-    with open(src.path, newline="", encoding="utf-8-sig") as f:
+    with src.open(text=True) as f:
         reader = csv.reader(f)
         names = [n.strip() for n in next(reader)]
         for values in reader:

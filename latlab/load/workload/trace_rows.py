@@ -3,9 +3,12 @@ the line and the field (`TraceSource.error`)."""
 
 from __future__ import annotations
 
+import gzip
+import io
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from latlab.records.lengths import WorkloadError
 
@@ -39,6 +42,13 @@ class TraceSource:
         self.path = Path(path)
         self.where = f"--trace {self.path}"
         self.skipped: Counter[str] = Counter()
+
+    def open(self, text: bool = False) -> IO:
+        """The file, read as it comes (gzip-compressed ones too: `.gz` or not)."""
+        with open(self.path, "rb") as f:
+            zipped = f.read(2) == b"\x1f\x8b"
+        raw = gzip.open(self.path, "rb") if zipped else open(self.path, "rb")
+        return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") if text else raw
 
     def error(self, line: int, field: str, problem: str) -> TraceError:
         return TraceError(f"{self.where}: line {line}: `{field}` {problem}")

@@ -69,10 +69,11 @@ def _detect(trace: Trace) -> tuple[str, formats.Rows]:
     if path.is_dir():
         return "run", run_rows
     try:
-        with open(path, "rb") as f:
+        with trace.open() as f:
             head = f.read(SNIFF_BYTES)
-    except OSError as e:
-        raise TraceError(f"{trace.where}: cannot read it: {e.strerror or e}") from None
+    except (OSError, EOFError) as e:
+        raise TraceError(f"{trace.where}: cannot read it: "
+                         f"{getattr(e, 'strerror', None) or e}") from None
     first = next((line for line in head.splitlines() if line.strip()), b"").strip()
     if not first:
         raise TraceError(f"{trace.where}: empty: no requests in it")
