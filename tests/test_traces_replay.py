@@ -85,7 +85,7 @@ def test_the_trace_settings_need_a_trace_and_survive_config_json():
     assert ArrivalConfig.under({"trace": "t.jsonl", "trace_speed": 2.0}, {"rate": 1.0}) == {}
 
 
-def echo(tokens: int = 2) -> list[Step]:
+def echo() -> list[Step]:
     return [Step(0.005, completion("a", {"prompt_tokens": 1, "completion_tokens": 1})),
             Step(0.005, completion("b", {"prompt_tokens": 1, "completion_tokens": 2})),
             Step(0, usage_only(1, 2)), Step(0, DONE)]
