@@ -12,7 +12,7 @@ import typer
 
 from latlab import __version__
 from latlab.commands import (ab, bench, calibrate, coldstart, compare, export, predict, report,
-                             runs, serve, sweep)
+                             runs, serve, sweep, trace)
 from latlab.commands.options import ConfigFile, JsonOutput, NamedWorkload, command
 from latlab.records.ab import ABConfig
 from latlab.records.bench import BenchConfig
@@ -21,6 +21,7 @@ from latlab.records.engine import ServeConfig
 from latlab.records.predict import CalibrateConfig, PredictConfig
 from latlab.records.sweep import SweepConfig
 from latlab.records.verdict import CompareConfig
+from latlab.records.trace import TraceConfig
 
 # Plain click help: each option's text wraps beside it at any width (rich's panels squeeze
 # it into a narrow column at 80), and piped help is plain text.
@@ -57,6 +58,9 @@ RUN_DIR = ("run_dir", str, typer.Argument(..., metavar="RUN_DIR",
 RUNS = ("runs", list[str], typer.Argument(..., metavar="RUN_A RUN_B [RUN...]",
                                           help="Run folders or run ids (see `latlab runs`); "
                                                "each is compared with the first."))
+SOURCE = ("source", Path, typer.Argument(..., metavar="TRACE", help="A trace (Mooncake JSONL, "
+                                         "Azure or BurstGPT CSV, latlab JSONL) or a run "
+                                         "folder."))
 FOLDER = ("folder", Path, typer.Argument(..., help="Where to write the Hugging Face folder."))
 
 command(app, bench.bench, config=BenchConfig, options=bench.BenchDisplay)
@@ -71,6 +75,8 @@ command(app, compare.compare, config=CompareConfig, options=compare.CompareOptio
         arguments=(RUNS,))
 command(app, ab.ab, config=ABConfig, options=NamedWorkload, exclude=ab.NOT_TAKEN)
 command(app, runs.runs, options=runs.RunsOptions)
+command(app, trace.trace, config=TraceConfig, options=trace.TraceOptions,
+        exclude=trace.NOT_TAKEN, arguments=(SOURCE,), into={"source": ("arrivals", "trace")})
 command(app, serve.serve, config=ServeConfig)
 command(tokenizer_app, export.tokenizer_export, options=export.TokenizerExportOptions,
         name="export", arguments=(FOLDER,))

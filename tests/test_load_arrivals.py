@@ -7,7 +7,8 @@ import pytest
 from pydantic import ValidationError
 from scipy import stats
 
-from latlab.load.workload.arrivals import ArrivalError, arrival_times, load_trace, user_start_times
+from latlab.load.workload.arrivals import arrival_times, user_start_times
+from latlab.load.workload.traces import TraceError
 from latlab.records.arrivals import ArrivalConfig
 
 N = 20000
@@ -74,20 +75,21 @@ def test_trace_replay(tmp_path):
     assert list(arrival_times(ArrivalConfig(process="trace", trace=path))) == [0.0, 0.5, 2.25]
     ms = tmp_path / "ms.jsonl"
     ms.write_text('{"timestamp_ms": 1000}\n{"timestamp_ms": 1250}\n')
-    assert load_trace(ms) == [0.0, 0.25]
+    assert list(arrival_times(ArrivalConfig(trace=ms))) == [0.0, 0.25]
 
 
-@pytest.mark.parametrize("content,fragment", [("", "no timestamps"),
-                                              ('{"timestamp": "soon"}\n', "line 1: needs a numeric"),
-                                              ('{"timestamp": 1}\n{oops\n', "line 2: not JSON")])
+@pytest.mark.parametrize("content,fragment", [("", "empty"),
+                                              ('{"timestamp": "soon"}\n',
+                                               "line 1: `timestamp` must be a number"),
+                                              ('{"timestamp": 1}\n{oops\n', "line 2: `(line)` is not JSON")])
 def test_bad_traces_name_the_option(tmp_path, content, fragment):
     path = tmp_path / "t.jsonl"
     path.write_text(content)
-    with pytest.raises(ArrivalError) as e:
-        load_trace(path)
+    with pytest.raises(TraceError) as e:
+        list(arrival_times(ArrivalConfig(trace=path)))
     assert "--trace" in str(e.value) and fragment in str(e.value)
-    with pytest.raises(ArrivalError, match="cannot read"):
-        load_trace(tmp_path / "missing.jsonl")
+    with pytest.raises(TraceError, match="cannot read"):
+        list(arrival_times(ArrivalConfig(trace=tmp_path / "missing.jsonl")))
 
 
 @pytest.mark.parametrize("kw", [dict(process="poisson"), dict(process="poisson", rate=-1.0),

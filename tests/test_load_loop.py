@@ -3,6 +3,7 @@ arrival runs (one request, or a session of several) and given back exactly once,
 run ends."""
 
 import asyncio
+import itertools
 from time import perf_counter_ns
 
 from latlab.load.workers.loop import ScheduleLoop
@@ -20,6 +21,12 @@ class Counting:
         self.arrivals, self.sends = arrivals, sends
         self.limit = None if budget else arrivals  # a session budget, or --requests
         self.running = self.most = self.ended = 0
+
+    def arrival_offsets(self):
+        return (i / 1000.0 for i in itertools.count())  # --rate 1000, constant
+
+    def owner(self, index: int, workers: int) -> int:
+        return index % workers
 
     def open(self, index: int) -> int | None:
         return index if index < self.arrivals else None

@@ -31,8 +31,8 @@ def runs(root):
 def test_help_is_grouped_target_and_load_first():
     text = invoke("bench", "--help").output
     sections = re.findall(r"^([A-Z][A-Za-z /]+):$", text, re.M)
-    assert sections[:5] == ["Target", "Workload", "Sessions and agents", "Load",
-                            "When to stop"], sections
+    assert sections[:6] == ["Target", "Workload", "Sessions and agents", "Load",
+                            "Trace replay", "When to stop"], sections
     assert sections.index("Client") > sections.index("Load")
     assert "--no-ignore-eos" in text and "--workload" in text and "--config" in text
 

@@ -21,8 +21,8 @@ from pydantic import BaseModel, ValidationError
 
 from latlab.commands.common import UsageError, run_command
 from latlab.commands.config_files import read_config_file, read_workload
-from latlab.records.settings import (GROUPS, OUTPUT, Spec, flag_of, nest, option, setting, specs,
-                                     sub_config)
+from latlab.records.settings import (GROUPS, OUTPUT, Spec, flag_of, merge, nest, option, setting,
+                                     specs, sub_config)
 
 Argument = tuple[str, Any, Any]  # name, type, typer.Argument(...)
 
@@ -71,9 +71,12 @@ class GroupedCommand(typer.core.TyperCommand):
 def command(app: typer.Typer, handler: Callable[..., None], *,
             config: type[BaseModel] | None = None, options: type[Options] | None = None,
             exclude: frozenset[str] = frozenset(), name: str | None = None,
-            arguments: tuple[Argument, ...] = ()) -> None:
+            arguments: tuple[Argument, ...] = (),
+            into: dict[str, tuple[str, ...]] | None = None) -> None:
     """Register `handler(*arguments, config=..., options=...)` on `app` (see the module's
-    doc); `exclude` names the config's settings this command does not take."""
+    doc); `exclude` names the config's settings this command does not take; `into` names
+    the arguments that are a setting of the config (by its path), not the handler's."""
+    into = into or {}
     config_specs = list(specs(config, exclude)) if config else []
     option_specs = list(specs(options)) if options else []
     params = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
@@ -85,6 +88,8 @@ def command(app: typer.Typer, handler: Callable[..., None], *,
 
     def cli(ctx: typer.Context, **values: Any) -> None:
         args = [values.pop(arg) for arg in positional]
+        settings = nest({into[a]: v for a, v in zip(positional, args) if a in into})
+        args = [v for a, v in zip(positional, args) if a not in into]
         given = _given(ctx, values)
 
         def body() -> None:
@@ -93,7 +98,7 @@ def command(app: typer.Typer, handler: Callable[..., None], *,
                 kwargs["options"] = options(**{s.path[0]: values[s.key] for s in option_specs})
             if config:
                 kwargs["config"] = build(config, config_specs, values, given,
-                                         kwargs.get("options"))
+                                         kwargs.get("options"), settings)
             handler(*args, **kwargs)
 
         run_command((name or handler.__name__).replace("_", " "), body)
@@ -131,14 +136,16 @@ def _given(ctx: typer.Context, values: dict[str, Any]) -> set[str]:
 
 
 def build(model: type[BaseModel], config_specs: list[Spec], values: dict[str, Any],
-          given: set[str], display: Options | None = None) -> Any:
+          given: set[str], display: Options | None = None,
+          settings: dict[str, Any] | None = None) -> Any:
     """`model` from the options given, over the named workload and the config file."""
     base: dict[str, Any] = {}
     if isinstance(display, NamedWorkload) and display.workload is not None:
         base = overlay(model, base, read_workload(display.workload, model))
     if isinstance(display, ConfigFile) and display.config_file is not None:
         base = overlay(model, base, read_config_file(display.config_file, model))
-    flags = nest({s.path: values[s.key] for s in config_specs if s.key in given})
+    flags = merge(nest({s.path: values[s.key] for s in config_specs if s.key in given}),
+                  settings or {})
     try:
         return model.model_validate(overlay(model, base, flags))
     except ValidationError as e:

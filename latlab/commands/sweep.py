@@ -11,8 +11,10 @@ from latlab.records.sweep import SweepConfig
 from latlab.report.sweep import print_sweep
 from latlab.services.sweep import run_sweep
 
-# The sweep sets each point's load; the arrival shape is the plan's.
-NOT_TAKEN = frozenset({"base.arrivals"})
+# The sweep sets each point's load; the arrival shape is the plan's; a trace is swept at
+# the speeds that give the plan's rates.
+NOT_TAKEN = frozenset(f"base.arrivals.{name}" for name in (
+    "process", "burstiness", "max_concurrency", "users", "rate", "ramp_s"))
 
 
 def sweep(config: SweepConfig, options: Display) -> None:

@@ -36,7 +36,7 @@ from latlab.load.workers.processes import run_workers
 from latlab.load.workers.progress import ProgressDisplay
 from latlab.load.workers.snapshot import WorkerSnapshot
 from latlab.load.workers.worker import Worker, WorkerPlan, WorkerResult
-from latlab.load.workload.arrivals import load_trace
+from latlab.load.preflight import fit_context, survey_trace
 from latlab.load.workload.prompts import with_salt
 from latlab.load.workload.requests import Workload
 from latlab.records.bench import BenchConfig
@@ -51,7 +51,6 @@ from latlab.records.table import OUTCOMES, RequestTable
 
 START_LEAD_S = 0.05
 MODELS_TIMEOUT_S = 10.0
-FIT_CHECK_REQUESTS = 1000  # requests drawn to check that prompts fit the context
 
 
 @dataclass
@@ -78,10 +77,11 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
     """Run `config` to the end (or Ctrl-C) and write config.json and requests.jsonl into a
     new folder under `config.out`. Raises `BenchError`, or the workload's/arrivals'
     `ValueError`s for bad input, before any load is sent."""
+    notes: list[str] = []
     config = config.model_copy(update={"workload": with_salt(config.workload)})
-    workload = Workload(config.workload)
     if config.arrivals.process == "trace":
-        load_trace(config.arrivals.trace)
+        notes += survey_trace(config, console)
+    workload = Workload(config.workload, config.arrivals, config.duration_s)
     if config.ray is not None:
         from latlab.load.workers.ray_driver import require_ray
 
@@ -92,7 +92,6 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
     settings = run_config(config, command)
     run.write_config(settings)
     engine = None
-    notes: list[str] = []
     with ExitStack() as context, _not_started(run, settings):
         receiver = (context.enter_context(SpanReceiver(run.path / SPANS, port=config.otlp_port))
                     if config.otlp_port is not None else None)
@@ -116,7 +115,7 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
             target.model, target.server_kind, target.max_model_len = _identify(url, config, key)
             told = asyncio.run(server_settings(url, key))
             target.settings = told if told.known() else None
-            _fit(workload, config, target.max_model_len)
+            fit_context(workload, config, target.max_model_len)
             target.rtt_ms = asyncio.run(round_trip_ms(url, key))
             settings.target.otlp_endpoint = receiver.endpoint if receiver else None
             run.write_config(settings)
@@ -207,20 +206,6 @@ def _identify(url: str, config: BenchConfig,
     if config.server_kind != ServerKind.AUTO:
         kind = config.server_kind
     return model, kind, context
-
-
-def _fit(workload: Workload, config: BenchConfig, context: int | None) -> None:
-    """Fit every request into the server's context (its output is shortened where needed);
-    `BenchError` before anything is sent when prompts alone do not fit."""
-    if context is None:
-        return
-    config.workload.context_tokens = context  # the same object as workload.config
-    count = min(config.requests or FIT_CHECK_REQUESTS, FIT_CHECK_REQUESTS)
-    over, longest = workload.prompts_too_long(count)
-    if over:
-        raise BenchError(f"{over} of the first {count} prompts (up to {longest} tokens) leave no "
-                         f"room for output in the server's context of {context} tokens: lower "
-                         "--prompt-tokens, or serve a longer context")
 
 
 def _start_clock(run: RunFolder, settings: RunConfig, lead_s: float = START_LEAD_S) -> int:

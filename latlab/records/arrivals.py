@@ -1,5 +1,6 @@
 """When a run's requests go: a closed loop of users, an open loop at a rate (Poisson, gamma or
-constant gaps), or a trace's timestamps."""
+constant gaps), or a trace's timestamps (a trace also says what each request asks for:
+`latlab.load.workload.traces` reads it)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, model_validator
 
-from latlab.records.settings import LOAD, setting
+from latlab.records.settings import LOAD, TRACE, flag_of, setting
 
 Process = Literal["closed", "poisson", "gamma", "constant", "trace"]
 OPEN_LOOP = ("poisson", "gamma", "constant")
 
 
 LOAD_KINDS = ("users", "rate", "trace")  # what sets the load; each excludes the others
+TRACE_SHAPE = ("trace_speed", "trace_start_s", "length_scale")  # what shapes a trace replay
 
 
 class ArrivalShape(BaseModel):
@@ -51,8 +53,16 @@ class ArrivalConfig(ArrivalShape):
     rate: float | None = setting(None, "Open loop: requests per second.", group=LOAD, gt=0)
     ramp_s: float = setting(0.0, "Seconds to ramp the rate (or users) up from zero.",
                             group=LOAD, ge=0)
-    trace: Path | None = setting(None, "Replay arrival times from JSONL (`timestamp` s or "
-                                 "`timestamp_ms` per line).", group=LOAD)
+    trace: Path | None = setting(None, "Replay a trace: its arrival times, lengths, prefix "
+                                 "sharing and sessions (Mooncake JSONL, Azure LLM or BurstGPT "
+                                 "CSV, latlab's JSONL, or a run folder).", group=TRACE)
+    trace_speed: float = setting(1.0, "Replay the trace this many times faster (0.5: at half "
+                                 "its speed).", group=TRACE, gt=0)
+    trace_start_s: float = setting(0.0, "Start this many seconds into the trace; --duration "
+                                   "or --requests end the window.", group=TRACE, ge=0)
+    length_scale: float = setting(1.0, "Scale the trace's prompt and output lengths, and its "
+                                  "prefix blocks with them, so a fleet's trace fits a small "
+                                  "server (0.1: a tenth).", group=TRACE, gt=0)
     seed: int = 0
 
     @model_validator(mode="before")
@@ -86,6 +96,11 @@ class ArrivalConfig(ArrivalShape):
             raise ValueError(f"a {self.process} arrival process needs a rate")
         if self.process == "trace" and self.trace is None:
             raise ValueError("trace replay needs a trace file")
+        shaped = [name for name in TRACE_SHAPE
+                  if getattr(self, name) != type(self).model_fields[name].default]
+        if shaped and self.trace is None:
+            raise ValueError(f"{flag_of(ArrivalConfig, shaped[0])} shapes a trace replay: "
+                             "give --trace")
         if self.process == "closed" and self.rate is not None:
             raise ValueError("--rate is an open loop: drop --arrival closed")
         return self
@@ -97,12 +112,12 @@ class ArrivalConfig(ArrivalShape):
         an open-loop process); a burstiness the process (it means gamma)."""
         drop: set[str] = set()
         if "users" in over:
-            drop = {"rate", "trace", "process", "burstiness"}
+            drop = {"rate", "trace", *TRACE_SHAPE, "process", "burstiness"}
         elif "trace" in over:
             drop = {"rate", "users", "process"}
         elif "rate" in over:
-            drop = {"users", "trace"} | ({"process"} if base.get("process") not in OPEN_LOOP
-                                        else set())
+            drop = {"users", "trace", *TRACE_SHAPE} | (
+                {"process"} if base.get("process") not in OPEN_LOOP else set())
         if "burstiness" in over:
             drop.add("process")
         return {k: v for k, v in base.items() if k not in drop}

@@ -24,15 +24,15 @@ from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
 # Help groups, in the order `--help` shows them.
-TARGET, CLIENT, WORKLOAD, SESSIONS, LOAD, STOP, SWEEP, AB, TELEMETRY, OUTPUT = (
-    "Target", "Client", "Workload", "Sessions and agents", "Load", "When to stop", "Sweep",
-    "A/B", "Telemetry", "Output")
+TARGET, CLIENT, WORKLOAD, SESSIONS, LOAD, TRACE, STOP, SWEEP, AB, TELEMETRY, OUTPUT = (
+    "Target", "Client", "Workload", "Sessions and agents", "Load", "Trace replay",
+    "When to stop", "Sweep", "A/B", "Telemetry", "Output")
 ENGINE, BATCHING, TECHNIQUES, SERVER = ("Model and engine", "Batching and KV cache",
                                         "Latency techniques", "Server")
 CALIBRATION, FLEET, AUTOSCALE, COLDSTART, VERDICT, OTHER = (
     "Calibration", "Fleet", "Autoscaling", "Cold start", "Verdicts", "Other")
-GROUPS = (TARGET, COLDSTART, CALIBRATION, VERDICT, WORKLOAD, SESSIONS, LOAD, SWEEP, AB, STOP,
-          FLEET, AUTOSCALE, ENGINE, BATCHING, TECHNIQUES, SERVER, TELEMETRY, CLIENT, OUTPUT,
+GROUPS = (TARGET, COLDSTART, CALIBRATION, VERDICT, WORKLOAD, SESSIONS, LOAD, TRACE, SWEEP, AB,
+          STOP, FLEET, AUTOSCALE, ENGINE, BATCHING, TECHNIQUES, SERVER, TELEMETRY, CLIENT, OUTPUT,
           OTHER)
 
 

@@ -200,4 +200,7 @@ class SweepConfig(SweepPlan):
         if self.concurrencies is not None and (not self.concurrencies
                                                or min(self.concurrencies) < 1):
             raise ValueError(f"--concurrencies {self.concurrencies}: give whole numbers ≥ 1")
+        if self.base.arrivals.process == "trace" and self.rates is None:
+            raise ValueError("--trace is swept at the speeds that give each rate: give "
+                             "--rates")
         return self

@@ -157,6 +157,20 @@ class SessionStep:
 
 
 @dataclass(slots=True)
+class TraceStep:
+    """Where a replayed trace's request comes from (`--trace`): its row (0 for the trace's
+    first request, in the file's order) and what the row asked for, before --length-scale —
+    its time (seconds after the trace's first request), its prompt and output tokens, and
+    its prompt's blocks (`hash_ids`: each a 512-token block; equal ids, equal text)."""
+
+    row: int
+    time_s: float
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    hash_ids: list[int] | None = None
+
+
+@dataclass(slots=True)
 class RequestTimeline:
     """Everything latlab knows about one request: workload, client events, server timings."""
 
@@ -209,6 +223,7 @@ class RequestTimeline:
     session: SessionStep | None = None
     first_reasoning_ns: int | None = None
     first_answer_ns: int | None = None
+    trace: TraceStep | None = None  # a replayed trace's row (--trace)
 
     @property
     def ok(self) -> bool:
@@ -248,6 +263,7 @@ class RequestTimeline:
         data["connection"] = asdict(self.connection) if self.connection else None
         data["server"] = self.server.to_json() if self.server else None
         data["session"] = asdict(self.session) if self.session else None
+        data["trace"] = asdict(self.trace) if self.trace else None
         return data
 
     @classmethod
@@ -260,4 +276,6 @@ class RequestTimeline:
         values["server"] = ServerTiming.from_json(values.get("server"))
         if values.get("session"):
             values["session"] = SessionStep(**values["session"])
+        if values.get("trace"):
+            values["trace"] = TraceStep(**values["trace"])
         return cls(**values)

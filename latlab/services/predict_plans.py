@@ -20,7 +20,7 @@ from latlab.records.simulation import Fleet
 from latlab.records.sweep import SweepConfig
 from latlab.services.errors import InputError
 from latlab.services.predict import Predicted, predict_point, settings
-from latlab.services.sweep import Sweep
+from latlab.services.sweep import Sweep, trace_speed_per_rate
 from latlab.sim.fleet import simulate
 from latlab.sim.results import OK
 from latlab.sim.workload import build
@@ -35,7 +35,7 @@ def predict_sweep(config: PredictConfig, cal: Calibration, where: str, err: Cons
     past it), each point a predicted run folder."""
     bench, fleet = config.bench, config.fleet
     shape = config.plan.shape
-    if bench.arrivals.open_loop:
+    if bench.arrivals.open_loop and bench.arrivals.process != "trace":
         shape = bench.arrivals  # the shape of the rate given, for every point
     plan = SweepConfig(base=bench, **config.plan.model_dump(exclude={"shape"}),
                        shape=shape.model_dump(include={"process", "burstiness",
@@ -81,8 +81,12 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
     """The fewest replicas whose percentile meets the goal at the rate: doubling, then
     halving the gap, one simulation each; the answer's predicted run folder."""
     goal, bench, fleet = config.replicas_for, config.bench, config.fleet
-    arrivals = bench.arrivals.model_copy(update={
-        "process": bench.arrivals.open_loop_process(), "rate": goal.rate})
+    if bench.arrivals.process == "trace":  # the trace at the speed that gives the rate
+        speed = goal.rate * trace_speed_per_rate(bench.arrivals, bench.requests)
+        arrivals = bench.arrivals.model_copy(update={"trace_speed": speed})
+    else:
+        arrivals = bench.arrivals.model_copy(update={
+            "process": bench.arrivals.open_loop_process(), "rate": goal.rate})
     bench = bench.model_copy(update={"arrivals": arrivals})
     tried: dict[int, float] = {}
 

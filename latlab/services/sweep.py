@@ -8,7 +8,9 @@ Explicit `rates` (open loop) or `concurrencies` (closed loop) run in increasing 
 Without them the plan is automatic: the synchronous point (one user), the saturation probe
 (a closed loop of `saturation_users`), then `points` open-loop rates spread evenly from the
 synchronous rate (at most half the probe's throughput) up to the probe's throughput, then
-×1.5 steps past it — each step only while the stop rule has not fired. Every point is a
+×1.5 steps past it — each step only while the stop rule has not fired. A trace (`--trace`)
+is swept at its explicit rates: each point replays it at the speed that gives that rate
+(the window's mean rate × --trace-speed). Every point is a
 complete bench run folder inside the sweep folder; sweep.json is rewritten after each, so
 Ctrl-C keeps the points already measured. Without a URL one embedded engine serves them all.
 """
@@ -31,6 +33,7 @@ from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.slo_max import slo_max
 from latlab.load import BenchError
 from latlab.load.target.launch import EngineError, start_engine
+from latlab.load.workload.traces import survey
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder, write_json
 from latlab.records.sweep import SWEEP_JSON, Mode, Point, SweepConfig, SweepRecord, SweepStop
@@ -100,9 +103,14 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
 def plan(config: SweepConfig, points: list[Point]) -> Iterator[Step]:
     """The steps of the sweep; an automatic plan reads the points measured so far."""
     seed = config.base.workload.seed
+    replayed = config.base.arrivals if config.base.arrivals.process == "trace" else None
+    speed = trace_speed_per_rate(replayed, config.base.requests) if replayed is not None else None
 
     def rate(r: float) -> Step:
-        return (f"rate-{r:.3g}", f"{r:.3g} req/s", "rate", r, config.arrivals(r, seed))
+        if replayed is None:
+            return (f"rate-{r:.3g}", f"{r:.3g} req/s", "rate", r, config.arrivals(r, seed))
+        return (f"rate-{r:.3g}", f"{r:.3g} req/s (trace ×{r * speed:.3g})", "rate", r,
+                replayed.model_copy(update={"trace_speed": r * speed}))
 
     def users(n: int, mode: Mode = "concurrency") -> Step:
         label = {"synchronous": "sync (1 user)", "throughput": f"probe ({n} users)"}
@@ -127,6 +135,15 @@ def plan(config: SweepConfig, points: list[Point]) -> Iterator[Step]:
         yield rate(float(r))
     for k in range(1, MAX_ESCALATIONS + 1):
         yield rate(probe * ESCALATION ** k)
+
+
+def trace_speed_per_rate(arrivals: ArrivalConfig, requests: int | None) -> float:
+    """The trace's speed per request/s: one over the window's mean rate at speed 1."""
+    window = survey(arrivals.model_copy(update={"trace_speed": 1.0}), None, requests)
+    if window.requests < 2 or window.span_s <= 0:
+        raise BenchError(f"--trace {arrivals.trace}: its window has no rate to sweep "
+                         f"({window.requests} requests over {window.span_s:g} s)")
+    return window.span_s / window.requests
 
 
 class Sweep:
@@ -228,7 +245,8 @@ class Sweep:
             latlab_version=__version__, created=self.created, command=self.command,
             target=self.target,
             config=c.model_dump(mode="json", exclude={"base"}) | {
-                "bench": c.base.model_dump(mode="json", exclude={"arrivals"})},
+                "bench": c.base.model_dump(
+                    mode="json", exclude=None if c.base.arrivals.trace else {"arrivals"})},
             percentile=c.percentile, slos=c.base.slos,
             definitions={"capacity": capacity.__doc__ or "", "stop_rule": capacity.STOP_RULE,
                          **self.definitions},

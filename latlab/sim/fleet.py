@@ -23,7 +23,7 @@ from latlab.records.calibration import Calibration
 from latlab.records.simulation import Fleet, FleetOutcome
 from latlab.sim.policies import Autoscaler, Router
 from latlab.sim.replica import SimReplica
-from latlab.sim.sequence import SimSequence, new_sequence
+from latlab.sim.sequence import SimSequence, block_ids, new_sequence
 from latlab.sim.results import OK, REJECTED, TOO_LONG, Columns, SimResult
 from latlab.sim.stepcost import StepCostModel
 from latlab.sim.workload import SimWorkload
@@ -31,6 +31,7 @@ from latlab.sim.workload import SimWorkload
 INF = math.inf
 READY, TICK, SEND = 0, 1, 2
 FREE = "free"  # a SEND event's data: a client slot freed (max_concurrency)
+AFFINITY_BLOCKS = 2  # a trace request's first blocks: prefix-affinity routing's key
 
 
 @dataclass
@@ -151,8 +152,8 @@ class Simulation:
         s.sent += 1
         s.in_flight += 1
         prompt, output = int(lengths.prompt[index]), int(lengths.output[index])
-        shared = bool(lengths.shared[index])
-        replica = self.router.route(self.ready, 0 if shared else None) if self.ready else None
+        prefix, key = self._prefix_of(index, prompt)
+        replica = self.router.route(self.ready, key) if self.ready else None
         c.add(index, scheduled, t, -1 if replica is None else replica.name, prompt)
         if replica is None or replica.num_waiting >= self.shape.max_waiting:
             return self._done(index, t + self.reject, REJECTED)
@@ -161,10 +162,25 @@ class Simulation:
         if prompt >= self.shape.max_model_len:
             return self._done(index, arrive + self.net, TOO_LONG)
         output = min(output, self.shape.max_model_len - prompt)
-        seq = new_sequence(index, prompt, output, self._prefix if shared else None,
+        seq = new_sequence(index, prompt, output, prefix,
                            priority=lengths.priority[index] or 0, tenant=lengths.tenant[index])
         replica.cut(arrive)
         replica.submit(seq, arrive)
+
+    def _prefix_of(self, index: int, prompt: int) -> tuple[list[int] | None, int | None]:
+        """The token ids request `index` may share with others (a trace's blocks, or the
+        workload's shared prefix), and what prefix-affinity routing keys it by: a trace's
+        first `AFFINITY_BLOCKS` blocks, the shared prefix (0), or nothing (None)."""
+        blocks = self.w.lengths.blocks
+        if blocks is not None:
+            ids = blocks.of(index)
+            if len(ids):
+                return (block_ids(ids, blocks.tokens, prompt),
+                        hash(tuple(ids[:AFFINITY_BLOCKS].tolist())))
+            return None, None
+        if self.w.lengths.shared[index]:
+            return self._prefix, 0
+        return None, None
 
     def _finished(self, seq: SimSequence, now: float) -> None:
         c, i = self.cols, seq.index

@@ -64,6 +64,19 @@ def new_sequence(index: int, prompt_tokens: int, output_tokens: int,
     return seq
 
 
+BLOCK_MARK = 1 << 20  # a block's first token: BLOCK_MARK + its hash id (others are below)
+
+
+def block_ids(hash_ids, tokens: int, limit: int) -> list[int]:
+    """The token ids of a trace's blocks (each `tokens` long, its first token naming its hash
+    id, so equal ids give equal blocks), the first `limit` of them."""
+    ids: list[int] = []
+    for h in hash_ids[: -(-limit // tokens)].tolist():
+        ids.append(BLOCK_MARK + h)
+        ids.extend(itertools.repeat(0, tokens - 1))
+    return ids[:limit]
+
+
 def block_limit(running: list[Sequence], block_size: int, free: int, k: int) -> int:
     """The most decode steps (≤ k) all of `running` can take before the KV pool runs dry."""
     held = [(s.num_computed_tokens, len(s.block_table)) for s in running]

@@ -6,11 +6,14 @@ Specs (`WorkloadConfig`, `ArrivalConfig`): the arrival times are `latlab.load.wo
 request the prompts bench would send), and so are the shared prefix, tenants and priorities.
 A dataset is read through `latlab.load.workload.requests.Workload` (prompt lengths in the target's
 tokens), its entries reused in turn. A run folder replays its own requests: their scheduled
-times and their prompt and output lengths as measured.
+times and their prompt and output lengths as measured. A trace (`--trace`) gives its window's
+times, lengths (under --length-scale) and prompt blocks, which the replicas' block managers
+share as a server's prefix cache would; a trace's sessions are replayed at their times.
 """
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +21,7 @@ import numpy as np
 from latlab.load.workload.arrivals import arrival_times, user_start_times
 from latlab.load.workload.datasets import load_dataset
 from latlab.load.workload.requests import Workload
+from latlab.load.workload.traces import block_tokens, replay_window, scaled
 from latlab.records.folder import RunFolder
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.lengths import WorkloadError
@@ -27,14 +31,28 @@ CHUNK = 4096
 
 
 @dataclass
+class Blocks:
+    """A trace's prompt blocks: request `i`'s hash ids, flat, and the tokens of one block."""
+
+    ids: np.ndarray
+    starts: np.ndarray  # request i's ids are ids[starts[i]:starts[i + 1]]
+    tokens: int
+
+    def of(self, i: int) -> np.ndarray:
+        return self.ids[self.starts[i]:self.starts[i + 1]]
+
+
+@dataclass
 class Lengths:
-    """Per request: prompt and output tokens, whether it shares the prefix, its labels."""
+    """Per request: prompt and output tokens, whether it shares the prefix, its labels, and
+    (a trace's) its prompt blocks."""
 
     prompt: np.ndarray
     output: np.ndarray
     shared: np.ndarray
     tenant: list[str | None] = field(default_factory=list)
     priority: list[int | None] = field(default_factory=list)
+    blocks: Blocks | None = None
 
 
 @dataclass
@@ -85,6 +103,8 @@ class SimWorkload:
 def build(config: WorkloadConfig, arrivals: ArrivalConfig, requests: int | None,
           duration_s: float | None) -> SimWorkload:
     """The simulated clients of a bench-like run (stopped by `requests` or `duration_s`)."""
+    if arrivals.process == "trace":
+        return _trace(config, arrivals, requests, duration_s)
     w = SimWorkload(config, arrivals, requests, duration_s)
     if config.dataset is not None:
         w._dataset = _dataset(config, requests)
@@ -101,6 +121,37 @@ def build(config: WorkloadConfig, arrivals: ArrivalConfig, requests: int | None,
         w.starts = user_start_times(arrivals.users, arrivals.ramp_s)
         if requests is not None:
             w.ensure(requests)
+    return w
+
+
+def _trace(config: WorkloadConfig, arrivals: ArrivalConfig, requests: int | None,
+           duration_s: float | None) -> SimWorkload:
+    """The trace's window: its times, its lengths scaled (drawn from the workload's
+    distributions where it gives none), its blocks (flat, 8 bytes an id) and labels."""
+    rng = np.random.default_rng([config.seed, 5])
+    scale = arrivals.length_scale
+    times, prompt, output = array("d"), array("q"), array("q")
+    ids, starts = array("q"), array("q", [0])
+    tenant, priority = [], []
+    for replayed in replay_window(arrivals, duration_s, requests)[1]:
+        row = replayed.row
+        times.append(replayed.offset_s)
+        prompt.append(scaled(row.prompt_tokens, scale) if row.prompt_tokens
+                      else config.prompt_tokens.sample(rng))
+        output.append(scaled(row.output_tokens, scale) if row.output_tokens
+                      else config.output_tokens.sample(rng))
+        tenant.append(row.tenant)
+        priority.append(row.priority)
+        ids.extend(row.hash_ids or ())
+        starts.append(len(ids))
+    if not times:
+        raise WorkloadError(f"--trace {arrivals.trace}: no request in the window")
+    n = len(times)
+    w = SimWorkload(config, arrivals, n, duration_s, arrival=np.frombuffer(times, dtype=float))
+    w.lengths = Lengths(np.frombuffer(prompt, np.int64), np.frombuffer(output, np.int64),
+                        np.zeros(n, bool), tenant, priority,
+                        Blocks(np.frombuffer(ids, np.int64), np.frombuffer(starts, np.int64),
+                               block_tokens(scale)) if ids else None)
     return w
 
 

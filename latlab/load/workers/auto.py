@@ -18,7 +18,7 @@ import os
 import time
 
 from latlab.load.request.sse import StreamParser
-from latlab.load.workload.arrivals import load_trace
+from latlab.load.workload.traces import survey
 from latlab.load.workload.requests import Workload
 from latlab.records.bench import BenchConfig
 from latlab.records.timeline import RequestTimeline
@@ -57,8 +57,8 @@ def offered_events_per_s(config: BenchConfig, workload: Workload) -> float:
         return a.users * STREAM_EVENTS_PER_S
     streams = a.max_concurrency or (config.requests if a.rate == math.inf else None)
     if a.process == "trace":
-        times = load_trace(a.trace)
-        rate = len(times) / max(max(times), 1e-3) if len(times) > 1 else 1.0
+        window = survey(a, config.duration_s, config.requests)
+        rate = window.requests / max(window.span_s, 1e-3) if window.requests > 1 else 1.0
     else:
         rate = a.rate
     count = min(config.requests or SAMPLE_REQUESTS, SAMPLE_REQUESTS)

@@ -1,7 +1,8 @@
 """A worker's schedule loop: open-loop arrivals or closed-loop users, each arrival running
 what the workload makes of it (`Runs`: one request, or a whole session).
 
-Worker `w` of `W` takes the open-loop arrivals `i` with `i % W == w`, or runs users
+Worker `w` of `W` takes the open-loop arrivals `i` the runs give it (`Runs.owner`: those with
+`i % W == w`; a replayed trace's session goes to one worker whole), or runs users
 `w, w + W, ...` of a closed loop (its `k`-th arrival gets index `k·W + w`). All workers read
 the same absolute schedule: `t0_ns` on CLOCK_MONOTONIC, which `perf_counter_ns` reads in
 every process alike. An open loop's `--max-concurrency` slots are held by what arrivals run
@@ -12,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 from time import perf_counter_ns
-from typing import Awaitable, Callable, Protocol, TypeVar
+from typing import Awaitable, Callable, Iterator, Protocol, TypeVar
 
 from latlab.load.workers.selfcheck import HealthSampler
-from latlab.load.workload.arrivals import arrival_times, sleep_until, user_start_times
+from latlab.load.workload.arrivals import sleep_until, user_start_times
 from latlab.load.workload.requests import RequestSpec, Workload
 from latlab.records.bench import BenchConfig
 from latlab.records.timeline import RequestTimeline
@@ -29,6 +30,12 @@ class Runs(Protocol[T]):
     """What one arrival runs."""
 
     limit: int | None  # --requests as a bound on arrival indices (None: `open` keeps a budget)
+
+    def arrival_offsets(self) -> Iterator[float]:
+        """The open loop's arrival offsets (s) from the run's start."""
+
+    def owner(self, index: int, workers: int) -> int:
+        """The worker that runs arrival `index`."""
 
     def open(self, index: int) -> T | None:
         """What arrival `index` runs; None when the --requests budget has no room for it."""
@@ -45,6 +52,12 @@ class SingleRequests:
 
     def __init__(self, workload: Workload, send: Send, limit: int | None) -> None:
         self.workload, self.send, self.limit = workload, send, limit
+
+    def arrival_offsets(self) -> Iterator[float]:
+        return self.workload.arrival_times()
+
+    def owner(self, index: int, workers: int) -> int:
+        return index % workers
 
     def open(self, index: int) -> RequestSpec:
         return self.workload.request(index)
@@ -121,13 +134,13 @@ class ScheduleLoop:
             self._main.cancel()
 
     async def _open_loop(self, runs: Runs) -> None:
-        for index, offset in enumerate(arrival_times(self.config.arrivals)):
+        for index, offset in enumerate(runs.arrival_offsets()):
             if runs.limit is not None and index >= runs.limit:
                 return self.stop("requests")
             scheduled = self.t0 + int(offset * 1e9)
             if self.end_ns is not None and scheduled >= self.end_ns:
                 return self.stop("duration")
-            if index % self.n != self.w:
+            if self.n > 1 and runs.owner(index, self.n) != self.w:
                 continue
             item = runs.open(index)
             if item is None:

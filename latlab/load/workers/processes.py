@@ -111,7 +111,7 @@ def _worker_process(config_json: dict[str, Any], plan_fields: dict[str, Any], me
     plan = WorkerPlan(**plan_fields)
     config = BenchConfig.model_validate(config_json)
     try:
-        workload = Workload(config.workload)
+        workload = Workload(config.workload, config.arrivals, config.duration_s)
     except ValueError as e:
         messages.put({"type": "error", "worker": plan.worker, "error": str(e)})
         return

@@ -64,7 +64,8 @@ class LoadActor:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.delta_ns = 0
         try:
-            self.workload: Workload | None = Workload(self.config.workload)
+            self.workload: Workload | None = Workload(self.config.workload, self.config.arrivals,
+                                                      self.config.duration_s)
             self.error = None
         except ValueError as e:
             self.workload, self.error = None, str(e)

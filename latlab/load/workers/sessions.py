@@ -47,6 +47,12 @@ class Sessions:
         self._requests = 0  # this worker's session requests so far
         self._tools: aiohttp.ClientSession | None = None
 
+    def arrival_offsets(self):
+        return self.workload.arrival_times()
+
+    def owner(self, index: int, workers: int) -> int:
+        return index % workers
+
     async def close(self) -> None:
         if self._tools is not None:
             await self._tools.close()

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from latlab.load.request.client import Client
 from latlab.load.workers.collector import without_collector
 from latlab.load.workers.loop import Runs, ScheduleLoop, SingleRequests
+from latlab.load.workers.replay import TraceReplay
 from latlab.load.workers.selfcheck import HealthSampler
 from latlab.load.workers.sessions import Sessions
 from latlab.load.workers.snapshot import WorkerSnapshot
@@ -95,9 +96,12 @@ class Worker:
                              ignore_eos=config.ignore_eos,
                              continuous_usage=config.continuous_usage, stream=config.stream,
                              keepalive=config.keepalive, kind=ServerKind(plan.server_kind))
-        self.runs: Runs = (Sessions(config, workload, self.schedule, self.request, plan.run_id)
-                           if config.workload.sessions
-                           else SingleRequests(workload, self.request, config.requests))
+        self.runs: Runs = (
+            Sessions(config, workload, self.schedule, self.request, plan.run_id)
+            if config.workload.sessions
+            else TraceReplay(workload, self.request, config.requests)
+            if workload.trace is not None
+            else SingleRequests(workload, self.request, config.requests))
 
     @without_collector  # its stalls would land in the measured gaps
     async def run(self) -> WorkerResult:
@@ -145,7 +149,7 @@ class Worker:
         r = RequestTimeline(id=f"{self.plan.run_id}-{spec.index}", index=spec.index,
                             worker=self.w, api=self.config.workload.api,
                             prompt_tokens_planned=spec.prompt_tokens, max_tokens=spec.max_tokens,
-                            fitted=spec.fitted, session=spec.session,
+                            fitted=spec.fitted, session=spec.session, trace=spec.trace,
                             tenant=spec.tenant, priority=spec.priority, scheduled_ns=scheduled_ns)
         self.in_flight[spec.index] = r
         self.writer.begin(r)

@@ -9,14 +9,12 @@ Poisson stays Poisson and gamma keeps its burstiness while the rate grows.
 from __future__ import annotations
 
 import asyncio
-import math
-from pathlib import Path
 from time import perf_counter_ns
 from typing import Iterator
 
 import numpy as np
 
-from latlab.load.workload.datasets import jsonl_rows
+from latlab.load.workload.traces import Trace, window
 from latlab.records.arrivals import ArrivalConfig
 
 _BLOCK = 4096
@@ -28,9 +26,10 @@ class ArrivalError(ValueError):
 
 def arrival_times(config: ArrivalConfig) -> Iterator[float]:
     """Arrival offsets (s) from the run's start, non-decreasing, the first at 0. Endless,
-    except for a trace."""
+    except for a trace (its window from --trace-start, at --trace-speed, read lazily)."""
     if config.process == "trace":
-        yield from load_trace(config.trace)
+        for replayed in window(Trace(config.trace), config.trace_start_s, config.trace_speed):
+            yield replayed.offset_s
         return
     rng = np.random.default_rng([config.seed, 2])
     shape = config.burstiness
@@ -63,29 +62,6 @@ def _unwarp(unit_points: np.ndarray, rate: float, ramp_s: float) -> np.ndarray:
 def user_start_times(users: int, ramp_s: float) -> list[float]:
     """Closed loop: user u starts at u/users of the ramp (all at 0 without one)."""
     return [ramp_s * u / users for u in range(users)]
-
-
-def load_trace(path: Path | None) -> list[float]:
-    """Offsets (s) from a JSONL trace: one `timestamp` (s) or `timestamp_ms` per line,
-    relative to the earliest one."""
-    try:
-        raw = Path(path).read_bytes()
-    except (OSError, TypeError) as e:
-        raise ArrivalError(f"--trace {path}: cannot read it: {getattr(e, 'strerror', e)}") from None
-    times = []
-    for n, row in jsonl_rows(raw, f"--trace {path}", ArrivalError):
-        value = row.get("timestamp") if isinstance(row, dict) else None
-        scale = 1.0
-        if value is None and isinstance(row, dict) and "timestamp_ms" in row:
-            value, scale = row["timestamp_ms"], 1e-3
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-            raise ArrivalError(f"--trace {path}: line {n}: needs a numeric `timestamp` (s) "
-                               "or `timestamp_ms`")
-        times.append(value * scale)
-    if not times:
-        raise ArrivalError(f"--trace {path}: no timestamps in it")
-    times.sort()
-    return [t - times[0] for t in times]
 
 
 async def sleep_until(t_ns: int) -> None:

@@ -12,8 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from latlab.load.workload.arrivals import arrival_times
 from latlab.load.workload.datasets import load_dataset
-from latlab.records.timeline import SessionStep
+from latlab.load.workload.trace_requests import TracePrompts, session_step, trace_step
+from latlab.load.workload.traces import Replayed, TraceCursor
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.timeline import SessionStep, TraceStep
 from latlab.records.lengths import WorkloadError
 from latlab.records.workload import Api, CHAT_APIS, WorkloadConfig
 from latlab.tokenizer import Tokenizer, TokenizerError
@@ -37,6 +41,7 @@ class RequestSpec:
     priority: int | None = None
     fitted: bool = False  # max_tokens lowered to fit the server's context
     session: SessionStep | None = None  # where it sits in a session (its answer is kept)
+    trace: TraceStep | None = None  # a replayed trace's row, and what it asked for
 
     @property
     def context_needed(self) -> int | None:
@@ -49,10 +54,14 @@ class RequestSpec:
 
 
 class Workload:
-    """Builds request `i` of a run from its `WorkloadConfig`."""
+    """Builds request `i` of a run from its `WorkloadConfig`; with `arrivals` that replay a
+    trace, request `i` is the trace window's `i`-th (its lengths, blocks, session and labels,
+    where the trace gives them; `duration_s` ends the window)."""
 
-    def __init__(self, config: WorkloadConfig) -> None:
+    def __init__(self, config: WorkloadConfig, arrivals: ArrivalConfig | None = None,
+                 duration_s: float | None = None) -> None:
         self.config = config
+        self.arrivals = arrivals
         try:
             self.tokenizer = Tokenizer.load(config.tokenizer)
         except TokenizerError as e:
@@ -66,6 +75,20 @@ class Workload:
                                       SALT_WORDS).strip() + " " if salt else "")
         self._tenants = _choice(config.tenants)
         self._priorities = _choice(config.priorities)
+        self.trace = self._prompts = None
+        if arrivals is not None and arrivals.process == "trace":
+            self.trace = TraceCursor(arrivals, duration_s)
+            self._prompts = TracePrompts(self.words, config.seed, config.prompt_salt,
+                                         arrivals.length_scale)
+            first = self.trace.first
+            if first is not None and first.row.prompt_tokens is not None and config.sessions:
+                raise WorkloadError("--turns and --agent-steps build synthetic sessions; the "
+                                    f"--trace {arrivals.trace} says what each request sends "
+                                    "(and its sessions): drop them")
+
+    def arrival_times(self):
+        """The run's arrival offsets (s): the trace window's, else `arrivals`' process."""
+        return self.trace.offsets() if self.trace is not None else arrival_times(self.arrivals)
 
     def request(self, index: int) -> RequestSpec:
         c = self.config
@@ -74,12 +97,46 @@ class Workload:
         spec = RequestSpec(index=index, prompt=None, messages=None, prompt_tokens=None,
                            max_tokens=0, tenant=self._tenants(rng),
                            priority=self._priorities(rng))
-        if self._dataset is None:
+        replayed = self._replayed(index)
+        if replayed is not None and replayed.row.prompt_tokens is not None:
+            self._from_trace(spec, rng, replayed)
+        elif self._dataset is None:
             self._synthetic(spec, rng, shared)
         else:
             self._from_dataset(spec, rng, shared)
+        if replayed is not None:
+            self._trace_labels(spec, replayed)
         self.fit(spec)
         return spec
+
+    def _replayed(self, index: int) -> Replayed | None:
+        if self.trace is None:
+            return None
+        replayed = self.trace.get(index)
+        if replayed is None:
+            raise WorkloadError(f"--trace {self.arrivals.trace}: the window holds no request "
+                                f"{index} (its requests ran out)")
+        return replayed
+
+    def _from_trace(self, spec: RequestSpec, rng: np.random.Generator,
+                    replayed: Replayed) -> None:
+        """The trace's lengths (scaled) and blocks; an output length the trace does not give
+        is drawn from --output-tokens."""
+        prompt, output = self._prompts.lengths(replayed)
+        spec.prompt_tokens = prompt
+        spec.max_tokens = output or self.config.output_tokens.sample(rng)
+        text = self._prompts.text(replayed, prompt)
+        if self.config.api in CHAT_APIS:
+            spec.messages = [{"role": "user", "content": text}]
+        else:
+            spec.prompt = text
+
+    def _trace_labels(self, spec: RequestSpec, replayed: Replayed) -> None:
+        row = replayed.row
+        spec.trace = trace_step(replayed)
+        spec.session = session_step(replayed, self.trace.turns)
+        spec.tenant = row.tenant if row.tenant is not None else spec.tenant
+        spec.priority = row.priority if row.priority is not None else spec.priority
 
     def fit(self, spec: RequestSpec) -> bool:
         """Lower `spec.max_tokens` so that it fits the server's context; False when its
@@ -112,15 +169,18 @@ class Workload:
         """A tenant and a priority, drawn by their weights."""
         return self._tenants(rng), self._priorities(rng)
 
-    def prompts_too_long(self, count: int) -> tuple[int, int]:
-        """Of the first `count` requests, how many have prompts that leave no room for one
-        output token in the server's context, and the longest prompt (tokens)."""
+    def prompts_too_long(self, count: int) -> tuple[int, int, int]:
+        """Of the first `count` requests (a trace's window may hold fewer), how many have
+        prompts that leave no room for one output token in the server's context, the longest
+        prompt (tokens), and how many were looked at."""
         limit = self.config.context_tokens
         if limit is None:
-            return 0, 0
+            return 0, 0, 0
+        if self.trace is not None:
+            count = next((i for i in range(count) if self.trace.get(i) is None), count)
         specs = [self.request(i) for i in range(count)]
         over = [s for s in specs if (s.context_needed or 0) - s.max_tokens + 1 > limit]
-        return len(over), max((s.prompt_tokens or 0 for s in specs), default=0)
+        return len(over), max((s.prompt_tokens or 0 for s in specs), default=0), count
 
     def _synthetic(self, spec: RequestSpec, rng: np.random.Generator, shared: bool) -> None:
         n = self.config.prompt_tokens.sample(rng)
@@ -162,10 +222,14 @@ class Workload:
 
     def text(self, rng: np.random.Generator, n_tokens: int) -> str:
         """Words that are one token each, drawn at random: exactly `n_tokens` tokens."""
+        return "".join(self.words(rng, n_tokens))
+
+    def words(self, rng: np.random.Generator, n_tokens: int) -> list[str]:
+        """`n_tokens` words that are one token each, drawn at random."""
         if n_tokens == 0:
-            return ""
+            return []
         words = self._words
-        return "".join([words[i] for i in rng.integers(0, len(words), n_tokens)])
+        return [words[i] for i in rng.integers(0, len(words), n_tokens)]
 
 
 def _word_pool(tokenizer: Tokenizer) -> list[str]:
