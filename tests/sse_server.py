@@ -80,6 +80,53 @@ def status(code: int, body: dict | None = None) -> Handler:
     return handle
 
 
+# The fields of OpenAI's completions and chat request bodies: a strict server takes no other.
+OPENAI_FIELDS = {"model", "prompt", "messages", "max_tokens", "max_completion_tokens", "stream",
+                 "stream_options", "temperature", "top_p", "n", "stop", "seed", "user",
+                 "logprobs", "top_logprobs", "echo", "suffix", "best_of", "presence_penalty",
+                 "frequency_penalty", "logit_bias", "response_format", "tools", "tool_choice",
+                 "parallel_tool_calls", "service_tier", "store", "metadata"}
+STREAM_OPTIONS = {"include_usage", "include_obfuscation"}
+
+
+def strict(eos_after: int | None = None, gap_s: float = 0.0) -> Handler:
+    """A server that keeps to OpenAI's schema, as `transformers serve` does: a FastAPI-style
+    422 naming every field outside it, a stream that ends after the chunk with the
+    finish_reason and the usage, without [DONE]; its model stops by itself after
+    `eos_after` tokens (None: only at max_tokens)."""
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        extra = [["body", name] for name in sorted(set(body) - OPENAI_FIELDS)]
+        extra += [["body", "stream_options", name] for name in
+                  sorted(set(body.get("stream_options") or {}) - STREAM_OPTIONS)]
+        if extra:
+            return web.json_response({"detail": [{"type": "extra_forbidden", "loc": loc,
+                                                  "msg": "Extra inputs are not permitted"}
+                                                 for loc in extra]}, status=422)
+        asked = body.get("max_completion_tokens") or body.get("max_tokens") or 16
+        n = min(asked, eos_after or asked)
+        chat_api = "messages" in body
+        usage = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
+        finish = "length" if n == asked else "stop"
+        if not body.get("stream"):
+            text = "".join(f" t{i}" for i in range(n))
+            choice = ({"message": {"role": "assistant", "content": text}} if chat_api
+                      else {"text": text})
+            return web.json_response({"id": "s", "choices": [choice | {
+                "index": 0, "finish_reason": finish}], "usage": usage})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(n):
+            await asyncio.sleep(gap_s)
+            await resp.write(chat({"content": f" t{i}"}) if chat_api else completion(f" t{i}"))
+        last = {"index": 0, "finish_reason": finish} | ({"delta": {}} if chat_api else {"text": ""})
+        await resp.write(sse({"id": "s", "choices": [last], "usage": usage}))
+        await resp.write_eof()
+        return resp
+
+    return handle
+
+
 @dataclass
 class Server:
     """Serves `handler` at /v1/completions, /v1/chat/completions and Ollama's /api/generate

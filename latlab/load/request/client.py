@@ -9,7 +9,9 @@ are written: the connection phases (pool wait, DNS, connect) lie between `schedu
 the server's spans and logs join it. A request whose pooled connection turns out closed
 before any response byte is sent again once on a fresh connection (llama.cpp closes
 connections it called keep-alive): its first attempt's time stays as client wait, and
-`retries` counts it. Every failure becomes an outcome class of the record, never an exception.
+`retries` counts it. A 400/422 that names latlab's nonstandard fields drops them for the run
+and sends the request again without them (`fields`). Every failure becomes an outcome class of
+the record, never an exception.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import aiohttp
 import orjson
 
 from latlab.load.request.connection import connection_trace
+from latlab.load.request.fields import Adaptations, refused_fields, without
 from latlab.load.request.ollama import NdjsonParser, ollama_body
 from latlab.load.request.server_timing import ServerKind, from_event, from_headers
 from latlab.load.request.sse import StreamFault, StreamParser, apply_usage
@@ -35,9 +38,18 @@ from latlab.records.timeline import Outcome, RequestTimeline
 
 ERROR_BODY_BYTES = 2048
 ERROR_MESSAGE_CHARS = 300
+ERROR_NOTE_CHARS = 160
 _HTML_HIDDEN = re.compile(r"<(head|script|style)\b.*?</\1>", re.I | re.S)
 _HTML_TAG = re.compile(r"<[^>]+>")
 STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError)
+
+
+class Refused(Exception):
+    """A 400/422 answer that named `fields` of latlab's the server does not take."""
+
+    def __init__(self, fields: list[str], message: str) -> None:
+        super().__init__(message)
+        self.fields, self.message = fields, message
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,7 @@ class Client:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._fresh: aiohttp.ClientSession | None = None  # one connection per request
+        self.learned = Adaptations()  # fields the server refused, streams without [DONE]
 
     def _new_session(self, keepalive: bool) -> aiohttp.ClientSession:
         connector = StampingConnector(limit=self._pool_size, limit_per_host=0,
@@ -113,13 +126,14 @@ class Client:
             body["user"] = spec.tenant
         if spec.priority is not None:
             body["priority"] = spec.priority
-        return body
+        return without(body, self.learned.refused.keys()) if self.learned.refused else body
 
     async def send(self, spec: RequestSpec, r: RequestTimeline) -> str | None:
         """Send `spec` and record everything in `r`; never raises but for cancellation.
         A session's request (`spec.session`) returns the answer's text (to carry into the
         next turn), others None."""
-        data = orjson.dumps(self.body(spec))
+        body = self.body(spec)
+        data = orjson.dumps(body)
         r.trace_id = secrets.token_hex(16)
         headers = self.headers | {"X-Request-Id": r.id,
                                   "traceparent": f"00-{r.trace_id}-{secrets.token_hex(8)}-01"}
@@ -129,7 +143,7 @@ class Client:
         try:
             while True:
                 try:
-                    answer = await self._attempt(session, data, headers, r, keep)
+                    answer = await self._attempt(session, body, data, headers, r, keep)
                     if r.ok and not r.token_ns and r.completion_tokens is None:
                         r.outcome, r.error = Outcome.EMPTY, "HTTP 200 without a token or usage"
                     break
@@ -139,6 +153,10 @@ class Client:
                     r.retries += 1
                     r.sent_ns = r.connection = None
                     session = self._fresh = self._fresh or self._new_session(False)
+                except Refused as e:
+                    self._drop(e, r)
+                    body = self.body(spec)
+                    data = orjson.dumps(body)
         except asyncio.CancelledError:
             r.outcome, r.error = Outcome.CANCELLED, "cancelled before the response ended"
             raise
@@ -151,7 +169,17 @@ class Client:
                 r.done_ns = perf_counter_ns()
         return answer
 
-    async def _attempt(self, session: aiohttp.ClientSession, data: bytes,
+    def _drop(self, refusal: Refused, r: RequestTimeline) -> None:
+        """Leave the refused fields out of the run's requests and reset `r` to be sent again
+        (its refused attempt's time stays as client wait)."""
+        for name in refusal.fields:
+            self.learned.refused.setdefault(name, refusal.message)
+        self.learned.resent += 1
+        r.outcome, r.error = Outcome.OK, None
+        r.status = r.server = r.server_request_id = r.sent_ns = r.headers_ns = None
+        r.connection = None
+
+    async def _attempt(self, session: aiohttp.ClientSession, body: dict[str, Any], data: bytes,
                        headers: dict[str, str], r: RequestTimeline, keep: bool) -> str | None:
         async with session.post(self.url, data=data, headers=headers,
                                 trace_request_ctx=r) as resp:
@@ -161,7 +189,7 @@ class Client:
             r.server = from_headers(resp.headers)
             content_type = resp.content_type
             if resp.status != 200:
-                await self._http_error(resp, r)
+                await self._http_error(resp, r, body)
             elif not self.stream:
                 return await self._read_body(resp, r)
             elif self.route.ollama or content_type.startswith("text/event-stream"):
@@ -171,7 +199,9 @@ class Client:
                 r.error = f"not a stream: Content-Type {content_type!r}"
         return None
 
-    async def _http_error(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> None:
+    async def _http_error(self, resp: aiohttp.ClientResponse, r: RequestTimeline,
+                          body: dict[str, Any]) -> None:
+        """Classify an error answer; raise `Refused` when it refuses fields of `body`."""
         status = resp.status
         if status == 429:
             r.outcome = Outcome.HTTP_429
@@ -179,14 +209,20 @@ class Client:
             r.outcome = Outcome.HTTP_5XX
         else:
             r.outcome = Outcome.HTTP_4XX
-        body = error_message(await resp.content.read(ERROR_BODY_BYTES))
-        r.error = f"HTTP {status} {resp.reason or ''}".rstrip() + (f": {body}" if body else "")
+        raw = await resp.content.read(ERROR_BODY_BYTES)
+        message = error_message(raw)
+        r.error = f"HTTP {status} {resp.reason or ''}".rstrip() + (f": {message}" if message else "")
+        refused = refused_fields(status, raw.decode("utf-8", "replace"), body)
+        if refused:
+            raise Refused(refused, r.error[:ERROR_NOTE_CHARS])
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, r: RequestTimeline,
                            keep: bool) -> str | None:
         parser = (NdjsonParser if self.route.ollama else StreamParser)(r, self.route.chat, keep)
         await read_stamped(resp, parser.feed)
         parser.finish()
+        if getattr(parser, "without_done", False):
+            self.learned.without_done += 1
         return "".join(parser.text) if parser.text is not None else None
 
     async def _read_body(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> str | None:
