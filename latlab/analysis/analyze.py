@@ -62,7 +62,8 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
     recomputed = summary is None
     if summary is None:
         summary = summarize(table, window, config.slos or None,
-                            concurrency_cap=config.concurrency, metrics=metrics)
+                            concurrency_cap=config.concurrency, metrics=metrics,
+                            server_kind=config.target.server_kind)
     parts = decompose_all(table, network_baseline(table, config.target.rtt_ms))
     requests = Requests(table, metrics, parts, in_flight_at_send(table))
     chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)

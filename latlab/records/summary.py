@@ -183,6 +183,7 @@ class RunSummary(Record):
     tokens_from_usage: float = 0.0
     cached_share: float | None = None  # prompt tokens the server took from its prefix cache
     events_disagree: int = 0  # requests whose token events do not add up to the usage count
+    stopped_short: int = 0  # successful requests that ended before their max_tokens
     retries: int = 0  # requests sent again on a fresh connection
     warnings: list[str] = []
     formulas: dict[str, str] = {}
