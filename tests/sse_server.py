@@ -129,11 +129,13 @@ def strict(eos_after: int | None = None, gap_s: float = 0.0) -> Handler:
 
 @dataclass
 class Server:
-    """Serves `handler` at /v1/completions, /v1/chat/completions and Ollama's /api/generate
-    and /api/chat; lists `model` (none when it is None)."""
+    """Serves `handler` at /v1/completions, /v1/chat/completions, Ollama's /api/generate
+    and /api/chat and SGLang's /generate; lists `model` (none when it is None), or answers
+    /v1/models with `models_answer` (status, text) when given."""
 
     handler: Handler
     model: str | None = "fake-model"
+    models_answer: tuple[int, str] | None = None
     received: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
     metrics: Callable[[Server], str] | None = None  # Prometheus text at /metrics
@@ -162,6 +164,8 @@ class Server:
             return await self.handler(request)
 
         async def models(request: web.Request) -> web.Response:
+            if self.models_answer is not None:
+                return web.Response(status=self.models_answer[0], text=self.models_answer[1])
             models = [{"id": self.model}] if self.model is not None else []
             return web.json_response({"object": "list", "data": models})
 
@@ -169,6 +173,7 @@ class Server:
         app.router.add_post("/v1/chat/completions", generate)
         app.router.add_post("/api/generate", generate)
         app.router.add_post("/api/chat", generate)
+        app.router.add_post("/generate", generate)
         app.router.add_get("/v1/models", models)
         async def metrics(request: web.Request) -> web.Response:
             return web.Response(text=self.metrics(self))

@@ -5,7 +5,8 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from latlab.load.request.client import Client, error_message
+from latlab.load.request.client import Client
+from latlab.load.request.errors import error_message
 from latlab.load.target.discovery import list_models
 from latlab.load.workload.requests import RequestSpec
 from latlab.metrics.request import request_metrics

@@ -16,7 +16,7 @@ from latlab.units import ms, pct
 if TYPE_CHECKING:
     from latlab.analysis.run_analysis import RunAnalysis
 
-SERIAL_MIN_OVERLAPPED, SERIAL_SHARE = 10, 0.95
+SERIAL_MIN_OVERLAPPED, SERIAL_SHARE, SERIAL_SLOPE = 5, 0.95, 0.7
 # What a server that takes one request at a time can change, by whose server it is.
 SERIAL_FIXES = {
     ServerKind.LLAMACPP: "give llama-server more slots: -np N (--parallel), with -c large "
@@ -32,13 +32,15 @@ SERIAL_FIX = ("serve with batching: continuous batching (`transformers serve "
 
 
 def one_at_a_time(a: RunAnalysis) -> Finding | Unevaluated | None:
-    """Requests that arrived while another was generating got their first token only after
-    it (and every one before it) had finished, and waited longer for that than they took to
-    start: the server serves one request at a time. A batching server with short answers can
-    also finish one before the next one's first token, but then the wait is shorter than the
-    request's own start, so it is not counted."""
+    """Requests sent while another was generating got their first token only after it (and
+    every one before it) had finished, and the longer they had to wait for that, the later
+    their first token came, one for one: the server serves one request at a time. A batching
+    server can also finish one request before the next one's first token (long prefills,
+    short answers), but there a request's first token does not wait on how long the one
+    before it had left. Every successful request of the run counts, warm-up included: how
+    the server serves does not change at the window's edge."""
     t = a.table
-    rows = np.flatnonzero(a.ok & (t.events >= 2))
+    rows = np.flatnonzero(t.ok & a.requests.parts.decomposed & (t.events >= 2))
     if len(rows) < SERIAL_MIN_OVERLAPPED:
         return Unevaluated("one_at_a_time", f"needs ≥ {SERIAL_MIN_OVERLAPPED} streamed "
                                             f"successful requests (has {len(rows)})")
@@ -50,9 +52,12 @@ def one_at_a_time(a: RunAnalysis) -> Finding | Unevaluated | None:
         return None  # the load never overlapped requests: nothing to tell
     waited = overlapped & (first[1:] >= busy)
     wait_ms = (busy - sent[1:])[waited] / NS_PER_MS
-    own_ms = (first[1:] - busy)[waited] / NS_PER_MS
+    ttft_ms = (first[1:] - sent[1:])[waited] / NS_PER_MS
     share = waited.sum() / overlapped.sum()
-    if share < SERIAL_SHARE or np.median(wait_ms) < np.median(own_ms):
+    if share < SERIAL_SHARE or np.ptp(wait_ms) < np.median(ttft_ms - wait_ms):
+        return None  # most overlapped, or their waits too alike to tell
+    slope = float(np.polyfit(wait_ms, ttft_ms, 1)[0])
+    if slope < SERIAL_SLOPE:
         return None
     e2e = (end - sent)[1:][waited] / NS_PER_MS
     kind = a.config.target.server_kind
@@ -61,7 +66,8 @@ def one_at_a_time(a: RunAnalysis) -> Finding | Unevaluated | None:
         [f"{int(waited.sum())} of {int(overlapped.sum())} requests sent while another was "
          "generating got their first token only after it finished",
          f"they waited {ms(float(np.median(wait_ms)))} (median) for the requests before them, "
-         f"then took {ms(float(np.median(own_ms)))} to their first token",
+         f"then took {ms(float(np.median(ttft_ms - wait_ms)))} to their first token; each ms "
+         f"more of waiting put their first token {slope:.2f} ms later",
          f"up to {int(a.requests.in_flight.max())} requests in flight at the client, one at "
          "the server"],
         where="queue: each request waits for the one before it to finish",

@@ -1,8 +1,8 @@
 """The HTTP side: send one request and fill its `RequestTimeline` as the bytes arrive.
 
-Streams are parsed by `sse.StreamParser` (OpenAI's server-sent events) or
-`ollama.NdjsonParser` (Ollama's native API); a non-streamed answer is one event when its
-body is complete. `sent` is taken when the connection is ready, just before the request bytes
+Streams are parsed by `sse.StreamParser` (OpenAI's server-sent events),
+`ollama.NdjsonParser` (Ollama's native API) or `sglang.SglangParser` (SGLang's native
+`/generate`); a non-streamed answer is one event when its body is complete. `sent` is taken when the connection is ready, just before the request bytes
 are written: the connection phases (pool wait, DNS, connect) lie between `scheduled` and
 `sent` and are recorded in `connection`; a request that never got a connection has no
 `sent`. Every request carries a W3C `traceparent` (its own trace id) and `X-Request-Id`, so
@@ -17,8 +17,6 @@ the record, never an exception.
 from __future__ import annotations
 
 import asyncio
-import html
-import re
 import secrets
 from dataclasses import dataclass
 from time import perf_counter_ns
@@ -28,19 +26,19 @@ import aiohttp
 import orjson
 
 from latlab.load.request.connection import connection_trace
+from latlab.load.request.errors import classify, describe, error_message
 from latlab.load.request.fields import Adaptations, refused_fields, without
 from latlab.load.request.ollama import NdjsonParser, ollama_body
 from latlab.load.request.server_timing import ServerKind, from_event, from_headers
+from latlab.load.request.sglang import SglangParser, sglang_body
+from latlab.load.request.sglang import usage as sglang_usage
 from latlab.load.request.sse import StreamFault, StreamParser, apply_usage
 from latlab.load.request.stamps import StampingConnector, read_stamped
 from latlab.load.workload.requests import RequestSpec
 from latlab.records.timeline import Outcome, RequestTimeline
 
 ERROR_BODY_BYTES = 2048
-ERROR_MESSAGE_CHARS = 300
 ERROR_NOTE_CHARS = 160
-_HTML_HIDDEN = re.compile(r"<(head|script|style)\b.*?</\1>", re.I | re.S)
-_HTML_TAG = re.compile(r"<[^>]+>")
 STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError)
 
 
@@ -56,13 +54,19 @@ class Refused(Exception):
 class Route:
     path: str
     chat: bool
-    ollama: bool = False
+    native: str | None = None  # a server's own API: "ollama", "sglang"; None: OpenAI's
+
+    @property
+    def ollama(self) -> bool:
+        return self.native == "ollama"
 
 
 ROUTES = {"completions": Route("/v1/completions", False),
           "chat": Route("/v1/chat/completions", True),
-          "ollama": Route("/api/generate", False, True),
-          "ollama-chat": Route("/api/chat", True, True)}
+          "ollama": Route("/api/generate", False, "ollama"),
+          "ollama-chat": Route("/api/chat", True, "ollama"),
+          "sglang": Route("/generate", False, "sglang")}
+PARSERS = {None: StreamParser, "ollama": NdjsonParser, "sglang": SglangParser}
 
 
 class Client:
@@ -107,8 +111,15 @@ class Client:
                 await session.close()
 
     def body(self, spec: RequestSpec) -> dict[str, Any]:
+        """The request's body, less the fields the server refused."""
+        body = self._body(spec)
+        return without(body, self.learned.refused.keys()) if self.learned.refused else body
+
+    def _body(self, spec: RequestSpec) -> dict[str, Any]:
         if self.route.ollama:
             return ollama_body(self.model, spec, self.stream)
+        if self.route.native == "sglang":
+            return sglang_body(spec, self.stream, self.ignore_eos)
         body: dict[str, Any] = {"model": self.model, "stream": self.stream,
                                 "max_tokens": spec.max_tokens}
         if self.stream:
@@ -126,7 +137,7 @@ class Client:
             body["user"] = spec.tenant
         if spec.priority is not None:
             body["priority"] = spec.priority
-        return without(body, self.learned.refused.keys()) if self.learned.refused else body
+        return body
 
     async def send(self, spec: RequestSpec, r: RequestTimeline) -> str | None:
         """Send `spec` and record everything in `r`; never raises but for cancellation.
@@ -163,7 +174,7 @@ class Client:
         except StreamFault as e:
             r.outcome, r.error = e.outcome, str(e)
         except Exception as e:  # every failure becomes a classified record
-            r.outcome, r.error = _classify(e, r.headers_ns is not None), describe(e)
+            r.outcome, r.error = classify(e, r.headers_ns is not None), describe(e)
         finally:
             if r.done_ns is None or not r.ok:
                 r.done_ns = perf_counter_ns()
@@ -218,7 +229,7 @@ class Client:
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, r: RequestTimeline,
                            keep: bool) -> str | None:
-        parser = (NdjsonParser if self.route.ollama else StreamParser)(r, self.route.chat, keep)
+        parser = PARSERS[self.route.native](r, self.route.chat, keep)
         await read_stamped(resp, parser.feed)
         parser.finish()
         if getattr(parser, "without_done", False):
@@ -231,7 +242,7 @@ class Client:
         t = perf_counter_ns()
         try:
             obj = orjson.loads(raw)
-            usage = obj.get("usage") or {}
+            usage = obj.get("usage") or sglang_usage(obj.get("meta_info") or {})
         except (orjson.JSONDecodeError, AttributeError):
             raise StreamFault(Outcome.BAD_PAYLOAD, f"not a JSON body: {raw[:200]!r}") from None
         apply_usage(r, usage)
@@ -243,56 +254,17 @@ class Client:
 
 def answer_text(body: dict[str, Any]) -> str | None:
     """The answer of a non-streamed response: its first choice's text or message content
-    (Ollama's: `response`, `message.content`)."""
+    (Ollama's: `response`, `message.content`; SGLang's: `text`)."""
     choices = body.get("choices")
     first = choices[0] if isinstance(choices, list) and choices else None
     if isinstance(first, dict):
         text = first.get("text") or (first.get("message") or {}).get("content")
     else:
-        text = body.get("response") or (body.get("message") or {}).get("content")
+        text = (body.get("response") or body.get("text")
+                or (body.get("message") or {}).get("content"))
     return text if isinstance(text, str) else None
-
-
-def error_message(body: bytes, limit: int = ERROR_MESSAGE_CHARS) -> str:
-    """An error response in one short line: the message of a JSON error (OpenAI's
-    `error.message`, TGI's `error`, FastAPI's `detail`), the visible text of an HTML page's
-    body, else the text itself; whitespace collapsed, cut at `limit` characters."""
-    text = body.decode("utf-8", "replace").strip()
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        obj = None
-    if isinstance(obj, dict):
-        inner = obj.get("error")
-        found = (inner.get("message") if isinstance(inner, dict) else inner) or \
-            obj.get("message") or obj.get("detail")
-        text = found if isinstance(found, str) else text
-    elif text.lstrip().startswith("<"):
-        text = html.unescape(_HTML_TAG.sub(" ", _HTML_HIDDEN.sub(" ", text)))
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _stale(r: RequestTimeline) -> bool:
     """Whether `r` failed on a reused connection before any response byte arrived."""
     return r.headers_ns is None and r.connection is not None and not r.connection.new
-
-
-def _classify(e: Exception, after_headers: bool) -> Outcome:
-    if isinstance(e, asyncio.TimeoutError):
-        return Outcome.TIMEOUT
-    if isinstance(e, aiohttp.ClientConnectorError):
-        return Outcome.CONNECTION_REFUSED
-    if isinstance(e, aiohttp.ClientPayloadError):
-        return Outcome.STREAM_BROKEN
-    if isinstance(e, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionError)):
-        return Outcome.STREAM_BROKEN if after_headers else Outcome.CONNECTION_RESET
-    if isinstance(e, aiohttp.ClientResponseError):
-        return Outcome.BAD_PAYLOAD
-    return Outcome.CLIENT_ERROR
-
-
-def describe(e: Exception) -> str:
-    """An exception in one line: its class and message."""
-    text = str(e) or repr(e)
-    return f"{type(e).__name__}: {text}"

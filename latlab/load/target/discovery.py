@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from latlab.load import BenchError, Unreachable
-from latlab.load.request.client import describe, error_message
+from latlab.load.request.errors import describe, error_message
 from latlab.load.request.server_timing import ServerKind, context_length, detect
 
 MODEL_HINT = ("give --model NAME, the name its requests take (for `transformers serve`, the "
