@@ -68,7 +68,7 @@ def one_at_a_time(a: RunAnalysis) -> Finding | Unevaluated | None:
          f"they waited {ms(float(np.median(wait_ms)))} (median) for the requests before them, "
          f"then took {ms(float(np.median(ttft_ms - wait_ms)))} to their first token; each ms "
          f"more of waiting put their first token {slope:.2f} ms later",
-         f"up to {int(a.requests.in_flight.max())} requests in flight at the client, one at "
+         f"{int(a.requests.in_flight.max()) + 1} requests in flight at once at the client, one at "
          "the server"],
         where="queue: each request waits for the one before it to finish",
         fix=SERIAL_FIXES.get(kind, SERIAL_FIX),  # type: ignore[call-overload]

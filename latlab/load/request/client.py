@@ -2,16 +2,17 @@
 
 Streams are parsed by `sse.StreamParser` (OpenAI's server-sent events),
 `ollama.NdjsonParser` (Ollama's native API) or `sglang.SglangParser` (SGLang's native
-`/generate`); a non-streamed answer is one event when its body is complete. `sent` is taken when the connection is ready, just before the request bytes
-are written: the connection phases (pool wait, DNS, connect) lie between `scheduled` and
-`sent` and are recorded in `connection`; a request that never got a connection has no
-`sent`. Every request carries a W3C `traceparent` (its own trace id) and `X-Request-Id`, so
-the server's spans and logs join it. A request whose pooled connection turns out closed
-before any response byte is sent again once on a fresh connection (llama.cpp closes
-connections it called keep-alive): its first attempt's time stays as client wait, and
-`retries` counts it. A 400/422 that names latlab's nonstandard fields drops them for the run
-and sends the request again without them (`fields`). Every failure becomes an outcome class of
-the record, never an exception.
+`/generate`); a non-streamed answer is one event when its body is complete. `sent` is
+taken when the connection is ready, just before the request bytes are written: the
+connection phases (pool wait, DNS, connect) lie between `scheduled` and `sent` and are
+recorded in `connection`; a request that never got a connection has no `sent`. Every
+request carries a W3C `traceparent` (its own trace id) and `X-Request-Id`, so the server's
+spans and logs join it. A request whose pooled connection turns out closed before any
+response byte is sent again once on a fresh connection (llama.cpp closes connections it
+called keep-alive): its first attempt's time stays as client wait, and `retries` counts it.
+A 400/422 that names latlab's nonstandard fields drops them for the run and sends the
+request again without them (`fields`). Every failure becomes an outcome class of the
+record, never an exception.
 """
 
 from __future__ import annotations
@@ -222,7 +223,8 @@ class Client:
             r.outcome = Outcome.HTTP_4XX
         raw = await resp.content.read(ERROR_BODY_BYTES)
         message = error_message(raw)
-        r.error = f"HTTP {status} {resp.reason or ''}".rstrip() + (f": {message}" if message else "")
+        r.error = (f"HTTP {status} {resp.reason or ''}".rstrip()
+                   + (f": {message}" if message else ""))
         refused = refused_fields(status, raw.decode("utf-8", "replace"), body)
         if refused:
             raise Refused(refused, r.error[:ERROR_NOTE_CHARS])

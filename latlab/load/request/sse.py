@@ -169,6 +169,9 @@ def _data(event: bytes) -> bytes | None:
 
 
 def apply_usage(r: RequestTimeline, usage: dict[str, Any]) -> None:
+    """A usage object's counts: prompt and completion tokens, and the prompt tokens the server
+    took from its cache (`prompt_tokens_details.cached_tokens`, OpenAI's, vLLM's, SGLang's,
+    llama.cpp's and latlab's; `prompt_cache_hit_tokens`, DeepSeek's)."""
     if not isinstance(usage, dict):
         return
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
@@ -180,6 +183,8 @@ def apply_usage(r: RequestTimeline, usage: dict[str, Any]) -> None:
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
         r.cached_tokens = details["cached_tokens"]
+    elif isinstance(usage.get("prompt_cache_hit_tokens"), int):
+        r.cached_tokens = usage["prompt_cache_hit_tokens"]
 
 
 def _cut(data: bytes | memoryview, limit: int = 200) -> str:

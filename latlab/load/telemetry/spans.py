@@ -162,7 +162,8 @@ def join_run(run: RunFolder, spans: Sequence[Span] | None = None) -> SpanJoin:
                                    "cached_tokens": cached}))
     (run.path / SERVER_TIMINGS).write_bytes(b"".join(line + b"\n" for line in lines))
     by_id = {r.id: r for r in records}
-    offset, width = clock_offset([(by_id[k], v) for k, v in matched.items()], run.read_config().clock)
+    offset, width = clock_offset([(by_id[k], v) for k, v in matched.items()],
+                                 run.read_config().clock)
     notes = []
     traced = sum(1 for r in records if r.trace_id)
     if spans and not matched:
