@@ -3,7 +3,9 @@ of each exchange, one JSON file each, with the server's version inside.
 
 Each fixture folder of tests/fixtures/servers/ was recorded by one of these (loopback only):
 
-    # llama.cpp: scripts/llamacpp.sh's llama-server (the `default` preset as GGUF)
+    # llama.cpp: the `default` preset as GGUF (`latlab model export DIR --gguf`), its
+    # model.gguf copied to default-f32.gguf and served by `llama-server -m default-f32.gguf
+    # --host 127.0.0.1 --port 8080 -c 1024 --metrics`
     python scripts/capture_responses.py llamacpp http://127.0.0.1:8080 tests/fixtures/servers/llamacpp
 
     # transformers serve: `latlab model export DIR --model tiny`, then
@@ -12,8 +14,8 @@ Each fixture folder of tests/fixtures/servers/ was recorded by one of these (loo
         tests/fixtures/servers/transformers --model DIR --server-version "transformers 5.23.0"
 
 The exchanges are the ones latlab's adapters read. llama.cpp: streamed completions (also
-with its `timings_per_token`), a non-streamed completion, a streamed chat, /v1/models and
-/metrics; its version comes from `GET /props`. transformers: streamed and non-streamed
+with its `timings_per_token`), a non-streamed completion, streamed and non-streamed chat,
+/v1/models and /metrics; its version comes from `GET /props`. transformers: streamed and non-streamed
 completions and chat with OpenAI's fields only, the 422 that refuses latlab's `ignore_eos`
 and `min_tokens`, and /v1/models (a 500 without a Hugging Face cache). The model name a
 fixture asked for is written as `MODEL` in it, so a fixture does not carry a temporary path.
@@ -43,6 +45,7 @@ def llamacpp(model: str) -> dict[str, tuple[str, str, dict | None]]:
                                      stream | {"timings_per_token": True}),
         "nonstream_completions": ("POST", "/v1/completions", stream | {"stream": False}),
         "stream_chat": ("POST", "/v1/chat/completions", chat),
+        "nonstream_chat": ("POST", "/v1/chat/completions", chat | {"stream": False}),
         "models": ("GET", "/v1/models", None),
         "metrics": ("GET", "/metrics", None),
     }

@@ -1,6 +1,7 @@
 """How the server took the requests: one at a time, none in the window; what a failed run
 should try first; advice that depends on whose server it is."""
 
+import orjson
 import pytest
 from timelines import MS, steady, timeline, write_run
 from typer.testing import CliRunner
@@ -38,6 +39,7 @@ def test_a_server_that_takes_one_request_at_a_time(diagnose):
     findings, _ = diagnose(serial(), SERVICE_CONFIG)
     f = findings["one_at_a_time"]
     assert "23 of 23 requests" in f.evidence[0] and "-np N" in f.fix  # llama.cpp's own switch
+    assert orjson.loads(orjson.dumps(f.to_json()))["impact"] > 0.5  # `bench --json` prints it
     assert "continuous-batching" in diagnose(serial(), {})[0]["one_at_a_time"].fix
 
 

@@ -9,7 +9,8 @@ import numpy as np
 
 from latlab.analysis.budget import PROMPT_BUCKETS, prompt_buckets
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
-from latlab.analysis.rules.common import NEEDS_SERVER, before_first_token, server_rows
+from latlab.analysis.rules.common import (NEEDS_SERVER, before_first_token, server_rows,
+                                          uncounted_chunks)
 from latlab.metrics.stats import percentiles
 from latlab.records.columns import Ragged, present
 from latlab.records.table import RequestTable
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
 
 LONG_MIN_REQUESTS, PREFILL_TTFT_SHARE, PREFILL_E2E_SHARE, PREFILL_CORRELATION = 3, 0.5, 0.25, 0.5
 STUTTER_MIN_SAMPLES, STUTTER_RATIO, STALL_FACTOR = 50, 3.0, 3.0
-UNCOUNTED_CHUNKS = 0.2  # of the streams: more tokens than events, no per-chunk counts
 STALL_COINCIDE, STALL_LIFT = 0.5, 0.25
 
 
@@ -67,11 +67,9 @@ def prefill_bound(a: RunAnalysis) -> Finding | Unevaluated | None:
 def decode_stalls(a: RunAnalysis) -> Finding | Unevaluated | None:
     t, m = a.table, a.requests.metrics
     rows = a.ok & (t.events >= 2)
-    uncounted = rows & t.tokens_from_usage & (t.event_tokens < t.completion_tokens)
-    if uncounted.sum() >= UNCOUNTED_CHUNKS * max(rows.sum(), 1) and (t.token_counts <= 1).all():
-        return Unevaluated("decode_stalls", f"{int(uncounted.sum())} of {int(rows.sum())} "
-                           "streams carried more tokens than events and the server does not "
-                           "count tokens per chunk: a long gap may be a chunk of several tokens")
+    chunked = uncounted_chunks(a)
+    if chunked:
+        return Unevaluated("decode_stalls", chunked)
     itl = m.itl.select(rows)
     if len(itl) < STUTTER_MIN_SAMPLES:
         return Unevaluated("decode_stalls", f"needs ≥ {STUTTER_MIN_SAMPLES} inter-token samples "

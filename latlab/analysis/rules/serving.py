@@ -53,7 +53,7 @@ def one_at_a_time(a: RunAnalysis) -> Finding | Unevaluated | None:
     waited = overlapped & (first[1:] >= busy)
     wait_ms = (busy - sent[1:])[waited] / NS_PER_MS
     ttft_ms = (first[1:] - sent[1:])[waited] / NS_PER_MS
-    share = waited.sum() / overlapped.sum()
+    share = float(waited.sum() / overlapped.sum())
     if share < SERIAL_SHARE or np.ptp(wait_ms) < np.median(ttft_ms - wait_ms):
         return None  # most overlapped, or their waits too alike to tell
     slope = float(np.polyfit(wait_ms, ttft_ms, 1)[0])

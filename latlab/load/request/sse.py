@@ -38,7 +38,8 @@ class StreamParser:
     """Turns the bytes of an OpenAI-style SSE stream into token events on a timeline.
 
     `feed` takes each socket read with its arrival time; `finish` applies the usage and
-    server timings and raises `StreamFault` for a stream that never sent [DONE]."""
+    server timings and raises `StreamFault` for a stream that ended before its answer did
+    (no [DONE], no finish_reason)."""
 
     __slots__ = ("r", "chat", "buf", "cumulative_base", "usage", "timing", "cached", "done",
                  "answer_ns", "text", "ended_ns", "last_ns", "without_done")
