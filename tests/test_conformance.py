@@ -145,6 +145,19 @@ def test_vllms_metrics_are_the_runs_server_view_checked_against_the_client():
     assert not fewer.agrees and "other clients" in fewer.checks[0]
 
 
+def test_latlab_serves_histograms_are_the_server_view_end_to_end(tmp_path):
+    pytest.importorskip("torch")
+    result = run_bench(BenchConfig(serve_args=["--model", "tiny"], requests=8, workload=SMALL,
+                                   scrape_interval_s=0.2, drain_s=5, out=tmp_path,
+                                   arrivals=ArrivalConfig(users=2)))
+    view = result.analysis.server
+    assert view is not None and view.agrees, view and view.checks
+    assert view.requests == view.client_requests >= 4  # those ended between two scrapes
+    assert set(view.stages_ms) == {"queue", "prefill", "decode", "ttft", "e2e"}
+    assert view.stages_ms["e2e"] <= view.client_e2e_ms
+    assert view.tokens["generation_tokens"] == 8 * view.requests
+
+
 def transformers_serve() -> str | None:
     """A `transformers serve` to test against: $LATLAB_TRANSFORMERS_SERVE, else the one in
     /work/build/venv-hf; None when neither is installed."""
