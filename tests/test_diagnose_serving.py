@@ -70,6 +70,9 @@ def test_a_missing_endpoint_is_not_told_to_fix_its_payload(diagnose):
         r.status, r.error = 404, "HTTP 404 Not Found: File Not Found"
     assert "--api" in diagnose(failed)[0]["failures"].fix
     for r in failed:
+        r.error = "HTTP 404 Not Found: The model `nope` does not exist."
+    assert "--model NAME" in diagnose(failed)[0]["failures"].fix
+    for r in failed:
         r.status, r.error = 422, "HTTP 422: Unexpected fields in the request: {'ignore_eos'}"
     assert "--no-ignore-eos" in diagnose(failed)[0]["failures"].fix
 

@@ -168,9 +168,8 @@ def _warnings(s: RunSummary, cap: int | None = None, kind: str | None = None) ->
                         f"token events than their usage count: ITL counts events as tokens "
                         f"({advice})")
     if s.stopped_short:
-        warnings.append(f"{s.stopped_short} of {s.ok} requests ended before their max_tokens "
-                        f"(mean output {s.mean_output_tokens or 0:.0f} tokens): output lengths "
-                        "were not held, the server stopped at its end of sequence")
+        warnings.append(f"{s.stopped_short} of {s.ok} requests stopped before max_tokens (mean "
+                        f"output {s.mean_output_tokens or 0:.0f} tokens): output lengths not held")
     if s.retries:
         warnings.append(f"{s.retries} requests were sent again on a fresh connection after a "
                         "pooled one turned out closed (their first attempt is client wait): the "

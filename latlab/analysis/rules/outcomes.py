@@ -31,6 +31,7 @@ FAILURE_FIXES = {
 }
 NO_ROUTE_FIX = ("the server has no such endpoint: check --api (completions, chat, ollama, "
                 "ollama-chat, sglang) against what it serves, and --url")
+NO_MODEL_FIX = "the server does not serve that model: --model NAME as it names it"
 LENGTH_FIX = ("the server refuses latlab's length controls: --no-ignore-eos (the output length "
               "then rests on max_tokens)")
 
@@ -84,7 +85,7 @@ def _fix(a: RunAnalysis, failed: np.ndarray, top: str, example: str) -> str:
         statuses = a.table.status[failed & (a.table.outcome == OUTCOMES.index(top))]
         codes, counts = np.unique(statuses[~np.isnan(statuses)], return_counts=True)
         if len(codes) and int(codes[np.argmax(counts)]) in (404, 405):
-            return NO_ROUTE_FIX
+            return NO_MODEL_FIX if "model" in example.lower() else NO_ROUTE_FIX
         if "ignore_eos" in example or "min_tokens" in example:
             return LENGTH_FIX
     return FAILURE_FIXES.get(top, "look at the error messages in requests.jsonl")
