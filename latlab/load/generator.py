@@ -249,7 +249,7 @@ def _finish(config: BenchConfig, run: RunFolder, settings: RunConfig,
     learned = Adaptations()
     for result in results:
         learned = learned.merge(result.learned)
-    settings.target.refused_fields = sorted(learned.refused)
+    settings.target.refused_fields = sorted(learned.refused) or None
     notes += learned.notes(int(records.ok.sum()))
     fitted = int(records.fitted.sum())
     if fitted:

@@ -45,7 +45,7 @@ class Target(BaseModel):
     otlp_endpoint: str | None = None
     rtt_ms: float | None = None  # a null request's round trip before the run
     max_model_len: int | None = None  # the context the server lists for the model
-    refused_fields: list[str] = []  # latlab's nonstandard request fields the server refused
+    refused_fields: list[str] | None = None  # latlab's nonstandard fields the server refused
 
 
 class RunConfig(BaseModel):
