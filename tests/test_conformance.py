@@ -88,17 +88,17 @@ def test_a_model_list_that_fails_says_so_and_how_to_name_the_model():
 
 def test_a_strict_server_without_done_is_benched_with_the_defaults(tmp_path):
     with Server(strict(eos_after=5)) as server:
-        result = run_bench(BenchConfig(url=server.url, requests=40, workload=SMALL,
+        result = run_bench(BenchConfig(url=server.url, requests=20, workload=SMALL,
                                        out=tmp_path))
     s, a = result.summary, result.analysis
-    assert not result.failed and s.ok == s.requests == 40 and not s.failures
+    assert not result.failed and s.ok == s.requests == 20 and not s.failures
     records = result.run.read_records()
     assert all(r.completion_tokens == len(r.token_ns) == 5 for r in records)
     assert result.run.read_config().target.refused_fields == [
         "continuous_usage_stats", "ignore_eos", "min_tokens"]
     assert any("refused" in w and "max_tokens alone" in w for w in s.warnings)
-    assert any("40 of 40 streams ended without" in w for w in s.warnings)
-    assert s.stopped_short == 40 and any("not held" in w for w in s.warnings)
+    assert any("20 of 20 streams ended without" in w for w in s.warnings)
+    assert s.stopped_short == 20 and any("not held" in w for w in s.warnings)
     assert not {f.rule for f in a.findings} & {"failures", "one_at_a_time", "decode_stalls"}
 
 

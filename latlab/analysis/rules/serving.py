@@ -16,7 +16,7 @@ from latlab.units import ms, pct
 if TYPE_CHECKING:
     from latlab.analysis.run_analysis import RunAnalysis
 
-SERIAL_MIN_OVERLAPPED, SERIAL_SHARE, SERIAL_SLOPE = 5, 0.95, 0.7
+SERIAL_MIN_OVERLAPPED, SERIAL_SHARE, SERIAL_SLOPE, SERIAL_WAIT_MS = 5, 0.95, 0.7, 10.0
 # What a server that takes one request at a time can change, by whose server it is.
 SERIAL_FIXES = {
     ServerKind.LLAMACPP: "give llama-server more slots: -np N (--parallel), with -c large "
@@ -54,8 +54,9 @@ def one_at_a_time(a: RunAnalysis) -> Finding | Unevaluated | None:
     wait_ms = (busy - sent[1:])[waited] / NS_PER_MS
     ttft_ms = (first[1:] - sent[1:])[waited] / NS_PER_MS
     share = float(waited.sum() / overlapped.sum())
-    if share < SERIAL_SHARE or np.ptp(wait_ms) < np.median(ttft_ms - wait_ms):
-        return None  # most overlapped, or their waits too alike to tell
+    if (share < SERIAL_SHARE or np.median(wait_ms) < SERIAL_WAIT_MS
+            or np.ptp(wait_ms) < np.median(ttft_ms - wait_ms)):
+        return None  # most overlapped, waits too short to matter, or too alike to tell
     slope = float(np.polyfit(wait_ms, ttft_ms, 1)[0])
     if slope < SERIAL_SLOPE:
         return None
