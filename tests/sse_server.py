@@ -97,13 +97,62 @@ def status(code: int, body: dict | None = None) -> Handler:
     return handle
 
 
+# The fields of OpenAI's completions and chat request bodies: a strict server takes no other.
+OPENAI_FIELDS = {"model", "prompt", "messages", "max_tokens", "max_completion_tokens", "stream",
+                 "stream_options", "temperature", "top_p", "n", "stop", "seed", "user",
+                 "logprobs", "top_logprobs", "echo", "suffix", "best_of", "presence_penalty",
+                 "frequency_penalty", "logit_bias", "response_format", "tools", "tool_choice",
+                 "parallel_tool_calls", "service_tier", "store", "metadata"}
+STREAM_OPTIONS = {"include_usage", "include_obfuscation"}
+
+
+def strict(eos_after: int | None = None, gap_s: float = 0.0) -> Handler:
+    """A server that keeps to OpenAI's schema, as `transformers serve` does: a FastAPI-style
+    422 naming every field outside it, a stream that ends after the chunk with the
+    finish_reason and the usage, without [DONE]; its model stops by itself after
+    `eos_after` tokens (None: only at max_tokens)."""
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        extra = [["body", name] for name in sorted(set(body) - OPENAI_FIELDS)]
+        extra += [["body", "stream_options", name] for name in
+                  sorted(set(body.get("stream_options") or {}) - STREAM_OPTIONS)]
+        if extra:
+            return web.json_response({"detail": [{"type": "extra_forbidden", "loc": loc,
+                                                  "msg": "Extra inputs are not permitted"}
+                                                 for loc in extra]}, status=422)
+        asked = body.get("max_completion_tokens") or body.get("max_tokens") or 16
+        n = min(asked, eos_after or asked)
+        chat_api = "messages" in body
+        usage = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
+        finish = "length" if n == asked else "stop"
+        if not body.get("stream"):
+            text = "".join(f" t{i}" for i in range(n))
+            choice = ({"message": {"role": "assistant", "content": text}} if chat_api
+                      else {"text": text})
+            return web.json_response({"id": "s", "choices": [choice | {
+                "index": 0, "finish_reason": finish}], "usage": usage})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(n):
+            await asyncio.sleep(gap_s)
+            await resp.write(chat({"content": f" t{i}"}) if chat_api else completion(f" t{i}"))
+        last = {"index": 0, "finish_reason": finish} | ({"delta": {}} if chat_api else {"text": ""})
+        await resp.write(sse({"id": "s", "choices": [last], "usage": usage}))
+        await resp.write_eof()
+        return resp
+
+    return handle
+
+
 @dataclass
 class Server:
-    """Serves `handler` at /v1/completions, /v1/chat/completions and Ollama's /api/generate
-    and /api/chat; lists `model` (none when it is None)."""
+    """Serves `handler` at /v1/completions, /v1/chat/completions, Ollama's /api/generate
+    and /api/chat and SGLang's /generate; lists `model` (none when it is None), or answers
+    /v1/models with `models_answer` (status, text) when given."""
 
     handler: Handler
     model: str | None = "fake-model"
+    models_answer: tuple[int, str] | None = None
     received: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
     metrics: Callable[[Server], str] | None = None  # Prometheus text at /metrics
@@ -132,6 +181,8 @@ class Server:
             return await self.handler(request)
 
         async def models(request: web.Request) -> web.Response:
+            if self.models_answer is not None:
+                return web.Response(status=self.models_answer[0], text=self.models_answer[1])
             models = [{"id": self.model}] if self.model is not None else []
             return web.json_response({"object": "list", "data": models})
 
@@ -139,6 +190,7 @@ class Server:
         app.router.add_post("/v1/chat/completions", generate)
         app.router.add_post("/api/generate", generate)
         app.router.add_post("/api/chat", generate)
+        app.router.add_post("/generate", generate)
         app.router.add_get("/v1/models", models)
         async def metrics(request: web.Request) -> web.Response:
             return web.Response(text=self.metrics(self))

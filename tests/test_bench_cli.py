@@ -122,7 +122,7 @@ def test_a_server_without_a_model_list_asks_for_model(tmp_path):
     with Server(status(200), model=None) as server:
         result = bench("--url", server.url, "--requests", "5", "--out", str(tmp_path))
         assert server.received == []
-    assert result.exit_code == 1 and "lists none; give --model" in result.output
+    assert result.exit_code == 1 and "lists no model: give --model NAME" in result.output
 
 
 def test_wrong_model_name_is_a_failed_run(tmp_path):

@@ -95,7 +95,7 @@ def test_a_failure_after_the_start_still_stops_the_process_group(tmp_path):
                        "--url", f"http://127.0.0.1:{port}",
                        "--ready-url", f"http://127.0.0.1:{port}/health",
                        "--out", str(tmp_path))
-    assert result.exit_code == 1 and "--model not given" in result.output
+    assert result.exit_code == 1 and "give --model NAME" in result.output
     assert all_gone(pids)
 
 

@@ -5,12 +5,14 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from latlab.load.request.client import Client, error_message
+from latlab.load.request.client import Client
+from latlab.load.request.errors import error_message
 from latlab.load.target.discovery import list_models
 from latlab.load.workload.requests import RequestSpec
 from latlab.metrics.request import request_metrics
 from latlab.records.timeline import Outcome, RequestTimeline
-from sse_server import DONE, Server, Step, chat, completion, sse, status, stream, usage_only
+from sse_server import (DONE, Server, Step, chat, completion, sse, status, stream, strict,
+                        usage_only)
 
 MS = 1_000_000
 TIMING = {"preprocess": 0.5, "queue": 1.0, "prefill": 45.0, "decode": 60.0, "postprocess": 0.2,
@@ -101,6 +103,33 @@ async def test_request_carries_id_labels_and_length_controls():
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
 
 
+async def test_fields_a_strict_server_refuses_are_dropped_for_the_run():
+    with Server(strict()) as server:
+        async with Client(server.url, "m") as client:
+            first, second = (RequestTimeline(id=f"r{i}", index=i) for i in range(2))
+            await client.send(spec(priority=1), first)
+            await client.send(spec(index=1, priority=1), second)
+        bodies = [got["body"] for got in server.received]
+    assert first.ok and second.ok and first.completion_tokens == 8, first.error
+    refused = {"ignore_eos", "min_tokens", "priority", "continuous_usage_stats"}
+    assert set(client.learned.refused) == refused and client.learned.resent == 1
+    assert "Extra inputs are not permitted" in client.learned.refused["ignore_eos"]
+    assert refused <= set(bodies[0]) | set(bodies[0]["stream_options"])
+    assert bodies[1] == bodies[2] | {"prompt": "hello there"}  # asked again at once, then never
+    assert bodies[1]["stream_options"] == {"include_usage": True}  # only the refused option
+    assert not refused & set(bodies[2]) and bodies[2]["max_tokens"] == 8
+
+
+async def test_a_refusal_that_names_no_field_of_latlabs_is_a_failure():
+    refusal = {"error": {"message": "max_tokens is too large", "type": "invalid_request_error"}}
+    with Server(status(400, refusal)) as server:
+        async with Client(server.url, "m") as client:
+            r = RequestTimeline(id="r", index=0)
+            await client.send(spec(), r)
+    assert r.outcome == Outcome.HTTP_4XX and not client.learned.refused
+    assert len(server.received) == 1
+
+
 async def test_server_timing_header_is_read_when_the_stream_has_none():
     header = "queue;dur=3.5, prefill;dur=20, total;dur=30"
     steps = [Step(0, completion("a")), Step(0, usage_only(7, 1)), Step(0, DONE)]
@@ -162,11 +191,22 @@ async def test_stream_cut_midway_is_stream_broken_and_keeps_its_tokens():
     assert request_metrics(r).e2e is None
 
 
-async def test_stream_that_ends_without_done_is_broken():
-    steps = [Step(0, completion("a")), Step(0, usage_only(7, 1))]
+async def test_a_stream_that_ends_after_its_usage_without_done_is_complete():
+    steps = [Step(0, completion("a")), Step(0.02, usage_only(7, 1))]
+    r = RequestTimeline(id="r", index=0)
+    with Server(stream(steps)) as server:
+        async with Client(server.url, "m") as client:
+            await client.send(spec(), r)
+    assert r.ok and r.completion_tokens == 1 and client.learned.without_done == 1
+    assert r.done_ns == r.usage_ns  # done when its last event came
+
+
+async def test_a_stream_that_ends_mid_answer_without_done_is_broken():
+    steps = [Step(0, completion("a")), Step(0, completion("b"))]
     with Server(stream(steps)) as server:
         r = await send(server.url, spec())
     assert r.outcome == Outcome.STREAM_BROKEN and "[DONE]" in r.error
+    assert "no finish_reason" in r.error and r.token_counts == [1, 1]
 
 
 @pytest.mark.parametrize("payload", [b"data: {not json\n\n", sse(b"[1, 2]"),

@@ -99,3 +99,26 @@ def test_the_reasoning_summary():
     assert (s.ttfa.min, s.ttfa.max) == (60.0, 120.0)
     assert (s.thinking.min, s.thinking.max) == (50.0, 100.0)
     assert s.thinking_share == pytest.approx((50 / 100 + 100 / 220) / 2)
+
+
+def test_cached_prompt_tokens_in_the_names_servers_use():
+    from latlab.load.request.sse import apply_usage
+
+    for usage, cached in (({"prompt_tokens_details": {"cached_tokens": 7}}, 7),
+                          ({"prompt_cache_hit_tokens": 5, "prompt_cache_miss_tokens": 3}, 5),
+                          ({"prompt_tokens_details": None}, None)):
+        r = RequestTimeline(id="r", index=0)
+        apply_usage(r, {"prompt_tokens": 8, "completion_tokens": 1} | usage)
+        assert r.cached_tokens == cached
+
+
+def test_tokens_without_text_count_where_the_servers_count_grew():
+    """llama.cpp's last token can decode to no text: its chunk still says the count grew."""
+    def timings(n: int) -> dict:
+        return {"predicted_n": n, "prompt_ms": 1.0, "predicted_ms": 2.0 * n}
+
+    r = parse([completion("", timings=timings(0)), completion("a", timings=timings(1)),
+               completion("b", timings=timings(2)), completion("", timings=timings(4)),
+               usage_only(3, 4) + DONE], chat_api=False)
+    assert r.token_ns == [2, 3, 4] and r.token_counts == [1, 1, 2]
+    assert sum(r.token_counts) == r.completion_tokens == 4

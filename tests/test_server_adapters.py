@@ -59,9 +59,10 @@ def test_timings_per_token_counts_tokens_per_chunk_from_predicted_n():
 def test_llamacpp_chat_stream_and_non_streamed_body():
     chat = replay(recorded("stream_chat")["body"], chat=True)
     assert chat.ok and chat.completion_tokens == 6 and chat.server.prefill > 0
-    body = json.loads(recorded("nonstream_completions")["body"])
-    timing = from_event(body)
-    assert timing.source == "llamacpp" and timing.prefill == body["timings"]["prompt_ms"]
+    for name in ("nonstream_completions", "nonstream_chat"):
+        body = json.loads(recorded(name)["body"])
+        timing = from_event(body)
+        assert timing.source == "llamacpp" and timing.prefill == body["timings"]["prompt_ms"]
 
 
 def test_the_server_kind_is_told_by_its_model_list():

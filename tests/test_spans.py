@@ -1,6 +1,7 @@
 """Server spans over real OTLP: vLLM-shaped spans from the OpenTelemetry SDK's own exporter,
 OTLP/JSON, SGLang-style slices, latlab serve end to end, and the join after the fact."""
 
+import asyncio
 import time
 
 import httpx
@@ -150,3 +151,84 @@ def test_join_run_without_matches_says_why(tmp_path):
     stray = Span(trace_id="f" * 32, span_id="1", name="llm_request", start_ns=0, end_ns=1)
     joined = join_run(run, [stray])
     assert joined.requests_joined == 0 and "traceparent" in joined.notes[0]
+
+
+async def _asgi_stream(receive, send) -> None:
+    """What a streaming OpenAI endpoint does over ASGI (Starlette's StreamingResponse): it
+    listens for the client's disconnect for the whole stream while it sends the chunks."""
+    await receive()  # the request body
+    listener = asyncio.ensure_future(receive())  # the disconnect listener
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")]})
+    for _ in range(3):
+        await asyncio.sleep(0.01)
+        await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    await listener
+
+
+def test_a_model_server_traced_by_generic_asgi_instrumentation_is_no_application(tmp_path):
+    """Spans of OpenTelemetry's own ASGI instrumentation around a streaming endpoint (as
+    `transformers serve` traced with opentelemetry-instrumentation-fastapi makes them): the
+    `http receive` span is open for the whole stream; none of it is application work."""
+    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+
+    events = iter([{"type": "http.request", "body": b"{}", "more_body": False}])
+    streamed = asyncio.Event()
+
+    async def receive():
+        message = next(events, None)
+        if message is None:
+            await streamed.wait()
+            return {"type": "http.disconnect"}
+        return message
+
+    async def app_(scope, receive_, send):
+        await _asgi_stream(receive_, send)
+
+    async def send(message):
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            streamed.set()
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": "/v1/completions", "raw_path": b"/v1/completions",
+             "query_string": b"", "root_path": "", "server": ("127.0.0.1", 8000),
+             "client": ("127.0.0.1", 50000),
+             "headers": [(b"host", b"127.0.0.1:8000"),
+                         (b"traceparent", f"00-{TRACE}-00f067aa0ba902b7-01".encode())]}
+    with SpanReceiver(tmp_path / SPANS) as receiver:
+        provider = TracerProvider(resource=Resource.create({"service.name": "serve"}))
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(
+            endpoint=receiver.endpoint)))
+        asyncio.run(OpenTelemetryMiddleware(app_, tracer_provider=provider)(scope, receive, send))
+        provider.shutdown()
+    spans = read_spans(tmp_path / SPANS)
+    receive_span = next(s for s in spans if s.name.endswith("http receive")
+                        and s.duration_ms >= 25)
+    assert receive_span.attributes.get("asgi.event.type") == "http.disconnect"
+    assert timing_of(spans) == (None, None)  # no stage, no model call, no application
+    # naming plumbing does not make it work
+    assert timing_of(spans, app_spans=["POST /v1/completions http send"]) == (None, None)
+
+
+def span(name, span_id, parent, start_ms, end_ms, kind="internal", service="app", **attrs):
+    return Span(trace_id=TRACE, span_id=span_id, parent_span_id=parent, name=name, kind=kind,
+                start_ns=start_ms * 1_000_000, end_ns=end_ms * 1_000_000, attributes=attrs,
+                service=service)
+
+
+def test_an_applications_own_spans_named_or_around_a_genai_call():
+    root = span("POST /ask", "root", None, 0, 300, kind="server")
+    plumbing = [span("POST /ask http receive", "rx", "root", 1, 299,
+                     **{"asgi.event.type": "http.disconnect"}),
+                span("POST /ask http send", "tx", "root", 250, 251)]
+    retrieval = span("retrieval", "r", "root", 10, 60)
+    audit = span("audit", "a", "root", 280, 290)
+    call = span("chat tiny", "c", "root", 70, 240, kind="client",
+                **{"gen_ai.operation.name": "chat", "gen_ai.system": "openai"})
+    timing, _ = timing_of([root, *plumbing, retrieval, audit, call])  # the GenAI call
+    assert timing.application == pytest.approx({"retrieval": 50, "audit": 10, "other": 70})
+    assert timing.total == pytest.approx(300)
+    named, _ = timing_of([root, *plumbing, retrieval, audit], app_spans=["retrieval"])
+    assert named.application == pytest.approx({"retrieval": 50, "other": 250})
+    assert timing_of([root, *plumbing, retrieval, audit]) == (None, None)

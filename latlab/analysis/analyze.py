@@ -31,6 +31,7 @@ from latlab.analysis.decompose import NetworkBaseline, arrival_ns, decompose_all
 from latlab.analysis.diagnose import diagnose
 from latlab.analysis.requests import Requests, in_flight_at_send
 from latlab.analysis.run_analysis import RunAnalysis
+from latlab.analysis.server_view import server_view
 from latlab.analysis.tasks import task_budget
 from latlab.metrics.request import metric_columns
 from latlab.metrics.stats import percentile
@@ -64,7 +65,8 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
     if summary is None:
         summary = summarize(table, window, config.slos or None,
                             concurrency_cap=config.concurrency, metrics=metrics,
-                            scrapes=scrapes)
+                            scrapes=scrapes,
+                            server_kind=config.target.server_kind)
     parts = decompose_all(table, network_baseline(table, config.target.rtt_ms))
     requests = Requests(table, metrics, parts, in_flight_at_send(table))
     chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)
@@ -95,6 +97,7 @@ def assemble(run: RunFolder, config: RunConfig, summary: RunSummary, requests: R
         by_priority=by_priority(requests, chosen),
         over_time=over_time(requests),
         scrapes=scrapes,
+        server=server_view(scrapes, requests.table),
         tasks=task_budget(requests, chosen),
     )
     if diagnosis:
@@ -138,12 +141,17 @@ def _notes(a: RunAnalysis) -> list[str]:
     if not len(a.requests):
         notes.append("the run has no records yet")
     elif not a.ok.any():
-        notes.append("no request succeeded: there is no latency budget to show")
+        notes.append("no request succeeded in the measurement window: there is no latency "
+                     "budget to show" if a.table.ok.any() else
+                     "no request succeeded: there is no latency budget to show")
     elif not a.has_server_timings:
         notes.append("the server reported no timings: network, preprocess, queue and prefill are "
                      "unavailable and lumped into 'first token (unsplit)'")
     else:
         notes.append(_provenance(a))
+    if a.server is not None and not a.server.agrees:
+        notes.append("the server's /metrics and the client's records of the same span "
+                     "disagree: " + "; ".join(a.server.checks))
     if a.mean is not None and abs(a.mean.share("unattributed")) >= UNATTRIBUTED_NOTE_SHARE:
         notes.append(f"{100 * a.mean.share('unattributed'):.0f}% of the mean E2E is unattributed "
                      "(not small): the server's stage timings do not cover all of its time")

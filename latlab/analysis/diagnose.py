@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable
 
 from latlab.analysis.findings import Finding, Unevaluated
 from latlab.analysis.rules import (client, compute, coverage, host, network, outcomes,
-                                   queueing, server_state, sessions, tenants)
+                                   queueing, server_state, serving, sessions, tenants)
 
 if TYPE_CHECKING:
     from latlab.analysis.run_analysis import RunAnalysis
@@ -21,11 +21,13 @@ Rule = Callable[["RunAnalysis"], "Finding | Unevaluated | None"]
 RULES: tuple[Rule, ...] = (
     outcomes.failures,
     outcomes.rejections,
+    serving.nothing_in_window,
     client.client_bottleneck,
     host.busy_host,
     queueing.overload,
     queueing.queueing_under_load,
     queueing.slow_small_requests,
+    serving.one_at_a_time,
     network.network_share,
     sessions.application_time,
     sessions.ttft_grows_with_turns,
@@ -38,7 +40,7 @@ RULES: tuple[Rule, ...] = (
     coverage.cold_start,
     coverage.unattributed,
 )
-ALWAYS = (outcomes.failures, outcomes.rejections)
+ALWAYS = (outcomes.failures, outcomes.rejections, serving.nothing_in_window)
 
 
 def diagnose(analysis: RunAnalysis) -> tuple[list[Finding], list[Unevaluated]]:

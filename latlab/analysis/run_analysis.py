@@ -10,6 +10,7 @@ import numpy as np
 from latlab.analysis.budget import Budget, Group
 from latlab.analysis.findings import Finding, Unevaluated
 from latlab.analysis.requests import Requests, Rows
+from latlab.analysis.server_view import ServerView
 from latlab.analysis.tasks import TaskBudget
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
@@ -37,6 +38,7 @@ class RunAnalysis:
     by_priority: list[Group]
     over_time: list[Group]
     scrapes: list[Scrape] = field(default_factory=list)
+    server: ServerView | None = None  # the server's own account (/metrics), checked
     tasks: TaskBudget | None = None  # agent tasks: the whole task's budget
     findings: list[Finding] = field(default_factory=list)
     unevaluated: list[Unevaluated] = field(default_factory=list)

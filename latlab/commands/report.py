@@ -12,7 +12,8 @@ from latlab.records.settings import setting
 from latlab.load.telemetry.otlp import read_spans
 from latlab.load.telemetry.spans import join_run
 from latlab.records.folder import RunFolder, RunFolderError
-from latlab.report.console import print_budget, print_findings, print_summary
+from latlab.report.console import (print_budget, print_findings, print_server_view,
+                                   print_summary)
 from latlab.report.export import write_csv, write_parquet
 from latlab.report.html import write_html
 
@@ -46,6 +47,7 @@ def report(run_dir: str, options: ReportOptions) -> None:
     print_summary(out, analysis.summary, analysis.run.path)
     out.print()
     print_budget(out, analysis, full=options.full)
+    print_server_view(out, analysis)
     out.print()
     print_findings(out, analysis)
     written = [write_html(analysis.run, analysis, Path(options.out) if options.out else None)]

@@ -24,8 +24,9 @@ import numpy as np
 from rich.console import Console
 
 from latlab import __version__
-from latlab.load import BenchError, Unreachable
-from latlab.load.target.discovery import discover, round_trip_ms
+from latlab.load import BenchError
+from latlab.load.request.fields import Adaptations
+from latlab.load.target.discovery import identify, round_trip_ms
 from latlab.load.target.launch import EngineError, start_engine
 from latlab.load.telemetry.otlp import SpanReceiver, await_spans
 from latlab.load.target.settings import server_settings
@@ -41,7 +42,7 @@ from latlab.load.workload.prompts import with_salt
 from latlab.load.workload.requests import Workload
 from latlab.records.bench import BenchConfig
 from latlab.records.config import Clock, RunConfig, Target
-from latlab.records.target import ServerKind, redact
+from latlab.records.target import redact
 from latlab.records.folder import REQUESTS, RunFolder
 from latlab.records.health import WorkerHealth
 from latlab.records.summary import HostLoad
@@ -112,7 +113,9 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
             settings.target.url = url
             key = config.api_key.get_secret_value() if config.api_key else None
             target = settings.target
-            target.model, target.server_kind, target.max_model_len = _identify(url, config, key)
+            target.model, target.server_kind, target.max_model_len, found = identify(
+                url, config.model, config.server_kind, key, MODELS_TIMEOUT_S)
+            notes += found
             told = asyncio.run(server_settings(url, key))
             target.settings = told if told.known() else None
             fit_context(workload, config, target.max_model_len)
@@ -192,20 +195,6 @@ def run_config(config: BenchConfig, command: Sequence[str] | None) -> RunConfig:
         concurrency=config.arrivals.max_concurrency if config.arrivals.open_loop else None)
 
 
-def _identify(url: str, config: BenchConfig,
-              key: str | None) -> tuple[str, ServerKind, int | None]:
-    """The model to request, the server's kind and the model's context: as given, else from
-    /v1/models (a server that lists no models is an OpenAI-compatible one when --model is
-    given; one that does not answer at all cannot be measured)."""
-    try:
-        model, kind, context = asyncio.run(discover(url, key, MODELS_TIMEOUT_S, config.model))
-    except BenchError as e:
-        if config.model is None or isinstance(e, Unreachable):
-            raise
-        model, kind, context = config.model, ServerKind.OPENAI, None
-    if config.server_kind != ServerKind.AUTO:
-        kind = config.server_kind
-    return model, kind, context
 
 
 def _start_clock(run: RunFolder, settings: RunConfig, lead_s: float = START_LEAD_S) -> int:
@@ -231,6 +220,11 @@ def _finish(config: BenchConfig, run: RunFolder, settings: RunConfig,
             results: list[WorkerResult], notes: list[str], host: HostLoad | None) -> LoadResult:
     reasons = {r.stop_reason for r in results}
     records = run.read_table()
+    learned = Adaptations()
+    for result in results:
+        learned = learned.merge(result.learned)
+    settings.target.refused_fields = sorted(learned.refused) or None
+    notes += learned.notes(int(records.ok.sum()))
     fitted = int(records.fitted.sum())
     if fitted:
         notes.append(f"{fitted} of {len(records)} requests asked for fewer output tokens than "

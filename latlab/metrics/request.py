@@ -80,7 +80,9 @@ def metric_columns(t: RequestTable) -> MetricColumns:
     """The metrics of every request of `t`."""
     ok = t.ok
     tokens = t.output_tokens
-    tpot = np.where(ok & (tokens >= 2), ms_between(t.last_token_ns, t.first_token_ns)
+    # one event carrying every token (a non-streamed answer) times no token after the first
+    tpot = np.where(ok & (tokens >= 2) & (t.events != 1),
+                    ms_between(t.last_token_ns, t.first_token_ns)
                     / np.maximum(tokens - 1, 1), np.nan)
     gaps, itl = _gaps(t)
     return MetricColumns(

@@ -16,11 +16,21 @@ from latlab.records.catalog import formulas, metrics
 from latlab.records.scrape import Scrape
 from latlab.records.summary import ClientCheck, Goodput, RunSummary, WindowSpan
 from latlab.records.table import OUTCOMES, RequestTable, as_table
+from latlab.records.target import ServerKind
 from latlab.records.timeline import Outcome, RequestTimeline
 from latlab.records.window import Window
 
 FAILURE_ADJUSTED = metrics(failure_adjusted=True)
 CACHED_SHARE_WARNING = 0.5
+# When a stream's token events do not add up to its usage count: what that server can do.
+ASK_PER_CHUNK = "the server counts them when asked: keep --continuous-usage (the default) on"
+CHUNK_COUNTS = {
+    ServerKind.LATLAB: ASK_PER_CHUNK, ServerKind.VLLM: ASK_PER_CHUNK,
+    ServerKind.SGLANG: ASK_PER_CHUNK,
+    ServerKind.LLAMACPP: "llama.cpp counted its chunks (timings_per_token): the rest are tokens "
+                         "it sent without text",
+}
+NO_CHUNK_COUNTS = "this server sends no per-chunk token counts"
 
 
 def judge(t: RequestTable, m: MetricColumns, ok: np.ndarray, failed: int,
@@ -46,12 +56,14 @@ def summarize(
     concurrency_cap: int | None = None,
     metrics: MetricColumns | None = None,
     scrapes: Sequence[Scrape] = (),
+    server_kind: str | None = None,
 ) -> RunSummary:
     """The summary over the requests scheduled inside `window` (all when None). `client`
     (the self-check), `stop_reason` and `notes` (the load's own messages, first among the
     warnings) come from the load generator when it ran the records; `concurrency_cap` is
     the open loop's --max-concurrency, which holds sends back by design; `metrics` are the
-    records' metric columns when the caller has them already."""
+    records' metric columns when the caller has them already; `server_kind` (the target's)
+    chooses advice only that server can act on."""
     t = as_table(records)
     m = metrics if metrics is not None else metric_columns(t)
     chosen = np.ones(len(t), bool) if window is None else inside(t.origin_ns, window)
@@ -90,6 +102,7 @@ def summarize(
     outputs = outputs[~np.isnan(outputs)]
     cached = ok & ~np.isnan(t.cached_tokens) & (np.nan_to_num(t.prompt_tokens) != 0)
     disagree = ok & t.tokens_from_usage & (t.events > 0) & (t.event_tokens != t.completion_tokens)
+    short = ok & (m.output_tokens < t.max_tokens)  # NaN on either side compares False
     summary = RunSummary(
         requests=len(t),
         in_window=int(chosen.sum()),
@@ -107,6 +120,7 @@ def summarize(
                       if cached.any() else None),
         cache=cache_use(t, ok, scrapes),
         events_disagree=int(disagree.sum()),
+        stopped_short=int(short.sum()),
         retries=int(t.retries[chosen].sum()),
         formulas=formulas(),
         client=client,
@@ -116,11 +130,11 @@ def summarize(
         sessions=session_summary(t, chosen, m.ttft),
         reasoning=reasoning_summary(t, chosen),
     )
-    summary.warnings = [*dict.fromkeys(notes), *_warnings(summary, concurrency_cap)]
+    summary.warnings = [*dict.fromkeys(notes), *_warnings(summary, concurrency_cap, server_kind)]
     return summary
 
 
-def _warnings(s: RunSummary, cap: int | None = None) -> list[str]:
+def _warnings(s: RunSummary, cap: int | None = None, kind: str | None = None) -> list[str]:
     warnings = []
     failed = sum(s.failures.values())
     judged = s.ok + failed
@@ -153,9 +167,13 @@ def _warnings(s: RunSummary, cap: int | None = None) -> list[str]:
                         "(prompts sent again fill it: every run's prompts are fresh unless "
                         "--prompts says otherwise)")
     if s.events_disagree:
+        advice = CHUNK_COUNTS.get(kind, NO_CHUNK_COUNTS)  # type: ignore[call-overload]
         warnings.append(f"{s.events_disagree} of {s.ok} streams carried a different number of "
-                        "token events than their usage count: ITL counts events as tokens "
-                        "(ask the server for per-chunk usage or counts)")
+                        f"token events than their usage count: ITL counts events as tokens "
+                        f"({advice})")
+    if s.stopped_short:
+        warnings.append(f"{s.stopped_short} of {s.ok} requests stopped before max_tokens (mean "
+                        f"output {s.mean_output_tokens or 0:.0f} tokens): output lengths not held")
     if s.retries:
         warnings.append(f"{s.retries} requests were sent again on a fresh connection after a "
                         "pooled one turned out closed (their first attempt is client wait): the "

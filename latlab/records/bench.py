@@ -148,6 +148,10 @@ class TelemetryConfig(BaseModel):
                                     "(OTLP/HTTP, protobuf or JSON) on this loopback port (0: a "
                                     "free one) and join them to the requests.", group=TELEMETRY,
                                     ge=0, le=65535)
+    app_spans: list[str] = setting([], "A span name that is an application's own work (e.g. "
+                                   "retrieval; repeatable): its spans under each trace's root "
+                                   "become components of the request's time, and no others.",
+                                   "--app-span", group=TELEMETRY)
     span_wait_s: float = setting(10.0, "Seconds to wait after the load for the server's last "
                                  "spans (exporters send in batches).", group=TELEMETRY, ge=0)
     scrape_interval_s: float | None = setting(None, "Poll the target's Prometheus /metrics "

@@ -47,6 +47,7 @@ class Target(BaseModel):
     rtt_ms: float | None = None  # a null request's round trip before the run
     max_model_len: int | None = None  # the context the server lists for the model
     settings: ServerSettings | None = None  # what the server says of its own settings
+    refused_fields: list[str] | None = None  # latlab's nonstandard fields the server refused
 
 
 class RunConfig(BaseModel):

@@ -6,8 +6,11 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 METRICS = "metrics.jsonl"
+STAGES = ("queue", "prefill", "decode", "inference", "ttft", "e2e")  # histograms: _sum, _count
 SERIES = ("running", "waiting", "kv_usage", "preemptions", "prefix_cache_queries",
-          "prefix_cache_hits", "spec_draft_tokens", "spec_accepted_tokens")
+          "prefix_cache_hits", "spec_draft_tokens", "spec_accepted_tokens",
+          *(f"{stage}_{part}" for stage in STAGES for part in ("sum", "count")),
+          "prompt_tokens", "generation_tokens")
 
 
 class Scrape(BaseModel):

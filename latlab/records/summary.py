@@ -224,6 +224,7 @@ class RunSummary(Record):
     cached_share: float | None = None  # the per-request share (`cache` says it with its source)
     cache: CacheUse | None = None
     events_disagree: int = 0  # requests whose token events do not add up to the usage count
+    stopped_short: int = 0  # successful requests that ended before their max_tokens
     retries: int = 0  # requests sent again on a fresh connection
     warnings: list[str] = []
     formulas: dict[str, str] = {}

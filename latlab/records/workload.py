@@ -12,7 +12,7 @@ from pydantic import BaseModel, field_validator, model_validator
 from latlab.records.lengths import LengthDistribution
 from latlab.records.settings import SESSIONS, WORKLOAD, derive, derived, flag_of, setting
 
-Api = Literal["completions", "chat", "ollama", "ollama-chat"]
+Api = Literal["completions", "chat", "ollama", "ollama-chat", "sglang"]
 CHAT_APIS = ("chat", "ollama-chat")  # the APIs that take messages, not a prompt
 
 
@@ -125,7 +125,8 @@ class WorkloadConfig(BaseModel):
     own words, the same in every run), or a run folder's (that run's prompts again)."""
 
     api: Api = setting("completions", "completions, chat (OpenAI), ollama or ollama-chat "
-                       "(Ollama's native /api/generate, /api/chat).", group=WORKLOAD,
+                       "(Ollama's native /api/generate, /api/chat), sglang (SGLang's native "
+                       "/generate).", group=WORKLOAD,
                        cli_type=str)
     prompt_tokens: LengthDistribution = setting(
         LengthDistribution(kind="lognormal", a=256, b=128), "Prompt length distribution: N, "

@@ -15,7 +15,7 @@ from latlab.records.catalog import CATALOG, metrics
 from latlab.records.summary import Distribution, RunSummary
 from latlab.report.palette import BUCKET_COLORS, SEVERITY_COLORS
 from latlab.report.sessions import print_tasks, session_lines
-from latlab.units import cell, ms
+from latlab.units import cell, ms, pct
 
 if TYPE_CHECKING:
     from latlab.analysis.run_analysis import RunAnalysis
@@ -98,9 +98,28 @@ def print_analysis(console: Console, analysis: RunAnalysis) -> None:
     """What a run ends with: its latency budget, its findings and where its report is."""
     console.print()
     print_budget(console, analysis)
+    print_server_view(console, analysis)
     console.print()
     print_findings(console, analysis, unevaluated=False)
     console.print(f"report: {analysis.run.report_path}")
+
+
+def print_server_view(console: Console, analysis: RunAnalysis) -> None:
+    """The server's own account from its /metrics (`--scrape`), and how it squares with the
+    client's records; nothing without one."""
+    v = analysis.server
+    if v is None:
+        return
+    stages = " · ".join(f"{LABELS.get(k, k)} {ms(x)}" for k, x in v.stages_ms.items())
+    peaks = ", ".join(f"{LABELS.get(k, k)} {pct(x) if k == 'kv_usage' else f'{x:.0f}'}"
+                      for k, x in v.peaks.items())
+    console.print()
+    console.print(Text(f"The server's own view (/metrics, {v.requests} requests in "
+                       f"{v.span_s:.1f} s)", style="bold"))
+    console.print(Text(f"  per request: {stages}" + (f"; peak {peaks}" if peaks else "")))
+    for check in v.checks:
+        console.print(Text(f"  {'·' if v.agrees else '!'} {check}",
+                           style="dim" if v.agrees else "yellow"))
 
 
 def print_findings(console: Console, analysis: RunAnalysis, unevaluated: bool = True) -> None:
@@ -124,6 +143,7 @@ def print_findings(console: Console, analysis: RunAnalysis, unevaluated: bool = 
             console.print(Text(f"    {u.rule}: {u.needs}", style="dim"))
 
 
+LABELS = {"e2e": "E2E", "ttft": "TTFT", "kv_usage": "KV cache"}
 SUMMARY_ROWS = tuple((name, CATALOG[name].row) for name in metrics(summary=True))
 FAILURE_ROWS = tuple((name, f"{CATALOG[name].label} failure-adjusted")
                      for name in metrics(failure_adjusted=True, parent=None))

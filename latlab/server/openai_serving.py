@@ -8,6 +8,7 @@ body is read until the request is in the engine it holds a waiting slot (`--max-
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ from latlab.server.timing import server_timing
 
 # The tenant of a request for fair share (--fair-share): this header, else the `user` field.
 TENANT_HEADER = "x-tenant-id"
+log = logging.getLogger("latlab.serve")
 
 
 class OpenAIServing:
@@ -46,12 +48,13 @@ class OpenAIServing:
         self.max_model_len = engine.engine.config.max_model_len
         self.prompts = PromptBuilder(engine.engine.tokenizer, self.max_model_len,
                                      engine.engine.model_config.vocab_size)
+        self._ignored: set[str] = set()  # unknown request fields already logged
 
     async def completions(self, request: Request) -> Any:
         received = _begin(request, "completion")
         with self._admitted():
             body, ids = await self.prompts.completion(await self._read(request))
-            stream = self._submit(body, ids, body.max_tokens or 16, received,
+            stream = self._submit(body, ids, body.output_limit or 16, received,
                                   request.headers.get(TENANT_HEADER))
         return await self._respond(request, "completion", body, stream, len(ids))
 
@@ -59,8 +62,8 @@ class OpenAIServing:
         received = _begin(request, "chat")
         with self._admitted():
             body, ids = await self.prompts.chat(await self._read(request))
-            stream = self._submit(body, ids, body.max_completion_tokens or body.max_tokens,
-                                  received, request.headers.get(TENANT_HEADER))
+            stream = self._submit(body, ids, body.output_limit, received,
+                                  request.headers.get(TENANT_HEADER))
         return await self._respond(request, "chat", body, stream, len(ids))
 
     @contextmanager
@@ -108,6 +111,11 @@ class OpenAIServing:
                            f"{name!r}", param="model", code="model_not_found")
         if not ids:
             raise ApiError(400, "the prompt is empty", param="prompt")
+        unheard = [name for name in body.ignored if name not in self._ignored]
+        if unheard:  # once per field name: the log says what latlab serve did not act on
+            self._ignored.update(unheard)
+            log.warning("ignored request fields latlab serve does not know: %s",
+                        ", ".join(unheard))
         if max_tokens is None:
             max_tokens = max(1, self.max_model_len - len(ids))
         if len(ids) + max_tokens > self.max_model_len:

@@ -25,12 +25,18 @@ class ApiError(Exception):
                           "code": self.code}}
 
 
-# Fields latlab does not implement: refused with a clear error unless left at their default.
+# Fields latlab does not implement (OpenAI's, and vLLM's sampling extensions): refused with a
+# clear error unless left at their default. Any other unknown field is ignored, and logged.
 UNSUPPORTED_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "n": (None, 1), "best_of": (None, 1), "echo": (None, False), "suffix": (None, ""),
     "logprobs": (None, False, 0), "top_logprobs": (None, 0), "logit_bias": (None, {}),
     "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
     "tools": (None, []), "response_format": (None, {"type": "text"}),
+    "min_p": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0),
+    "length_penalty": (None, 1, 1.0), "use_beam_search": (None, False),
+    "stop_token_ids": (None, []), "bad_words": (None, []), "allowed_token_ids": (None,),
+    "prompt_logprobs": (None, 0), "structured_outputs": (None,), "guided_json": (None,),
+    "guided_regex": (None,), "guided_choice": (None,), "guided_grammar": (None,),
 }
 
 NonNegative = Annotated[int, Field(ge=0)]
@@ -64,6 +70,8 @@ class GenerationRequest(BaseModel):
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
+    # OpenAI's current name for the limit (AIPerf sends it to /v1/completions too); it wins
+    max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=-1, description="-1 or 0: off; above the vocabulary: all tokens")
@@ -85,6 +93,15 @@ class GenerationRequest(BaseModel):
         if len(stops) > 16 or not all(stops):
             raise ValueError("stop takes at most 16 non-empty strings")
         return self
+
+    @property
+    def output_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def ignored(self) -> list[str]:
+        """The fields this request carries that latlab serve does not know (it ignores them)."""
+        return sorted(set(self.model_extra or {}) - UNSUPPORTED_DEFAULTS.keys())
 
     @property
     def include_usage(self) -> bool:
@@ -127,7 +144,6 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
 
 
 class PromptTokensDetails(BaseModel):

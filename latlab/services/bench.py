@@ -26,6 +26,10 @@ from latlab.report.html import write_html
 from latlab.store import RunStore, key_numbers
 
 
+NOTHING_MEASURED = ("no successful request landed in the measurement window: nothing was "
+                    "measured (the findings say how long the first requests took)")
+
+
 @dataclass
 class BenchResult:
     """A measured run: its folder, summary and analysis (None if explaining it failed)."""
@@ -49,12 +53,17 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
     summary = summarize(records, window, config.slos,
                         client=client_check(load.health, records, window, load.host),
                         stop_reason=load.stop_reason, notes=load.notes,
-                        concurrency_cap=load.config.concurrency, scrapes=load.run.read_scrapes())
+                        concurrency_cap=load.config.concurrency, scrapes=load.run.read_scrapes(),
+                        server_kind=load.config.target.server_kind)
     summary.spans = spans
     load.run.write_summary(summary)
     with RunStore(store or config.out) as runs:
         runs.register(load.run.path, "bench", load.config, key_numbers(summary), summary)
-    return BenchResult(load.run, summary, _explain(load.run, console), load.failed, load.message)
+    failed, message = load.failed, load.message
+    if not failed and summary.ok == 0:  # requests succeeded, but none inside the window
+        failed = True
+        message = "\n".join(m for m in (message, NOTHING_MEASURED) if m)
+    return BenchResult(load.run, summary, _explain(load.run, console), failed, message)
 
 
 def _explain(run: RunFolder, err: Console | None) -> RunAnalysis | None:

@@ -10,7 +10,8 @@ import numpy as np
 from latlab.analysis.advice import chunked_prefill, prefix_caching, smaller_batches
 from latlab.analysis.budget import PROMPT_BUCKETS, prompt_buckets
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
-from latlab.analysis.rules.common import NEEDS_SERVER, before_first_token, server_rows
+from latlab.analysis.rules.common import (NEEDS_SERVER, before_first_token, server_rows,
+                                          uncounted_chunks)
 from latlab.metrics.stats import percentiles
 from latlab.records.columns import Ragged, present
 from latlab.records.table import RequestTable
@@ -67,6 +68,9 @@ def prefill_bound(a: RunAnalysis) -> Finding | Unevaluated | None:
 def decode_stalls(a: RunAnalysis) -> Finding | Unevaluated | None:
     t, m = a.table, a.requests.metrics
     rows = a.ok & (t.events >= 2)
+    chunked = uncounted_chunks(a)
+    if chunked:
+        return Unevaluated("decode_stalls", chunked)
     itl = m.itl.select(rows)
     if len(itl) < STUTTER_MIN_SAMPLES:
         return Unevaluated("decode_stalls", f"needs ≥ {STUTTER_MIN_SAMPLES} inter-token samples "

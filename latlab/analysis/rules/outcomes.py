@@ -29,6 +29,11 @@ FAILURE_FIXES = {
                   "a longer --drain only if the SLO allows",
     "empty": "the server answered 200 with nothing in it: read its logs for these requests",
 }
+NO_ROUTE_FIX = ("the server has no such endpoint: check --api (completions, chat, ollama, "
+                "ollama-chat, sglang) against what it serves, and --url")
+NO_MODEL_FIX = "the server does not serve that model: --model NAME as it names it"
+LENGTH_FIX = ("the server refuses latlab's length controls: --no-ignore-eos (the output length "
+              "then rests on max_tokens)")
 
 
 def _severity(share: float) -> Severity:
@@ -70,8 +75,20 @@ def failures(a: RunAnalysis) -> Finding | None:
     return Finding("failures", _severity(share), f"{pct(share)} of requests failed", evidence,
                    where="requests that never completed (infinitely slow in the failure-adjusted "
                          "percentiles)",
-                   fix=FAILURE_FIXES.get(top, "look at the error messages in requests.jsonl"),
-                   impact=share)
+                   fix=_fix(a, failed, top, examples.get(top) or ""), impact=share)
+
+
+def _fix(a: RunAnalysis, failed: np.ndarray, top: str, example: str) -> str:
+    """What to try first for the most common failure class: a client error is told apart by
+    its status (no such endpoint) or its message (length controls refused)."""
+    if top == str(Outcome.HTTP_4XX):
+        statuses = a.table.status[failed & (a.table.outcome == OUTCOMES.index(top))]
+        codes, counts = np.unique(statuses[~np.isnan(statuses)], return_counts=True)
+        if len(codes) and int(codes[np.argmax(counts)]) in (404, 405):
+            return NO_MODEL_FIX if "model" in example.lower() else NO_ROUTE_FIX
+        if "ignore_eos" in example or "min_tokens" in example:
+            return LENGTH_FIX
+    return FAILURE_FIXES.get(top, "look at the error messages in requests.jsonl")
 
 
 def rejections(a: RunAnalysis) -> Finding | None:

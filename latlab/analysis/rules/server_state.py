@@ -9,6 +9,7 @@ import numpy as np
 
 from latlab.analysis.advice import prefix_caching
 from latlab.analysis.findings import Finding, Severity, Unevaluated
+from latlab.analysis.rules.common import uncounted_chunks
 from latlab.records.columns import MISSING, present
 from latlab.records.table import RequestTable
 from latlab.units import ms, pct
@@ -65,13 +66,14 @@ def server_pause(a: RunAnalysis) -> Finding | Unevaluated | None:
     intake = a.requests.parts.value("intake")
     if rows.sum() < 2 and not intake[a.ok].any():
         return Unevaluated("server_pause", "needs ≥ 2 streamed responses or server totals")
-    pauses = [p for p in shared_pauses(t, rows) if not _a_prefill(p, a)]
+    chunked = uncounted_chunks(a)
+    pauses = [] if chunked else [p for p in shared_pauses(t, rows) if not _a_prefill(p, a)]
     stalls = a.client.stalls if a.client is not None else []
     clients = [p for p in pauses if _overlap(p, stalls) >= PREFILL_COVER]
     pauses = [p for p in pauses if p not in clients]
     late = intake[a.ok & (intake >= INTAKE_MIN_MS)]
     if not pauses and not len(late):
-        return None
+        return Unevaluated("server_pause", chunked) if chunked else None
     evidence = [f"{ms(length)} when every one of {n} streams in flight stopped at once, "
                 f"{(start - origin(a)) / 1e9:.1f} s into the run" for start, length, n in pauses[:3]]
     if len(late):

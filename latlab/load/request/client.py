@@ -1,22 +1,23 @@
 """The HTTP side: send one request and fill its `RequestTimeline` as the bytes arrive.
 
-Streams are parsed by `sse.StreamParser` (OpenAI's server-sent events) or
-`ollama.NdjsonParser` (Ollama's native API); a non-streamed answer is one event when its
-body is complete. `sent` is taken when the connection is ready, just before the request bytes
-are written: the connection phases (pool wait, DNS, connect) lie between `scheduled` and
-`sent` and are recorded in `connection`; a request that never got a connection has no
-`sent`. Every request carries a W3C `traceparent` (its own trace id) and `X-Request-Id`, so
-the server's spans and logs join it. A request whose pooled connection turns out closed
-before any response byte is sent again once on a fresh connection (llama.cpp closes
-connections it called keep-alive): its first attempt's time stays as client wait, and
-`retries` counts it. Every failure becomes an outcome class of the record, never an exception.
+Streams are parsed by `sse.StreamParser` (OpenAI's server-sent events),
+`ollama.NdjsonParser` (Ollama's native API) or `sglang.SglangParser` (SGLang's native
+`/generate`); a non-streamed answer is one event when its body is complete. `sent` is
+taken when the connection is ready, just before the request bytes are written: the
+connection phases (pool wait, DNS, connect) lie between `scheduled` and `sent` and are
+recorded in `connection`; a request that never got a connection has no `sent`. Every
+request carries a W3C `traceparent` (its own trace id) and `X-Request-Id`, so the server's
+spans and logs join it. A request whose pooled connection turns out closed before any
+response byte is sent again once on a fresh connection (llama.cpp closes connections it
+called keep-alive): its first attempt's time stays as client wait, and `retries` counts it.
+A 400/422 that names latlab's nonstandard fields drops them for the run and sends the
+request again without them (`fields`). Every failure becomes an outcome class of the
+record, never an exception.
 """
 
 from __future__ import annotations
 
 import asyncio
-import html
-import re
 import secrets
 from dataclasses import dataclass
 from time import perf_counter_ns
@@ -26,31 +27,47 @@ import aiohttp
 import orjson
 
 from latlab.load.request.connection import connection_trace
+from latlab.load.request.errors import classify, describe, error_message
+from latlab.load.request.fields import Adaptations, refused_fields, without
 from latlab.load.request.ollama import NdjsonParser, ollama_body
 from latlab.load.request.server_timing import ServerKind, from_event, from_headers
+from latlab.load.request.sglang import SglangParser, sglang_body
+from latlab.load.request.sglang import usage as sglang_usage
 from latlab.load.request.sse import StreamFault, StreamParser, apply_usage
 from latlab.load.request.stamps import StampingConnector, read_stamped
 from latlab.load.workload.requests import RequestSpec
 from latlab.records.timeline import Outcome, RequestTimeline
 
 ERROR_BODY_BYTES = 2048
-ERROR_MESSAGE_CHARS = 300
-_HTML_HIDDEN = re.compile(r"<(head|script|style)\b.*?</\1>", re.I | re.S)
-_HTML_TAG = re.compile(r"<[^>]+>")
+ERROR_NOTE_CHARS = 160
 STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError)
+
+
+class Refused(Exception):
+    """A 400/422 answer that named `fields` of latlab's the server does not take."""
+
+    def __init__(self, fields: list[str], message: str) -> None:
+        super().__init__(message)
+        self.fields, self.message = fields, message
 
 
 @dataclass(frozen=True)
 class Route:
     path: str
     chat: bool
-    ollama: bool = False
+    native: str | None = None  # a server's own API: "ollama", "sglang"; None: OpenAI's
+
+    @property
+    def ollama(self) -> bool:
+        return self.native == "ollama"
 
 
 ROUTES = {"completions": Route("/v1/completions", False),
           "chat": Route("/v1/chat/completions", True),
-          "ollama": Route("/api/generate", False, True),
-          "ollama-chat": Route("/api/chat", True, True)}
+          "ollama": Route("/api/generate", False, "ollama"),
+          "ollama-chat": Route("/api/chat", True, "ollama"),
+          "sglang": Route("/generate", False, "sglang")}
+PARSERS = {None: StreamParser, "ollama": NdjsonParser, "sglang": SglangParser}
 
 
 class Client:
@@ -76,6 +93,7 @@ class Client:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._fresh: aiohttp.ClientSession | None = None  # one connection per request
+        self.learned = Adaptations()  # fields the server refused, streams without [DONE]
 
     def _new_session(self, keepalive: bool) -> aiohttp.ClientSession:
         connector = StampingConnector(limit=self._pool_size, limit_per_host=0,
@@ -94,8 +112,15 @@ class Client:
                 await session.close()
 
     def body(self, spec: RequestSpec) -> dict[str, Any]:
+        """The request's body, less the fields the server refused."""
+        body = self._body(spec)
+        return without(body, self.learned.refused.keys()) if self.learned.refused else body
+
+    def _body(self, spec: RequestSpec) -> dict[str, Any]:
         if self.route.ollama:
             return ollama_body(self.model, spec, self.stream)
+        if self.route.native == "sglang":
+            return sglang_body(spec, self.stream, self.ignore_eos)
         body: dict[str, Any] = {"model": self.model, "stream": self.stream,
                                 "max_tokens": spec.max_tokens}
         if self.stream:
@@ -119,7 +144,8 @@ class Client:
         """Send `spec` and record everything in `r`; never raises but for cancellation.
         A session's request (`spec.session`) returns the answer's text (to carry into the
         next turn), others None."""
-        data = orjson.dumps(self.body(spec))
+        body = self.body(spec)
+        data = orjson.dumps(body)
         r.trace_id = secrets.token_hex(16)
         headers = self.headers | {"X-Request-Id": r.id,
                                   "traceparent": f"00-{r.trace_id}-{secrets.token_hex(8)}-01"}
@@ -129,7 +155,7 @@ class Client:
         try:
             while True:
                 try:
-                    answer = await self._attempt(session, data, headers, r, keep)
+                    answer = await self._attempt(session, body, data, headers, r, keep)
                     if r.ok and not r.token_ns and r.completion_tokens is None:
                         r.outcome, r.error = Outcome.EMPTY, "HTTP 200 without a token or usage"
                     break
@@ -139,19 +165,33 @@ class Client:
                     r.retries += 1
                     r.sent_ns = r.connection = None
                     session = self._fresh = self._fresh or self._new_session(False)
+                except Refused as e:
+                    self._drop(e, r)
+                    body = self.body(spec)
+                    data = orjson.dumps(body)
         except asyncio.CancelledError:
             r.outcome, r.error = Outcome.CANCELLED, "cancelled before the response ended"
             raise
         except StreamFault as e:
             r.outcome, r.error = e.outcome, str(e)
         except Exception as e:  # every failure becomes a classified record
-            r.outcome, r.error = _classify(e, r.headers_ns is not None), describe(e)
+            r.outcome, r.error = classify(e, r.headers_ns is not None), describe(e)
         finally:
             if r.done_ns is None or not r.ok:
                 r.done_ns = perf_counter_ns()
         return answer
 
-    async def _attempt(self, session: aiohttp.ClientSession, data: bytes,
+    def _drop(self, refusal: Refused, r: RequestTimeline) -> None:
+        """Leave the refused fields out of the run's requests and reset `r` to be sent again
+        (its refused attempt's time stays as client wait)."""
+        for name in refusal.fields:
+            self.learned.refused.setdefault(name, refusal.message)
+        self.learned.resent += 1
+        r.outcome, r.error = Outcome.OK, None
+        r.status = r.server = r.server_request_id = r.sent_ns = r.headers_ns = None
+        r.connection = None
+
+    async def _attempt(self, session: aiohttp.ClientSession, body: dict[str, Any], data: bytes,
                        headers: dict[str, str], r: RequestTimeline, keep: bool) -> str | None:
         async with session.post(self.url, data=data, headers=headers,
                                 trace_request_ctx=r) as resp:
@@ -161,7 +201,7 @@ class Client:
             r.server = from_headers(resp.headers)
             content_type = resp.content_type
             if resp.status != 200:
-                await self._http_error(resp, r)
+                await self._http_error(resp, r, body)
             elif not self.stream:
                 return await self._read_body(resp, r)
             elif self.route.ollama or content_type.startswith("text/event-stream"):
@@ -171,7 +211,9 @@ class Client:
                 r.error = f"not a stream: Content-Type {content_type!r}"
         return None
 
-    async def _http_error(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> None:
+    async def _http_error(self, resp: aiohttp.ClientResponse, r: RequestTimeline,
+                          body: dict[str, Any]) -> None:
+        """Classify an error answer; raise `Refused` when it refuses fields of `body`."""
         status = resp.status
         if status == 429:
             r.outcome = Outcome.HTTP_429
@@ -179,14 +221,21 @@ class Client:
             r.outcome = Outcome.HTTP_5XX
         else:
             r.outcome = Outcome.HTTP_4XX
-        body = error_message(await resp.content.read(ERROR_BODY_BYTES))
-        r.error = f"HTTP {status} {resp.reason or ''}".rstrip() + (f": {body}" if body else "")
+        raw = await resp.content.read(ERROR_BODY_BYTES)
+        message = error_message(raw)
+        r.error = (f"HTTP {status} {resp.reason or ''}".rstrip()
+                   + (f": {message}" if message else ""))
+        refused = refused_fields(status, raw.decode("utf-8", "replace"), body)
+        if refused:
+            raise Refused(refused, r.error[:ERROR_NOTE_CHARS])
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, r: RequestTimeline,
                            keep: bool) -> str | None:
-        parser = (NdjsonParser if self.route.ollama else StreamParser)(r, self.route.chat, keep)
+        parser = PARSERS[self.route.native](r, self.route.chat, keep)
         await read_stamped(resp, parser.feed)
         parser.finish()
+        if getattr(parser, "without_done", False):
+            self.learned.without_done += 1
         return "".join(parser.text) if parser.text is not None else None
 
     async def _read_body(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> str | None:
@@ -195,7 +244,7 @@ class Client:
         t = perf_counter_ns()
         try:
             obj = orjson.loads(raw)
-            usage = obj.get("usage") or {}
+            usage = obj.get("usage") or sglang_usage(obj.get("meta_info") or {})
         except (orjson.JSONDecodeError, AttributeError):
             raise StreamFault(Outcome.BAD_PAYLOAD, f"not a JSON body: {raw[:200]!r}") from None
         apply_usage(r, usage)
@@ -207,56 +256,17 @@ class Client:
 
 def answer_text(body: dict[str, Any]) -> str | None:
     """The answer of a non-streamed response: its first choice's text or message content
-    (Ollama's: `response`, `message.content`)."""
+    (Ollama's: `response`, `message.content`; SGLang's: `text`)."""
     choices = body.get("choices")
     first = choices[0] if isinstance(choices, list) and choices else None
     if isinstance(first, dict):
         text = first.get("text") or (first.get("message") or {}).get("content")
     else:
-        text = body.get("response") or (body.get("message") or {}).get("content")
+        text = (body.get("response") or body.get("text")
+                or (body.get("message") or {}).get("content"))
     return text if isinstance(text, str) else None
-
-
-def error_message(body: bytes, limit: int = ERROR_MESSAGE_CHARS) -> str:
-    """An error response in one short line: the message of a JSON error (OpenAI's
-    `error.message`, TGI's `error`, FastAPI's `detail`), the visible text of an HTML page's
-    body, else the text itself; whitespace collapsed, cut at `limit` characters."""
-    text = body.decode("utf-8", "replace").strip()
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        obj = None
-    if isinstance(obj, dict):
-        inner = obj.get("error")
-        found = (inner.get("message") if isinstance(inner, dict) else inner) or \
-            obj.get("message") or obj.get("detail")
-        text = found if isinstance(found, str) else text
-    elif text.lstrip().startswith("<"):
-        text = html.unescape(_HTML_TAG.sub(" ", _HTML_HIDDEN.sub(" ", text)))
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _stale(r: RequestTimeline) -> bool:
     """Whether `r` failed on a reused connection before any response byte arrived."""
     return r.headers_ns is None and r.connection is not None and not r.connection.new
-
-
-def _classify(e: Exception, after_headers: bool) -> Outcome:
-    if isinstance(e, asyncio.TimeoutError):
-        return Outcome.TIMEOUT
-    if isinstance(e, aiohttp.ClientConnectorError):
-        return Outcome.CONNECTION_REFUSED
-    if isinstance(e, aiohttp.ClientPayloadError):
-        return Outcome.STREAM_BROKEN
-    if isinstance(e, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionError)):
-        return Outcome.STREAM_BROKEN if after_headers else Outcome.CONNECTION_RESET
-    if isinstance(e, aiohttp.ClientResponseError):
-        return Outcome.BAD_PAYLOAD
-    return Outcome.CLIENT_ERROR
-
-
-def describe(e: Exception) -> str:
-    """An exception in one line: its class and message."""
-    text = str(e) or repr(e)
-    return f"{type(e).__name__}: {text}"

@@ -6,9 +6,10 @@
 | llama.cpp | `timings` in the final chunk (every chunk with `timings_per_token`) and in a non-streamed body | prefill (`prompt_ms`), decode (`predicted_ms`), cached prompt tokens (`cache_n`) |
 | TGI | `x-*` headers of a non-streamed response | validation (preprocess), queue, inference (prefill + decode unsplit), total |
 | Ollama | the final object of `/api/generate` or `/api/chat` | model load, prefill (`prompt_eval_duration`), decode (`eval_duration`), total (ns) |
+| SGLang | `meta_info` of the native `/generate`'s last event or body | total (`e2e_latency`), queue (`queue_time`); with `--enable-metrics` preprocess, prefill and decode from its stamps |
 
-vLLM and SGLang send nothing per request in HTTP: their OpenTelemetry spans carry the
-timings (`latlab.load.telemetry.spans`). `ServerKind` names the adapters; `--server-kind auto` tells
+vLLM sends nothing per request in HTTP, nor SGLang on its OpenAI routes: their OpenTelemetry
+spans carry the timings (`latlab.load.telemetry.spans`). `ServerKind` names the adapters; `--server-kind auto` tells
 them apart by what the server lists at /v1/models and what it sends.
 """
 
@@ -49,9 +50,11 @@ def context_length(models: Mapping[str, Any], model: str) -> int | None:
 
 def from_event(obj: Mapping[str, Any]) -> ServerTiming | None:
     """The timings a JSON event or body carries: latlab's `server_timing`, llama.cpp's
-    `timings` or Ollama's final object; None when it carries none."""
+    `timings`, Ollama's final object or SGLang's `meta_info`; None when it carries none."""
     if "server_timing" in obj:
         return ServerTiming.from_json(obj["server_timing"], "latlab")
+    if isinstance(obj.get("meta_info"), dict):
+        return sglang(obj["meta_info"])
     timings = obj.get("timings")
     if isinstance(timings, dict):
         return llamacpp(timings)
@@ -84,6 +87,30 @@ def ollama(final: Mapping[str, Any]) -> ServerTiming | None:
                                    "prefill": ms("prompt_eval_duration"),
                                    "decode": ms("eval_duration"),
                                    "total": ms("total_duration")}, "ollama")
+
+
+def sglang(meta: Mapping[str, Any]) -> ServerTiming | None:
+    """SGLang's `meta_info` (seconds): `e2e_latency` is receipt to finish (the total),
+    `queue_time` the wait for the scheduler. With `--enable-metrics` it also has wall-clock
+    stamps on the server's clock (`request_received_ts`, `forward_entry_time` when it was
+    first scheduled, `prefill_finished_time`, `request_finished_ts`): preprocess is receipt to
+    the queue, prefill first scheduled to prefill done, decode the rest."""
+    def number(key: str) -> float | None:
+        value = meta.get(key)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            else None
+
+    def ms(later: float | None, earlier: float | None) -> float | None:
+        return (later - earlier) * 1000 if later is not None and earlier is not None else None
+
+    queue, total = number("queue_time"), number("e2e_latency")
+    scheduled, prefilled = number("forward_entry_time"), number("prefill_finished_time")
+    queued = scheduled - queue if scheduled is not None and queue is not None else None
+    return ServerTiming.from_json({
+        "total": ms(total, 0.0), "queue": ms(queue, 0.0),
+        "preprocess": ms(queued, number("request_received_ts")),
+        "prefill": ms(prefilled, scheduled),
+        "decode": ms(number("request_finished_ts"), prefilled)}, "sglang")
 
 
 def from_headers(headers: Mapping[str, str]) -> ServerTiming | None:

@@ -5,9 +5,15 @@ events that arrive together have a zero gap, which is the truth. A role-only del
 text or a usage-only event is not a token event; a reasoning delta (`reasoning_content`, `reasoning`)
 is one, and the first reasoning and first answer token are stamped apart; an event's token count is the growth of the
 cumulative per-chunk usage when the server offers it (vLLM's `continuous_usage_stats`), else
-1, or the growth of llama.cpp's cumulative `timings.predicted_n` (`timings_per_token`). The
-last usage seen is the request's, and the last server timings any event carried
-(`server_timing.from_event`: latlab's, llama.cpp's).
+1, or the growth of llama.cpp's cumulative `timings.predicted_n` (`timings_per_token`). After
+the first token, an event without text whose cumulative count grew carries those tokens (a
+last token that decodes to no text). The last usage seen is the request's, and the last
+server timings any event carried (`server_timing.from_event`: latlab's, llama.cpp's).
+
+A stream ends with `data: [DONE]`; one that ends without it after an event with a
+`finish_reason` or a usage-only event (`transformers serve` ends so, and OpenAI's schema does
+not require [DONE]) is complete all the same, done when that last event arrived
+(`without_done` says so); any other end is a broken stream.
 """
 
 from __future__ import annotations
@@ -32,10 +38,11 @@ class StreamParser:
     """Turns the bytes of an OpenAI-style SSE stream into token events on a timeline.
 
     `feed` takes each socket read with its arrival time; `finish` applies the usage and
-    server timings and raises `StreamFault` for a stream that never sent [DONE]."""
+    server timings and raises `StreamFault` for a stream that ended before its answer did
+    (no [DONE], no finish_reason)."""
 
     __slots__ = ("r", "chat", "buf", "cumulative_base", "usage", "timing", "cached", "done",
-                 "answer_ns", "text")
+                 "answer_ns", "text", "ended_ns", "last_ns", "without_done")
 
     def __init__(self, r: RequestTimeline, chat: bool, keep_text: bool = False) -> None:
         self.r = r
@@ -48,6 +55,9 @@ class StreamParser:
         self.timing: ServerTiming | None = None
         self.cached: int | None = None
         self.done = False
+        self.ended_ns: int | None = None  # an event that ends an answer (finish_reason, usage only)
+        self.last_ns: int | None = None  # the last event's arrival
+        self.without_done = False  # complete, though [DONE] never came
 
     def feed(self, chunk: bytes, t: int) -> None:
         buf = self.buf + chunk if self.buf else chunk
@@ -73,6 +83,7 @@ class StreamParser:
 
     def _event(self, data: bytes | memoryview, at: int) -> None:
         r = self.r
+        self.last_ns = at
         try:
             obj = orjson.loads(data)
             choices = obj.get("choices")
@@ -83,6 +94,8 @@ class StreamParser:
             reasoning = False
             if choices:
                 c = choices[0]
+                if c.get("finish_reason"):
+                    self.ended_ns = at
                 if self.chat:
                     d = c.get("delta")
                     token = d and (d.get("content") or d.get("tool_calls"))
@@ -95,6 +108,8 @@ class StreamParser:
                 token = None
                 if u is None and "error" in obj:
                     raise StreamFault(Outcome.STREAM_BROKEN, f"server error event: {_cut(data)}")
+                if u:
+                    self.ended_ns = at
         except (orjson.JSONDecodeError, AttributeError, TypeError, IndexError):
             raise StreamFault(Outcome.BAD_PAYLOAD, f"malformed event: {_cut(data)}") from None
         if token:
@@ -115,7 +130,9 @@ class StreamParser:
                     self.answer_ns = at
                 if self.text is not None and isinstance(token, str):
                     self.text.append(token)
-        elif cumulative is not None and not r.token_ns:
+        elif (cumulative is not None and self.cumulative_base is not None
+              and cumulative > self.cumulative_base and choices):
+            r.add_token_event(at, cumulative - self.cumulative_base)  # tokens without text
             self.cumulative_base = cumulative
         if u:
             self.usage, r.usage_ns = u, at
@@ -134,9 +151,14 @@ class StreamParser:
             self.r.cached_tokens = self.cached
         if self.timing:
             self.r.server = self.timing
-        if not self.done:
-            raise StreamFault(Outcome.STREAM_BROKEN, "stream ended before [DONE]"
-                               + (f" (unparsed: {_cut(self.buf)})" if self.buf.strip() else ""))
+        if self.done:
+            return
+        if self.ended_ns is not None and not self.buf.strip():
+            self.without_done, self.r.done_ns = True, self.last_ns
+            return
+        raise StreamFault(Outcome.STREAM_BROKEN, "stream ended before [DONE]"
+                          + (f" (unparsed: {_cut(self.buf)})" if self.buf.strip()
+                             else ", with no finish_reason"))
 
 
 def _data(event: bytes) -> bytes | None:
@@ -148,6 +170,9 @@ def _data(event: bytes) -> bytes | None:
 
 
 def apply_usage(r: RequestTimeline, usage: dict[str, Any]) -> None:
+    """A usage object's counts: prompt and completion tokens, and the prompt tokens the server
+    took from its cache (`prompt_tokens_details.cached_tokens`, OpenAI's, vLLM's, SGLang's,
+    llama.cpp's and latlab's; `prompt_cache_hit_tokens`, DeepSeek's)."""
     if not isinstance(usage, dict):
         return
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
@@ -159,6 +184,8 @@ def apply_usage(r: RequestTimeline, usage: dict[str, Any]) -> None:
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
         r.cached_tokens = details["cached_tokens"]
+    elif isinstance(usage.get("prompt_cache_hit_tokens"), int):
+        r.cached_tokens = usage["prompt_cache_hit_tokens"]
 
 
 def _cut(data: bytes | memoryview, limit: int = 200) -> str:

@@ -1,5 +1,11 @@
 """What the target is, asked before the load: the model it lists at /v1/models, its kind,
-the model's context length, and the network's round trip as a null request sees it."""
+the model's context length, and the network's round trip as a null request sees it.
+
+A server whose /v1/models fails or lists nothing can still be measured with `--model`: some
+name their model per request and list none (`transformers serve` takes the model's path or
+Hub id and answers /v1/models with 500 without a Hugging Face cache). Without `--model` the
+error says what the server answered and how to name the model; with it, the run notes that
+the server's kind is unknown."""
 
 from __future__ import annotations
 
@@ -10,8 +16,19 @@ from typing import Any
 import aiohttp
 
 from latlab.load import BenchError, Unreachable
-from latlab.load.request.client import describe
+from latlab.load.request.errors import describe, error_message
 from latlab.load.request.server_timing import ServerKind, context_length, detect
+
+MODEL_HINT = ("give --model NAME, the name its requests take (for `transformers serve`, the "
+              "model's path or Hub id as it was started)")
+
+
+class NoModels(BenchError):
+    """The server answered, but its /v1/models names no model: `what` it answered."""
+
+    def __init__(self, url: str, what: str) -> None:
+        self.what = f"{url}/v1/models {what}"
+        super().__init__(f"{self.what}: {MODEL_HINT}")
 
 
 async def fetch_models(url: str, api_key: str | None = None,
@@ -22,7 +39,9 @@ async def fetch_models(url: str, api_key: str | None = None,
     async with aiohttp.ClientSession(timeout=timeout) as session:
         async with session.get(url.rstrip("/") + "/v1/models", headers=headers) as resp:
             if resp.status != 200:
-                raise ValueError(f"HTTP {resp.status} from {url}/v1/models")
+                body = error_message(await resp.content.read(2048))
+                raise ValueError(f"HTTP {resp.status} {resp.reason or ''}".rstrip()
+                                 + (f": {body}" if body else ""))
             data = await resp.json(content_type=None)
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise ValueError(f"{url}/v1/models: no `data` list in the answer")
@@ -46,13 +65,34 @@ async def discover(url: str, api_key: str | None = None, timeout_s: float = 10.0
         raise error(f"cannot reach {url} ({describe(e)}): is the server up and the "
                     "URL right (http://HOST:PORT)?") from None
     except Exception as e:  # it answered (or hung up), but not with a model list
-        raise BenchError(f"--model not given and {url}/v1/models did not list one "
-                         f"({describe(e)}); give --model") from None
+        why = str(e) if isinstance(e, ValueError) else describe(e)
+        raise NoModels(url, f"did not list a model ({why})") from None
     models = _ids(data)
     if not models:
-        raise BenchError(f"--model not given and {url}/v1/models lists none; give --model")
+        raise NoModels(url, "lists no model")
     model = model or models[0]
     return model, detect(data), context_length(data, model)
+
+
+def identify(url: str, model: str | None, kind: ServerKind, key: str | None,
+             timeout_s: float = 10.0) -> tuple[str, ServerKind, int | None, list[str]]:
+    """The model to request, the server's kind and the model's context: as given, else from
+    /v1/models; and a note when /v1/models failed but `model` was given (the server is then
+    an OpenAI-compatible one of unknown kind). A server that does not answer at all cannot
+    be measured (`Unreachable`)."""
+    notes = []
+    try:
+        model, found, context = asyncio.run(discover(url, key, timeout_s, model))
+    except BenchError as e:
+        if model is None or isinstance(e, Unreachable):
+            raise
+        found, context = ServerKind.OPENAI, None
+        what = e.what if isinstance(e, NoModels) else str(e)
+        notes.append(f"{what}: " + ("the server's kind is unknown, so latlab reads what any "
+                                    "OpenAI-compatible server sends (--server-kind names it)"
+                                    if kind == ServerKind.AUTO else
+                                    "the model's context length is unknown"))
+    return model, found if kind == ServerKind.AUTO else kind, context, notes
 
 
 async def round_trip_ms(url: str, api_key: str | None = None, probes: int = 5,

@@ -13,6 +13,14 @@ Names are the spans' own, so an unknown span is still a component ("vector searc
 "POST"). The model call is the child whose subtree holds the model server's span; while it
 streams (an HTTP client span ends at the response headers) it is taken to last at least the
 model server's total.
+
+An application is only there when the trace says where the model is (a model server's or
+a GenAI client span under the root, of another service) or when the user names its spans
+(`--app-span`): then only the named spans are components. Generic HTTP plumbing is never an
+application's work: OpenTelemetry's ASGI instrumentation opens a span for every receive and
+send of a response (`POST /x http receive` is its disconnect listener, open for the whole
+stream), and middleware spans wrap the handler. A model server traced only by such generic
+instrumentation is not an application (`spans.timing_of` keeps the client's view).
 """
 
 from __future__ import annotations
@@ -22,20 +30,37 @@ from typing import Sequence
 
 from latlab.records.spans import Span
 
+GENERIC_SUFFIXES = ("http receive", "http send")
 
-def application_of(spans: Sequence[Span], llm: Span | None, llm_total_ms: float | None
-                   ) -> tuple[float, dict[str, float], str] | None:
-    """(the application's total ms, its components in ms, its service name), or None when
-    the trace has no application above the model server (its root is the model's span)."""
+
+def generic(s: Span) -> bool:
+    """HTTP plumbing (an ASGI receive or send, a middleware), never an application's work."""
+    name = s.name.strip().lower()
+    return (name.endswith(GENERIC_SUFFIXES) or "middleware" in name
+            or "asgi.event.type" in s.attributes)
+
+
+def root_of(spans: Sequence[Span]) -> Span | None:
+    """The trace's outermost span: the longest server span without a parent in the trace."""
     ids = {s.span_id for s in spans}
     roots = [s for s in spans if s.parent_span_id not in ids]
     servers = [s for s in roots if s.kind == "server"] or roots
-    if not servers:
+    return max(servers, key=lambda s: s.duration_ms) if servers else None
+
+
+def application_of(spans: Sequence[Span], llm: Span | None, llm_total_ms: float | None,
+                   named: Sequence[str] = ()) -> tuple[float, dict[str, float], str] | None:
+    """(the application's total ms, its components in ms, its service name), or None when
+    the trace has no application above the model server (its root is the model's span).
+    With `named` span names only those are components."""
+    root = root_of(spans)
+    if root is None:
         return None
-    root = max(servers, key=lambda s: s.duration_ms)
-    if llm is not None and (root is llm or root.service == llm.service):
-        return None
-    children = [s for s in spans if s.parent_span_id == root.span_id]
+    if llm is not None and (root is llm or (root.service == llm.service
+                                            and llm.kind != "client")):
+        return None  # the model server's own trace
+    children = [s for s in spans if s.parent_span_id == root.span_id and not generic(s)
+                and (not named or s.name in named or s is llm)]
     if not children:
         return None
     call = _ancestor_under(llm, root, spans) if llm is not None else None
@@ -44,7 +69,7 @@ def application_of(spans: Sequence[Span], llm: Span | None, llm_total_ms: float 
             if call is not None else None)
     groups: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for s in children:
-        if s is not call:
+        if s is not call and s is not llm:
             start, end = max(s.start_ns, root.start_ns), min(s.end_ns, root.end_ns)
             if end > start:
                 groups[s.name].append((start, end))

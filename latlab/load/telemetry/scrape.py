@@ -11,7 +11,13 @@ The series latlab reads are named differently by every server; `NAMES` maps them
 | preemptions | `vllm:num_preemptions_total` | | | | `latlab_num_preemptions_total` |
 
 and the counters an A/B explains its change with (vLLM's and latlab's names): prefix-cache
-queries and hits (tokens), speculative draft and accepted tokens.
+queries and hits (tokens), speculative draft and accepted tokens. The server's per-request
+histograms (seconds) are kept as their `_sum` and `_count`, by stage (`STAGE_HISTOGRAMS`:
+vLLM's `vllm:e2e_request_latency_seconds`, `request_queue_time_seconds`,
+`request_prefill_time_seconds`, `request_decode_time_seconds`,
+`request_inference_time_seconds`, `time_to_first_token_seconds`; SGLang's and latlab's of the
+same meaning), with its prompt and generation token counters: the run's server view
+(`analysis.server_view`) compares them with the client's records.
 """
 
 from __future__ import annotations
@@ -42,6 +48,25 @@ NAMES = {
                           "latlab_spec_decode_num_draft_tokens_total"),
     "spec_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",
                              "latlab_spec_decode_num_accepted_tokens_total"),
+}
+STAGE_HISTOGRAMS = {
+    "e2e": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds",
+            "latlab_e2e_request_latency_seconds"),
+    "queue": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds",
+              "latlab_request_queue_time_seconds"),
+    "prefill": ("vllm:request_prefill_time_seconds", "latlab_request_prefill_time_seconds"),
+    "decode": ("vllm:request_decode_time_seconds", "latlab_request_decode_time_seconds"),
+    "inference": ("vllm:request_inference_time_seconds",),
+    "ttft": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds",
+             "latlab_time_to_first_token_seconds"),
+}
+NAMES |= {f"{stage}_{part}": tuple(f"{name}_{part}" for name in names)
+          for stage, names in STAGE_HISTOGRAMS.items() for part in ("sum", "count")}
+NAMES |= {
+    "prompt_tokens": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total",
+                      "latlab_prompt_tokens_total", "llamacpp:prompt_tokens_total"),
+    "generation_tokens": ("vllm:generation_tokens_total", "sglang:generation_tokens_total",
+                          "latlab_generation_tokens_total", "llamacpp:tokens_predicted_total"),
 }
 TIMEOUT_S = 2.0
 

@@ -9,7 +9,12 @@ trace id, and the server's span for it is a child in that trace (or carries its 
   "decode loop", ...), summed per stage, the trace's server span giving the total;
 * an application in front of the model (`app_trace`): its server span is the trace's root
   and gives the total, the spans under it the application's components
-  (`ServerTiming.application`), the model server's span, nested, the stages.
+  (`ServerTiming.application`), the model server's span, nested, the stages; where the model
+  is comes from a model server's span or a GenAI client span (`gen_ai.operation.name`,
+  `gen_ai.system`), else the user names the application's spans (`--app-span`);
+* otherwise the trace is the benched server's own (a model server traced by generic HTTP
+  instrumentation): it says nothing about stages and is not an application, so the
+  request keeps the client's view (the join notes it).
 
 Span times are on the server's wall clock. Each matched request bounds the offset between the
 server's clock and the client's (its span lies between the request's send and its end); the
@@ -33,19 +38,23 @@ from latlab.records.timeline import RequestTimeline, ServerTiming
 GENAI = {"queue": "gen_ai.latency.time_in_queue", "prefill": "gen_ai.latency.time_in_model_prefill",
          "decode": "gen_ai.latency.time_in_model_decode", "total": "gen_ai.latency.e2e",
          "preprocess": "latlab.latency.preprocess", "postprocess": "latlab.latency.postprocess"}
+GENAI_CALL = ("gen_ai.operation.name", "gen_ai.system", "gen_ai.provider.name",
+              "llm.request.type")
 STAGE_NAMES = {"tokenize": "preprocess", "preprocess": "preprocess", "validate": "preprocess",
                "queue": "queue", "wait": "queue", "waiting": "queue", "prefill": "prefill",
                "prefill forward": "prefill", "decode": "decode", "decode loop": "decode",
                "detokenize": "postprocess"}
 
 
-def timing_of(spans: Sequence[Span]) -> tuple[ServerTiming | None, int | None]:
-    """The server timing a trace's spans give, and its cached prompt tokens."""
+def timing_of(spans: Sequence[Span], app_spans: Sequence[str] = ()
+              ) -> tuple[ServerTiming | None, int | None]:
+    """The server timing a trace's spans give, and its cached prompt tokens; `app_spans`
+    names an application's own spans (`--app-span`)."""
     timing, cached = _model_timing(spans)
-    llm = next((s for s in spans if _is_model(s)), None)
-    if llm is None and timing is not None:
-        return timing, cached  # a model server's stage slices under its own span
-    app = application_of(spans, llm, timing.total if timing else None)
+    llm = next((s for s in spans if _is_model(s) or _calls_model(s)), None)
+    if llm is None and not app_spans:
+        return timing, cached  # a model server's stage slices, or its generic spans (None)
+    app = application_of(spans, llm, timing.total if timing else None, app_spans)
     if app is None:
         return timing, cached
     total, parts, service = app
@@ -56,7 +65,14 @@ def timing_of(spans: Sequence[Span]) -> tuple[ServerTiming | None, int | None]:
 
 
 def _is_model(s: Span) -> bool:
+    """A model server's span with its latencies (vLLM's `llm_request`, latlab serve's)."""
     return GENAI["total"] in s.attributes or GENAI["prefill"] in s.attributes
+
+
+def _calls_model(s: Span) -> bool:
+    """A GenAI client span: an application's call to a model (OpenTelemetry's GenAI
+    semantic conventions, OpenLLMetry)."""
+    return any(key in s.attributes for key in GENAI_CALL)
 
 
 def _model_timing(spans: Sequence[Span]) -> tuple[ServerTiming | None, int | None]:
@@ -130,13 +146,15 @@ def join_run(run: RunFolder, spans: Sequence[Span] | None = None) -> SpanJoin:
         path = run.path / SPANS
         spans = read_spans(path) if path.is_file() else []
     records = run.read_records(raw=True)
+    bench = run.read_config().bench
+    named = bench.app_spans if bench is not None else []
     matched = match(records, spans)
     sources: dict[str, int] = defaultdict(int)
     lines = []
     for r in records:
         if r.id not in matched:
             continue
-        timing, cached = timing_of(matched[r.id])
+        timing, cached = timing_of(matched[r.id], named)
         if timing is None:
             continue
         sources[timing.source or "otlp"] += 1
@@ -144,12 +162,17 @@ def join_run(run: RunFolder, spans: Sequence[Span] | None = None) -> SpanJoin:
                                    "cached_tokens": cached}))
     (run.path / SERVER_TIMINGS).write_bytes(b"".join(line + b"\n" for line in lines))
     by_id = {r.id: r for r in records}
-    offset, width = clock_offset([(by_id[k], v) for k, v in matched.items()], run.read_config().clock)
+    offset, width = clock_offset([(by_id[k], v) for k, v in matched.items()],
+                                 run.read_config().clock)
     notes = []
     traced = sum(1 for r in records if r.trace_id)
-    if spans and not lines:
+    if spans and not matched:
         notes.append(f"{len(spans)} spans arrived but none matched a request's trace id or "
                      "request id: does the server propagate `traceparent`?")
+    elif len(matched) > len(lines):
+        notes.append(f"the spans of {len(matched) - len(lines)} requests name no stage and no "
+                     "model call (generic HTTP instrumentation): those keep the client's view "
+                     "(--app-span names an application's own spans)")
     return SpanJoin(spans=len(spans), requests_joined=len(lines), requests_with_trace=traced,
                     sources=dict(sources), clock_offset_ms=offset,
                     clock_offset_uncertainty_ms=width, notes=notes)

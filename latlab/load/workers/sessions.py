@@ -17,7 +17,7 @@ from time import perf_counter_ns
 import aiohttp
 import numpy as np
 
-from latlab.load.request.client import describe, error_message
+from latlab.load.request.errors import describe, error_message
 from latlab.load.workers.loop import ScheduleLoop, Send
 from latlab.load.workload.arrivals import sleep_until
 from latlab.load.workload.conversation import Conversation

@@ -15,6 +15,7 @@ from time import perf_counter_ns
 from typing import Any, Callable
 
 from latlab.load.request.client import Client
+from latlab.load.request.fields import Adaptations
 from latlab.load.workers.collector import without_collector
 from latlab.load.workers.loop import Runs, ScheduleLoop, SingleRequests
 from latlab.load.workers.replay import TraceReplay
@@ -56,13 +57,16 @@ class WorkerResult:
     message: str | None = None
     requests: int = 0
     failed: int = 0
+    learned: Adaptations = field(default_factory=Adaptations)  # what its client learned
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__, "health": self.health.to_json()}
+        return {**self.__dict__, "health": self.health.to_json(),
+                "learned": self.learned.to_json()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> WorkerResult:
-        return cls(**{**data, "health": WorkerHealth.from_json(data["health"])})
+        return cls(**{**data, "health": WorkerHealth.from_json(data["health"]),
+                      "learned": Adaptations.from_json(data.get("learned"))})
 
 
 @dataclass
@@ -137,7 +141,7 @@ class Worker:
             self._snapshot()
         c = self.counters
         return WorkerResult(self.w, health, s.stop_reason or "done", s.stopped_ns, s.message,
-                            c.done, c.failed)
+                            c.done, c.failed, self.client.learned)
 
     def interrupt(self) -> None:
         """Ctrl-C: stop scheduling and cancel what is in flight (recorded as cancelled)."""
