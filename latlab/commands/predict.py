@@ -9,6 +9,8 @@ replicas a goal needs → print.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from rich.console import Console
 
 from latlab.commands.options import NamedWorkload
@@ -21,6 +23,7 @@ from latlab.records.predict import PredictConfig
 from latlab.report.console import print_analysis, print_summary
 from latlab.report.sweep import print_sweep
 from latlab.services.predict import Predicted, predict_point, resolve_calibration, settings
+from latlab.services.predict_intervals import Intervals, reseeded
 from latlab.services.predict_plans import predict_sweep, replicas_for
 from latlab.sim.calibration import fit_warning
 from latlab.sim.workload import SimWorkload, build, replay
@@ -70,20 +73,23 @@ def predict(config: PredictConfig, options: NamedWorkload) -> None:
                   highlight=False)
         out.print(f"run folder: {sizing.point.run.path}", highlight=False)
         return
-    workload, replayed, bench = _workload(config)
+    workload, replayed, bench, workload_for = _workload(config)
     point = predict_point(cal, workload, config.fleet,
                           settings(bench, cal, where, config.fleet, replayed), bench.out,
-                          bench.name, config.records)
+                          bench.name, config.records, intervals=intervals_of(config),
+                          workload_for=workload_for)
     _print(options, point, out, err)
 
 
-def _workload(config: PredictConfig) -> tuple[SimWorkload, str | None, BenchConfig]:
-    """The simulated clients; with --replay, the run's own requests, and its bench settings
-    (so `latlab compare RUN PREDICTED` compares the same workload)."""
+def _workload(config: PredictConfig) -> tuple[SimWorkload, str | None, BenchConfig,
+                                               Callable[[int], SimWorkload]]:
+    """The simulated clients and those of each draw; with --replay, the run's own requests
+    (every draw's too), and its bench settings (so `latlab compare RUN PREDICTED` compares
+    the same workload)."""
     bench = config.bench
     if config.replay is None:
         return (build(bench.workload, bench.arrivals, bench.requests, bench.duration_s), None,
-                bench)
+                bench, reseeded(bench, config.draw_requests))
     if bench.arrivals.open_loop or "users" in bench.arrivals.model_fields_set:
         raise UsageError("--replay sends the run's own requests: drop --rate/--users/--trace")
     try:
@@ -94,7 +100,11 @@ def _workload(config: PredictConfig) -> tuple[SimWorkload, str | None, BenchConf
         raise UsageError(f"--replay: {e}") from None
     bench = measured.model_copy(update={"out": bench.out, "name": bench.name,
                                         "tags": bench.tags, "slos": bench.slos or measured.slos})
-    return workload, str(config.replay), bench
+    return workload, str(config.replay), bench, lambda d: replay(run)
+
+
+def intervals_of(config: PredictConfig) -> Intervals:
+    return Intervals(draws=config.draws, level=config.level, requests=config.draw_requests)
 
 
 def _print(options: NamedWorkload, p: Predicted, out: Console, err: Console) -> None:

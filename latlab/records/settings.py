@@ -29,10 +29,11 @@ TARGET, CLIENT, WORKLOAD, SESSIONS, LOAD, STOP, SWEEP, AB, TELEMETRY, OUTPUT = (
     "A/B", "Telemetry", "Output")
 ENGINE, BATCHING, TECHNIQUES, SERVER = ("Model and engine", "Batching and KV cache",
                                         "Latency techniques", "Server")
-CALIBRATION, FLEET, AUTOSCALE, COLDSTART, OTHER = (
-    "Calibration", "Fleet", "Autoscaling", "Cold start", "Other")
-GROUPS = (TARGET, COLDSTART, CALIBRATION, WORKLOAD, SESSIONS, LOAD, SWEEP, AB, STOP, FLEET,
-          AUTOSCALE, ENGINE, BATCHING, TECHNIQUES, SERVER, TELEMETRY, CLIENT, OUTPUT, OTHER)
+CALIBRATION, INTERVALS, FLEET, AUTOSCALE, COLDSTART, OTHER = (
+    "Calibration", "Intervals and trust", "Fleet", "Autoscaling", "Cold start", "Other")
+GROUPS = (TARGET, COLDSTART, CALIBRATION, INTERVALS, WORKLOAD, SESSIONS, LOAD, SWEEP, AB, STOP,
+          FLEET, AUTOSCALE, ENGINE, BATCHING, TECHNIQUES, SERVER, TELEMETRY, CLIENT, OUTPUT,
+          OTHER)
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,13 @@ from latlab.records.bench import BenchConfig
 from latlab.records.calibration import Calibration
 from latlab.records.engine import ConfigError, EngineConfig
 from latlab.records.folder import RunFolder
-from latlab.records.steps import StepLogError, read_step_log
+from latlab.records.steps import StepLogError, StepRecord, read_step_log
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.workload import WorkloadConfig
 from latlab.services.bench import run_bench
 from latlab.services.errors import InputError, ServiceFailed
 from latlab.sim import calibration as calibrations
-from latlab.sim.calibrate_run import CalibrationError, request_costs
+from latlab.sim.calibrate_run import CalibrationError, request_costs, request_spread
 from latlab.sim.validate import compare
 
 PROBE_REQUESTS = 16
@@ -97,16 +97,23 @@ def _probe(cal: Calibration, serve: list[str], err: Console) -> Calibration:
                 runs.append(RunFolder(run_bench(bench).run.path))
         finally:
             engine.stop()
-        costs = request_costs(runs[0].read_records())
-        cal = calibrations.with_request_costs(cal, costs, "a probe through latlab serve")
-        open_loop = [r for r in runs[-1].read_records() if r.origin_ns and r.end_ns]
-        start = min(r.origin_ns for r in open_loop)
-        end = max(r.end_ns for r in open_loop)
+        first = runs[0].read_records()
+        cal = calibrations.with_request_costs(cal, request_costs(first),
+                                              "a probe through latlab serve",
+                                              request_spread(first))
         try:
-            served = [s for s in read_step_log(steps) if start <= s.start_ns <= end]
-            cal = calibrations.as_served(cal, served)
+            logged = read_step_log(steps)
+            probes = [_during(logged, run) for run in runs]
+            cal = calibrations.as_served(cal, probes[-1], probes)
         except (StepLogError, CalibrationError) as e:
             raise ServiceFailed(f"the open-loop probe's steps: {e}") from None
         checks = [compare(cal, run) for run in runs]
     cal.notes += [f"probe replayed on the calibration: {c.line()}" for c in checks]
     return cal
+
+
+def _during(steps: list[StepRecord], run: RunFolder) -> list[StepRecord]:
+    """The steps served while `run`'s requests were in flight."""
+    records = [r for r in run.read_records() if r.origin_ns and r.end_ns]
+    start, end = min(r.origin_ns for r in records), max(r.end_ns for r in records)
+    return [s for s in steps if start <= s.start_ns <= end]

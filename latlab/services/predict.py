@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 
@@ -34,6 +35,7 @@ from latlab.sim.folder import RECORDS, write_run
 from latlab.sim.results import SimResult
 from latlab.services.calibrate import calibrate_engine
 from latlab.services.errors import InputError
+from latlab.services.predict_intervals import Intervals, predicted_intervals
 from latlab.sim.workload import SimWorkload
 from latlab.store import RunStore, key_numbers
 
@@ -96,8 +98,11 @@ def settings(bench: BenchConfig, cal: Calibration, where: str, fleet: Fleet,
 
 def predict_point(cal: Calibration, workload: SimWorkload, fleet: Fleet, config: RunConfig,
                   out: Path, name: str, records: int = RECORDS, explain: bool = True,
-                  store: Path | None = None) -> Predicted:
-    """Simulate, write the predicted run folder (summary, report.html), register it."""
+                  store: Path | None = None, intervals: Intervals | None = None,
+                  workload_for: Callable[[int], SimWorkload] | None = None) -> Predicted:
+    """Simulate, write the predicted run folder (summary, report.html), register it; with
+    `intervals`, every percentile's interval from draws of `workload_for(d)` (draw d's
+    workload: another seed)."""
     started = time.perf_counter()
     try:
         result = simulate(workload, cal, fleet)
@@ -110,6 +115,9 @@ def predict_point(cal: Calibration, workload: SimWorkload, fleet: Fleet, config:
     sim.steps, sim.decode_run_steps = result.steps, result.decode_run_steps
     sim.preemptions = result.preemptions
     run, summary = write_run(result, workload, config, out, name, records)
+    if intervals is not None and intervals.draws and workload_for is not None:
+        summary = predicted_intervals(cal, summary, workload_for, fleet, config, intervals)
+        run.write_summary(summary)
     analysis = None
     if explain:
         analysis = analyze(run)

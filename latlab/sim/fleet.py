@@ -24,6 +24,7 @@ from latlab.records.simulation import Fleet, FleetOutcome
 from latlab.sim.policies import Autoscaler, Router
 from latlab.sim.replica import SimReplica
 from latlab.sim.sequence import SimSequence, new_sequence
+from latlab.sim.spread import Draw
 from latlab.sim.results import OK, REJECTED, TOO_LONG, Columns, SimResult
 from latlab.sim.stepcost import StepCostModel
 from latlab.sim.workload import SimWorkload
@@ -43,8 +44,11 @@ class _State:
 
 
 class Simulation:
-    def __init__(self, workload: SimWorkload, calibration: Calibration, fleet: Fleet) -> None:
+    def __init__(self, workload: SimWorkload, calibration: Calibration, fleet: Fleet,
+                 draw: Draw | None = None) -> None:
         self.w = workload
+        self.draw = draw
+        self._extra = np.zeros((0, 2))  # a draw's per-request preprocess, postprocess (s)
         self.cal = calibration
         self.fleet = fleet
         self.shape = calibration.engine
@@ -157,6 +161,8 @@ class Simulation:
         if replica is None or replica.num_waiting >= self.shape.max_waiting:
             return self._done(index, t + self.reject, REJECTED)
         arrive = t + self.net + self.pre + self.pre_token * prompt
+        if self.draw is not None:
+            arrive = max(t, arrive + self._extras(index)[0])
         c.engine_in[index] = arrive
         if prompt >= self.shape.max_model_len:
             return self._done(index, arrive + self.net, TOO_LONG)
@@ -176,7 +182,15 @@ class Simulation:
         c.preemptions[i] = seq.num_preemptions
         if seq.runs:
             c.runs[i] = seq.runs + [(seq.run_start, seq.last_step)]
-        self._done(i, now + self.post + self.net, OK)
+        post = self.post if self.draw is None else max(0.0, self.post + self._extras(i)[1])
+        self._done(i, now + post + self.net, OK)
+
+    def _extras(self, index: int) -> np.ndarray:
+        """The draw's extra preprocess (with the network's spread) and postprocess of a
+        request (s)."""
+        if index >= len(self._extra):
+            self._extra = np.vstack([self._extra, self.draw.overheads(max(4096, index + 1))])
+        return self._extra[index]
 
     def _done(self, index: int, done: float, outcome: int) -> None:
         self.cols.done[index] = done
@@ -195,6 +209,7 @@ class Simulation:
 
     def _add_replica(self, ready_at: float) -> SimReplica:
         r = SimReplica(self.shape, self.cost, self._finished, name=len(self.replicas))
+        r.speed = self.draw.speed if self.draw is not None else None
         r.started = ready_at
         r.stopped = None
         self.replicas.append(r)
@@ -239,7 +254,8 @@ def _boundary(r: SimReplica) -> float:
     return r.inbox[0][0] if r.inbox else INF
 
 
-def simulate(workload: SimWorkload, calibration: Calibration, fleet: Fleet | None = None
-             ) -> SimResult:
-    """Run `workload` against `fleet` (one replica by default) charged by `calibration`."""
-    return Simulation(workload, calibration, fleet or Fleet()).run()
+def simulate(workload: SimWorkload, calibration: Calibration, fleet: Fleet | None = None,
+             draw: Draw | None = None) -> SimResult:
+    """Run `workload` against `fleet` (one replica by default) charged by `calibration`; with
+    a `draw`, in that world (its step costs' level and drift, its per-request costs)."""
+    return Simulation(workload, calibration, fleet or Fleet(), draw).run()

@@ -68,6 +68,7 @@ class SimReplica(LazySteps):
         self.seg_a = array("d")
         self.seg_b = array("d")
         self.trace: list | None = None  # when a list: every step's [(request id, tokens)]
+        self.speed: Callable[[float], float] | None = None  # a drawn world's cost factor at t
 
     # -- requests in -----------------------------------------------------------------------
 
@@ -124,6 +125,8 @@ class SimReplica(LazySteps):
                 seq.first_scheduled = now
                 seq.num_cached_tokens = seq.num_computed_tokens  # what its prompt found cached
         dt = self.cost.seconds(*f)
+        if self.speed is not None:
+            dt *= self.speed(now)
         if self.trace is not None:
             self.trace.append([(seq.request_id, n) for seq, n in out.scheduled])
         self._segment(now, dt, 0.0)
