@@ -122,13 +122,17 @@ def test_predict_replays_a_run_and_sizes_a_fleet(tmp_path, cal_file):
     assert compared.exit_code == 0, compared.output
 
     sized = invoke("predict", "--calibration", cal_file, "--replicas-for",
-                   "p99_e2e<1500ms@40rps", "--requests", 1500, "--out", tmp_path)
+                   "p99_e2e<1500ms@40rps", "--requests", 1500, "--draws", 6, "--out", tmp_path,
+                   "--json")
     assert sized.exit_code == 0, sized.output
-    line = next(l for l in sized.output.splitlines() if "replicas (" in l)
-    n = int(line.split()[0])
-    tried = {int(l.split()[0]): float(l.split()[-2]) for l in sized.output.splitlines()
-             if l.strip().endswith(" ms") and "replicas:" in l}
-    assert tried[n] < 1500 and (n == 1 or tried[n - 1] >= 1500)
+    answer = orjson.loads(sized.stdout[sized.stdout.index("{"):])
+    counts = {int(n): c for n, c in answer["counts"].items()}
+    n, low, high = answer["point_estimate"], answer["low"], answer["high"]
+    assert counts[n]["value"] < 1500 and (n == 1 or counts[n - 1]["value"] >= 1500)
+    assert low <= n <= high == answer["recommended"]
+    assert counts[high]["met"] >= 0.95  # the interval's upper end meets the goal
+    assert high == n or counts[high - 1]["met"] < 0.95
+    assert low == 1 or counts[low - 1]["met"] < 0.05
 
 
 def test_predict_sweep_draws_the_curve_and_the_slo_max(tmp_path, cal_file):

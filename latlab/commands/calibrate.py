@@ -35,6 +35,8 @@ def calibrate(config: CalibrateConfig, options: JsonOutput) -> None:
     calibrations.save(cal, path)
     if options.json_output:
         print_json(cal.model_dump(mode="json") | {"path": str(path)})
+        if warning := calibrations.fit_warning(cal):
+            err.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
         return
     print_calibration(console(), cal, path)
 
@@ -55,6 +57,8 @@ def print_calibration(out: Console, cal: Calibration, path: Path | None) -> None
               + (f", {e.max_prefill_tokens} prefill tokens a step" if e.max_prefill_tokens else "")
               + (f", {e.max_decode_tokens} decode tokens a step" if e.max_decode_tokens else ""),
               highlight=False)
+    if cal.spread is not None:
+        out.print(f"  spread: {cal.spread.describe()}", highlight=False, markup=False)
     for note in cal.notes:
         out.print(f"  note: {note}", highlight=False, markup=False)
     if warning := calibrations.fit_warning(cal):

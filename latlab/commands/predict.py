@@ -4,7 +4,10 @@ replicas a goal needs → print.
     latlab predict --rate 5 --requests 100000        # latlab's engine, calibrated on first use
     latlab predict --calibration cal.json --rate 40 --replicas 4 --router round_robin
     latlab predict --sweep --slo ttft=1s             # the predicted throughput–latency curve
-    latlab predict --replicas-for "p99_e2e<2s@40rps"
+    latlab predict --replicas-for "p99_e2e<2s@40rps"   # a range, and the count to provision
+    latlab predict --check runs/…-bench-a               # measured against predicted
+
+Every percentile comes with an interval (`--draws` worlds drawn from the calibration's spread).
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from latlab.report.console import print_analysis, print_summary
 from latlab.report.sweep import print_sweep
 from latlab.services.predict import Predicted, predict_point, resolve_calibration, settings
 from latlab.services.predict_intervals import Intervals, reseeded
+from latlab.services.predict_check import check_run, coverage, measured_runs
 from latlab.services.predict_plans import predict_sweep, replicas_for
+from latlab.commands.predict_output import print_checks, print_sizing, sizing_json
 from latlab.sim.calibration import fit_warning
 from latlab.sim.workload import SimWorkload, build, replay
 
@@ -47,31 +52,43 @@ def predict(config: PredictConfig, options: NamedWorkload) -> None:
     out, err = console(), console(stderr=True)
     bench = config.bench
     if not (bench.arrivals.rate or bench.arrivals.trace or "users" in bench.arrivals.model_fields_set
-            or config.sweep or config.replay or config.replicas_for):
+            or config.sweep or config.replay or config.replicas_for or config.check):
         raise UsageError("give the load: --rate, --users, --trace or --replay (or --sweep)")
     serve = parse_args(ServeConfig, bench.serve_args, "--serve-args") if bench.serve_args else None
     cal, where = resolve_calibration(config, config.calibration, bench.serve_args,
-                                     serve.engine if serve else None, err)
+                                     serve.engine if serve else None, err, config.probe,
+                                     config.on_drift)
     err.print(f"calibration: {cal.headline()}", highlight=False)
     err.print(f"  from {where}", style="dim", highlight=False)
     if warning := fit_warning(cal):
         err.print(f"  warning: {warning}", style="yellow", highlight=False)
+    intervals = intervals_of(config)
     if config.sweep:
-        sweep = predict_sweep(config, cal, where, err)
-        print_sweep(out, sweep.record(), sweep.folder)
+        sweep = predict_sweep(config, cal, where, err, intervals)
+        if options.json_output:
+            print_json(sweep.record().model_dump(mode="json"))
+        else:
+            print_sweep(out, sweep.record(), sweep.folder)
         err.print(f"predicted sweep folder: {sweep.folder} (sweep.json, sweep.html)",
                   highlight=False)
         if sweep.stopped.reason == "interrupted":
             raise RunFailed(code=EXIT_INTERRUPTED)
         return
     if config.replicas_for is not None:
-        sizing = replicas_for(config, cal, where, err)
-        g, tried, high = sizing.goal, sizing.tried, sizing.replicas
-        below = f"; {high - 1}: {tried[high - 1]:.0f} ms ✗" if high - 1 in tried else ""
-        out.print(f"{high} replicas ({sizing.fleet.router}) meet p{g.percentile:g} {g.metric} "
-                  f"< {g.limit_ms:g} ms at {g.rate:g} req/s: {tried[high]:.0f} ms{below}",
-                  highlight=False)
-        out.print(f"run folder: {sizing.point.run.path}", highlight=False)
+        sizing = replicas_for(config, cal, where, err, intervals)
+        if options.json_output:
+            print_json(sizing_json(sizing))
+        else:
+            print_sizing(out, sizing)
+        return
+    if config.check:
+        runs = measured_runs(config.check, bench.out)
+        checks = [c for run in runs for c in check_run(run, cal, config.fleet, intervals)]
+        if options.json_output:
+            print_json({"level": intervals.level, "draws": intervals.draws,
+                        "coverage": coverage(checks), "checks": [vars(c) for c in checks]})
+        else:
+            print_checks(out, checks, intervals)
         return
     workload, replayed, bench, workload_for = _workload(config)
     point = predict_point(cal, workload, config.fleet,

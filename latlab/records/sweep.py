@@ -51,6 +51,9 @@ class Point(Record):
     cost: Cost | None = None
     offered: float | None = None  # the rate the arrivals actually offered (open loop)
     fell_behind: bool = False  # the server did not keep up with the offered rate
+    # a predicted point's intervals: [lo, hi] of `latencies` and of `slo_values`
+    latency_intervals: dict[str, dict[str, tuple[Ms, Ms]]] = {}
+    slo_intervals: dict[str, tuple[Ms, Ms]] = {}
 
     @property
     def unit(self) -> str:
@@ -88,7 +91,10 @@ class PointRef(Record):
 
 
 class SloMax(Record):
-    """The answer to "how much load within the SLOs", with the evidence on both sides."""
+    """The answer to "how much load within the SLOs", with the evidence on both sides; a
+    predicted sweep's also carries the interval `lo`–`hi` its draws gave at `level` (`lo`
+    0: not met even at the lowest load in some; `hi` infinite: met past the highest load
+    swept in some)."""
 
     slos: dict[str, float]
     percentile: float
@@ -101,6 +107,9 @@ class SloMax(Record):
     limiting: str | None
     statement: str
     notes: list[str] = []
+    lo: float | None = None
+    hi: Ms | None = None
+    level: float | None = None
 
 
 class SweepStop(Record):

@@ -3,6 +3,7 @@ cost at the SLO-max, why it stopped)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from rich import box
@@ -11,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from latlab.records.sweep import Point, SweepRecord
-from latlab.units import money, number
+from latlab.units import interval, money, number
 
 
 def ordered(points: list[Point]) -> list[Point]:
@@ -39,14 +40,15 @@ def print_sweep(console: Console, sweep: SweepRecord, folder: Path) -> None:
                Text(f"{p.achieved:.3g}" + (" behind" if p.fell_behind else ""),
                     style="red" if p.fell_behind else ""),
                f"{100 * p.error_rate:.1f}%",
-               f"{number(lat['ttft']['p50'])} / {number(lat['ttft']['p99'])}",
-               number(lat["tpot"]["p50"]),
-               f"{number(lat['e2e']['p50'])} / {number(lat['e2e']['p99'])}",
-               f"{p.output_tokens_per_s:.0f}"]
+               _cell(p, "ttft", "p50", "p99"), _cell(p, "tpot", "p50"),
+               _cell(p, "e2e", "p50", "p99"), f"{p.output_tokens_per_s:.0f}"]
         for m, limit in slos.items():
             v = p.slo_values[m]
             ok = v <= limit
-            row.append(Text(f"{number(v)} {'✓' if ok else '✗'}", style="green" if ok else "red"))
+            cell = Text(f"{number(v)} {'✓' if ok else '✗'}", style="green" if ok else "red")
+            if m in p.slo_intervals:
+                cell.append(f"\n{interval(*p.slo_intervals[m])}", style="dim")
+            row.append(cell)
         if slos:
             row.append(number(p.goodput, "{:.3g}"))
         table.add_row(*row, style=None if p.label in sweep.curve else "dim")
@@ -63,6 +65,16 @@ def print_sweep(console: Console, sweep: SweepRecord, folder: Path) -> None:
         console.print(line)
 
 
+def _cell(p: Point, metric: str, *quantiles: str) -> Text:
+    """`p50 / p99` of a metric, a predicted point's intervals below."""
+    values = p.latencies.get(metric, {})
+    text = Text(" / ".join(number(values.get(q)) for q in quantiles))
+    spans = p.latency_intervals.get(metric, {})
+    if all(q in spans for q in quantiles):
+        text.append("\n" + " / ".join(interval(*spans[q]) for q in quantiles), style="dim")
+    return text
+
+
 def _table(title: str, columns: list[str]) -> Table:
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
                   pad_edge=False)
@@ -70,6 +82,10 @@ def _table(title: str, columns: list[str]) -> Table:
         table.add_column(column, justify="right" if i else "left", no_wrap=bool(i),
                          min_width=None if i else 10)
     return table
+
+
+def _bound(value: float | None, words: str) -> str:
+    return words if value is None or value == 0 or math.isinf(value) else f"{value:.3g}"
 
 
 def sweep_answers(sweep: SweepRecord) -> list[Text]:
@@ -85,6 +101,12 @@ def sweep_answers(sweep: SweepRecord) -> list[Text]:
     best = sweep.slo_max
     if best:
         out.append(Text.assemble(("SLO-max   ", "bold"), best.statement))
+        if best.level is not None:
+            out.append(Text(f"          {100 * best.level:g}% interval: "
+                            f"{_bound(best.lo, 'not met at the lowest load')}–"
+                            f"{_bound(best.hi, 'above the highest load')} "
+                            f"{sweep.points[0].unit if sweep.points else ''} (the SLO-max of "
+                            "each draw of the points)"))
         for side in ("passing", "failing"):
             ref = getattr(best, side)
             if ref is not None:

@@ -41,14 +41,21 @@ from latlab.store import RunStore, key_numbers
 
 
 def resolve_calibration(source: CalibrationSource, calibration: Path | None,
-                        serve: list[str], engine: EngineConfig | None, err: Console
+                        serve: list[str], engine: EngineConfig | None, err: Console,
+                        probe: bool = False, on_drift: str = "warn"
                         ) -> tuple[Calibration, str]:
     """The calibration to simulate with, and where it came from: a file, run folders fitted
     now, or latlab's engine (`serve`, whose engine config is `engine`), calibrated on first
-    use and cached."""
+    use and cached. With `probe`, a calibration of latlab's engine made on this machine is
+    checked first (its reference steps timed again): beyond its spread, a cached one is made
+    again (`on_drift` "recalibrate"), else the user is warned."""
+    engine = engine or EngineConfig()
     try:
         if calibration is not None:
-            return calibrations.load(calibration), str(calibration)
+            cal = calibrations.load(calibration)
+            if probe:
+                _machine(cal, engine, err, recalibrate=False)
+            return cal, str(calibration)
         if source.from_runs:
             cal = calibrations.run_calibration(source.from_runs,
                                                source.server.model_dump(exclude_none=True))
@@ -58,18 +65,40 @@ def resolve_calibration(source: CalibrationSource, calibration: Path | None,
     path = calibrations.cache_path(serve)
     if path.is_file():
         try:
-            return calibrations.load(path), str(path)
+            cal = calibrations.load(path)
         except CalibrationError:
             err.print(f"the cached calibration {path} is unreadable: calibrating again",
                       style="yellow", highlight=False)
+        else:
+            if not probe or _machine(cal, engine, err, on_drift == "recalibrate"):
+                return cal, str(path)
     try:
-        cal = calibrate_engine(engine or EngineConfig(), serve, err)
+        cal = calibrate_engine(engine, serve, err)
     except ImportError as e:
         raise InputError(f"calibrating latlab's engine needs torch ({e}): install latlab's "
                          "engine extra, or predict another server with --calibration FILE or "
                          "--from RUN_DIR") from None
     calibrations.save(cal, path)
     return cal, f"{path} (calibrated now)"
+
+
+def _machine(cal: Calibration, engine: EngineConfig, err: Console, recalibrate: bool) -> bool:
+    """Whether `cal` still describes this machine (the probe, printed); False only when it
+    does not and it is to be made again."""
+    try:
+        check = calibrations.check_machine(cal, engine)
+    except ImportError:
+        return True  # no torch here: nothing to time the reference steps with
+    if check is None:
+        return True
+    if not check.beyond:
+        err.print(f"machine check: {check.line()}", style="dim", highlight=False)
+        return True
+    err.print(f"warning: {check.line()}: "
+              + ("calibrating again (--on-drift warn keeps it)" if recalibrate else
+                 "the predictions may be off by that much; calibrate again with the machine "
+                 "as it will be"), style="yellow", highlight=False)
+    return not recalibrate
 
 
 @dataclass

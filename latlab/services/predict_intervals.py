@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -29,7 +29,6 @@ from latlab.records.calibration import Calibration
 from latlab.records.config import RunConfig
 from latlab.records.simulation import Fleet
 from latlab.records.summary import Prediction, RunSummary
-from latlab.records.sweep import Point
 from latlab.records.table import RequestTable
 from latlab.records.window import run_window
 from latlab.sim.fleet import simulate
@@ -41,7 +40,9 @@ from latlab.sim.workload import SimWorkload, build
 QUEUED = ("ttft", "ttft_sched", "e2e", "e2e_sched", "lateness")  # include the queue's wait
 DRAW_SEED = 25
 
-Judge = Callable[[RunSummary, RequestTable, MetricColumns, np.ndarray], Point]
+# What a caller reads off each draw beside its summary (a sweep's point, a goal's value):
+# from the summary, the table, its metric columns and the requests inside the window.
+Judge = Callable[[RunSummary, RequestTable, MetricColumns, np.ndarray], Any]
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class Intervals:
 @dataclass
 class DrawOutcome:
     summary: RunSummary
-    point: Point | None  # the draw as a sweep's point, when judged
+    judged: Any  # what the judge read off it, when there is one
     fell_behind: bool
 
 
@@ -80,9 +81,9 @@ def reseeded(bench: BenchConfig, cap: int) -> Callable[[int], SimWorkload]:
 def run_draws(cal: Calibration, workload_for: Callable[[int], SimWorkload], fleet: Fleet,
               config: RunConfig, intervals: Intervals, judge: Judge | None = None
               ) -> list[DrawOutcome]:
-    """Each draw's summary (over the window of `config`), and its point when `judge` says
-    how (the same draw index gives the same world whatever the load: a sweep's points
-    share their worlds)."""
+    """Each draw's summary (over the window of `config`), and what `judge` reads off it (the
+    same draw index gives the same world whatever the load or the fleet: a sweep's points,
+    or the replica counts tried, share their worlds)."""
     spread, _ = spread_of(cal)
     config = config.model_copy(deep=True)
     config.clock.t0_ns = BASE_NS

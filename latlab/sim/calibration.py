@@ -16,6 +16,7 @@ import math
 import os
 import platform
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -32,7 +33,7 @@ from latlab.records.workload import WorkloadConfig
 from latlab.sim.calibrate_run import (CalibrationError, request_costs, request_spread, rows,
                                       run_folders, shape_from)
 from latlab.sim.fleet import simulate
-from latlab.sim.spread import estimate, misfit
+from latlab.sim.spread import drift_limit, estimate, misfit, spread_of
 from latlab.sim.stepcost import StepCostModel, features, fit
 from latlab.sim.workload import build
 
@@ -89,12 +90,57 @@ def engine_calibration(config, progress: Callable[[str], None] | None = None,
 
 
 def fit_warning(calibration: Calibration) -> str | None:
-    """A line for the user when an engine calibration's steps were too unsteady to trust."""
+    """A line for the user when the fit is too loose to trust: an engine whose steps were
+    not steady, or run folders the step-cost model does not reproduce."""
     mape = calibration.fit.mape
-    if calibration.source != "engine" or mape <= NOISY_FIT:
+    if mape <= NOISY_FIT:
         return None
-    return (f"the fit error is {100 * mape:.0f}%: the engine's steps were not steady (another "
-            "process sharing the CPU?); calibrate again when the machine is quiet")
+    if calibration.source == "engine":
+        return (f"the fit error is {100 * mape:.0f}%: the engine's steps were not steady "
+                "(another process sharing the CPU?); calibrate again when the machine is quiet")
+    return (f"the fit error is {100 * mape:.0f}%: the step-cost model reproduces these runs' "
+            "timings loosely (a noisy machine, or limits other than the server's: "
+            "--max-num-seqs, --max-num-batched-tokens); the intervals carry that error — "
+            "check the predictions against measured runs (latlab predict --check RUN)")
+
+
+@dataclass
+class MachineCheck:
+    """The calibration's reference steps timed again: `ratio` times as long as then, against
+    the `limit` the calibration's spread allows either way."""
+
+    ratio: float
+    limit: float
+    load_then: float | None
+    load_now: float
+
+    @property
+    def beyond(self) -> bool:
+        return not 1 / self.limit <= self.ratio <= self.limit
+
+    def line(self) -> str:
+        then = f"{self.load_then:.1f} then, " if self.load_then is not None else ""
+        where = "beyond" if self.beyond else "within"
+        return (f"the machine runs the calibration's reference steps in {self.ratio:.2f}× the "
+                f"time it took then (load average {then}{self.load_now:.1f} now): {where} the "
+                f"spread the calibration allows (×{1 / self.limit:.2f}–{self.limit:.2f})")
+
+
+def check_machine(calibration: Calibration, config) -> MachineCheck | None:
+    """Time the reference steps of an engine calibration made on this machine again, on an
+    engine of `config` (an `EngineConfig`; a few seconds); None when there is nothing to
+    compare (another machine, no reference, other engine settings)."""
+    from latlab.sim.calibrate_engine import reference_ms
+
+    reference = calibration.reference
+    if reference is None or calibration.target.get("host") != platform.node():
+        return None
+    now = reference_ms(config)
+    if len(now) != len(reference.ms):
+        return None
+    spread, _ = spread_of(calibration)
+    return MachineCheck(sum(now) / sum(reference.ms), drift_limit(spread),
+                        reference.load_average, os.getloadavg()[0])
 
 
 def with_request_costs(calibration: Calibration, costs: RequestCosts, where: str,

@@ -112,6 +112,16 @@ def level_dof(spread: Spread) -> float:
     return float(units - 1) if units >= 3 else (2.0 if units else math.inf)
 
 
+def drift_limit(spread: Spread, level: float = 0.9) -> float:
+    """The factor a run's step costs stay within (either way) in a share `level` of the
+    worlds the spread allows: its level and one window's drift."""
+    from scipy.stats import t
+
+    dof = level_dof(spread)
+    z = t.ppf(0.5 + level / 2, dof) if math.isfinite(dof) else t.ppf(0.5 + level / 2, 1e9)
+    return math.exp(z * math.hypot(level_sd(spread), spread.drift))
+
+
 @dataclass
 class Draw:
     """One possible world for a simulation: step costs × `exp(level + drift of the window)`,
