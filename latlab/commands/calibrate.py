@@ -12,7 +12,7 @@ from latlab.commands.options import JsonOutput, parse_args
 from latlab.records.calibration import CALIBRATION_JSON, Calibration
 from latlab.records.engine import ServeConfig
 from latlab.records.predict import CalibrateConfig
-from latlab.services.calibrate import calibrate_engine
+from latlab.services.calibrate import calibrate_engine, calibration_args
 from latlab.sim import calibration as calibrations
 from latlab.sim.calibrate_run import CalibrationError
 
@@ -31,7 +31,7 @@ def calibrate(config: CalibrateConfig, options: JsonOutput) -> None:
     else:
         engine = parse_args(ServeConfig, config.serve_args, "--serve-args").engine
         cal = calibrate_engine(engine, config.serve_args, err, probe=config.probe)
-        path = config.out or calibrations.cache_path(config.serve_args)
+        path = config.out or calibrations.cache_path(calibration_args(config.serve_args))
     calibrations.save(cal, path)
     if options.json_output:
         print_json(cal.model_dump(mode="json") | {"path": str(path)})

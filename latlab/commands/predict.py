@@ -25,7 +25,8 @@ from latlab.records.folder import RunFolder, RunFolderError
 from latlab.records.predict import PredictConfig
 from latlab.report.console import print_analysis, print_summary
 from latlab.report.sweep import print_sweep
-from latlab.services.predict import Predicted, predict_point, resolve_calibration, settings
+from latlab.services.predict import (Predicted, fleet_for, predict_point, resolve_calibration,
+                                     settings)
 from latlab.services.predict_intervals import Intervals, reseeded
 from latlab.services.predict_check import check_run, coverage, measured_runs
 from latlab.services.predict_plans import predict_sweep, replicas_for
@@ -55,6 +56,10 @@ def predict(config: PredictConfig, options: NamedWorkload) -> None:
             or config.sweep or config.replay or config.replicas_for or config.check):
         raise UsageError("give the load: --rate, --users, --trace or --replay (or --sweep)")
     serve = parse_args(ServeConfig, bench.serve_args, "--serve-args") if bench.serve_args else None
+    if serve is not None:
+        config.fleet = fleet_for(serve.engine, config.fleet)
+    if unused := config.fleet.unused_techniques():
+        raise UsageError(unused)
     cal, where = resolve_calibration(config, config.calibration, bench.serve_args,
                                      serve.engine if serve else None, err, config.probe,
                                      config.on_drift)

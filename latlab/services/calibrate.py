@@ -33,22 +33,48 @@ PROBE_LOAD = 0.5  # the open-loop probe's rate, as a share of the predicted capa
 PROBE_OPEN_S = 20.0  # and about how long it runs
 
 
-# latlab serve options the simulated replica does not follow (the scheduler's other options,
-# prefix caching, priorities and fair share, it does).
-NOT_SIMULATED = ("speculative_method", "max_queue_delay", "idle_unload")
+# latlab serve options that change when requests run, not what a step costs: a calibration
+# is made without them (`calibration_args`), the simulator applies them (`records.simulation.
+# Fleet`: a queue deadline, idle unload, speculative decoding).
+RUN_TIME = {"max_queue_delay": "--max-queue-delay", "idle_unload": "--idle-unload",
+            "speculative_method": "--speculative-method",
+            "speculative_model": "--speculative-model",
+            "num_speculative_tokens": "--num-speculative-tokens"}
+
+
+def calibration_args(serve: list[str]) -> list[str]:
+    """`serve` without the `RUN_TIME` options (and their values)."""
+    out, skip = [], False
+    for arg in serve:
+        if skip:
+            skip = False
+        elif arg.split("=", 1)[0] in RUN_TIME.values():
+            skip = "=" not in arg
+        else:
+            out.append(arg)
+    return out
+
+
+def calibrated_engine(config: EngineConfig) -> EngineConfig:
+    """The engine a calibration of `config` times: without the `RUN_TIME` options."""
+    return config.model_copy(update={name: EngineConfig.model_fields[name].default
+                                     for name in RUN_TIME})
 
 
 def calibrate_engine(config: EngineConfig, serve: list[str], err: Console,
                      probe: bool = True) -> Calibration:
     """Time the engine `latlab serve SERVE` (whose engine is `config`) in process; with
     `probe`, its per-request costs through a short bench (sequential requests), and how well
-    the calibration replays it."""
+    the calibration replays it. The `RUN_TIME` options are left out of both."""
     from latlab.engine.loader import ModelLoadError
 
-    if unsimulated := [f"--{name.replace('_', '-')}" for name in NOT_SIMULATED
-                       if getattr(config, name) is not None]:
-        raise InputError("--serve-args: latlab predict does not simulate "
-                         f"{', '.join(unsimulated)}")
+    dropped = [flag for name, flag in RUN_TIME.items()
+               if getattr(config, name) not in (None, EngineConfig.model_fields[name].default)]
+    config, serve = calibrated_engine(config), calibration_args(serve)
+    if dropped:
+        err.print(f"calibrating without {', '.join(dropped)}: they change when requests run, "
+                  "not what a step costs; latlab predict simulates them", style="dim",
+                  highlight=False)
     err.print("calibrating latlab's engine: timing its steps over a grid of batch shapes…",
               style="dim", highlight=False)
     try:

@@ -33,7 +33,7 @@ from latlab.sim.calibrate_run import CalibrationError
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import RECORDS, write_run
 from latlab.sim.results import SimResult
-from latlab.services.calibrate import calibrate_engine
+from latlab.services.calibrate import calibrate_engine, calibrated_engine, calibration_args
 from latlab.services.errors import InputError
 from latlab.services.predict_intervals import Intervals, predicted_intervals
 from latlab.sim.workload import SimWorkload
@@ -49,7 +49,7 @@ def resolve_calibration(source: CalibrationSource, calibration: Path | None,
     use and cached. With `probe`, a calibration of latlab's engine made on this machine is
     checked first (its reference steps timed again): beyond its spread, a cached one is made
     again (`on_drift` "recalibrate"), else the user is warned."""
-    engine = engine or EngineConfig()
+    engine = calibrated_engine(engine or EngineConfig())
     try:
         if calibration is not None:
             cal = calibrations.load(calibration)
@@ -62,7 +62,7 @@ def resolve_calibration(source: CalibrationSource, calibration: Path | None,
             return cal, "fitted now from " + ", ".join(map(str, source.from_runs))
     except CalibrationError as e:
         raise InputError(str(e)) from None
-    path = calibrations.cache_path(serve)
+    path = calibrations.cache_path(calibration_args(serve))
     if path.is_file():
         try:
             cal = calibrations.load(path)
@@ -99,6 +99,36 @@ def _machine(cal: Calibration, engine: EngineConfig, err: Console, recalibrate: 
                  "the predictions may be off by that much; calibrate again with the machine "
                  "as it will be"), style="yellow", highlight=False)
     return not recalibrate
+
+
+def fleet_for(engine: EngineConfig, fleet: Fleet) -> Fleet:
+    """`fleet` with the run-time techniques of the engine `--serve-args` describes (a queue
+    deadline, idle unload, speculative decoding) where it does not give its own."""
+    given = fleet.model_fields_set
+    update = {}
+    if engine.max_queue_delay is not None and "max_queue_delay" not in given:
+        update["max_queue_delay"] = engine.max_queue_delay
+    if engine.idle_unload is not None and "idle_unload" not in given:
+        update["idle_unload"] = engine.idle_unload
+    if engine.speculative_method is not None and "speculative_tokens" not in given:
+        update["speculative_tokens"] = engine.num_speculative_tokens
+    if not update:
+        return fleet
+    if "speculative_tokens" in update and fleet.acceptance is None:
+        raise InputError("--serve-args --speculative-method: give --acceptance, each request's "
+                         "chance of accepting a draft (e.g. uniform:0.5,0.9)")
+    if "idle_unload" in update and fleet.reload_s is None:
+        raise InputError("--serve-args --idle-unload: give --reload-time, the seconds the model "
+                         "takes to load again (or a latlab coldstart folder)")
+    try:
+        return Fleet.model_validate(fleet.model_dump(exclude_unset=True) | update)
+    except ValueError as e:
+        raise InputError(f"--serve-args: {_message(e)}") from None
+
+
+def _message(e: ValueError) -> str:
+    errors = getattr(e, "errors", None)
+    return errors()[0]["msg"].removeprefix("Value error, ") if errors else str(e)
 
 
 @dataclass

@@ -26,6 +26,9 @@ class SimSequence(Sequence):
     last_step: int
     finish_step: int
     runs: list[tuple[int, int]] | None
+    arrived: float  # when it reached the engine's queue (s)
+    acceptance: float  # speculative decoding: the chance it accepts each draft
+    events: list[tuple[int, int]] | None  # speculative decoding: (step, tokens) it got
 
 
 def steps_to(a: float, b: float, span: float) -> int:
@@ -60,7 +63,8 @@ def new_sequence(index: int, prompt_tokens: int, output_tokens: int,
     seq.sync = seq.sync_step = 0
     seq.first_scheduled = -1.0
     seq.first_step = seq.run_start = seq.last_step = seq.finish_step = -1
-    seq.runs = None
+    seq.runs = seq.events = None
+    seq.arrived = seq.acceptance = 0.0
     return seq
 
 

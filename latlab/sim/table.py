@@ -31,14 +31,17 @@ def token_stamps(result: SimResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     c = result.columns
     n = len(result)
     ok = c.outcome[:n] == OK
-    spans = {int(i): result.token_steps(int(i)) for i in c.runs}  # the preempted
+    # the preempted (several runs of steps) and the speculative (several tokens a step)
+    special = {int(i): result.token_events(int(i)) for i in {*c.runs, *c.events}
+               if i < n and ok[i]}
     events = np.where(ok, c.last_step - c.first_step + 1, 0)
-    for i, runs in spans.items():
-        events[i] = sum(b - a + 1 for a, b in runs)
+    for i, (steps, _) in special.items():
+        events[i] = len(steps)
     offsets = np.concatenate([[0], np.cumsum(events)]).astype(np.int64)
     stamps = np.empty(int(offsets[-1]))
+    counts = np.ones(len(stamps), dtype=np.int32)
     plain = ok.copy()
-    plain[list(spans)] = False
+    plain[list(special)] = False
     for r in range(len(result.replicas)):
         rows = np.flatnonzero(plain & (c.replica == r))
         if not len(rows):
@@ -49,10 +52,10 @@ def token_stamps(result: SimResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         within = np.arange(total) - np.repeat(np.cumsum(length) - length, length)
         stamps[np.repeat(offsets[rows], length) + within] = ends[np.repeat(c.first_step[rows],
                                                                           length) + within]
-    for i, runs in spans.items():
-        ends = result.step_ends(int(c.replica[i])) + result.net
-        stamps[offsets[i]:offsets[i + 1]] = np.concatenate([ends[a:b + 1] for a, b in runs])
-    return stamps, np.ones(len(stamps), dtype=np.int32), offsets
+    for i, (steps, tokens) in special.items():
+        stamps[offsets[i]:offsets[i + 1]] = result.step_ends(int(c.replica[i]))[steps] + result.net
+        counts[offsets[i]:offsets[i + 1]] = tokens
+    return stamps, counts, offsets
 
 
 def request_table(result: SimResult, lengths: Lengths, api: str, tokens: bool = True
@@ -87,4 +90,19 @@ def request_table(result: SimResult, lengths: Lengths, api: str, tokens: bool = 
         "token_counts": pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
                                                  pa.array(counts, pa.int32())),
     }
+    if c.session_kind is not None:
+        columns["session"] = _sessions(result, n)
     return RequestTable.from_arrow(pa.table(columns))
+
+
+def _sessions(result: SimResult, n: int) -> pa.StructArray:
+    c = result.columns
+    inside = c.session[:n] >= 0
+    ns = {name: _ns(np.where(inside, getattr(c, name)[:n], np.nan))
+          for name in ("after", "tool_start", "tool_end")}
+    return pa.StructArray.from_arrays(
+        [pa.array([f"sim-s{s}" for s in c.session[:n].tolist()]), pa.array(c.turn[:n]),
+         pa.array(c.turns[:n]), pa.array([c.session_kind] * n), ns["after"],
+         ns["tool_start"], ns["tool_end"], pa.nulls(n, pa.string())],
+        names=["id", "turn", "turns", "kind", "after_ns", "tool_start_ns", "tool_end_ns",
+               "tool_error"], mask=pa.array(~inside))
