@@ -89,7 +89,7 @@ def test_a_sample_of_records_keeps_the_summary_of_every_request(tmp_path):
 
 
 def test_predict_with_a_calibration_file_prints_and_writes_a_predicted_run(tmp_path, cal_file):
-    r = invoke("predict", "--calibration", cal_file, "--rate", 4, "--requests", 400,
+    r = invoke("predict", "--draws", 0, "--calibration", cal_file, "--rate", 4, "--requests", 400,
                "--out", tmp_path, "--slo", "ttft=500ms")
     assert r.exit_code == 0, r.output
     assert "calibration of test server" in r.output and "fit error 2.0%" in r.output
@@ -100,7 +100,7 @@ def test_predict_with_a_calibration_file_prints_and_writes_a_predicted_run(tmp_p
     assert run.read_summary().goodput is not None
     report = invoke("report", stored.path)
     assert report.exit_code == 0 and "PREDICTED" in report.output
-    other = invoke("predict", "--calibration", cal_file, "--rate", 4, "--requests", 400,
+    other = invoke("predict", "--draws", 0, "--calibration", cal_file, "--rate", 4, "--requests", 400,
                    "--out", tmp_path, "--slo", "ttft=500ms", "--replicas", 2)
     runs = sorted(p.path for p in RunStore(tmp_path).list(kind="predict"))
     compared = invoke("compare", *runs)
@@ -108,11 +108,11 @@ def test_predict_with_a_calibration_file_prints_and_writes_a_predicted_run(tmp_p
 
 
 def test_predict_replays_a_run_and_sizes_a_fleet(tmp_path, cal_file):
-    first = invoke("predict", "--calibration", cal_file, "--rate", 6, "--requests", 300,
+    first = invoke("predict", "--draws", 0, "--calibration", cal_file, "--rate", 6, "--requests", 300,
                    "--out", tmp_path, "--name", "orig")
     (orig,) = [p for p in tmp_path.iterdir() if p.name.endswith("orig")]
     # a predicted run is a bench-shaped run folder: replay its requests
-    again = invoke("predict", "--calibration", cal_file, "--replay", orig, "--out", tmp_path,
+    again = invoke("predict", "--draws", 0, "--calibration", cal_file, "--replay", orig, "--out", tmp_path,
                    "--name", "again")
     (copy,) = [p for p in tmp_path.iterdir() if p.name.endswith("again")]
     a, b = RunFolder(orig).read_summary(), RunFolder(copy).read_summary()
@@ -136,7 +136,7 @@ def test_predict_replays_a_run_and_sizes_a_fleet(tmp_path, cal_file):
 
 
 def test_predict_sweep_draws_the_curve_and_the_slo_max(tmp_path, cal_file):
-    r = invoke("predict", "--calibration", cal_file, "--sweep", "--rates", "2,8,16,40",
+    r = invoke("predict", "--draws", 0, "--calibration", cal_file, "--sweep", "--rates", "2,8,16,40",
                "--requests", 600, "--slo", "ttft=400ms", "--out", tmp_path)
     assert r.exit_code == 0, r.output
     (folder,) = [p for p in tmp_path.iterdir() if "sweep" in p.name]
@@ -164,7 +164,7 @@ def test_an_interrupted_predicted_sweep_keeps_its_points(tmp_path, cal_file, mon
         return simulated(*args, **kwargs)
 
     monkeypatch.setattr(predict_plans, "predict_point", second_interrupted)
-    r = invoke("predict", "--calibration", cal_file, "--sweep", "--rates", "2,8,16",
+    r = invoke("predict", "--draws", 0, "--calibration", cal_file, "--sweep", "--rates", "2,8,16",
                "--requests", 300, "--out", tmp_path)
     assert r.exit_code == 130, r.output
     (folder,) = [p for p in tmp_path.iterdir() if "sweep" in p.name]
@@ -175,7 +175,7 @@ def test_an_interrupted_predicted_sweep_keeps_its_points(tmp_path, cal_file, mon
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--rate", "5", "--router", "random"], "--router 'random'"),
+    (["--rate", "5", "--router", "fastest"], "--router 'fastest'"),
     (["--rate", "5", "--calibration", "missing.json"], "missing.json"),
     (["--rate", "5", "--calibration", "c.json", "--from", "runs"], "give one"),
     (["--replicas-for", "p99_e2e<2s"], "expected pQ_METRIC<LIMIT@RATE"),
@@ -187,12 +187,19 @@ def test_an_interrupted_predicted_sweep_keeps_its_points(tmp_path, cal_file, mon
     (["--rate", "5", "--autoscale", "queue", "--cold-start", "nowhere"],
      "--cold-start 'nowhere'"),
     (["--rate", "5", "--cold-start", "5"], "--cold-start goes with --autoscale"),
+    (["--rate", "5", "--idle-unload", "30"], "--idle-unload needs --reload-time"),
+    (["--rate", "5", "--speculative-tokens", "4"], "--speculative-tokens needs --acceptance"),
+    (["--rate", "5", "--acceptance", "fixed:0.5"], "--acceptance goes with"),
+    (["--rate", "5", "--interval-level", "1.5"], "--interval-level"),
+    (["--sweep", "--check", "x"], "--sweep and --check are different questions"),
+    (["--rate", "5", "--turns", "3", "--max-concurrency", "2"],
+     "--max-concurrency with sessions is not simulated"),
 ])
 def test_bad_input_is_one_line(tmp_path, cal_file, args, message):
     args = [str(cal_file) if a == "c.json" else a for a in args]
     if "--calibration" not in args and "--from" not in args:
         args += ["--calibration", str(cal_file)]
-    r = invoke("predict", *args, "--out", tmp_path)
+    r = invoke("predict", "--draws", 0, *args, "--out", tmp_path)
     assert r.exit_code == 2, r.output
     assert message in r.output and "Traceback" not in r.output
     assert len(r.output.strip().splitlines()) == 1, r.output
@@ -203,7 +210,7 @@ def test_calibrate_from_a_run_folder_recovers_the_server(tmp_path, cal_file):
     predicts another load of it."""
     folders = []
     for rate in (1.0, 6.0, 12.0):
-        r = invoke("predict", "--calibration", cal_file, "--rate", rate, "--requests", 500,
+        r = invoke("predict", "--draws", 0, "--calibration", cal_file, "--rate", rate, "--requests", 500,
                    "--out", tmp_path, "--name", f"m{rate:g}")
         assert r.exit_code == 0, r.output
         folders += [p for p in tmp_path.iterdir() if p.name.endswith(f"m{rate:g}")]
@@ -241,18 +248,26 @@ def test_an_unsteady_engine_calibration_is_flagged_where_it_is_used(tmp_path):
     steady = calibration()
     assert calibrations.fit_warning(steady) is None
     noisy = steady.model_copy(update={"fit": steady.fit.model_copy(update={"mape": 0.3})})
-    assert calibrations.fit_warning(noisy.model_copy(update={"source": "run"})) is None
+    assert "reproduces these runs' timings loosely" in calibrations.fit_warning(
+        noisy.model_copy(update={"source": "run"}))
     path = calibrations.save(noisy, tmp_path / "noisy.json")
-    r = invoke("predict", "--calibration", path, "--rate", 4, "--requests", 100,
+    r = invoke("predict", "--draws", 0, "--calibration", path, "--rate", 4, "--requests", 100,
                "--out", tmp_path)
     assert r.exit_code == 0, r.output
     assert "warning: the fit error is 30%" in r.output
 
 
-def test_calibrating_an_engine_technique_the_simulator_does_not_follow_is_refused():
-    r = invoke("calibrate", "--serve-args", "--max-queue-delay 2 --speculative-method ngram")
-    assert r.exit_code == 2, r.output
-    assert "does not simulate --speculative-method, --max-queue-delay" in r.output
+def test_run_time_techniques_are_simulated_not_calibrated():
+    from latlab.services.calibrate import calibration_args
+
+    serve = ["--max-num-seqs", "8", "--max-queue-delay", "2", "--speculative-method=ngram",
+             "--idle-unload", "30", "--enable-prefix-caching"]
+    assert calibration_args(serve) == ["--max-num-seqs", "8", "--enable-prefix-caching"]
+    assert calibrations.cache_path(calibration_args(serve)) == calibrations.cache_path(
+        ["--max-num-seqs", "8", "--enable-prefix-caching"])
+    r = invoke("predict", "--rate", 1, "--serve-args", "--speculative-method ngram",
+               "--no-probe")
+    assert r.exit_code == 2 and "give --acceptance" in r.output, r.output
 
 
 def test_predict_takes_no_options_that_would_do_nothing_there():

@@ -58,7 +58,7 @@ def predict(config: PredictConfig, options: NamedWorkload) -> None:
     serve = parse_args(ServeConfig, bench.serve_args, "--serve-args") if bench.serve_args else None
     if serve is not None:
         config.fleet = fleet_for(serve.engine, config.fleet)
-    if unused := config.fleet.unused_techniques():
+    if unused := config.fleet.unused_techniques() or _unsimulated(bench):
         raise UsageError(unused)
     cal, where = resolve_calibration(config, config.calibration, bench.serve_args,
                                      serve.engine if serve else None, err, config.probe,
@@ -123,6 +123,21 @@ def _workload(config: PredictConfig) -> tuple[SimWorkload, str | None, BenchConf
     bench = measured.model_copy(update={"out": bench.out, "name": bench.name,
                                         "tags": bench.tags, "slos": bench.slos or measured.slos})
     return workload, str(config.replay), bench, lambda d: replay(run)
+
+
+def _unsimulated(bench: BenchConfig) -> str | None:
+    """What of the sessions asked for the simulator cannot do, in a line."""
+    sessions = bench.workload.sessions
+    if sessions is None:
+        return None
+    if bench.arrivals.max_concurrency is not None:
+        return "--max-concurrency with sessions is not simulated"
+    if sessions.tool_url is not None:
+        return "--tool-url: the simulator calls no tool; give its time with --tool-latency"
+    if bench.workload.dataset is not None:
+        return ("--dataset with sessions is not simulated: give the lengths as distributions "
+                "(--prompt-tokens, --message-tokens, --output-tokens)")
+    return None
 
 
 def intervals_of(config: PredictConfig) -> Intervals:

@@ -132,10 +132,10 @@ class PredictConfig(CalibrationSource):
                            "spans.", "--interval-level", group=INTERVALS, gt=0, lt=1)
     draw_requests: int = setting(20_000, "At most this many requests in each draw.",
                                  group=INTERVALS, ge=100)
-    check: list[Path] = setting([], "Predict measured runs (run folders or sweep folders; "
-                                "repeatable) from their own settings: measured against "
-                                "predicted, and how many fall inside the intervals.",
-                                group=INTERVALS)
+    check: list[str] = setting([], "Predict measured runs (run folders, sweep folders or run "
+                               "ids of the store; repeatable) from their own settings: "
+                               "measured against predicted, and how many fall inside the "
+                               "intervals.", group=INTERVALS)
     probe: bool = setting(True, "Before using a calibration of latlab's engine on this "
                           "machine, time a few engine steps (a few seconds) to see whether "
                           "the machine has changed since.", "--probe/--no-probe",

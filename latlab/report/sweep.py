@@ -84,8 +84,11 @@ def _table(title: str, columns: list[str]) -> Table:
     return table
 
 
-def _bound(value: float | None, words: str) -> str:
-    return words if value is None or value == 0 or math.isinf(value) else f"{value:.3g}"
+def _bound(value: float | None, unit: str) -> str:
+    """An end of the SLO-max's interval: a load, or where the sweep cannot say."""
+    if not value:
+        return "not met at the lowest load"
+    return "met past the highest load" if math.isinf(value) else f"{value:.3g} {unit}"
 
 
 def sweep_answers(sweep: SweepRecord) -> list[Text]:
@@ -102,10 +105,10 @@ def sweep_answers(sweep: SweepRecord) -> list[Text]:
     if best:
         out.append(Text.assemble(("SLO-max   ", "bold"), best.statement))
         if best.level is not None:
-            out.append(Text(f"          {100 * best.level:g}% interval: "
-                            f"{_bound(best.lo, 'not met at the lowest load')}–"
-                            f"{_bound(best.hi, 'above the highest load')} "
-                            f"{sweep.points[0].unit if sweep.points else ''} (the SLO-max of "
+            unit = sweep.points[0].unit if sweep.points else ""
+            span = (f"{_bound(best.lo, unit)} – {_bound(best.hi, unit)}" if best.lo != best.hi
+                    else f"{_bound(best.lo, unit)} in every draw")
+            out.append(Text(f"          {100 * best.level:g}% interval: {span} (the SLO-max of "
                             "each draw of the points)"))
         for side in ("passing", "failing"):
             ref = getattr(best, side)

@@ -114,6 +114,15 @@ def quantile(values: Sequence[float], q: float) -> float:
     return float(v[lo] + (v[hi] - v[lo]) * (at - lo))
 
 
+def span(values: Sequence[float], value: float, intervals: Intervals, grows: bool = False
+         ) -> tuple[float, float]:
+    """The interval of `values` (the draws') around `value` (the point estimate's), widened
+    to hold it; `grows`: its upper end is a growing queue (infinite)."""
+    lo = quantile(values, intervals.tail)
+    hi = math.inf if grows else quantile(values, 1 - intervals.tail)
+    return min(lo, value), max(hi, value)
+
+
 def queue_grows(outcomes: Sequence[DrawOutcome], intervals: Intervals,
                 point_fell_behind: bool = False) -> bool:
     """Whether the interval's upper end is a growing queue: more draws fell behind than its
@@ -138,11 +147,8 @@ def attach(summary: RunSummary, outcomes: Sequence[DrawOutcome], intervals: Inte
                           is not None]
                 if p.value is None or not values:
                     continue
-                lo = quantile(values, intervals.tail)
-                hi = quantile(values, 1 - intervals.tail)
-                if grows and (group == "failure_adjusted" or name in QUEUED):
-                    hi = math.inf
-                p.lo, p.hi = min(lo, p.value), max(hi, p.value)
+                p.lo, p.hi = span(values, p.value, intervals,
+                                  grows and (group == "failure_adjusted" or name in QUEUED))
     spread, note = spread_of(cal)
     notes = [note] if note else []
     if grows:

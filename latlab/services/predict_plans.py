@@ -27,7 +27,8 @@ from latlab.records.sweep import Point, SweepConfig, SweepRecord
 from latlab.records.table import RequestTable
 from latlab.services.errors import InputError
 from latlab.services.predict import Predicted, predict_point, settings
-from latlab.services.predict_intervals import Intervals, quantile, reseeded, run_draws
+from latlab.services.predict_intervals import (QUEUED, Intervals, queue_grows, quantile,
+                                              reseeded, run_draws, span)
 from latlab.services.sweep import Step, Sweep
 from latlab.sim.fleet import simulate
 from latlab.sim.table import request_table
@@ -62,16 +63,16 @@ class PredictedSweep(Sweep):
         outcomes = run_draws(self.cal, reseeded(bench, self.intervals.requests), self.fleet,
                              settings(bench, self.cal, "", self.fleet), self.intervals, judge)
         draws = self.draws[label] = [o.judged for o in outcomes]
-        tail = self.intervals.tail
+        grows = queue_grows(outcomes, self.intervals, point.fell_behind)
         point.latency_intervals = {
-            m: {q: (quantile([d.latencies[m][q] for d in draws], tail),
-                    quantile([d.latencies[m][q] for d in draws], 1 - tail))
+            m: {q: span([d.latencies[m][q] for d in draws], v, self.intervals,
+                        grows and m in QUEUED)
                 for q, v in values.items() if v is not None
                 and all(d.latencies[m][q] is not None for d in draws)}
             for m, values in point.latencies.items()}
-        point.slo_intervals = {m: (quantile([d.slo_values[m] for d in draws], tail),
-                                   quantile([d.slo_values[m] for d in draws], 1 - tail))
-                               for m in point.slo_values}
+        point.slo_intervals = {m: span([d.slo_values[m] for d in draws], v, self.intervals,
+                                       grows and m in QUEUED)
+                               for m, v in point.slo_values.items()}
         self.write()
         return point
 
