@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from predict_trust import Background, evaluate, load_average, print_verdict
+from predict_trust import Background, evaluate, load_average, middle_slo, print_verdict
 
 from latlab.commands.common import console
 from latlab.load.target.launch import interrupt_on_sigterm, start_engine
@@ -82,13 +82,6 @@ def measure(args, err, cal, background: Background) -> Path:
     (folder / "measured.json").write_text(json.dumps({"capacity": top, "probe": probe,
                                                       "points": points}, indent=2))
     return folder
-
-
-def middle_slo(points: list[dict]) -> dict[str, float]:
-    """p99 E2E ≤ what the point nearest 55% of capacity measured, to the 100 ms."""
-    middle = min(points, key=lambda p: abs(p["fraction"] - 0.55))
-    value = RunFolder(Path(middle["run"])).read_summary().percentile("e2e", "p99")
-    return {"e2e": round(value, -2)}
 
 
 def main() -> None:

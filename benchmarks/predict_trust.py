@@ -97,6 +97,14 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
+def middle_slo(points: list[dict]) -> dict[str, float]:
+    """p99 E2E ≤ what the point nearest 55% of capacity measured, to the 100 ms: an SLO
+    whose SLO-max lies among the points."""
+    middle = min(points, key=lambda p: abs(p["fraction"] - 0.55))
+    return {"e2e": round(RunFolder(Path(middle["run"])).read_summary().percentile("e2e", "p99"),
+                         -2)}
+
+
 def evaluate(cal, points: list[dict], slos: dict[str, float], fleet_rate: float,
              intervals: Intervals, out: Path) -> dict:
     """The verdict on `cal`'s predictions of the measured `points` (each {"run", "fraction",

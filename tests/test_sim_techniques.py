@@ -167,3 +167,15 @@ def test_the_spread_separates_drift_between_windows_from_the_noise_of_steps():
     misfit = estimate(np.log(fitted) / 10 + rng.normal(0, 0.05, 6000), fitted, times,
                       np.zeros(6000))
     assert misfit.shape > 0.05  # the big steps are off more than the small
+
+
+def test_the_acceptance_a_speculating_server_showed_is_read_from_its_scrapes(tmp_path):
+    import orjson
+
+    scrapes = [{"t_ns": 1, "values": {"spec_draft_tokens": 100, "spec_accepted_tokens": 40}},
+               {"t_ns": 2, "values": {"spec_draft_tokens": 1100, "spec_accepted_tokens": 640}}]
+    (tmp_path / "metrics.jsonl").write_bytes(b"\n".join(orjson.dumps(s) for s in scrapes))
+    assert Fleet(speculative_tokens=4, acceptance=str(tmp_path)).acceptance.a == 0.6
+    (tmp_path / "metrics.jsonl").write_bytes(orjson.dumps(scrapes[0]))
+    with pytest.raises(ValueError, match="count no speculative drafts"):
+        Fleet(speculative_tokens=4, acceptance=str(tmp_path))

@@ -15,6 +15,7 @@ from pydantic import field_validator, model_validator
 from latlab.records.coldstart import COLDSTART_JSON, ColdstartRecord
 from latlab.records.files import RunFolderError, read_json
 from latlab.records.lengths import LengthDistribution
+from latlab.records.scrape import METRICS, Scrape
 from latlab.records.settings import AUTOSCALE, FLEET, TECHNIQUES, flag_of, setting
 from latlab.records.summary import Record
 
@@ -104,6 +105,28 @@ def reload_time(value: Any) -> Any:
     return max(0.0, float(longest.excess_ttft.median) / 1e3)
 
 
+def measured_acceptance(value: Any) -> Any:
+    """--acceptance: a distribution, or a run folder benched with --scrape against a server
+    that speculates: the share of its drafts accepted over the run (one value for every
+    request)."""
+    path = Path(value) if isinstance(value, str) else None
+    if path is None or not path.is_dir():
+        return value
+    try:
+        lines = (path / METRICS).read_bytes().splitlines()
+    except OSError as e:
+        raise ValueError(f"{value!r}: a distribution or a run folder with {METRICS} "
+                         f"({e.strerror or e})") from None
+    counts = [Scrape.model_validate_json(line).values for line in lines if line.strip()]
+    seen = [c for c in counts if "spec_draft_tokens" in c and "spec_accepted_tokens" in c]
+    drafts = seen[-1]["spec_draft_tokens"] - seen[0]["spec_draft_tokens"] if seen else 0
+    if drafts <= 0:
+        raise ValueError(f"{value!r}: its scrapes count no speculative drafts (bench --scrape "
+                         "against a server that speculates)")
+    share = (seen[-1]["spec_accepted_tokens"] - seen[0]["spec_accepted_tokens"]) / drafts
+    return LengthDistribution(kind="fixed", a=max(share, 1e-9))
+
+
 class Fleet(Record):
     """N replicas behind a router; with `autoscale`, `replicas` is the start. What each
     replica does beside its engine's scheduling (latlab serve's techniques that change when
@@ -131,12 +154,14 @@ class Fleet(Record):
         group=TECHNIQUES, ge=1, le=16)
     acceptance: LengthDistribution | None = setting(
         None, "With --speculative-tokens: each request's chance of accepting a draft, a "
-        "distribution (fixed:P, uniform:LO,HI, normal:MEAN,STD; at most 1).",
+        "distribution (fixed:P, uniform:LO,HI, normal:MEAN,STD; at most 1), or a run folder "
+        "benched with --scrape against the speculating server (its share accepted).",
         group=TECHNIQUES, cli_type=str | None)
     draft_ms: float = setting(0.0, "With --speculative-tokens: ms a step spends proposing "
                               "the drafts (a draft model's own steps).", group=TECHNIQUES, ge=0)
 
     _reload = field_validator("reload_s", mode="before")(lambda v: reload_time(v))
+    _acceptance = field_validator("acceptance", mode="before")(lambda v: measured_acceptance(v))
 
     @model_validator(mode="after")
     def _techniques(self) -> Fleet:
