@@ -61,6 +61,8 @@ def test_every_predicted_percentile_has_an_interval_around_it(tmp_path, cal_file
     stored = RunFolder.open(summary["run"]).read_summary()
     assert stored.latency["e2e"].percentiles["p99"].hi == summary["latency"]["e2e"][
         "percentiles"]["p99"]["hi"]
+    page = (RunFolder.open(summary["run"]).path / "report.html").read_text()
+    assert "the 90% interval of 5 draws" in page and "predicted " in page
     table = invoke("predict", "--calibration", cal_file, "--rate", 4, "--requests", 300,
                    "--draws", 5, "--out", tmp_path)
     e2e = stored.latency["e2e"].percentiles["p50"]
@@ -99,6 +101,7 @@ def test_the_predicted_sweeps_slo_max_comes_with_an_interval(tmp_path, cal_file)
         if point["fell_behind"]:  # the queue grows: no upper end
             assert point["latency_intervals"]["ttft"]["p99"][1] == "inf"
     assert "90% interval:" in r.output
+    assert "90% interval:" in (folder / "sweep.html").read_text()
 
 
 def test_check_sets_measured_runs_against_the_intervals(tmp_path, cal_file):

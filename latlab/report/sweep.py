@@ -84,6 +84,17 @@ def _table(title: str, columns: list[str]) -> Table:
     return table
 
 
+def slo_max_interval(sweep: SweepRecord) -> str | None:
+    """A predicted sweep's SLO-max interval in words (None: measured)."""
+    best = sweep.slo_max
+    if best is None or best.level is None:
+        return None
+    unit = sweep.points[0].unit if sweep.points else ""
+    span = (f"{_bound(best.lo, unit)} – {_bound(best.hi, unit)}" if best.lo != best.hi
+            else f"{_bound(best.lo, unit)} in every draw")
+    return f"{100 * best.level:g}% interval: {span} (the SLO-max of each draw of the points)"
+
+
 def _bound(value: float | None, unit: str) -> str:
     """An end of the SLO-max's interval: a load, or where the sweep cannot say."""
     if not value:
@@ -104,12 +115,8 @@ def sweep_answers(sweep: SweepRecord) -> list[Text]:
     best = sweep.slo_max
     if best:
         out.append(Text.assemble(("SLO-max   ", "bold"), best.statement))
-        if best.level is not None:
-            unit = sweep.points[0].unit if sweep.points else ""
-            span = (f"{_bound(best.lo, unit)} – {_bound(best.hi, unit)}" if best.lo != best.hi
-                    else f"{_bound(best.lo, unit)} in every draw")
-            out.append(Text(f"          {100 * best.level:g}% interval: {span} (the SLO-max of "
-                            "each draw of the points)"))
+        if (span := slo_max_interval(sweep)) is not None:
+            out.append(Text(f"          {span}"))
         for side in ("passing", "failing"):
             ref = getattr(best, side)
             if ref is not None:

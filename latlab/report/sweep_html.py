@@ -14,7 +14,7 @@ from latlab.records.sweep import Point, SweepRecord
 from latlab.report.figures import LAYOUT
 from latlab.report.page import chart, document, e, settings_table
 from latlab.report.palette import BUCKET_COLORS
-from latlab.report.sweep import ordered
+from latlab.report.sweep import ordered, slo_max_interval
 from latlab.units import money, number
 
 REPORT = "sweep.html"
@@ -135,6 +135,8 @@ def _answers(sweep: SweepRecord) -> str:
     best = sweep.slo_max
     if best:
         out.append(f"<p><b>SLO-max</b>: {e(best.statement)}.</p>")
+        if (span := slo_max_interval(sweep)) is not None:
+            out.append(f"<p>{e(span)}</p>")
         links = [f"{side}: <code>{e(Path(ref.run).name)}</code>"
                  for side, ref in (("passing", best.passing), ("failing", best.failing)) if ref]
         if links:
