@@ -100,6 +100,8 @@ def test_the_predicted_sweeps_slo_max_comes_with_an_interval(tmp_path, cal_file)
         assert set(point["latency_intervals"]["e2e"]) == {"p50", "p99"}
         if point["fell_behind"]:  # the queue grows: no upper end
             assert point["latency_intervals"]["ttft"]["p99"][1] == "inf"
+        own = RunFolder.open(point["run"]).read_summary().latency["e2e"].percentiles["p99"]
+        assert own.lo <= own.value <= own.hi
     assert "90% interval:" in r.output
     assert "90% interval:" in (folder / "sweep.html").read_text()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
@@ -27,8 +28,8 @@ from latlab.records.sweep import Point, SweepConfig, SweepRecord
 from latlab.records.table import RequestTable
 from latlab.services.errors import InputError
 from latlab.services.predict import Predicted, predict_point, settings
-from latlab.services.predict_intervals import (QUEUED, Intervals, queue_grows, quantile,
-                                              reseeded, run_draws, span)
+from latlab.services.predict_intervals import (QUEUED, Intervals, attach, queue_grows,
+                                              quantile, reseeded, run_draws, span)
 from latlab.services.sweep import Step, Sweep
 from latlab.sim.fleet import simulate
 from latlab.sim.table import request_table
@@ -63,6 +64,8 @@ class PredictedSweep(Sweep):
         outcomes = run_draws(self.cal, reseeded(bench, self.intervals.requests), self.fleet,
                              settings(bench, self.cal, "", self.fleet), self.intervals, judge)
         draws = self.draws[label] = [o.judged for o in outcomes]
+        run = RunFolder(Path(point.run))  # the point's own summary.json gets its intervals
+        run.write_summary(attach(run.read_summary(), outcomes, self.intervals, self.cal))
         grows = queue_grows(outcomes, self.intervals, point.fell_behind)
         point.latency_intervals = {
             m: {q: span([d.latencies[m][q] for d in draws], v, self.intervals,
