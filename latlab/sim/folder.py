@@ -6,8 +6,8 @@
     all_requests.parquet every request, one row each (times, tokens, outcome, replica)
     summary.json         `latlab.metrics.summary.summarize` over every request
 
-Above `records`, the summary is still over every request: `summarize` runs on each request's
-record without its per-token stamps (TTFT, TPOT, E2E, lateness, failures, goodput, rates),
+Above `records`, the summary is still over every request: `summarize` runs on their columns
+without per-token stamps (`sim.table`: TTFT, TPOT, E2E, lateness, failures, goodput, rates),
 and the per-token parts come from the sample's full records (ITL, inter-chunk gaps) and from
 the simulated steps (output tokens per second) — writing and re-reading a million records
 with 60 token stamps each would take longer than the simulation.
@@ -25,6 +25,7 @@ from latlab.records.folder import RunFolder
 from latlab.records.summary import RunSummary
 from latlab.records.window import run_window
 from latlab.sim.results import BASE_NS, SimResult
+from latlab.sim.table import request_table
 from latlab.sim.workload import SimWorkload
 
 RECORDS = 20_000
@@ -65,7 +66,7 @@ def write_run(result: SimResult, workload: SimWorkload, config: RunConfig, out: 
         window = run_window(config, full)
         summary = summarize(full, window, config.slos or None, stop_reason="done", notes=notes)
     else:
-        light = result.light_timelines(api, lengths.tenant[:n], lengths.priority[:n])
+        light = request_table(result, lengths, api, tokens=False)
         window = run_window(config, light)
         summary = summarize(light, window, config.slos or None, stop_reason="done",
                             notes=[*notes, sim.records_note])

@@ -216,33 +216,6 @@ class SimResult:
                            turns=int(c.turns[i]), kind=c.session_kind, after_ns=stamp("after"),
                            tool_start_ns=stamp("tool_start"), tool_end_ns=stamp("tool_end"))
 
-    def light_timelines(self, api: str, tenant: list, priority: list) -> list[RequestTimeline]:
-        """Every request as `timeline(i, tokens=False)` gives it for the summary (no server
-        timings, no token stamps), built from the columns at once."""
-        c = self.columns
-        first, last = self.first_last_token()
-
-        def ns(seconds: np.ndarray) -> list[int]:
-            return (BASE_NS + np.rint(np.nan_to_num(seconds) * 1e9)).astype(np.int64).tolist()
-
-        scheduled, sent, done, f, la = map(ns, (c.scheduled, c.sent, c.done, first, last))
-        outcome, prompt, output = c.outcome.tolist(), c.prompt.tolist(), c.output.tolist()
-        cached = c.cached.tolist()
-        out = []
-        for i in range(len(self)):
-            kind, status, error = OUTCOMES[outcome[i]]
-            r = RequestTimeline(id=f"sim-{i}", index=i, api=api, prompt_tokens_planned=prompt[i],
-                                tenant=tenant[i], priority=priority[i], scheduled_ns=scheduled[i],
-                                sent_ns=sent[i], done_ns=done[i], outcome=kind, status=status,
-                                error=error, prompt_tokens=prompt[i])
-            r.session = self.session_step(i)
-            if outcome[i] == OK:
-                r.first_token_ns, r.last_token_ns, r.usage_ns = f[i], la[i], done[i]
-                r.completion_tokens, r.cached_tokens = output[i], cached[i]
-                r.tokens_from_usage = True
-            out.append(r)
-        return out
-
 
 def _ns(seconds: float) -> int:
     return BASE_NS + int(round(seconds * 1e9))

@@ -115,10 +115,10 @@ def level_dof(spread: Spread) -> float:
 def drift_limit(spread: Spread, level: float = 0.9) -> float:
     """The factor a run's step costs stay within (either way) in a share `level` of the
     worlds the spread allows: its level and one window's drift."""
-    from scipy.stats import t
+    from scipy.stats import norm, t
 
-    dof = level_dof(spread)
-    z = t.ppf(0.5 + level / 2, dof) if math.isfinite(dof) else t.ppf(0.5 + level / 2, 1e9)
+    dof, q = level_dof(spread), 0.5 + level / 2
+    z = t.ppf(q, dof) if math.isfinite(dof) else norm.ppf(q)
     return math.exp(z * math.hypot(level_sd(spread), spread.drift))
 
 
