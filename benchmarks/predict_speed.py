@@ -6,7 +6,8 @@
     python benchmarks/predict_speed.py --requests 10000 --draws 20   # what intervals cost
 
 The process pins itself to one CPU; on a shared machine the wall time (simulate s) includes
-the other processes' turns on that core, the CPU time (CPU s) is the simulation's own. The calibration is latlab's default engine's (the cached
+the other processes' turns on that core, the CPU time (CPU s) is the simulation's own. The
+calibration is latlab's default engine's (the cached
 one `latlab predict` uses, or --calibration FILE); its capacity is found by simulating a
 closed loop of 64 users. Each load then simulates `--requests` Poisson arrivals of bench's
 default workload (prompts lognormal 256 ± 128, outputs 64 ± 32) — the simulation alone

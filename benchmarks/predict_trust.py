@@ -169,9 +169,10 @@ def print_verdict(result: dict, intervals: Intervals) -> None:
         mine = [r["inside"] for r in rows if r["fraction"] == f]
         print(f"  at {f:.0%} of capacity: {sum(mine)} of {len(mine)}")
     if low:
+        half = [max(r["hi"] / r["predicted"] - 1, 1 - r["lo"] / r["predicted"]) for r in low]
         print(f"below {NARROW_BELOW:.0%} of capacity: {sum(r['narrow'] for r in low)} of "
               f"{len(low)} intervals within ±{NARROW:.0%} of the value; half-widths median "
-              f"±{100 * np.median([max(r['hi'] / r['predicted'] - 1, 1 - r['lo'] / r['predicted']) for r in low]):.0f}%")
+              f"±{100 * np.median(half):.0f}%")
     s, n = result["slo_max"], result["replicas"]
     print(f"SLO-max: measured {s['measured']} req/s (between points {s['measured_between']}), "
           f"predicted {s['predicted']} req/s, interval {s['lo']}–{s['hi']}")

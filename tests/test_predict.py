@@ -89,8 +89,8 @@ def test_a_sample_of_records_keeps_the_summary_of_every_request(tmp_path):
 
 
 def test_predict_with_a_calibration_file_prints_and_writes_a_predicted_run(tmp_path, cal_file):
-    r = invoke("predict", "--draws", 0, "--calibration", cal_file, "--rate", 4, "--requests", 400,
-               "--out", tmp_path, "--slo", "ttft=500ms")
+    r = invoke("predict", "--calibration", cal_file, "--rate", 4, "--requests", 400,
+               "--out", tmp_path, "--slo", "ttft=500ms", "--draws", 0)
     assert r.exit_code == 0, r.output
     assert "calibration of test server" in r.output and "fit error 2.0%" in r.output
     assert "PREDICTED" in r.output and "Where the time goes" in r.output
@@ -100,20 +100,20 @@ def test_predict_with_a_calibration_file_prints_and_writes_a_predicted_run(tmp_p
     assert run.read_summary().goodput is not None
     report = invoke("report", stored.path)
     assert report.exit_code == 0 and "PREDICTED" in report.output
-    other = invoke("predict", "--draws", 0, "--calibration", cal_file, "--rate", 4, "--requests", 400,
-                   "--out", tmp_path, "--slo", "ttft=500ms", "--replicas", 2)
+    other = invoke("predict", "--calibration", cal_file, "--rate", 4, "--requests", 400,
+                   "--out", tmp_path, "--slo", "ttft=500ms", "--replicas", 2, "--draws", 0)
     runs = sorted(p.path for p in RunStore(tmp_path).list(kind="predict"))
     compared = invoke("compare", *runs)
     assert other.exit_code == 0 and compared.exit_code == 0, compared.output
 
 
 def test_predict_replays_a_run_and_sizes_a_fleet(tmp_path, cal_file):
-    first = invoke("predict", "--draws", 0, "--calibration", cal_file, "--rate", 6, "--requests", 300,
-                   "--out", tmp_path, "--name", "orig")
+    first = invoke("predict", "--calibration", cal_file, "--rate", 6, "--requests", 300,
+                   "--out", tmp_path, "--name", "orig", "--draws", 0)
     (orig,) = [p for p in tmp_path.iterdir() if p.name.endswith("orig")]
     # a predicted run is a bench-shaped run folder: replay its requests
-    again = invoke("predict", "--draws", 0, "--calibration", cal_file, "--replay", orig, "--out", tmp_path,
-                   "--name", "again")
+    again = invoke("predict", "--calibration", cal_file, "--replay", orig, "--out", tmp_path,
+                   "--name", "again", "--draws", 0)
     (copy,) = [p for p in tmp_path.iterdir() if p.name.endswith("again")]
     a, b = RunFolder(orig).read_summary(), RunFolder(copy).read_summary()
     assert first.exit_code == 0 and again.exit_code == 0, again.output
@@ -136,8 +136,8 @@ def test_predict_replays_a_run_and_sizes_a_fleet(tmp_path, cal_file):
 
 
 def test_predict_sweep_draws_the_curve_and_the_slo_max(tmp_path, cal_file):
-    r = invoke("predict", "--draws", 0, "--calibration", cal_file, "--sweep", "--rates", "2,8,16,40",
-               "--requests", 600, "--slo", "ttft=400ms", "--out", tmp_path)
+    r = invoke("predict", "--calibration", cal_file, "--sweep", "--rates", "2,8,16,40",
+               "--requests", 600, "--slo", "ttft=400ms", "--out", tmp_path, "--draws", 0)
     assert r.exit_code == 0, r.output
     (folder,) = [p for p in tmp_path.iterdir() if "sweep" in p.name]
     data = orjson.loads((folder / "sweep.json").read_bytes())
@@ -164,8 +164,8 @@ def test_an_interrupted_predicted_sweep_keeps_its_points(tmp_path, cal_file, mon
         return simulated(*args, **kwargs)
 
     monkeypatch.setattr(predict_plans, "predict_point", second_interrupted)
-    r = invoke("predict", "--draws", 0, "--calibration", cal_file, "--sweep", "--rates", "2,8,16",
-               "--requests", 300, "--out", tmp_path)
+    r = invoke("predict", "--calibration", cal_file, "--sweep", "--rates", "2,8,16",
+               "--requests", 300, "--out", tmp_path, "--draws", 0)
     assert r.exit_code == 130, r.output
     (folder,) = [p for p in tmp_path.iterdir() if "sweep" in p.name]
     data = orjson.loads((folder / "sweep.json").read_bytes())
@@ -199,7 +199,7 @@ def test_bad_input_is_one_line(tmp_path, cal_file, args, message):
     args = [str(cal_file) if a == "c.json" else a for a in args]
     if "--calibration" not in args and "--from" not in args:
         args += ["--calibration", str(cal_file)]
-    r = invoke("predict", "--draws", 0, *args, "--out", tmp_path)
+    r = invoke("predict", *args, "--out", tmp_path, "--draws", 0)
     assert r.exit_code == 2, r.output
     assert message in r.output and "Traceback" not in r.output
     assert len(r.output.strip().splitlines()) == 1, r.output
@@ -210,8 +210,8 @@ def test_calibrate_from_a_run_folder_recovers_the_server(tmp_path, cal_file):
     predicts another load of it."""
     folders = []
     for rate in (1.0, 6.0, 12.0):
-        r = invoke("predict", "--draws", 0, "--calibration", cal_file, "--rate", rate, "--requests", 500,
-                   "--out", tmp_path, "--name", f"m{rate:g}")
+        r = invoke("predict", "--calibration", cal_file, "--rate", rate, "--requests", 500,
+                   "--out", tmp_path, "--name", f"m{rate:g}", "--draws", 0)
         assert r.exit_code == 0, r.output
         folders += [p for p in tmp_path.iterdir() if p.name.endswith(f"m{rate:g}")]
     out = tmp_path / "fitted.json"
@@ -251,8 +251,8 @@ def test_an_unsteady_engine_calibration_is_flagged_where_it_is_used(tmp_path):
     assert "reproduces these runs' timings loosely" in calibrations.fit_warning(
         noisy.model_copy(update={"source": "run"}))
     path = calibrations.save(noisy, tmp_path / "noisy.json")
-    r = invoke("predict", "--draws", 0, "--calibration", path, "--rate", 4, "--requests", 100,
-               "--out", tmp_path)
+    r = invoke("predict", "--calibration", path, "--rate", 4, "--requests", 100,
+               "--out", tmp_path, "--draws", 0)
     assert r.exit_code == 0, r.output
     assert "warning: the fit error is 30%" in r.output
 
@@ -266,7 +266,7 @@ def test_run_time_techniques_are_simulated_not_calibrated():
     assert calibrations.cache_path(calibration_args(serve)) == calibrations.cache_path(
         ["--max-num-seqs", "8", "--enable-prefix-caching"])
     r = invoke("predict", "--rate", 1, "--serve-args", "--speculative-method ngram",
-               "--no-probe")
+               "--no-probe", "--draws", 0)
     assert r.exit_code == 2 and "give --acceptance" in r.output, r.output
 
 

@@ -52,8 +52,9 @@ def predict(config: PredictConfig, options: NamedWorkload) -> None:
     Without --calibration or --from: latlab's engine, calibrated on first use and cached."""
     out, err = console(), console(stderr=True)
     bench = config.bench
-    if not (bench.arrivals.rate or bench.arrivals.trace or "users" in bench.arrivals.model_fields_set
-            or config.sweep or config.replay or config.replicas_for or config.check):
+    a = bench.arrivals
+    if not (a.rate or a.trace or "users" in a.model_fields_set or config.sweep or config.replay
+            or config.replicas_for or config.check):
         raise UsageError("give the load: --rate, --users, --trace or --replay (or --sweep)")
     serve = parse_args(ServeConfig, bench.serve_args, "--serve-args") if bench.serve_args else None
     if serve is not None:

@@ -33,7 +33,6 @@ def print_sweep(console: Console, sweep: SweepRecord, folder: Path) -> None:
                     *(f"{q} {m}\n≤ {limit:g}" for m, limit in slos.items()),
                     *(["goodput\nreq/s"] if slos else [])])
     for p in ordered(sweep.points):
-        lat = p.latencies
         row = [p.label + (" ◆" if p.label == knee else "")
                + (" (interrupted)" if p.interrupted else ""),
                number(p.offered, "{:.3g}"),

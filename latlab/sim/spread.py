@@ -1,9 +1,9 @@
 """How far a calibration's timings strayed from its fit (`Spread`), and the possible worlds a
 prediction draws from it (`Draw`).
 
-    spread = estimate(*misfit(cost, x, ms), times, runs)   # the samples the fit was made on
-    draw = Draw.make(spread, rng)                 # one world: the step costs' level, its drift
-    dt *= draw.speed(now)                         # a step starting at `now` (s) costs this much more
+    spread = estimate(*misfit(cost, x, ms), times, runs)  # the samples the fit was made on
+    draw = Draw.make(spread, rng)   # one world: the step costs' level, its drift
+    dt *= draw.speed(now)           # a step starting at `now` (s) costs this many times more
 
 A world's step costs sit at a *level* off the fit (the machine faster or slower than when it
 was timed, a workload of other steps than the calibration's), drawn from a Student t over the
