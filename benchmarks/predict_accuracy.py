@@ -14,9 +14,11 @@ count the measured percentiles inside the predicted intervals.
    this process before and after (the machine's speed as a multiple of calibration's).
 3. Predict every point as `latlab predict --check` does (its settings, not its requests;
    --draws worlds) and print measured against predicted with the intervals, the coverage,
-   the widths below 70% of capacity, the SLO-max (--slo, default p99 E2E ≤ 2.5 s) measured
-   and predicted, and the replicas that goal needs at --fleet-rate (default 2.5 × capacity)
-   measured (`predict_trust.py` says how) and predicted.
+   the widths below 70% of capacity, the SLO-max (--slo, default: the p99 E2E measured near
+   55% of capacity) measured and predicted, and the replicas that goal needs at
+   --fleet-rate (default 2.5 × capacity) measured (`predict_trust.py` says how) and
+   predicted; then the coverage again as the machine probe would have had it (`latlab
+   predict --on-drift rescale` just before each point).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from predict_trust import Background, evaluate, load_average, middle_slo, print_verdict
+from predict_trust import (Background, checked, evaluate, load_average, middle_slo,
+                           print_rows, print_verdict)
 
 from latlab.commands.common import console
 from latlab.load.target.launch import interrupt_on_sigterm, start_engine
@@ -139,9 +142,13 @@ def main() -> None:
     print(f"(predicted in {time.perf_counter() - started:.0f} s, load average "
           f"{load_average():.2f})")
     print_verdict(result, intervals)
+    print("\nwith the machine probe (as `latlab predict --on-drift rescale` just before each "
+          "point: the step costs scaled by the machine's speed then, where beyond the spread):")
+    probed = checked(cal, measured["points"], intervals, probed=True)
+    print_rows(probed, intervals)
     if args.json:
-        args.json.write_text(json.dumps({"calibration": cal.headline(), "measured": measured}
-                                        | result, indent=2, default=str))
+        args.json.write_text(json.dumps({"calibration": cal.headline(), "measured": measured,
+                                         "probed": probed} | result, indent=2, default=str))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ from latlab.records.sweep import SweepPlan
 from latlab.services.predict_check import check_run
 from latlab.services.predict_intervals import Intervals
 from latlab.services.predict_plans import predict_sweep, replicas_for
+from latlab.sim.calibration import rescaled
+from latlab.sim.spread import drift_limit
 
 METRICS = ("ttft", "tpot", "e2e")
 PERCENTILES = ("p50", "p90", "p99")
@@ -105,22 +107,34 @@ def middle_slo(points: list[dict]) -> dict[str, float]:
                          -2)}
 
 
+def checked(cal, points: list[dict], intervals: Intervals, probed: bool = False) -> list[dict]:
+    """Each measured point predicted from its settings (`latlab predict --check`): a row per
+    metric and percentile. `probed`: as `latlab predict --on-drift rescale` would have
+    predicted it just before — the calibration's step costs scaled by the machine's speed
+    then (its reference steps timed before the point) when that was beyond the spread."""
+    rows, limit = [], drift_limit(cal.spread) if cal.spread else math.inf
+    for p in points:
+        speed = p.get("speed", [1.0])[0]
+        used = (rescaled(cal, speed, "the machine probe") if probed
+                and not 1 / limit <= speed <= limit else cal)
+        for c in check_run(RunFolder(Path(p["run"])), used, Fleet(), intervals):
+            if c.metric in METRICS and c.percentile in PERCENTILES:
+                rows.append({"fraction": p["fraction"], "rate": p["rate"], "metric": c.metric,
+                             "percentile": c.percentile, "measured": c.measured,
+                             "predicted": c.predicted, "lo": c.lo, "hi": c.hi,
+                             "inside": c.inside, "rescaled": used is not cal,
+                             "narrow": c.lo >= (1 - NARROW) * c.predicted
+                             and c.hi <= (1 + NARROW) * c.predicted})
+    return rows
+
+
 def evaluate(cal, points: list[dict], slos: dict[str, float], fleet_rate: float,
              intervals: Intervals, out: Path) -> dict:
     """The verdict on `cal`'s predictions of the measured `points` (each {"run", "fraction",
     "rate"}): per point the measured and predicted percentiles with intervals, the coverage,
     the widths below `NARROW_BELOW` of capacity, the SLO-max and the replicas for
     `fleet_rate`."""
-    rows = []
-    for p in points:
-        for c in check_run(RunFolder(Path(p["run"])), cal, Fleet(), intervals):
-            if c.metric in METRICS and c.percentile in PERCENTILES:
-                rows.append({"fraction": p["fraction"], "rate": p["rate"], "metric": c.metric,
-                             "percentile": c.percentile, "measured": c.measured,
-                             "predicted": c.predicted, "lo": c.lo, "hi": c.hi,
-                             "inside": c.inside,
-                             "narrow": c.lo >= (1 - NARROW) * c.predicted
-                             and c.hi <= (1 + NARROW) * c.predicted})
+    rows = checked(cal, points, intervals)
     measured_points = [capacity.measure(analyze(RunFolder(Path(p["run"]))), f"{p['rate']:g} req/s",
                                         "rate", p["rate"], slos, 99.0) for p in points]
     measured = slo_max(measured_points, slos, 99.0)
@@ -154,13 +168,23 @@ def evaluate(cal, points: list[dict], slos: dict[str, float], fleet_rate: float,
 
 
 def print_verdict(result: dict, intervals: Intervals) -> None:
-    rows = result["rows"]
+    print_rows(result["rows"], intervals)
+    s, n = result["slo_max"], result["replicas"]
+    print(f"SLO-max: measured {s['measured']} req/s (between points {s['measured_between']}), "
+          f"predicted {s['predicted']} req/s, interval {s['lo']}–{s['hi']}")
+    print(f"replicas for {n['goal']} (random routing): measured {n['measured']} (from the "
+          f"passing and failing points: {n['measured_range']}), predicted range "
+          f"{n['low']}–{n['high']} (point estimate {n['point']}, provision {n['high']})")
+
+
+def print_rows(rows: list[dict], intervals: Intervals) -> None:
     print(f"\n{'load':>5} {'rate':>6}  {'metric':<9} {'measured':>9} {'predicted':>9} "
           f"{'interval':>15}")
     for r in rows:
         print(f"{r['fraction']:>5.0%} {r['rate']:>6.2f}  {r['metric'] + ' ' + r['percentile']:<9} "
               f"{r['measured']:>9.0f} {r['predicted']:>9.0f} {r['lo']:>7.0f}–{r['hi']:<7.0f} "
-              f"{'✓' if r['inside'] else '✗'}{'' if r['narrow'] else ' wide'}")
+              f"{'✓' if r['inside'] else '✗'}{'' if r['narrow'] else ' wide'}"
+              f"{' (rescaled)' if r.get('rescaled') else ''}")
     inside = [r["inside"] for r in rows]
     low = [r for r in rows if r["fraction"] < NARROW_BELOW]
     print(f"\ncoverage: {sum(inside)} of {len(inside)} (point, percentile) pairs inside the "
@@ -173,9 +197,3 @@ def print_verdict(result: dict, intervals: Intervals) -> None:
         print(f"below {NARROW_BELOW:.0%} of capacity: {sum(r['narrow'] for r in low)} of "
               f"{len(low)} intervals within ±{NARROW:.0%} of the value; half-widths median "
               f"±{100 * np.median(half):.0f}%")
-    s, n = result["slo_max"], result["replicas"]
-    print(f"SLO-max: measured {s['measured']} req/s (between points {s['measured_between']}), "
-          f"predicted {s['predicted']} req/s, interval {s['lo']}–{s['hi']}")
-    print(f"replicas for {n['goal']} (random routing): measured {n['measured']} (from the "
-          f"passing and failing points: {n['measured_range']}), predicted range "
-          f"{n['low']}–{n['high']} (point estimate {n['point']}, provision {n['high']})")

@@ -166,9 +166,12 @@ def test_the_machine_probe_flags_a_calibration_the_machine_has_outgrown():
     lines = Console(record=True, width=300)
     from latlab.services import predict as service
 
-    assert service._machine(cal, engine, lines, recalibrate=True) is False
-    assert service._machine(cal, engine, lines, recalibrate=False) is True
+    assert service._machine(cal, engine, lines, "recalibrate", cached=True) is None
+    assert service._machine(cal, engine, lines, "recalibrate", cached=False) is cal
     assert "calibrate again" in lines.export_text()
+    rescaled = service._machine(cal, engine, lines, "rescale", cached=True)
+    ratio = rescaled.step.coefficients["step"] / cal.step.coefficients["step"]
+    assert ratio > 5 and "the machine probe" in rescaled.notes[-1]
     elsewhere = cal.model_copy(update={"target": {"host": "another-machine"}})
     assert calibrations.check_machine(elsewhere, engine) is None
 

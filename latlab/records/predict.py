@@ -140,9 +140,10 @@ class PredictConfig(CalibrationSource):
                           "machine, time a few engine steps (a few seconds) to see whether "
                           "the machine has changed since.", "--probe/--no-probe",
                           group=INTERVALS)
-    on_drift: Literal["recalibrate", "warn"] = setting(
+    on_drift: Literal["recalibrate", "rescale", "warn"] = setting(
         "recalibrate", "When the probe finds the machine beyond the calibration's spread: "
-        "calibrate again (a cached calibration) or warn.", group=INTERVALS, cli_type=str)
+        "calibrate again (a cached calibration; a file's is warned about), scale its step "
+        "costs by what the probe found, or warn.", group=INTERVALS, cli_type=str)
 
     @model_validator(mode="before")
     @classmethod

@@ -47,14 +47,15 @@ def resolve_calibration(source: CalibrationSource, calibration: Path | None,
     """The calibration to simulate with, and where it came from: a file, run folders fitted
     now, or latlab's engine (`serve`, whose engine config is `engine`), calibrated on first
     use and cached. With `probe`, a calibration of latlab's engine made on this machine is
-    checked first (its reference steps timed again): beyond its spread, a cached one is made
-    again (`on_drift` "recalibrate"), else the user is warned."""
+    checked first (its reference steps timed again); beyond its spread, `on_drift` says
+    what to do: make a cached one again ("recalibrate"; a file's is warned about), scale its
+    step costs to the machine now ("rescale"), or warn."""
     engine = calibrated_engine(engine or EngineConfig())
     try:
         if calibration is not None:
             cal = calibrations.load(calibration)
             if probe:
-                _machine(cal, engine, err, recalibrate=False)
+                cal = _machine(cal, engine, err, on_drift, cached=False)
             return cal, str(calibration)
         if source.from_runs:
             cal = calibrations.run_calibration(source.from_runs,
@@ -70,8 +71,9 @@ def resolve_calibration(source: CalibrationSource, calibration: Path | None,
             err.print(f"the cached calibration {path} is unreadable: calibrating again",
                       style="yellow", highlight=False)
         else:
-            if not probe or _machine(cal, engine, err, on_drift == "recalibrate"):
-                return cal, str(path)
+            checked = _machine(cal, engine, err, on_drift, cached=True) if probe else cal
+            if checked is not None:
+                return checked, str(path)
     try:
         cal = calibrate_engine(engine, serve, err)
     except ImportError as e:
@@ -82,23 +84,29 @@ def resolve_calibration(source: CalibrationSource, calibration: Path | None,
     return cal, f"{path} (calibrated now)"
 
 
-def _machine(cal: Calibration, engine: EngineConfig, err: Console, recalibrate: bool) -> bool:
-    """Whether `cal` still describes this machine (the probe, printed); False only when it
-    does not and it is to be made again."""
+def _machine(cal: Calibration, engine: EngineConfig, err: Console, on_drift: str,
+             cached: bool) -> Calibration | None:
+    """The probe, printed: `cal` as it is (the machine within its spread, or nothing to
+    compare), rescaled to the machine now, or None — a cached one to be made again."""
     try:
         check = calibrations.check_machine(cal, engine)
     except ImportError:
-        return True  # no torch here: nothing to time the reference steps with
+        return cal  # no torch here: nothing to time the reference steps with
     if check is None:
-        return True
+        return cal
     if not check.beyond:
         err.print(f"machine check: {check.line()}", style="dim", highlight=False)
-        return True
+        return cal
+    if on_drift == "rescale":
+        err.print(f"warning: {check.line()}: its step costs scaled by {check.ratio:.2f} "
+                  "(--on-drift rescale)", style="yellow", highlight=False)
+        return calibrations.rescaled(cal, check.ratio, "the machine probe")
+    recalibrate = on_drift == "recalibrate" and cached
     err.print(f"warning: {check.line()}: "
               + ("calibrating again (--on-drift warn keeps it)" if recalibrate else
                  "the predictions may be off by that much; calibrate again with the machine "
-                 "as it will be"), style="yellow", highlight=False)
-    return not recalibrate
+                 "as it will be, or --on-drift rescale"), style="yellow", highlight=False)
+    return None if recalibrate else cal
 
 
 def fleet_for(engine: EngineConfig, fleet: Fleet) -> Fleet:

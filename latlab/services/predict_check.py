@@ -24,7 +24,7 @@ from latlab.services.predict import settings
 from latlab.services.predict_intervals import Intervals, attach, reseeded, run_draws
 from latlab.sim.calibrate_run import CalibrationError, run_folders
 from latlab.sim.fleet import simulate
-from latlab.sim.results import BASE_NS
+from latlab.sim.folder import on_clock
 from latlab.sim.table import request_table
 from latlab.store import resolve_run
 
@@ -76,11 +76,8 @@ def check_run(run: RunFolder, cal: Calibration, fleet: Fleet, intervals: Interva
     if bench is None:
         raise InputError(f"--check {run.path}: not a bench run (no bench settings)")
     workload_for = reseeded(bench, max(bench.requests or 0, measured.requests, 1))
-    predicted = settings(bench, cal, "check", fleet)
-    predicted.clock.t0_ns = BASE_NS
-    if bench.duration_s is not None:
-        predicted.clock.end_ns = BASE_NS + int(bench.duration_s * 1e9)
     workload = workload_for(0)
+    predicted = on_clock(settings(bench, cal, "check", fleet), workload)
     result = simulate(workload, cal, fleet)
     table = request_table(result, workload.ensure(len(result)), workload.config.api)
     summary = summarize(table, run_window(predicted, table), bench.slos or None)

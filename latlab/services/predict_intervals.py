@@ -32,7 +32,7 @@ from latlab.records.summary import Prediction, RunSummary
 from latlab.records.table import RequestTable
 from latlab.records.window import run_window
 from latlab.sim.fleet import simulate
-from latlab.sim.results import BASE_NS
+from latlab.sim.folder import on_clock
 from latlab.sim.spread import Draw, spread_of
 from latlab.sim.table import request_table
 from latlab.sim.workload import SimWorkload, build
@@ -85,15 +85,13 @@ def run_draws(cal: Calibration, workload_for: Callable[[int], SimWorkload], flee
     same draw index gives the same world whatever the load or the fleet: a sweep's points,
     or the replica counts tried, share their worlds)."""
     spread, _ = spread_of(cal)
-    config = config.model_copy(deep=True)
-    config.clock.t0_ns = BASE_NS
     out = []
     for d in range(1, intervals.draws + 1):
         draw = Draw.make(spread, np.random.default_rng([DRAW_SEED, d]))
         workload = workload_for(d)
         result = simulate(workload, cal, fleet, draw)
         table = request_table(result, workload.ensure(len(result)), workload.config.api)
-        window = run_window(config, table)
+        window = run_window(on_clock(config.model_copy(deep=True), workload), table)
         metrics = metric_columns(table)
         summary = summarize(table, window, config.slos or None, metrics=metrics)
         chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)

@@ -199,6 +199,13 @@ def served_spread(step: StepCost, probes: Sequence[Sequence[StepRecord]],
     return spread.model_copy(update={"drift": drift, "windows": windows})
 
 
+def rescaled(calibration: Calibration, factor: float, why: str) -> Calibration:
+    """`calibration` with every step cost × `factor` (the machine that much slower), noted."""
+    note = f"step costs scaled by {factor:.3f}: {why}"
+    return calibration.model_copy(update={"step": scaled_step(calibration.step, factor),
+                                          "notes": [*calibration.notes, note]})
+
+
 def charged_ms(cost: StepCost, steps: Sequence[StepRecord]) -> np.ndarray:
     """What `cost` charges for each of `steps` (ms)."""
     model = StepCostModel(cost)

@@ -47,9 +47,7 @@ def write_run(result: SimResult, workload: SimWorkload, config: RunConfig, out: 
     sample = np.arange(n) if n <= records else np.sort(
         np.random.default_rng(0).choice(n, records, replace=False))
     full = [timeline(int(i)) for i in sample]
-    config.clock.t0_ns = BASE_NS
-    if workload.duration_s is not None:
-        config.clock.end_ns = BASE_NS + int(workload.duration_s * 1e9)
+    on_clock(config, workload)
     sim = config.simulation
     notes = [f"PREDICTED, not measured: simulated by latlab predict "
              f"({sim.calibration_fit or sim.calibration})", *notes]
@@ -82,6 +80,15 @@ def write_run(result: SimResult, workload: SimWorkload, config: RunConfig, out: 
     run.write_summary(summary)
     write_parquet(result, run.path / "all_requests.parquet")
     return run, summary
+
+
+def on_clock(config: RunConfig, workload: SimWorkload) -> RunConfig:
+    """`config` with the simulated run's clock: from the simulation's t0 to the workload's
+    duration, if it has one (where the measurement window is cut)."""
+    config.clock.t0_ns = BASE_NS
+    if workload.duration_s is not None:
+        config.clock.end_ns = BASE_NS + int(workload.duration_s * 1e9)
+    return config
 
 
 def write_parquet(result: SimResult, path: Path) -> Path:
