@@ -2,7 +2,8 @@
 their requests: the prediction a user would have made before running them — and set what
 was measured against the predicted value and its interval, percentile by percentile.
 
-    checks = check_runs(["runs/…-bench-a", "7"], cal, Intervals(), runs_dir=Path("runs"))
+    runs = measured_runs(["runs/…-bench-a", "7"], Path("runs"))   # folders, or store ids
+    checks = [c for run in runs for c in check_run(run, cal, Fleet(), Intervals())]
     coverage(checks)   # the share of (run, metric, percentile) inside the intervals
 """
 
@@ -68,8 +69,10 @@ def check_run(run: RunFolder, cal: Calibration, fleet: Fleet, intervals: Interva
     and compare its percentiles with the prediction's."""
     try:
         config = run.read_config()
-        measured = run.read_summary() or summarize(run.read_table(),
-                                                   run_window(config, run.read_table()))
+        measured = run.read_summary()
+        if measured is None:
+            table = run.read_table()
+            measured = summarize(table, run_window(config, table))
     except (RunFolderError, ValidationError, OSError) as e:
         raise InputError(f"--check {run.path}: {e}") from None
     bench = config.bench

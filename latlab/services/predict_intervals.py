@@ -3,8 +3,9 @@ calibration's spread (`latlab.sim.spread`: the step costs' level and drift, each
 costs outside the engine), each with its own workload seed, and every percentile given the
 interval those draws span.
 
-    draws = run_draws(cal, reseeded(bench, cap), fleet, config, Intervals(draws=20))
-    attach(summary, draws, Intervals(draws=20), spread_of(cal))   # lo/hi on every percentile
+    intervals = Intervals(draws=20)
+    draws = run_draws(cal, reseeded(bench, intervals.requests), fleet, config, intervals)
+    attach(summary, draws, intervals, cal)   # lo/hi on every percentile
 
 Near saturation a draw's server may fall behind its offered rate: its queue grows for as long
 as the run lasts, and a latency that includes the queue has no bound. When more draws than
