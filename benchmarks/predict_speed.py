@@ -3,14 +3,18 @@
     python benchmarks/predict_speed.py                    # 1M requests at 50% of capacity
     python benchmarks/predict_speed.py --requests 200000 --loads 0.25,0.5,0.9
     python benchmarks/predict_speed.py --profile          # where the time goes (cProfile)
+    python benchmarks/predict_speed.py --requests 10000 --draws 20   # what intervals cost
 
 The process pins itself to one CPU; on a shared machine the wall time (simulate s) includes
-the other processes' turns on that core, the CPU time (CPU s) is the simulation's own. The calibration is latlab's default engine's (the cached
+the other processes' turns on that core, the CPU time (CPU s) is the simulation's own. The
+calibration is latlab's default engine's (the cached
 one `latlab predict` uses, or --calibration FILE); its capacity is found by simulating a
 closed loop of 64 users. Each load then simulates `--requests` Poisson arrivals of bench's
 default workload (prompts lognormal 256 ± 128, outputs 64 ± 32) — the simulation alone
 (workload built before the clock starts, then `simulate`), and separately the time to write
-the predicted run folder (records, summary) for the first load.
+the predicted run folder (records, summary) for the first load. With --draws, the first
+load's intervals are timed too: that many more simulations of at most --draw-requests
+requests (the worlds `latlab predict --draws` draws), each summarized.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ def main() -> None:
     parser.add_argument("--profile-lines", type=int, default=12, help="functions to list")
     parser.add_argument("--folder", action="store_true",
                         help="also time writing the predicted run folder")
+    parser.add_argument("--draws", type=int, default=0, help="also time this many draws")
+    parser.add_argument("--draw-requests", type=int, default=20_000)
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
@@ -81,6 +87,21 @@ def main() -> None:
               f"{result.decode_run_steps / result.steps:>8.1%} {took / len(result) * 1e6:>7.1f}")
         if profile:
             pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile_lines)
+        if args.draws:
+            from latlab.services.predict import settings
+            from latlab.services.predict_intervals import Intervals, reseeded, run_draws
+
+            bench = BenchConfig(workload=workload.config, arrivals=workload.arrivals,
+                                requests=args.requests, duration_s=None)
+            intervals = Intervals(draws=args.draws, requests=args.draw_requests)
+            started, cpu = time.perf_counter(), time.process_time()
+            run_draws(cal, reseeded(bench, intervals.requests), Fleet(),
+                      settings(bench, cal, str(path), Fleet()), intervals)
+            print(f"       intervals: {args.draws} draws of "
+                  f"{min(args.requests, args.draw_requests):,} requests, simulated and "
+                  f"summarized: {time.perf_counter() - started:.1f} s "
+                  f"(CPU {time.process_time() - cpu:.1f} s)")
+            args.draws = 0
         if args.folder:
             from latlab.services.predict import settings
             from latlab.sim.folder import write_run

@@ -47,5 +47,10 @@ def cell(value: float | str | None) -> str:
     return f"{value:.1f}" if abs(value) < 100 else f"{value:.0f}"
 
 
+def interval(lo: float | None, hi: float | None) -> str:
+    """A predicted interval as cells: `310–420`, `310–∞` (the queue may grow)."""
+    return f"{cell(lo)}–{cell(hi)}"
+
+
 def money(value: float | None) -> str:
     return MISSING if value is None else f"${value:.3g}"

@@ -90,7 +90,7 @@ def test_a_sample_of_records_keeps_the_summary_of_every_request(tmp_path):
 
 def test_predict_with_a_calibration_file_prints_and_writes_a_predicted_run(tmp_path, cal_file):
     r = invoke("predict", "--calibration", cal_file, "--rate", 4, "--requests", 400,
-               "--out", tmp_path, "--slo", "ttft=500ms")
+               "--out", tmp_path, "--slo", "ttft=500ms", "--draws", 0)
     assert r.exit_code == 0, r.output
     assert "calibration of test server" in r.output and "fit error 2.0%" in r.output
     assert "PREDICTED" in r.output and "Where the time goes" in r.output
@@ -101,7 +101,7 @@ def test_predict_with_a_calibration_file_prints_and_writes_a_predicted_run(tmp_p
     report = invoke("report", stored.path)
     assert report.exit_code == 0 and "PREDICTED" in report.output
     other = invoke("predict", "--calibration", cal_file, "--rate", 4, "--requests", 400,
-                   "--out", tmp_path, "--slo", "ttft=500ms", "--replicas", 2)
+                   "--out", tmp_path, "--slo", "ttft=500ms", "--replicas", 2, "--draws", 0)
     runs = sorted(p.path for p in RunStore(tmp_path).list(kind="predict"))
     compared = invoke("compare", *runs)
     assert other.exit_code == 0 and compared.exit_code == 0, compared.output
@@ -109,11 +109,11 @@ def test_predict_with_a_calibration_file_prints_and_writes_a_predicted_run(tmp_p
 
 def test_predict_replays_a_run_and_sizes_a_fleet(tmp_path, cal_file):
     first = invoke("predict", "--calibration", cal_file, "--rate", 6, "--requests", 300,
-                   "--out", tmp_path, "--name", "orig")
+                   "--out", tmp_path, "--name", "orig", "--draws", 0)
     (orig,) = [p for p in tmp_path.iterdir() if p.name.endswith("orig")]
     # a predicted run is a bench-shaped run folder: replay its requests
     again = invoke("predict", "--calibration", cal_file, "--replay", orig, "--out", tmp_path,
-                   "--name", "again")
+                   "--name", "again", "--draws", 0)
     (copy,) = [p for p in tmp_path.iterdir() if p.name.endswith("again")]
     a, b = RunFolder(orig).read_summary(), RunFolder(copy).read_summary()
     assert first.exit_code == 0 and again.exit_code == 0, again.output
@@ -122,18 +122,22 @@ def test_predict_replays_a_run_and_sizes_a_fleet(tmp_path, cal_file):
     assert compared.exit_code == 0, compared.output
 
     sized = invoke("predict", "--calibration", cal_file, "--replicas-for",
-                   "p99_e2e<1500ms@40rps", "--requests", 1500, "--out", tmp_path)
+                   "p99_e2e<1500ms@40rps", "--requests", 1500, "--draws", 6, "--out", tmp_path,
+                   "--json")
     assert sized.exit_code == 0, sized.output
-    line = next(l for l in sized.output.splitlines() if "replicas (" in l)
-    n = int(line.split()[0])
-    tried = {int(l.split()[0]): float(l.split()[-2]) for l in sized.output.splitlines()
-             if l.strip().endswith(" ms") and "replicas:" in l}
-    assert tried[n] < 1500 and (n == 1 or tried[n - 1] >= 1500)
+    answer = orjson.loads(sized.stdout[sized.stdout.index("{"):])
+    counts = {int(n): c for n, c in answer["counts"].items()}
+    n, low, high = answer["point_estimate"], answer["low"], answer["high"]
+    assert counts[n]["value"] < 1500 and (n == 1 or counts[n - 1]["value"] >= 1500)
+    assert low <= n <= high == answer["recommended"]
+    assert counts[high]["met"] >= 0.95  # the interval's upper end meets the goal
+    assert high == n or counts[high - 1]["met"] < 0.95
+    assert low == 1 or counts[low - 1]["met"] < 0.05
 
 
 def test_predict_sweep_draws_the_curve_and_the_slo_max(tmp_path, cal_file):
     r = invoke("predict", "--calibration", cal_file, "--sweep", "--rates", "2,8,16,40",
-               "--requests", 600, "--slo", "ttft=400ms", "--out", tmp_path)
+               "--requests", 600, "--slo", "ttft=400ms", "--out", tmp_path, "--draws", 0)
     assert r.exit_code == 0, r.output
     (folder,) = [p for p in tmp_path.iterdir() if "sweep" in p.name]
     data = orjson.loads((folder / "sweep.json").read_bytes())
@@ -161,7 +165,7 @@ def test_an_interrupted_predicted_sweep_keeps_its_points(tmp_path, cal_file, mon
 
     monkeypatch.setattr(predict_plans, "predict_point", second_interrupted)
     r = invoke("predict", "--calibration", cal_file, "--sweep", "--rates", "2,8,16",
-               "--requests", 300, "--out", tmp_path)
+               "--requests", 300, "--out", tmp_path, "--draws", 0)
     assert r.exit_code == 130, r.output
     (folder,) = [p for p in tmp_path.iterdir() if "sweep" in p.name]
     data = orjson.loads((folder / "sweep.json").read_bytes())
@@ -171,7 +175,7 @@ def test_an_interrupted_predicted_sweep_keeps_its_points(tmp_path, cal_file, mon
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--rate", "5", "--router", "random"], "--router 'random'"),
+    (["--rate", "5", "--router", "fastest"], "--router 'fastest'"),
     (["--rate", "5", "--calibration", "missing.json"], "missing.json"),
     (["--rate", "5", "--calibration", "c.json", "--from", "runs"], "give one"),
     (["--replicas-for", "p99_e2e<2s"], "expected pQ_METRIC<LIMIT@RATE"),
@@ -183,12 +187,19 @@ def test_an_interrupted_predicted_sweep_keeps_its_points(tmp_path, cal_file, mon
     (["--rate", "5", "--autoscale", "queue", "--cold-start", "nowhere"],
      "--cold-start 'nowhere'"),
     (["--rate", "5", "--cold-start", "5"], "--cold-start goes with --autoscale"),
+    (["--rate", "5", "--idle-unload", "30"], "--idle-unload needs --reload-time"),
+    (["--rate", "5", "--speculative-tokens", "4"], "--speculative-tokens needs --acceptance"),
+    (["--rate", "5", "--acceptance", "fixed:0.5"], "--acceptance goes with"),
+    (["--rate", "5", "--interval-level", "1.5"], "--interval-level"),
+    (["--sweep", "--check", "x"], "--sweep and --check are different questions"),
+    (["--rate", "5", "--turns", "3", "--max-concurrency", "2"],
+     "--max-concurrency with sessions is not simulated"),
 ])
 def test_bad_input_is_one_line(tmp_path, cal_file, args, message):
     args = [str(cal_file) if a == "c.json" else a for a in args]
     if "--calibration" not in args and "--from" not in args:
         args += ["--calibration", str(cal_file)]
-    r = invoke("predict", *args, "--out", tmp_path)
+    r = invoke("predict", *args, "--out", tmp_path, "--draws", 0)
     assert r.exit_code == 2, r.output
     assert message in r.output and "Traceback" not in r.output
     assert len(r.output.strip().splitlines()) == 1, r.output
@@ -200,7 +211,7 @@ def test_calibrate_from_a_run_folder_recovers_the_server(tmp_path, cal_file):
     folders = []
     for rate in (1.0, 6.0, 12.0):
         r = invoke("predict", "--calibration", cal_file, "--rate", rate, "--requests", 500,
-                   "--out", tmp_path, "--name", f"m{rate:g}")
+                   "--out", tmp_path, "--name", f"m{rate:g}", "--draws", 0)
         assert r.exit_code == 0, r.output
         folders += [p for p in tmp_path.iterdir() if p.name.endswith(f"m{rate:g}")]
     out = tmp_path / "fitted.json"
@@ -237,18 +248,26 @@ def test_an_unsteady_engine_calibration_is_flagged_where_it_is_used(tmp_path):
     steady = calibration()
     assert calibrations.fit_warning(steady) is None
     noisy = steady.model_copy(update={"fit": steady.fit.model_copy(update={"mape": 0.3})})
-    assert calibrations.fit_warning(noisy.model_copy(update={"source": "run"})) is None
+    assert "reproduces these runs' timings loosely" in calibrations.fit_warning(
+        noisy.model_copy(update={"source": "run"}))
     path = calibrations.save(noisy, tmp_path / "noisy.json")
     r = invoke("predict", "--calibration", path, "--rate", 4, "--requests", 100,
-               "--out", tmp_path)
+               "--out", tmp_path, "--draws", 0)
     assert r.exit_code == 0, r.output
     assert "warning: the fit error is 30%" in r.output
 
 
-def test_calibrating_an_engine_technique_the_simulator_does_not_follow_is_refused():
-    r = invoke("calibrate", "--serve-args", "--max-queue-delay 2 --speculative-method ngram")
-    assert r.exit_code == 2, r.output
-    assert "does not simulate --speculative-method, --max-queue-delay" in r.output
+def test_run_time_techniques_are_simulated_not_calibrated():
+    from latlab.services.calibrate import calibration_args
+
+    serve = ["--max-num-seqs", "8", "--max-queue-delay", "2", "--speculative-method=ngram",
+             "--idle-unload", "30", "--enable-prefix-caching"]
+    assert calibration_args(serve) == ["--max-num-seqs", "8", "--enable-prefix-caching"]
+    assert calibrations.cache_path(calibration_args(serve)) == calibrations.cache_path(
+        ["--max-num-seqs", "8", "--enable-prefix-caching"])
+    r = invoke("predict", "--rate", 1, "--serve-args", "--speculative-method ngram",
+               "--no-probe", "--draws", 0)
+    assert r.exit_code == 2 and "give --acceptance" in r.output, r.output
 
 
 def test_predict_takes_no_options_that_would_do_nothing_there():

@@ -212,7 +212,7 @@ def test_a_run_whose_tokens_came_in_one_chunk_calibrates_without_those_decodes()
 
     records = [timeline(i, 1000.0 * i, tokens=12, itl=4.0) for i in range(8)]
     burst = [timeline(8 + i, 9000.0 + 1000 * i, tokens=12, itl=0.0) for i in range(3)]
-    x, ms, decodes, prefills = rows(records + burst, RequestCosts(), EngineShape())
+    x, ms, _, decodes, prefills = rows(records + burst, RequestCosts(), EngineShape())
     assert decodes == 8 and prefills == 11
     assert np.isfinite(x).all() and (ms > 0).all()
 
@@ -226,7 +226,7 @@ def test_prompt_tokens_the_server_found_in_its_cache_are_not_prefilled():
     records = [timeline(i, 1000.0 * i, tokens=12, itl=4.0, prompt=200) for i in range(8)]
     for r in records[4:]:
         r.cached_tokens = 150
-    x, _, decodes, prefills = rows(records, RequestCosts(), EngineShape())
+    x, _, _, decodes, prefills = rows(records, RequestCosts(), EngineShape())
     assert prefills == 8 and list(x[decodes:, 1]) == [200] * 4 + [50] * 4  # tokens computed
 
 

@@ -170,12 +170,13 @@ def test_slo_max_carries_the_interval_of_its_points_cis():
     """Each point's p99 has a CI; the answer from their tops (lo) and bottoms (hi) brackets
     it. A point whose CI the sample cannot bound from above counts as failing for lo."""
     values = [100, 200, 400, 800]
-    points = [pt(load, v, slo={"ttft": v}, tokens=10 * load, slo_ci={"ttft": (0.8 * v, 1.2 * v)})
+    points = [pt(load, v, slo={"ttft": v}, tokens=10 * load,
+                 slo_intervals={"ttft": (0.8 * v, 1.2 * v)})
               for load, v in zip((2, 4, 6, 8), values)]
     best = slo_max(points, {"ttft": 300.0}, 99)
     assert best.load == pytest.approx(5.0) and best.lo < best.load < best.hi
-    assert "95% interval" in best.statement
-    unbounded = [p.model_copy(update={"slo_ci": {"ttft": (p.slo_values["ttft"], None)}})
+    assert best.level == 0.95
+    unbounded = [p.model_copy(update={"slo_intervals": {"ttft": (0.0, math.inf)}})
                  for p in points]
-    thin = slo_max(unbounded, {"ttft": 300.0}, 99)
-    assert thin.lo is None or thin.lo < thin.load  # too few samples: no upper bound
+    thin = slo_max(unbounded, {"ttft": 300.0}, 99)  # too few samples to bound any point
+    assert thin.load == pytest.approx(5.0) and thin.lo is None and thin.hi == 8

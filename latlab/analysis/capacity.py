@@ -30,10 +30,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from latlab.metrics.request import MetricColumns
 from latlab.metrics.slo import slo_value
 from latlab.metrics.stats import percentile, percentile_ci
+from latlab.records.summary import RunSummary
 from latlab.records.sweep import Cost, Knee, Mode, Point
-from latlab.records.table import OUTCOMES
+from latlab.records.table import OUTCOMES, RequestTable
 from latlab.records.timeline import Outcome
 
 if TYPE_CHECKING:
@@ -52,9 +54,19 @@ STOP_RULE = ("stop escalating when a point is clearly saturated (load +≥10% ov
 def measure(analysis: RunAnalysis, label: str, mode: Mode, load: float | None,
             slos: dict[str, float], q: float) -> Point:
     """The point of one bench run; `load=None` takes the achieved rate (synchronous)."""
-    s = analysis.summary
-    t, metrics = analysis.table, analysis.requests.metrics
-    judged = analysis.inside & (t.outcome != OUTCOMES.index(Outcome.CANCELLED))
+    budget = {name: b.buckets() for name, b in (("mean", analysis.mean), ("tail", analysis.tail))
+              if b is not None}
+    return point(analysis.summary, analysis.table, analysis.requests.metrics, analysis.inside,
+                 label, mode, load, slos, q, str(analysis.run.path), budget)
+
+
+def point(s: RunSummary, table: RequestTable, metrics: MetricColumns, inside: np.ndarray,
+          label: str, mode: Mode, load: float | None, slos: dict[str, float], q: float,
+          run: str = "", budget: dict[str, dict[str, float]] | None = None) -> Point:
+    """The point of a run's columns: its `summary`, `table`, metric columns and the
+    requests `inside` its window (a predicted run's draws have no analysis)."""
+    t = table
+    judged = inside & (t.outcome != OUTCOMES.index(Outcome.CANCELLED))
     failed = int((judged & ~t.ok).sum())
     ok_e2e = np.sort(metrics.e2e_sched[judged & t.ok & ~np.isnan(metrics.e2e_sched)])
     t = s.throughput
@@ -65,32 +77,31 @@ def measure(analysis: RunAnalysis, label: str, mode: Mode, load: float | None,
         requests=int(judged.sum()),
         latency=percentile(ok_e2e, q) if len(ok_e2e) else None,
         median_latency=percentile(ok_e2e, 50) if len(ok_e2e) else None,
-        slo_values={m: _slo_percentile(analysis, judged, m, q) for m in slos},
-        slo_ci={m: _slo_percentile(analysis, judged, m, q, ci=True) for m in slos},
+        slo_values={m: _slo_percentile(table, metrics, judged, m, q) for m in slos},
+        slo_intervals={m: _slo_percentile(table, metrics, judged, m, q, ci=True) for m in slos},
         cached_share=s.cache.share if s.cache else None,
         output_tokens_per_s=t.output_tokens_per_s if t else 0.0,
         goodput=s.goodput.requests_per_s if s.goodput else None,
         latencies={m: {p: s.percentile(m, p) for p in ("p50", "p99")}
                    for m in ("ttft", "tpot", "e2e", "ttft_sched", "e2e_sched")},
-        budget={name: b.buckets() for name, b in (("mean", analysis.mean), ("tail", analysis.tail))
-                if b is not None},
-        run=str(analysis.run.path), interrupted=s.stop_reason == "interrupted",
+        budget=budget or {}, run=run, interrupted=s.stop_reason == "interrupted",
         warnings=list(s.warnings), offered=t.offered_rate if t else None,
         fell_behind=bool(t and t.fell_behind))
 
 
-def _slo_percentile(analysis: RunAnalysis, judged: np.ndarray, metric: str, q: float,
-                    ci: bool = False) -> Any:
+def _slo_percentile(table: RequestTable, metrics: MetricColumns, judged: np.ndarray,
+                    metric: str, q: float, ci: bool = False) -> Any:
     """The q-th percentile of `metric` as the SLO judges it (ITL: a request's largest gap)
     over the `judged` requests; a failed request is infinitely slow, a request without the
-    metric is left out. With `ci`: its 95% confidence interval (a side the sample cannot
-    bound is None)."""
-    ok = analysis.table.ok
-    values = np.asarray(slo_value(analysis.requests.metrics, metric), dtype=float)
+    metric is left out. With `ci`: its 95% confidence interval (0 and inf on a side the
+    sample cannot bound)."""
+    ok = table.ok
+    values = np.asarray(slo_value(metrics, metric), dtype=float)
     values = np.where(ok, values, np.inf)[judged]
     values = np.sort(values[~np.isnan(values)])
     if ci:
-        return percentile_ci(values, q) if len(values) else (None, None)
+        lo, hi = percentile_ci(values, q) if len(values) else (None, None)
+        return (0.0 if lo is None else lo, math.inf if hi is None else hi)
     return percentile(values, q) if len(values) else math.inf
 
 

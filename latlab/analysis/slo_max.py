@@ -8,6 +8,7 @@ import math
 from typing import Sequence
 
 from latlab.analysis.capacity import curve
+from latlab.metrics.stats import CONFIDENCE
 from latlab.records.sweep import Point, PointRef, SloMax
 
 
@@ -27,22 +28,20 @@ def _answer(slos: dict[str, float], q: float, load: float | None, achieved: floa
 
 def slo_max(points: Sequence[Point], slos: dict[str, float], q: float) -> SloMax | None:
     """The highest load meeting `slos` at percentile `q` (see the module's definition), with
-    its interval: the same answer from every point's SLO values at the top of their 95% CIs
-    (`lo`: a CI the sample cannot bound counts as failing) and at the bottom (`hi`)."""
+    its 95% interval: the same answer from every point's SLO values at the top of their
+    intervals (`lo`) and at the bottom (`hi`)."""
     best = _slo_max(points, slos, q)
-    if best is None or not any(p.slo_ci for p in points):
+    if best is None or not any(p.slo_intervals for p in points):
         return best
     bounds = []
-    for side, unbounded in ((1, math.inf), (0, None)):
+    for side in (1, 0):
         moved = [p.model_copy(update={"slo_values": {
-            m: (p.slo_ci.get(m, (None, None))[side] if p.slo_ci.get(m, (None, None))[side]
-                is not None else (unbounded if unbounded is not None else v))
+            m: p.slo_intervals[m][side] if m in p.slo_intervals else v
             for m, v in p.slo_values.items()}}) for p in points]
         answer = _slo_max(moved, slos, q)
         bounds.append(answer.load if answer is not None else None)
     best.lo, best.hi = bounds
-    if best.load is not None and best.lo is not None and best.hi is not None:
-        best.statement += f" (95% interval {best.lo:.3g}–{best.hi:.3g})"
+    best.level = CONFIDENCE
     return best
 
 

@@ -12,7 +12,7 @@ from latlab.commands.options import JsonOutput, parse_args
 from latlab.records.calibration import CALIBRATION_JSON, Calibration
 from latlab.records.engine import ServeConfig
 from latlab.records.predict import CalibrateConfig
-from latlab.services.calibrate import calibrate_engine
+from latlab.services.calibrate import calibrate_engine, calibration_args
 from latlab.sim import calibration as calibrations
 from latlab.sim.calibrate_run import CalibrationError
 
@@ -31,10 +31,12 @@ def calibrate(config: CalibrateConfig, options: JsonOutput) -> None:
     else:
         engine = parse_args(ServeConfig, config.serve_args, "--serve-args").engine
         cal = calibrate_engine(engine, config.serve_args, err, probe=config.probe)
-        path = config.out or calibrations.cache_path(config.serve_args)
+        path = config.out or calibrations.cache_path(calibration_args(config.serve_args))
     calibrations.save(cal, path)
     if options.json_output:
         print_json(cal.model_dump(mode="json") | {"path": str(path)})
+        if warning := calibrations.fit_warning(cal):
+            err.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
         return
     print_calibration(console(), cal, path)
 
@@ -55,6 +57,8 @@ def print_calibration(out: Console, cal: Calibration, path: Path | None) -> None
               + (f", {e.max_prefill_tokens} prefill tokens a step" if e.max_prefill_tokens else "")
               + (f", {e.max_decode_tokens} decode tokens a step" if e.max_decode_tokens else ""),
               highlight=False)
+    if cal.spread is not None:
+        out.print(f"  spread: {cal.spread.describe()}", highlight=False, markup=False)
     for note in cal.notes:
         out.print(f"  note: {note}", highlight=False, markup=False)
     if warning := calibrations.fit_warning(cal):

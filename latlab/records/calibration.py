@@ -6,7 +6,8 @@ decide what runs in a step) and charges each step the time of the step-cost mode
 context they attend, the chunks and rows sampled — with hinges that make it piecewise linear
 in the step's tokens. Each request also pays fixed costs outside the engine
 (`RequestCosts`). `FitError` states how well the model reproduces the timings it was fitted
-on; `created` dates the calibration.
+on; `Spread` how far those timings strayed from it (what predictions draw their intervals
+from); `Reference` the machine's speed then; `created` dates the calibration.
 """
 
 from __future__ import annotations
@@ -59,6 +60,54 @@ class RequestCosts(Record):
     reject: float = Field(default=0.0, ge=0)  # a 429's round trip
 
 
+class RequestSpread(Record):
+    """How much the per-request costs vary from request to request: each one's standard
+    deviation (ms)."""
+
+    preprocess: float = Field(default=0.0, ge=0)
+    postprocess: float = Field(default=0.0, ge=0)
+    network: float = Field(default=0.0, ge=0)
+
+
+class Spread(Record):
+    """How far the step costs strayed from the fit while they were timed: what `latlab
+    predict` draws its intervals from (`latlab.sim.spread`). All but `request` are standard
+    deviations of log(measured / fitted).
+
+    `step`: of one sample (a step, or one request's mean step). `shape`: of the mean misfit
+    across the sizes of step (the samples in groups by their fitted time): a workload of
+    other steps may sit off by this much. `drift`: of the level (a window's mean misfit)
+    between windows of `window_s` seconds, the noise of single steps taken out: how much the
+    machine's speed moves within a run. `between`: of the level between the `runs` timed
+    apart (probes, run folders), beyond the windows' drift; unknown (None) from one run."""
+
+    step: float = Field(ge=0)
+    shape: float = Field(default=0.0, ge=0)
+    drift: float = Field(default=0.0, ge=0)
+    between: float | None = Field(default=None, ge=0)
+    windows: int = Field(default=0, ge=0)
+    runs: int = Field(default=1, ge=0)
+    window_s: float = Field(default=10.0, gt=0)
+    request: RequestSpread = RequestSpread()
+
+    def describe(self) -> str:
+        between = (f", {100 * self.between:.1f}% between its {self.runs} runs"
+                   if self.between is not None else "")
+        return (f"step costs ±{100 * self.step:.1f}% a sample, ±{100 * self.shape:.1f}% across "
+                f"step sizes, the level ±{100 * self.drift:.1f}% from one {self.window_s:g} s "
+                f"window to the next ({self.windows} windows){between}")
+
+
+class Reference(Record):
+    """A fixed set of engine steps timed in process when the calibration was made
+    (`latlab.sim.calibrate_engine.REFERENCE`): timed again before the calibration is used,
+    they show whether the machine has become slower or faster since."""
+
+    ms: list[float]
+    load_average: float | None = None  # the machine's 1-minute load average then
+    cpus: int | None = None
+
+
 class FitError(Record):
     """How far the fitted step times are from the timings they were fitted on.
 
@@ -91,6 +140,8 @@ class Calibration(Record):
     fit: FitError
     runs: list[str] = []  # the run folders a run calibration was fitted from
     notes: list[str] = []
+    spread: Spread | None = None  # None: made by a latlab that did not keep it
+    reference: Reference | None = None  # latlab's engine: the machine's speed then
 
     @property
     def date(self) -> str:

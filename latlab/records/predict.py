@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
 from latlab.records.bench import BenchConfig, serve_args
 from latlab.records.catalog import metrics
 from latlab.records.engine import EngineConfig
-from latlab.records.settings import CALIBRATION, FLEET, OUTPUT, setting
+from latlab.records.settings import CALIBRATION, FLEET, INTERVALS, OUTPUT, setting
 from latlab.records.simulation import Fleet
 from latlab.records.sweep import SweepPlan
 
@@ -125,6 +125,25 @@ class PredictConfig(CalibrationSource):
                                         "\"p99_e2e<2s@40rps\".", group=FLEET,
                                         cli_type=str | None)
     plan: SweepPlan = SweepPlan()
+    draws: int = setting(20, "Intervals: simulate again in this many worlds drawn from the "
+                         "calibration's spread (its step costs, the workload's seed); 0: the "
+                         "point estimate alone.", group=INTERVALS, ge=0, le=1000)
+    level: float = setting(0.9, "The intervals' level: the central share of the draws each "
+                           "spans.", "--interval-level", group=INTERVALS, gt=0, lt=1)
+    draw_requests: int = setting(20_000, "At most this many requests in each draw.",
+                                 group=INTERVALS, ge=100)
+    check: list[str] = setting([], "Predict measured runs (run folders, sweep folders or run "
+                               "ids of the store; repeatable) from their own settings: "
+                               "measured against predicted, and how many fall inside the "
+                               "intervals.", group=INTERVALS)
+    probe: bool = setting(True, "Before using a calibration of latlab's engine on this "
+                          "machine, time a few engine steps (a few seconds) to see whether "
+                          "the machine has changed since.", "--probe/--no-probe",
+                          group=INTERVALS)
+    on_drift: Literal["recalibrate", "rescale", "warn"] = setting(
+        "recalibrate", "When the probe finds the machine beyond the calibration's spread: "
+        "calibrate again (a cached calibration; a file's is warned about), scale its step "
+        "costs by what the probe found, or warn.", group=INTERVALS, cli_type=str)
 
     @model_validator(mode="before")
     @classmethod
@@ -144,6 +163,11 @@ class PredictConfig(CalibrationSource):
             raise ValueError("--calibration and --from both name the server: give one")
         if (self.calibration is not None or self.from_runs) and self.bench.serve_args:
             raise ValueError("--serve-args is for latlab's engine, not --calibration/--from")
-        if self.sweep and self.replicas_for is not None:
-            raise ValueError("--sweep and --replicas-for are two questions: ask one at a time")
+        asked = [flag for flag, given in (("--sweep", self.sweep),
+                                          ("--replicas-for", self.replicas_for is not None),
+                                          ("--check", bool(self.check)),
+                                          ("--replay", self.replay is not None)) if given]
+        if len(asked) > 1:
+            raise ValueError(f"{' and '.join(asked)} are different questions: ask one at a "
+                             "time")
         return self

@@ -29,10 +29,12 @@ TARGET, CLIENT, WORKLOAD, SESSIONS, LOAD, TRACE, STOP, SWEEP, AB, TELEMETRY, OUT
     "When to stop", "Sweep", "A/B", "Telemetry", "Output")
 ENGINE, BATCHING, TECHNIQUES, SERVER = ("Model and engine", "Batching and KV cache",
                                         "Latency techniques", "Server")
-CALIBRATION, FLEET, AUTOSCALE, COLDSTART, VERDICT, OTHER = (
-    "Calibration", "Fleet", "Autoscaling", "Cold start", "Verdicts", "Other")
-GROUPS = (TARGET, COLDSTART, CALIBRATION, VERDICT, WORKLOAD, SESSIONS, LOAD, TRACE, SWEEP, AB,
-          STOP, FLEET, AUTOSCALE, ENGINE, BATCHING, TECHNIQUES, SERVER, TELEMETRY, CLIENT, OUTPUT,
+CALIBRATION, INTERVALS, FLEET, AUTOSCALE, COLDSTART, VERDICT, OTHER = (
+    "Calibration", "Intervals and trust", "Fleet", "Autoscaling", "Cold start", "Verdicts",
+    "Other")
+GROUPS = (TARGET, COLDSTART, CALIBRATION, INTERVALS, VERDICT, WORKLOAD, SESSIONS, LOAD, TRACE,
+          SWEEP, AB, STOP, FLEET, AUTOSCALE, ENGINE, BATCHING, TECHNIQUES, SERVER, TELEMETRY,
+          CLIENT, OUTPUT,
           OTHER)
 
 

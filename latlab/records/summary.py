@@ -30,10 +30,16 @@ class Record(BaseModel):
 
 
 class Percentile(Record):
+    """A percentile and its 95% confidence interval from the order statistics (the sample's
+    own uncertainty); a predicted run's also carries `lo`–`hi`, the interval its draws
+    spanned (`Prediction`), where `hi` is infinite when the queue may grow without end."""
+
     value: Ms | None
     ci_low: Ms | None
     ci_high: Ms | None
     reliable: bool
+    lo: Ms | None = None
+    hi: Ms | None = None
 
 
 class Distribution(Record):
@@ -205,6 +211,24 @@ class ReasoningSummary(Record):
     thinking_share: float
 
 
+class Prediction(Record):
+    """How far to trust a predicted run's percentiles: the simulation ran again in `draws`
+    worlds drawn from the calibration's spread (its step costs' level and drift, each
+    request's costs outside the engine) and workload seeds, `requests` each; every
+    percentile's `lo`–`hi` is the central `level` of what they gave. `fell_behind` draws (and
+    the point estimate, when `point_fell_behind`) had a queue that grew: where those reach
+    the interval's upper end, `hi` is infinite."""
+
+    level: float
+    draws: int
+    requests: int
+    fell_behind: int = 0
+    point_fell_behind: bool = False
+    spread: str = ""  # the calibration's spread, in words
+    wall_s: float | None = None
+    notes: list[str] = []
+
+
 class RunSummary(Record):
     """Everything `summary.json` holds."""
 
@@ -234,6 +258,7 @@ class RunSummary(Record):
     spans: SpanJoin | None = None
     sessions: SessionSummary | None = None
     reasoning: ReasoningSummary | None = None
+    prediction: Prediction | None = None  # a predicted run's intervals
 
     def percentile(self, metric: str, name: str) -> float | None:
         """`summary.percentile("ttft", "p99")`: the value, None when not measured."""

@@ -41,7 +41,6 @@ class Point(Record):
     latency: float | None  # E2E from schedule at the sweep's percentile, successful requests
     median_latency: float | None  # E2E from schedule p50
     slo_values: dict[str, Ms]  # each SLO metric at the percentile, failed = inf
-    slo_ci: dict[str, tuple[Ms | None, Ms | None]] = {}  # their 95% CIs (None: unbounded)
     cached_share: float | None = None  # of prompt tokens, from the server's prefix cache
     output_tokens_per_s: float
     goodput: float | None = None
@@ -53,6 +52,10 @@ class Point(Record):
     cost: Cost | None = None
     offered: float | None = None  # the rate the arrivals actually offered (open loop)
     fell_behind: bool = False  # the server did not keep up with the offered rate
+    # [lo, hi] of `slo_values`: a measured point's 95% CIs (0 and inf where its sample cannot
+    # bound them), a predicted point's interval of its draws; and a predicted one's `latencies`
+    slo_intervals: dict[str, tuple[Ms, Ms]] = {}
+    latency_intervals: dict[str, dict[str, tuple[Ms, Ms]]] = {}
 
     @property
     def unit(self) -> str:
@@ -90,7 +93,10 @@ class PointRef(Record):
 
 
 class SloMax(Record):
-    """The answer to "how much load within the SLOs", with the evidence on both sides."""
+    """The answer to "how much load within the SLOs", with the evidence on both sides and its
+    interval `lo`–`hi` at `level`: a measured sweep's from every point's SLO values at the
+    ends of their CIs, a predicted sweep's from its draws (`lo` None or 0: not met even at
+    the lowest load; `hi` infinite: met past the highest load swept)."""
 
     slos: dict[str, float]
     percentile: float
@@ -103,8 +109,9 @@ class SloMax(Record):
     limiting: str | None
     statement: str
     notes: list[str] = []
-    lo: float | None = None  # the load with every SLO value at the top of its CI (pessimistic)
-    hi: float | None = None  # ... at the bottom of its CI (optimistic)
+    lo: float | None = None
+    hi: Ms | None = None
+    level: float | None = None
 
 
 class SweepStop(Record):

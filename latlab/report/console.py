@@ -12,10 +12,10 @@ from rich.text import Text
 from latlab.analysis.budget import Budget
 from latlab.analysis.decompose import BUCKETS, label, members
 from latlab.records.catalog import CATALOG, metrics
-from latlab.records.summary import Distribution, RunSummary
+from latlab.records.summary import Distribution, Prediction, RunSummary
 from latlab.report.palette import BUCKET_COLORS, SEVERITY_COLORS
 from latlab.report.sessions import print_tasks, session_lines
-from latlab.units import cell, ms, pct
+from latlab.units import cell, interval, ms, pct
 
 if TYPE_CHECKING:
     from latlab.analysis.run_analysis import RunAnalysis
@@ -161,7 +161,9 @@ def print_summary(console: Console, summary: RunSummary, run_path: object = None
     if run_path is not None:
         console.print(Text(f"run folder: {run_path}", style="dim"))
     table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
-    table.add_column("ms")
+    predicted = summary.prediction
+    table.add_column("ms" if predicted is None else
+                     f"ms (below: the {100 * predicted.level:g}% interval)")
     for column in ("n", "mean", "p50", "p90", "p95", "p99", "p99.9", "p99 95% CI"):
         table.add_column(column, justify="right")
     for key, name in SUMMARY_ROWS:
@@ -195,13 +197,25 @@ def _summary_row(table: Table, label: str, dist: Distribution | None, style: str
     cells = [str(dist.n), cell(dist.mean)]
     for name in ("p50", "p90", "p95", "p99", "p99.9"):
         p = dist.percentiles[name]
-        cells.append(Text(cell(p.value) + ("" if p.reliable else "~"),
-                          style="" if p.reliable else "dim"))
+        value = Text(cell(p.value) + ("" if p.reliable else "~"),
+                     style="" if p.reliable else "dim")
+        if p.lo is not None:
+            value.append(f"\n{interval(p.lo, p.hi)}", style="dim")
+        cells.append(value)
     p99 = dist.percentiles["p99"]
     low, high = p99.ci_low, p99.ci_high
     cells.append(f"[{cell(low) if low is not None else '?'}, "
                  f"{cell(high) if high is not None else '?'}]")
     table.add_row(Text(label, style=style), *cells)
+
+
+def prediction_lines(p: Prediction) -> list[Text]:
+    """How a predicted run's intervals were made, and what they say beyond the numbers."""
+    took = f" in {p.wall_s:.1f} s" if p.wall_s is not None else ""
+    lines = [Text(f"intervals   {100 * p.level:g}% of {p.draws} draws of {p.requests:,} requests"
+                  f"{took}, each in a world drawn from the calibration's spread: {p.spread}",
+                  style="dim")]
+    return lines + [Text(f"! {note}", style="yellow") for note in p.notes]
 
 
 def _summary_lines(s: RunSummary) -> list[Text | Table]:
@@ -261,6 +275,8 @@ def _summary_lines(s: RunSummary) -> list[Text | Table]:
                               f"{' · '.join(x for x in shares if x)}",
                               style="bold red" if c.host_busy else "dim"))
     lines += session_lines(s)
+    if s.prediction is not None:
+        lines += prediction_lines(s.prediction)
     for warning in s.warnings:
         lines.append(Text(f"! {warning}", style="yellow"))
     return lines

@@ -104,9 +104,13 @@ def _summary_table(summary: RunSummary) -> str:
         cells = [e(name), number(d.n), ms(d.mean)]
         cells += [_percentile(d.percentiles.get(q)) for q in QUANTILES]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    predicted = summary.prediction
+    interval = (f"; then, predicted, the {100 * predicted.level:g}% interval of "
+                f"{predicted.draws} draws ({e(predicted.spread)})" if predicted else "")
     return (f"<table><tr>{head}</tr>{''.join(rows)}</table>"
-            "<p class=dim>Under each percentile its 95% confidence interval; * fewer than 10 "
-            "samples beyond this percentile: unreliable</p>"
+            "<p class=dim>Under each percentile its 95% confidence interval"
+            f"{interval}; * fewer than 10 samples beyond this percentile: unreliable</p>"
+            + "".join(f"<p>{e(note)}</p>" for note in (predicted.notes if predicted else []))
             + "".join(f"<p>{e(line)}</p>" for line in _summary_lines(summary)))
 
 
@@ -114,7 +118,10 @@ def _percentile(p: Percentile | None) -> str:
     if p is None:
         return ms(None)
     mark = "" if p.reliable else "*"
-    return f"{ms(p.value)}{mark}<br><span class=ci>{ms(p.ci_low)} to {ms(p.ci_high)}</span>"
+    drawn = (f"<br><span class=ci>predicted {ms(p.lo)} to {ms(p.hi)}</span>"
+             if p.lo is not None else "")
+    return (f"{ms(p.value)}{mark}<br><span class=ci>{ms(p.ci_low)} to {ms(p.ci_high)}</span>"
+            f"{drawn}")
 
 
 def _summary_lines(summary: RunSummary) -> list[str]:

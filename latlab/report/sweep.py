@@ -3,6 +3,7 @@ cost at the SLO-max, why it stopped)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from rich import box
@@ -11,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from latlab.records.sweep import Point, SweepRecord
-from latlab.units import money, number
+from latlab.units import interval, money, number
 
 CACHE_SPREAD = 0.10  # of prompt tokens served from the cache, between points
 
@@ -34,21 +35,21 @@ def print_sweep(console: Console, sweep: SweepRecord, folder: Path) -> None:
                     *(f"{q} {m}\n≤ {limit:g}" for m, limit in slos.items()),
                     *(["goodput\nreq/s"] if slos else [])])
     for p in ordered(sweep.points):
-        lat = p.latencies
         row = [p.label + (" ◆" if p.label == knee else "")
                + (" (interrupted)" if p.interrupted else ""),
                number(p.offered, "{:.3g}"),
                Text(f"{p.achieved:.3g}" + (" behind" if p.fell_behind else ""),
                     style="red" if p.fell_behind else ""),
                f"{100 * p.error_rate:.1f}%",
-               f"{number(lat['ttft']['p50'])} / {number(lat['ttft']['p99'])}",
-               number(lat["tpot"]["p50"]),
-               f"{number(lat['e2e']['p50'])} / {number(lat['e2e']['p99'])}",
-               f"{p.output_tokens_per_s:.0f}", _cache(p)]
+               _cell(p, "ttft", "p50", "p99"), _cell(p, "tpot", "p50"),
+               _cell(p, "e2e", "p50", "p99"), f"{p.output_tokens_per_s:.0f}", _cache(p)]
         for m, limit in slos.items():
             v = p.slo_values[m]
             ok = v <= limit
-            row.append(Text(f"{number(v)} {'✓' if ok else '✗'}", style="green" if ok else "red"))
+            cell = Text(f"{number(v)} {'✓' if ok else '✗'}", style="green" if ok else "red")
+            if m in p.slo_intervals:
+                cell.append(f"\n{interval(*p.slo_intervals[m])}", style="dim")
+            row.append(cell)
         if slos:
             row.append(number(p.goodput, "{:.3g}"))
         table.add_row(*row, style=None if p.label in sweep.curve else "dim")
@@ -82,6 +83,16 @@ def cache_warning(sweep: SweepRecord) -> str | None:
             "SLO-max with them)")
 
 
+def _cell(p: Point, metric: str, *quantiles: str) -> Text:
+    """`p50 / p99` of a metric, a predicted point's intervals below."""
+    values = p.latencies.get(metric, {})
+    text = Text(" / ".join(number(values.get(q)) for q in quantiles))
+    spans = p.latency_intervals.get(metric, {})
+    if all(q in spans for q in quantiles):
+        text.append("\n" + " / ".join(interval(*spans[q]) for q in quantiles), style="dim")
+    return text
+
+
 def _table(title: str, columns: list[str]) -> Table:
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
                   pad_edge=False)
@@ -89,6 +100,27 @@ def _table(title: str, columns: list[str]) -> Table:
         table.add_column(column, justify="right" if i else "left", no_wrap=bool(i),
                          min_width=None if i else 10)
     return table
+
+
+def slo_max_interval(sweep: SweepRecord) -> str | None:
+    """The SLO-max's interval in words (None: none was made)."""
+    best = sweep.slo_max
+    if best is None or best.level is None:
+        return None
+    unit = sweep.points[0].unit if sweep.points else ""
+    drawn = bool(sweep.target.get("simulated"))
+    span = (f"{_bound(best.lo, unit)} – {_bound(best.hi, unit)}" if best.lo != best.hi
+            else f"{_bound(best.lo, unit)} in every {'draw' if drawn else 'case'}")
+    how = ("the SLO-max of each draw of the points" if drawn else
+           "the SLO-max with every point's SLO values at the ends of their CIs")
+    return f"{100 * best.level:g}% interval: {span} ({how})"
+
+
+def _bound(value: float | None, unit: str) -> str:
+    """An end of the SLO-max's interval: a load, or where the sweep cannot say."""
+    if not value:
+        return "not met at the lowest load"
+    return "met past the highest load" if math.isinf(value) else f"{value:.3g} {unit}"
 
 
 def sweep_answers(sweep: SweepRecord) -> list[Text]:
@@ -104,6 +136,8 @@ def sweep_answers(sweep: SweepRecord) -> list[Text]:
     best = sweep.slo_max
     if best:
         out.append(Text.assemble(("SLO-max   ", "bold"), best.statement))
+        if (span := slo_max_interval(sweep)) is not None:
+            out.append(Text(f"          {span}"))
         for side in ("passing", "failing"):
             ref = getattr(best, side)
             if ref is not None:

@@ -14,7 +14,7 @@ from latlab.records.sweep import Point, SweepRecord
 from latlab.report.figures import LAYOUT
 from latlab.report.page import chart, document, e, settings_table
 from latlab.report.palette import BUCKET_COLORS
-from latlab.report.sweep import cache_warning, ordered
+from latlab.report.sweep import cache_warning, ordered, slo_max_interval
 from latlab.units import money, number
 
 REPORT = "sweep.html"
@@ -135,8 +135,8 @@ def _answers(sweep: SweepRecord) -> str:
     best = sweep.slo_max
     if best:
         out.append(f"<p><b>SLO-max</b>: {e(best.statement)}.</p>")
-    if warning := cache_warning(sweep):
-        out.append(f"<p class=warn>{e(warning)}</p>")
+        if (span := slo_max_interval(sweep)) is not None:
+            out.append(f"<p>{e(span)}</p>")
         links = [f"{side}: <code>{e(Path(ref.run).name)}</code>"
                  for side, ref in (("passing", best.passing), ("failing", best.failing)) if ref]
         if links:
@@ -144,6 +144,8 @@ def _answers(sweep: SweepRecord) -> str:
         out += [f"<div class=note>{e(n)}</div>" for n in best.notes]
     else:
         out.append("<p><b>SLO-max</b>: no SLO given (use --slo ttft=500ms ...).</p>")
+    if warning := cache_warning(sweep):
+        out.append(f"<p class=warn>{e(warning)}</p>")
     if sweep.slo_max_cost:
         c = sweep.slo_max_cost
         out.append(f"<p><b>Cost at the SLO-max</b> (${sweep.price_per_hour:g}/hour): "

@@ -18,13 +18,13 @@ from latlab.records.bench import BenchConfig
 from latlab.records.calibration import Calibration
 from latlab.records.engine import ConfigError, EngineConfig
 from latlab.records.folder import RunFolder
-from latlab.records.steps import StepLogError, read_step_log
+from latlab.records.steps import StepLogError, StepRecord, read_step_log
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.workload import WorkloadConfig
 from latlab.services.bench import run_bench
 from latlab.services.errors import InputError, ServiceFailed
 from latlab.sim import calibration as calibrations
-from latlab.sim.calibrate_run import CalibrationError, request_costs
+from latlab.sim.calibrate_run import CalibrationError, request_costs, request_spread
 from latlab.sim.validate import compare
 
 PROBE_REQUESTS = 16
@@ -33,22 +33,48 @@ PROBE_LOAD = 0.5  # the open-loop probe's rate, as a share of the predicted capa
 PROBE_OPEN_S = 20.0  # and about how long it runs
 
 
-# latlab serve options the simulated replica does not follow (the scheduler's other options,
-# prefix caching, priorities and fair share, it does).
-NOT_SIMULATED = ("speculative_method", "max_queue_delay", "idle_unload")
+# latlab serve options that change when requests run, not what a step costs: a calibration
+# is made without them (`calibration_args`), the simulator applies them (`records.simulation.
+# Fleet`: a queue deadline, idle unload, speculative decoding).
+RUN_TIME = {"max_queue_delay": "--max-queue-delay", "idle_unload": "--idle-unload",
+            "speculative_method": "--speculative-method",
+            "speculative_model": "--speculative-model",
+            "num_speculative_tokens": "--num-speculative-tokens"}
+
+
+def calibration_args(serve: list[str]) -> list[str]:
+    """`serve` without the `RUN_TIME` options (and their values)."""
+    out, skip = [], False
+    for arg in serve:
+        if skip:
+            skip = False
+        elif arg.split("=", 1)[0] in RUN_TIME.values():
+            skip = "=" not in arg
+        else:
+            out.append(arg)
+    return out
+
+
+def calibrated_engine(config: EngineConfig) -> EngineConfig:
+    """The engine a calibration of `config` times: without the `RUN_TIME` options."""
+    return config.model_copy(update={name: EngineConfig.model_fields[name].default
+                                     for name in RUN_TIME})
 
 
 def calibrate_engine(config: EngineConfig, serve: list[str], err: Console,
                      probe: bool = True) -> Calibration:
     """Time the engine `latlab serve SERVE` (whose engine is `config`) in process; with
     `probe`, its per-request costs through a short bench (sequential requests), and how well
-    the calibration replays it."""
+    the calibration replays it. The `RUN_TIME` options are left out of both."""
     from latlab.engine.loader import ModelLoadError
 
-    if unsimulated := [f"--{name.replace('_', '-')}" for name in NOT_SIMULATED
-                       if getattr(config, name) is not None]:
-        raise InputError("--serve-args: latlab predict does not simulate "
-                         f"{', '.join(unsimulated)}")
+    dropped = [flag for name, flag in RUN_TIME.items()
+               if getattr(config, name) not in (None, EngineConfig.model_fields[name].default)]
+    config, serve = calibrated_engine(config), calibration_args(serve)
+    if dropped:
+        err.print(f"calibrating without {', '.join(dropped)}: they change when requests run, "
+                  "not what a step costs; latlab predict simulates them", style="dim",
+                  highlight=False)
     err.print("calibrating latlab's engine: timing its steps over a grid of batch shapes…",
               style="dim", highlight=False)
     try:
@@ -97,16 +123,23 @@ def _probe(cal: Calibration, serve: list[str], err: Console) -> Calibration:
                 runs.append(RunFolder(run_bench(bench).run.path))
         finally:
             engine.stop()
-        costs = request_costs(runs[0].read_records())
-        cal = calibrations.with_request_costs(cal, costs, "a probe through latlab serve")
-        open_loop = [r for r in runs[-1].read_records() if r.origin_ns and r.end_ns]
-        start = min(r.origin_ns for r in open_loop)
-        end = max(r.end_ns for r in open_loop)
+        first = runs[0].read_records()
+        cal = calibrations.with_request_costs(cal, request_costs(first),
+                                              "a probe through latlab serve",
+                                              request_spread(first))
         try:
-            served = [s for s in read_step_log(steps) if start <= s.start_ns <= end]
-            cal = calibrations.as_served(cal, served)
+            logged = read_step_log(steps)
+            probes = [_during(logged, run) for run in runs]
+            cal = calibrations.as_served(cal, probes[-1], probes)
         except (StepLogError, CalibrationError) as e:
             raise ServiceFailed(f"the open-loop probe's steps: {e}") from None
         checks = [compare(cal, run) for run in runs]
     cal.notes += [f"probe replayed on the calibration: {c.line()}" for c in checks]
     return cal
+
+
+def _during(steps: list[StepRecord], run: RunFolder) -> list[StepRecord]:
+    """The steps served while `run`'s requests were in flight."""
+    records = [r for r in run.read_records() if r.origin_ns and r.end_ns]
+    start, end = min(r.origin_ns for r in records), max(r.end_ns for r in records)
+    return [s for s in steps if start <= s.start_ns <= end]

@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 
@@ -32,42 +33,110 @@ from latlab.sim.calibrate_run import CalibrationError
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import RECORDS, write_run
 from latlab.sim.results import SimResult
-from latlab.services.calibrate import calibrate_engine
+from latlab.services.calibrate import calibrate_engine, calibrated_engine, calibration_args
 from latlab.services.errors import InputError
+from latlab.services.predict_intervals import Intervals, predicted_intervals
 from latlab.sim.workload import SimWorkload
 from latlab.store import RunStore, key_numbers
 
 
 def resolve_calibration(source: CalibrationSource, calibration: Path | None,
-                        serve: list[str], engine: EngineConfig | None, err: Console
+                        serve: list[str], engine: EngineConfig | None, err: Console,
+                        probe: bool = False, on_drift: str = "warn"
                         ) -> tuple[Calibration, str]:
     """The calibration to simulate with, and where it came from: a file, run folders fitted
     now, or latlab's engine (`serve`, whose engine config is `engine`), calibrated on first
-    use and cached."""
+    use and cached. With `probe`, a calibration of latlab's engine made on this machine is
+    checked first (its reference steps timed again); beyond its spread, `on_drift` says
+    what to do: make a cached one again ("recalibrate"; a file's is warned about), scale its
+    step costs to the machine now ("rescale"), or warn."""
+    engine = calibrated_engine(engine or EngineConfig())
     try:
         if calibration is not None:
-            return calibrations.load(calibration), str(calibration)
+            cal = calibrations.load(calibration)
+            if probe:
+                cal = _machine(cal, engine, err, on_drift, cached=False)
+            return cal, str(calibration)
         if source.from_runs:
             cal = calibrations.run_calibration(source.from_runs,
                                                source.server.model_dump(exclude_none=True))
             return cal, "fitted now from " + ", ".join(map(str, source.from_runs))
     except CalibrationError as e:
         raise InputError(str(e)) from None
-    path = calibrations.cache_path(serve)
+    path = calibrations.cache_path(calibration_args(serve))
     if path.is_file():
         try:
-            return calibrations.load(path), str(path)
+            cal = calibrations.load(path)
         except CalibrationError:
             err.print(f"the cached calibration {path} is unreadable: calibrating again",
                       style="yellow", highlight=False)
+        else:
+            checked = _machine(cal, engine, err, on_drift, cached=True) if probe else cal
+            if checked is not None:
+                return checked, str(path)
     try:
-        cal = calibrate_engine(engine or EngineConfig(), serve, err)
+        cal = calibrate_engine(engine, serve, err)
     except ImportError as e:
         raise InputError(f"calibrating latlab's engine needs torch ({e}): install latlab's "
                          "engine extra, or predict another server with --calibration FILE or "
                          "--from RUN_DIR") from None
     calibrations.save(cal, path)
     return cal, f"{path} (calibrated now)"
+
+
+def _machine(cal: Calibration, engine: EngineConfig, err: Console, on_drift: str,
+             cached: bool) -> Calibration | None:
+    """The probe, printed: `cal` as it is (the machine within its spread, or nothing to
+    compare), rescaled to the machine now, or None — a cached one to be made again."""
+    try:
+        check = calibrations.check_machine(cal, engine)
+    except ImportError:
+        return cal  # no torch here: nothing to time the reference steps with
+    if check is None:
+        return cal
+    if not check.beyond:
+        err.print(f"machine check: {check.line()}", style="dim", highlight=False)
+        return cal
+    if on_drift == "rescale":
+        err.print(f"warning: {check.line()}: its step costs scaled by {check.ratio:.2f} "
+                  "(--on-drift rescale)", style="yellow", highlight=False)
+        return calibrations.rescaled(cal, check.ratio, "the machine probe")
+    recalibrate = on_drift == "recalibrate" and cached
+    err.print(f"warning: {check.line()}: "
+              + ("calibrating again (--on-drift warn keeps it)" if recalibrate else
+                 "the predictions may be off by that much; calibrate again with the machine "
+                 "as it will be, or --on-drift rescale"), style="yellow", highlight=False)
+    return None if recalibrate else cal
+
+
+def fleet_for(engine: EngineConfig, fleet: Fleet) -> Fleet:
+    """`fleet` with the run-time techniques of the engine `--serve-args` describes (a queue
+    deadline, idle unload, speculative decoding) where it does not give its own."""
+    given = fleet.model_fields_set
+    update = {}
+    if engine.max_queue_delay is not None and "max_queue_delay" not in given:
+        update["max_queue_delay"] = engine.max_queue_delay
+    if engine.idle_unload is not None and "idle_unload" not in given:
+        update["idle_unload"] = engine.idle_unload
+    if engine.speculative_method is not None and "speculative_tokens" not in given:
+        update["speculative_tokens"] = engine.num_speculative_tokens
+    if not update:
+        return fleet
+    if "speculative_tokens" in update and fleet.acceptance is None:
+        raise InputError("--serve-args --speculative-method: give --acceptance, each request's "
+                         "chance of accepting a draft (e.g. uniform:0.5,0.9)")
+    if "idle_unload" in update and fleet.reload_s is None:
+        raise InputError("--serve-args --idle-unload: give --reload-time, the seconds the model "
+                         "takes to load again (or a latlab coldstart folder)")
+    try:
+        return Fleet.model_validate(fleet.model_dump(exclude_unset=True) | update)
+    except ValueError as e:
+        raise InputError(f"--serve-args: {_message(e)}") from None
+
+
+def _message(e: ValueError) -> str:
+    errors = getattr(e, "errors", None)
+    return errors()[0]["msg"].removeprefix("Value error, ") if errors else str(e)
 
 
 @dataclass
@@ -96,8 +165,11 @@ def settings(bench: BenchConfig, cal: Calibration, where: str, fleet: Fleet,
 
 def predict_point(cal: Calibration, workload: SimWorkload, fleet: Fleet, config: RunConfig,
                   out: Path, name: str, records: int = RECORDS, explain: bool = True,
-                  store: Path | None = None) -> Predicted:
-    """Simulate, write the predicted run folder (summary, report.html), register it."""
+                  store: Path | None = None, intervals: Intervals | None = None,
+                  workload_for: Callable[[int], SimWorkload] | None = None) -> Predicted:
+    """Simulate, write the predicted run folder (summary, report.html), register it; with
+    `intervals`, every percentile's interval from draws of `workload_for(d)` (draw d's
+    workload: another seed)."""
     started = time.perf_counter()
     try:
         result = simulate(workload, cal, fleet)
@@ -110,6 +182,9 @@ def predict_point(cal: Calibration, workload: SimWorkload, fleet: Fleet, config:
     sim.steps, sim.decode_run_steps = result.steps, result.decode_run_steps
     sim.preemptions = result.preemptions
     run, summary = write_run(result, workload, config, out, name, records)
+    if intervals is not None and intervals.draws and workload_for is not None:
+        summary = predicted_intervals(cal, summary, workload_for, fleet, config, intervals)
+        run.write_summary(summary)
     analysis = None
     if explain:
         analysis = analyze(run)

@@ -1,35 +1,106 @@
 """The predicted sweep (the throughput–latency curve, knee and SLO-max: a sweep folder of
 predicted points that `latlab sweep`'s reports read) and the replicas a goal needs (the
-fewest that meet a latency goal at a rate)."""
+fewest that meet a latency goal at a rate), each with the interval its draws give.
+
+Draw d is the same world at every load and every fleet size (`run_draws`): the SLO-max of
+draw d is read off draw d's points, and the replicas a goal needs in draw d off its counts.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 
-from latlab.analysis import RunAnalysis
+from latlab.analysis import RunAnalysis, capacity
+from latlab.analysis.slo_max import slo_max
+from latlab.metrics.request import MetricColumns, metric_columns
 from latlab.metrics.stats import percentile
 from latlab.records.bench import BenchConfig
 from latlab.records.calibration import Calibration
 from latlab.records.folder import RunFolder
 from latlab.records.predict import Goal, PredictConfig
 from latlab.records.simulation import Fleet
-from latlab.records.sweep import SweepConfig
+from latlab.records.sweep import Point, SweepConfig, SweepRecord
+from latlab.records.table import RequestTable
 from latlab.services.errors import InputError
 from latlab.services.predict import Predicted, predict_point, settings
-from latlab.services.sweep import Sweep, trace_speed_per_rate
+from latlab.services.predict_intervals import (QUEUED, Intervals, attach, queue_grows,
+                                              quantile, reseeded, run_draws, span)
+from latlab.services.sweep import Step, Sweep, trace_speed_per_rate
 from latlab.sim.fleet import simulate
-from latlab.sim.results import OK
+from latlab.sim.table import request_table
 from latlab.sim.workload import build
 
 MAX_REPLICAS = 4096
 
 
-def predict_sweep(config: PredictConfig, cal: Calibration, where: str, err: Console
-                  ) -> Sweep:
+class PredictedSweep(Sweep):
+    """A sweep whose points are simulated, each drawn again in the worlds of `intervals`:
+    every point's latencies and SLO values get intervals, the SLO-max one from each draw's
+    points."""
+
+    def __init__(self, *args, cal: Calibration, fleet: Fleet, intervals: Intervals,
+                 **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.cal, self.fleet, self.intervals = cal, fleet, intervals
+        self.draws: dict[str, list[Point]] = {}  # a point's label → each draw's point
+
+    def run_point(self, step: Step, run, console: Console) -> Point:
+        point = super().run_point(step, run, console)
+        if not self.intervals.draws:
+            return point
+        name, label, mode, load, arrivals = step
+        c, base = self.config, self.config.base
+        bench = base.model_copy(update={"arrivals": arrivals})
+
+        def judge(summary, table, metrics, inside) -> Point:
+            return capacity.point(summary, table, metrics, inside, label, mode, load, base.slos,
+                                  c.percentile)
+
+        outcomes = run_draws(self.cal, reseeded(bench, self.intervals.requests), self.fleet,
+                             settings(bench, self.cal, "", self.fleet), self.intervals, judge)
+        draws = self.draws[label] = [o.judged for o in outcomes]
+        run = RunFolder(Path(point.run))  # the point's own summary.json gets its intervals
+        run.write_summary(attach(run.read_summary(), outcomes, self.intervals, self.cal))
+        grows = queue_grows(outcomes, self.intervals, point.fell_behind)
+        point.latency_intervals = {
+            m: {q: span([d.latencies[m][q] for d in draws], v, self.intervals,
+                        grows and m in QUEUED)
+                for q, v in values.items() if v is not None
+                and all(d.latencies[m][q] is not None for d in draws)}
+            for m, values in point.latencies.items()}
+        point.slo_intervals = {m: span([d.slo_values[m] for d in draws], v, self.intervals,
+                                       grows and m in QUEUED)
+                               for m, v in point.slo_values.items()}
+        self.write()
+        return point
+
+    def record(self) -> SweepRecord:
+        record = super().record()
+        best, c = record.slo_max, self.config
+        labels = [p.label for p in self.points if p.label in self.draws]
+        if best is None or not labels:
+            return record
+        loads = []
+        for d in range(self.intervals.draws):
+            answer = slo_max([self.draws[label][d] for label in labels], c.base.slos,
+                             c.percentile)
+            loads.append(0.0 if answer.load is None else
+                         math.inf if answer.failing is None else answer.load)
+        best.lo = quantile(loads, self.intervals.tail)
+        best.hi = quantile(loads, 1 - self.intervals.tail)
+        best.level = self.intervals.level
+        if best.load is not None:
+            best.lo, best.hi = min(best.lo, best.load), max(best.hi, best.load)
+        return record
+
+
+def predict_sweep(config: PredictConfig, cal: Calibration, where: str, err: Console,
+                  intervals: Intervals) -> Sweep:
     """The predicted sweep: `latlab sweep`'s plan and stop rule (`services.sweep.Sweep`:
     explicit --rates, else the synchronous point, a saturation probe, rates up to it, ×1.5
     past it), each point a predicted run folder."""
@@ -42,10 +113,11 @@ def predict_sweep(config: PredictConfig, cal: Calibration, where: str, err: Cons
                                                        "max_concurrency"},
                                               exclude_unset=True))
     folder = RunFolder.create(bench.out, f"sweep-{bench.name}").path
-    sweep = Sweep(plan, folder, [], target={
+    sweep = PredictedSweep(plan, folder, [], target={
         "simulated": True, "model": cal.server, "calibration": where,
         "calibration_fit": cal.headline(), "fleet": fleet.model_dump(mode="json")},
-        definitions={"predicted": "every point is a simulated run (latlab predict)"})
+        definitions={"predicted": "every point is a simulated run (latlab predict)"},
+        cal=cal, fleet=fleet, intervals=intervals)
 
     def simulated(point: BenchConfig) -> RunAnalysis:
         workload = build(bench.workload, point.arrivals, bench.requests, bench.duration_s)
@@ -58,28 +130,49 @@ def predict_sweep(config: PredictConfig, cal: Calibration, where: str, err: Cons
     return sweep
 
 
-def _value(result, goal: Goal) -> float:
-    """The goal's percentile over every request, a failure counting as infinitely slow."""
-    values = np.where(result.columns.outcome == OK, result.latencies_ms()[goal.metric], np.inf)
+def goal_value(goal: Goal, table: RequestTable, metrics: MetricColumns,
+               chosen: np.ndarray) -> float:
+    """The goal's percentile over the `chosen` requests, a failure infinitely slow."""
+    values = np.where(table.ok, getattr(metrics, goal.metric), np.inf)[chosen]
     values = np.sort(values[~np.isnan(values)])
     return percentile(values, goal.percentile) if len(values) else math.inf
 
 
 @dataclass
+class Count:
+    """One replica count tried: the goal's value at the point estimate and, once drawn, in
+    each draw."""
+
+    value: float
+    draws: list[float] = field(default_factory=list)
+
+    def met(self, limit: float) -> float:
+        """The share of the draws that meet the goal."""
+        return sum(v <= limit for v in self.draws) / len(self.draws) if self.draws else math.nan
+
+
+@dataclass
 class Sizing:
-    """The fewest replicas meeting the goal, what each count tried gave, and the answer's
-    predicted run."""
+    """The replicas a goal needs: `point` — the fewest that meet it at the point estimate —
+    and the range the draws give: `low`, the fewest that meet it in the interval's
+    favourable tail (`level`'s lower end), `high`, the fewest that meet it in all but its
+    unfavourable tail: what to provision. `counts` holds every count tried."""
 
     goal: Goal
-    replicas: int
-    tried: dict[int, float]
+    point: int
+    low: int
+    high: int
+    counts: dict[int, Count]
+    level: float
     fleet: Fleet
-    point: Predicted
+    run: Predicted
 
 
-def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Console) -> Sizing:
-    """The fewest replicas whose percentile meets the goal at the rate: doubling, then
-    halving the gap, one simulation each; the answer's predicted run folder."""
+def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Console,
+                 intervals: Intervals) -> Sizing:
+    """The fewest replicas whose percentile meets the goal at the rate at the point estimate
+    (doubling, then halving the gap, one simulation each), then the range the draws give
+    around it (counts up until all but the tail meet it, down while any tail does)."""
     goal, bench, fleet = config.replicas_for, config.bench, config.fleet
     if bench.arrivals.process == "trace":  # the trace at the speed that gives the rate
         speed = goal.rate * trace_speed_per_rate(bench.arrivals, bench.requests)
@@ -88,16 +181,35 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
         arrivals = bench.arrivals.model_copy(update={
             "process": bench.arrivals.open_loop_process(), "rate": goal.rate})
     bench = bench.model_copy(update={"arrivals": arrivals})
-    tried: dict[int, float] = {}
+    counts: dict[int, Count] = {}
+    run_config = settings(bench, cal, where, fleet)
+
+    def sized(n: int) -> Fleet:
+        return fleet.model_copy(update={"replicas": n, "autoscale": None})
+
+    def judge(summary, table, metrics, chosen) -> float:
+        return goal_value(goal, table, metrics, np.ones(len(table), bool))
 
     def meets(n: int) -> bool:
         workload = build(bench.workload, arrivals, bench.requests, bench.duration_s)
-        tried[n] = _value(simulate(workload, cal, fleet.model_copy(update={"replicas": n,
-                                                                            "autoscale": None})),
-                          goal)
-        err.print(f"  {n} replicas: p{goal.percentile:g} {goal.metric} {tried[n]:.0f} ms",
+        result = simulate(workload, cal, sized(n))
+        table = request_table(result, workload.ensure(len(result)), workload.config.api)
+        counts[n] = Count(goal_value(goal, table, metric_columns(table),
+                                     np.ones(len(table), bool)))
+        err.print(f"  {n} replicas: p{goal.percentile:g} {goal.metric} {counts[n].value:.0f} ms",
                   style="dim", highlight=False)
-        return tried[n] <= goal.limit_ms
+        return counts[n].value <= goal.limit_ms
+
+    def drawn(n: int) -> Count:
+        if n not in counts:
+            meets(n)
+        if intervals.draws and not counts[n].draws:
+            outcomes = run_draws(cal, reseeded(bench, intervals.requests), sized(n),
+                                 run_config, intervals, judge)
+            counts[n].draws = [o.judged for o in outcomes]
+            err.print(f"  {n} replicas: the goal met in {100 * counts[n].met(goal.limit_ms):.0f}%"
+                      f" of {len(outcomes)} draws", style="dim", highlight=False)
+        return counts[n]
 
     low, high = 0, max(1, fleet.replicas)
     while not meets(high):
@@ -108,8 +220,15 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (low, mid) if meets(mid) else (mid, high)
-    best = fleet.model_copy(update={"replicas": high, "autoscale": None})
+    point = safe = optimistic = high
+    if intervals.draws:
+        while drawn(safe).met(goal.limit_ms) < 1 - intervals.tail and safe < MAX_REPLICAS:
+            safe += 1
+        while optimistic > 1 and drawn(optimistic - 1).met(goal.limit_ms) >= intervals.tail:
+            optimistic -= 1
+    best = sized(safe)
     workload = build(bench.workload, arrivals, bench.requests, bench.duration_s)
-    p = predict_point(cal, workload, best, settings(bench, cal, where, best), bench.out,
-                      f"{bench.name}-{high}-replicas", config.records)
-    return Sizing(goal, high, tried, best, p)
+    run = predict_point(cal, workload, best, settings(bench, cal, where, best), bench.out,
+                        f"{bench.name}-{safe}-replicas", config.records, intervals=intervals,
+                        workload_for=reseeded(bench, intervals.requests))
+    return Sizing(goal, point, optimistic, safe, counts, intervals.level, best, run)

@@ -6,6 +6,10 @@ samples too: several prefill chunks at once, chunked continuations), a few pure 
 are timed, then prompts of several lengths join the decoding batch one at a time (a step of
 decodes plus one prefill chunk). Every timed step is the whole `step()`: the model, the
 scheduler, sampling, detokenization. torch is imported here only.
+
+The *reference* (`REFERENCE`) is a fixed set of steps (decodes at batch 1 and 16, a prefill),
+timed right after the grid and kept in the calibration; `reference_ms` times it again on a
+fresh engine (a few seconds) to tell whether the machine has become slower since.
 """
 
 from __future__ import annotations
@@ -26,21 +30,26 @@ LONG_CONTEXT_BATCH = 8  # at the longest context, batches up to this (the prefil
 PREFILLS = (16, 64, 192, 448)
 DECODE_STEPS = 12
 REPEATS = 2
+REFERENCE = ((1, 20), (16, 10), (0, 256))  # (decode batch, steps), then one prefill of 256
+REFERENCE_REPEATS = 3
 
 Progress = Callable[[str], None]
 
 
-def time_engine(config, progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray,
-                                                                    EngineShape]:
-    """(features, step ms, the engine's shape) over the grid, for an `EngineConfig`."""
+def time_engine(config, progress: Progress | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, EngineShape, list[float]]:
+    """(features, step ms, when each step started (s), the engine's shape, the reference's
+    step ms) over the grid, for an `EngineConfig`."""
     from latlab.engine.engine import LLMEngine
     from latlab.engine.sampling_params import SamplingParams
 
     engine = LLMEngine(config)
+    t0 = time.perf_counter_ns()
     c = engine.config
     shape = EngineShape.of(c, engine.block_manager.num_blocks)
     rows: list[list[int]] = []
     ms: list[float] = []
+    started: list[float] = []
     schedule = engine.scheduler.schedule
     current: list[int] = []
 
@@ -64,6 +73,7 @@ def time_engine(config, progress: Progress | None = None) -> tuple[np.ndarray, n
         if current[0]:
             rows.append(list(current))
             ms.append(elapsed)
+            started.append((start - t0) / 1e9)
 
     gc.collect()
     grid = [(context, batch, False) for context in CONTEXTS for batch in BATCHES
@@ -99,4 +109,38 @@ def time_engine(config, progress: Progress | None = None) -> tuple[np.ndarray, n
                     step()
         for rid in running:
             engine.abort(rid)
-    return features(rows), np.asarray(ms), shape
+    engine.scheduler.schedule = schedule
+    return features(rows), np.asarray(ms), np.asarray(started), shape, time_reference(engine)
+
+
+def time_reference(engine) -> list[float]:
+    """Each step of `REFERENCE` on `engine` (ms: the repeat of median total among
+    `REFERENCE_REPEATS`, after one untimed), within the engine's limits."""
+    from latlab.engine.sampling_params import SamplingParams
+
+    c, vocab = engine.config, engine.model_config.vocab_size
+    repeats = []
+    for repeat in range(REFERENCE_REPEATS + 1):
+        rng = np.random.default_rng([1, repeat])  # the same prompts in every engine timed
+        ms = []
+        for batch, n in REFERENCE:
+            steps = n if batch else 1
+            prompt = min(64 if batch else n, c.max_model_len - steps - 1)
+            params = SamplingParams(max_tokens=steps, temperature=0.0, ignore_eos=True)
+            for i in range(min(batch, c.max_num_seqs) or 1):
+                engine.add_request(f"reference-{repeat}-{batch}-{i}",
+                                   rng.integers(0, vocab, prompt).tolist(), params)
+            while engine.has_unfinished():
+                start = time.perf_counter_ns()
+                engine.step()
+                ms.append((time.perf_counter_ns() - start) / 1e6)
+        repeats.append(ms)
+    timed = sorted(repeats[1:], key=sum)
+    return timed[len(timed) // 2]
+
+
+def reference_ms(config) -> list[float]:
+    """`REFERENCE` timed now on a fresh engine of `config` (an `EngineConfig`)."""
+    from latlab.engine.engine import LLMEngine
+
+    return time_reference(LLMEngine(config.model_copy(update={"warmup": False})))

@@ -26,12 +26,13 @@ from typing import Sequence
 
 import numpy as np
 
-from latlab.records.calibration import RequestCosts
+from latlab.records.calibration import RequestCosts, RequestSpread
 from latlab.records.engine import EngineShape
 from latlab.records.predict import OTHER_SERVER
 from latlab.records.folder import RunFolder
 from latlab.records.sweep import SWEEP_JSON
 from latlab.records.timeline import RequestTimeline
+from latlab.sim.spread import robust_sd
 from latlab.sim.stepcost import features
 
 MIN_REQUESTS = 5
@@ -57,27 +58,49 @@ def run_folders(paths: Sequence[Path]) -> list[RunFolder]:
 
 def request_costs(records: Sequence[RequestTimeline]) -> RequestCosts:
     """Medians of the server's stage timings and of the network transit; zeros without."""
+    samples = _request_samples(records)
+
+    def median(name: str) -> float:
+        return float(np.median(samples[name])) if samples.get(name) else 0.0
+
+    if "transit" not in samples:  # no server total: what precedes the prefill is intake
+        return RequestCosts(preprocess=max(0.0, median("intake")))
+    network = max(0.0, median("transit"))
+    return RequestCosts(preprocess=max(0.0, median("preprocess")),
+                        postprocess=max(0.0, median("postprocess") + median("tail")),
+                        network=network, reject=network)
+
+
+def request_spread(records: Sequence[RequestTimeline]) -> RequestSpread:
+    """How much each per-request cost varies (robust standard deviations, ms)."""
+    samples = _request_samples(records)
+
+    def sd(*names: str) -> float:
+        return float(np.hypot.reduce([robust_sd(np.asarray(samples[n])) for n in names
+                                      if samples.get(n)] or [0.0]))
+
+    return RequestSpread(preprocess=sd("preprocess", "intake"), postprocess=sd("postprocess"),
+                         network=sd("transit"))
+
+
+def _request_samples(records: Sequence[RequestTimeline]) -> dict[str, list[float]]:
+    """Per request: the server's preprocess and postprocess, the network transit beyond the
+    server's total and the tail after its usage event; without server totals (llama.cpp
+    reports its prefill only), the client's wait beyond the prefill of the requests alone in
+    flight (`intake`)."""
     timed = [r for r in records if r.ok and r.server is not None and r.server.total is not None]
-
-    def median(values: list[float]) -> float:
-        return float(np.median(values)) if values else 0.0
-
-    if not timed:  # a server that reports its prefill but no total (llama.cpp): what the
-        # client waited beyond the prefill for a request alone in flight is network and intake
-        alone = _alone(records)
-        extra = [(r.first_token_ns - r.sent_ns) / 1e6 - r.server.prefill for r in alone
-                 if r.server is not None and r.server.prefill is not None]
-        return RequestCosts(preprocess=max(0.0, median(extra)))
-
-    pre = [r.server.preprocess for r in timed if r.server.preprocess is not None]
-    post = [r.server.postprocess for r in timed if r.server.postprocess is not None]
-    transit = [((r.usage_ns or r.done_ns) - r.sent_ns) / 1e6 - r.server.total for r in timed
-               if r.sent_ns is not None and (r.usage_ns or r.done_ns) is not None]
-    tail = [(r.done_ns - r.usage_ns) / 1e6 for r in timed
-            if r.done_ns is not None and r.usage_ns is not None]
-    return RequestCosts(preprocess=max(0.0, median(pre)),
-                        postprocess=max(0.0, median(post) + median(tail)),
-                        network=max(0.0, median(transit)), reject=max(0.0, median(transit)))
+    if not timed:
+        return {"intake": [(r.first_token_ns - r.sent_ns) / 1e6 - r.server.prefill
+                           for r in _alone(records)
+                           if r.server is not None and r.server.prefill is not None]}
+    return {
+        "preprocess": [r.server.preprocess for r in timed if r.server.preprocess is not None],
+        "postprocess": [r.server.postprocess for r in timed if r.server.postprocess is not None],
+        "transit": [((r.usage_ns or r.done_ns) - r.sent_ns) / 1e6 - r.server.total
+                    for r in timed if r.sent_ns is not None
+                    and (r.usage_ns or r.done_ns) is not None],
+        "tail": [(r.done_ns - r.usage_ns) / 1e6 for r in timed
+                 if r.done_ns is not None and r.usage_ns is not None]}
 
 
 def _alone(records: Sequence[RequestTimeline]) -> list[RequestTimeline]:
@@ -94,12 +117,13 @@ def _alone(records: Sequence[RequestTimeline]) -> list[RequestTimeline]:
 
 
 def rows(records: Sequence[RequestTimeline], costs: RequestCosts, shape: EngineShape
-         ) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """(features, ms) of every usable decode and prefill; how many of each."""
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """(features, ms, when: seconds on the run's clock) of every usable decode and prefill;
+    how many of each."""
     ok = [r for r in records if r.ok and r.first_token_ns is not None
           and r.last_token_ns is not None and r.sent_ns is not None]
     if len(ok) < MIN_REQUESTS:
-        return np.empty((0, 8)), np.empty(0), 0, 0
+        return np.empty((0, 8)), np.empty(0), np.empty(0), 0, 0
     f = np.array([r.first_token_ns for r in ok], dtype=float) / 1e9
     last = np.array([r.last_token_ns for r in ok], dtype=float) / 1e9
     sent = np.array([r.sent_ns for r in ok], dtype=float) / 1e9
@@ -108,7 +132,7 @@ def rows(records: Sequence[RequestTimeline], costs: RequestCosts, shape: EngineS
     p = np.array([r.prompt_tokens or r.prompt_tokens_planned or 1 for r in ok], dtype=float)
     cached = np.minimum(p - 1, [r.cached_tokens or 0 for r in ok])  # the server's prompt cache
     ctx = p + n / 2  # a decode's mean context over its decode
-    out, ms, counts = [], [], []
+    out, ms, counts, when = [], [], [], []
     decodes = 0
     for i in np.flatnonzero(n >= 3):
         span = last[i] - f[i]
@@ -123,6 +147,7 @@ def rows(records: Sequence[RequestTimeline], costs: RequestCosts, shape: EngineS
         out.append([batch + (p[joined].sum()) / steps, batch, chunks, batch + chunks, 0,
                     (overlap * ctx).sum(), (p[joined] ** 2).sum() / steps])
         ms.append(span / steps * 1e3)
+        when.append((f[i] + last[i]) / 2)
         counts.append(1)
         decodes += 1
     prefills = 0
@@ -148,11 +173,12 @@ def rows(records: Sequence[RequestTimeline], costs: RequestCosts, shape: EngineS
         out.append([p[i] - cached[i] + steps * busy, steps * busy, steps, steps * busy + 1, 0,
                     steps * context, attention])
         ms.append(y)
+        when.append(f[i])
         counts.append(steps)
         prefills += 1
     if not out:
-        return np.empty((0, 8)), np.empty(0), 0, 0
-    return features(out, counts), np.asarray(ms), decodes, prefills
+        return np.empty((0, 8)), np.empty(0), np.empty(0), 0, 0
+    return features(out, counts), np.asarray(ms), np.asarray(when), decodes, prefills
 
 
 def shape_from(records: Sequence[RequestTimeline], given: dict) -> EngineShape:

@@ -12,9 +12,11 @@ engine's options, so `latlab predict` calibrates on first use only.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import platform
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -22,14 +24,17 @@ import numpy as np
 from pydantic import ValidationError
 
 from latlab import __version__
-from latlab.records.calibration import Calibration, RequestCosts, StepCost
+from latlab.records.calibration import (Calibration, Reference, RequestCosts, RequestSpread,
+                                       Spread, StepCost)
 from latlab.records.folder import RunFolderError, read_json, write_json
 from latlab.records.steps import StepRecord
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.workload import WorkloadConfig
-from latlab.sim.calibrate_run import CalibrationError, request_costs, rows, run_folders, shape_from
+from latlab.sim.calibrate_run import (CalibrationError, request_costs, request_spread, rows,
+                                      run_folders, shape_from)
 from latlab.sim.fleet import simulate
-from latlab.sim.stepcost import StepCostModel, fit
+from latlab.sim.spread import drift_limit, estimate, misfit, spread_of
+from latlab.sim.stepcost import StepCostModel, features, fit
 from latlab.sim.workload import build
 
 RUN_FEATURES = ("step", "tokens", "decodes", "decode_context", "prefill_attention")
@@ -69,7 +74,7 @@ def engine_calibration(config, progress: Callable[[str], None] | None = None,
     from latlab.sim.calibrate_engine import time_engine
 
     started = time.perf_counter()
-    x, ms, shape = time_engine(config, progress)
+    x, ms, when, shape, reference = time_engine(config, progress)
     step, error = fit(x, ms, ENGINE_KNOTS)
     return Calibration(
         latlab_version=__version__, source="engine",
@@ -77,33 +82,86 @@ def engine_calibration(config, progress: Callable[[str], None] | None = None,
         target={"model": config.model, "threads": config.threads, "dtype": config.dtype,
                 "host": platform.node()},
         engine=shape, step=step, fit=error,
+        spread=estimate(*misfit(step, x, ms), when, np.zeros(len(ms))),
+        reference=Reference(ms=reference, load_average=os.getloadavg()[0],
+                            cpus=os.cpu_count()),
         notes=[f"{len(ms)} engine steps timed in process in {time.perf_counter() - started:.0f} "
                f"s; per-request costs not measured (zero) unless a probe run set them"])
 
 
 def fit_warning(calibration: Calibration) -> str | None:
-    """A line for the user when an engine calibration's steps were too unsteady to trust."""
+    """A line for the user when the fit is too loose to trust: an engine whose steps were
+    not steady, or run folders the step-cost model does not reproduce."""
     mape = calibration.fit.mape
-    if calibration.source != "engine" or mape <= NOISY_FIT:
+    if mape <= NOISY_FIT:
         return None
-    return (f"the fit error is {100 * mape:.0f}%: the engine's steps were not steady (another "
-            "process sharing the CPU?); calibrate again when the machine is quiet")
+    if calibration.source == "engine":
+        return (f"the fit error is {100 * mape:.0f}%: the engine's steps were not steady "
+                "(another process sharing the CPU?); calibrate again when the machine is quiet")
+    return (f"the fit error is {100 * mape:.0f}%: the step-cost model reproduces these runs' "
+            "timings loosely (a noisy machine, or limits other than the server's: "
+            "--max-num-seqs, --max-num-batched-tokens); the intervals carry that error — "
+            "check the predictions against measured runs (latlab predict --check RUN)")
 
 
-def with_request_costs(calibration: Calibration, costs: RequestCosts, where: str
-                       ) -> Calibration:
+@dataclass
+class MachineCheck:
+    """The calibration's reference steps timed again: `ratio` times as long as then, against
+    the `limit` the calibration's spread allows either way."""
+
+    ratio: float
+    limit: float
+    load_then: float | None
+    load_now: float
+
+    @property
+    def beyond(self) -> bool:
+        return not 1 / self.limit <= self.ratio <= self.limit
+
+    def line(self) -> str:
+        then = f"{self.load_then:.1f} then, " if self.load_then is not None else ""
+        where = "beyond" if self.beyond else "within"
+        return (f"the machine runs the calibration's reference steps in {self.ratio:.2f}× the "
+                f"time it took then (load average {then}{self.load_now:.1f} now): {where} the "
+                f"spread the calibration allows (×{1 / self.limit:.2f}–{self.limit:.2f})")
+
+
+def check_machine(calibration: Calibration, config) -> MachineCheck | None:
+    """Time the reference steps of an engine calibration made on this machine again, on an
+    engine of `config` (an `EngineConfig`; a few seconds); None when there is nothing to
+    compare (another machine, no reference, other engine settings)."""
+    from latlab.sim.calibrate_engine import reference_ms
+
+    reference = calibration.reference
+    if reference is None or calibration.target.get("host") != platform.node():
+        return None
+    now = reference_ms(config)
+    if len(now) != len(reference.ms):
+        return None
+    spread, _ = spread_of(calibration)
+    return MachineCheck(sum(now) / sum(reference.ms), drift_limit(spread),
+                        reference.load_average, os.getloadavg()[0])
+
+
+def with_request_costs(calibration: Calibration, costs: RequestCosts, where: str,
+                       spread: RequestSpread | None = None) -> Calibration:
     notes = [n for n in calibration.notes if "per-request costs" not in n]
     notes.append(f"per-request costs from {where}: preprocess {costs.preprocess:.2f} ms, "
                  f"postprocess {costs.postprocess:.2f} ms, network {costs.network:.2f} ms")
-    return calibration.model_copy(update={"request": costs, "notes": notes})
+    update = {"request": costs, "notes": notes}
+    if spread is not None and calibration.spread is not None:
+        update["spread"] = calibration.spread.model_copy(update={"request": spread})
+    return calibration.model_copy(update=update)
 
 
-def as_served(calibration: Calibration, steps: Sequence[StepRecord]) -> Calibration:
+def as_served(calibration: Calibration, steps: Sequence[StepRecord],
+              probes: Sequence[Sequence[StepRecord]] = ()) -> Calibration:
     """The step cost fitted to the steps a server really ran (`latlab serve --step-log`):
     served ms ≈ scale × the cost timed in process + a fixed cost a step, least squares on
     relative error. What serving adds to a step lands in those two numbers: the HTTP event
     loop and the load generator sharing the CPU (and the GIL) with the engine, and the
-    machine's speed at the time."""
+    machine's speed at the time. With `probes` (the served steps of each probe run), the
+    spread is theirs around the result (`served_spread`)."""
     from scipy.optimize import lsq_linear
 
     if len(steps) < MIN_ROWS:
@@ -115,10 +173,37 @@ def as_served(calibration: Calibration, steps: Sequence[StepRecord]) -> Calibrat
     before = float(np.mean(np.abs(charged / served - 1)))
     after = float(np.mean(np.abs((scale * charged + extra) / served - 1)))
     step = scaled_step(calibration.step, float(scale), float(extra))
+    spread = served_spread(step, probes, calibration.spread) if probes else calibration.spread
     note = (f"step costs fitted to {len(steps)} steps served through latlab serve: "
             f"{scale:.3f} × the steps timed in process + {extra:.3f} ms a step (mean error on "
             f"the served steps {before:.1%} before, {after:.1%} after)")
-    return calibration.model_copy(update={"step": step, "notes": [*calibration.notes, note]})
+    return calibration.model_copy(update={"step": step, "spread": spread,
+                                          "notes": [*calibration.notes, note]})
+
+
+def served_spread(step: StepCost, probes: Sequence[Sequence[StepRecord]],
+                  timed: Spread | None) -> Spread:
+    """The spread of each probe's served steps around `step` (each probe a run), its drift
+    pooled with the drift of the steps `timed` in process (over their windows)."""
+    chosen = [(i, s) for i, probe in enumerate(probes) for s in probe]
+    x = features([s.features() for _, s in chosen])
+    ms = np.array([s.ms for _, s in chosen])
+    when = np.array([s.start_ns / 1e9 for _, s in chosen])
+    spread = estimate(*misfit(step, x, ms), when, np.array([i for i, _ in chosen]),
+                      request=timed.request if timed else RequestSpread())
+    if timed is None or not timed.windows:
+        return spread
+    windows = spread.windows + timed.windows
+    drift = math.sqrt((spread.windows * spread.drift ** 2 + timed.windows * timed.drift ** 2)
+                      / windows)
+    return spread.model_copy(update={"drift": drift, "windows": windows})
+
+
+def rescaled(calibration: Calibration, factor: float, why: str) -> Calibration:
+    """`calibration` with every step cost × `factor` (the machine that much slower), noted."""
+    note = f"step costs scaled by {factor:.3f}: {why}"
+    return calibration.model_copy(update={"step": scaled_step(calibration.step, factor),
+                                          "notes": [*calibration.notes, note]})
 
 
 def charged_ms(cost: StepCost, steps: Sequence[StepRecord]) -> np.ndarray:
@@ -157,11 +242,12 @@ def run_calibration(paths: Sequence[Path], shape: dict | None = None) -> Calibra
         raise CalibrationError(f"{', '.join(map(str, paths))}: no request records")
     costs = request_costs(records)
     engine = shape_from(records, shape or {})
-    xs, ys, decodes, prefills = [], [], 0, 0
+    xs, ys, whens, decodes, prefills = [], [], [], 0, 0
     for rs in per_run:
-        x, y, d, p = rows(rs, costs, engine)
+        x, y, when, d, p = rows(rs, costs, engine)
         xs.append(x)
         ys.append(y)
+        whens.append(when)
         decodes, prefills = decodes + d, prefills + p
     x, y = np.vstack(xs), np.concatenate(ys)
     if len(y) < MIN_ROWS or not decodes or not prefills:
@@ -177,6 +263,9 @@ def run_calibration(paths: Sequence[Path], shape: dict | None = None) -> Calibra
         latlab_version=__version__, source="run", server=server or "the server measured",
         target=target.model_dump(mode="json"), engine=engine, step=step, request=costs,
         fit=error, runs=[str(run.path) for run in runs],
+        spread=estimate(*misfit(step, x, y), np.concatenate(whens),
+                        np.repeat(np.arange(len(ys)), [len(v) for v in ys]),
+                        request=request_spread(records)),
         notes=[f"fitted from {decodes} decodes and {prefills} prefills of {len(records)} "
                f"requests in {len(runs)} run folders ({timed} with server timings)",
                "engine limits (max_num_seqs, max_num_batched_tokens, KV blocks) are "

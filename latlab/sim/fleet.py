@@ -23,15 +23,17 @@ from latlab.records.calibration import Calibration
 from latlab.records.simulation import Fleet, FleetOutcome
 from latlab.sim.policies import Autoscaler, Router
 from latlab.sim.replica import SimReplica
-from latlab.sim.sequence import SimSequence, block_ids, new_sequence
-from latlab.sim.results import OK, REJECTED, TOO_LONG, Columns, SimResult
+from latlab.sim.sequence import SimSequence, new_sequence, shared_prefix
+from latlab.sim.spread import Draw
+from latlab.sim.results import OK, QUEUE_TIMEOUT, REJECTED, TOO_LONG, Columns, SimResult
+from latlab.sim.sessions import SEND, TURN, Session, SessionDriver, SessionPlans
 from latlab.sim.stepcost import StepCostModel
+from latlab.sim.techniques import Techniques
 from latlab.sim.workload import SimWorkload
 
 INF = math.inf
-READY, TICK, SEND = 0, 1, 2
+READY, TICK = 0, 1  # and SEND, TURN (`sessions.py`)
 FREE = "free"  # a SEND event's data: a client slot freed (max_concurrency)
-AFFINITY_BLOCKS = 2  # a trace request's first blocks: prefix-affinity routing's key
 
 
 @dataclass
@@ -39,13 +41,17 @@ class _State:
     events: list = field(default_factory=list)
     order: itertools.count = field(default_factory=itertools.count)
     sent: int = 0
+    sessions: int = 0  # sessions started by closed-loop users
     in_flight: int = 0
     queue: deque = field(default_factory=deque)  # client-side waits: (scheduled, index)
 
 
-class Simulation:
-    def __init__(self, workload: SimWorkload, calibration: Calibration, fleet: Fleet) -> None:
+class Simulation(SessionDriver):
+    def __init__(self, workload: SimWorkload, calibration: Calibration, fleet: Fleet,
+                 draw: Draw | None = None) -> None:
         self.w = workload
+        self.draw = draw
+        self._extra = np.zeros((0, 2))  # a draw's per-request preprocess, postprocess (s)
         self.cal = calibration
         self.fleet = fleet
         self.shape = calibration.engine
@@ -56,16 +62,26 @@ class Simulation:
         self.net = rc.network / 2e3
         self.pre, self.pre_token = rc.preprocess / 1e3, rc.preprocess_per_token / 1e3
         self.post, self.reject = rc.postprocess / 1e3, rc.reject / 1e3
-        self.router = Router(fleet.router)
+        self.router = Router(fleet.router, workload.config.seed)
         self.autoscaler = Autoscaler(fleet.autoscale) if fleet.autoscale else None
         self.replicas: list[SimReplica] = []
         self.ready: list[SimReplica] = []
         self.booting = 0
-        self.cols = Columns(workload.requests or 0)
+        sessions = workload.config.sessions
+        self.plans = SessionPlans(workload.config, workload.requests) if sessions else None
+        self.session_of: dict[int, Session] = {}  # a session's request in flight → it
+        self.cols = Columns(workload.requests or 0, sessions.kind if sessions else None)
         self.s = _State()
         arrivals = workload.arrivals
         self.cap = arrivals.max_concurrency if arrivals.open_loop else None
-        self.feedback = not arrivals.open_loop or self.cap is not None
+        if sessions and self.cap is not None:
+            raise ValueError("--max-concurrency with sessions is not simulated")
+        self.feedback = not arrivals.open_loop or self.cap is not None or bool(sessions)
+        self.techniques = Techniques(
+            max_queue_delay=fleet.max_queue_delay, idle_unload=fleet.idle_unload,
+            reload_s=fleet.reload_s or 0.0, speculative_tokens=fleet.speculative_tokens or 0,
+            draft_ms=fleet.draft_ms)
+        self._accept = np.random.default_rng([workload.config.seed, 9])
         self.ready_timeline: list[tuple[float, int]] = []
         self.scale_ups = self.scale_downs = 0
         self._prefix = list(range(1, workload.prefix_tokens + 1))
@@ -124,6 +140,8 @@ class Simulation:
                 self._user_send(t)
             else:
                 self._free(t)
+        elif kind == TURN:
+            self._send_turn(t, data)
         elif kind == TICK:
             self._scale(t)
             self._push(t + self.autoscaler.policy.interval_s, TICK, None)
@@ -133,7 +151,10 @@ class Simulation:
             self.ready_timeline.append((t, len(self.ready)))
 
     def _arrive(self, t: float, index: int) -> None:
-        """An open-loop request is due: sent now, or when a slot frees (max_concurrency)."""
+        """An open-loop request (or session) is due: sent now, or when a slot frees
+        (max_concurrency)."""
+        if self.plans is not None:
+            return self._start_session(t, index)
         if self.cap is not None and self.s.in_flight >= self.cap:
             self.s.queue.append((t, index))
             return
@@ -144,43 +165,39 @@ class Simulation:
         if (w.requests is not None and index >= w.requests) or (
                 w.duration_s is not None and t >= w.duration_s):
             return
+        if self.plans is not None:
+            return self._start_session(t)
         w.ensure(index + 1)
         self._send(t, t, index)
 
-    def _send(self, t: float, scheduled: float, index: int) -> None:
+    def _send(self, t: float, scheduled: float, index: int,
+              prefix: list[int] | None = None) -> SimSequence | None:
+        """Request `index` (its lengths: the workload's) sent at `t`; a session's begins with
+        the token ids of its history (`prefix`)."""
         s, c, lengths = self.s, self.cols, self.w.lengths
         s.sent += 1
         s.in_flight += 1
         prompt, output = int(lengths.prompt[index]), int(lengths.output[index])
-        prefix, key = self._prefix_of(index, prompt)
+        shared, key = shared_prefix(lengths, index, prompt, self._prefix)
         replica = self.router.route(self.ready, key) if self.ready else None
         c.add(index, scheduled, t, -1 if replica is None else replica.name, prompt)
         if replica is None or replica.num_waiting >= self.shape.max_waiting:
             return self._done(index, t + self.reject, REJECTED)
         arrive = t + self.net + self.pre + self.pre_token * prompt
+        if self.draw is not None:
+            arrive = max(t, arrive + self._extras(index)[0])
         c.engine_in[index] = arrive
         if prompt >= self.shape.max_model_len:
             return self._done(index, arrive + self.net, TOO_LONG)
         output = min(output, self.shape.max_model_len - prompt)
-        seq = new_sequence(index, prompt, output, prefix,
+        seq = new_sequence(index, prompt, output, prefix or shared,
                            priority=lengths.priority[index] or 0, tenant=lengths.tenant[index])
+        if self.techniques.speculative:
+            seq.acceptance = min(1.0, self.fleet.acceptance.draw(self._accept))
+            seq.events = []
         replica.cut(arrive)
         replica.submit(seq, arrive)
-
-    def _prefix_of(self, index: int, prompt: int) -> tuple[list[int] | None, int | None]:
-        """The token ids request `index` may share with others (a trace's blocks, or the
-        workload's shared prefix), and what prefix-affinity routing keys it by: a trace's
-        first `AFFINITY_BLOCKS` blocks, the shared prefix (0), or nothing (None)."""
-        blocks = self.w.lengths.blocks
-        if blocks is not None:
-            ids = blocks.of(index)
-            if len(ids):
-                return (block_ids(ids, blocks.tokens, prompt),
-                        hash(tuple(ids[:AFFINITY_BLOCKS].tolist())))
-            return None, None
-        if self.w.lengths.shared[index]:
-            return self._prefix, 0
-        return None, None
+        return seq
 
     def _finished(self, seq: SimSequence, now: float) -> None:
         c, i = self.cols, seq.index
@@ -192,12 +209,28 @@ class Simulation:
         c.preemptions[i] = seq.num_preemptions
         if seq.runs:
             c.runs[i] = seq.runs + [(seq.run_start, seq.last_step)]
-        self._done(i, now + self.post + self.net, OK)
+        if seq.events:
+            c.events[i] = seq.events
+        post = self.post if self.draw is None else max(0.0, self.post + self._extras(i)[1])
+        self._done(i, now + post + self.net, OK)
+
+    def _extras(self, index: int) -> np.ndarray:
+        """The draw's extra preprocess (with the network's spread) and postprocess of a
+        request (s)."""
+        if index >= len(self._extra):
+            self._extra = np.vstack([self._extra, self.draw.overheads(max(4096, index + 1))])
+        return self._extra[index]
+
+    def _refused(self, seq: SimSequence, now: float) -> None:
+        """The queue deadline refused it (503)."""
+        self._done(seq.index, now + self.net, QUEUE_TIMEOUT)
 
     def _done(self, index: int, done: float, outcome: int) -> None:
         self.cols.done[index] = done
         self.cols.outcome[index] = outcome
-        if self.feedback:  # the client learns it at `done`: a user, or a slot, is free
+        if self.plans is not None:
+            self._turn_done(index, done, outcome == OK)
+        elif self.feedback:  # the client learns it at `done`: a user, or a slot, is free
             self._push(done, SEND, None if self.cap is None else FREE)
 
     def _free(self, t: float) -> None:
@@ -210,7 +243,10 @@ class Simulation:
     # -- the fleet ---------------------------------------------------------------------------
 
     def _add_replica(self, ready_at: float) -> SimReplica:
-        r = SimReplica(self.shape, self.cost, self._finished, name=len(self.replicas))
+        r = SimReplica(self.shape, self.cost, self._finished, name=len(self.replicas),
+                       techniques=self.techniques, on_refused=self._refused,
+                       seed=self.w.config.seed * 1000 + len(self.replicas))
+        r.speed = self.draw.speed if self.draw is not None else None
         r.started = ready_at
         r.stopped = None
         self.replicas.append(r)
@@ -245,6 +281,7 @@ class Simulation:
         outcome = FleetOutcome(replica_seconds=paid, mean_replicas=paid / end if end > 0 else 0,
                                peak_replicas=max(counts), scale_ups=self.scale_ups,
                                scale_downs=self.scale_downs,
+                               reloads=sum(r.reloads for r in self.replicas),
                                timeline=[(round(t, 3), n) for t, n in self.ready_timeline])
         return SimResult(self.cols.trim(self.s.sent), self.replicas, self.net, outcome)
 
@@ -255,7 +292,8 @@ def _boundary(r: SimReplica) -> float:
     return r.inbox[0][0] if r.inbox else INF
 
 
-def simulate(workload: SimWorkload, calibration: Calibration, fleet: Fleet | None = None
-             ) -> SimResult:
-    """Run `workload` against `fleet` (one replica by default) charged by `calibration`."""
-    return Simulation(workload, calibration, fleet or Fleet()).run()
+def simulate(workload: SimWorkload, calibration: Calibration, fleet: Fleet | None = None,
+             draw: Draw | None = None) -> SimResult:
+    """Run `workload` against `fleet` (one replica by default) charged by `calibration`; with
+    a `draw`, in that world (its step costs' level and drift, its per-request costs)."""
+    return Simulation(workload, calibration, fleet or Fleet(), draw).run()

@@ -6,8 +6,8 @@
     all_requests.parquet every request, one row each (times, tokens, outcome, replica)
     summary.json         `latlab.metrics.summary.summarize` over every request
 
-Above `records`, the summary is still over every request: `summarize` runs on each request's
-record without its per-token stamps (TTFT, TPOT, E2E, lateness, failures, goodput, rates),
+Above `records`, the summary is still over every request: `summarize` runs on their columns
+without per-token stamps (`sim.table`: TTFT, TPOT, E2E, lateness, failures, goodput, rates),
 and the per-token parts come from the sample's full records (ITL, inter-chunk gaps) and from
 the simulated steps (output tokens per second) — writing and re-reading a million records
 with 60 token stamps each would take longer than the simulation.
@@ -25,6 +25,7 @@ from latlab.records.folder import RunFolder
 from latlab.records.summary import RunSummary
 from latlab.records.window import run_window
 from latlab.sim.results import BASE_NS, SimResult
+from latlab.sim.table import request_table
 from latlab.sim.workload import SimWorkload
 
 RECORDS = 20_000
@@ -46,9 +47,7 @@ def write_run(result: SimResult, workload: SimWorkload, config: RunConfig, out: 
     sample = np.arange(n) if n <= records else np.sort(
         np.random.default_rng(0).choice(n, records, replace=False))
     full = [timeline(int(i)) for i in sample]
-    config.clock.t0_ns = BASE_NS
-    if workload.duration_s is not None:
-        config.clock.end_ns = BASE_NS + int(workload.duration_s * 1e9)
+    on_clock(config, workload)
     sim = config.simulation
     notes = [f"PREDICTED, not measured: simulated by latlab predict "
              f"({sim.calibration_fit or sim.calibration})", *notes]
@@ -65,7 +64,7 @@ def write_run(result: SimResult, workload: SimWorkload, config: RunConfig, out: 
         window = run_window(config, full)
         summary = summarize(full, window, config.slos or None, stop_reason="done", notes=notes)
     else:
-        light = result.light_timelines(api, lengths.tenant[:n], lengths.priority[:n])
+        light = request_table(result, lengths, api, tokens=False)
         window = run_window(config, light)
         summary = summarize(light, window, config.slos or None, stop_reason="done",
                             notes=[*notes, sim.records_note])
@@ -81,6 +80,15 @@ def write_run(result: SimResult, workload: SimWorkload, config: RunConfig, out: 
     run.write_summary(summary)
     write_parquet(result, run.path / "all_requests.parquet")
     return run, summary
+
+
+def on_clock(config: RunConfig, workload: SimWorkload) -> RunConfig:
+    """`config` with the simulated run's clock: from the simulation's t0 to the workload's
+    duration, if it has one (where the measurement window is cut)."""
+    config.clock.t0_ns = BASE_NS
+    if workload.duration_s is not None:
+        config.clock.end_ns = BASE_NS + int(workload.duration_s * 1e9)
+    return config
 
 
 def write_parquet(result: SimResult, path: Path) -> Path:

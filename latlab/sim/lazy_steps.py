@@ -62,6 +62,9 @@ class LazySteps:
             if k < 1:
                 return 0
         a, b = self.cost.decode_run(batch, self.context + batch, min(self.groups, batch))
+        if self.speed is not None:
+            f = self.speed(now)
+            a, b = a * f, b * f
         span = horizon - now
         if span <= a:
             k = 1
@@ -100,6 +103,8 @@ class LazySteps:
         head.num_cached_tokens = head.num_computed_tokens
         dt = self.cost.seconds(batch + n, batch, 1, batch + 1, groups, self.context + batch,
                                n * (head.num_computed_tokens + n))
+        if self.speed is not None:
+            dt *= self.speed(now)
         self._segment(now, dt, 0.0)
         self._pending = Admission(head, n)
         self.steps += 1

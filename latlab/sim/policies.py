@@ -1,7 +1,9 @@
 """Fleet policies: where a request goes (the router) and how many replicas serve (the
 autoscaler).
 
-Routers, as in production gateways (vLLM's router, llm-d, Envoy): `round_robin`;
+Routers, as in production gateways (vLLM's router, llm-d, Envoy): `round_robin`; `random`
+(each request to a replica drawn uniformly: Poisson arrivals split into independent Poisson
+streams, each replica's load that of one server at rate / N);
 `least_outstanding` (the replica with the fewest requests in flight, ties to the lowest
 number); `prefix_affinity` (requests that share a prompt prefix go to the replica the
 prefix hashes to — rendezvous hashing, so a replica joining or leaving moves only its own
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import random
 from typing import Protocol, Sequence
 
 from latlab.records.simulation import Autoscale
@@ -35,14 +38,17 @@ def _score(prefix: int, replica: int) -> int:
 
 
 class Router:
-    def __init__(self, policy: str) -> None:
+    def __init__(self, policy: str, seed: int = 0) -> None:
         self.policy = policy
         self._next = 0
+        self._rng = random.Random(seed)
 
     def route(self, ready: Sequence[Routable], prefix: int | None) -> Routable:
         if self.policy == "round_robin":
             self._next += 1
             return ready[(self._next - 1) % len(ready)]
+        if self.policy == "random":
+            return ready[self._rng.randrange(len(ready))]
         least = min(ready, key=lambda r: r.outstanding)
         if self.policy == "least_outstanding" or prefix is None:
             return least

@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import random
 from array import array
 from collections import deque
 from typing import Callable
@@ -30,24 +31,34 @@ from latlab.records.engine import EngineShape
 from latlab.sim.lazy_steps import Admission, LazySteps
 from latlab.sim.sequence import SimSequence, admits_alone, may_admit, runs_exact
 from latlab.sim.stepcost import StepCostModel
+from latlab.sim.techniques import Techniques, TechniqueSteps
 
 INF = math.inf
+RELOAD = "reload"  # the step in progress is the model loading again (idle unload)
 Finished = Callable[[SimSequence, float], None]
 
 
-class SimReplica(LazySteps):
-    """One engine. `advance(t)` runs it up to time `t` (seconds); `submit` hands it a request."""
+class SimReplica(LazySteps, TechniqueSteps):
+    """One engine. `advance(t)` runs it up to time `t` (seconds); `submit` hands it a request.
+    `on_finish(seq, t)` hears of every request done; `on_refused(seq, t)` of every one the
+    queue deadline refused."""
 
     def __init__(self, shape: EngineShape, cost: StepCostModel, on_finish: Finished,
-                 name: int = 0) -> None:
+                 name: int = 0, techniques: Techniques = Techniques(),
+                 on_refused: Finished | None = None, seed: int = 0) -> None:
         self.shape = shape
         self.cost = cost
         self.name = name
         self.on_finish = on_finish
+        self.on_refused = on_refused
+        self.techniques = techniques
+        self.rng = random.Random(seed)  # the drafts each verified decode accepts
+        self.reloads = 0  # times the model loaded again after an idle unload
         self.block_manager = BlockManager(shape.num_kv_blocks, shape.block_size,
                                           shape.enable_prefix_caching)
         self.scheduler = Scheduler(shape.engine_config(), self.block_manager)
-        self.runs = runs_exact(self.scheduler)  # whether decode runs may be taken
+        # whether decode runs may be taken: not when speculation decides each step's tokens
+        self.runs = runs_exact(self.scheduler) and not techniques.speculative
         self.inbox: deque[tuple[float, SimSequence]] = deque()
         self.step_end: float | None = None  # None: idle
         self.last_end = 0.0  # when the last step ended
@@ -68,6 +79,7 @@ class SimReplica(LazySteps):
         self.seg_a = array("d")
         self.seg_b = array("d")
         self.trace: list | None = None  # when a list: every step's [(request id, tokens)]
+        self.speed: Callable[[float], float] | None = None  # a drawn world's cost factor at t
 
     # -- requests in -----------------------------------------------------------------------
 
@@ -78,6 +90,7 @@ class SimReplica(LazySteps):
 
     def submit(self, seq: SimSequence, at: float) -> None:
         """The request reaches the engine's queue at `at` (after preprocessing)."""
+        seq.arrived = at
         self.inbox.append((at, seq))
         self.outstanding += 1
 
@@ -96,34 +109,46 @@ class SimReplica(LazySteps):
                 if not self.inbox or self.inbox[0][0] > until:
                     return
                 now = self.inbox[0][0]
+                if self._asleep(now):  # the model loads again before the first step
+                    self.reloads += 1
+                    self.step_end, self._pending = now + self.techniques.reload_s, RELOAD
+                    continue
             while self.inbox and self.inbox[0][0] <= now:
                 self.scheduler.add(self.inbox.popleft()[1])
             self._start(now, self.inbox[0][0] if self.inbox else INF)
 
     def _start(self, now: float, horizon: float) -> None:
         sched = self.scheduler
+        self._expire(now)
         if not sched.running and not sched.waiting:
             self.step_end = None
             self.stable = False
             return
         if self.runs and self.stable and sched.running:
             if not may_admit(sched):
-                if self._decode_run(now, horizon):
+                if self._decode_run(now, min(horizon, self._deadline())):
                     return
             elif n := admits_alone(sched, self.owed):
                 return self._admit(now, n)
         self._sync_running()
         self.stable = False
+        speculative = self.techniques.speculative
+        if speculative:
+            self._propose()
         out = sched.schedule()
         if not out.scheduled:
             raise RuntimeError("the scheduler scheduled nothing with requests waiting: the "
                                "engine shape cannot serve them")
-        f = step_features(out.scheduled)
+        f = self._spec_features(out.scheduled) if speculative else step_features(out.scheduled)
         for seq, n in out.scheduled:
             if seq.first_scheduled < 0:
                 seq.first_scheduled = now
                 seq.num_cached_tokens = seq.num_computed_tokens  # what its prompt found cached
         dt = self.cost.seconds(*f)
+        if speculative and any(s.spec_token_ids for s in sched.running):
+            dt += self.techniques.draft_ms / 1e3
+        if self.speed is not None:
+            dt *= self.speed(now)
         if self.trace is not None:
             self.trace.append([(seq.request_id, n) for seq, n in out.scheduled])
         self._segment(now, dt, 0.0)
@@ -142,6 +167,8 @@ class SimReplica(LazySteps):
     def _complete(self, now: float) -> None:
         self.last_end = now
         pending, self._pending = self._pending, None
+        if pending is RELOAD:
+            return
         if isinstance(pending, int):
             self._complete_run(now, pending)
         elif isinstance(pending, Admission):
@@ -152,10 +179,19 @@ class SimReplica(LazySteps):
     def _complete_step(self, out, now: float) -> None:
         step = self.steps - 1
         for seq, n in out.scheduled:
-            self.scheduler.advance(seq, n, [])
-            if seq.num_computed_tokens != len(seq.token_ids):
-                continue
-            seq.token_ids.append(0)
+            drafts = len(seq.spec_token_ids)
+            if drafts:
+                emitted = self._emitted(seq, drafts)
+                self.scheduler.advance(seq, n, [0] * emitted)
+            else:
+                self.scheduler.advance(seq, n, [])
+                if seq.num_computed_tokens != len(seq.token_ids):
+                    continue
+                emitted = 1
+            emitted = min(emitted, seq.target - (len(seq.token_ids) - seq.num_prompt_tokens))
+            seq.token_ids.extend(itertools.repeat(0, emitted))
+            if seq.events is not None:
+                seq.events.append((step, emitted))
             if seq.first_step < 0:
                 seq.first_step = seq.run_start = step
             elif seq.last_step != step - 1:
@@ -168,7 +204,8 @@ class SimReplica(LazySteps):
                 self._finish(seq, now)
         for seq in out.preempted:
             seq.finish_step = -1
-        self._restabilize()
+        if self.runs:
+            self._restabilize()
 
     def _restabilize(self) -> None:
         """After a step the scheduler ran: is every running sequence decoding? If so, the

@@ -15,28 +15,38 @@ from typing import Sequence
 import numpy as np
 
 from latlab.records.simulation import FleetOutcome
-from latlab.records.timeline import Outcome, RequestTimeline, ServerTiming
+from latlab.records.timeline import Outcome, RequestTimeline, ServerTiming, SessionStep
 
-OK, REJECTED, TOO_LONG = 0, 1, 2
+OK, REJECTED, TOO_LONG, QUEUE_TIMEOUT = 0, 1, 2, 3
 OUTCOMES = {OK: (Outcome.OK, 200, None),
             REJECTED: (Outcome.HTTP_429, 429, "simulated: the replica's waiting queue is full"),
-            TOO_LONG: (Outcome.HTTP_4XX, 400, "simulated: the prompt does not fit the context")}
+            TOO_LONG: (Outcome.HTTP_4XX, 400, "simulated: the prompt does not fit the context"),
+            QUEUE_TIMEOUT: (Outcome.HTTP_5XX, 503, "simulated: not scheduled within "
+                            "--max-queue-delay")}
 BASE_NS = 1_000_000_000  # the simulated clock's t0 (ns): every stamp is positive
 _FLOAT = ("scheduled", "sent", "engine_in", "first_scheduled", "done")
 _INT = ("replica", "prompt", "cached", "first_step", "last_step", "output", "preemptions",
         "outcome")
+# a session's request: its session and turn, the previous turn's end and the tool step's
+SESSION_FLOAT = ("after", "tool_start", "tool_end")
+SESSION_INT = ("session", "turn", "turns")
 
 
 class Columns:
-    """Per-request arrays, grown as requests are sent (in index order)."""
+    """Per-request arrays, grown as requests are sent (in index order); with `sessions`
+    (their `kind`), each request's place in its session too."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, sessions: str | None = None) -> None:
         n = max(capacity, 1024)
-        for name in _FLOAT:
+        self.floats = _FLOAT + (SESSION_FLOAT if sessions else ())
+        self.ints = _INT + (SESSION_INT if sessions else ())
+        self.session_kind = sessions
+        for name in self.floats:
             setattr(self, name, np.full(n, np.nan))
-        for name in _INT:
+        for name in self.ints:
             setattr(self, name, np.full(n, -1, dtype=np.int64))
         self.runs: dict[int, list[tuple[int, int]]] = {}
+        self.events: dict[int, list[tuple[int, int]]] = {}  # speculative: (step, tokens)
         self.size = 0
 
     def add(self, index: int, scheduled: float, sent: float, replica: int, prompt: int) -> None:
@@ -49,14 +59,14 @@ class Columns:
         self.size = max(self.size, index + 1)
 
     def _grow(self, n: int) -> None:
-        for name in (*_FLOAT, *_INT):
+        for name in (*self.floats, *self.ints):
             old = getattr(self, name)
             new = np.full(n, np.nan if old.dtype.kind == "f" else -1, dtype=old.dtype)
             new[: len(old)] = old
             setattr(self, name, new)
 
     def trim(self, n: int) -> Columns:
-        for name in (*_FLOAT, *_INT):
+        for name in (*self.floats, *self.ints):
             setattr(self, name, getattr(self, name)[:n])
         self.size = n
         return self
@@ -101,6 +111,15 @@ class SimResult:
         c = self.columns
         return c.runs.get(i) or [(int(c.first_step[i]), int(c.last_step[i]))]
 
+    def token_events(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """The steps whose ends brought request `i` tokens, and how many each brought."""
+        events = self.columns.events.get(i)
+        if events:
+            steps, counts = zip(*events)
+            return np.asarray(steps), np.asarray(counts, dtype=np.int32)
+        steps = np.concatenate([np.arange(a, b + 1) for a, b in self.token_steps(i)])
+        return steps, np.ones(len(steps), dtype=np.int32)
+
     def first_last_token(self) -> tuple[np.ndarray, np.ndarray]:
         """Every request's first and last token time at the client (s; NaN if none)."""
         c = self.columns
@@ -135,12 +154,13 @@ class SimResult:
                 continue
             arrive = self.step_ends(r) + self.net
             lo, hi = np.searchsorted(arrive, start), np.searchsorted(arrive, end)
-            plain = [i for i in rows if int(i) not in c.runs]
+            plain = [i for i in rows if int(i) not in c.runs and int(i) not in c.events]
             f, la = c.first_step[plain], c.last_step[plain]
             total += int(np.maximum(0, np.minimum(la, hi - 1) - np.maximum(f, lo) + 1).sum())
             for i in rows:
-                for a, b in c.runs.get(int(i), ()):
+                for a, b in c.runs.get(int(i), ()) if int(i) not in c.events else ():
                     total += max(0, min(b, hi - 1) - max(a, lo) + 1)
+                total += sum(n for step, n in c.events.get(int(i), ()) if lo <= step < hi)
         return total
 
     def timeline(self, i: int, api: str = "completions", tokens: bool = True,
@@ -154,19 +174,20 @@ class SimResult:
                             priority=priority, scheduled_ns=ns(c.scheduled[i]),
                             sent_ns=ns(c.sent[i]), done_ns=ns(c.done[i]), outcome=outcome,
                             status=status, error=error, prompt_tokens=int(c.prompt[i]))
+        r.session = self.session_step(i)
         if outcome != Outcome.OK:
             return r
         ends = self.step_ends(int(c.replica[i]))
         net = self.net
-        steps = self.token_steps(i)
-        first, last = ends[steps[0][0]] + net, ends[steps[-1][1]] + net
+        steps, counts = self.token_events(i)
+        first, last = ends[steps[0]] + net, ends[steps[-1]] + net
         received = c.sent[i] + net
         r.headers_ns = ns(c.engine_in[i] + net)
         r.first_token_ns, r.last_token_ns, r.usage_ns = ns(first), ns(last), ns(c.done[i])
         if tokens:
-            stamps = np.concatenate([ends[a : b + 1] for a, b in steps]) + net
+            stamps = ends[steps] + net
             r.token_ns = (BASE_NS + np.rint(stamps * 1e9)).astype(np.int64).tolist()
-            r.token_counts = [1] * len(r.token_ns)
+            r.token_counts = counts.tolist()
         r.completion_tokens = int(c.output[i])
         r.cached_tokens = int(c.cached[i])
         r.tokens_from_usage = True
@@ -181,31 +202,19 @@ class SimResult:
         r.server_request_id = r.id
         return r
 
-    def light_timelines(self, api: str, tenant: list, priority: list) -> list[RequestTimeline]:
-        """Every request as `timeline(i, tokens=False)` gives it for the summary (no server
-        timings, no token stamps), built from the columns at once."""
+    def session_step(self, i: int) -> SessionStep | None:
+        """Where request `i` sits in its session (None: not a session's)."""
         c = self.columns
-        first, last = self.first_last_token()
+        if c.session_kind is None or c.session[i] < 0:
+            return None
 
-        def ns(seconds: np.ndarray) -> list[int]:
-            return (BASE_NS + np.rint(np.nan_to_num(seconds) * 1e9)).astype(np.int64).tolist()
+        def stamp(name: str) -> int | None:
+            value = float(getattr(c, name)[i])
+            return None if np.isnan(value) else _ns(value)
 
-        scheduled, sent, done, f, la = map(ns, (c.scheduled, c.sent, c.done, first, last))
-        outcome, prompt, output = c.outcome.tolist(), c.prompt.tolist(), c.output.tolist()
-        cached = c.cached.tolist()
-        out = []
-        for i in range(len(self)):
-            kind, status, error = OUTCOMES[outcome[i]]
-            r = RequestTimeline(id=f"sim-{i}", index=i, api=api, prompt_tokens_planned=prompt[i],
-                                tenant=tenant[i], priority=priority[i], scheduled_ns=scheduled[i],
-                                sent_ns=sent[i], done_ns=done[i], outcome=kind, status=status,
-                                error=error, prompt_tokens=prompt[i])
-            if outcome[i] == OK:
-                r.first_token_ns, r.last_token_ns, r.usage_ns = f[i], la[i], done[i]
-                r.completion_tokens, r.cached_tokens = output[i], cached[i]
-                r.tokens_from_usage = True
-            out.append(r)
-        return out
+        return SessionStep(id=f"sim-s{c.session[i]}", turn=int(c.turn[i]),
+                           turns=int(c.turns[i]), kind=c.session_kind, after_ns=stamp("after"),
+                           tool_start_ns=stamp("tool_start"), tool_end_ns=stamp("tool_end"))
 
 
 def _ns(seconds: float) -> int:

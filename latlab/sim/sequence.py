@@ -26,6 +26,9 @@ class SimSequence(Sequence):
     last_step: int
     finish_step: int
     runs: list[tuple[int, int]] | None
+    arrived: float  # when it reached the engine's queue (s)
+    acceptance: float  # speculative decoding: the chance it accepts each draft
+    events: list[tuple[int, int]] | None  # speculative decoding: (step, tokens) it got
 
 
 def steps_to(a: float, b: float, span: float) -> int:
@@ -60,11 +63,13 @@ def new_sequence(index: int, prompt_tokens: int, output_tokens: int,
     seq.sync = seq.sync_step = 0
     seq.first_scheduled = -1.0
     seq.first_step = seq.run_start = seq.last_step = seq.finish_step = -1
-    seq.runs = None
+    seq.runs = seq.events = None
+    seq.arrived = seq.acceptance = 0.0
     return seq
 
 
 BLOCK_MARK = 1 << 20  # a block's first token: BLOCK_MARK + its hash id (others are below)
+AFFINITY_BLOCKS = 2  # a trace request's first blocks: prefix-affinity routing's key
 
 
 def block_ids(hash_ids, tokens: int, limit: int) -> list[int]:
@@ -75,6 +80,23 @@ def block_ids(hash_ids, tokens: int, limit: int) -> list[int]:
         ids.append(BLOCK_MARK + h)
         ids.extend(itertools.repeat(0, tokens - 1))
     return ids[:limit]
+
+
+def shared_prefix(lengths, index: int, prompt: int, prefix: list[int]
+                  ) -> tuple[list[int] | None, int | None]:
+    """The token ids request `index` may share with others (a trace's blocks, or the
+    workload's shared `prefix`), and what prefix-affinity routing keys it by: a trace's
+    first `AFFINITY_BLOCKS` blocks, the shared prefix (0), or nothing (None)."""
+    blocks = lengths.blocks
+    if blocks is not None:
+        ids = blocks.of(index)
+        if len(ids):
+            return (block_ids(ids, blocks.tokens, prompt),
+                    hash(tuple(ids[:AFFINITY_BLOCKS].tolist())))
+        return None, None
+    if lengths.shared[index]:
+        return prefix, 0
+    return None, None
 
 
 def block_limit(running: list[Sequence], block_size: int, free: int, k: int) -> int:

@@ -1,0 +1,86 @@
+"""What `latlab predict` prints for the replicas a goal needs and for `--check`."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from latlab.services.predict_check import Checked, coverage
+from latlab.services.predict_intervals import Intervals, quantile
+from latlab.services.predict_plans import Sizing
+from latlab.units import interval, number
+
+
+def print_sizing(out: Console, s: Sizing) -> None:
+    """The range, the count to provision and why, and every count tried."""
+    g, level = s.goal, 100 * s.level
+    tail = (1 - s.level) / 2
+    goal = f"p{g.percentile:g} {g.metric} < {g.limit_ms:g} ms at {g.rate:g} req/s"
+    span = f"{s.low}–{s.high}" if s.low != s.high else f"{s.high}"
+    out.print(Text.assemble((f"{span} replicas", "bold"), f" ({s.fleet.router}) for {goal}: "
+                            f"provision {s.high}"), highlight=False)
+    why = [f"{s.point} meet it at the point estimate ({s.counts[s.point].value:.0f} ms)"]
+    drawn = s.counts[s.high].draws
+    if drawn:
+        why.append(f"{s.high} meet it in {100 * s.counts[s.high].met(g.limit_ms):.0f}% of "
+                   f"{len(drawn)} worlds drawn from the calibration's spread (at least "
+                   f"{100 * (1 - tail):g}%: the {level:g}% interval's upper end is within the "
+                   "goal)")
+        if s.point < s.high:
+            why.append(f"with {s.point} the goal is missed in "
+                       f"{100 * (1 - s.counts[s.point].met(g.limit_ms)):.0f}% of them")
+        if s.low < s.point:
+            why.append(f"{s.low} would do in the most favourable {100 * tail:g}%")
+    out.print("  " + "; ".join(why), highlight=False)
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for column in ("replicas", f"p{g.percentile:g} {g.metric} ms", f"{level:g}% interval",
+                   "goal met in"):
+        table.add_column(column, justify="right")
+    for n in sorted(s.counts):
+        c = s.counts[n]
+        ok = c.value <= g.limit_ms
+        span = interval(quantile(c.draws, tail), quantile(c.draws, 1 - tail)) if c.draws else "–"
+        met = f"{100 * c.met(g.limit_ms):.0f}% of draws" if c.draws else "–"
+        table.add_row(str(n), Text(f"{number(c.value)} {'✓' if ok else '✗'}",
+                                   style="green" if ok else "red"), span, met)
+    out.print(table)
+    out.print(f"run folder: {s.run.run.path} ({s.high} replicas)", highlight=False)
+
+
+def sizing_json(s: Sizing) -> dict:
+    return {"goal": str(s.goal), "low": s.low, "high": s.high, "recommended": s.high,
+            "point_estimate": s.point, "level": s.level, "router": s.fleet.router,
+            "run": str(s.run.run.path),
+            "counts": {str(n): {"value": c.value, "draws": c.draws,
+                           "met": None if not c.draws else c.met(s.goal.limit_ms)}
+                       for n, c in sorted(s.counts.items())}}
+
+
+def print_checks(out: Console, checks: Sequence[Checked], intervals: Intervals) -> None:
+    """Measured against predicted, percentile by percentile, and the coverage."""
+    level = f"{100 * intervals.level:g}%"
+    table = Table(title=f"measured against predicted from each run's settings ({level} "
+                  f"intervals of {intervals.draws} draws; ms)", title_justify="left",
+                  box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for i, column in enumerate(("run", "load", "metric", "measured", "predicted", "error",
+                                f"{level} interval", "")):
+        table.add_column(column, justify="left" if i < 3 else "right")
+    for c in checks:
+        table.add_row(c.run.rsplit("/", 1)[-1], c.load, f"{c.metric} {c.percentile}",
+                      number(c.measured), number(c.predicted), f"{100 * c.error:+.0f}%",
+                      interval(c.lo, c.hi),
+                      Text("✓", style="green") if c.inside else Text("✗", style="red"))
+    out.print(table)
+    inside = sum(c.inside for c in checks)
+    widths = [max(c.hi / c.predicted - 1, 1 - c.lo / c.predicted) for c in checks
+              if c.predicted and not math.isinf(c.hi)]
+    width = f"; half-width median ±{100 * np.median(widths):.0f}%" if widths else ""
+    out.print(Text.assemble(("coverage  ", "bold"), f"{inside} of {len(checks)} "
+                            f"({100 * coverage(checks):.0f}%) measured percentiles inside the "
+                            f"{level} intervals{width}"), highlight=False)

@@ -1,0 +1,181 @@
+"""How far to trust a prediction: the simulation run again in worlds drawn from the
+calibration's spread (`latlab.sim.spread`: the step costs' level and drift, each request's
+costs outside the engine), each with its own workload seed, and every percentile given the
+interval those draws span.
+
+    intervals = Intervals(draws=20)
+    draws = run_draws(cal, reseeded(bench, intervals.requests), fleet, config, intervals)
+    attach(summary, draws, intervals, cal)   # lo/hi on every percentile
+
+Near saturation a draw's server may fall behind its offered rate: its queue grows for as long
+as the run lasts, and a latency that includes the queue has no bound. When more draws than
+the interval's upper tail do (or the point estimate does), those percentiles' `hi` is
+infinite: the honest answer is "the queue may grow".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from latlab.metrics.request import MetricColumns, metric_columns
+from latlab.metrics.summary import summarize
+from latlab.metrics.throughput import inside
+from latlab.records.bench import BenchConfig
+from latlab.records.calibration import Calibration
+from latlab.records.config import RunConfig
+from latlab.records.simulation import Fleet
+from latlab.records.summary import Prediction, RunSummary
+from latlab.records.table import RequestTable
+from latlab.records.window import run_window
+from latlab.sim.fleet import simulate
+from latlab.sim.folder import on_clock
+from latlab.sim.spread import Draw, spread_of
+from latlab.sim.table import request_table
+from latlab.sim.workload import SimWorkload, build
+
+QUEUED = ("ttft", "ttft_sched", "e2e", "e2e_sched", "lateness")  # include the queue's wait
+DRAW_SEED = 25
+
+# What a caller reads off each draw beside its summary (a sweep's point, a goal's value):
+# from the summary, the table, its metric columns and the requests inside the window.
+Judge = Callable[[RunSummary, RequestTable, MetricColumns, np.ndarray], Any]
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """`draws` simulations (0: the point estimate alone) of at most `requests` each, and the
+    central share of them an interval spans (`level`)."""
+
+    draws: int = 20
+    level: float = 0.9
+    requests: int = 20_000
+
+    @property
+    def tail(self) -> float:
+        return (1 - self.level) / 2
+
+
+@dataclass
+class DrawOutcome:
+    summary: RunSummary
+    judged: Any  # what the judge read off it, when there is one
+    fell_behind: bool
+
+
+def reseeded(bench: BenchConfig, cap: int) -> Callable[[int], SimWorkload]:
+    """The bench's workload with seed + `d` (draw d's), at most `cap` requests."""
+    requests = min(bench.requests, cap) if bench.requests is not None else cap
+
+    def workload(d: int) -> SimWorkload:
+        w = bench.workload.model_copy(update={"seed": bench.workload.seed + d})
+        a = bench.arrivals.model_copy(update={"seed": bench.arrivals.seed + d})
+        return build(w, a, requests, bench.duration_s)
+
+    return workload
+
+
+def run_draws(cal: Calibration, workload_for: Callable[[int], SimWorkload], fleet: Fleet,
+              config: RunConfig, intervals: Intervals, judge: Judge | None = None
+              ) -> list[DrawOutcome]:
+    """Each draw's summary (over the window of `config`), and what `judge` reads off it (the
+    same draw index gives the same world whatever the load or the fleet: a sweep's points,
+    or the replica counts tried, share their worlds)."""
+    spread, _ = spread_of(cal)
+    out = []
+    for d in range(1, intervals.draws + 1):
+        draw = Draw.make(spread, np.random.default_rng([DRAW_SEED, d]))
+        workload = workload_for(d)
+        result = simulate(workload, cal, fleet, draw)
+        table = request_table(result, workload.ensure(len(result)), workload.config.api)
+        window = run_window(on_clock(config.model_copy(deep=True), workload), table)
+        metrics = metric_columns(table)
+        summary = summarize(table, window, config.slos or None, metrics=metrics)
+        chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)
+        t = summary.throughput
+        out.append(DrawOutcome(summary, judge(summary, table, metrics, chosen) if judge else None,
+                               bool(t and t.fell_behind)))
+    return out
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0–1, linear between order statistics); infinite where an infinite
+    value takes part."""
+    v = np.sort(np.asarray(values, dtype=float))
+    at = q * (len(v) - 1)
+    lo, hi = int(math.floor(at)), int(math.ceil(at))
+    if math.isinf(v[hi]) or math.isinf(v[lo]):
+        return math.inf if math.isinf(v[hi]) else float(v[lo])
+    return float(v[lo] + (v[hi] - v[lo]) * (at - lo))
+
+
+def span(values: Sequence[float], value: float, intervals: Intervals, grows: bool = False
+         ) -> tuple[float, float]:
+    """The interval of `values` (the draws') around `value` (the point estimate's), widened
+    to hold it; `grows`: its upper end is a growing queue (infinite)."""
+    lo = quantile(values, intervals.tail)
+    hi = math.inf if grows else quantile(values, 1 - intervals.tail)
+    return min(lo, value), max(hi, value)
+
+
+def queue_grows(outcomes: Sequence[DrawOutcome], intervals: Intervals,
+                point_fell_behind: bool = False) -> bool:
+    """Whether the interval's upper end is a growing queue: more draws fell behind than its
+    upper tail holds, or the point estimate did."""
+    behind = sum(o.fell_behind for o in outcomes)
+    return point_fell_behind or behind > intervals.tail * len(outcomes)
+
+
+def attach(summary: RunSummary, outcomes: Sequence[DrawOutcome], intervals: Intervals,
+           cal: Calibration, wall_s: float | None = None) -> RunSummary:
+    """`summary` (the point estimate's) with `lo`/`hi` on every percentile the draws give and
+    the `prediction` that says how they were made."""
+    if not outcomes:
+        return summary
+    t = summary.throughput
+    point_behind = bool(t and t.fell_behind)
+    grows = queue_grows(outcomes, intervals, point_behind)
+    for group in ("latency", "failure_adjusted"):
+        for name, dist in getattr(summary, group).items():
+            for pname, p in dist.percentiles.items():
+                values = [v for o in outcomes if (v := _value(o.summary, group, name, pname))
+                          is not None]
+                if p.value is None or not values:
+                    continue
+                p.lo, p.hi = span(values, p.value, intervals,
+                                  grows and (group == "failure_adjusted" or name in QUEUED))
+    spread, note = spread_of(cal)
+    notes = [note] if note else []
+    if grows:
+        behind = sum(o.fell_behind for o in outcomes)
+        notes.append(f"the server fell behind the offered rate in {behind} of {len(outcomes)} "
+                     "draws" + (" and in the point estimate" if point_behind else "")
+                     + ": its queue may grow for as long as the load lasts, so the latencies "
+                     "that include the queue have no upper bound (hi = ∞)")
+    summary.prediction = Prediction(
+        level=intervals.level, draws=len(outcomes),
+        requests=max(o.summary.requests for o in outcomes),
+        fell_behind=sum(o.fell_behind for o in outcomes), point_fell_behind=point_behind,
+        spread=spread.describe(), wall_s=wall_s, notes=notes)
+    return summary
+
+
+def _value(s: RunSummary, group: str, name: str, pname: str) -> float | None:
+    dist = getattr(s, group).get(name)
+    p = dist.percentiles.get(pname) if dist is not None else None
+    return p.value if p is not None else None
+
+
+def predicted_intervals(cal: Calibration, summary: RunSummary,
+                        workload_for: Callable[[int], SimWorkload], fleet: Fleet,
+                        config: RunConfig, intervals: Intervals) -> RunSummary:
+    """`summary` with the intervals of `intervals.draws` draws (timed)."""
+    if intervals.draws < 1:
+        return summary
+    started = time.perf_counter()
+    outcomes = run_draws(cal, workload_for, fleet, config, intervals)
+    return attach(summary, outcomes, intervals, cal, time.perf_counter() - started)
