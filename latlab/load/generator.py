@@ -24,7 +24,7 @@ import numpy as np
 from rich.console import Console
 
 from latlab import __version__
-from latlab.load import BenchError, Unreachable
+from latlab.load import BenchError, KeyRefused, Unreachable
 from latlab.load.target.discovery import discover, round_trip_ms
 from latlab.load.target.launch import EngineError, start_engine
 from latlab.load.telemetry.otlp import SpanReceiver
@@ -214,7 +214,7 @@ def _identify(url: str, config: BenchConfig,
     try:
         model, kind, context = asyncio.run(discover(url, key, MODELS_TIMEOUT_S, config.model))
     except BenchError as e:
-        if config.model is None or isinstance(e, Unreachable):
+        if config.model is None or isinstance(e, (Unreachable, KeyRefused)):
             raise
         model, kind, context = config.model, ServerKind.OPENAI, None
     if config.server_kind != ServerKind.AUTO:
@@ -281,14 +281,16 @@ def _finish(config: BenchConfig, run: RunFolder, settings: RunConfig,
 
 def _end_ns(config: BenchConfig, t0_ns: int, reasons: set[str], results: list[WorkerResult]
             ) -> int | None:
-    """Where the measurement window ends: the end of --duration; for a stopped or interrupted
-    run, when it stopped (the requests Ctrl-C cancelled are counted as cancelled, not as
-    failures); else (None) the last activity."""
+    """Where the measurement window ends: the end of --duration; for an interrupted run, when
+    it stopped (the requests Ctrl-C cancelled are counted as cancelled, not as failures);
+    else (None) the last activity: a burst's, or an aborted run's, whose requests in flight
+    went on after it stopped scheduling."""
     end = t0_ns + int(config.duration_s * 1e9) if config.duration_s else None
-    if not reasons & {"interrupted", "aborted"}:
-        return end if reasons == {"duration"} else None
-    stopped = max(r.stopped_ns for r in results)
-    return min(t for t in (end, stopped) if t is not None)
+    if "interrupted" in reasons:
+        return min(t for t in (end, max(r.stopped_ns for r in results)) if t is not None)
+    if config.arrivals.burst or "aborted" in reasons:
+        return None
+    return end if reasons == {"duration"} else None
 
 
 def _failure_counts(records: RequestTable) -> str:
