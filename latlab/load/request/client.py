@@ -28,9 +28,10 @@ import orjson
 from latlab.load.request.connection import connection_trace
 from latlab.load.request.ollama import NdjsonParser, ollama_body
 from latlab.load.request.server_timing import ServerKind, from_event, from_headers
-from latlab.load.request.sse import StreamFault, StreamParser, apply_usage
+from latlab.load.request.sse import StreamFault, StreamParser, apply_usage, too_large
 from latlab.load.request.stamps import StampingConnector, read_stamped
 from latlab.load.workload.requests import RequestSpec
+from latlab.records.bench import MAX_EVENT_MIB, MAX_RESPONSE_MIB, MIB
 from latlab.records.timeline import Outcome, RequestTimeline
 
 ERROR_BODY_BYTES = 2048
@@ -55,13 +56,18 @@ ROUTES = {"completions": Route("/v1/completions", False),
 
 class Client:
     """One aiohttp session with a pool of `pool_size` connections (0: unbounded); without
-    `keepalive` every request opens its own connection."""
+    `keepalive` every request opens its own connection. A response is read up to
+    `max_response_bytes`, an event of it up to `max_event_bytes` (else `too_large`): what
+    one request holds is bounded whatever the server sends."""
 
     def __init__(self, url: str, model: str, api: str = "completions", *,
                  api_key: str | None = None, pool_size: int = 0, timeout_s: float = 600.0,
                  ignore_eos: bool = True, continuous_usage: bool = True, stream: bool = True,
-                 keepalive: bool = True, kind: ServerKind = ServerKind.AUTO) -> None:
+                 keepalive: bool = True, kind: ServerKind = ServerKind.AUTO,
+                 max_event_bytes: int = int(MAX_EVENT_MIB * MIB),
+                 max_response_bytes: int = int(MAX_RESPONSE_MIB * MIB)) -> None:
         self.route = ROUTES[api]
+        self.max_event_bytes, self.max_response_bytes = max_event_bytes, max_response_bytes
         self.url = url.rstrip("/") + self.route.path
         self.model = model
         self.ignore_eos, self.stream, self.keepalive, self.kind = (ignore_eos, stream,
@@ -184,14 +190,24 @@ class Client:
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, r: RequestTimeline,
                            keep: bool) -> str | None:
-        parser = (NdjsonParser if self.route.ollama else StreamParser)(r, self.route.chat, keep)
-        await read_stamped(resp, parser.feed)
+        parser = (NdjsonParser if self.route.ollama else StreamParser)(
+            r, self.route.chat, keep, self.max_event_bytes)
+        limit, received = self.max_response_bytes, 0
+
+        def feed(piece: bytes, t: int) -> None:
+            nonlocal received
+            received += len(piece)
+            if received > limit:
+                raise too_large("the response", limit, "--max-response-mib")
+            parser.feed(piece, t)
+
+        await read_stamped(resp, feed)
         parser.finish()
         return "".join(parser.text) if parser.text is not None else None
 
     async def _read_body(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> str | None:
         """A non-streamed answer: one event, when the whole body has arrived."""
-        raw = await resp.read()
+        raw = await read_at_most(resp, self.max_response_bytes, "--max-response-mib")
         t = perf_counter_ns()
         try:
             obj = orjson.loads(raw)
@@ -203,6 +219,20 @@ class Client:
         r.add_token_event(t, max(r.completion_tokens or 1, 1))
         r.usage_ns = r.done_ns = t
         return answer_text(obj)
+
+
+async def read_at_most(resp: aiohttp.ClientResponse, limit: int,
+                       flag: str = "latlab's own cap") -> bytes:
+    """`resp`'s whole body, or a `too_large` fault once it runs past `limit` bytes."""
+    length = resp.content_length
+    if length is not None and length > limit:
+        raise too_large("the response", limit, flag)
+    body = bytearray()
+    async for chunk in resp.content.iter_any():
+        body += chunk
+        if len(body) > limit:
+            raise too_large("the response", limit, flag)
+    return bytes(body)
 
 
 def answer_text(body: dict[str, Any]) -> str | None:

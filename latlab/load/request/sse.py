@@ -32,14 +32,18 @@ class StreamParser:
     """Turns the bytes of an OpenAI-style SSE stream into token events on a timeline.
 
     `feed` takes each socket read with its arrival time; `finish` applies the usage and
-    server timings and raises `StreamFault` for a stream that never sent [DONE]."""
+    server timings and raises `StreamFault` for a stream that never sent [DONE]. An event
+    still unfinished past `max_event_bytes` is a `too_large` fault: what the parser holds is
+    bounded whatever the server sends."""
 
     __slots__ = ("r", "chat", "buf", "cumulative_base", "usage", "timing", "cached", "done",
-                 "answer_ns", "text")
+                 "answer_ns", "text", "max_event_bytes")
 
-    def __init__(self, r: RequestTimeline, chat: bool, keep_text: bool = False) -> None:
+    def __init__(self, r: RequestTimeline, chat: bool, keep_text: bool = False,
+                 max_event_bytes: int | None = None) -> None:
         self.r = r
         self.chat = chat
+        self.max_event_bytes = max_event_bytes
         self.answer_ns: int | None = None  # the first token that is not reasoning
         self.text: list[str] | None = [] if keep_text else None  # the answer, when kept
         self.buf = b""
@@ -70,6 +74,8 @@ class StreamParser:
             else:
                 raise StreamFault(Outcome.BAD_PAYLOAD, f"malformed event: {_cut(data)}")
         self.buf = buf[pos:] if pos else buf
+        if self.max_event_bytes is not None and len(self.buf) > self.max_event_bytes:
+            raise too_large("an SSE event", self.max_event_bytes, "--max-event-mib")
 
     def _event(self, data: bytes | memoryview, at: int) -> None:
         r = self.r
@@ -137,6 +143,11 @@ class StreamParser:
         if not self.done:
             raise StreamFault(Outcome.STREAM_BROKEN, "stream ended before [DONE]"
                                + (f" (unparsed: {_cut(self.buf)})" if self.buf.strip() else ""))
+
+
+def too_large(what: str, limit: int, flag: str) -> StreamFault:
+    return StreamFault(Outcome.TOO_LARGE, f"{what} ran past {limit / (1 << 20):g} MiB "
+                       f"({flag}): stopped reading it")
 
 
 def _data(event: bytes) -> bytes | None:
