@@ -25,7 +25,7 @@ from latlab.server.auth import check_bearer
 from latlab.server.guards import OriginGuard
 from latlab.records.engine import ServeConfig
 from latlab.server.openai_serving import OpenAIServing
-from latlab.server.openapi import ERRORS, install_openapi, request_body
+from latlab.server.openapi import ERRORS, METRICS, install_openapi, request_body
 from latlab.server.schemas import (ApiError, ChatCompletionRequest, ChatCompletionResponse,
                                    CompletionRequest, CompletionResponse, ModelCard,
                                    ModelList)
@@ -115,7 +115,8 @@ def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) 
         return ModelList(data=[card]).model_dump()
 
     app.include_router(v1)
-    install_openapi(app, [CompletionRequest, ChatCompletionRequest])
+    install_openapi(app, [CompletionRequest, ChatCompletionRequest],
+                    engine.engine.model_config.vocab_size)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -133,7 +134,7 @@ def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) 
         return JSONResponse({"status": "failed" if engine.failed else "warming up"},
                             status_code=503)
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=Response, responses=METRICS)
     async def metrics() -> Response:
         return Response(telemetry.render(), media_type="text/plain; version=0.0.4")
 
@@ -147,6 +148,8 @@ def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) 
 
     @app.exception_handler(ClientDisconnect)
     async def client_left(request: Request, e: ClientDisconnect) -> Response:
+        if getattr(request.state, "cut_off", None) is not None:  # counted by the guard
+            return Response(status_code=408)  # already answered (`connections`)
         log.warning("request %s: the client left before sending the whole body",
                     getattr(request.state, "request_id", "?"))
         telemetry.requests.labels("abort").inc()
