@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from latlab.server.async_engine import AsyncEngine
 from latlab.server.auth import check_bearer
+from latlab.server.connections import WholeRequests
 from latlab.server.guards import OriginGuard
 from latlab.records.engine import ServeConfig
 from latlab.server.openai_serving import OpenAIServing
@@ -91,6 +92,7 @@ def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) 
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.allow_origins),
                            allow_methods=["GET", "POST"], expose_headers=["x-request-id"],
                            allow_headers=["authorization", "content-type", "x-request-id"])
+    app.add_middleware(WholeRequests, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(OriginGuard, allowed=settings.allow_origins)
     app.add_middleware(RequestIdMiddleware)  # added last: the outermost, the earliest stamp
     app.state.engine = engine
@@ -148,8 +150,6 @@ def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) 
 
     @app.exception_handler(ClientDisconnect)
     async def client_left(request: Request, e: ClientDisconnect) -> Response:
-        if getattr(request.state, "cut_off", None) is not None:  # counted by the guard
-            return Response(status_code=408)  # already answered (`connections`)
         log.warning("request %s: the client left before sending the whole body",
                     getattr(request.state, "request_id", "?"))
         telemetry.requests.labels("abort").inc()

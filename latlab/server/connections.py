@@ -13,37 +13,47 @@ reading longest is cut off, so stalled clients cannot hold the slots real ones n
 memory than `--max-reading` bodies.
 
 `GuardedH11Protocol` is uvicorn's h11 protocol reporting to one `ConnectionGuard` per server;
-the guard's counters are Prometheus metrics of /metrics.
+the guard's counters are Prometheus metrics of /metrics. `WholeRequests` hands the app a
+request only once its body is in (at most `max_body_bytes`, else 413), as nginx buffers a
+request before it proxies it: a client still sending costs its connection, not a handler.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import random
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import h11
 import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from latlab.records.engine import ServeConfig
 
 SWEEP_S = 0.25  # how often the deadlines are checked: a cut-off comes at most this late
+# Each deadline is stretched by up to this share of its base, at random: clients that stalled
+# together are not all cut off in one loop turn, to come back all at once.
+JITTER = 0.2
 HEADERS, BODY = "headers", "body"
 
 
 @dataclass(slots=True)
 class Reading:
-    """A request being read: its phase, since when, and the bytes received in that phase."""
+    """A request being read: its phase, since when, the bytes received in that phase, and its
+    deadline's stretch (a share of the base, below `JITTER`)."""
 
     phase: str
     started: float
     received: int = 0
+    stretch: float = field(default_factory=lambda: JITTER * random.random())
 
 
 class ConnectionGuard(Collector):
@@ -93,7 +103,7 @@ class ConnectionGuard(Collector):
         base = (self.settings.header_timeout_s if r.phase == HEADERS
                 else self.settings.body_timeout_s)
         rate = self.settings.min_rate
-        return r.started + base + (r.received / rate if rate else 0.0)
+        return r.started + base * (1 + r.stretch) + (r.received / rate if rate else 0.0)
 
     def _sweep(self) -> None:
         now = time.monotonic()
@@ -200,3 +210,42 @@ class GuardedH11Protocol(H11Protocol):
             head.append(b"retry-after: %d" % retry_after)
         self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
         self.transport.close()
+
+
+class WholeRequests:
+    """ASGI middleware: the app below sees a request once its whole body has arrived, at most
+    `max_body_bytes` (else 413 here). A request cut off before (`GuardedH11Protocol.cut_off`
+    has answered it) ends here unseen; one whose client left is handed on as a disconnect."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app, self.max_body_bytes = app, max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        body = bytearray()
+        while not (length.isdigit() and int(length) > self.max_body_bytes):
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                if scope.get("state", {}).get("cut_off") is None:  # it left: the app says so
+                    await self.app(scope, functools.partial(_next, [message], receive), send)
+                return
+            body += message.get("body", b"")
+            if len(body) > self.max_body_bytes:
+                break
+            if not message.get("more_body", False):
+                whole: list[Message] = [{"type": "http.request", "body": bytes(body),
+                                         "more_body": False}]
+                return await self.app(scope, functools.partial(_next, whole, receive), send)
+        error = orjson.dumps({"error": {
+            "message": f"the request body is larger than {self.max_body_bytes} bytes",
+            "type": "invalid_request_error", "param": None, "code": "request_too_large"}})
+        await send({"type": "http.response.start", "status": 413, "headers": [
+            (b"content-type", b"application/json"), (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": error})
+
+
+async def _next(whole: list[Message], receive: Receive) -> Message:
+    """The whole body first, then what the connection says (a disconnect)."""
+    return whole.pop() if whole else await receive()

@@ -2,8 +2,8 @@
 
 Timestamps: `received` is taken by the app's outermost middleware (before routing and the
 body), so `preprocess` covers reading, validation, the chat template and tokenization. The
-body is read first (bounded in size here, in time by `connections`), and only then does the
-request take a waiting slot (`--max-waiting`), held until the engine has it: a client slow to
+body is in before the handler runs (bounded in size and time by `connections`), and only then
+does the request take a waiting slot (`--max-waiting`), held until the engine has it: a client slow to
 send holds no slot, and a 429 means the queue is full.
 """
 
@@ -89,21 +89,9 @@ class OpenAIServing:
                            headers={"Retry-After": "1"}) from None
 
     async def _read(self, request: Request) -> bytes:
-        """The body, at most `max_body_bytes` (413); a client that leaves meanwhile, or is
-        cut off for sending too slowly (`connections`), raises starlette's
-        ClientDisconnect."""
-        limit = self.settings.max_body_bytes
-        too_large = ApiError(413, f"the request body is larger than {limit} bytes",
-                             code="request_too_large")
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > limit:
-            raise too_large
-        data = bytearray()
-        async for chunk in request.stream():
-            data += chunk
-            if len(data) > limit:
-                raise too_large
-        return bytes(data)
+        """The body, already whole (`connections.WholeRequests`: bounded in size and time);
+        a client that left raises starlette's ClientDisconnect."""
+        return await request.body()
 
     def _submit(self, body: GenerationRequest, ids: list[int], max_tokens: int | None,
                 received: int, tenant: str | None) -> RequestStream:
