@@ -72,10 +72,13 @@ class ConnectionGuard(Collector):
 
     def admit(self, host: str) -> str | None:
         """Count a new connection from `host`; why it is refused, None when it is not."""
-        if self.open >= self.max_connections:
-            return "max_connections"
-        if self.per_client[host] >= self.settings.max_connections_per_client:
-            return "max_connections_per_client"
+        refused = ("max_connections" if self.open >= self.max_connections
+                   else "max_connections_per_client"
+                   if self.per_client[host] >= self.settings.max_connections_per_client
+                   else None)
+        if refused is not None:
+            self.refused[refused] += 1
+            return refused
         self.open += 1
         self.per_client[host] += 1
         return None
@@ -152,7 +155,6 @@ class GuardedH11Protocol(H11Protocol):
         host = self.client[0] if self.client else ""
         refused = self.guard.admit(host)
         if refused is not None:
-            self.guard.refused[refused] += 1
             limit = (self.guard.max_connections if refused == "max_connections"
                      else self.guard.settings.max_connections_per_client)
             self._answer(503, f"too many connections (--{refused.replace('_', '-')} {limit})",
@@ -201,6 +203,8 @@ class GuardedH11Protocol(H11Protocol):
     def _answer(self, status: int, message: str, kind: str, code: str,
                 retry_after: int | None = None) -> None:
         """Write a whole JSON error response and close, whatever the request's state."""
+        if self.transport.is_closing():
+            return
         body = orjson.dumps({"error": {"message": message, "type": kind, "param": None,
                                        "code": code}})
         phrase = {408: b"Request Timeout", 503: b"Service Unavailable"}[status]

@@ -146,8 +146,9 @@ class StreamParser:
 
 
 def too_large(what: str, limit: int, flag: str) -> StreamFault:
-    return StreamFault(Outcome.TOO_LARGE, f"{what} ran past {limit / (1 << 20):g} MiB "
-                       f"({flag}): stopped reading it")
+    size = f"{limit / (1 << 20):g} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+    return StreamFault(Outcome.TOO_LARGE, f"{what} ran past {size} ({flag}): stopped "
+                       "reading it")
 
 
 def _data(event: bytes) -> bytes | None:
