@@ -202,10 +202,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer cases, shorter runs")
     parser.add_argument("--examples", type=int, default=None,
-                        help="schemathesis examples per operation and phase (default 500, 50 "
+                        help="schemathesis examples per operation and phase (default 200, 50 "
                              "with --quick)")
     args = parser.parse_args()
-    examples = args.examples or (50 if args.quick else 500)
+    examples = args.examples or (50 if args.quick else 200)
     server, url = start_server(FUZZ_SERVE)
     try:
         started = time.perf_counter()

@@ -50,6 +50,7 @@ SPAN_POLL_S = 0.1
 SPAN_QUIET_S = 1.0  # longer than an exporter's batch delay (latlab serve: 0.5 s)
 MODELS_TIMEOUT_S = 10.0
 FIT_CHECK_REQUESTS = 1000  # requests drawn to check that prompts fit the context
+ENGINE_EXIT_WAIT_S = 2.0  # after a run stopped early: did the embedded engine die?
 
 
 @dataclass
@@ -140,7 +141,8 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
             if scraper is not None and not scraper.count:
                 notes.append(f"no scrape of {scraper.url} succeeded ({scraper.last_error}): "
                              "the run has no load context")
-            if engine is not None and not engine.alive:
+            aborted = any(r.stop_reason == "aborted" for r in results)
+            if engine is not None and engine.exited(ENGINE_EXIT_WAIT_S if aborted else 0.0):
                 notes.append(f"the embedded engine exited with code {engine.process.returncode} "
                              f"during the run; its log ({engine.log_path}):\n"
                              f"{engine.log_tail(5)}")
