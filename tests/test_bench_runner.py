@@ -159,7 +159,8 @@ def test_a_server_dying_mid_run_keeps_what_finished(tmp_path):
     records = result.run.read_records()
     outcomes = {r.outcome for r in records}
     assert Outcome.OK in outcomes and len(outcomes) > 1
-    assert result.failed and "in a row failed" in result.message
+    # by whichever rule comes first: 200 in a row, or 90% of what was sent
+    assert result.failed and "stopped early" in result.message
     assert result.summary.ok == sum(r.ok for r in records) > 0
 
 
