@@ -38,7 +38,7 @@ from schema_fuzz import check_all  # noqa: E402  (the test suite's driver, share
 
 MAX_WAITING = 16
 MAX_NUM_SEQS = 8
-BODY_TIMEOUT_S = 5  # latlab serve's default --body-timeout (plus up to 20%)
+BODY_TIMEOUT_S = 5  # latlab serve's default --body-timeout (plus up to 50%)
 FUZZ_SERVE = ["--model", "tiny", "--max-model-len", "64", "--block-size", "8",
               "--num-kv-blocks", "64", "--max-num-seqs", "4", "--max-num-batched-tokens", "64"]
 LOAD_SERVE = ["--model", "tiny", "--max-model-len", "512", "--block-size", "16",

@@ -11,9 +11,10 @@ docs/performance/reliability.md, side by side in one run.
 (3) the same beside N stalled clients (1,100 by default), half of them sending half their
     headers, half their headers and half a body, then nothing, from 11 other loopback
     addresses (127.0.0.2 to .12); each one closed by the server connects and stalls again,
-    so N stay stalled throughout. Beside the real traffic's p99 TTFT (its ratio to (2)): how
+    so N stay stalled throughout, from 20 s before the real traffic starts. Beside the real traffic's p99 TTFT (its ratio to (2)): how
     long a stalled socket stayed open after its last byte (p50, p99, max), how the server
-    ended them (408, 503, reset), and the server's RSS over the run (start, peak, end).
+    ended them (408, 503, reset), the server's RSS over the run (start, peak, end) and its
+    CPU (beside the undisturbed run's: what the stalled clients cost it).
 (2) and (3) alternate for --rounds rounds; the p99s compared are the medians.
 The stalled clients run in their own process, so they take no time from the measuring
 client's event loop.
@@ -41,6 +42,9 @@ import psutil
 SERVE = ["--model", "tiny", "--max-model-len", "512"]
 WORKLOAD = ["--prompt-tokens", "64", "--output-tokens", "32"]
 ADDRESSES = [f"127.0.0.{i}" for i in range(2, 13)]
+# The stalled clients run this long before the real traffic: past their first few rounds,
+# which all start together, to the steady state of a long attack.
+LEAD_S = 20.0
 HEADERS = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
 BODY = (HEADERS + b"Content-Length: 2000\r\n\r\n" + b'{"prompt": "' + b"x" * 988)
 
@@ -59,13 +63,21 @@ def start_server() -> tuple[subprocess.Popen, str]:
     return process, f"http://127.0.0.1:{port}"
 
 
-def bench(url: str, out: Path, *args: str) -> dict:
-    """`latlab bench` against `url`: its summary.json."""
+def bench(url: str, out: Path, *args: str, server: int | None = None) -> dict:
+    """`latlab bench` against `url`: its summary.json, with the CPU the `server` process
+    used meanwhile (`server_cores`: its CPU seconds over the wall-clock seconds)."""
+    cpu = psutil.Process(server).cpu_times() if server else None
+    started = time.monotonic()
     run = subprocess.run([sys.executable, "-m", "latlab", "bench", "--url", url, *WORKLOAD,
                           *args, "--out", str(out), "--json"], capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"slow_clients: latlab bench failed: {run.stderr[-2000:]}")
-    return json.loads(run.stdout)
+    summary = json.loads(run.stdout)
+    if cpu is not None:
+        now = psutil.Process(server).cpu_times()
+        summary["server_cores"] = ((now.user + now.system - cpu.user - cpu.system)
+                                   / (time.monotonic() - started))
+    return summary
 
 
 def stall_forever(port: int, count: int, stop: mp.Event, results: mp.Queue) -> None:
@@ -131,8 +143,8 @@ def attacked(url: str, pid: int, out: Path, real: list[str], stalled: int
     sampler = threading.Thread(target=sample_rss, args=(pid, sampling, rss))
     sampler.start()
     stallers.start()
-    time.sleep(8)  # every stalled client connected, the first already cut off
-    summary = bench(url, out, *real)
+    time.sleep(LEAD_S)
+    summary = bench(url, out, *real, server=pid)
     load = os.getloadavg()[0]
     stop.set()
     ends = []
@@ -155,22 +167,26 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="of each measured run")
     parser.add_argument("--rounds", type=int, default=2, help="undisturbed and attacked runs, "
                         "alternating (the machine's other work lands on both alike)")
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="keep the run folders there (default: a temporary folder)")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
     server, url = start_server()
     calm_p99, attacked_p99, ends, rss = [], [], [], []
     try:
-        with tempfile.TemporaryDirectory() as out:
+        with tempfile.TemporaryDirectory() as scratch:
+            out = args.keep or scratch
             capacity = bench(url, Path(out), "--users", "32", "--duration", "15")
             rate = capacity["throughput"]["achieved_rate"] / 2
             print(f"capacity: {2 * rate:.1f} req/s (32 closed-loop users); real traffic at "
                   f"{rate:.1f} req/s, open loop, {args.seconds:g} s per run", flush=True)
             real = ["--rate", f"{rate:.2f}", "--duration", f"{args.seconds:g}"]
             for round in range(1, args.rounds + 1):
-                calm = bench(url, Path(out), *real)
+                calm = bench(url, Path(out), *real, server=server.pid)
                 calm_p99.append(p99_ttft(calm))
                 print(f"round {round} undisturbed: p99 TTFT {calm_p99[-1]:.1f} ms, "
-                      f"{calm['ok']} ok, failures {calm['failures'] or 0}, load average "
+                      f"{calm['ok']} ok, failures {calm['failures'] or 0}, server CPU "
+                      f"{calm['server_cores']:.2f} cores, load average "
                       f"{os.getloadavg()[0]:.2f}", flush=True)
                 summary, round_ends, round_rss, load = attacked(url, server.pid, Path(out),
                                                                 real, args.stalled)
@@ -179,7 +195,8 @@ def main() -> None:
                 rss += round_rss
                 print(f"round {round} beside {args.stalled} stalled clients: p99 TTFT "
                       f"{attacked_p99[-1]:.1f} ms, {summary['ok']} ok, failures "
-                      f"{summary['failures'] or 0}, load average {load:.2f}", flush=True)
+                      f"{summary['failures'] or 0}, server CPU {summary['server_cores']:.2f} "
+                      f"cores, load average {load:.2f}", flush=True)
     finally:
         server.terminate()
         server.wait(timeout=30)

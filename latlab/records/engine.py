@@ -191,12 +191,12 @@ class ServeConfig(BaseModel):
                                "most; beyond, the one arriving longest is cut off (408), so "
                                "real clients always get in (what slow clients hold is at most "
                                "this many bodies).", group=SERVER, ge=1)
-    header_timeout_s: float = setting(5.0, "Seconds a request's headers may take (up to 20% "
+    header_timeout_s: float = setting(5.0, "Seconds a request's headers may take (up to 50% "
                                       "more, at random), plus one per --min-rate bytes "
                                       "received; then 408.",
                                       group=SERVER, gt=0)
     body_timeout_s: float = setting(5.0, "Seconds a request's body may take once its headers "
-                                    "are in (up to 20% more, at random), plus one per "
+                                    "are in (up to 50% more, at random), plus one per "
                                     "--min-rate bytes received; then 408.",
                                     group=SERVER, gt=0)
     min_rate: int = setting(1024, "Bytes per second that earn a slow client one more second "

@@ -41,7 +41,7 @@ from latlab.records.engine import ServeConfig
 SWEEP_S = 0.25  # how often the deadlines are checked: a cut-off comes at most this late
 # Each deadline is stretched by up to this share of its base, at random: clients that stalled
 # together are not all cut off in one loop turn, to come back all at once.
-JITTER = 0.2
+JITTER = 0.5
 HEADERS, BODY = "headers", "body"
 
 
