@@ -1,15 +1,38 @@
-"""Schemathesis against a running server: cases generated from its /openapi.json, valid
-ones and invalid ones, sent one at a time; which statuses came back, which were 5xx."""
+"""Schemathesis against a running server: `check_all` runs its command line with every check
+(`schema_hooks`: what the schema cannot state), and says whether anything failed; `fuzz`
+sends cases generated from /openapi.json, valid and invalid, one at a time, and counts the
+statuses that came back and the 5xx."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import hypothesis
 import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase
+
+
+HOOKS = Path(__file__).with_name("schema_hooks.py")
+
+
+def check_all(url: str, examples: int, seed: int = 0,
+              timeout_s: float = 600) -> subprocess.CompletedProcess:
+    """`schemathesis run` against `url` with every check: its coverage and fuzzing phases,
+    up to `examples` cases per operation; exit code 0 when no check failed."""
+    command = [sys.executable, "-m", "schemathesis.cli", "run", url + "/openapi.json",
+               "--checks", "all", "--exclude-checks", "positive_data_acceptance",
+               "--max-examples", str(examples), "--seed", str(seed), "--no-color",
+               "--request-timeout", "60", "--max-response-time", "30"]
+    with tempfile.TemporaryDirectory() as scratch:  # where it keeps its .schemathesis/
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                              cwd=scratch, env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)})
 
 
 @dataclass

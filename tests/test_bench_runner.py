@@ -117,8 +117,9 @@ def test_a_target_that_fails_every_request_stops_early_and_fails_the_run(tmp_pat
         result = run_bench(config(server.url, tmp_path, requests=None, duration_s=30.0,
                                   arrivals=ArrivalConfig(users=2)))
     records = result.run.read_records()
-    assert result.failed and "first 10 requests all failed" in result.message
-    assert 10 <= len(records) <= 12
+    assert result.failed and "of the" in result.message
+    assert "requests sent so far failed" in result.message
+    assert 10 <= len(records) <= 22  # 90% of those sent, two of them still in flight
     (outcome,) = {r.outcome for r in records}
     assert not outcome == Outcome.OK
     assert result.summary.failures[str(outcome)] == len(records)
@@ -158,7 +159,8 @@ def test_a_server_dying_mid_run_keeps_what_finished(tmp_path):
     records = result.run.read_records()
     outcomes = {r.outcome for r in records}
     assert Outcome.OK in outcomes and len(outcomes) > 1
-    assert result.failed and "in a row failed" in result.message
+    # by whichever rule comes first: 200 in a row, or 90% of what was sent
+    assert result.failed and "stopped early" in result.message
     assert result.summary.ok == sum(r.ok for r in records) > 0
 
 
@@ -206,7 +208,7 @@ def test_ctrl_c_keeps_finished_records_and_writes_a_summary(tmp_path):
     s = result.summary
     assert s.failures == {} and s.ok > 0 and s.cancelled >= 1
     assert s.throughput.achieved_rate > 0 and s.ok + s.cancelled == s.in_window
-    assert any("cancelled by the user" in w for w in s.warnings)
+    assert any("cancelled when the run was interrupted" in w for w in s.warnings)
 
 
 def test_a_partial_run_folder_recomputes_its_window(tmp_path):

@@ -108,7 +108,7 @@ def test_models_health_ready(server, client):
     (b'{"prompt": "x", "repetition_penalty": 1.3}', 400, None),
     (b'{"prompt": ""}', 400, "prompt"),
     (b'{"prompt": [1, 999999]}', 400, "prompt"),
-    (b'{"prompt": "x", "min_tokens": 9, "max_tokens": 2}', 400, None),
+    (b'{"prompt": "x", "min_tokens": 9, "max_tokens": 2}', 400, "min_tokens"),
     (b'{"prompt": "' + b"word " * 400 + b'", "max_tokens": 2}', 400, "max_tokens"),
     (b'{"prompt": "' + b"x" * (5 << 20) + b'"}', 413, None),
 ])

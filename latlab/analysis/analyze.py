@@ -138,6 +138,10 @@ def _notes(a: RunAnalysis) -> list[str]:
     notes = []
     if a.summary_recomputed:
         notes.append("no summary.json (a partial run?): the summary was recomputed from the records")
+    torn = a.run.torn_bytes()
+    if torn:
+        notes.append(f"requests.jsonl ends in a torn line ({torn} bytes: a record cut off when "
+                     "the run was killed mid-write): left out")
     if not len(a.requests):
         notes.append("the run has no records yet")
     elif not a.ok.any():

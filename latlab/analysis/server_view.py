@@ -99,11 +99,11 @@ def _check(view: ServerView, t: RequestTable, ended: np.ndarray) -> None:
             view.checks.append(f"E2E: the server's own {ms(server)} exceeds the client's "
                                f"{ms(client)}: they are not the same requests")
     sums = {"prompt_tokens": t.prompt_tokens[ended], "generation_tokens": t.output_tokens[ended]}
-    for name, values in sums.items():
+    for name, values in sums.items():  # per request: a request ending at a scrape moves both
         counted, seen = view.tokens.get(name), float(np.nansum(values))
-        if counted is None or not seen:
+        if counted is None or not seen or not m:
             continue
-        if abs(counted - seen) > AGREE * seen + 1:
+        if abs(counted / n - seen / m) > AGREE * seen / m + 1:
             view.agrees = False
-            view.checks.append(f"{name.replace('_', ' ')}: the server counted {counted:,.0f}, "
-                               f"the client's usage {seen:,.0f}")
+            view.checks.append(f"{name.replace('_', ' ')}: the server counted {counted / n:,.1f} "
+                               f"a request, the client's usage {seen / m:,.1f}")

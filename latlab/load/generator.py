@@ -52,6 +52,7 @@ from latlab.records.table import OUTCOMES, RequestTable
 
 START_LEAD_S = 0.05
 MODELS_TIMEOUT_S = 10.0
+ENGINE_EXIT_WAIT_S = 2.0  # after a run stopped early: did the embedded engine die?
 
 
 @dataclass
@@ -149,7 +150,8 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
             if config.scrape_interval_s and not scraper.count:
                 notes.append(f"no scrape of {scraper.url} succeeded ({scraper.last_error}): "
                              "the run has no load context")
-            if engine is not None and not engine.alive:
+            aborted = any(r.stop_reason == "aborted" for r in results)
+            if engine is not None and engine.exited(ENGINE_EXIT_WAIT_S if aborted else 0.0):
                 notes.append(f"the embedded engine exited with code {engine.process.returncode} "
                              f"during the run; its log ({engine.log_path}):\n"
                              f"{engine.log_tail(5)}")
@@ -247,14 +249,16 @@ def _finish(config: BenchConfig, run: RunFolder, settings: RunConfig,
 
 def _end_ns(config: BenchConfig, t0_ns: int, reasons: set[str], results: list[WorkerResult]
             ) -> int | None:
-    """Where the measurement window ends: the end of --duration; for a stopped or interrupted
-    run, when it stopped (the requests Ctrl-C cancelled are counted as cancelled, not as
-    failures); else (None) the last activity."""
+    """Where the measurement window ends: the end of --duration; for an interrupted run, when
+    it stopped (the requests Ctrl-C cancelled are counted as cancelled, not as failures);
+    else (None) the last activity: a burst's, or an aborted run's, whose requests in flight
+    went on after it stopped scheduling."""
     end = t0_ns + int(config.duration_s * 1e9) if config.duration_s else None
-    if not reasons & {"interrupted", "aborted"}:
-        return end if reasons == {"duration"} else None
-    stopped = max(r.stopped_ns for r in results)
-    return min(t for t in (end, stopped) if t is not None)
+    if "interrupted" in reasons:
+        return min(t for t in (end, max(r.stopped_ns for r in results)) if t is not None)
+    if config.arrivals.burst or "aborted" in reasons:
+        return None
+    return end if reasons == {"duration"} else None
 
 
 def _failure_counts(records: RequestTable) -> str:

@@ -142,8 +142,9 @@ def _warnings(s: RunSummary, cap: int | None = None, kind: str | None = None) ->
         warnings.append(f"{failed} of {judged} requests failed ({100 * failed / judged:.1f}%): "
                         "see failures and the failure-adjusted percentiles")
     if s.cancelled:
-        warnings.append(f"{s.cancelled} requests were cancelled by the user (Ctrl-C): left out "
-                        "of the statistics, not counted as failures")
+        warnings.append(f"{s.cancelled} requests were cancelled when the run was interrupted "
+                        "(Ctrl-C or SIGTERM): left out of the statistics, not counted as "
+                        "failures")
     t = s.throughput
     if t and t.offered_rate:
         if t.sent_rate < SHORTFALL * t.offered_rate and cap is not None:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, model_validator
 
 from latlab.records.settings import LOAD, TRACE, flag_of, setting
+from latlab.records.summary import Unbounded
 
 Process = Literal["closed", "poisson", "gamma", "constant", "trace"]
 OPEN_LOOP = ("poisson", "gamma", "constant")
@@ -50,7 +51,9 @@ class ArrivalConfig(ArrivalShape):
 
     users: int = setting(4, "Closed loop: N users, each sends when its last request ends "
                          "(default: 4 without --rate).", group=LOAD, ge=1)
-    rate: float | None = setting(None, "Open loop: requests per second.", group=LOAD, gt=0)
+    rate: Unbounded | None = setting(None, "Open loop: requests per second (inf: every "
+                                     "request at once, a burst).", group=LOAD, gt=0,
+                                     cli_type=float | None)
     ramp_s: float = setting(0.0, "Seconds to ramp the rate (or users) up from zero.",
                             group=LOAD, ge=0)
     trace: Path | None = setting(None, "Replay a trace: its arrival times, lengths, prefix "
@@ -125,3 +128,8 @@ class ArrivalConfig(ArrivalShape):
     @property
     def open_loop(self) -> bool:
         return self.process != "closed"
+
+    @property
+    def burst(self) -> bool:
+        """`--rate inf`: every request scheduled at once."""
+        return self.open_loop and self.rate == float("inf")

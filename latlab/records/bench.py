@@ -21,6 +21,8 @@ from latlab.records.workload import WorkloadConfig
 
 MAX_LOCAL_WORKERS = 64
 DEFAULT_DURATION_S = 20.0
+MIB = 1 << 20
+MAX_EVENT_MIB, MAX_RESPONSE_MIB = 16.0, 64.0  # what one response may take of bench's memory
 
 
 def serve_args(value: Any) -> Any:
@@ -66,6 +68,12 @@ class RequestConfig(BaseModel):
                                "length.", group=CLIENT)
     continuous_usage: bool = setting(True, "Ask for cumulative usage in every chunk (tokens "
                                      "per event).", group=CLIENT)
+    max_event_mib: float = setting(MAX_EVENT_MIB, "Most MiB of one SSE event (or NDJSON line); a "
+                                   "request with a larger one fails as too_large.",
+                                   group=CLIENT, gt=0)
+    max_response_mib: float = setting(MAX_RESPONSE_MIB, "Most MiB of one response; a request whose "
+                                      "response runs longer fails as too_large.",
+                                      group=CLIENT, gt=0)
 
     @model_validator(mode="after")
     def _key_file(self) -> RequestConfig:
@@ -82,6 +90,11 @@ class RequestConfig(BaseModel):
 
     def key(self) -> str | None:
         return self.api_key.get_secret_value() if self.api_key else None
+
+    def size_limits(self) -> dict[str, int]:
+        """The caps on one event and one response, in bytes (`Client`'s keywords)."""
+        return {"max_event_bytes": int(self.max_event_mib * MIB),
+                "max_response_bytes": int(self.max_response_mib * MIB)}
 
 
 class ClientConfig(RequestConfig):
@@ -201,9 +214,8 @@ class BenchConfig(TargetConfig, ClientConfig, StopConfig, TelemetryConfig, SloCo
     def _check(self) -> BenchConfig:
         if self.duration_s is None and self.requests is None and self.arrivals.process != "trace":
             derive(self, duration_s=DEFAULT_DURATION_S)
-        if self.arrivals.rate == float("inf") and self.requests is None:
-            raise ValueError("--rate inf sends every request at once: bound it with --requests N "
-                             "(and --max-concurrency to cap how many are in flight)")
+        if self.arrivals.burst:
+            self._check_burst()
         self.window()
         if self.name is None:
             derive(self, name="engine" if self.url is None else "bench")
@@ -220,6 +232,19 @@ class BenchConfig(TargetConfig, ClientConfig, StopConfig, TelemetryConfig, SloCo
         if self.workers != "auto":
             self._check_workers(self.workers)
         return self
+
+    def _check_burst(self) -> None:
+        """A burst is measured whole: its window runs from its start to its last request's
+        end (no warm-up, no cool-down: they would leave out requests all scheduled at t0)."""
+        if self.requests is None:
+            raise ValueError("--rate inf sends every request at once: bound it with --requests N "
+                             "(and --max-concurrency to cap how many are in flight)")
+        for name in ("warmup_s", "cooldown_s"):
+            if getattr(self, name):
+                raise ValueError(f"--rate inf schedules every request at its start: "
+                                 f"--{name.removesuffix('_s')} would leave out all or none; "
+                                 "drop it")
+        derive(self, warmup_s=0.0, cooldown_s=0.0)
 
     def _check_workers(self, workers: int) -> None:
         if self.ray is None and workers > MAX_LOCAL_WORKERS:

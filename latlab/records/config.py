@@ -8,11 +8,12 @@ fixes the measurement window.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from latlab.records import SCHEMA_VERSION
+from latlab.records.arrivals import OPEN_LOOP
 from latlab.records.bench import BenchConfig
 from latlab.records.cluster import RayCluster
 from latlab.records.coldstart import ColdstartConfig
@@ -81,3 +82,15 @@ class RunConfig(BaseModel):
         return self.simulation is not None
 
     _slos = field_validator("slos", mode="before")(lambda value: slo_dict(value))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _burst_as_null(cls, data: Any) -> Any:
+        """A `--rate inf` run written before infinity was written as "inf": its open-loop
+        rate is null (JSON has no infinity), and it can only have been a burst."""
+        bench = data.get("bench") if isinstance(data, dict) else None
+        arrivals = bench.get("arrivals") if isinstance(bench, dict) else None
+        if isinstance(arrivals, dict) and arrivals.get("process") in OPEN_LOOP \
+                and "rate" in arrivals and arrivals["rate"] is None:
+            data = {**data, "bench": {**bench, "arrivals": {**arrivals, "rate": float("inf")}}}
+        return data

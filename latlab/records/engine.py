@@ -182,7 +182,25 @@ class ServeConfig(BaseModel):
                                     "context (what latlab calibrate fits; schema docs/schema/"
                                     "step.schema.json).", group=TELEMETRY)
     max_body_bytes: int = Field(default=4 << 20, ge=1)
-    body_timeout_s: float = Field(default=60.0, gt=0)  # a body not in by then: 408
+    max_connections: int = setting(4096, "Open connections at most; beyond, a new one is "
+                                   "answered 503 and closed (lowered to what the open-files "
+                                   "limit allows).", group=SERVER, ge=1)
+    max_connections_per_client: int = setting(1024, "Open connections at most from one client "
+                                              "address; beyond, 503.", group=SERVER, ge=1)
+    max_reading: int = setting(2048, "Requests whose headers or body are still arriving, at "
+                               "most; beyond, the one arriving longest is cut off (408), so "
+                               "real clients always get in (what slow clients hold is at most "
+                               "this many bodies).", group=SERVER, ge=1)
+    header_timeout_s: float = setting(5.0, "Seconds a request's headers may take (up to 50% "
+                                      "more, at random), plus one per --min-rate bytes "
+                                      "received; then 408.",
+                                      group=SERVER, gt=0)
+    body_timeout_s: float = setting(5.0, "Seconds a request's body may take once its headers "
+                                    "are in (up to 50% more, at random), plus one per "
+                                    "--min-rate bytes received; then 408.",
+                                    group=SERVER, gt=0)
+    min_rate: int = setting(1024, "Bytes per second that earn a slow client one more second "
+                            "(0: the timeouts are flat).", group=SERVER, ge=0)
 
     @property
     def model_name(self) -> str:

@@ -58,7 +58,15 @@ class RunFolder:
 
     @classmethod
     def open(cls, path: Path | str) -> RunFolder:
-        run = cls(Path(path))
+        """The run folder at `path`, or the one holding `path` when it is one of a run's
+        files (config.json, requests.jsonl, summary.json, report.html)."""
+        path = Path(path)
+        if path.is_file():
+            if path.name not in (CONFIG, REQUESTS, SUMMARY, REPORT):
+                raise RunFolderError(f"{path}: a file, not a run folder (give the folder that "
+                                     f"holds {CONFIG} and {REQUESTS})")
+            path = path.parent
+        run = cls(path)
         if not run.path.is_dir():
             raise RunFolderError(f"{path}: no such run folder")
         if not (run.path / CONFIG).is_file() and not (run.path / REQUESTS).is_file():
@@ -97,6 +105,18 @@ class RunFolder:
     def record_writer(self) -> RecordWriter:
         return RecordWriter(self.requests_path)
 
+    def torn_bytes(self) -> int:
+        """The length of requests.jsonl's torn last line (a record cut off by a crash or a
+        kill mid-write, which the readers leave out); 0 when the file ends whole."""
+        try:
+            with self.requests_path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - (1 << 20)))
+                tail = f.read()
+        except FileNotFoundError:
+            return 0
+        return len(tail) - tail.rfind(b"\n") - 1 if tail else 0
+
     def iter_records(self, raw: bool = False) -> Iterator[RequestTimeline]:
         """Every complete record; a torn last line (crash mid-write) is skipped. Unless
         `raw`, a request without in-band server timings gets those its spans gave
@@ -106,13 +126,14 @@ class RunFolder:
             return
         joined = {} if raw else self._joined()
         with self.requests_path.open("rb") as f:
-            for line in f:
+            for number, line in enumerate(f, 1):
                 if not line.endswith(b"\n"):
                     break
                 try:
                     r = RequestTimeline.from_json(orjson.loads(line))
                 except (orjson.JSONDecodeError, TypeError, ValueError) as e:
-                    raise RunFolderError(f"{self.requests_path}: unreadable record: {e}") from e
+                    raise RunFolderError(f"{self.requests_path}: line {number}: unreadable "
+                                         f"record: {e}") from e
                 if r.id in joined:
                     timing, cached = joined[r.id]
                     r.server = (timing if timing is not None and timing.application

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -62,12 +63,27 @@ def read_jsonl(path: Path, schema: pa.Schema) -> pa.Table:
             table = db.sql(f"SELECT * FROM read_json(?, format = 'newline_delimited', "
                            f"columns = {columns})", params=[str(source)]).to_arrow_table()
     except duckdb.Error as e:
-        message = str(e).splitlines()[0].replace(str(source), str(path))
+        message = _not_json(source) or str(e).splitlines()[0].replace(str(source), str(path))
         raise UnreadableRecords(f"{path}: unreadable record: {message}") from None
     finally:
         if scratch is not None:
             os.unlink(scratch.name)
     return table.cast(schema) if table.schema != schema else table
+
+
+def _not_json(path: Path) -> str | None:
+    """Which line of `path` is not a JSON object, and why (DuckDB names the line where it
+    gave up, the one after a record cut short); None when every line is one."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                if isinstance(orjson.loads(line), dict):
+                    continue
+                why = "not a JSON object"
+            except orjson.JSONDecodeError as e:
+                why = f"not JSON ({e.msg} at character {e.pos + 1})"
+            return f"line {number}: {why}"
+    return None
 
 
 def _copy_complete_lines(src, dst, size: int) -> None:

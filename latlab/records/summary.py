@@ -19,8 +19,10 @@ def _inf_as_text(value: float | None) -> float | str | None:
     return "inf" if value is not None and math.isinf(value) else value
 
 
-Ms = Annotated[float, PlainSerializer(_inf_as_text, return_type=float | str, when_used="json")]
-"""A float that may be infinite (written as "inf")."""
+Unbounded = Annotated[float, PlainSerializer(_inf_as_text, return_type=float | str,
+                                             when_used="json")]
+"""A float that may be infinite (written as "inf", read back as `math.inf`)."""
+Ms = Unbounded
 
 
 class Record(BaseModel):

@@ -50,8 +50,11 @@ class Outcome(StrEnum):
     BAD_PAYLOAD = "bad_payload"
     EMPTY = "empty"  # a 200 answer that carried no token and no usage
     UNFINISHED = "unfinished"  # still in flight when the run's time (duration + drain) ran out
-    CANCELLED = "cancelled"  # by the user (Ctrl-C): not the server's failure
+    CANCELLED = "cancelled"  # the run was interrupted (Ctrl-C, SIGTERM): not the server's failure
     CLIENT_ERROR = "client_error"
+    # A response, or one event of it, over bench's --max-response-mib / --max-event-mib: bench
+    # stopped reading it (a server sending without end cannot take the client's memory).
+    TOO_LARGE = "too_large"
 
 
 @dataclass(slots=True)

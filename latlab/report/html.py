@@ -128,7 +128,7 @@ def _summary_lines(summary: RunSummary) -> list[str]:
     failures = ", ".join(f"{k} ×{number(v)}" for k, v in sorted(summary.failures.items()))
     lines = [f"{number(summary.ok)} of {number(summary.in_window)} requests in the window "
              f"succeeded; failures: {failures or 'none'}"
-             + (f"; cancelled by the user: {number(summary.cancelled)}"
+             + (f"; cancelled by an interruption: {number(summary.cancelled)}"
                 if summary.cancelled else "")]
     t = summary.throughput
     if t:

@@ -44,4 +44,5 @@ OUTCOME_COLORS = {
     "unfinished": "#7f7f7f",
     "cancelled": "#9a9a9a",
     "client_error": "#17becf",
+    "too_large": "#393b79",
 }

@@ -23,10 +23,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from latlab import __version__
 from latlab.server.async_engine import AsyncEngine
 from latlab.server.auth import check_bearer
+from latlab.server.connections import WholeRequests
 from latlab.server.guards import OriginGuard
 from latlab.records.engine import ServeConfig
 from latlab.server.openai_serving import OpenAIServing
-from latlab.server.openapi import ERRORS, install_openapi, request_body
+from latlab.server.openapi import ERRORS, METRICS, install_openapi, request_body
 from latlab.server.schemas import (ApiError, ChatCompletionRequest, ChatCompletionResponse,
                                    CompletionRequest, CompletionResponse, ModelCard,
                                    ModelList)
@@ -92,6 +93,7 @@ def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) 
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.allow_origins),
                            allow_methods=["GET", "POST"], expose_headers=["x-request-id"],
                            allow_headers=["authorization", "content-type", "x-request-id"])
+    app.add_middleware(WholeRequests, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(OriginGuard, allowed=settings.allow_origins)
     app.add_middleware(RequestIdMiddleware)  # added last: the outermost, the earliest stamp
     app.state.engine = engine
@@ -116,7 +118,8 @@ def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) 
         return ModelList(data=[card]).model_dump()
 
     app.include_router(v1)
-    install_openapi(app, [CompletionRequest, ChatCompletionRequest])
+    install_openapi(app, [CompletionRequest, ChatCompletionRequest],
+                    engine.engine.model_config.vocab_size)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -139,7 +142,7 @@ def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) 
         """The engine's settings as this server resolved them (what advice can rely on)."""
         return {"server": "latlab", "version": __version__, "engine": engine_settings(engine)}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=Response, responses=METRICS)
     async def metrics() -> Response:
         return Response(telemetry.render(), media_type="text/plain; version=0.0.4")
 

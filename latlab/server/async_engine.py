@@ -130,7 +130,7 @@ class AsyncEngine:
         # Requests handed over and taken in: each counter is written by one thread only.
         self._submitted = 0
         self._taken_in = 0
-        self.num_preprocessing = 0  # being read or tokenized: they count as waiting
+        self.num_preprocessing = 0  # read and being tokenized: they count as waiting
         self._wakeup = threading.Event()
         self._stopping = False
         self._ids = itertools.count()
@@ -175,7 +175,7 @@ class AsyncEngine:
 
     @contextmanager
     def admitting(self) -> Iterator[None]:
-        """Hold a waiting slot while a request is read and tokenized (raises QueueFull);
+        """Hold a waiting slot while a request is tokenized (raises QueueFull);
         `submit(..., admitted=True)` inside the block hands the slot to the request."""
         self._check_capacity()
         self.num_preprocessing += 1

@@ -1,14 +1,17 @@
 """`/v1/completions` and `/v1/chat/completions`: admit, read, tokenize, submit, respond.
 
 Timestamps: `received` is taken by the app's outermost middleware (before routing and the
-body), so `preprocess` covers reading, validation, the chat template and tokenization. From before the
-body is read until the request is in the engine it holds a waiting slot (`--max-waiting`).
+body), so `preprocess` covers reading, validation, the chat template and tokenization. The
+body is in before the handler runs (bounded in size and time by `connections`), and only then
+does the request take a waiting slot (`--max-waiting`), held until the engine has it: a client slow to
+send holds no slot, and a 429 means the queue is full.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,6 +37,7 @@ from latlab.server.telemetry import Telemetry
 from latlab.server.timing import server_timing
 
 
+RETRY_AFTER_MAX_S = 60  # the longest Retry-After OpenAI's Python client honours
 # The tenant of a request for fair share (--fair-share): this header, else the `user` field.
 TENANT_HEADER = "x-tenant-id"
 log = logging.getLogger("latlab.serve")
@@ -52,56 +56,45 @@ class OpenAIServing:
 
     async def completions(self, request: Request) -> Any:
         received = _begin(request, "completion")
+        data = await self._read(request)
         with self._admitted():
-            body, ids = await self.prompts.completion(await self._read(request))
+            body, ids = await self.prompts.completion(data)
             stream = self._submit(body, ids, body.output_limit or 16, received,
                                   request.headers.get(TENANT_HEADER))
         return await self._respond(request, "completion", body, stream, len(ids))
 
     async def chat(self, request: Request) -> Any:
         received = _begin(request, "chat")
+        data = await self._read(request)
         with self._admitted():
-            body, ids = await self.prompts.chat(await self._read(request))
+            body, ids = await self.prompts.chat(data)
             stream = self._submit(body, ids, body.output_limit, received,
                                   request.headers.get(TENANT_HEADER))
         return await self._respond(request, "chat", body, stream, len(ids))
 
     @contextmanager
     def _admitted(self) -> Iterator[None]:
-        """A waiting slot from before the body is read until the engine has the request."""
+        """A waiting slot from when the body is in until the engine has the request; when
+        the queue is full, 429 with the seconds it takes to serve what waits now."""
         try:
             with self.engine.admitting():
                 yield
         except QueueFull as e:
             self.telemetry.requests.labels("rejected").inc()
             raise ApiError(429, f"the server is at capacity: {e}", type="rate_limit_error",
-                           code="rate_limit_exceeded", headers={"Retry-After": "1"}) from None
+                           code="rate_limit_exceeded",
+                           headers={"Retry-After": str(retry_after_s(
+                               self.engine.num_waiting, self.telemetry.finish_rate()))}
+                           ) from None
         except EngineNotReady as e:
             self.telemetry.requests.labels("unavailable").inc()
             raise ApiError(503, str(e), type="service_unavailable",
                            headers={"Retry-After": "1"}) from None
 
     async def _read(self, request: Request) -> bytes:
-        """The body, at most `max_body_bytes` (413) within `body_timeout_s` (408); a client
-        that leaves meanwhile raises starlette's ClientDisconnect."""
-        limit = self.settings.max_body_bytes
-        too_large = ApiError(413, f"the request body is larger than {limit} bytes",
-                             code="request_too_large")
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > limit:
-            raise too_large
-        data = bytearray()
-        try:
-            async with asyncio.timeout(self.settings.body_timeout_s):
-                async for chunk in request.stream():
-                    data += chunk
-                    if len(data) > limit:
-                        raise too_large
-        except TimeoutError:
-            raise ApiError(408, "the request body did not arrive within "
-                           f"{self.settings.body_timeout_s:g} s",
-                           code="request_timeout") from None
-        return bytes(data)
+        """The body, already whole (`connections.WholeRequests`: bounded in size and time);
+        a client that left raises starlette's ClientDisconnect."""
+        return await request.body()
 
     def _submit(self, body: GenerationRequest, ids: list[int], max_tokens: int | None,
                 received: int, tenant: str | None) -> RequestStream:
@@ -123,6 +116,10 @@ class OpenAIServing:
                            f"tokens. However, you requested {len(ids) + max_tokens} tokens "
                            f"({len(ids)} in the prompt, {max_tokens} in the completion).",
                            param="max_tokens", code="context_length_exceeded")
+        if body.min_tokens > max_tokens:
+            raise ApiError(400, f"min_tokens ({body.min_tokens}) is more than max_tokens "
+                           f"({max_tokens})", param="min_tokens",
+                           code="min_tokens_above_max_tokens")
         try:
             params = body.sampling_params(max_tokens)
         except ValueError as e:
@@ -184,6 +181,15 @@ class OpenAIServing:
         if isinstance(e, QueueTimeout):
             self.telemetry.requests.labels("queue_timeout").inc()
         return engine_error(e)
+
+
+def retry_after_s(waiting: int, finish_rate: float | None) -> int:
+    """When to come back after a 429: the seconds it takes to serve the `waiting` requests at
+    the rate requests finished lately, 1 to `RETRY_AFTER_MAX_S` (a client told 1 s by a
+    server whose queue takes a minute only comes back to be refused again)."""
+    if not finish_rate:
+        return 1  # nothing has finished yet: no rate to go by
+    return max(1, min(RETRY_AFTER_MAX_S, math.ceil(waiting / finish_rate)))
 
 
 async def _drain(stream: RequestStream) -> tuple[str, RequestOutput]:

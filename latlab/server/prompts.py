@@ -9,6 +9,7 @@ tokens could cover is refused before it is tokenized at all.
 from __future__ import annotations
 
 import asyncio
+import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -70,7 +71,7 @@ class PromptBuilder:
             prompt = self.tokenizer.apply_chat_template(messages)
         except jinja2.TemplateError as e:
             raise ApiError(400, f"the model's chat template rejects these messages: {e}",
-                           param="messages") from None
+                           param="messages", code="chat_template_error") from None
         return body, self._encode(prompt, "messages")
 
     def _encode(self, text: str, param: str) -> list[int]:
@@ -99,15 +100,16 @@ def parse(data: bytes, model: type[Body]) -> Body:
 def _invalid(e: ValidationError) -> ApiError:
     """A 400 naming the first bad field; for a field of several types, the types it takes."""
     errors = e.errors(include_url=False)
-    first = errors[0]
-    if first["type"] == "json_invalid":
-        return ApiError(400, f"the body is not valid JSON: {first['msg']}")
+    if errors[0]["type"] == "json_invalid":
+        return ApiError(400, f"the body is not valid JSON: {errors[0]['msg']}")
+    # a union branch of the right type that failed a bound says more than the others' types
+    first = next((err for err in errors if not err["type"].endswith("_type")), errors[0])
     loc = [p for p in first["loc"] if not _is_type_tag(p)]
     param = ".".join(map(str, loc)) or None
-    tags = [str(err["loc"][len(loc)]) for err in errors
+    tags = [_type_name(err["loc"][len(loc)]) for err in errors
             if len(err["loc"]) > len(loc) and list(err["loc"][: len(loc)]) == loc
             and _is_type_tag(err["loc"][len(loc)])]
-    if len(tags) > 1:
+    if len(tags) > 1 and first["type"].endswith("_type"):
         message = (f"{type(first['input']).__name__} is not accepted; "
                    f"it takes {', '.join(dict.fromkeys(tags))}")
     else:
@@ -116,5 +118,14 @@ def _invalid(e: ValidationError) -> ApiError:
 
 
 def _is_type_tag(part: Any) -> bool:
-    """Pydantic's name for one branch of a union in an error location (`str`, `list[int]`)."""
-    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part)
+    """Pydantic's name for one branch of a union in an error location (`str`, `list[int]`,
+    `constrained-str`)."""
+    return isinstance(part, str) and (part.removeprefix("constrained-") in
+                                      ("str", "int", "float", "bool") or "[" in part)
+
+
+def _type_name(tag: str) -> str:
+    """A union branch as the JSON it takes: `list[function-before[_whole(),
+    constrained-int]]` is `list[int]`."""
+    return re.sub(r"function-before\[\w+\(\), (int)\]", r"\1",
+                  tag.replace("constrained-", ""))

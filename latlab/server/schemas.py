@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from annotated_types import Ge, Le, MinLen
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from latlab.engine.sampling_params import SamplingParams
 
@@ -39,9 +40,32 @@ UNSUPPORTED_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "guided_regex": (None,), "guided_choice": (None,), "guided_grammar": (None,),
 }
 
-NonNegative = Annotated[int, Field(ge=0)]
+
+
+def _whole(value: Any) -> Any:
+    """A whole number written as a float (`75.0`) is the integer JSON Schema says it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """Equal as JSON values: `false` is not `0`, though Python says so."""
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
+def integer(*bounds: Any) -> Any:
+    """An integer field: strict (no bool, no string), but 75.0 is 75, as the schema promises
+    (the bounds go inside the conversion, so the schema states them as it should)."""
+    return Annotated[(int, *bounds, BeforeValidator(_whole))]
+
+
+Integer, NonNegative, Positive = integer(), integer(Ge(0)), integer(Ge(1))
 # Seeds are int64, as in vLLM and OpenAI's clients; outside that range: 400, never reduced.
-Seed = Annotated[int, Field(ge=-(1 << 63), le=(1 << 63) - 1)]
+Seed = integer(Ge(-(1 << 63)), Le((1 << 63) - 1))
+Text = Annotated[str, MinLen(1)]
+TokenIds = Annotated[list[NonNegative], Field(min_length=1)]
+# Errors a request the schema accepts may still get: what its fields mean together.
+CROSS_FIELD_CODES = ("context_length_exceeded", "min_tokens_above_max_tokens",
+                     "chat_template_error")
 
 
 class ErrorDetail(BaseModel):
@@ -63,35 +87,47 @@ class StreamOptions(BaseModel):
     continuous_usage_stats: bool = False
 
 
-class GenerationRequest(BaseModel):
-    """Sampling fields shared by completions and chat, with latlab's (vLLM's) extensions."""
+def _unsupported_in_schema(schema: dict[str, Any]) -> None:
+    """The fields latlab does not implement, each documented with the values it takes."""
+    schema["properties"].update({
+        name: {"enum": [v for i, v in enumerate(values)
+                        if not any(_json_equal(v, w) for w in values[:i])],
+               "description": "not supported by latlab serve beyond its default"}
+        for name, values in UNSUPPORTED_DEFAULTS.items()})
 
-    model_config = ConfigDict(extra="allow", strict=True)
+
+class GenerationRequest(BaseModel):
+    """Sampling fields shared by completions and chat, with latlab's (vLLM's) extensions.
+    What the schema cannot say: the prompt and `max_tokens` must fit the model's context
+    (else 400 `context_length_exceeded`), and `min_tokens` may not exceed `max_tokens`
+    (400 `min_tokens_above_max_tokens`)."""
+
+    model_config = ConfigDict(extra="allow", strict=True,
+                              json_schema_extra=_unsupported_in_schema)
 
     model: str | None = None
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: Positive | None = None
     # OpenAI's current name for the limit (AIPerf sends it to /v1/completions too); it wins
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: Positive | None = None
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=-1, description="-1 or 0: off; above the vocabulary: all tokens")
+    top_k: Integer = Field(0, ge=-1, description="-1 or 0: off; above the vocabulary: all "
+                           "tokens")
     seed: Seed | None = None
-    stop: str | list[str] | None = None
+    stop: Text | Annotated[list[Text], Field(max_length=16)] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
     min_tokens: NonNegative = 0
-    priority: int = 0
+    priority: Integer = 0
     user: str | None = Field(None, max_length=256)
 
     @model_validator(mode="after")
     def _refuse_unsupported(self) -> GenerationRequest:
         for name, value in (self.model_extra or {}).items():
-            if name in UNSUPPORTED_DEFAULTS and value not in UNSUPPORTED_DEFAULTS[name]:
+            if name in UNSUPPORTED_DEFAULTS and not any(
+                    _json_equal(value, d) for d in UNSUPPORTED_DEFAULTS[name]):
                 raise ValueError(f"{name}={value!r} is not supported by latlab serve")
-        stops = [self.stop] if isinstance(self.stop, str) else self.stop or []
-        if len(stops) > 16 or not all(stops):
-            raise ValueError("stop takes at most 16 non-empty strings")
         return self
 
     @property
@@ -121,7 +157,9 @@ class GenerationRequest(BaseModel):
 
 
 class CompletionRequest(GenerationRequest):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    # One prompt: text or token ids, alone or as OpenAI's list of one.
+    prompt: (Text | Annotated[list[Text], Field(min_length=1, max_length=1)] | TokenIds
+             | Annotated[list[TokenIds], Field(min_length=1, max_length=1)])
 
 
 class TextPart(BaseModel):

@@ -7,6 +7,8 @@ the engine thread stops).
 from __future__ import annotations
 
 import asyncio
+import functools
+import resource
 import signal
 import sys
 import threading
@@ -22,6 +24,9 @@ from latlab.records.engine import EngineConfig, ServeConfig
 from latlab.server.app import create_app
 from latlab.server.async_engine import AsyncEngine
 from latlab.server.auth import read_api_key
+from latlab.server.connections import ConnectionGuard, GuardedH11Protocol
+
+FILES_KEPT = 128  # open files kept for the model, logs and the engine besides connections
 
 
 class _Server(uvicorn.Server):
@@ -54,16 +59,42 @@ class _Server(uvicorn.Server):
 
 def build_server(serve: ServeConfig) -> uvicorn.Server:
     """A uvicorn server around a new engine; the engine warms up once the server starts.
-    The API key is read here (--api-key, LATLAB_API_KEY or --api-key-file)."""
+    The API key is read here (--api-key, LATLAB_API_KEY or --api-key-file); the connections
+    are guarded (`connections`), at most as many as the open-files limit allows."""
     config = serve.engine
     serve = serve.model_copy(update={"api_key": read_api_key(serve.api_key, serve.api_key_file),
-                                     "api_key_file": None})
+                                     "api_key_file": None,
+                                     "max_connections": connection_limit(serve.max_connections)})
     engine = AsyncEngine(LLMEngine(config.model_copy(update={"warmup": False})),
                          config.max_waiting, step_log=serve.step_log)
     app = create_app(engine, serve, warmup=config.warmup)
+    app.state.connections = guard = ConnectionGuard(serve)
+    app.state.telemetry.registry.register(guard)
     return _Server(uvicorn.Config(app, host=serve.host, port=serve.port, log_level="warning",
                                   access_log=False, timeout_graceful_shutdown=5,
-                                  lifespan="on"), engine)
+                                  lifespan="on", backlog=serve.max_connections,
+                                  http=functools.partial(GuardedH11Protocol, guard=guard)),
+                   engine)
+
+
+def connection_limit(wanted: int) -> int:
+    """`wanted` connections, or as many as the open-files limit leaves room for (raised to
+    its hard limit first, as vLLM's server does), with `FILES_KEPT` for everything else."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = wanted + FILES_KEPT
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        raised = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return wanted
+    allowed = max(1, soft - FILES_KEPT)
+    print(f"latlab serve: --max-connections {wanted} lowered to {allowed}: the open-files "
+          f"limit is {soft} (ulimit -n)", file=sys.stderr, flush=True)
+    return allowed
 
 
 def run_server(serve: ServeConfig) -> None:

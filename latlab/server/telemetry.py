@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5,
                    0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
 PREFIX = "latlab"
+FINISHED_KEPT = 256  # finished requests the finish rate is measured over
 
 disable_created_metrics()  # no `_created` series: they double the page and nobody reads them
 
@@ -97,6 +100,14 @@ class Telemetry:
             "accepted / proposed.", buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
             registry=self.registry)
         self.registry.register(_EngineCollector(stats, settings or {}))
+        self.finished: deque[float] = deque(maxlen=FINISHED_KEPT)  # monotonic, latest last
+
+    def finish_rate(self) -> float | None:
+        """Requests finished per second lately: over the latest `FINISHED_KEPT`, up to now
+        (so a stalled engine's rate falls); None before any has finished."""
+        if not self.finished:
+            return None
+        return len(self.finished) / max(time.monotonic() - self.finished[0], 1e-3)
 
     def observe_request(self, request_id: str, times: StageTimes, prompt_tokens: int,
                         completion_tokens: int, outcome: str,
@@ -114,6 +125,7 @@ class Telemetry:
         ):
             if start is not None and end is not None:
                 histogram.observe((end - start) / 1e9)
+        self.finished.append(time.monotonic())
         self.prompt_tokens.inc(prompt_tokens)
         self.generation_tokens.inc(completion_tokens)
         self.requests.labels(outcome).inc()

@@ -33,9 +33,11 @@ from latlab.load.request.ollama import NdjsonParser, ollama_body
 from latlab.load.request.server_timing import ServerKind, from_event, from_headers
 from latlab.load.request.sglang import SglangParser, sglang_body
 from latlab.load.request.sglang import usage as sglang_usage
-from latlab.load.request.sse import StreamFault, StreamParser, apply_usage
+from latlab.load.request.sse import (StreamFault, StreamParser, apply_usage, read_at_most,
+                                     too_large)
 from latlab.load.request.stamps import StampingConnector, read_stamped
 from latlab.load.workload.requests import RequestSpec
+from latlab.records.bench import MAX_EVENT_MIB, MAX_RESPONSE_MIB, MIB
 from latlab.records.timeline import Outcome, RequestTimeline
 
 ERROR_BODY_BYTES = 2048
@@ -72,13 +74,18 @@ PARSERS = {None: StreamParser, "ollama": NdjsonParser, "sglang": SglangParser}
 
 class Client:
     """One aiohttp session with a pool of `pool_size` connections (0: unbounded); without
-    `keepalive` every request opens its own connection."""
+    `keepalive` every request opens its own connection. A response is read up to
+    `max_response_bytes`, an event of it up to `max_event_bytes` (else `too_large`): what
+    one request holds is bounded whatever the server sends."""
 
     def __init__(self, url: str, model: str, api: str = "completions", *,
                  api_key: str | None = None, pool_size: int = 0, timeout_s: float = 600.0,
                  ignore_eos: bool = True, continuous_usage: bool = True, stream: bool = True,
-                 keepalive: bool = True, kind: ServerKind = ServerKind.AUTO) -> None:
+                 keepalive: bool = True, kind: ServerKind = ServerKind.AUTO,
+                 max_event_bytes: int = int(MAX_EVENT_MIB * MIB),
+                 max_response_bytes: int = int(MAX_RESPONSE_MIB * MIB)) -> None:
         self.route = ROUTES[api]
+        self.max_event_bytes, self.max_response_bytes = max_event_bytes, max_response_bytes
         self.url = url.rstrip("/") + self.route.path
         self.model = model
         self.ignore_eos, self.stream, self.keepalive, self.kind = (ignore_eos, stream,
@@ -231,8 +238,17 @@ class Client:
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, r: RequestTimeline,
                            keep: bool) -> str | None:
-        parser = PARSERS[self.route.native](r, self.route.chat, keep)
-        await read_stamped(resp, parser.feed)
+        parser = PARSERS[self.route.native](r, self.route.chat, keep, self.max_event_bytes)
+        limit, received = self.max_response_bytes, 0
+
+        def feed(piece: bytes, t: int) -> None:
+            nonlocal received
+            received += len(piece)
+            if received > limit:
+                raise too_large("the response", limit, "--max-response-mib")
+            parser.feed(piece, t)
+
+        await read_stamped(resp, feed)
         parser.finish()
         if getattr(parser, "without_done", False):
             self.learned.without_done += 1
@@ -240,7 +256,7 @@ class Client:
 
     async def _read_body(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> str | None:
         """A non-streamed answer: one event, when the whole body has arrived."""
-        raw = await resp.read()
+        raw = await read_at_most(resp, self.max_response_bytes, "--max-response-mib")
         t = perf_counter_ns()
         try:
             obj = orjson.loads(raw)

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from latlab.load.request.server_timing import ollama
-from latlab.load.request.sse import StreamFault
+from latlab.load.request.sse import StreamFault, too_large
 from latlab.load.workload.requests import RequestSpec
 from latlab.records.timeline import Outcome, RequestTimeline
 
@@ -31,10 +31,11 @@ class NdjsonParser:
     """Turns an Ollama stream into token events on a timeline (the interface of
     `sse.StreamParser`: `feed` each socket read with its arrival time, then `finish`)."""
 
-    __slots__ = ("r", "chat", "buf", "final", "text")
+    __slots__ = ("r", "chat", "buf", "final", "text", "max_event_bytes")
 
-    def __init__(self, r: RequestTimeline, chat: bool, keep_text: bool = False) -> None:
-        self.r, self.chat = r, chat
+    def __init__(self, r: RequestTimeline, chat: bool, keep_text: bool = False,
+                 max_event_bytes: int | None = None) -> None:
+        self.r, self.chat, self.max_event_bytes = r, chat, max_event_bytes
         self.buf = b""
         self.text: list[str] | None = [] if keep_text else None
         self.final: dict[str, Any] | None = None
@@ -45,6 +46,8 @@ class NdjsonParser:
         for line in lines:
             if line.strip():
                 self._line(line, t)
+        if self.max_event_bytes is not None and len(self.buf) > self.max_event_bytes:
+            raise too_large("a line of the stream", self.max_event_bytes, "--max-event-mib")
 
     def _line(self, line: bytes, t: int) -> None:
         try:

@@ -41,8 +41,9 @@ class SglangParser(StreamParser):
 
     __slots__ = ("answer",)
 
-    def __init__(self, r: RequestTimeline, chat: bool, keep_text: bool = False) -> None:
-        super().__init__(r, chat, keep_text)
+    def __init__(self, r: RequestTimeline, chat: bool, keep_text: bool = False,
+                 max_event_bytes: int | None = None) -> None:
+        super().__init__(r, chat, keep_text, max_event_bytes)
         self.answer = ""
 
     def _event(self, data: bytes | memoryview, at: int) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import orjson
 
 from latlab.load.request.server_timing import from_event, llamacpp_cached
@@ -39,14 +40,17 @@ class StreamParser:
 
     `feed` takes each socket read with its arrival time; `finish` applies the usage and
     server timings and raises `StreamFault` for a stream that ended before its answer did
-    (no [DONE], no finish_reason)."""
+    (no [DONE], no finish_reason). An event still unfinished past `max_event_bytes` is a
+    `too_large` fault: what the parser holds is bounded whatever the server sends."""
 
     __slots__ = ("r", "chat", "buf", "cumulative_base", "usage", "timing", "cached", "done",
-                 "answer_ns", "text", "ended_ns", "last_ns", "without_done")
+                 "answer_ns", "text", "ended_ns", "last_ns", "without_done", "max_event_bytes")
 
-    def __init__(self, r: RequestTimeline, chat: bool, keep_text: bool = False) -> None:
+    def __init__(self, r: RequestTimeline, chat: bool, keep_text: bool = False,
+                 max_event_bytes: int | None = None) -> None:
         self.r = r
         self.chat = chat
+        self.max_event_bytes = max_event_bytes
         self.answer_ns: int | None = None  # the first token that is not reasoning
         self.text: list[str] | None = [] if keep_text else None  # the answer, when kept
         self.buf = b""
@@ -80,6 +84,8 @@ class StreamParser:
             else:
                 raise StreamFault(Outcome.BAD_PAYLOAD, f"malformed event: {_cut(data)}")
         self.buf = buf[pos:] if pos else buf
+        if self.max_event_bytes is not None and len(self.buf) > self.max_event_bytes:
+            raise too_large("an SSE event", self.max_event_bytes, "--max-event-mib")
 
     def _event(self, data: bytes | memoryview, at: int) -> None:
         r = self.r
@@ -161,6 +167,12 @@ class StreamParser:
                              else ", with no finish_reason"))
 
 
+def too_large(what: str, limit: int, flag: str) -> StreamFault:
+    size = f"{limit / (1 << 20):g} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+    return StreamFault(Outcome.TOO_LARGE, f"{what} ran past {size} ({flag}): stopped "
+                       "reading it")
+
+
 def _data(event: bytes) -> bytes | None:
     """The data of an SSE event with several lines, comments or fields; None without data."""
     lines = [line[5:] for line in event.split(b"\n") if line[:5] == b"data:"]
@@ -191,3 +203,17 @@ def apply_usage(r: RequestTimeline, usage: dict[str, Any]) -> None:
 def _cut(data: bytes | memoryview, limit: int = 200) -> str:
     text = bytes(data).decode("utf-8", "replace")
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+async def read_at_most(resp: aiohttp.ClientResponse, limit: int,
+                       flag: str = "latlab's own cap") -> bytes:
+    """`resp`'s whole body, or a `too_large` fault once it runs past `limit` bytes."""
+    length = resp.content_length
+    if length is not None and length > limit:
+        raise too_large("the response", limit, flag)
+    body = bytearray()
+    async for chunk in resp.content.iter_any():
+        body += chunk
+        if len(body) > limit:
+            raise too_large("the response", limit, flag)
+    return bytes(body)

@@ -14,11 +14,14 @@ from time import perf_counter_ns
 from typing import Any
 
 import aiohttp
+import orjson
 
-from latlab.load import BenchError, Unreachable
+from latlab.load import BenchError, KeyRefused, Unreachable, key_problem
 from latlab.load.request.errors import describe, error_message
 from latlab.load.request.server_timing import ServerKind, context_length, detect
+from latlab.load.request.sse import StreamFault, read_at_most
 
+MODELS_MAX_BYTES = 16 << 20  # of a /v1/models answer
 MODEL_HINT = ("give --model NAME, the name its requests take (for `transformers serve`, the "
               "model's path or Hub id as it was started)")
 
@@ -33,16 +36,20 @@ class NoModels(BenchError):
 
 async def fetch_models(url: str, api_key: str | None = None,
                        timeout_s: float = 10.0) -> dict[str, Any]:
-    """The server's /v1/models answer (raises aiohttp/OS errors, ValueError)."""
+    """The server's /v1/models answer (raises aiohttp/OS errors, ValueError; KeyRefused for
+    a 401 or 403)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         async with session.get(url.rstrip("/") + "/v1/models", headers=headers) as resp:
+            problem = key_problem(resp.status, api_key is not None)
+            if problem is not None:
+                raise KeyRefused(f"{url}/v1/models: {problem}")
             if resp.status != 200:
                 body = error_message(await resp.content.read(2048))
                 raise ValueError(f"HTTP {resp.status} {resp.reason or ''}".rstrip()
                                  + (f": {body}" if body else ""))
-            data = await resp.json(content_type=None)
+            data = orjson.loads(await read_at_most(resp, MODELS_MAX_BYTES))
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise ValueError(f"{url}/v1/models: no `data` list in the answer")
     return data
@@ -64,6 +71,8 @@ async def discover(url: str, api_key: str | None = None, timeout_s: float = 10.0
         error = Unreachable if isinstance(e, aiohttp.ClientConnectorError) else BenchError
         raise error(f"cannot reach {url} ({describe(e)}): is the server up and the "
                     "URL right (http://HOST:PORT)?") from None
+    except KeyRefused:
+        raise
     except Exception as e:  # it answered (or hung up), but not with a model list
         why = str(e) if isinstance(e, ValueError) else describe(e)
         raise NoModels(url, f"did not list a model ({why})") from None
@@ -84,7 +93,7 @@ def identify(url: str, model: str | None, kind: ServerKind, key: str | None,
     try:
         model, found, context = asyncio.run(discover(url, key, timeout_s, model))
     except BenchError as e:
-        if model is None or isinstance(e, Unreachable):
+        if model is None or isinstance(e, (Unreachable, KeyRefused)):
             raise
         found, context = ServerKind.OPENAI, None
         what = e.what if isinstance(e, NoModels) else str(e)
@@ -110,11 +119,11 @@ async def round_trip_ms(url: str, api_key: str | None = None, probes: int = 5,
                 for _ in range(probes + 1):  # the first opens the connection
                     start = perf_counter_ns()
                     async with session.get(url.rstrip("/") + path, headers=headers) as resp:
-                        await resp.read()
+                        await read_at_most(resp, MODELS_MAX_BYTES)
                         if resp.status != 200:
                             break
                     times.append((perf_counter_ns() - start) / 1e6)
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, StreamFault):
                 return None
             if len(times) > 1:
                 return min(times[1:])

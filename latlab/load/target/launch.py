@@ -48,6 +48,15 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def exited(self, wait_s: float = 0.0) -> bool:
+        """Whether the process has exited, waiting up to `wait_s` for it (a killed process
+        refuses connections a moment before it can be reaped)."""
+        try:
+            self.process.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         try:
             text = self.log_path.read_text(encoding="utf-8", errors="replace")

@@ -78,7 +78,8 @@ async def _probe(config: ColdstartConfig, workload: Workload, server: ServerProc
                             priority=spec.priority, scheduled_ns=perf_counter_ns())
         async with Client(server.url, target.model, config.workload.api, api_key=key,
                           pool_size=1, timeout_s=config.timeout_s, ignore_eos=config.ignore_eos,
-                          continuous_usage=config.continuous_usage) as client:
+                          continuous_usage=config.continuous_usage,
+                          **config.size_limits()) as client:
             await client.send(spec, r)
         writer.write(r)
         records.append(r)

@@ -9,11 +9,14 @@ import asyncio
 from typing import Any, Callable
 
 import aiohttp
+import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
+from latlab.load.request.sse import StreamFault, read_at_most
 from latlab.records.server import ServerSettings
 
 TIMEOUT_S = 3.0
+MAX_BYTES = 4 << 20  # of one answer: a server's settings are a few kilobytes
 INFO_GAUGES = ("vllm:cache_config", "latlab_engine_config")
 LONGEST_KEPT = 200  # characters of a string kept in `raw` (chat templates are not settings)
 
@@ -103,9 +106,10 @@ async def server_settings(url: str, api_key: str | None = None) -> ServerSetting
                 async with session.get(url.rstrip("/") + path) as resp:
                     if resp.status != 200:
                         continue
-                    body = await (resp.json(content_type=None) if is_json else resp.text())
+                    raw = await read_at_most(resp, MAX_BYTES)
+                body = orjson.loads(raw) if is_json else raw.decode("utf-8", "replace")
                 found = read(body) if isinstance(body, (dict, str)) else {}
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, StreamFault):
                 continue
             if not any(v is not None for v in found.values()):
                 continue

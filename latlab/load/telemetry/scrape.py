@@ -68,6 +68,7 @@ NAMES |= {
     "generation_tokens": ("vllm:generation_tokens_total", "sglang:generation_tokens_total",
                           "latlab_generation_tokens_total", "llamacpp:tokens_predicted_total"),
 }
+MAX_BYTES = 16 << 20  # of one scrape: a server cannot take the client's memory
 TIMEOUT_S = 2.0
 
 
@@ -88,7 +89,10 @@ def scrape_once(url: str, headers: dict[str, str] | None = None) -> Scrape:
     t = time.perf_counter_ns()
     request = urllib.request.Request(url, headers=headers or {})
     with urllib.request.urlopen(request, timeout=TIMEOUT_S) as resp:
-        return parse(resp.read().decode("utf-8", "replace"), t)
+        body = resp.read(MAX_BYTES + 1)
+    if len(body) > MAX_BYTES:
+        raise ValueError(f"{url} answered more than {MAX_BYTES >> 20} MiB")
+    return parse(body.decode("utf-8", "replace"), t)
 
 
 class Scraper:

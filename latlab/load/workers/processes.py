@@ -39,14 +39,14 @@ def run_workers(config: BenchConfig, plan: WorkerPlan, start_clock: Callable[[],
                                messages, go, t0))
              for w in range(config.workers)]
     interrupted = threading.Event()
-    previous = None
+    previous = {}
     if threading.current_thread() is threading.main_thread():
-        def forward(_sig: int, _frame: Any) -> None:
+        def forward(sig: int, _frame: Any) -> None:  # Ctrl-C or SIGTERM, to every worker
             interrupted.set()
             for p in procs:
                 if p.pid is not None and p.is_alive():
-                    os.kill(p.pid, signal.SIGINT)
-        previous = signal.signal(signal.SIGINT, forward)
+                    os.kill(p.pid, sig)
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         for p in procs:
             p.start()
@@ -79,8 +79,8 @@ def run_workers(config: BenchConfig, plan: WorkerPlan, start_clock: Callable[[],
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _next_message(messages: Any, procs: list, deadline: float,

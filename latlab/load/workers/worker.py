@@ -2,7 +2,9 @@
 connection pool, its records.
 
 Each record is appended to requests.jsonl the moment its request ends, cancelled ones
-included. A run whose first requests all fail, or that fails many in a row, is aborted.
+included. A run is aborted when nearly all the requests it has sent so far failed (the share
+counts those still in flight as not failed: a burst's fast 429s do not stop it while its
+other requests are being served), or when many fail in a row.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from time import perf_counter_ns
 from typing import Any, Callable
 
+from latlab.load import key_problem
 from latlab.load.request.client import Client
 from latlab.load.request.fields import Adaptations
 from latlab.load.workers.collector import without_collector
@@ -30,7 +33,8 @@ from latlab.records.health import WorkerHealth
 from latlab.records.timeline import Outcome, RequestTimeline, ms_between
 
 SNAPSHOT_INTERVAL_S = 0.5
-FIRST_FAILURES_ABORT = 10
+FAILURE_SHARE_ABORT = 0.9  # of the requests sent so far
+FAILURES_ABORT_MIN = 10  # failures before the share may stop a run
 CONSECUTIVE_FAILURES_ABORT = 200
 
 
@@ -74,6 +78,7 @@ class _Counters:
     dispatched: int = 0
     done: int = 0
     failed: int = 0
+    cancelled: int = 0
     tokens_done: int = 0
     consecutive_failures: int = 0
     ttft_new: list[float] = field(default_factory=list)
@@ -99,7 +104,8 @@ class Worker:
                              pool_size=self.schedule.slots, timeout_s=config.timeout_s,
                              ignore_eos=config.ignore_eos,
                              continuous_usage=config.continuous_usage, stream=config.stream,
-                             keepalive=config.keepalive, kind=ServerKind(plan.server_kind))
+                             keepalive=config.keepalive, kind=ServerKind(plan.server_kind),
+                             **config.size_limits())
         self.runs: Runs = (
             Sessions(config, workload, self.schedule, self.request, plan.run_id)
             if config.workload.sessions
@@ -114,7 +120,7 @@ class Worker:
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
                 previous = signal.getsignal(sig)
-                loop.add_signal_handler(sig, self.interrupt)
+                loop.add_signal_handler(sig, self.interrupt, sig)
                 handled[sig] = previous
             except (RuntimeError, ValueError):  # not the main thread
                 pass
@@ -143,9 +149,12 @@ class Worker:
         return WorkerResult(self.w, health, s.stop_reason or "done", s.stopped_ns, s.message,
                             c.done, c.failed, self.client.learned)
 
-    def interrupt(self) -> None:
-        """Ctrl-C: stop scheduling and cancel what is in flight (recorded as cancelled)."""
-        self.schedule.cancel("interrupted", "interrupted: requests in flight were cancelled")
+    def interrupt(self, sig: int = signal.SIGINT) -> None:
+        """Ctrl-C or SIGTERM: stop scheduling and cancel what is in flight (recorded as
+        cancelled)."""
+        by = "Ctrl-C" if sig == signal.SIGINT else signal.Signals(sig).name
+        self.schedule.cancel("interrupted", f"interrupted ({by}): requests in flight were "
+                             "cancelled")
 
     async def request(self, spec: RequestSpec, scheduled_ns: int
                       ) -> tuple[RequestTimeline, str | None]:
@@ -186,14 +195,21 @@ class Worker:
             return
         c.failed += 1
         if r.outcome == Outcome.CANCELLED:
+            c.cancelled += 1
             return
         c.consecutive_failures += 1
-        if c.failed == c.consecutive_failures == FIRST_FAILURES_ABORT and c.done == c.failed:
-            self.schedule.abort(f"stopped early: the first {FIRST_FAILURES_ABORT} requests all "
-                                f"failed; last: {r.outcome}: {r.error}")
+        failures, sent = c.failed - c.cancelled, c.dispatched - c.cancelled
+        if failures >= FAILURES_ABORT_MIN and failures >= FAILURE_SHARE_ABORT * sent:
+            self.schedule.abort(f"stopped early: {failures} of the {sent} requests sent so far "
+                                f"failed ({failures / sent:.0%}); {self._last(r)}")
         elif c.consecutive_failures == CONSECUTIVE_FAILURES_ABORT:
             self.schedule.abort(f"stopped early: {CONSECUTIVE_FAILURES_ABORT} requests in a row "
-                                f"failed; last: {r.outcome}: {r.error}")
+                                f"failed; {self._last(r)}")
+
+    def _last(self, r: RequestTimeline) -> str:
+        """The last failure, and what a refused key means."""
+        problem = key_problem(r.status, self.plan.api_key is not None)
+        return f"last: {r.outcome}: {r.error}" + (f" ({problem})" if problem else "")
 
     async def _snapshots(self) -> None:
         while True:
