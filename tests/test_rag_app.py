@@ -4,6 +4,7 @@ decomposition. The span arithmetic on a hand-made trace, then examples/rag_app e
 127.0.0.1, benchmarked by latlab."""
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,7 @@ def test_an_applications_spans_split_its_time():
     assert timing.source == "otlp:app+llm" and timing.total == pytest.approx(300)
     assert (timing.queue, timing.prefill, timing.decode) == pytest.approx((8, 50, 130))
     assert timing.application == pytest.approx({"retrieval": 80, "audit": 4, "other": 28})
-    alone, _ = timing_of([spans[4].model_copy(update={"parent_span_id": "client"})])
+    alone, _ = timing_of([replace(spans[4], parent_span_id="client")])
     assert alone.application is None and alone.total == pytest.approx(188)
 
 
