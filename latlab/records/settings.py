@@ -29,9 +29,9 @@ TARGET, CLIENT, WORKLOAD, SESSIONS, LOAD, STOP, SWEEP, AB, TELEMETRY, OUTPUT = (
     "A/B", "Telemetry", "Output")
 ENGINE, BATCHING, TECHNIQUES, SERVER = ("Model and engine", "Batching and KV cache",
                                         "Latency techniques", "Server")
-CALIBRATION, FLEET, AUTOSCALE, COLDSTART, VERDICT, OTHER = (
-    "Calibration", "Fleet", "Autoscaling", "Cold start", "Verdicts", "Other")
-GROUPS = (TARGET, COLDSTART, CALIBRATION, VERDICT, WORKLOAD, SESSIONS, LOAD, SWEEP, AB, STOP,
+CALIBRATION, FLEET, AUTOSCALE, COLDSTART, VERDICT, OBSERVE, OTHER = (
+    "Calibration", "Fleet", "Autoscaling", "Cold start", "Verdicts", "Observe", "Other")
+GROUPS = (TARGET, OBSERVE, COLDSTART, CALIBRATION, VERDICT, WORKLOAD, SESSIONS, LOAD, SWEEP, AB, STOP,
           FLEET, AUTOSCALE, ENGINE, BATCHING, TECHNIQUES, SERVER, TELEMETRY, CLIENT, OUTPUT,
           OTHER)
 

@@ -41,8 +41,8 @@ STAGE_NAMES = {"tokenize": "preprocess", "preprocess": "preprocess", "validate":
 
 def timing_of(spans: Sequence[Span]) -> tuple[ServerTiming | None, int | None]:
     """The server timing a trace's spans give, and its cached prompt tokens."""
-    timing, cached = _model_timing(spans)
-    llm = next((s for s in spans if _is_model(s)), None)
+    timing, cached = model_timing(spans)
+    llm = next((s for s in spans if is_model_span(s)), None)
     if llm is None and timing is not None:
         return timing, cached  # a model server's stage slices under its own span
     app = application_of(spans, llm, timing.total if timing else None)
@@ -55,14 +55,14 @@ def timing_of(spans: Sequence[Span]) -> tuple[ServerTiming | None, int | None]:
     return timing, cached
 
 
-def _is_model(s: Span) -> bool:
+def is_model_span(s: Span) -> bool:
     return GENAI["total"] in s.attributes or GENAI["prefill"] in s.attributes
 
 
-def _model_timing(spans: Sequence[Span]) -> tuple[ServerTiming | None, int | None]:
+def model_timing(spans: Sequence[Span]) -> tuple[ServerTiming | None, int | None]:
     """What the model server's spans say: a GenAI span's latencies, else stage slices."""
     for s in spans:
-        if _is_model(s):
+        if is_model_span(s):
             values = {stage: _seconds_ms(s.attributes.get(key)) for stage, key in GENAI.items()}
             cached = s.attributes.get("gen_ai.usage.cached_tokens")
             return (ServerTiming.from_json(values, f"otlp:{s.service or 'unknown'}"),

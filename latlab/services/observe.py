@@ -1,0 +1,284 @@
+"""`latlab observe`: a service's own traffic explained from its spans, as a run folder.
+
+    result = run_observe(ObserveConfig(otlp_port=4318, duration_s=600))
+    result.summary.percentile("e2e", "p99"), result.analysis.findings, result.windows
+
+Spans arrive (OTLP/HTTP, or a file of exported ones), are grouped per trace and each LLM call
+becomes a record (`load.telemetry.observer`), appended to requests.jsonl as it completes; the
+calls are analysed a window at a time (`observe_windows`). At the end (the duration, the file's
+end, Ctrl-C) what is still waiting is explained with the spans it has, and the folder is
+finished like a bench run's: summary.json, report.html, the run store, plus the traffic as a
+replayable trace (trace.jsonl, latlab's trace rows) and the synthetic workload fitted to it
+(config.json → `bench`, what `latlab bench --config FOLDER` reruns; `latlab predict --replay
+FOLDER` replays the calls themselves).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import orjson
+
+from latlab import __version__
+from latlab.analysis import RunAnalysis, analyze
+from latlab.load.telemetry.observer import Observer
+from latlab.load.telemetry.otlp import SpanReceiver, iter_spans
+from latlab.metrics.summary import summarize
+from latlab.metrics.workload_fit import fit_workload
+from latlab.records.config import Clock, RunConfig, Target
+from latlab.records.folder import RecordWriter, RunFolder
+from latlab.records.observe import (OBSERVE_JSON, TRACE_JSONL, ObserveConfig, ObservedWindow,
+                                    ObserveRecord)
+from latlab.records.columns import present
+from latlab.records.files import write_json
+from latlab.records.spans import SPANS, Span, SpanJoin
+from latlab.records.summary import RunSummary
+from latlab.records.table import RequestTable
+from latlab.records.target import redact
+from latlab.records.window import run_window
+from latlab.report.html import write_html
+from latlab.services.errors import InputError
+from latlab.services.observe_windows import Rolling, Windows
+from latlab.store import RunStore, key_numbers
+
+REFRESH_S = 1.0
+FILE_BATCH = 5000  # spans read from a file between two looks at the complete traces
+
+
+@dataclass
+class ObserveResult:
+    run: RunFolder
+    record: ObserveRecord
+    summary: RunSummary
+    analysis: RunAnalysis | None
+    windows: list[ObservedWindow]
+
+
+@dataclass
+class Live:
+    """What the live view shows: the receiver's counts, the rolling window, the last closed
+    window (its budget and findings) and the peak-hours finding so far."""
+
+    endpoint: str | None
+    elapsed_s: float
+    record: ObserveRecord
+    rolling: Rolling
+    last: ObservedWindow | None
+    peak: object | None
+    pending_spans: int
+
+
+@dataclass
+class _Session:
+    run: RunFolder
+    settings: RunConfig
+    config: ObserveConfig
+    observer: Observer
+    windows: Windows
+    writer: RecordWriter
+    stop: threading.Event
+    rejected: list[str] = field(default_factory=list)
+
+    def take(self, now_ns: int, final: bool = False) -> None:
+        """Write the calls complete by `now_ns` (all when `final`); close their windows."""
+        records = self.observer.finish() if final else self.observer.ready(now_ns)
+        self.writer.write_lines([orjson.dumps(r.to_json(), option=orjson.OPT_APPEND_NEWLINE)
+                                 for r in records])
+        self.windows.add(records)
+        self.windows.close(None if final else now_ns)
+
+    def record(self) -> ObserveRecord:
+        o = self.observer
+        source = self.settings.target.otlp_endpoint or _source(self.config)
+        return ObserveRecord(source=source, spans=o.spans, traces=o.traces,
+                             calls=o.calls, traces_without_call=o.traces_without_call,
+                             forced=o.forced, unseen_model=o.unseen_model,
+                             rejected=len(self.rejected),
+                             first_rejection=self.rejected[0] if self.rejected else None,
+                             windows=len(self.windows.kept), sources=dict(o.sources))
+
+
+def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
+                view: Callable[[Live], None] | None = None,
+                command: Sequence[str] | None = None, store: Path | None = None
+                ) -> ObserveResult:
+    """Observe until the duration, the file's end or `stop` (the command sets it on Ctrl-C),
+    then finish the folder. Raises `InputError` for a file it cannot open or a port it
+    cannot listen on."""
+    stop = stop or threading.Event()
+    if config.from_file is not None and not config.from_file.is_file():
+        raise InputError(f"--from {config.from_file}: no such file")
+    run = RunFolder.create(config.out, config.name)
+    settings = RunConfig(kind="observed", latlab_version=__version__,
+                         command=shlex.join(redact(command if command is not None else sys.argv)),
+                         name=run.path.name, tags=config.tags, observe=config,
+                         slos=config.slos, clock=Clock(perf_counter_ns=0, unix_time=0.0))
+    run.write_config(settings)
+    observer = Observer(config.trace_wait_s * 1e9, config.max_pending_spans)
+    windows = Windows(run, settings, int(config.window_s * 1e9), int(config.trace_wait_s * 1e9))
+    with run.record_writer() as writer:
+        session = _Session(run, settings, config, observer, windows, writer, stop)
+        if config.from_file is not None:
+            _from_file(session)
+        else:
+            _live(session, view)
+        session.take(0, final=True)
+    stopped = ("stopped" if stop.is_set() else
+               "end of file" if config.from_file is not None else "duration")
+    return _finish(session, stopped, store)
+
+
+def _live(s: _Session, view: Callable[[Live], None] | None) -> None:
+    c = s.config
+    spans_path = s.run.path / SPANS if c.keep_spans else None
+    receiver = SpanReceiver(spans_path, c.host, c.otlp_port,
+                            on_spans=lambda spans: s.observer.add(spans, time.time_ns()))
+    try:
+        receiver.__enter__()
+    except OSError as e:
+        raise InputError(f"--otlp-port {c.otlp_port}: cannot listen on {c.host} "
+                         f"({e.strerror or e})") from None
+    s.settings.target = Target(otlp_endpoint=receiver.endpoint)
+    s.run.write_config(s.settings)
+    started = time.monotonic()
+    try:
+        while c.duration_s is None or time.monotonic() - started < c.duration_s:
+            left = REFRESH_S if c.duration_s is None else c.duration_s - (time.monotonic() - started)
+            if s.stop.wait(max(0.0, min(REFRESH_S, left))):
+                break
+            now = time.time_ns()
+            s.take(now)
+            if receiver.rejected > len(s.rejected):
+                s.rejected += [receiver.first_rejection or "unreadable body"] * (
+                    receiver.rejected - len(s.rejected))
+            if view is not None:
+                w = s.windows
+                view(Live(receiver.endpoint, time.monotonic() - started, s.record(),
+                          w.rolling(now), w.kept[-1] if w.kept else None, w.peak,
+                          s.observer.pending_spans))
+    finally:
+        receiver.__exit__(None, None, None)
+        s.rejected += [receiver.first_rejection or "unreadable body"] * (
+            receiver.rejected - len(s.rejected))
+
+
+def _from_file(s: _Session) -> None:
+    """The file's spans in its order; traces are quiet by the spans' own end times."""
+    def unreadable(line: int, reason: str) -> None:
+        s.rejected.append(f"line {line}: {reason}")
+
+    keep = open(s.run.path / SPANS, "wb") if s.config.keep_spans else None
+    watermark, batch = 0, []
+    try:
+        for span in iter_spans(s.config.from_file, unreadable):
+            batch.append(span)
+            if len(batch) >= FILE_BATCH:
+                watermark = _feed(s, batch, watermark, keep)
+                batch = []
+                if s.stop.is_set():
+                    break
+        _feed(s, batch, watermark, keep)
+    finally:
+        if keep is not None:
+            keep.close()
+
+
+def _feed(s: _Session, spans: list[Span], watermark: int, keep) -> int:
+    if not spans:
+        return watermark
+    if keep is not None:
+        keep.write(b"".join(orjson.dumps(x.to_json(), option=orjson.OPT_APPEND_NEWLINE)
+                            for x in spans))
+    watermark = max(watermark, max(x.end_ns for x in spans))
+    s.observer.add(spans, watermark)
+    s.take(watermark)
+    return watermark
+
+
+def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
+    """The folder completed: the clock and the fitted workload in config.json, summary.json,
+    trace.jsonl, observe.json, report.html, the run store."""
+    run, settings, o = s.run, s.settings, s.observer
+    table = run.read_table()
+    starts, ends = table.origin_ns[present(table.origin_ns)], table.end_ns[present(table.end_ns)]
+    record = s.record()
+    if len(starts):
+        t0, end = int(starts.min()), int(max(ends.max(initial=0), starts.max())) + 1
+        settings.clock = Clock(perf_counter_ns=t0, unix_time=t0 / 1e9, t0_ns=t0, end_ns=end)
+        settings.duration_s = (end - t0) / 1e9
+        fitted = fit_workload(table, max(1.0, round(settings.duration_s)), s.config.name)
+        if fitted is not None:
+            settings.bench, record.workload_flags = fitted
+    if o.models:
+        settings.target.model = o.models.most_common(1)[0][0]
+    run.write_config(settings)
+    record.notes = _notes(record)
+    summary = summarize(table, run_window(settings, table), settings.slos or None,
+                        stop_reason=stop_reason, notes=record.notes)
+    summary.spans = SpanJoin(spans=o.spans, requests_joined=o.calls, requests_with_trace=o.calls,
+                             sources=dict(o.sources), notes=record.notes)
+    run.write_summary(summary)
+    _write_trace(run, table)
+    write_json(run.path / OBSERVE_JSON, record)
+    with RunStore(store or s.config.out) as runs:
+        runs.register(run.path, "observed", settings, key_numbers(summary), summary)
+    analysis = None
+    if len(table):
+        analysis = analyze(run)
+        write_html(run, analysis)
+    return ObserveResult(run, record, summary, analysis, s.windows.kept)
+
+
+def _write_trace(run: RunFolder, t: RequestTable) -> int:
+    """The calls as latlab's trace rows, in start order: `timestamp` (s from the first call),
+    `prompt_tokens`, `output_tokens` (generated; a failed call's max_tokens), and `session`,
+    `turn`, `tenant` where known. Calls without both lengths are left out."""
+    output = np.where(t.ok, t.completion_tokens, t.max_tokens)
+    usable = present(t.origin_ns) & (np.nan_to_num(t.prompt_tokens) > 0) \
+        & (np.nan_to_num(output) > 0)
+    rows = np.flatnonzero(usable)
+    rows = rows[np.argsort(t.origin_ns[rows], kind="stable")]
+    lines = []
+    for i in rows.tolist():
+        row = {"timestamp": round((int(t.origin_ns[i]) - int(t.origin_ns[rows[0]])) / 1e9, 6),
+               "prompt_tokens": int(t.prompt_tokens[i]), "output_tokens": int(output[i])}
+        if t.session.codes[i] >= 0:
+            row.update(session=t.session.names[t.session.codes[i]], turn=int(t.step["turn"][i]))
+        if t.tenant.codes[i] >= 0:
+            row["tenant"] = t.tenant.names[t.tenant.codes[i]]
+        lines.append(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+    (run.path / TRACE_JSONL).write_bytes(b"".join(lines))
+    return len(lines)
+
+
+def _notes(r: ObserveRecord) -> list[str]:
+    notes = []
+    if not r.spans:
+        notes.append(f"no span arrived from {r.source}: point the services' OTLP/HTTP trace "
+                     "exporters there (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)")
+    elif not r.calls:
+        notes.append(f"{r.spans:,} spans in {r.traces:,} traces, none an LLM call: latlab knows "
+                     "a call by a model server's span (vLLM's llm_request, latlab serve's, "
+                     "SGLang's) or a GenAI client span (opentelemetry-instrumentation-openai-v2)")
+    if r.unseen_model:
+        notes.append(f"{r.unseen_model:,} calls without their model server's spans: their model "
+                     "time is the client's, unsplit (export the model server's spans too)")
+    if r.forced:
+        notes.append(f"{r.forced:,} traces explained before they were complete, to keep memory "
+                     "bounded (--max-pending-spans)")
+    if r.rejected:
+        notes.append(f"{r.rejected:,} bodies or lines held no spans latlab could read "
+                     f"(first: {r.first_rejection})")
+    return notes
+
+
+def _source(config: ObserveConfig) -> str:
+    return (f"--from {config.from_file}" if config.from_file is not None
+            else f"OTLP/HTTP on {config.host}:{config.otlp_port}")

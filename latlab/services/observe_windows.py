@@ -1,0 +1,106 @@
+"""`latlab observe`'s windows: the calls by the window they started in (windows of `window_s`
+aligned to the clock, so a minute's window is that minute), each analysed and appended to
+windows.jsonl once the clock is `close_after` past its end (its last calls complete); a
+rolling window of the last `window_s` seconds for the live view. Memory holds the open
+windows' calls and the kept windows' one-line summaries, whatever the run's length.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import orjson
+
+from latlab.analysis.findings import Finding
+from latlab.analysis.windows import analyze_window, peak_over, quantiles
+from latlab.records.config import RunConfig
+from latlab.records.folder import RunFolder
+from latlab.records.observe import WINDOWS, ObservedWindow, Quantiles
+from latlab.records.timeline import RequestTimeline
+
+
+@dataclass
+class Rolling:
+    """The last `seconds` of calls: their rate, TTFT and E2E (ms)."""
+
+    seconds: float
+    calls: int
+    failed: int
+    rate: float
+    ttft: Quantiles
+    e2e: Quantiles
+
+
+@dataclass
+class Windows:
+    run: RunFolder
+    config: RunConfig
+    window_ns: int
+    close_after_ns: int
+    kept: list[ObservedWindow] = field(default_factory=list)
+    peak: Finding | None = None
+    _open: dict[int, list[RequestTimeline]] = field(default_factory=dict)
+    _closed_before: int | None = None  # every window starting before this is closed
+    _late: int = 0
+    _recent: deque = field(default_factory=deque)  # (start, ttft, e2e, ok) of the last calls
+    _newest: int = 0
+
+    def add(self, records: list[RequestTimeline]) -> None:
+        for r in records:
+            start = r.origin_ns
+            if start is None:
+                continue
+            key = start // self.window_ns
+            if self._closed_before is not None and key < self._closed_before:
+                self._late += 1
+            else:
+                self._open.setdefault(key, []).append(r)
+            ttft = r.first_token_ns - r.sent_ns if r.first_token_ns and r.sent_ns else None
+            e2e = r.done_ns - r.sent_ns if r.done_ns and r.sent_ns else None
+            self._recent.append((start, ttft, e2e, r.ok))
+            self._newest = max(self._newest, start)
+        horizon = self._newest - self.close_after_ns - self.window_ns
+        while self._recent and self._recent[0][0] < horizon:
+            self._recent.popleft()
+
+    def close(self, now_ns: int | None = None) -> list[ObservedWindow]:
+        """Analyse and keep every window the clock is `close_after` past (all without
+        `now_ns`), in order; windows with no call in between are kept too, as quiet ones."""
+        if not self._open:
+            return []
+        last = max(self._open) if now_ns is None else \
+            (now_ns - self.close_after_ns) // self.window_ns - 1
+        first = min(self._open) if self._closed_before is None else self._closed_before
+        closed = []
+        for key in range(first, last + 1):
+            records = self._open.pop(key, [])
+            window, _ = analyze_window(self.run, self.config, records, key * self.window_ns,
+                                       (key + 1) * self.window_ns)
+            window.late, self._late = self._late, 0
+            closed.append(window)
+        if last + 1 > first:
+            self._closed_before = last + 1
+            self.kept += closed
+            with open(self.run.path / WINDOWS, "ab") as f:
+                f.write(b"".join(orjson.dumps(w.model_dump(mode="json"),
+                                              option=orjson.OPT_APPEND_NEWLINE) for w in closed))
+            self.peak = peak_over(self.kept)
+        return closed
+
+    def rolling(self, now_ns: int) -> Rolling:
+        """The calls that started in the last window's length before the clock's complete
+        part (`now_ns` less `close_after`)."""
+        start = now_ns - self.close_after_ns - self.window_ns
+        while self._recent and self._recent[0][0] < start:
+            self._recent.popleft()
+        rows = [row for row in self._recent if row[0] < start + self.window_ns]
+        ok = [row for row in rows if row[3]]
+        seconds = self.window_ns / 1e9
+
+        def ms(i: int) -> np.ndarray:
+            return np.asarray([row[i] / 1e6 for row in ok if row[i] is not None], dtype=float)
+
+        return Rolling(seconds, len(rows), len(rows) - len(ok), len(rows) / seconds,
+                       quantiles(ms(1)), quantiles(ms(2)))
