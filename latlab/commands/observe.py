@@ -21,11 +21,15 @@ def observe(config: ObserveConfig, options: JsonOutput) -> None:
     --duration) ends it and writes a run folder that report, compare, runs and predict
     --replay read, with the traffic as a trace and the workload fitted to it."""
     stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    before = {signum: signal.signal(signum, lambda *_: stop.set())
+              for signum in (signal.SIGINT, signal.SIGTERM)}
     err = console(stderr=True)
-    with LiveView(err) as view:
-        result = run_observe(config, stop=stop, view=view, command=sys.argv)
+    try:
+        with LiveView(err) as view:
+            result = run_observe(config, stop=stop, view=view, command=sys.argv)
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
     if options.json_output:
         print_json(result.summary.to_json() | {"run": str(result.run.path),
                                                "observe": result.record.model_dump(mode="json")})

@@ -1,14 +1,20 @@
 """`latlab observe`: what it is asked (`ObserveConfig`: where the spans come from, the window,
 how long a trace may take to arrive) and what it writes besides a run's own files:
-`windows.jsonl` (one `ObservedWindow` per window, appended as each closes) and `observe.json`
-(`ObserveRecord`: what arrived, what became of it, the fitted workload).
+`windows.jsonl` (one `ObservedWindow` per window, appended as each closes), `observe.json`
+(`ObserveRecord`: what arrived, what became of it, the fitted workload) and `trace.jsonl` (the
+calls as latlab's trace rows, `trace_rows`: what `--trace` replays).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Iterator
 
+import numpy as np
 from pydantic import model_validator
+
+from latlab.records.columns import present
+from latlab.records.table import RequestTable
 
 from latlab.records.bench import OutputConfig, SloConfig
 from latlab.records.settings import OBSERVE, TELEMETRY, derive, setting
@@ -108,3 +114,22 @@ class ObserveRecord(Record):
     sources: dict[str, int] = {}  # calls by what explained them (`otlp:SERVICE[+SERVICE]`)
     workload_flags: list[str] = []  # `latlab bench` flags of the fitted workload
     notes: list[str] = []
+
+
+def trace_rows(t: RequestTable) -> Iterator[dict[str, Any]]:
+    """The calls as latlab's trace rows, in start order: `timestamp` (s from the first call),
+    `prompt_tokens`, `output_tokens` (generated; a failed call's max_tokens), and `session`,
+    `turn`, `tenant` where known. Calls without both lengths are left out."""
+    output = np.where(t.ok, t.completion_tokens, t.max_tokens)
+    usable = present(t.origin_ns) & (np.nan_to_num(t.prompt_tokens) > 0) \
+        & (np.nan_to_num(output) > 0)
+    rows = np.flatnonzero(usable)
+    rows = rows[np.argsort(t.origin_ns[rows], kind="stable")]
+    for i in rows.tolist():
+        row = {"timestamp": round((int(t.origin_ns[i]) - int(t.origin_ns[rows[0]])) / 1e9, 6),
+               "prompt_tokens": int(t.prompt_tokens[i]), "output_tokens": int(output[i])}
+        if t.session.codes[i] >= 0:
+            row.update(session=t.session.names[t.session.codes[i]], turn=int(t.step["turn"][i]))
+        if t.tenant.codes[i] >= 0:
+            row["tenant"] = t.tenant.names[t.tenant.codes[i]]
+        yield row

@@ -93,6 +93,8 @@ def print_observed(console: Console, result: Any) -> None:
     print_budget(console, result.analysis)
     console.print()
     print_findings(console, result.analysis, unevaluated=False)
+    if result.peak is not None and all(f.rule != "peak_hours" for f in result.analysis.findings):
+        console.print(_finding(str(result.peak.severity), result.peak.title + " (by window)"))
     if result.windows:
         console.print()
         console.print(Text(f"Windows ({len(result.windows)}, windows.jsonl)", style="bold"))

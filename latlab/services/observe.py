@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import shlex
 import sys
+from contextlib import nullcontext
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
 import orjson
 
 from latlab import __version__
 from latlab.analysis import RunAnalysis, analyze
+from latlab.analysis.findings import Finding
 from latlab.load.telemetry.observer import Observer
 from latlab.load.telemetry.otlp import SpanReceiver, iter_spans
 from latlab.metrics.summary import summarize
@@ -35,12 +36,11 @@ from latlab.metrics.workload_fit import fit_workload
 from latlab.records.config import Clock, RunConfig, Target
 from latlab.records.folder import RecordWriter, RunFolder
 from latlab.records.observe import (OBSERVE_JSON, TRACE_JSONL, ObserveConfig, ObservedWindow,
-                                    ObserveRecord)
+                                    ObserveRecord, trace_rows)
 from latlab.records.columns import present
 from latlab.records.files import write_json
 from latlab.records.spans import SPANS, Span, SpanJoin
 from latlab.records.summary import RunSummary
-from latlab.records.table import RequestTable
 from latlab.records.target import redact
 from latlab.records.window import run_window
 from latlab.report.html import write_html
@@ -59,6 +59,7 @@ class ObserveResult:
     summary: RunSummary
     analysis: RunAnalysis | None
     windows: list[ObservedWindow]
+    peak: Finding | None = None  # latency against rate over the windows
 
 
 @dataclass
@@ -75,16 +76,37 @@ class Live:
     pending_spans: int
 
 
+class _Spans:
+    """Where the spans go as they come: the observer, and spans.jsonl with --keep-spans."""
+
+    def __init__(self, observer: Observer) -> None:
+        self.observer, self.file = observer, None
+        self.rejected, self.first_rejection = 0, None
+
+    def add(self, spans: list[Span], now_ns: int) -> None:
+        if self.file is not None:
+            self.file.write(b"".join(orjson.dumps(x.to_json(), option=orjson.OPT_APPEND_NEWLINE)
+                                     for x in spans))
+        self.observer.add(spans, now_ns)
+
+    def reject(self, count: int, reason: str | None) -> None:
+        self.rejected += count
+        self.first_rejection = self.first_rejection or reason
+
+
 @dataclass
 class _Session:
     run: RunFolder
     settings: RunConfig
     config: ObserveConfig
-    observer: Observer
+    spans: _Spans
     windows: Windows
     writer: RecordWriter
     stop: threading.Event
-    rejected: list[str] = field(default_factory=list)
+
+    @property
+    def observer(self) -> Observer:
+        return self.spans.observer
 
     def take(self, now_ns: int, final: bool = False) -> None:
         """Write the calls complete by `now_ns` (all when `final`); close their windows."""
@@ -100,8 +122,8 @@ class _Session:
         return ObserveRecord(source=source, spans=o.spans, traces=o.traces,
                              calls=o.calls, traces_without_call=o.traces_without_call,
                              forced=o.forced, unseen_model=o.unseen_model,
-                             rejected=len(self.rejected),
-                             first_rejection=self.rejected[0] if self.rejected else None,
+                             rejected=self.spans.rejected,
+                             first_rejection=self.spans.first_rejection,
                              windows=len(self.windows.kept), sources=dict(o.sources))
 
 
@@ -111,93 +133,88 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
                 ) -> ObserveResult:
     """Observe until the duration, the file's end or `stop` (the command sets it on Ctrl-C),
     then finish the folder. Raises `InputError` for a file it cannot open or a port it
-    cannot listen on."""
+    cannot listen on (before any folder is made)."""
     stop = stop or threading.Event()
     if config.from_file is not None and not config.from_file.is_file():
         raise InputError(f"--from {config.from_file}: no such file")
-    run = RunFolder.create(config.out, config.name)
-    settings = RunConfig(kind="observed", latlab_version=__version__,
-                         command=shlex.join(redact(command if command is not None else sys.argv)),
-                         name=run.path.name, tags=config.tags, observe=config,
-                         slos=config.slos, clock=Clock(perf_counter_ns=0, unix_time=0.0))
-    run.write_config(settings)
-    observer = Observer(config.trace_wait_s * 1e9, config.max_pending_spans)
-    windows = Windows(run, settings, int(config.window_s * 1e9), int(config.trace_wait_s * 1e9))
-    with run.record_writer() as writer:
-        session = _Session(run, settings, config, observer, windows, writer, stop)
-        if config.from_file is not None:
-            _from_file(session)
-        else:
-            _live(session, view)
-        session.take(0, final=True)
+    spans = _Spans(Observer(config.trace_wait_s * 1e9, config.max_pending_spans))
+    receiver = None if config.from_file is not None else _listen(config, spans)
+    try:
+        run = RunFolder.create(config.out, config.name)
+        settings = RunConfig(
+            kind="observed", latlab_version=__version__,
+            command=shlex.join(redact(command if command is not None else sys.argv)),
+            name=run.path.name, tags=config.tags, observe=config, slos=config.slos,
+            target=Target(otlp_endpoint=receiver.endpoint if receiver else None),
+            clock=Clock(perf_counter_ns=0, unix_time=0.0))
+        run.write_config(settings)
+        windows = Windows(run, settings, int(config.window_s * 1e9),
+                          int(config.trace_wait_s * 1e9))
+        with run.record_writer() as writer, (open(run.path / SPANS, "ab") if config.keep_spans
+                                             else nullcontext()) as kept:
+            spans.file = kept
+            session = _Session(run, settings, config, spans, windows, writer, stop)
+            if receiver is None:
+                _from_file(session)
+            else:
+                _live(session, receiver, view)
+                receiver.__exit__(None, None, None)
+                receiver = None
+            session.take(0, final=True)
+    finally:
+        if receiver is not None:
+            receiver.__exit__(None, None, None)
     stopped = ("stopped" if stop.is_set() else
                "end of file" if config.from_file is not None else "duration")
     return _finish(session, stopped, store)
 
 
-def _live(s: _Session, view: Callable[[Live], None] | None) -> None:
-    c = s.config
-    spans_path = s.run.path / SPANS if c.keep_spans else None
-    receiver = SpanReceiver(spans_path, c.host, c.otlp_port,
-                            on_spans=lambda spans: s.observer.add(spans, time.time_ns()))
+def _listen(config: ObserveConfig, spans: _Spans) -> SpanReceiver:
+    receiver = SpanReceiver(None, config.host, config.otlp_port,
+                            on_spans=lambda batch: spans.add(batch, time.time_ns()))
     try:
-        receiver.__enter__()
+        return receiver.__enter__()
     except OSError as e:
-        raise InputError(f"--otlp-port {c.otlp_port}: cannot listen on {c.host} "
+        raise InputError(f"--otlp-port {config.otlp_port}: cannot listen on {config.host} "
                          f"({e.strerror or e})") from None
-    s.settings.target = Target(otlp_endpoint=receiver.endpoint)
-    s.run.write_config(s.settings)
-    started = time.monotonic()
-    try:
-        while c.duration_s is None or time.monotonic() - started < c.duration_s:
-            left = REFRESH_S if c.duration_s is None else c.duration_s - (time.monotonic() - started)
-            if s.stop.wait(max(0.0, min(REFRESH_S, left))):
-                break
-            now = time.time_ns()
-            s.take(now)
-            if receiver.rejected > len(s.rejected):
-                s.rejected += [receiver.first_rejection or "unreadable body"] * (
-                    receiver.rejected - len(s.rejected))
-            if view is not None:
-                w = s.windows
-                view(Live(receiver.endpoint, time.monotonic() - started, s.record(),
-                          w.rolling(now), w.kept[-1] if w.kept else None, w.peak,
-                          s.observer.pending_spans))
-    finally:
-        receiver.__exit__(None, None, None)
-        s.rejected += [receiver.first_rejection or "unreadable body"] * (
-            receiver.rejected - len(s.rejected))
+
+
+def _live(s: _Session, receiver: SpanReceiver, view: Callable[[Live], None] | None) -> None:
+    duration, started = s.config.duration_s, time.monotonic()
+    while duration is None or time.monotonic() - started < duration:
+        left = REFRESH_S if duration is None else duration - (time.monotonic() - started)
+        if s.stop.wait(max(0.0, min(REFRESH_S, left))):
+            break
+        now = time.time_ns()
+        s.take(now)
+        s.spans.reject(receiver.rejected - s.spans.rejected, receiver.first_rejection)
+        if view is not None:
+            w = s.windows
+            view(Live(receiver.endpoint, time.monotonic() - started, s.record(),
+                      w.rolling(now), w.kept[-1] if w.kept else None, w.peak,
+                      s.observer.pending_spans))
+    s.spans.reject(receiver.rejected - s.spans.rejected, receiver.first_rejection)
 
 
 def _from_file(s: _Session) -> None:
     """The file's spans in its order; traces are quiet by the spans' own end times."""
-    def unreadable(line: int, reason: str) -> None:
-        s.rejected.append(f"line {line}: {reason}")
-
-    keep = open(s.run.path / SPANS, "wb") if s.config.keep_spans else None
     watermark, batch = 0, []
-    try:
-        for span in iter_spans(s.config.from_file, unreadable):
-            batch.append(span)
-            if len(batch) >= FILE_BATCH:
-                watermark = _feed(s, batch, watermark, keep)
-                batch = []
-                if s.stop.is_set():
-                    break
-        _feed(s, batch, watermark, keep)
-    finally:
-        if keep is not None:
-            keep.close()
+    for span in iter_spans(s.config.from_file,
+                           lambda line, reason: s.spans.reject(1, f"line {line}: {reason}")):
+        batch.append(span)
+        if len(batch) >= FILE_BATCH:
+            watermark = _feed(s, batch, watermark)
+            batch = []
+            if s.stop.is_set():
+                break
+    _feed(s, batch, watermark)
 
 
-def _feed(s: _Session, spans: list[Span], watermark: int, keep) -> int:
+def _feed(s: _Session, spans: list[Span], watermark: int) -> int:
     if not spans:
         return watermark
-    if keep is not None:
-        keep.write(b"".join(orjson.dumps(x.to_json(), option=orjson.OPT_APPEND_NEWLINE)
-                            for x in spans))
     watermark = max(watermark, max(x.end_ns for x in spans))
-    s.observer.add(spans, watermark)
+    s.spans.add(spans, watermark)
     s.take(watermark)
     return watermark
 
@@ -225,7 +242,8 @@ def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
     summary.spans = SpanJoin(spans=o.spans, requests_joined=o.calls, requests_with_trace=o.calls,
                              sources=dict(o.sources), notes=record.notes)
     run.write_summary(summary)
-    _write_trace(run, table)
+    (run.path / TRACE_JSONL).write_bytes(b"".join(
+        orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in trace_rows(table)))
     write_json(run.path / OBSERVE_JSON, record)
     with RunStore(store or s.config.out) as runs:
         runs.register(run.path, "observed", settings, key_numbers(summary), summary)
@@ -233,35 +251,15 @@ def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
     if len(table):
         analysis = analyze(run)
         write_html(run, analysis)
-    return ObserveResult(run, record, summary, analysis, s.windows.kept)
-
-
-def _write_trace(run: RunFolder, t: RequestTable) -> int:
-    """The calls as latlab's trace rows, in start order: `timestamp` (s from the first call),
-    `prompt_tokens`, `output_tokens` (generated; a failed call's max_tokens), and `session`,
-    `turn`, `tenant` where known. Calls without both lengths are left out."""
-    output = np.where(t.ok, t.completion_tokens, t.max_tokens)
-    usable = present(t.origin_ns) & (np.nan_to_num(t.prompt_tokens) > 0) \
-        & (np.nan_to_num(output) > 0)
-    rows = np.flatnonzero(usable)
-    rows = rows[np.argsort(t.origin_ns[rows], kind="stable")]
-    lines = []
-    for i in rows.tolist():
-        row = {"timestamp": round((int(t.origin_ns[i]) - int(t.origin_ns[rows[0]])) / 1e9, 6),
-               "prompt_tokens": int(t.prompt_tokens[i]), "output_tokens": int(output[i])}
-        if t.session.codes[i] >= 0:
-            row.update(session=t.session.names[t.session.codes[i]], turn=int(t.step["turn"][i]))
-        if t.tenant.codes[i] >= 0:
-            row["tenant"] = t.tenant.names[t.tenant.codes[i]]
-        lines.append(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
-    (run.path / TRACE_JSONL).write_bytes(b"".join(lines))
-    return len(lines)
+    return ObserveResult(run, record, summary, analysis, s.windows.kept, s.windows.peak)
 
 
 def _notes(r: ObserveRecord) -> list[str]:
     notes = []
-    if not r.spans:
-        notes.append(f"no span arrived from {r.source}: point the services' OTLP/HTTP trace "
+    if not r.spans and r.source.startswith("--from"):
+        notes.append(f"no span latlab could read in {r.source[7:]}")
+    elif not r.spans:
+        notes.append(f"no span arrived at {r.source}: point the services' OTLP/HTTP trace "
                      "exporters there (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)")
     elif not r.calls:
         notes.append(f"{r.spans:,} spans in {r.traces:,} traces, none an LLM call: latlab knows "

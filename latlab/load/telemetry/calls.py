@@ -58,9 +58,8 @@ class Call:
     @property
     def id(self) -> str | None:
         """The id both sides know: the server's request id, the client's response id."""
-        if self.server is not None:
-            rid = self.server.attributes.get("gen_ai.request.id") or \
-                self.server.attributes.get("rid")
+        for s in self.server_spans:  # SGLang's `rid` is on the request's span, under the top
+            rid = s.attributes.get("gen_ai.request.id") or s.attributes.get("rid")
             if isinstance(rid, str):
                 return rid
         if self.client is not None:
@@ -119,7 +118,7 @@ def record_of(call: Call, index: int, step: SessionStep | None = None) -> Reques
     elif call.server is not None and call.client is None and model is not None:
         timing.total = None  # nobody's side of the network was seen
     r = RequestTimeline(id=call.id or outer.span_id, index=index, api=_api(call),
-                        sent_ns=outer.start_ns,
+                        scheduled_ns=outer.start_ns, sent_ns=outer.start_ns,
                         done_ns=outer.end_ns, server=timing, trace_id=outer.trace_id,
                         server_request_id=call.id, cached_tokens=cached, session=step,
                         tenant=(root or call.client).service if (root or call.client) else None)
@@ -211,16 +210,26 @@ def _token_times(r: RequestTimeline, call: Call, model: ServerTiming) -> None:
                                                          model.prefill)) * 1e6)
     else:
         return
-    caller = _ancestor(s, {x.span_id: x for x in call.trace}, lambda x: x.service != s.service)
-    shift = 0
-    if caller is not None and not (caller.start_ns <= s.start_ns and s.end_ns <= caller.end_ns):
-        shift = (caller.start_ns + caller.end_ns - s.start_ns - s.end_ns) // 2
-    r.first_token_ns = first + shift
+    r.first_token_ns = first + _shift(call)
     if model.decode is not None:
         r.last_token_ns = r.first_token_ns + int(model.decode * 1e6)
     if r.done_ns is not None:
         r.first_token_ns = min(r.first_token_ns, r.done_ns)
         r.last_token_ns = min(r.last_token_ns, r.done_ns) if r.last_token_ns else None
+
+
+def _shift(call: Call) -> int:
+    """What moves the server's span onto its caller's clock: nothing while it fits inside the
+    client's span (after the start of its caller's, an HTTP client span ending at the
+    response's headers), else centred in the client's span (after its caller's start)."""
+    s, c = call.server, call.client
+    caller = c or _ancestor(s, {x.span_id: x for x in call.trace},
+                            lambda x: x.service != s.service)
+    if caller is None or (caller.start_ns <= s.start_ns and (c is None or s.end_ns <= c.end_ns)):
+        return 0
+    if c is None:
+        return caller.start_ns - s.start_ns
+    return (c.start_ns + c.end_ns - s.start_ns - s.end_ns) // 2
 
 
 def _outcome(call: Call, outer: Span) -> tuple[Outcome, str | None]:
