@@ -24,16 +24,17 @@ from latlab.metrics.summary import summarize
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.observe import ObservedWindow, Quantiles, WindowFinding
-from latlab.records.table import as_table
+from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
 from latlab.records.window import Window
 
 
-def analyze_window(run: RunFolder, config: RunConfig, records: Sequence[RequestTimeline],
-                   start_ns: int, end_ns: int) -> tuple[ObservedWindow, RunAnalysis | None]:
+def analyze_window(run: RunFolder, config: RunConfig,
+                   records: Sequence[RequestTimeline] | RequestTable, start_ns: int, end_ns: int
+                   ) -> tuple[ObservedWindow, RunAnalysis | None]:
     """The window [start_ns, end_ns) of `records` (the calls that started in it)."""
     seconds = (end_ns - start_ns) / 1e9
-    if not records:
+    if not len(records):
         return ObservedWindow(start_ns=start_ns, end_ns=end_ns, calls=0, failed=0,
                               rate=0.0), None
     table = as_table(records)

@@ -47,9 +47,10 @@ class ObserveConfig(SloConfig, OutputConfig):
                                   "span arrived (longer than the exporters' batch delay; "
                                   "the OpenTelemetry SDK's default is 5 s).", group=TELEMETRY,
                                   ge=0)
-    max_pending_spans: int = setting(200_000, "Spans held for traces not yet complete; past it "
-                                     "the oldest traces are explained with the spans they "
-                                     "have (counted).", group=TELEMETRY, ge=1)
+    max_pending_spans: int = setting(100_000, "Spans held for traces not yet complete (about "
+                                     "2 KB each); at it, exporters are asked to retry later "
+                                     "(503), and a file's oldest traces are explained with the "
+                                     "spans they have (counted).", group=TELEMETRY, ge=1)
     keep_spans: bool = setting(False, "Also keep every span in the folder (spans.jsonl; it "
                                "grows with the traffic).", group=TELEMETRY)
 
@@ -99,7 +100,8 @@ class ObserveRecord(Record):
     requests); `forced`: traces explained before they were quiet, to keep memory bounded;
     `unseen_model`: calls whose model server's spans never came (their model time is the
     client's, unsplit); `rejected`: request bodies or file lines that held no spans latlab
-    could read, with the first reason."""
+    could read, with the first reason; `throttled`: export requests refused (503, retried by
+    the exporter) while --max-pending-spans spans waited."""
 
     source: str
     spans: int = 0
@@ -110,6 +112,7 @@ class ObserveRecord(Record):
     unseen_model: int = 0
     rejected: int = 0
     first_rejection: str | None = None
+    throttled: int = 0
     windows: int = 0
     sources: dict[str, int] = {}  # calls by what explained them (`otlp:SERVICE[+SERVICE]`)
     workload_flags: list[str] = []  # `latlab bench` flags of the fitted workload

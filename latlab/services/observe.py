@@ -31,6 +31,7 @@ from latlab.analysis import RunAnalysis, analyze
 from latlab.analysis.findings import Finding
 from latlab.load.telemetry.observer import Observer
 from latlab.load.telemetry.otlp import SpanReceiver, iter_spans
+from latlab.metrics.stats import ci_ranks
 from latlab.metrics.summary import summarize
 from latlab.metrics.workload_fit import fit_workload
 from latlab.records.config import Clock, RunConfig, Target
@@ -81,7 +82,7 @@ class _Spans:
 
     def __init__(self, observer: Observer) -> None:
         self.observer, self.file = observer, None
-        self.rejected, self.first_rejection = 0, None
+        self.rejected, self.first_rejection, self.throttled = 0, None, 0
 
     def add(self, spans: list[Span], now_ns: int) -> None:
         if self.file is not None:
@@ -111,9 +112,9 @@ class _Session:
     def take(self, now_ns: int, final: bool = False) -> None:
         """Write the calls complete by `now_ns` (all when `final`); close their windows."""
         records = self.observer.finish() if final else self.observer.ready(now_ns)
-        self.writer.write_lines([orjson.dumps(r.to_json(), option=orjson.OPT_APPEND_NEWLINE)
-                                 for r in records])
-        self.windows.add(records)
+        lines = [orjson.dumps(r.to_json(), option=orjson.OPT_APPEND_NEWLINE) for r in records]
+        self.writer.write_lines(lines)
+        self.windows.add(records, lines)
         self.windows.close(None if final else now_ns)
 
     def record(self) -> ObserveRecord:
@@ -122,7 +123,7 @@ class _Session:
         return ObserveRecord(source=source, spans=o.spans, traces=o.traces,
                              calls=o.calls, traces_without_call=o.traces_without_call,
                              forced=o.forced, unseen_model=o.unseen_model,
-                             rejected=self.spans.rejected,
+                             rejected=self.spans.rejected, throttled=self.spans.throttled,
                              first_rejection=self.spans.first_rejection,
                              windows=len(self.windows.kept), sources=dict(o.sources))
 
@@ -170,8 +171,11 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
 
 
 def _listen(config: ObserveConfig, spans: _Spans) -> SpanReceiver:
+    ci_ranks(100, 50.0)  # its scipy import costs seconds: paid now, not at the first window
     receiver = SpanReceiver(None, config.host, config.otlp_port,
-                            on_spans=lambda batch: spans.add(batch, time.time_ns()))
+                            on_spans=lambda batch: spans.add(batch, time.time_ns()),
+                            accepting=lambda: spans.observer.pending_spans
+                            < config.max_pending_spans, events=config.keep_spans)
     try:
         return receiver.__enter__()
     except OSError as e:
@@ -188,12 +192,14 @@ def _live(s: _Session, receiver: SpanReceiver, view: Callable[[Live], None] | No
         now = time.time_ns()
         s.take(now)
         s.spans.reject(receiver.rejected - s.spans.rejected, receiver.first_rejection)
+        s.spans.throttled = receiver.throttled
         if view is not None:
             w = s.windows
             view(Live(receiver.endpoint, time.monotonic() - started, s.record(),
                       w.rolling(now), w.kept[-1] if w.kept else None, w.peak,
                       s.observer.pending_spans))
     s.spans.reject(receiver.rejected - s.spans.rejected, receiver.first_rejection)
+    s.spans.throttled = receiver.throttled
 
 
 def _from_file(s: _Session) -> None:
@@ -271,6 +277,10 @@ def _notes(r: ObserveRecord) -> list[str]:
     if r.forced:
         notes.append(f"{r.forced:,} traces explained before they were complete, to keep memory "
                      "bounded (--max-pending-spans)")
+    if r.throttled:
+        notes.append(f"{r.throttled:,} export requests refused while {r.source} was behind "
+                     "(503: exporters send them again; a sustained rate above what one core "
+                     "explains loses spans once their retries give up)")
     if r.rejected:
         notes.append(f"{r.rejected:,} bodies or lines held no spans latlab could read "
                      f"(first: {r.first_rejection})")

@@ -2,7 +2,8 @@
 aligned to the clock, so a minute's window is that minute), each analysed and appended to
 windows.jsonl once the clock is `close_after` past its end (its last calls complete); a
 rolling window of the last `window_s` seconds for the live view. Memory holds the open
-windows' calls and the kept windows' one-line summaries, whatever the run's length.
+windows' calls (as their JSON lines, half the size of the records) and the kept windows'
+one-line summaries, whatever the run's length.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import orjson
+import pyarrow as pa
 
 from latlab.analysis.findings import Finding
 from latlab.analysis.windows import analyze_window, peak_over, quantiles
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.observe import WINDOWS, ObservedWindow, Quantiles
+from latlab.records.table import SCHEMA, RequestTable
 from latlab.records.timeline import RequestTimeline
 
 
@@ -41,14 +44,15 @@ class Windows:
     close_after_ns: int
     kept: list[ObservedWindow] = field(default_factory=list)
     peak: Finding | None = None
-    _open: dict[int, list[RequestTimeline]] = field(default_factory=dict)
+    _open: dict[int, list[bytes]] = field(default_factory=dict)  # a window's calls, as JSON
     _closed_before: int | None = None  # every window starting before this is closed
     _late: int = 0
     _recent: deque = field(default_factory=deque)  # (start, ttft, e2e, ok) of the last calls
     _newest: int = 0
 
-    def add(self, records: list[RequestTimeline]) -> None:
-        for r in records:
+    def add(self, records: list[RequestTimeline], lines: list[bytes]) -> None:
+        """The calls complete now, and each one's JSON line (requests.jsonl's)."""
+        for r, line in zip(records, lines):
             start = r.origin_ns
             if start is None:
                 continue
@@ -56,7 +60,7 @@ class Windows:
             if self._closed_before is not None and key < self._closed_before:
                 self._late += 1
             else:
-                self._open.setdefault(key, []).append(r)
+                self._open.setdefault(key, []).append(line)
             ttft = r.first_token_ns - r.sent_ns if r.first_token_ns and r.sent_ns else None
             e2e = r.done_ns - r.sent_ns if r.done_ns and r.sent_ns else None
             self._recent.append((start, ttft, e2e, r.ok))
@@ -75,8 +79,10 @@ class Windows:
         first = min(self._open) if self._closed_before is None else self._closed_before
         closed = []
         for key in range(first, last + 1):
-            records = self._open.pop(key, [])
-            window, _ = analyze_window(self.run, self.config, records, key * self.window_ns,
+            lines = self._open.pop(key, [])
+            table = RequestTable.from_arrow(pa.Table.from_pylist([orjson.loads(x) for x in lines],
+                                                                 schema=SCHEMA))
+            window, _ = analyze_window(self.run, self.config, table, key * self.window_ns,
                                        (key + 1) * self.window_ns)
             window.late, self._late = self._late, 0
             closed.append(window)

@@ -5,8 +5,10 @@ and read spans from files afterwards, all into `records.spans.Span`.
         ... the load ...; receiver.count
 
 or hands each request's spans to `on_spans` (in the receiver's thread) as they arrive
-(`latlab observe`). A body that is not an OTLP trace export is answered 400 and counted
-(`rejected`, `first_rejection`); gzip bodies (a Collector's default) are decompressed.
+(`latlab observe`), refusing them while `accepting()` says no (503 and Retry-After, which
+OTLP exporters retry: memory stays bounded when the spans come faster than they are
+explained). A body that is not an OTLP trace export is answered 400 and counted (`rejected`,
+`first_rejection`); gzip bodies (a Collector's default) are decompressed.
 
 Protobuf bodies are decoded with `opentelemetry-proto`'s messages; OTLP/JSON is read from the
 JSON itself (`json_spans`: protobuf's JSON parser is pure Python, and OTLP/JSON writes ids in
@@ -40,6 +42,7 @@ SPAN_POLL_S = 0.1
 SPAN_QUIET_S = 1.0  # longer than an exporter's batch delay (latlab serve: 0.5 s)
 
 MAX_BODY = 64 << 20
+RETRY_AFTER_S = 1
 KINDS = {0: None, 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 STATUS = {0: None, 1: "ok", 2: "error"}
 
@@ -50,9 +53,12 @@ class SpanReceiver:
     handing them to `on_spans`."""
 
     def __init__(self, path: Path | None = None, host: str = "127.0.0.1", port: int = 0,
-                 on_spans: Callable[[list[Span]], None] | None = None) -> None:
+                 on_spans: Callable[[list[Span]], None] | None = None,
+                 accepting: Callable[[], bool] | None = None, events: bool = True) -> None:
         self.path, self.host, self.port, self.on_spans = path, host, port, on_spans
+        self.accepting, self.events = accepting, events
         self.count = 0
+        self.throttled = 0
         self.rejected = 0
         self.first_rejection: str | None = None
         self.trace_ids: set[str] = set()  # with a `path` only (a bench run's, bounded)
@@ -100,10 +106,15 @@ class SpanReceiver:
         self.port = site._server.sockets[0].getsockname()[1]
 
     async def _traces(self, request: web.Request) -> web.Response:
+        if self.accepting is not None and not self.accepting():
+            self.throttled += 1  # OTLP: a retryable refusal; the exporter sends it again later
+            return web.Response(status=503, headers={"Retry-After": str(RETRY_AFTER_S)},
+                                text="latlab is behind: retry later")
         protobuf = request.content_type == "application/x-protobuf"
         try:
             body = await request.read()
-            spans = (list(spans_of(ExportTraceServiceRequest.FromString(body))) if protobuf
+            spans = (list(spans_of(ExportTraceServiceRequest.FromString(body), self.events))
+                     if protobuf
                      else json_spans(orjson.loads(body)))
         except Exception as e:  # noqa: BLE001 - a sender's bad body is its 400, not our crash
             self.rejected += 1
@@ -184,7 +195,8 @@ def _json_value(v: dict[str, Any]) -> Any:
     return None
 
 
-def spans_of(message: ExportTraceServiceRequest) -> Iterator[Span]:
+def spans_of(message: ExportTraceServiceRequest, events: bool = True) -> Iterator[Span]:
+    """The message's spans; without their events unless `events` (observe reads none)."""
     for resource_spans in message.resource_spans:
         service = _attributes(resource_spans.resource.attributes).get("service.name")
         service = str(service) if service is not None else None
@@ -194,11 +206,20 @@ def spans_of(message: ExportTraceServiceRequest) -> Iterator[Span]:
                            s.end_time_unix_nano, s.parent_span_id.hex() or None,
                            KINDS.get(s.kind), _attributes(s.attributes),
                            [SpanEvent(e.name, e.time_unix_nano, _attributes(e.attributes))
-                            for e in s.events], service, STATUS.get(s.status.code))
+                            for e in s.events] if events else [], service,
+                           STATUS.get(s.status.code))
 
 
 def _attributes(pairs: Any) -> dict[str, Any]:
-    return {kv.key: _value(kv.value) for kv in pairs}
+    out = {}
+    for kv in pairs:
+        v = kv.value
+        which = v.WhichOneof("value")
+        out[kv.key] = getattr(v, which) if which in _SCALARS else _value(v)
+    return out
+
+
+_SCALARS = frozenset({"string_value", "int_value", "double_value", "bool_value", "bytes_value"})
 
 
 def _value(v: AnyValue) -> Any:
