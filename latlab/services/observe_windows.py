@@ -13,15 +13,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import orjson
-import pyarrow as pa
 
 from latlab.analysis.findings import Finding
 from latlab.analysis.windows import analyze_window, peak_over, quantiles
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.observe import WINDOWS, ObservedWindow, Quantiles
-from latlab.records.table import SCHEMA, RequestTable
+from latlab.records.reader import read_requests
+from latlab.records.table import RequestTable
 from latlab.records.timeline import RequestTimeline
+
+SCRATCH = ".window.jsonl"
 
 
 @dataclass
@@ -79,11 +81,8 @@ class Windows:
         first = min(self._open) if self._closed_before is None else self._closed_before
         closed = []
         for key in range(first, last + 1):
-            lines = self._open.pop(key, [])
-            table = RequestTable.from_arrow(pa.Table.from_pylist([orjson.loads(x) for x in lines],
-                                                                 schema=SCHEMA))
-            window, _ = analyze_window(self.run, self.config, table, key * self.window_ns,
-                                       (key + 1) * self.window_ns)
+            window, _ = analyze_window(self.run, self.config, self._table(key),
+                                       key * self.window_ns, (key + 1) * self.window_ns)
             window.late, self._late = self._late, 0
             closed.append(window)
         if last + 1 > first:
@@ -94,6 +93,16 @@ class Windows:
                                               option=orjson.OPT_APPEND_NEWLINE) for w in closed))
             self.peak = peak_over(self.kept)
         return closed
+
+    def _table(self, key: int) -> RequestTable:
+        """A window's calls as columns, parsed by the run's own reader (DuckDB) from a
+        scratch file: a dict per call would take a few times their lines' memory."""
+        scratch = self.run.path / SCRATCH
+        scratch.write_bytes(b"".join(self._open.pop(key, [])))
+        try:
+            return read_requests(scratch)
+        finally:
+            scratch.unlink()
 
     def rolling(self, now_ns: int) -> Rolling:
         """The calls that started in the last window's length before the clock's complete

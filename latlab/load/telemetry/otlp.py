@@ -91,6 +91,8 @@ class SpanReceiver:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
