@@ -4,7 +4,6 @@ peak, with a line it cannot read; the observed folder read by report, runs, comp
 predict --replay; bad bodies and a port in use."""
 
 import gzip
-import os
 import signal
 import socket
 import subprocess

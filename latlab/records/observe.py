@@ -110,6 +110,7 @@ class ObserveRecord(Record):
     traces_without_call: int = 0
     forced: int = 0
     unseen_model: int = 0
+    malformed: int = 0  # calls whose span ends before it starts (or has no time): left out
     rejected: int = 0
     first_rejection: str | None = None
     throttled: int = 0

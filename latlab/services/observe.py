@@ -123,6 +123,7 @@ class _Session:
         return ObserveRecord(source=source, spans=o.spans, traces=o.traces,
                              calls=o.calls, traces_without_call=o.traces_without_call,
                              forced=o.forced, unseen_model=o.unseen_model,
+                             malformed=o.malformed,
                              rejected=self.spans.rejected, throttled=self.spans.throttled,
                              first_rejection=self.spans.first_rejection,
                              windows=len(self.windows.kept), sources=dict(o.sources))
@@ -277,6 +278,9 @@ def _notes(r: ObserveRecord) -> list[str]:
     if r.forced:
         notes.append(f"{r.forced:,} traces explained before they were complete, to keep memory "
                      "bounded (--max-pending-spans)")
+    if r.malformed:
+        notes.append(f"{r.malformed:,} calls left out: their spans end before they start, or "
+                     "carry no time")
     if r.throttled:
         notes.append(f"{r.throttled:,} export requests refused while {r.source} was behind "
                      "(503: exporters send them again; a sustained rate above what one core "

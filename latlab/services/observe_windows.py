@@ -72,21 +72,20 @@ class Windows:
             self._recent.popleft()
 
     def close(self, now_ns: int | None = None) -> list[ObservedWindow]:
-        """Analyse and keep every window the clock is `close_after` past (all without
-        `now_ns`), in order; windows with no call in between are kept too, as quiet ones."""
+        """Analyse and keep every window with calls the clock is `close_after` past (all
+        without `now_ns`), in order."""
         if not self._open:
             return []
         last = max(self._open) if now_ns is None else \
             (now_ns - self.close_after_ns) // self.window_ns - 1
-        first = min(self._open) if self._closed_before is None else self._closed_before
         closed = []
-        for key in range(first, last + 1):
+        for key in sorted(k for k in self._open if k <= last):
             window, _ = analyze_window(self.run, self.config, self._table(key),
                                        key * self.window_ns, (key + 1) * self.window_ns)
             window.late, self._late = self._late, 0
             closed.append(window)
-        if last + 1 > first:
-            self._closed_before = last + 1
+        if closed:
+            self._closed_before = max(last + 1, self._closed_before or 0)
             self.kept += closed
             with open(self.run.path / WINDOWS, "ab") as f:
                 f.write(b"".join(orjson.dumps(w.model_dump(mode="json"),

@@ -56,6 +56,11 @@ class Call:
     server_spans: list[Span] = field(default_factory=list)
 
     @property
+    def outer(self) -> Span:
+        """The call's own span, the client's where seen."""
+        return self.client or self.server
+
+    @property
     def id(self) -> str | None:
         """The id both sides know: the server's request id, the client's response id."""
         for s in self.server_spans:  # SGLang's `rid` is on the request's span, under the top
@@ -91,7 +96,7 @@ def calls_of(trace: Sequence[Span]) -> list[Call]:
                 server_call.client = s
             else:
                 calls.append(Call(list(trace), s))
-    return sorted(calls, key=lambda c: _outer(c).start_ns)
+    return sorted(calls, key=lambda c: c.outer.start_ns)
 
 
 def joined(client: Call, server: Call) -> Call:
@@ -139,17 +144,13 @@ def steps_of(calls: list[Call]) -> list[SessionStep | None]:
                    key=lambda s: s.start_ns)
     steps, after = [], None
     for turn, call in enumerate(calls, 1):
-        start = _outer(call).start_ns
+        start = call.outer.start_ns
         between = [s for s in tools if after is not None and after <= s.start_ns < start]
         steps.append(SessionStep(trace_id, turn, len(calls), "agent", after,
                                  between[0].start_ns if between else None,
                                  between[-1].end_ns if between else None))
-        after = _outer(call).end_ns
+        after = call.outer.end_ns
     return steps
-
-
-def _outer(call: Call) -> Span:
-    return call.client or call.server
 
 
 def _application_root(call: Call) -> Span | None:

@@ -31,7 +31,7 @@ class Observer:
     def __init__(self, wait_ns: float, max_spans: int) -> None:
         self.wait_ns, self.max_spans = int(wait_ns), max_spans
         self.spans = self.traces = self.calls = 0
-        self.traces_without_call = self.forced = self.unseen_model = 0
+        self.traces_without_call = self.forced = self.unseen_model = self.malformed = 0
         self.sources: Counter[str] = Counter()
         self.models: Counter[str] = Counter()
         self._pending: OrderedDict[str, tuple[list[Span], int]] = OrderedDict()
@@ -88,6 +88,9 @@ class Observer:
     def _trace(self, spans: list[Span], now_ns: int) -> list[RequestTimeline]:
         self.traces += 1
         calls = calls_of(spans)
+        timed = [c for c in calls if 0 < c.outer.start_ns <= c.outer.end_ns]
+        self.malformed += len(calls) - len(timed)
+        calls = timed
         if not calls:
             self.traces_without_call += 1
             return []
