@@ -175,6 +175,7 @@ def test_otlp_json_is_read_as_protobuf_reads_it():
             "attributes": [{"key": k, "value": v} for k, v in {
                 "s": {"stringValue": "x"}, "i": {"intValue": "7"}, "d": {"doubleValue": 0.5},
                 "b": {"boolValue": True}, "a": {"arrayValue": {"values": [{"intValue": "1"}]}},
+                "by": {"bytesValue": base64.b64encode(b"\x00\xff").decode()},
                 "kv": {"kvlistValue": {"values": [{"key": "k", "value": {"stringValue": "v"}}]}},
             }.items()],
             "events": [{"name": "first_token", "timeUnixNano": "7", "attributes": []}]}]}]}]},

@@ -20,6 +20,7 @@ latlab's own spans.jsonl.
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import threading
 import time
@@ -159,7 +160,7 @@ def _attributes(pairs: Any) -> dict[str, Any]:
     return out
 
 
-_SCALARS = frozenset({"string_value", "int_value", "double_value", "bool_value", "bytes_value"})
+_SCALARS = frozenset({"string_value", "int_value", "double_value", "bool_value"})
 
 
 def _value(v: AnyValue) -> Any:
@@ -168,6 +169,8 @@ def _value(v: AnyValue) -> Any:
         return [_value(x) for x in v.array_value.values]
     if which == "kvlist_value":
         return _attributes(v.kvlist_value.values)
+    if which == "bytes_value":  # as OTLP/JSON writes it: a span stays JSON
+        return base64.b64encode(v.bytes_value).decode()
     return getattr(v, which) if which else None
 
 

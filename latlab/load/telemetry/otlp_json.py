@@ -6,7 +6,6 @@ writes hex. An OpenTelemetry Collector's file exporter writes one such request a
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from latlab.records.spans import Span, SpanEvent
@@ -69,7 +68,5 @@ def _json_value(v: dict[str, Any]) -> Any:
             return [_json_value(x) for x in value.get("values") or ()]
         if key == "kvlistValue":
             return _json_attributes(value.get("values"))
-        if key == "bytesValue":
-            return base64.b64decode(value)
-        return value  # stringValue, boolValue, doubleValue
+        return value  # stringValue, boolValue, doubleValue, bytesValue (base64 text)
     return None
