@@ -25,7 +25,7 @@ caller's) it is centred in it.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from latlab.load.telemetry.app_trace import application_of
@@ -102,13 +102,8 @@ def calls_of(trace: Sequence[Span]) -> list[Call]:
 def joined(client: Call, server: Call) -> Call:
     """A client's call and a server's call of another trace that share an id (the client did
     not propagate its trace): one call, the server's spans under the client's."""
-    top = server.server
-    moved = {top.span_id}
-    spans = [Span(s.trace_id, s.span_id, s.name, s.start_ns, s.end_ns,
-                  client.client.span_id if s.span_id in moved else s.parent_span_id,
-                  s.kind, s.attributes, s.events, s.service, s.status)
-             for s in server.server_spans]
-    top = spans[[s.span_id for s in spans].index(top.span_id)]
+    top = replace(server.server, parent_span_id=client.client.span_id)
+    spans = [top if s is server.server else s for s in server.server_spans]
     return Call(client.trace + spans, client.client, top, spans)
 
 
