@@ -11,13 +11,14 @@ from pathlib import Path
 import typer
 
 from latlab import __version__
-from latlab.commands import (ab, bench, calibrate, coldstart, compare, export, predict, report,
-                             runs, serve, sweep, trace)
+from latlab.commands import (ab, bench, calibrate, coldstart, compare, export, observe,
+                             predict, report, runs, serve, sweep, trace)
 from latlab.commands.options import ConfigFile, JsonOutput, NamedWorkload, command
 from latlab.records.ab import ABConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.coldstart import ColdstartConfig
 from latlab.records.engine import ServeConfig
+from latlab.records.observe import ObserveConfig
 from latlab.records.predict import CalibrateConfig, PredictConfig
 from latlab.records.sweep import SweepConfig
 from latlab.records.verdict import CompareConfig
@@ -74,6 +75,7 @@ command(app, report.report, options=report.ReportOptions, arguments=(RUN_DIR,))
 command(app, compare.compare, config=CompareConfig, options=compare.CompareOptions,
         arguments=(RUNS,))
 command(app, ab.ab, config=ABConfig, options=NamedWorkload, exclude=ab.NOT_TAKEN)
+command(app, observe.observe, config=ObserveConfig, options=JsonOutput)
 command(app, runs.runs, options=runs.RunsOptions)
 command(app, trace.trace, config=TraceConfig, options=trace.TraceOptions,
         exclude=trace.NOT_TAKEN, arguments=(SOURCE,), into={"source": ("arrivals", "trace")})

@@ -19,7 +19,7 @@ from latlab.records.summary import RunSummary
 from latlab.records.sweep import SWEEP_JSON, SweepRecord
 
 DB_NAME = "latlab.db"
-KINDS = ("bench", "sweep", "coldstart", "predict")
+KINDS = ("bench", "sweep", "coldstart", "predict", "observed")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (

@@ -4,6 +4,7 @@ decomposition. The span arithmetic on a hand-made trace, then examples/rag_app e
 127.0.0.1, benchmarked by latlab."""
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,7 @@ def test_an_applications_spans_split_its_time():
     assert timing.source == "otlp:app+llm" and timing.total == pytest.approx(300)
     assert (timing.queue, timing.prefill, timing.decode) == pytest.approx((8, 50, 130))
     assert timing.application == pytest.approx({"retrieval": 80, "audit": 4, "other": 28})
-    alone, _ = timing_of([spans[4].model_copy(update={"parent_span_id": "client"})])
+    alone, _ = timing_of([replace(spans[4], parent_span_id="client")])
     assert alone.application is None and alone.total == pytest.approx(188)
 
 
@@ -76,3 +77,62 @@ def test_the_rag_example_benchmarked_end_to_end(tmp_path):
     assert a.mean.application()[0] == "app:fetch documents"
     finding = next(f for f in a.findings if f.rule == "application_time")
     assert "fetch documents" in finding.title
+
+
+def test_the_instrumented_rag_example_observed_from_its_spans(tmp_path):
+    """A plain client (not latlab bench) calls the RAG app; `latlab observe` explains each call
+    from the spans alone: the application's (FastAPI, its own, the GenAI instrumentation's
+    client span), the network between it and the model (both sides seen) and the model's."""
+    import threading
+    import time
+
+    import httpx
+
+    from latlab.analysis import analyze
+    from latlab.records.observe import ObserveConfig
+    from latlab.services.observe import run_observe
+
+    otlp = free_port("127.0.0.1")
+    stop, seen, result = threading.Event(), [], {}
+    observe = threading.Thread(target=lambda: result.setdefault("r", run_observe(
+        ObserveConfig(otlp_port=otlp, out=tmp_path, window_s=2, trace_wait_s=1), stop=stop,
+        view=seen.append)))
+    observe.start()
+    port = free_port("127.0.0.1")
+    try:
+        endpoint = f"http://127.0.0.1:{otlp}/v1/traces"
+        with start_engine(["--model", "tiny", "--otlp-endpoint", endpoint]) as engine, \
+                start_server([sys.executable, str(APP), "--llm-url", engine.url, "--port",
+                              str(port), "--docs", "2000", "--lookup-ms", "150",
+                              "--otlp-endpoint", endpoint], f"http://127.0.0.1:{port}",
+                             f"http://127.0.0.1:{port}/health", ready_timeout_s=60,
+                             name="rag_app"):
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
+                for i in range(6):
+                    answer = client.post("/v1/chat/completions", json={
+                        "model": "tiny", "max_tokens": 4, "stream": i % 2 == 0,
+                        "stream_options": {"include_usage": True},
+                        "messages": [{"role": "user", "content": f"what is thing {i}?"}]})
+                    assert answer.status_code == 200, answer.text
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (seen and seen[-1].record.calls >= 6):
+                time.sleep(0.2)
+    finally:
+        stop.set()
+        observe.join(120)
+    r = result["r"]
+    assert r.record.calls == 6 and r.record.unseen_model == 0
+    a = analyze(r.run)
+    for row in a.decomposed:
+        assert row.record.server.source == "otlp:rag_app+latlab-serve"
+        assert row.record.tenant == "rag_app" and row.record.prompt_tokens > 100
+        parts = row.parts
+        assert sum(c.ms for c in parts.components.values() if c.ms is not None) == \
+            pytest.approx(parts.total)
+        assert parts.ms("app:fetch documents") >= 140  # the store's 150 ms (timers wake early)
+        assert parts.ms("app:retrieval") > 0 and parts.ms("prefill") > 0
+        assert parts.quality("network") in (Quality.DERIVED, Quality.ESTIMATED)
+        assert parts.ms("network") + parts.ms("intake") >= 0
+    assert len(a.decomposed) == 6
+    assert a.mean.quality["prefill"] == Quality.EXACT and a.mean.quality["decode"] == Quality.EXACT
+    assert a.mean.application()[0] == "app:fetch documents"

@@ -11,11 +11,16 @@ asks the model server at `--llm-url` (latlab serve, or any OpenAI-compatible one
 documents as a system message, relaying its answer as it streams. `GET /v1/models` lists the
 model server's models, `GET /health` answers ok.
 
+It calls the model with the `openai` client, as applications do, traced by OpenTelemetry's
+official GenAI instrumentation (`opentelemetry-instrumentation-openai-v2`: a CLIENT span per
+call with its `gen_ai.*` attributes: model, response id, token usage).
+
 Every step is a span: OpenTelemetry's FastAPI instrumentation opens the request's server span
 (a child of the caller's `traceparent`), the handler opens `embed`, `retrieval` and `fetch
-documents`, and the aiohttp client instrumentation wraps the call to the model server and
-passes the trace on, so the model server's own span (`latlab serve --otlp-endpoint`) nests
-under it. The spans go to `--otlp-endpoint` over OTLP/HTTP.
+documents`, the GenAI instrumentation the model call, and the aiohttp client instrumentation
+(the `openai` client's aiohttp transport) the HTTP request under it, passing the trace on, so
+the model server's own span (`latlab serve --otlp-endpoint`) nests under the call. The spans go
+to `--otlp-endpoint` over OTLP/HTTP.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import re
 
 import aiohttp
 import numpy as np
+import openai
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -34,6 +40,7 @@ from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -41,6 +48,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 SERVICE = "rag_app"
 EXPORT_DELAY_MS = 200
 _WORD = re.compile(r"[a-z]+")
+# What the `openai` client's `create` takes by name; the rest of a request goes as its body.
+CREATE = ("model", "messages", "stream", "stream_options", "max_tokens", "temperature", "top_p",
+          "seed", "stop", "n")
 
 
 def embed(text: str, dim: int) -> np.ndarray:
@@ -85,6 +95,13 @@ def create_app(llm_url: str, index: Index, top_k: int = 4, lookup_ms: float = 0.
             state["session"] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
         return state["session"]
 
+    def model_client() -> openai.AsyncOpenAI:
+        if "openai" not in state:
+            state["openai"] = openai.AsyncOpenAI(
+                base_url=f"{llm}/v1", api_key="unused", max_retries=0, timeout=600,
+                http_client=openai.DefaultAioHttpClient())
+        return state["openai"]
+
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
@@ -113,21 +130,21 @@ def create_app(llm_url: str, index: Index, top_k: int = 4, lookup_ms: float = 0.
         context = {"role": "system", "content": "Answer from these documents:\n"
                    + "\n".join(documents)}
         upstream = {**body, "messages": [context, *body["messages"]]}
-        resp = await client().post(f"{llm}/v1/chat/completions", json=upstream,
-                                   headers={"X-Request-Id": request.headers.get(
-                                       "X-Request-Id", "")})
-        if not body.get("stream") or resp.status != 200:
-            content = await resp.read()
-            resp.release()
-            return Response(content, status_code=resp.status,
-                            media_type=resp.content_type or "application/json")
+        named = {k: v for k, v in upstream.items() if k in CREATE}
+        try:
+            answer = await model_client().chat.completions.create(
+                **named, extra_body={k: v for k, v in upstream.items() if k not in CREATE},
+                extra_headers={"X-Request-Id": request.headers.get("X-Request-Id", "")})
+        except openai.APIStatusError as e:
+            return Response(e.response.content, status_code=e.status_code,
+                            media_type="application/json")
+        if not body.get("stream"):
+            return JSONResponse(answer.model_dump(exclude_unset=True))
 
         async def relay():
-            try:
-                async for chunk in resp.content.iter_any():
-                    yield chunk
-            finally:
-                resp.release()
+            async for chunk in answer:
+                yield f"data: {chunk.model_dump_json(exclude_unset=True)}\n\n"
+            yield "data: [DONE]\n\n"
 
         return StreamingResponse(relay(), media_type="text/event-stream")
 
@@ -135,13 +152,15 @@ def create_app(llm_url: str, index: Index, top_k: int = 4, lookup_ms: float = 0.
 
 
 def traced(app: FastAPI, otlp_endpoint: str | None) -> FastAPI:
-    """Trace `app` and its aiohttp calls, exporting to `otlp_endpoint` (OTLP/HTTP)."""
+    """Trace `app`, its model calls and its HTTP calls, exporting to `otlp_endpoint`
+    (OTLP/HTTP)."""
     provider = TracerProvider(resource=Resource.create({"service.name": SERVICE}))
     if otlp_endpoint:
         provider.add_span_processor(BatchSpanProcessor(
             OTLPSpanExporter(endpoint=otlp_endpoint), schedule_delay_millis=EXPORT_DELAY_MS))
     trace.set_tracer_provider(provider)
     AioHttpClientInstrumentor().instrument(tracer_provider=provider)
+    OpenAIInstrumentor().instrument(tracer_provider=provider)
     FastAPIInstrumentor.instrument_app(app, tracer_provider=provider,
                                        excluded_urls="health,v1/models",
                                        exclude_spans=["receive", "send"])

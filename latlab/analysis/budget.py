@@ -108,6 +108,7 @@ class Group:
     budget: Budget | None
     ttft: Distribution
     e2e: Distribution
+    seconds: float | None = None  # a time window's length (`over_time`)
 
 
 def group(label: str, requests: Requests, members: np.ndarray) -> Group:
@@ -190,4 +191,7 @@ def over_time(requests: Requests) -> list[Group]:
     keys[timed] = np.floor((origin[timed] - start) / width).astype(int)
     labels = [f"{i * width / 1e9:.1f}–{(i + 1) * width / 1e9:.1f} s"
               for i in range(keys.max() + 1)]
-    return group_by(requests, keys, labels, timed)
+    groups = group_by(requests, keys, labels, timed)
+    for g in groups:
+        g.seconds = width / 1e9
+    return groups

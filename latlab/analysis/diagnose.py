@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from latlab.analysis.findings import Finding, Unevaluated
-from latlab.analysis.rules import (client, compute, coverage, host, network, outcomes,
+from latlab.analysis.rules import (client, compute, coverage, host, network, outcomes, peaks,
                                    queueing, server_state, serving, sessions, tenants)
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ RULES: tuple[Rule, ...] = (
     host.busy_host,
     queueing.overload,
     queueing.queueing_under_load,
+    peaks.peak_hours,
     queueing.slow_small_requests,
     serving.one_at_a_time,
     network.network_share,

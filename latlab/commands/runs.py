@@ -16,7 +16,7 @@ class RunsOptions(Options):
     target: str | None = setting(None, "Only runs whose target URL contains this.")
     model: str | None = setting(None, "Only runs whose model contains this.")
     tag: str | None = setting(None, "Only runs with this tag.")
-    kind: str | None = setting(None, "bench, sweep, coldstart or predict.")
+    kind: str | None = setting(None, "bench, sweep, coldstart, predict or observed.")
     limit: int = setting(30, "Show at most this many, newest first.")
     rescan: bool = setting(False, "First register run folders the store misses.")
 

@@ -4,6 +4,7 @@ order statistics (binomial ranks); one with fewer than 10 samples beyond it is u
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -59,6 +60,7 @@ def percentile_ci(
     return low, high
 
 
+@lru_cache(maxsize=4096)  # scipy's quantile costs ~1 ms; summaries ask the same (n, q) often
 def ci_ranks(n: int, q: float, confidence: float = CONFIDENCE) -> tuple[int, int]:
     """The 1-based ranks of the order statistics that bound the q-th percentile of `n`
     samples with `confidence` (a rank outside 1..n: that side is unbounded)."""

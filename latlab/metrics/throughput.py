@@ -34,6 +34,9 @@ def throughput(t: RequestTable, chosen: np.ndarray, window: Window) -> Throughpu
     usage = np.nan_to_num(t.completion_tokens)
     scale = np.where(usage > 0, usage / np.maximum(events, 1), 1.0)
     output_tokens = float((in_window * scale)[events > 0].sum())
+    # A request seen without its token events (observed from spans): its usage when it ended.
+    unseen = (events == 0) & t.ok & inside(t.done_ns, window)
+    output_tokens += float(usage[unseen].sum())
 
     # The offered load spans the window unless the arrivals stopped inside it (a run stopped
     # by count drains its last requests inside the window): then it ends at the last arrival.

@@ -17,6 +17,7 @@ from latlab.records.arrivals import OPEN_LOOP
 from latlab.records.bench import BenchConfig
 from latlab.records.cluster import RayCluster
 from latlab.records.coldstart import ColdstartConfig
+from latlab.records.observe import ObserveConfig
 from latlab.records.simulation import Simulation
 from latlab.records.slo import slo_dict
 from latlab.records.server import ServerSettings
@@ -54,18 +55,22 @@ class Target(BaseModel):
 class RunConfig(BaseModel):
     """`config.json`: everything needed to rerun a run and to read its records. A predicted
     run (`kind: "predict"`, written by `latlab predict`) was simulated, not measured: its
-    `simulation` says how, and `bench` holds the workload it was asked for."""
+    `simulation` says how, and `bench` holds the workload it was asked for. An observed run
+    (`kind: "observed"`, `latlab observe`) sent nothing: its records are a service's own
+    traffic, `observe` says where its spans came from, and `bench` holds the synthetic
+    workload fitted to that traffic (what `latlab bench --config` reruns)."""
 
     model_config = ConfigDict(extra="allow")
 
     schema_version: int = SCHEMA_VERSION
-    kind: Literal["bench", "coldstart", "predict"] = "bench"
+    kind: Literal["bench", "coldstart", "predict", "observed"] = "bench"
     latlab_version: str = ""
     command: str = ""
     name: str | None = None
     tags: list[str] = []
     bench: BenchConfig | None = None
     coldstart: ColdstartConfig | None = None
+    observe: ObserveConfig | None = None
     target: Target = Target()
     warmup_s: float = 0.0
     cooldown_s: float = 0.0

@@ -18,6 +18,7 @@ from latlab.records import SCHEMA_VERSION
 from latlab.records.ab import ABRecord
 from latlab.records.calibration import Calibration
 from latlab.records.coldstart import ColdstartRecord
+from latlab.records.observe import ObservedWindow, ObserveRecord
 from latlab.records.config import RunConfig
 from latlab.records.steps import StepRecord
 from latlab.records.summary import RunSummary
@@ -33,6 +34,8 @@ FILES: dict[str, Any] = {
     "calibration": Calibration,     # a calibration (`latlab calibrate`)
     "ab": ABRecord,                 # ab.json
     "step": StepRecord,             # each line of a `latlab serve --step-log` file
+    "observe": ObserveRecord,       # observe.json (`latlab observe`)
+    "window": ObservedWindow,       # each line of windows.jsonl (`latlab observe`)
 }
 
 

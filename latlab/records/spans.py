@@ -9,33 +9,75 @@ server's clock, attributes as plain values.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
 SPANS = "spans.jsonl"
 SERVER_TIMINGS = "server_timings.jsonl"
 
 
-class SpanEvent(BaseModel):
+@dataclass(slots=True)
+class SpanEvent:
     name: str
     time_ns: int
-    attributes: dict[str, object] = {}
+    attributes: dict[str, object] = field(default_factory=dict)
 
 
-class Span(BaseModel):
+@dataclass(slots=True)
+class Span:
+    """One span (a plain class, not a validated model: a busy service sends tens of
+    thousands a second, and those from OTLP are typed already; `from_json` checks a file's)."""
+
     trace_id: str
     span_id: str
-    parent_span_id: str | None = None
     name: str
-    kind: str | None = None
     start_ns: int
     end_ns: int
-    attributes: dict[str, object] = {}
-    events: list[SpanEvent] = []
+    parent_span_id: str | None = None
+    kind: str | None = None
+    attributes: dict[str, object] = field(default_factory=dict)
+    events: list[SpanEvent] = field(default_factory=list)
     service: str | None = None
+    status: str | None = None  # "ok" or "error" when the span set one
 
     @property
     def duration_ms(self) -> float:
         return (self.end_ns - self.start_ns) / 1e6
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Span:
+        """A span of latlab's spans.jsonl; `ValueError` says what is wrong with it."""
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        for key, kind in _REQUIRED.items():
+            if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
+                raise ValueError(f"`{key}` is missing or not {_KIND[kind]}")
+        events = data.get("events") or []
+        if not isinstance(events, list) or not all(
+                isinstance(e, dict) and isinstance(e.get("name"), str)
+                and isinstance(e.get("time_ns"), int) for e in events):
+            raise ValueError("`events` must be a list of {name, time_ns, attributes}")
+        attributes = data.get("attributes") or {}
+        if not isinstance(attributes, dict):
+            raise ValueError("`attributes` must be an object")
+        return cls(data["trace_id"], data["span_id"], data["name"], data["start_ns"],
+                   data["end_ns"], _text(data.get("parent_span_id")), _text(data.get("kind")),
+                   attributes, [SpanEvent(e["name"], e["time_ns"], e.get("attributes") or {})
+                                for e in events], _text(data.get("service")),
+                   _text(data.get("status")))
+
+
+_REQUIRED = {"trace_id": str, "span_id": str, "name": str, "start_ns": int, "end_ns": int}
+_KIND = {str: "a string", int: "an integer"}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 class SpanJoin(BaseModel):

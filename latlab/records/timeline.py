@@ -19,7 +19,7 @@ The server-timing protocol (latlab's own, documented in the README):
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -81,7 +81,10 @@ class ServerTiming:
     application: dict[str, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        data = {k: v for k in _TIMING_FIELDS if (v := getattr(self, k)) is not None}
+        if self.application is not None:
+            data["application"] = dict(self.application)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None, source: str | None = None
@@ -261,12 +264,12 @@ class RequestTimeline:
         self.token_counts.append(n_tokens)
 
     def to_json(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data = {name: getattr(self, name) for name in _RECORD_FIELDS}
         data["outcome"] = str(self.outcome)
-        data["connection"] = asdict(self.connection) if self.connection else None
+        data["connection"] = _flat(self.connection)
         data["server"] = self.server.to_json() if self.server else None
-        data["session"] = asdict(self.session) if self.session else None
-        data["trace"] = asdict(self.trace) if self.trace else None
+        data["session"] = _flat(self.session)
+        data["trace"] = _flat(self.trace)
         return data
 
     @classmethod
@@ -282,3 +285,13 @@ class RequestTimeline:
         if values.get("trace"):
             values["trace"] = TraceStep(**values["trace"])
         return cls(**values)
+
+
+_TIMING_FIELDS = tuple(f.name for f in fields(ServerTiming) if f.name != "application")
+_RECORD_FIELDS = tuple(f.name for f in fields(RequestTimeline))
+
+
+def _flat(record: ConnectionTiming | SessionStep | TraceStep | None) -> dict[str, Any] | None:
+    """A record of plain values as a dict (`asdict` deep-copies: the hot path writes one a
+    request)."""
+    return None if record is None else {f.name: getattr(record, f.name) for f in fields(record)}

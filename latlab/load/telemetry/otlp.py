@@ -4,10 +4,17 @@ and read spans from files afterwards, all into `records.spans.Span`.
     with SpanReceiver(run.path / SPANS, port=4318) as receiver:   # POST /v1/traces
         ... the load ...; receiver.count
 
-Decoding uses `opentelemetry-proto`'s messages. OTLP/JSON writes trace and span ids in hex
-where protobuf's JSON mapping expects base64, so they are converted before parsing. A file
-may hold OTLP/JSON requests one per line (an OTel collector's file exporter), the OTel SDK's
-console JSON (`latlab serve --otel-file`), or latlab's own spans.jsonl.
+or hands each request's spans to `on_spans` (in the receiver's thread) as they arrive
+(`latlab observe`), refusing them while `accepting()` says no (503 and Retry-After, which
+OTLP exporters retry: memory stays bounded when the spans come faster than they are
+explained). A body that is not an OTLP trace export is answered 400 and counted (`rejected`,
+`first_rejection`); gzip bodies (a Collector's default) are decompressed.
+
+Protobuf bodies are decoded with `opentelemetry-proto`'s messages; OTLP/JSON is read from the
+JSON itself (`json_spans`: protobuf's JSON parser is pure Python, and OTLP/JSON writes ids in
+hex where its mapping expects base64). A file may hold OTLP/JSON requests one per line (an
+OTel collector's file exporter), the OTel SDK's console JSON (`latlab serve --otel-file`), or
+latlab's own spans.jsonl.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import orjson
 from aiohttp import web
@@ -28,6 +35,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest, ExportTraceServiceResponse)
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from latlab.load.telemetry.otlp_json import KINDS, STATUS, json_spans
 from latlab.records.folder import RunFolder
 from latlab.records.spans import Span, SpanEvent
 
@@ -35,19 +43,24 @@ SPAN_POLL_S = 0.1
 SPAN_QUIET_S = 1.0  # longer than an exporter's batch delay (latlab serve: 0.5 s)
 
 MAX_BODY = 64 << 20
-KINDS = {0: None, 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
-_ID_KEYS = ("traceId", "spanId", "parentSpanId")
+RETRY_AFTER_S = 1
 
 
 class SpanReceiver:
-    """An OTLP/HTTP trace receiver on a loopback port, in its own thread, appending every
-    span it decodes to `path` the moment it arrives (one write per request of spans)."""
+    """An OTLP/HTTP trace receiver on a port of `host`, in its own thread, appending every
+    span it decodes to `path` the moment it arrives (one write per request of spans) and
+    handing them to `on_spans`."""
 
-    def __init__(self, path: Path, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.path, self.host, self.port = path, host, port
+    def __init__(self, path: Path | None = None, host: str = "127.0.0.1", port: int = 0,
+                 on_spans: Callable[[list[Span]], None] | None = None,
+                 accepting: Callable[[], bool] | None = None, events: bool = True) -> None:
+        self.path, self.host, self.port, self.on_spans = path, host, port, on_spans
+        self.accepting, self.events = accepting, events
         self.count = 0
-        self.errors = 0
-        self.trace_ids: set[str] = set()
+        self.throttled = 0
+        self.rejected = 0
+        self.first_rejection: str | None = None
+        self.trace_ids: set[str] = set()  # with a `path` only (a bench run's, bounded)
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
@@ -59,40 +72,63 @@ class SpanReceiver:
         return f"http://{self.host}:{self.port}/v1/traces"
 
     def __enter__(self) -> SpanReceiver:
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if self.path is not None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        try:
+            asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        except BaseException:
+            self._stop()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
-        os.close(self._fd)
+        if not self._thread.is_alive():
+            self._loop.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     async def _start(self) -> None:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post("/v1/traces", self._traces)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await runner.setup()
+        self._runner = runner
+        site = web.TCPSite(runner, self.host, self.port)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]
 
     async def _traces(self, request: web.Request) -> web.Response:
-        body = await request.read()
+        if self.accepting is not None and not self.accepting():
+            self.throttled += 1  # OTLP: a retryable refusal; the exporter sends it again later
+            return web.Response(status=503, headers={"Retry-After": str(RETRY_AFTER_S)},
+                                text="latlab is behind: retry later")
         protobuf = request.content_type == "application/x-protobuf"
         try:
-            message = (ExportTraceServiceRequest.FromString(body) if protobuf
-                       else parse_otlp_json(orjson.loads(body)))
+            body = await request.read()
+            spans = (list(spans_of(ExportTraceServiceRequest.FromString(body), self.events))
+                     if protobuf
+                     else json_spans(orjson.loads(body)))
         except Exception as e:  # noqa: BLE001 - a sender's bad body is its 400, not our crash
-            self.errors += 1
-            return web.Response(status=400, text=f"not an OTLP trace export: {e}")
-        spans = list(spans_of(message))
+            self.rejected += 1
+            reason = f"not an OTLP trace export ({type(e).__name__}: {e})"
+            self.first_rejection = self.first_rejection or reason
+            return web.Response(status=400, text=reason)
         if spans:
-            os.write(self._fd, b"".join(orjson.dumps(s.model_dump()) + b"\n" for s in spans))
+            if self._fd >= 0:
+                os.write(self._fd, b"".join(orjson.dumps(s.to_json()) + b"\n" for s in spans))
+                self.trace_ids = self.trace_ids | {s.trace_id for s in spans}  # one rebinding
             self.count += len(spans)
-            self.trace_ids = self.trace_ids | {s.trace_id for s in spans}  # one rebinding
+            if self.on_spans is not None:
+                self.on_spans(spans)
         reply = ExportTraceServiceResponse()
         if protobuf:
             return web.Response(body=reply.SerializeToString(),
@@ -100,37 +136,31 @@ class SpanReceiver:
         return web.json_response(json_format.MessageToDict(reply))
 
 
-def parse_otlp_json(data: dict[str, Any]) -> ExportTraceServiceRequest:
-    """An OTLP/JSON export request (hex ids) as the protobuf message."""
-    def fix(node: Any) -> Any:
-        if isinstance(node, dict):
-            return {k: (base64.b64encode(bytes.fromhex(v)).decode()
-                        if k in _ID_KEYS and isinstance(v, str) and v else fix(v))
-                    for k, v in node.items()}
-        return [fix(v) for v in node] if isinstance(node, list) else node
-
-    return json_format.ParseDict(fix(data), ExportTraceServiceRequest(),
-                                 ignore_unknown_fields=True)
-
-
-def spans_of(message: ExportTraceServiceRequest) -> Iterator[Span]:
+def spans_of(message: ExportTraceServiceRequest, events: bool = True) -> Iterator[Span]:
+    """The message's spans; without their events unless `events` (observe reads none)."""
     for resource_spans in message.resource_spans:
-        resource = _attributes(resource_spans.resource.attributes)
-        service = resource.get("service.name")
+        service = _attributes(resource_spans.resource.attributes).get("service.name")
+        service = str(service) if service is not None else None
         for scope_spans in resource_spans.scope_spans:
             for s in scope_spans.spans:
-                yield Span(
-                    trace_id=s.trace_id.hex(), span_id=s.span_id.hex(),
-                    parent_span_id=s.parent_span_id.hex() or None, name=s.name,
-                    kind=KINDS.get(s.kind), start_ns=s.start_time_unix_nano,
-                    end_ns=s.end_time_unix_nano, attributes=_attributes(s.attributes),
-                    events=[SpanEvent(name=e.name, time_ns=e.time_unix_nano,
-                                      attributes=_attributes(e.attributes)) for e in s.events],
-                    service=str(service) if service is not None else None)
+                yield Span(s.trace_id.hex(), s.span_id.hex(), s.name, s.start_time_unix_nano,
+                           s.end_time_unix_nano, s.parent_span_id.hex() or None,
+                           KINDS.get(s.kind), _attributes(s.attributes),
+                           [SpanEvent(e.name, e.time_unix_nano, _attributes(e.attributes))
+                            for e in s.events] if events else [], service,
+                           STATUS.get(s.status.code))
 
 
 def _attributes(pairs: Any) -> dict[str, Any]:
-    return {kv.key: _value(kv.value) for kv in pairs}
+    out = {}
+    for kv in pairs:
+        v = kv.value
+        which = v.WhichOneof("value")
+        out[kv.key] = getattr(v, which) if which in _SCALARS else _value(v)
+    return out
+
+
+_SCALARS = frozenset({"string_value", "int_value", "double_value", "bool_value"})
 
 
 def _value(v: AnyValue) -> Any:
@@ -139,27 +169,39 @@ def _value(v: AnyValue) -> Any:
         return [_value(x) for x in v.array_value.values]
     if which == "kvlist_value":
         return _attributes(v.kvlist_value.values)
+    if which == "bytes_value":  # as OTLP/JSON writes it: a span stays JSON
+        return base64.b64encode(v.bytes_value).decode()
     return getattr(v, which) if which else None
 
 
 def read_spans(path: Path) -> list[Span]:
     """Every span in a file: latlab's spans.jsonl, OTLP/JSON lines, or the OTel SDK's
     console JSON; `ValueError` names the line it cannot read."""
-    spans: list[Span] = []
-    for n, line in enumerate(Path(path).read_bytes().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            data = orjson.loads(line)
-            if "resourceSpans" in data:
-                spans += spans_of(parse_otlp_json(data))
-            elif "context" in data:
-                spans.append(_sdk_span(data))
-            else:
-                spans.append(Span.model_validate(data))
-        except Exception as e:  # noqa: BLE001 - say which line, whatever went wrong
-            raise ValueError(f"{path}: line {n}: not a span ({type(e).__name__}: {e})") from None
-    return spans
+    def fail(n: int, reason: str) -> None:
+        raise ValueError(f"{path}: line {n}: not a span ({reason})")
+
+    return list(iter_spans(path, fail))
+
+
+def iter_spans(path: Path, on_error: Callable[[int, str], None]) -> Iterator[Span]:
+    """The spans of a file line by line (as `read_spans`); a line it cannot read is given to
+    `on_error(line number, reason)` and skipped."""
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                data = orjson.loads(line)
+                if isinstance(data, dict) and "resourceSpans" in data:
+                    spans = json_spans(data)
+                elif isinstance(data, dict) and "context" in data:
+                    spans = [_sdk_span(data)]
+                else:
+                    spans = [Span.from_json(data)]
+            except Exception as e:  # noqa: BLE001 - say which line, whatever went wrong
+                on_error(n, f"{type(e).__name__}: {e}")
+                continue
+            yield from spans
 
 
 def _sdk_span(data: dict[str, Any]) -> Span:
@@ -175,10 +217,11 @@ def _sdk_span(data: dict[str, Any]) -> Span:
                 name=data["name"], kind=str(data.get("kind", "")).removeprefix("SpanKind.").lower(),
                 start_ns=ns(data["start_time"]), end_ns=ns(data["end_time"]),
                 attributes=data.get("attributes") or {},
-                events=[SpanEvent(name=e["name"], time_ns=ns(e["timestamp"]),
-                                  attributes=e.get("attributes") or {})
+                events=[SpanEvent(e["name"], ns(e["timestamp"]), e.get("attributes") or {})
                         for e in data.get("events") or []],
-                service=(data.get("resource") or {}).get("attributes", {}).get("service.name"))
+                service=(data.get("resource") or {}).get("attributes", {}).get("service.name"),
+                status={"OK": "ok", "ERROR": "error"}.get(
+                    (data.get("status") or {}).get("status_code")))
 
 
 def await_spans(receiver: SpanReceiver, run: RunFolder, wait_s: float) -> list[str]:

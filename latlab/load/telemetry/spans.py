@@ -50,8 +50,8 @@ def timing_of(spans: Sequence[Span], app_spans: Sequence[str] = ()
               ) -> tuple[ServerTiming | None, int | None]:
     """The server timing a trace's spans give, and its cached prompt tokens; `app_spans`
     names an application's own spans (`--app-span`)."""
-    timing, cached = _model_timing(spans)
-    llm = next((s for s in spans if _is_model(s) or _calls_model(s)), None)
+    timing, cached = model_timing(spans)
+    llm = next((s for s in spans if is_model_span(s) or _calls_model(s)), None)
     if llm is None and not app_spans:
         return timing, cached  # a model server's stage slices, or its generic spans (None)
     app = application_of(spans, llm, timing.total if timing else None, app_spans)
@@ -64,7 +64,7 @@ def timing_of(spans: Sequence[Span], app_spans: Sequence[str] = ()
     return timing, cached
 
 
-def _is_model(s: Span) -> bool:
+def is_model_span(s: Span) -> bool:
     """A model server's span with its latencies (vLLM's `llm_request`, latlab serve's)."""
     return GENAI["total"] in s.attributes or GENAI["prefill"] in s.attributes
 
@@ -75,10 +75,10 @@ def _calls_model(s: Span) -> bool:
     return any(key in s.attributes for key in GENAI_CALL)
 
 
-def _model_timing(spans: Sequence[Span]) -> tuple[ServerTiming | None, int | None]:
+def model_timing(spans: Sequence[Span]) -> tuple[ServerTiming | None, int | None]:
     """What the model server's spans say: a GenAI span's latencies, else stage slices."""
     for s in spans:
-        if _is_model(s):
+        if is_model_span(s):
             values = {stage: _seconds_ms(s.attributes.get(key)) for stage, key in GENAI.items()}
             cached = s.attributes.get("gen_ai.usage.cached_tokens")
             return (ServerTiming.from_json(values, f"otlp:{s.service or 'unknown'}"),

@@ -1,0 +1,227 @@
+"""How many spans a second `latlab observe` takes on one core, and its memory over a long run.
+
+    .venv/bin/python benchmarks/observe_throughput.py                    # 75 s flat out, 120 s steady
+    .venv/bin/python benchmarks/observe_throughput.py --max-s 60 --steady-s 600 --rate 5000
+
+`latlab observe` runs as its own process pinned to one CPU (`os.sched_setaffinity`); sender
+processes POST OTLP/HTTP protobuf bodies to it on
+127.0.0.1, each a batch of 512 spans (the OpenTelemetry SDK's export batch) of a RAG
+application's traffic: per call its server span (7 attributes), a retrieval span, the GenAI
+client span of `opentelemetry-instrumentation-openai-v2` (9), the HTTP client span (4) and the
+model server's `llm_request` (12 attributes, 4 events) — five spans a call, ids fresh, times
+the sender's clock.
+
+1. **Flat out** (`--max-s`, observe's defaults: 60 s windows, 5 s trace wait; after 15 s of
+   warm-up): the senders send as fast as observe answers; the measured stretch includes a
+   window's close (its analysis and findings). Spans per second = the spans
+   observe received / the CPU seconds its process used meanwhile (user + system, from /proc),
+   so a busy machine's stolen time does not count against it; the wall-clock rate is printed
+   beside it.
+2. **Steady** (`--steady-s` at `--rate` spans/s, `--window 10 --trace-wait 1`): the resident
+   memory of the observe process every 10 s. It holds the spans of traces not yet complete (bounded by --trace-wait and
+   --max-pending-spans), the calls of the open windows and one line per closed window, so it
+   levels off after the first window whatever the run's length.
+
+The load average before and after is printed with the numbers: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from latlab.records.files import read_json
+from latlab.records.observe import OBSERVE_JSON, ObserveRecord
+
+BATCH_CALLS = 512 // 5 + 1  # about the SDK's batch of 512 spans
+SPANS_PER_CALL = 5
+MS = 1_000_000
+
+
+def _attrs(span, **values) -> None:
+    for key, value in values.items():
+        key = key.replace("__", ".")
+        if isinstance(value, str):
+            v = AnyValue(string_value=value)
+        elif isinstance(value, int):
+            v = AnyValue(int_value=value)
+        else:
+            v = AnyValue(double_value=value)
+        span.attributes.append(KeyValue(key=key, value=v))
+
+
+def batch(now_ns: int, seq: int) -> bytes:
+    """One export request of BATCH_CALLS calls, five spans each, ending around `now_ns`."""
+    request = ExportTraceServiceRequest()
+    app, model = request.resource_spans.add(), request.resource_spans.add()
+    for rs, name in ((app, "rag_app"), (model, "latlab-serve")):
+        rs.resource.attributes.append(KeyValue(key="service.name",
+                                               value=AnyValue(string_value=name)))
+    app_spans, model_spans = app.scope_spans.add().spans, model.scope_spans.add().spans
+    for i in range(BATCH_CALLS):
+        trace = os.urandom(16)
+        ids = [os.urandom(8) for _ in range(5)]
+        start = now_ns - 400 * MS
+        rid = f"chatcmpl-{seq}-{i}"
+        root = app_spans.add(trace_id=trace, span_id=ids[0], name="POST /v1/chat/completions",
+                             kind=2, start_time_unix_nano=start, end_time_unix_nano=now_ns)
+        _attrs(root, http__method="POST", http__route="/v1/chat/completions",
+               http__status_code=200, http__scheme="http", net__host__port=8100,
+               http__flavor="1.1", http__target="/v1/chat/completions")
+        retrieval = app_spans.add(trace_id=trace, span_id=ids[1], parent_span_id=ids[0],
+                                  name="retrieval", kind=1, start_time_unix_nano=start + MS,
+                                  end_time_unix_nano=start + 60 * MS)
+        _attrs(retrieval, rag__documents=5000)
+        call = app_spans.add(trace_id=trace, span_id=ids[2], parent_span_id=ids[0],
+                             name="chat tiny", kind=3, start_time_unix_nano=start + 70 * MS,
+                             end_time_unix_nano=now_ns - MS)
+        _attrs(call, gen_ai__operation__name="chat", gen_ai__provider__name="openai",
+               gen_ai__request__model="tiny", gen_ai__request__max_tokens=32,
+               gen_ai__response__model="tiny", gen_ai__response__id=rid,
+               gen_ai__usage__input_tokens=480, gen_ai__usage__output_tokens=32,
+               server__address="127.0.0.1")
+        http = app_spans.add(trace_id=trace, span_id=ids[3], parent_span_id=ids[2],
+                             name="POST", kind=3, start_time_unix_nano=start + 71 * MS,
+                             end_time_unix_nano=start + 120 * MS)
+        _attrs(http, http__method="POST", http__url="http://127.0.0.1:8000/v1/chat/completions",
+               http__status_code=200, net__peer__name="127.0.0.1")
+        llm = model_spans.add(trace_id=trace, span_id=ids[4], parent_span_id=ids[3],
+                              name="llm_request", kind=2, start_time_unix_nano=start + 75 * MS,
+                              end_time_unix_nano=now_ns - 5 * MS)
+        _attrs(llm, gen_ai__request__id=rid, gen_ai__usage__prompt_tokens=480,
+               gen_ai__usage__completion_tokens=32, gen_ai__usage__cached_tokens=0,
+               latlab__latency__preprocess=0.002, latlab__latency__postprocess=0.001,
+               gen_ai__latency__time_in_queue=0.004, gen_ai__latency__time_to_first_token=0.05,
+               gen_ai__latency__time_in_model_prefill=0.044,
+               gen_ai__latency__time_in_model_decode=0.266,
+               gen_ai__latency__time_in_model_inference=0.31, gen_ai__latency__e2e=0.32)
+        for name, at in (("enqueued", 77), ("scheduled", 81), ("first_token", 125),
+                         ("last_token", 391)):
+            llm.events.add(name=name, time_unix_nano=start + at * MS)
+    return request.SerializeToString()
+
+
+def sender(url: str, until: float, rate: float | None, counter) -> None:
+    """POST batches until `until` (monotonic), at `rate` spans/s shared by the senders, or
+    as fast as the receiver answers."""
+    spans = BATCH_CALLS * SPANS_PER_CALL
+    with httpx.Client(timeout=60, headers={"Content-Type": "application/x-protobuf"}) as client:
+        seq, next_at = 0, time.monotonic()
+        while time.monotonic() < until:
+            if rate is not None:
+                time.sleep(max(0.0, next_at - time.monotonic()))
+                next_at += spans / rate
+            client.post(url, content=batch(time.time_ns(), seq)).raise_for_status()
+            seq += 1
+            with counter.get_lock():
+                counter.value += spans
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def start_observe(out: Path, port: int, cpu: int, options: list[str]) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "latlab", "observe", "--otlp-port", str(port), "--out", str(out),
+         *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    os.sched_setaffinity(process.pid, {cpu})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return process
+        time.sleep(0.1)
+    process.kill()
+    raise SystemExit("latlab observe did not start listening")
+
+
+WARMUP_S = 15.0
+
+
+def phase(seconds: float, rate: float | None, senders: int, cpu: int, steady: bool) -> None:
+    out = Path(tempfile.mkdtemp(prefix="latlab-observe-bench-"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    observe = start_observe(out, port, cpu, ["--window", "10", "--trace-wait", "1"] if steady
+                            else [])
+    counter = mp.Value("q", 0)
+    try:
+        warmup = 0.0 if steady else WARMUP_S
+        until = time.monotonic() + warmup + seconds
+        workers = [mp.Process(target=sender, args=(f"http://127.0.0.1:{port}/v1/traces", until,
+                                                   rate / senders if rate else None, counter))
+                   for _ in range(senders)]
+        for w in workers:
+            w.start()
+        time.sleep(warmup)
+        cpu0, t0, sent0 = cpu_s(observe.pid), time.monotonic(), counter.value
+        samples = []
+        while time.monotonic() < until:
+            time.sleep(10 if steady else 1)
+            samples.append((time.monotonic() - t0, counter.value, rss_mib(observe.pid)))
+        used, wall, sent = cpu_s(observe.pid) - cpu0, time.monotonic() - t0, counter.value - sent0
+        for w in workers:
+            w.join(60)
+        if steady:
+            print(f"steady {rate:,.0f} spans/s for {seconds:.0f} s (window 10 s): resident memory")
+            for at, n, rss in samples:
+                print(f"  {at:6.0f} s  {n:>10,} spans  {rss:7.1f} MiB")
+        else:
+            print(f"flat out for {seconds:.0f} s: {sent:,} spans in {used:.1f} CPU s of observe "
+                  f"-> {sent / used:,.0f} spans per CPU second ({sent / wall:,.0f} per wall "
+                  f"second); peak resident {max(r for _, _, r in samples):.0f} MiB")
+    finally:
+        observe.send_signal(signal.SIGINT)
+        try:
+            observe.wait(600)
+        except subprocess.TimeoutExpired:
+            observe.kill()
+            observe.wait(10)
+        for record in out.glob(f"*/{OBSERVE_JSON}"):
+            r = read_json(record, ObserveRecord)
+            print(f"  observe.json: {r.spans:,} spans, {r.calls:,} calls, {r.forced:,} traces "
+                  f"explained early (memory bound), {r.rejected} rejected")
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--max-s", type=float, default=75.0)
+    parser.add_argument("--steady-s", type=float, default=120.0)
+    parser.add_argument("--rate", type=float, default=5000.0, help="spans/s of the steady phase")
+    parser.add_argument("--senders", type=int, default=2)
+    parser.add_argument("--cpu", type=int, default=0, help="the CPU observe is pinned to")
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()}")
+    if args.max_s:
+        phase(args.max_s, None, args.senders, args.cpu, steady=False)
+    if args.steady_s:
+        phase(args.steady_s, args.rate, args.senders, args.cpu, steady=True)
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

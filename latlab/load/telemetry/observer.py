@@ -1,0 +1,125 @@
+"""Spans arriving from a live service, turned into call records (`latlab observe`).
+
+Spans come in batches, a trace's spans in several (each service exports its own, seconds
+apart), so they are grouped per trace until the trace has been quiet for `wait_ns`, as an
+OpenTelemetry Collector's group-by-trace processor does; then its LLM calls become records
+(`calls`). Memory stays bounded: at most `max_spans` spans wait, past it the trace quiet the
+longest is explained with the spans it has (`forced`). A call seen by one side only that names
+the other's id (a client that did not propagate its trace context, so its model server's span
+is in another trace) waits `wait_ns` more for its other half, then goes alone.
+
+    observer = Observer(wait_ns=5e9, max_spans=200_000)
+    observer.add(spans, now_ns)            # from the receiver's thread
+    records = observer.ready(now_ns)       # complete calls, from the main thread
+    records += observer.finish()           # at the end: everything still waiting
+
+`now_ns` is the clock traces are quiet by: the arrival time live; a file's span end times.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, OrderedDict
+from typing import Iterable
+
+from latlab.load.telemetry.calls import Call, calls_of, joined, record_of, steps_of
+from latlab.records.spans import Span
+from latlab.records.timeline import RequestTimeline
+
+
+class Observer:
+    def __init__(self, wait_ns: float, max_spans: int) -> None:
+        self.wait_ns, self.max_spans = int(wait_ns), max_spans
+        self.spans = self.traces = self.calls = 0
+        self.traces_without_call = self.forced = self.unseen_model = self.malformed = 0
+        self.sources: Counter[str] = Counter()
+        self.models: Counter[str] = Counter()
+        self._pending: OrderedDict[str, tuple[list[Span], int]] = OrderedDict()
+        self._held = 0
+        self._halves: OrderedDict[str, tuple[Call, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def pending_spans(self) -> int:
+        return self._held
+
+    def add(self, spans: Iterable[Span], now_ns: int) -> None:
+        """Spans that arrived at `now_ns`."""
+        with self._lock:
+            for s in spans:
+                entry = self._pending.pop(s.trace_id, None)
+                group = entry[0] if entry is not None else []
+                group.append(s)
+                self._pending[s.trace_id] = (group, now_ns)
+                self._held += 1
+                self.spans += 1
+
+    def ready(self, now_ns: int) -> list[RequestTimeline]:
+        """The calls of every trace quiet for `wait_ns` (and of the oldest beyond the memory
+        bound), and the halves that waited long enough for their other half."""
+        complete = []
+        with self._lock:
+            while self._pending:
+                trace_id, (group, last) = next(iter(self._pending.items()))
+                over = self._held > self.max_spans
+                if last + self.wait_ns > now_ns and not over:
+                    break
+                del self._pending[trace_id]
+                self._held -= len(group)
+                self.forced += last + self.wait_ns > now_ns
+                complete.append(group)
+        out = [r for group in complete for r in self._trace(group, now_ns)]
+        while self._halves:
+            key, (call, due) = next(iter(self._halves.items()))
+            if due > now_ns:
+                break
+            del self._halves[key]
+            out.append(self._record(call))
+        return out
+
+    def finish(self) -> list[RequestTimeline]:
+        """Every call still waiting, with the spans it has."""
+        far = 1 << 62
+        out = self.ready(far)
+        out += [self._record(call) for call, _ in self._halves.values()]
+        self._halves.clear()
+        return out
+
+    def _trace(self, spans: list[Span], now_ns: int) -> list[RequestTimeline]:
+        self.traces += 1
+        calls = calls_of(spans)
+        timed = [c for c in calls if 0 < c.outer.start_ns <= c.outer.end_ns]
+        self.malformed += len(calls) - len(timed)
+        calls = timed
+        if not calls:
+            self.traces_without_call += 1
+            return []
+        if len(calls) == 1 and self._half(calls[0]):
+            key = calls[0].id
+            other = self._halves.pop(key, None)
+            if other is None:
+                self._halves[key] = (calls[0], now_ns + self.wait_ns)
+                return []
+            pair = (calls[0], other[0]) if calls[0].client else (other[0], calls[0])
+            return [self._record(joined(*pair))]
+        return [self._record(c, step) for c, step in zip(calls, steps_of(calls))]
+
+    @staticmethod
+    def _half(call: Call) -> bool:
+        """A call seen by one side only that names an id the other side knows."""
+        alone = (call.client is None) != (call.server is None)
+        return alone and call.id is not None and (call.client is not None or
+                                                  call.server.parent_span_id is None)
+
+    def _record(self, call: Call, step=None) -> RequestTimeline:
+        r = record_of(call, self.calls, step)
+        self.calls += 1
+        self.unseen_model += call.server is None
+        if r.server is not None and r.server.source:
+            self.sources[r.server.source] += 1
+        model = next((s.attributes.get(k) for s in (call.server, call.client) if s is not None
+                      for k in ("gen_ai.response.model", "gen_ai.request.model")
+                      if isinstance(s.attributes.get(k), str)), None)
+        if model is not None:
+            self.models[model] += 1
+        return r

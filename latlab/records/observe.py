@@ -1,0 +1,139 @@
+"""`latlab observe`: what it is asked (`ObserveConfig`: where the spans come from, the window,
+how long a trace may take to arrive) and what it writes besides a run's own files:
+`windows.jsonl` (one `ObservedWindow` per window, appended as each closes), `observe.json`
+(`ObserveRecord`: what arrived, what became of it, the fitted workload) and `trace.jsonl` (the
+calls as latlab's trace rows, `trace_rows`: what `--trace` replays).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+from pydantic import model_validator
+
+from latlab.records.columns import present
+from latlab.records.table import RequestTable
+
+from latlab.records.bench import OutputConfig, SloConfig
+from latlab.records.settings import OBSERVE, TELEMETRY, derive, setting
+from latlab.records.summary import Record
+
+WINDOWS = "windows.jsonl"
+OBSERVE_JSON = "observe.json"
+TRACE_JSONL = "trace.jsonl"
+
+
+class ObserveConfig(SloConfig, OutputConfig):
+    """Spans from an OTLP/HTTP port (`otlp_port`) or a file (`from_file`), joined per trace
+    into one record per LLM call; statistics and findings per window of `window_s`."""
+
+    otlp_port: int | None = setting(None, "Receive OTLP/HTTP traces (protobuf or JSON) on this "
+                                    "port (4318 is OTLP's; 0: a free one).", group=OBSERVE,
+                                    ge=0, le=65535)
+    host: str = setting("127.0.0.1", "Address to listen on (0.0.0.0: every interface, for "
+                        "exporters on other machines).", group=OBSERVE)
+    from_file: Path | None = setting(None, "Read exported spans from this file instead (OTLP/JSON "
+                                     "lines as an OpenTelemetry Collector's file exporter "
+                                     "writes them, or a span file of latlab's).", "--from",
+                                     group=OBSERVE)
+    duration_s: float | None = setting(None, "Stop after this many seconds (default: until "
+                                       "Ctrl-C, or the file's end).", group=OBSERVE, gt=0)
+    window_s: float = setting(60.0, "Seconds of each window: the live view's rolling window "
+                              "and the windows the folder keeps, each with its findings.",
+                              "--window", group=OBSERVE, gt=0)
+    trace_wait_s: float = setting(5.0, "A trace is complete this many seconds after its last "
+                                  "span arrived (longer than the exporters' batch delay; "
+                                  "the OpenTelemetry SDK's default is 5 s).", group=TELEMETRY,
+                                  ge=0)
+    max_pending_spans: int = setting(100_000, "Spans held for traces not yet complete (about "
+                                     "2 KB each); at it, exporters are asked to retry later "
+                                     "(503), and a file's oldest traces are explained with the "
+                                     "spans they have (counted).", group=TELEMETRY, ge=1)
+    keep_spans: bool = setting(False, "Also keep every span in the folder (spans.jsonl; it "
+                               "grows with the traffic).", group=TELEMETRY)
+
+    @model_validator(mode="after")
+    def _source(self) -> ObserveConfig:
+        if (self.otlp_port is None) == (self.from_file is None):
+            raise ValueError("give --otlp-port PORT (live spans) or --from FILE (exported "
+                             "spans), one of the two")
+        if self.name is None:
+            derive(self, name="observe")
+        return self
+
+
+class Quantiles(Record):
+    p50: float | None = None
+    p99: float | None = None
+
+
+class WindowFinding(Record):
+    rule: str
+    severity: str
+    title: str
+
+
+class ObservedWindow(Record):
+    """One window of observed calls (those that started in it, on the services' clocks):
+    their rate, TTFT and E2E, the budget (each bucket's share of the mean E2E) and the
+    findings that held in it; `late` counts calls of a window already closed that were
+    complete only during this one (recorded in requests.jsonl, not in a window)."""
+
+    start_ns: int
+    end_ns: int
+    calls: int
+    failed: int
+    rate: float  # calls per second
+    ttft: Quantiles = Quantiles()
+    e2e: Quantiles = Quantiles()
+    shares: dict[str, float] = {}
+    findings: list[WindowFinding] = []
+    late: int = 0
+
+
+class ObserveRecord(Record):
+    """`observe.json`: what arrived and what became of it.
+
+    `traces_without_call`: traces with no LLM call in them (an application's other
+    requests); `forced`: traces explained before they were quiet, to keep memory bounded;
+    `unseen_model`: calls whose model server's spans never came (their model time is the
+    client's, unsplit); `rejected`: request bodies or file lines that held no spans latlab
+    could read, with the first reason; `throttled`: export requests refused (503, retried by
+    the exporter) while --max-pending-spans spans waited."""
+
+    source: str
+    spans: int = 0
+    traces: int = 0
+    calls: int = 0
+    traces_without_call: int = 0
+    forced: int = 0
+    unseen_model: int = 0
+    malformed: int = 0  # calls whose span ends before it starts (or has no time): left out
+    rejected: int = 0
+    first_rejection: str | None = None
+    throttled: int = 0
+    windows: int = 0
+    sources: dict[str, int] = {}  # calls by what explained them (`otlp:SERVICE[+SERVICE]`)
+    workload_flags: list[str] = []  # `latlab bench` flags of the fitted workload
+    notes: list[str] = []
+
+
+def trace_rows(t: RequestTable) -> Iterator[dict[str, Any]]:
+    """The calls as latlab's trace rows, in start order: `timestamp` (s from the first call),
+    `prompt_tokens`, `output_tokens` (generated; a failed call's max_tokens), and `session`,
+    `turn`, `tenant` where known. Calls without both lengths are left out."""
+    output = np.where(t.ok, t.completion_tokens, t.max_tokens)
+    usable = present(t.origin_ns) & (np.nan_to_num(t.prompt_tokens) > 0) \
+        & (np.nan_to_num(output) > 0)
+    rows = np.flatnonzero(usable)
+    rows = rows[np.argsort(t.origin_ns[rows], kind="stable")]
+    for i in rows.tolist():
+        row = {"timestamp": round((int(t.origin_ns[i]) - int(t.origin_ns[rows[0]])) / 1e9, 6),
+               "prompt_tokens": int(t.prompt_tokens[i]), "output_tokens": int(output[i])}
+        if t.session.codes[i] >= 0:
+            row.update(session=t.session.names[t.session.codes[i]], turn=int(t.step["turn"][i]))
+        if t.tenant.codes[i] >= 0:
+            row["tenant"] = t.tenant.names[t.tenant.codes[i]]
+        yield row

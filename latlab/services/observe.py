@@ -1,0 +1,296 @@
+"""`latlab observe`: a service's own traffic explained from its spans, as a run folder.
+
+    result = run_observe(ObserveConfig(otlp_port=4318, duration_s=600))
+    result.summary.percentile("e2e", "p99"), result.analysis.findings, result.windows
+
+Spans arrive (OTLP/HTTP, or a file of exported ones), are grouped per trace and each LLM call
+becomes a record (`load.telemetry.observer`), appended to requests.jsonl as it completes; the
+calls are analysed a window at a time (`observe_windows`). At the end (the duration, the file's
+end, Ctrl-C) what is still waiting is explained with the spans it has, and the folder is
+finished like a bench run's: summary.json, report.html, the run store, plus the traffic as a
+replayable trace (trace.jsonl, latlab's trace rows) and the synthetic workload fitted to it
+(config.json → `bench`, what `latlab bench --config FOLDER` reruns; `latlab predict --replay
+FOLDER` replays the calls themselves).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from contextlib import nullcontext
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import orjson
+
+from latlab import __version__
+from latlab.analysis import RunAnalysis, analyze
+from latlab.analysis.findings import Finding
+from latlab.load.telemetry.observer import Observer
+from latlab.load.telemetry.otlp import SpanReceiver, iter_spans
+from latlab.metrics.stats import ci_ranks
+from latlab.metrics.summary import summarize
+from latlab.metrics.workload_fit import fit_workload
+from latlab.records.config import Clock, RunConfig, Target
+from latlab.records.folder import RecordWriter, RunFolder
+from latlab.records.observe import (OBSERVE_JSON, TRACE_JSONL, ObserveConfig, ObservedWindow,
+                                    ObserveRecord, trace_rows)
+from latlab.records.columns import present
+from latlab.records.files import write_json
+from latlab.records.spans import SPANS, Span, SpanJoin
+from latlab.records.summary import RunSummary
+from latlab.records.target import redact
+from latlab.records.window import run_window
+from latlab.report.html import write_html
+from latlab.services.errors import InputError
+from latlab.services.observe_windows import Rolling, Windows
+from latlab.store import RunStore, key_numbers
+
+REFRESH_S = 1.0
+FILE_BATCH = 5000  # spans read from a file between two looks at the complete traces
+
+
+@dataclass
+class ObserveResult:
+    run: RunFolder
+    record: ObserveRecord
+    summary: RunSummary
+    analysis: RunAnalysis | None
+    windows: list[ObservedWindow]
+    peak: Finding | None = None  # latency against rate over the windows
+
+
+@dataclass
+class Live:
+    """What the live view shows: the receiver's counts, the rolling window, the last closed
+    window (its budget and findings) and the peak-hours finding so far."""
+
+    endpoint: str | None
+    elapsed_s: float
+    record: ObserveRecord
+    rolling: Rolling
+    last: ObservedWindow | None
+    peak: object | None
+    pending_spans: int
+
+
+class _Spans:
+    """Where the spans go as they come: the observer, and spans.jsonl with --keep-spans."""
+
+    def __init__(self, observer: Observer) -> None:
+        self.observer, self.file = observer, None
+        self.rejected, self.first_rejection, self.throttled = 0, None, 0
+
+    def add(self, spans: list[Span], now_ns: int) -> None:
+        if self.file is not None:
+            self.file.write(b"".join(orjson.dumps(x.to_json(), option=orjson.OPT_APPEND_NEWLINE)
+                                     for x in spans))
+        self.observer.add(spans, now_ns)
+
+    def reject(self, count: int, reason: str | None) -> None:
+        self.rejected += count
+        self.first_rejection = self.first_rejection or reason
+
+
+@dataclass
+class _Session:
+    run: RunFolder
+    settings: RunConfig
+    config: ObserveConfig
+    spans: _Spans
+    windows: Windows
+    writer: RecordWriter
+    stop: threading.Event
+
+    @property
+    def observer(self) -> Observer:
+        return self.spans.observer
+
+    def take(self, now_ns: int, final: bool = False) -> None:
+        """Write the calls complete by `now_ns` (all when `final`); close their windows."""
+        records = self.observer.finish() if final else self.observer.ready(now_ns)
+        lines = [orjson.dumps(r.to_json(), option=orjson.OPT_APPEND_NEWLINE) for r in records]
+        self.writer.write_lines(lines)
+        self.windows.add(records, lines)
+        self.windows.close(None if final else now_ns)
+
+    def record(self) -> ObserveRecord:
+        o = self.observer
+        source = self.settings.target.otlp_endpoint or _source(self.config)
+        return ObserveRecord(source=source, spans=o.spans, traces=o.traces,
+                             calls=o.calls, traces_without_call=o.traces_without_call,
+                             forced=o.forced, unseen_model=o.unseen_model,
+                             malformed=o.malformed,
+                             rejected=self.spans.rejected, throttled=self.spans.throttled,
+                             first_rejection=self.spans.first_rejection,
+                             windows=len(self.windows.kept), sources=dict(o.sources))
+
+
+def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
+                view: Callable[[Live], None] | None = None,
+                command: Sequence[str] | None = None, store: Path | None = None
+                ) -> ObserveResult:
+    """Observe until the duration, the file's end or `stop` (the command sets it on Ctrl-C),
+    then finish the folder. Raises `InputError` for a file it cannot open or a port it
+    cannot listen on (before any folder is made)."""
+    stop = stop or threading.Event()
+    if config.from_file is not None and not config.from_file.is_file():
+        raise InputError(f"--from {config.from_file}: no such file")
+    spans = _Spans(Observer(config.trace_wait_s * 1e9, config.max_pending_spans))
+    receiver = None if config.from_file is not None else _listen(config, spans)
+    try:
+        run = RunFolder.create(config.out, config.name)
+        settings = RunConfig(
+            kind="observed", latlab_version=__version__,
+            command=shlex.join(redact(command if command is not None else sys.argv)),
+            name=run.path.name, tags=config.tags, observe=config, slos=config.slos,
+            target=Target(otlp_endpoint=receiver.endpoint if receiver else None),
+            clock=Clock(perf_counter_ns=0, unix_time=0.0))
+        run.write_config(settings)
+        windows = Windows(run, settings, int(config.window_s * 1e9),
+                          int(config.trace_wait_s * 1e9))
+        with run.record_writer() as writer, (open(run.path / SPANS, "ab") if config.keep_spans
+                                             else nullcontext()) as kept:
+            spans.file = kept
+            session = _Session(run, settings, config, spans, windows, writer, stop)
+            if receiver is None:
+                _from_file(session)
+            else:
+                _live(session, receiver, view)
+                receiver.__exit__(None, None, None)
+                receiver = None
+            session.take(0, final=True)
+    finally:
+        if receiver is not None:
+            receiver.__exit__(None, None, None)
+    stopped = ("stopped" if stop.is_set() else
+               "end of file" if config.from_file is not None else "duration")
+    return _finish(session, stopped, store)
+
+
+def _listen(config: ObserveConfig, spans: _Spans) -> SpanReceiver:
+    ci_ranks(100, 50.0)  # its scipy import costs seconds: paid now, not at the first window
+    receiver = SpanReceiver(None, config.host, config.otlp_port,
+                            on_spans=lambda batch: spans.add(batch, time.time_ns()),
+                            accepting=lambda: spans.observer.pending_spans
+                            < config.max_pending_spans, events=config.keep_spans)
+    try:
+        return receiver.__enter__()
+    except OSError as e:
+        raise InputError(f"--otlp-port {config.otlp_port}: cannot listen on {config.host} "
+                         f"({e.strerror or e})") from None
+
+
+def _live(s: _Session, receiver: SpanReceiver, view: Callable[[Live], None] | None) -> None:
+    duration, started = s.config.duration_s, time.monotonic()
+    while duration is None or time.monotonic() - started < duration:
+        left = REFRESH_S if duration is None else duration - (time.monotonic() - started)
+        if s.stop.wait(max(0.0, min(REFRESH_S, left))):
+            break
+        now = time.time_ns()
+        s.take(now)
+        s.spans.reject(receiver.rejected - s.spans.rejected, receiver.first_rejection)
+        s.spans.throttled = receiver.throttled
+        if view is not None:
+            w = s.windows
+            view(Live(receiver.endpoint, time.monotonic() - started, s.record(),
+                      w.rolling(now), w.kept[-1] if w.kept else None, w.peak,
+                      s.observer.pending_spans))
+    s.spans.reject(receiver.rejected - s.spans.rejected, receiver.first_rejection)
+    s.spans.throttled = receiver.throttled
+
+
+def _from_file(s: _Session) -> None:
+    """The file's spans in its order; traces are quiet by the spans' own end times."""
+    watermark, batch = 0, []
+    for span in iter_spans(s.config.from_file,
+                           lambda line, reason: s.spans.reject(1, f"line {line}: {reason}")):
+        batch.append(span)
+        if len(batch) >= FILE_BATCH:
+            watermark = _feed(s, batch, watermark)
+            batch = []
+            if s.stop.is_set():
+                break
+    _feed(s, batch, watermark)
+
+
+def _feed(s: _Session, spans: list[Span], watermark: int) -> int:
+    if not spans:
+        return watermark
+    watermark = max(watermark, max(x.end_ns for x in spans))
+    s.spans.add(spans, watermark)
+    s.take(watermark)
+    return watermark
+
+
+def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
+    """The folder completed: the clock and the fitted workload in config.json, summary.json,
+    trace.jsonl, observe.json, report.html, the run store."""
+    run, settings, o = s.run, s.settings, s.observer
+    table = run.read_table()
+    starts, ends = table.origin_ns[present(table.origin_ns)], table.end_ns[present(table.end_ns)]
+    record = s.record()
+    if len(starts):
+        t0, end = int(starts.min()), int(max(ends.max(initial=0), starts.max())) + 1
+        settings.clock = Clock(perf_counter_ns=t0, unix_time=t0 / 1e9, t0_ns=t0, end_ns=end)
+        settings.duration_s = (end - t0) / 1e9
+        fitted = fit_workload(table, max(1.0, round(settings.duration_s)), s.config.name)
+        if fitted is not None:
+            settings.bench, record.workload_flags = fitted
+    if o.models:
+        settings.target.model = o.models.most_common(1)[0][0]
+    run.write_config(settings)
+    record.notes = _notes(record)
+    summary = summarize(table, run_window(settings, table), settings.slos or None,
+                        stop_reason=stop_reason, notes=record.notes)
+    summary.spans = SpanJoin(spans=o.spans, requests_joined=o.calls, requests_with_trace=o.calls,
+                             sources=dict(o.sources), notes=record.notes)
+    run.write_summary(summary)
+    (run.path / TRACE_JSONL).write_bytes(b"".join(
+        orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in trace_rows(table)))
+    write_json(run.path / OBSERVE_JSON, record)
+    with RunStore(store or s.config.out) as runs:
+        runs.register(run.path, "observed", settings, key_numbers(summary), summary)
+    analysis = None
+    if len(table):
+        analysis = analyze(run)
+        write_html(run, analysis)
+    return ObserveResult(run, record, summary, analysis, s.windows.kept, s.windows.peak)
+
+
+def _notes(r: ObserveRecord) -> list[str]:
+    notes = []
+    if not r.spans and r.source.startswith("--from"):
+        notes.append(f"no span latlab could read in {r.source[7:]}")
+    elif not r.spans:
+        notes.append(f"no span arrived at {r.source}: point the services' OTLP/HTTP trace "
+                     "exporters there (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)")
+    elif not r.calls:
+        notes.append(f"{r.spans:,} spans in {r.traces:,} traces, none an LLM call: latlab knows "
+                     "a call by a model server's span (vLLM's llm_request, latlab serve's, "
+                     "SGLang's) or a GenAI client span (opentelemetry-instrumentation-openai-v2)")
+    if r.unseen_model:
+        notes.append(f"{r.unseen_model:,} calls without their model server's spans: their model "
+                     "time is the client's, unsplit (export the model server's spans too)")
+    if r.forced:
+        notes.append(f"{r.forced:,} traces explained before they were complete, to keep memory "
+                     "bounded (--max-pending-spans)")
+    if r.malformed:
+        notes.append(f"{r.malformed:,} calls left out: their spans end before they start, or "
+                     "carry no time")
+    if r.throttled:
+        notes.append(f"{r.throttled:,} export requests refused while {r.source} was behind "
+                     "(503: exporters send them again; a sustained rate above what one core "
+                     "explains loses spans once their retries give up)")
+    if r.rejected:
+        notes.append(f"{r.rejected:,} bodies or lines held no spans latlab could read "
+                     f"(first: {r.first_rejection})")
+    return notes
+
+
+def _source(config: ObserveConfig) -> str:
+    return (f"--from {config.from_file}" if config.from_file is not None
+            else f"OTLP/HTTP on {config.host}:{config.otlp_port}")
