@@ -1,0 +1,144 @@
+"""The rounds of a cluster bootstrap (groups of samples, a request's token gaps, drawn whole)
+without building the rounds' resamples: each round's mean and percentiles, exactly as
+sorting its resample would give them.
+
+A round draws m groups: a row of `ClusterDraws.weights`, how often it drew each group, so
+that a sum over a round's resample is one sparse product. Its mean is the sum of the drawn
+groups' sums over the sum of their sizes. Its q-th percentile depends on two order
+statistics of the resample, which lie, but in rare rounds, within a few standard errors of
+the sample's own q-th percentile: a window of the sample's values around it. The drawn
+groups' values below the window say where in the window the round's order statistics are,
+and the window's values are counted, round by round, in order (equal values once, however
+many share them). A round whose order statistics fall outside the window is read again from
+a window four times as wide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+
+from latlab.records.columns import Ragged
+
+WINDOW_ERRORS = 3.0  # a first window: ± this many standard errors of the resample's level
+WINDOW_SAMPLE = 1_000_000  # at most this many of the values place the windows
+BUCKETS = 8  # at most: a window's parts, counted as a whole before one's values are
+BUCKET_VALUES = 250_000  # a bucket's values the rounds drew, counted one by one
+
+
+@dataclass(frozen=True)
+class ClusterDraws:
+    """Resamples of the groups of `values` (group i: `lengths[i]` values from `starts[i]`):
+    `weights[r, i]`, how often round r drew group i, `per_round` groups a round."""
+
+    values: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+    weights: sparse.csr_matrix
+    per_round: int
+
+    @classmethod
+    def draw(cls, groups: Ragged, rounds: int, most: int, rng: np.random.Generator
+             ) -> ClusterDraws:
+        """`rounds` resamples of `min(n, most)` of the n groups that have samples."""
+        kept = groups.lengths > 0
+        lengths = groups.lengths[kept]
+        m = min(len(lengths), most)
+        picks = rng.integers(0, len(lengths), rounds * m)
+        weights = sparse.csr_matrix((np.ones(rounds * m), picks, np.arange(rounds + 1) * m),
+                                    shape=(rounds, len(lengths)))
+        return cls(groups.values, groups.offsets[:-1][kept], lengths, weights, m)
+
+    def means(self) -> np.ndarray:
+        return self.weights @ np.add.reduceat(self.values, self.starts) / self.sizes()
+
+    def sizes(self) -> np.ndarray:
+        """The number of values in each round's resample."""
+        return np.rint(self.weights @ self.lengths.astype(float)).astype(np.int64)
+
+    def percentiles(self, qs: list[float]) -> dict[float, np.ndarray]:
+        """Each round's q-th percentile (linear interpolation) for each of `qs`."""
+        sizes = self.sizes()
+        sample = np.sort(self.values[::-(-len(self.values) // WINDOW_SAMPLE)])
+        # the window's half-width, in levels: the resample's error and the sample's own
+        sampled = 2 * np.sqrt(0.25 / len(sample)) if len(sample) < len(self.values) else 0
+        found = {}
+        for q in qs:
+            spread = WINDOW_ERRORS * self._level_error(_at(sample, q / 100), q / 100) \
+                + sampled + 1 / len(sample)
+            found[q] = np.full(len(sizes), np.nan)
+            while len(rounds := np.flatnonzero(np.isnan(found[q]))):
+                found[q][rounds] = self._read(sample, q / 100, spread, rounds, sizes[rounds])
+                spread *= 4
+        return found
+
+    def _level_error(self, value: float, level: float) -> float:
+        """The standard error of the share of a resample's values below `value`, a share
+        `level` of the sample's: groups that sit high or low as a whole widen it."""
+        below = np.add.reduceat(self.values < value, self.starts)
+        spread = np.std(below - level * self.lengths)
+        return float(spread / np.sqrt(self.per_round) / self.lengths.mean())
+
+    def _read(self, sample: np.ndarray, level: float, spread: float, rounds: np.ndarray,
+              sizes: np.ndarray) -> np.ndarray:
+        """The `level` percentile of the resamples `rounds` (of `sizes` values) from the
+        window of values at `level ± spread` of the sorted `sample`; NaN for a round whose
+        two order statistics are not both in it. A big window is cut in buckets: a round's
+        counts in each say which bucket holds each order statistic, and only that bucket's
+        values are counted one by one."""
+        bottom, top = level - spread, level + spread
+        inside = np.flatnonzero((self.values >= _at(sample, bottom))
+                                & (self.values <= _at(sample, top)))
+        drawn = len(rounds) * len(inside) * self.per_round / len(self.starts)
+        buckets = int(np.clip(drawn // BUCKET_VALUES, 1, BUCKETS))
+        cuts = [_at(sample, x) for x in np.linspace(bottom, top, buckets + 1)[1:-1]]
+        bucket = np.searchsorted(cuts, self.values[inside], side="right") + 1  # 0: below
+        owner = np.searchsorted(self.starts, inside, side="right") - 1
+        n = len(self.starts)
+        per_group = np.bincount(owner * (buckets + 1) + bucket, minlength=n * (buckets + 1))
+        per_group = per_group.reshape(n, buckets + 1).astype(float)
+        per_group[:, 0] = np.add.reduceat(self.values < _at(sample, bottom), self.starts)
+        weights = self.weights if len(rounds) == self.weights.shape[0] else self.weights[rounds]
+        running = np.cumsum(weights @ per_group, axis=1)  # values up to each bucket's end
+        position = (sizes - 1) * level
+        first = position.astype(np.int64)
+        wanted = np.concatenate([first, np.minimum(first + 1, sizes - 1)])
+        row = np.tile(np.arange(len(rounds)), 2)
+        at = (running[row] <= wanted[:, None]).sum(axis=1)  # buckets + 1: above the window
+        value = np.full(len(wanted), np.nan)
+        for b in np.unique(at[(at >= 1) & (at <= buckets)]):
+            asked = np.flatnonzero(at == b)
+            value[asked] = self._count_out(weights, inside[bucket == b], owner[bucket == b],
+                                           row[asked], wanted[asked] - running[row[asked], b - 1])
+        return interpolate(value[:len(rounds)], value[len(rounds):], position)
+
+    def _count_out(self, weights: sparse.csr_matrix, inside: np.ndarray, owner: np.ndarray,
+                   row: np.ndarray, position: np.ndarray) -> np.ndarray:
+        """The values at `position` among the values `inside` (of groups `owner`) that the
+        rounds `row` of `weights` drew, in order of value."""
+        distinct, column = np.unique(self.values[inside], return_inverse=True)
+        counts = sparse.csr_matrix((np.ones(len(inside)), (owner, column)),
+                                   shape=(len(self.starts), len(distinct)))
+        rows, which = np.unique(row, return_inverse=True)
+        drawn = weights[rows] @ counts  # how often each round drew each distinct value
+        drawn.sort_indices()
+        running = np.concatenate([[0], np.cumsum(drawn.data)])
+        entry = np.searchsorted(running, running[drawn.indptr[which]] + position, side="right")
+        return distinct[drawn.indices[entry - 1]]
+
+
+def interpolate(low: np.ndarray, high: np.ndarray, position: np.ndarray) -> np.ndarray:
+    """Between the order statistics `low` and `high` around `position` (a sorted sample's
+    `(n − 1) · level`), as `np.percentile` interpolates, to the last bit."""
+    fraction = position - np.floor(position)
+    step = high - low
+    return np.where(fraction >= 0.5, high - step * (1 - fraction), low + step * fraction)
+
+
+def _at(ordered: np.ndarray, level: float) -> float:
+    """The sorted sample's value at `level`, unbounded past its ends."""
+    if level <= 0 or level >= 1:
+        return -np.inf if level <= 0 else np.inf
+    return float(ordered[round(level * (len(ordered) - 1))])
