@@ -16,7 +16,7 @@ import numpy as np
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.budget import Budget, budget
 from latlab.analysis.significance import (bootstrap_difference, cluster_bootstrap_difference,
-                                          statistic)
+                                          fisher_test, statistic)
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.columns import Ragged
 from latlab.records.config import RunConfig
@@ -186,14 +186,12 @@ def _rate_changes(a: RunSummary, b: RunSummary) -> list[Change]:
 
 def _error_rate(a: RunSummary, b: RunSummary) -> Change:
     """Failed share of the window's requests (%), with Fisher's exact test for significance."""
-    from scipy.stats import fisher_exact
-
     counts = [(s.in_window, s.ok) for s in (a, b)]
     rates = [100 * (n - ok) / n if n else None for n, ok in counts]
     change = Change("error_rate", "error rate", "%", rates[0], rates[1])
     if all(n for n, _ in counts):
         table = [[n - ok, ok] for n, ok in counts]
-        change.significant = bool(fisher_exact(table).pvalue < 0.05)
+        change.significant = fisher_test(table) < 0.05
     return change
 
 
