@@ -81,7 +81,8 @@ def _groups(lengths: np.ndarray, values: np.ndarray) -> Ragged:
     return Ragged(values, np.concatenate([[0], np.cumsum(lengths)]))
 
 
-@pytest.mark.parametrize("case", ["varied", "ties", "constant", "one group", "narrow windows"])
+@pytest.mark.parametrize("case", ["varied", "ties", "constant", "one group", "narrow windows",
+                                  "small blocks"])
 def test_a_cluster_rounds_statistics_are_its_resamples(case, monkeypatch):
     """Read from windows, each round's percentiles and mean are exactly those of the
     resample its drawn groups make."""
@@ -96,16 +97,23 @@ def test_a_cluster_rounds_statistics_are_its_resamples(case, monkeypatch):
         values = np.full(lengths.sum(), 7.0)
     if case == "narrow windows":  # most rounds fall outside the first window: read again
         monkeypatch.setattr(cluster_bootstrap, "WINDOW_ERRORS", 0.2)
-    draws = ClusterDraws.draw(_groups(lengths, values), 200, 250, rng)
+    if case == "small blocks":  # passes over the values a few groups at a time
+        monkeypatch.setattr(cluster_bootstrap, "BLOCK", 100)
+    rows = rng.random(n) < 0.8 if n > 1 else None  # some requests' gaps only
+    groups = _groups(lengths, values)
+    draws = ClusterDraws.draw(groups, 200, 250, rng, rows)
     qs = [0, 1, 50, 90, 99, 100]
     found = draws.percentiles(qs)
-    starts = np.concatenate([[0], np.cumsum(lengths)])[:-1][lengths > 0]
+    starts = groups.offsets[:-1][(lengths > 0) & (True if rows is None else rows)]
     for r, picks in enumerate(draws.weights.indices.reshape(200, -1)):
         resample = np.concatenate([values[starts[i]:starts[i] + draws.lengths[i]]
                                    for i in picks])
-        expected = np.percentile(resample, qs)
-        assert [found[q][r] for q in qs] == list(expected)
+        assert [found[q][r] for q in qs] == list(np.percentile(resample, qs))
         assert draws.means()[r] == pytest.approx(resample.mean(), rel=1e-12)
+    whole = ClusterDraws.whole(groups, rows)
+    sample = values[np.repeat(True if rows is None else rows, lengths)]
+    assert [whole.percentiles(qs)[q][0] for q in qs] == list(np.percentile(sample, qs))
+    assert whole.means()[0] == pytest.approx(sample.mean(), rel=1e-12)
 
 
 def _itl(rng, requests: int, slower: float = 1.0) -> Ragged:

@@ -10,27 +10,33 @@ the sample's own q-th percentile: a window of the sample's values around it. The
 groups' values below the window say where in the window the round's order statistics are,
 and the window's values are counted, round by round, in order (equal values once, however
 many share them). A round whose order statistics fall outside the window is read again from
-a window four times as wide.
+a window four times as wide. The sample itself is one more such round, each group drawn
+once (`ClusterDraws.whole`). Every pass over the values goes a block at a time: a big run's
+token gaps are 10⁸ values, and no pass copies them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
-from scipy import sparse
 
 from latlab.records.columns import Ragged
+
+if TYPE_CHECKING:
+    from scipy import sparse
 
 WINDOW_ERRORS = 3.0  # a first window: ± this many standard errors of the resample's level
 WINDOW_SAMPLE = 1_000_000  # at most this many of the values place the windows
 BUCKETS = 8  # at most: a window's parts, counted as a whole before one's values are
 BUCKET_VALUES = 250_000  # a bucket's values the rounds drew, counted one by one
+BLOCK = 1 << 22  # values a pass takes at a time
 
 
 @dataclass(frozen=True)
 class ClusterDraws:
-    """Resamples of the groups of `values` (group i: `lengths[i]` values from `starts[i]`):
+    """Resamples of groups of `values` (group i: `lengths[i]` values from `starts[i]`):
     `weights[r, i]`, how often round r drew group i, `per_round` groups a round."""
 
     values: np.ndarray
@@ -40,19 +46,30 @@ class ClusterDraws:
     per_round: int
 
     @classmethod
-    def draw(cls, groups: Ragged, rounds: int, most: int, rng: np.random.Generator
-             ) -> ClusterDraws:
-        """`rounds` resamples of `min(n, most)` of the n groups that have samples."""
-        kept = groups.lengths > 0
-        lengths = groups.lengths[kept]
+    def draw(cls, groups: Ragged, rounds: int, most: int, rng: np.random.Generator,
+             rows: np.ndarray | None = None) -> ClusterDraws:
+        """`rounds` resamples of `min(n, most)` of the n groups that have samples (of the
+        `rows` only, a mask, when given)."""
+        from scipy import sparse
+
+        values, starts, lengths = _kept(groups, rows)
         m = min(len(lengths), most)
         picks = rng.integers(0, len(lengths), rounds * m)
         weights = sparse.csr_matrix((np.ones(rounds * m), picks, np.arange(rounds + 1) * m),
                                     shape=(rounds, len(lengths)))
-        return cls(groups.values, groups.offsets[:-1][kept], lengths, weights, m)
+        return cls(values, starts, lengths, weights, m)
+
+    @classmethod
+    def whole(cls, groups: Ragged, rows: np.ndarray | None = None) -> ClusterDraws:
+        """The sample itself, as one round that drew every group once."""
+        from scipy import sparse
+
+        values, starts, lengths = _kept(groups, rows)
+        weights = sparse.csr_matrix(np.ones((1, len(lengths))))
+        return cls(values, starts, lengths, weights, len(lengths))
 
     def means(self) -> np.ndarray:
-        return self.weights @ np.add.reduceat(self.values, self.starts) / self.sizes()
+        return self.weights @ self._per_group(lambda v: v) / self.sizes()
 
     def sizes(self) -> np.ndarray:
         """The number of values in each round's resample."""
@@ -61,9 +78,9 @@ class ClusterDraws:
     def percentiles(self, qs: list[float]) -> dict[float, np.ndarray]:
         """Each round's q-th percentile (linear interpolation) for each of `qs`."""
         sizes = self.sizes()
-        sample = np.sort(self.values[::-(-len(self.values) // WINDOW_SAMPLE)])
+        sample = np.sort(self._sample(-(-self.lengths.sum() // WINDOW_SAMPLE)))
         # the window's half-width, in levels: the resample's error and the sample's own
-        sampled = 2 * np.sqrt(0.25 / len(sample)) if len(sample) < len(self.values) else 0
+        sampled = 2 * np.sqrt(0.25 / len(sample)) if len(sample) < self.lengths.sum() else 0
         found = {}
         for q in qs:
             spread = WINDOW_ERRORS * self._level_error(_at(sample, q / 100), q / 100) \
@@ -77,7 +94,7 @@ class ClusterDraws:
     def _level_error(self, value: float, level: float) -> float:
         """The standard error of the share of a resample's values below `value`, a share
         `level` of the sample's: groups that sit high or low as a whole widen it."""
-        below = np.add.reduceat(self.values < value, self.starts)
+        below = self._per_group(lambda v: v < value)
         spread = np.std(below - level * self.lengths)
         return float(spread / np.sqrt(self.per_round) / self.lengths.mean())
 
@@ -88,18 +105,17 @@ class ClusterDraws:
         two order statistics are not both in it. A big window is cut in buckets: a round's
         counts in each say which bucket holds each order statistic, and only that bucket's
         values are counted one by one."""
-        bottom, top = level - spread, level + spread
-        inside = np.flatnonzero((self.values >= _at(sample, bottom))
-                                & (self.values <= _at(sample, top)))
+        bottom, top = _at(sample, level - spread), _at(sample, level + spread)
+        inside, owner = self._where(lambda v: (v >= bottom) & (v <= top))
         drawn = len(rounds) * len(inside) * self.per_round / len(self.starts)
         buckets = int(np.clip(drawn // BUCKET_VALUES, 1, BUCKETS))
-        cuts = [_at(sample, x) for x in np.linspace(bottom, top, buckets + 1)[1:-1]]
+        cuts = [_at(sample, x) for x in np.linspace(level - spread, level + spread,
+                                                    buckets + 1)[1:-1]]
         bucket = np.searchsorted(cuts, self.values[inside], side="right") + 1  # 0: below
-        owner = np.searchsorted(self.starts, inside, side="right") - 1
         n = len(self.starts)
         per_group = np.bincount(owner * (buckets + 1) + bucket, minlength=n * (buckets + 1))
         per_group = per_group.reshape(n, buckets + 1).astype(float)
-        per_group[:, 0] = np.add.reduceat(self.values < _at(sample, bottom), self.starts)
+        per_group[:, 0] = self._per_group(lambda v: v < bottom)
         weights = self.weights if len(rounds) == self.weights.shape[0] else self.weights[rounds]
         running = np.cumsum(weights @ per_group, axis=1)  # values up to each bucket's end
         position = (sizes - 1) * level
@@ -118,6 +134,8 @@ class ClusterDraws:
                    row: np.ndarray, position: np.ndarray) -> np.ndarray:
         """The values at `position` among the values `inside` (of groups `owner`) that the
         rounds `row` of `weights` drew, in order of value."""
+        from scipy import sparse
+
         distinct, column = np.unique(self.values[inside], return_inverse=True)
         counts = sparse.csr_matrix((np.ones(len(inside)), (owner, column)),
                                    shape=(len(self.starts), len(distinct)))
@@ -127,6 +145,52 @@ class ClusterDraws:
         running = np.concatenate([[0], np.cumsum(drawn.data)])
         entry = np.searchsorted(running, running[drawn.indptr[which]] + position, side="right")
         return distinct[drawn.indices[entry - 1]]
+
+    def _blocks(self) -> Iterator[tuple[int, int, int, int]]:
+        """Runs of whole groups of about `BLOCK` values: first and end group, first and end
+        value."""
+        cuts = np.unique(np.searchsorted(self.starts, np.arange(0, self.starts[-1] + 1, BLOCK)))
+        bounds = np.append(cuts, len(self.starts))
+        for g0, g1 in zip(bounds[:-1], bounds[1:]):
+            yield g0, g1, self.starts[g0], self.starts[g1 - 1] + self.lengths[g1 - 1]
+
+    def _sample(self, every: int) -> np.ndarray:
+        """Every `every`-th of the groups' values (what lies between groups left out)."""
+        return np.concatenate([
+            self.values[v0 + np.flatnonzero(_members(self.starts[g0:g1] - v0,
+                                                     self.lengths[g0:g1], v1 - v0))[::every]]
+            for g0, g1, v0, v1 in self._blocks()])
+
+    def _per_group(self, of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """Each group's sum of `of(values)` (the values, or a test of them)."""
+        out = []
+        for g0, g1, v0, v1 in self._blocks():
+            ends = (self.starts[g0:g1] + self.lengths[g0:g1] - v0)[:-1]
+            at = np.stack([self.starts[g0:g1] - v0, np.append(ends, 0)], axis=1).ravel()[:-1]
+            out.append(np.add.reduceat(of(self.values[v0:v1]), at)[::2])
+        return np.concatenate(out)
+
+    def _where(self, test: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Where the groups' values pass `test`, and the group of each."""
+        found = np.concatenate([np.flatnonzero(test(self.values[v0:v1])) + v0
+                                for _, _, v0, v1 in self._blocks()])
+        owner = np.searchsorted(self.starts, found, side="right") - 1
+        member = found < self.starts[owner] + self.lengths[owner]
+        return found[member], owner[member]
+
+
+def _kept(groups: Ragged, rows: np.ndarray | None) -> tuple[np.ndarray, ...]:
+    """The values, and the starts and lengths of the groups that have any (among `rows`)."""
+    kept = groups.lengths > 0 if rows is None else rows & (groups.lengths > 0)
+    return groups.values, groups.offsets[:-1][kept], groups.lengths[kept]
+
+
+def _members(starts: np.ndarray, lengths: np.ndarray, size: int) -> np.ndarray:
+    """A mask of `size` values: those inside the groups."""
+    edges = np.zeros(size + 1, np.int8)
+    np.add.at(edges, starts, 1)
+    np.add.at(edges, starts + lengths, -1)
+    return np.cumsum(edges[:-1], dtype=np.int8).astype(bool)
 
 
 def interpolate(low: np.ndarray, high: np.ndarray, position: np.ndarray) -> np.ndarray:

@@ -72,29 +72,34 @@ def bootstrap_difference(a: np.ndarray, b: np.ndarray, stats: tuple[str, ...],
     if len(a) == 0 or len(b) == 0:
         raise ValueError("bootstrap needs samples on both sides")
     rng = np.random.default_rng(seed)
-    return _differences(a, b, _draws(a, stats, rounds, rng), _draws(b, stats, rounds, rng),
-                        stats)
+    return _differences(statistics(a, stats), statistics(b, stats),
+                        _draws(a, stats, rounds, rng), _draws(b, stats, rounds, rng), stats)
 
 
 def cluster_bootstrap_difference(a: Ragged, b: Ragged, stats: tuple[str, ...],
-                                 rounds: int = BOOTSTRAP_ROUNDS, seed: int = 0
+                                 rounds: int = BOOTSTRAP_ROUNDS, seed: int = 0,
+                                 rows: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
                                  ) -> dict[str, Difference]:
     """`bootstrap_difference` for samples that come in groups (a request's token gaps): the
     groups are resampled whole, since the gaps of one request are not independent of each
     other; resampling them one by one would call two identical setups different. Beyond
-    `MAX_CLUSTERS` groups, `MAX_CLUSTERS` are drawn at a time (a wider interval)."""
-    if not len(a.values) or not len(b.values):
+    `MAX_CLUSTERS` groups, `MAX_CLUSTERS` are drawn at a time (a wider interval). `rows`
+    (masks) take some of each side's groups only."""
+    sizes = [g.lengths.sum() if r is None else g.lengths[r].sum() for g, r in zip((a, b), rows)]
+    if not all(sizes):
         raise ValueError("bootstrap needs samples on both sides")
     rng = np.random.default_rng(seed)
-    return _differences(a.values, b.values, _group_draws(a, stats, rounds, rng),
-                        _group_draws(b, stats, rounds, rng), stats)
+    whole = [_group_statistics(ClusterDraws.whole(g, r), stats) for g, r in zip((a, b), rows)]
+    draws = [_group_statistics(ClusterDraws.draw(g, rounds, MAX_CLUSTERS, rng, r), stats)
+             for g, r in zip((a, b), rows)]
+    return _differences(*({s: v[s][0] for s in stats} for v in whole), *draws, stats)
 
 
-def _differences(a: np.ndarray, b: np.ndarray, draws_a: dict[str, np.ndarray],
-                 draws_b: dict[str, np.ndarray], stats: tuple[str, ...]) -> dict[str, Difference]:
+def _differences(whole_a: dict[str, float], whole_b: dict[str, float],
+                 draws_a: dict[str, np.ndarray], draws_b: dict[str, np.ndarray],
+                 stats: tuple[str, ...]) -> dict[str, Difference]:
     """Each statistic's value on both sides and the confidence interval of B − A."""
     alpha = (1 - CONFIDENCE) / 2
-    whole_a, whole_b = statistics(a, stats), statistics(b, stats)
     result = {}
     for s in stats:
         low, high = np.quantile(draws_b[s] - draws_a[s], [alpha, 1 - alpha])
@@ -156,11 +161,8 @@ def _resampled_mean(values: np.ndarray, m: int, rounds: int,
     return mean + np.sqrt(variance / m) * (z + skewness * (z * z - 1) / 6)
 
 
-def _group_draws(groups: Ragged, stats: tuple[str, ...], rounds: int,
-                 rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Each statistic of `rounds` resamples of `min(n, MAX_CLUSTERS)` of the n groups that
-    have samples, taken whole."""
-    draws = ClusterDraws.draw(groups, rounds, MAX_CLUSTERS, rng)
+def _group_statistics(draws: ClusterDraws, stats: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Each statistic of each round of `draws`."""
     found = draws.percentiles([float(s[1:]) for s in stats if s != "mean"])
     return {s: draws.means() if s == "mean" else found[float(s[1:])] for s in stats}
 
