@@ -105,15 +105,15 @@ def test_a_cluster_rounds_statistics_are_its_resamples(case, monkeypatch):
     qs = [0, 1, 50, 90, 99, 100]
     found = draws.percentiles(qs)
     starts = groups.offsets[:-1][(lengths > 0) & (True if rows is None else rows)]
-    for r, picks in enumerate(draws.weights.indices.reshape(200, -1)):
+    sample = values[np.repeat(True if rows is None else rows, lengths)]
+    assert [found[q][0] for q in qs] == list(np.percentile(sample, qs))  # row 0: the sample
+    assert draws.means()[0] == pytest.approx(sample.mean(), rel=1e-12)
+    picks = draws.weights.indices[len(draws.lengths):].reshape(200, -1)
+    for r, drawn in enumerate(picks, start=1):
         resample = np.concatenate([values[starts[i]:starts[i] + draws.lengths[i]]
-                                   for i in picks])
+                                   for i in drawn])
         assert [found[q][r] for q in qs] == list(np.percentile(resample, qs))
         assert draws.means()[r] == pytest.approx(resample.mean(), rel=1e-12)
-    whole = ClusterDraws.whole(groups, rows)
-    sample = values[np.repeat(True if rows is None else rows, lengths)]
-    assert [whole.percentiles(qs)[q][0] for q in qs] == list(np.percentile(sample, qs))
-    assert whole.means()[0] == pytest.approx(sample.mean(), rel=1e-12)
 
 
 def _itl(rng, requests: int, slower: float = 1.0) -> Ragged:

@@ -11,14 +11,14 @@ groups' values below the window say where in the window the round's order statis
 and the window's values are counted, round by round, in order (equal values once, however
 many share them). A round whose order statistics fall outside the window is read again from
 a window four times as wide. The sample itself is one more such round, each group drawn
-once (`ClusterDraws.whole`). Every pass over the values goes a block at a time: a big run's
-token gaps are 10⁸ values, and no pass copies them.
+once. A window is placed from a subset of the groups, and read in one pass over the values,
+a block at a time: a big run's token gaps are 10⁸ values, and no pass copies them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
@@ -37,7 +37,8 @@ BLOCK = 1 << 22  # values a pass takes at a time
 @dataclass(frozen=True)
 class ClusterDraws:
     """Resamples of groups of `values` (group i: `lengths[i]` values from `starts[i]`):
-    `weights[r, i]`, how often round r drew group i, `per_round` groups a round."""
+    `weights[r, i]`, how often round r drew group i; row 0 is the sample itself (every group
+    once), then `per_round` groups a round."""
 
     values: np.ndarray
     starts: np.ndarray
@@ -48,28 +49,22 @@ class ClusterDraws:
     @classmethod
     def draw(cls, groups: Ragged, rounds: int, most: int, rng: np.random.Generator,
              rows: np.ndarray | None = None) -> ClusterDraws:
-        """`rounds` resamples of `min(n, most)` of the n groups that have samples (of the
-        `rows` only, a mask, when given)."""
+        """The sample and `rounds` resamples of `min(n, most)` of its n groups that have
+        samples (of the `rows` only, a mask, when given)."""
         from scipy import sparse
 
         values, starts, lengths = _kept(groups, rows)
-        m = min(len(lengths), most)
-        picks = rng.integers(0, len(lengths), rounds * m)
-        weights = sparse.csr_matrix((np.ones(rounds * m), picks, np.arange(rounds + 1) * m),
-                                    shape=(rounds, len(lengths)))
+        n, m = len(lengths), min(len(lengths), most)
+        picks = np.concatenate([np.arange(n), rng.integers(0, n, rounds * m)])
+        weights = sparse.csr_matrix((np.ones(len(picks)), picks,
+                                     np.concatenate([[0], n + np.arange(rounds + 1) * m])),
+                                    shape=(rounds + 1, n))
         return cls(values, starts, lengths, weights, m)
 
-    @classmethod
-    def whole(cls, groups: Ragged, rows: np.ndarray | None = None) -> ClusterDraws:
-        """The sample itself, as one round that drew every group once."""
-        from scipy import sparse
-
-        values, starts, lengths = _kept(groups, rows)
-        weights = sparse.csr_matrix(np.ones((1, len(lengths))))
-        return cls(values, starts, lengths, weights, len(lengths))
-
     def means(self) -> np.ndarray:
-        return self.weights @ self._per_group(lambda v: v) / self.sizes()
+        sums = np.concatenate([_sums(self.values[v0:v1], self.starts[g0:g1] - v0,
+                                     self.lengths[g0:g1]) for g0, g1, v0, v1 in self._blocks()])
+        return self.weights @ sums / self.sizes()
 
     def sizes(self) -> np.ndarray:
         """The number of values in each round's resample."""
@@ -78,25 +73,30 @@ class ClusterDraws:
     def percentiles(self, qs: list[float]) -> dict[float, np.ndarray]:
         """Each round's q-th percentile (linear interpolation) for each of `qs`."""
         sizes = self.sizes()
-        sample = np.sort(self._sample(-(-self.lengths.sum() // WINDOW_SAMPLE)))
-        # the window's half-width, in levels: the resample's error and the sample's own
-        sampled = 2 * np.sqrt(0.25 / len(sample)) if len(sample) < self.lengths.sum() else 0
+        values, lengths = self._subset()  # some groups, whole: where the windows go
+        sample, offsets = np.sort(values), np.cumsum(lengths) - lengths
         found = {}
         for q in qs:
-            spread = WINDOW_ERRORS * self._level_error(_at(sample, q / 100), q / 100) \
-                + sampled + 1 / len(sample)
+            # the window's half-width, in levels: the resample's error, the subset's
+            level = q / 100
+            below = np.add.reduceat(values < _at(sample, level), offsets)
+            error = np.std(below - level * lengths) / lengths.mean()
+            spread = WINDOW_ERRORS * error / np.sqrt(self.per_round) + 1 / len(sample) \
+                + 2 * error * np.sqrt(max(0.0, 1 / len(lengths) - 1 / len(self.lengths)))
             found[q] = np.full(len(sizes), np.nan)
             while len(rounds := np.flatnonzero(np.isnan(found[q]))):
-                found[q][rounds] = self._read(sample, q / 100, spread, rounds, sizes[rounds])
+                found[q][rounds] = self._read(sample, level, spread, rounds, sizes[rounds])
                 spread *= 4
         return found
 
-    def _level_error(self, value: float, level: float) -> float:
-        """The standard error of the share of a resample's values below `value`, a share
-        `level` of the sample's: groups that sit high or low as a whole widen it."""
-        below = self._per_group(lambda v: v < value)
-        spread = np.std(below - level * self.lengths)
-        return float(spread / np.sqrt(self.per_round) / self.lengths.mean())
+    def _subset(self) -> tuple[np.ndarray, np.ndarray]:
+        """The values of an even choice of groups, about `WINDOW_SAMPLE` values in all (all
+        of them, at most that), and those groups' lengths."""
+        chosen = slice(None, None, max(1, -(-self.lengths.sum() // WINDOW_SAMPLE)))
+        starts, lengths = self.starts[chosen], self.lengths[chosen]
+        at = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) \
+            + np.arange(lengths.sum())
+        return self.values[at], lengths
 
     def _read(self, sample: np.ndarray, level: float, spread: float, rounds: np.ndarray,
               sizes: np.ndarray) -> np.ndarray:
@@ -106,7 +106,7 @@ class ClusterDraws:
         counts in each say which bucket holds each order statistic, and only that bucket's
         values are counted one by one."""
         bottom, top = _at(sample, level - spread), _at(sample, level + spread)
-        inside, owner = self._where(lambda v: (v >= bottom) & (v <= top))
+        below, inside, owner = self._window(bottom, top)
         drawn = len(rounds) * len(inside) * self.per_round / len(self.starts)
         buckets = int(np.clip(drawn // BUCKET_VALUES, 1, BUCKETS))
         cuts = [_at(sample, x) for x in np.linspace(level - spread, level + spread,
@@ -115,7 +115,7 @@ class ClusterDraws:
         n = len(self.starts)
         per_group = np.bincount(owner * (buckets + 1) + bucket, minlength=n * (buckets + 1))
         per_group = per_group.reshape(n, buckets + 1).astype(float)
-        per_group[:, 0] = self._per_group(lambda v: v < bottom)
+        per_group[:, 0] = below
         weights = self.weights if len(rounds) == self.weights.shape[0] else self.weights[rounds]
         running = np.cumsum(weights @ per_group, axis=1)  # values up to each bucket's end
         position = (sizes - 1) * level
@@ -154,29 +154,18 @@ class ClusterDraws:
         for g0, g1 in zip(bounds[:-1], bounds[1:]):
             yield g0, g1, self.starts[g0], self.starts[g1 - 1] + self.lengths[g1 - 1]
 
-    def _sample(self, every: int) -> np.ndarray:
-        """Every `every`-th of the groups' values (what lies between groups left out)."""
-        return np.concatenate([
-            self.values[v0 + np.flatnonzero(_members(self.starts[g0:g1] - v0,
-                                                     self.lengths[g0:g1], v1 - v0))[::every]]
-            for g0, g1, v0, v1 in self._blocks()])
-
-    def _per_group(self, of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        """Each group's sum of `of(values)` (the values, or a test of them)."""
-        out = []
+    def _window(self, bottom: float, top: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """In one pass over the values: each group's values below `bottom`, and where the
+        groups' values within [bottom, top] are, with the group of each."""
+        below, found = [], []
         for g0, g1, v0, v1 in self._blocks():
-            ends = (self.starts[g0:g1] + self.lengths[g0:g1] - v0)[:-1]
-            at = np.stack([self.starts[g0:g1] - v0, np.append(ends, 0)], axis=1).ravel()[:-1]
-            out.append(np.add.reduceat(of(self.values[v0:v1]), at)[::2])
-        return np.concatenate(out)
-
-    def _where(self, test: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Where the groups' values pass `test`, and the group of each."""
-        found = np.concatenate([np.flatnonzero(test(self.values[v0:v1])) + v0
-                                for _, _, v0, v1 in self._blocks()])
-        owner = np.searchsorted(self.starts, found, side="right") - 1
-        member = found < self.starts[owner] + self.lengths[owner]
-        return found[member], owner[member]
+            part = self.values[v0:v1]
+            below.append(_sums(part < bottom, self.starts[g0:g1] - v0, self.lengths[g0:g1]))
+            found.append(np.flatnonzero((part >= bottom) & (part <= top)) + v0)
+        at = np.concatenate(found)
+        owner = np.searchsorted(self.starts, at, side="right") - 1
+        member = at < self.starts[owner] + self.lengths[owner]  # not between two groups
+        return np.concatenate(below), at[member], owner[member]
 
 
 def _kept(groups: Ragged, rows: np.ndarray | None) -> tuple[np.ndarray, ...]:
@@ -185,12 +174,12 @@ def _kept(groups: Ragged, rows: np.ndarray | None) -> tuple[np.ndarray, ...]:
     return groups.values, groups.offsets[:-1][kept], groups.lengths[kept]
 
 
-def _members(starts: np.ndarray, lengths: np.ndarray, size: int) -> np.ndarray:
-    """A mask of `size` values: those inside the groups."""
-    edges = np.zeros(size + 1, np.int8)
-    np.add.at(edges, starts, 1)
-    np.add.at(edges, starts + lengths, -1)
-    return np.cumsum(edges[:-1], dtype=np.int8).astype(bool)
+def _sums(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Each group's sum of `values` (group i: `lengths[i]` from `starts[i]`; the last one
+    ends where `values` does)."""
+    at = np.empty(2 * len(starts) - 1, np.int64)  # reduceat sums from each index to the next
+    at[0::2], at[1::2] = starts, (starts + lengths)[:-1]
+    return np.add.reduceat(values, at)[::2]
 
 
 def interpolate(low: np.ndarray, high: np.ndarray, position: np.ndarray) -> np.ndarray:

@@ -89,10 +89,10 @@ def cluster_bootstrap_difference(a: Ragged, b: Ragged, stats: tuple[str, ...],
     if not all(sizes):
         raise ValueError("bootstrap needs samples on both sides")
     rng = np.random.default_rng(seed)
-    whole = [_group_statistics(ClusterDraws.whole(g, r), stats) for g, r in zip((a, b), rows)]
-    draws = [_group_statistics(ClusterDraws.draw(g, rounds, MAX_CLUSTERS, rng, r), stats)
-             for g, r in zip((a, b), rows)]
-    return _differences(*({s: v[s][0] for s in stats} for v in whole), *draws, stats)
+    found = [_group_statistics(ClusterDraws.draw(g, rounds, MAX_CLUSTERS, rng, r), stats)
+             for g, r in zip((a, b), rows)]  # row 0: the sample's own
+    return _differences(*({s: v[s][0] for s in stats} for v in found),
+                        *({s: v[s][1:] for s in stats} for v in found), stats)
 
 
 def _differences(whole_a: dict[str, float], whole_b: dict[str, float],
