@@ -38,8 +38,10 @@ def compare(runs: list[str], config: SloConfig, options: CompareOptions) -> None
     slos = config.slos or None
     try:
         gates = [Gate.parse(text) for text in options.fail_if]
-        analyses = [analyze(RunFolder.open(resolve_run(ref, options.runs_dir)), slos,
-                            diagnosis=False) for ref in runs]
+        folders = [RunFolder.open(resolve_run(ref, options.runs_dir)) for ref in runs]
+        for folder in folders:  # a big run's first read, its parse, is its memory's peak:
+            folder.read_table()  # all before any analysis, the peaks do not add up
+        analyses = [analyze(folder, slos, diagnosis=False) for folder in folders]
         comparisons = [compare_runs(analyses[0], analysis) for analysis in analyses[1:]]
         for ref, comparison in zip(runs[1:], comparisons):
             if comparison.workload_differences and not options.allow_different_workloads:
