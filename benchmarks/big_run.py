@@ -4,6 +4,8 @@ synthetic run folders of N requests (10k, 100k, 1M).
     .venv/bin/python benchmarks/big_run.py                       # 10k and 100k
     .venv/bin/python benchmarks/big_run.py --requests 1000000
     .venv/bin/python benchmarks/big_run.py --baseline /tmp/latlab-main   # before/after
+    .venv/bin/python benchmarks/big_run.py --requests 12000,100000,1000000 \
+        --baseline /tmp/latlab-before --baseline-max 1000000
 
 Each run folder looks like a real one: `config.json` (a 20 req/s open loop, its clock and
 warmup), `requests.jsonl` (one record a line, ~64 token events each, server timings,
@@ -17,9 +19,10 @@ of every run. The second folder of a pair ran the same workload with a slower qu
 variants interleaved: `first` reads folders for the first time (their kept columns removed
 before each run, so `requests.jsonl` is parsed, and kept again); `again` reads the columns
 the first read kept in the folder (`requests.columns/`, as after `bench`, which reads its run
-at the end); `--baseline DIR` runs a second latlab checkout (e.g. `git archive main | tar -x
--C /tmp/latlab-main`) on the same folders and prints the ratios to `first`; it is skipped
-above `--baseline-max` requests (the row-by-row analysis needs ~16 GB at 1M). The median wall
+at the end); `--baseline DIR` runs a second latlab checkout (e.g. `git archive <commit> | tar
+-x -C /tmp/latlab-before`, the commit before a change) on the same folders, reading them for
+the first time too, and prints the ratios to `first`; it is skipped above `--baseline-max`
+requests (an old enough checkout, analysing row by row, needs ~16 GB at 1M). The median wall
 time (and the fastest) and the largest peak RSS (`os.wait4`) are printed.
 """
 

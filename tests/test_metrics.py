@@ -6,7 +6,7 @@ import pytest
 
 from latlab.metrics.request import request_metrics
 from latlab.metrics.slo import meets_slos
-from latlab.metrics.stats import distribution, percentile, percentile_ci
+from latlab.metrics.stats import binomial_quantile, distribution, percentile, percentile_ci
 from latlab.metrics.summary import summarize
 from latlab.records.slo import parse_slo
 from latlab.records.window import Window
@@ -75,6 +75,15 @@ def test_percentile_ci_covers_the_true_quantile():
         low, high = percentile_ci(sample, 90)
         covered += low <= true_p90 <= high
     assert 0.9 <= covered / 200 <= 1.0
+
+
+def test_binomial_quantile_is_scipys_binom_ppf():
+    from scipy.stats import binom
+
+    for n in [*range(1, 400), 1_000, 12_345, 100_000, 1_000_000, 64_000_000]:
+        for p in (0.5, 0.9, 0.99, 0.999):
+            for level in (0.025, 0.975):
+                assert binomial_quantile(level, n, p) == int(binom.ppf(level, n, p)), (n, p)
 
 
 def test_small_samples_are_flagged_and_unbounded():

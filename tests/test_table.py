@@ -11,7 +11,7 @@ from timelines import steady, timeline, write_run
 
 from latlab.metrics.request import metric_columns
 from latlab.metrics.stats import PERCENTILES, distribution, percentile, percentile_ci
-from latlab.records.cache import COLUMNS
+from latlab.records.cache import COLUMNS, drop_pages
 from latlab.records.folder import RunFolder, RunFolderError
 from latlab.records.reader import read_requests
 from latlab.records.spans import SERVER_TIMINGS
@@ -93,11 +93,14 @@ def test_a_big_runs_columns_are_kept_and_mapped_until_its_records_change(tmp_pat
     run = write_run(tmp_path, records)
     first = run.read_table()
     assert (run.path / COLUMNS / "manifest.json").is_file()
+    assert isinstance(first.token_ns.base, np.memmap)  # the parse's copy, mapped back
     parses = []
     monkeypatch.setattr("latlab.records.folder.read_requests",
                         lambda *a: parses.append(a) or read_requests(*a))
     again = RunFolder.open(run.path).read_table()
-    assert not parses and isinstance(again.token_ns, np.memmap)
+    assert not parses and isinstance(again.token_ns.base, np.memmap)
+    assert [again.record(i) for i in range(len(again))] == records
+    drop_pages(again.token_ns, again.token_counts)  # read again when needed
     assert [again.record(i) for i in range(len(again))] == records
     again.token_ns[0] = -1  # copy-on-write: the copy on disk stays
     assert RunFolder.open(run.path).read_table().token_ns[0] == first.token_ns[0]

@@ -41,6 +41,7 @@ from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.scrape import Scrape
 from latlab.records.summary import Goodput, RunSummary
+from latlab.records.cache import drop_pages
 from latlab.records.columns import present
 from latlab.records.table import OUTCOMES, RequestTable
 from latlab.records.timeline import NS_PER_MS, Outcome
@@ -67,6 +68,8 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
                             concurrency_cap=config.concurrency, metrics=metrics,
                             scrapes=scrapes,
                             server_kind=config.target.server_kind)
+    if not diagnosis:  # nothing after this reads a token stamp: a big run's go back
+        drop_pages(table.token_ns, table.token_counts)
     parts = decompose_all(table, network_baseline(table, config.target.rtt_ms))
     requests = Requests(table, metrics, parts, in_flight_at_send(table))
     chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)

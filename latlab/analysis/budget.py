@@ -67,25 +67,26 @@ def budget(parts: Parts, which: np.ndarray | None = None) -> Budget | None:
     if not n:
         return None
     codes = {c: q[chosen] for c, q in parts.quality.items()}
-    names = [*COMPONENTS, *(c for c in sorted(parts.ms) if c.startswith(APP)
-                            and (codes[c] >= 0).any())]
+    # each quality's count (−1, not applicable, left out)
+    counts = {c: np.bincount(q + 1, minlength=len(QUALITIES) + 1)[1:] for c, q in codes.items()}
+    names = [*COMPONENTS, *(c for c in sorted(parts.ms) if c.startswith(APP) and counts[c].any())]
     return Budget(
         n=n,
         total=float(parts.total[chosen].sum()) / n,
         components={c: float(parts.value(c)[chosen].sum()) / n for c in names},
-        coverage={c: int(((codes[c] >= 0) & (codes[c] != UNAVAILABLE)).sum()) / n
-                  for c in names},
-        quality={c: _most_common(codes[c]) for c in names},
+        coverage={c: int(counts[c].sum() - counts[c][UNAVAILABLE]) / n for c in names},
+        quality={c: _most_common(counts[c], codes[c]) for c in names},
     )
 
 
-def _most_common(codes: np.ndarray) -> Quality | None:
-    """The most common quality; of equally common ones, the first to occur."""
-    counts = np.bincount(codes[codes >= 0], minlength=len(QUALITIES))
+def _most_common(counts: np.ndarray, codes: np.ndarray) -> Quality | None:
+    """The most common quality (`counts` of each); of equally common ones, the first to
+    occur in `codes`."""
     if not counts.any():
         return None
     tied = np.flatnonzero(counts == counts.max())
-    return QUALITIES[min(tied, key=lambda code: int(np.argmax(codes == code)))]
+    return QUALITIES[min(tied, key=lambda code: int(np.argmax(codes == code)))
+                     if len(tied) > 1 else tied[0]]
 
 
 def tail_budget(parts: Parts, which: np.ndarray | None = None,

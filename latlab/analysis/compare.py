@@ -21,10 +21,9 @@ from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.budget import Budget, budget
 from latlab.analysis.noise import Noise, from_blocks
 from latlab.analysis.significance import (bootstrap_difference, cluster_bootstrap_difference,
-                                          statistic)
+                                          fisher_test, statistic)
 from latlab.metrics.stats import reliable
 from latlab.records.catalog import CATALOG, metrics
-from latlab.records.columns import Ragged
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
 from latlab.records.verdict import DEFAULT_MIN_EFFECT, VerdictConfig
@@ -159,18 +158,20 @@ def compare(a: RunAnalysis, b: RunAnalysis, seed: int = 0, noise: Noise | None =
             raise CompareError(f"{analysis.run.path}: no successful request in its window "
                                "to compare")
     changes: list[Change] = []
-    groups = {metric: (_groups(a), _groups(b)) for metric in PER_TOKEN}  # grouped by request
     for metric, label in LATENCY_METRICS.items():
-        va, vb = ((groups[metric][0].values, groups[metric][1].values) if metric in groups
-                  else (metric_values(a, metric), metric_values(b, metric)))
-        if len(va) == 0 or len(vb) == 0:
-            changes += [Change(f"{s}_{metric}", f"{label} {s}", "ms",
-                               float(statistic(va, s)) if len(va) else None,
-                               float(statistic(vb, s)) if len(vb) else None) for s in STATS]
-            continue
-        if metric in groups:  # a request's gaps are resampled together
-            diffs = cluster_bootstrap_difference(*groups[metric], STATS, seed=seed)
+        if metric in PER_TOKEN and _has_samples(a, metric) and _has_samples(b, metric):
+            # a request's gaps are resampled together, in place (a big run has 10⁸)
+            diffs = cluster_bootstrap_difference(
+                getattr(a.requests.metrics, metric), getattr(b.requests.metrics, metric),
+                STATS, seed=seed, rows=(a.ok, b.ok))
         else:
+            va, vb = _samples(a, metric), _samples(b, metric)
+            if len(va) == 0 or len(vb) == 0:
+                changes += [Change(f"{s}_{metric}", f"{label} {s}", "ms",
+                                   float(statistic(va, s)) if len(va) else None,
+                                   float(statistic(vb, s)) if len(vb) else None)
+                            for s in STATS]
+                continue
             diffs = bootstrap_difference(va, vb, STATS, seed=seed)
         for stat, diff in diffs.items():
             change = Change(f"{stat}_{metric}", f"{label} {stat}", "ms", diff.a, diff.b,
@@ -195,11 +196,16 @@ def compare(a: RunAnalysis, b: RunAnalysis, seed: int = 0, noise: Noise | None =
                       noise.source, conditions(a, b) + unlike_hosts)
 
 
-def _groups(a: RunAnalysis) -> Ragged:
-    """The ITL samples of the measured successful requests, grouped by request."""
-    itl = a.requests.metrics.itl
-    lengths = np.where(a.ok, itl.lengths, 0)
-    return Ragged(itl.select(a.ok), np.concatenate([[0], np.cumsum(lengths)]))
+def _has_samples(a: RunAnalysis, metric: str) -> bool:
+    """Whether a per-token `metric` has samples among the measured successful requests."""
+    return bool(getattr(a.requests.metrics, metric).lengths[a.ok].any())
+
+
+def _samples(a: RunAnalysis, metric: str) -> np.ndarray:
+    """The samples of `metric` over the measured successful requests (per token: pooled)."""
+    if metric in PER_TOKEN:
+        return getattr(a.requests.metrics, metric).select(a.ok)
+    return metric_values(a, metric)
 
 
 def _tail(a: RunAnalysis) -> Budget | None:
@@ -228,14 +234,12 @@ def _rate_changes(a: RunSummary, b: RunSummary) -> list[Change]:
 
 def _error_rate(a: RunSummary, b: RunSummary) -> Change:
     """Failed share of the window's requests (%), with Fisher's exact test for significance."""
-    from scipy.stats import fisher_exact
-
     counts = [(s.in_window, s.ok) for s in (a, b)]
     rates = [100 * (n - ok) / n if n else None for n, ok in counts]
     change = Change("error_rate", "error rate", "%", rates[0], rates[1])
     if all(n for n, _ in counts):
         table = [[n - ok, ok] for n, ok in counts]
-        change.significant = bool(fisher_exact(table).pvalue < 0.05)
+        change.significant = fisher_test(table) < 0.05
     return change
 
 

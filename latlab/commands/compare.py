@@ -41,11 +41,13 @@ def compare(runs: list[str], config: CompareConfig, options: CompareOptions) -> 
     slos = config.slos or None
     try:
         gates = [Gate.parse(text) for text in options.fail_if]
-        analyses = [analyze(open_run(ref, options.runs_dir), slos, diagnosis=False)
-                    for ref in runs]
-        noise = (from_repeat(analyses[0], analyze(open_run(str(config.noise), options.runs_dir),
-                                                  slos, diagnosis=False))
-                 if config.noise is not None else None)
+        folders = [open_run(ref, options.runs_dir) for ref in runs]
+        if config.noise is not None:
+            folders.append(open_run(str(config.noise), options.runs_dir))
+        for folder in folders:  # a big run's first read, its parse, is its memory's peak:
+            folder.read_table()  # all before any analysis, the peaks do not add up
+        analyses = [analyze(folder, slos, diagnosis=False) for folder in folders]
+        noise = from_repeat(analyses[0], analyses.pop()) if config.noise is not None else None
         comparisons = [compare_runs(analyses[0], analysis, noise=noise, verdicts=config)
                        for analysis in analyses[1:]]
         for ref, comparison in zip(runs[1:], comparisons):

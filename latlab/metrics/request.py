@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from latlab.records.catalog import metrics
-from latlab.records.columns import Ragged, per_request
+from latlab.records.columns import BLOCK, Ragged, per_request
 from latlab.records.columns import ms_between
 from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
@@ -101,16 +101,27 @@ def _gaps(t: RequestTable) -> tuple[Ragged, Ragged]:
     inside = np.ones(max(len(t.token_ns) - 1, 0), bool)  # gaps within one request
     starts = offsets[1:-1]
     inside[starts[(starts > 0) & (starts < len(t.token_ns))] - 1] = False
-    gaps = np.diff(t.token_ns)[inside] / 1e6
+    gaps = _within(t.token_ns, inside)
     gap_offsets = np.zeros(len(offsets), np.int64)
     np.cumsum(np.maximum(np.diff(offsets) - 1, 0), out=gap_offsets[1:])
     chunk_gaps = Ragged(gaps, gap_offsets)
-    if (t.token_counts <= 1).all():  # one token an event: the gaps are the ITL samples
+    if t.one_token_events:  # the gaps are the ITL samples
         return chunk_gaps, chunk_gaps
     k = np.maximum(t.token_counts[1:][inside], 1)
     itl_offsets = np.zeros(len(offsets), np.int64)
     np.cumsum(per_request(k, gap_offsets), out=itl_offsets[1:])
     return chunk_gaps, Ragged(np.repeat(gaps / k, k), itl_offsets)
+
+
+def _within(token_ns: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    """`np.diff(token_ns)[inside] / 1e6`, a block at a time (a big run has 10⁸ stamps)."""
+    gaps = np.empty(np.count_nonzero(inside))
+    kept = 0
+    for start in range(0, len(inside), BLOCK):
+        block = np.diff(token_ns[start:start + BLOCK + 1])[inside[start:start + BLOCK]] / 1e6
+        gaps[kept:kept + len(block)] = block
+        kept += len(block)
+    return gaps
 
 
 def request_metrics(r: RequestTimeline) -> RequestMetrics:

@@ -64,11 +64,22 @@ def percentile_ci(
 def ci_ranks(n: int, q: float, confidence: float = CONFIDENCE) -> tuple[int, int]:
     """The 1-based ranks of the order statistics that bound the q-th percentile of `n`
     samples with `confidence` (a rank outside 1..n: that side is unbounded)."""
-    from scipy.stats import binom
-
     alpha = 1 - confidence
     p = q / 100.0
-    return int(binom.ppf(alpha / 2, n, p)), int(binom.ppf(1 - alpha / 2, n, p)) + 1
+    return binomial_quantile(alpha / 2, n, p), binomial_quantile(1 - alpha / 2, n, p) + 1
+
+
+def binomial_quantile(level: float, n: int, p: float) -> int:
+    """The least k with P(Binomial(n, p) ≤ k) ≥ `level` (scipy.stats' `binom.ppf`, without
+    importing scipy.stats, a second of every command's start)."""
+    from scipy.special import bdtr, bdtrik
+
+    k = max(0, math.floor(bdtrik(level, n, p)))
+    while k < n and bdtr(k, n, p) < level:
+        k += 1
+    while k > 0 and bdtr(k - 1, n, p) >= level:
+        k -= 1
+    return k
 
 
 def reliable(n: int, q: float) -> bool:

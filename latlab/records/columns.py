@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 MISSING = np.iinfo(np.int64).min
+BLOCK = 1 << 22  # per-token values a pass over a flat column takes at a time
 
 
 @dataclass(eq=False)
@@ -152,11 +153,18 @@ def ms_between(later: np.ndarray, earlier: np.ndarray) -> np.ndarray:
 
 
 def per_request(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """The sum of each request's slice of a flat per-token column (0 for an empty one)."""
+    """The sum of each request's slice of a flat per-token column (0 for an empty one), a
+    block of requests at a time: summing narrow values into wide ones copies them first."""
     out = np.zeros(len(offsets) - 1, np.int64 if values.dtype.kind in "iub" else float)
-    filled = offsets[1:] > offsets[:-1]
-    if filled.any():
-        out[filled] = np.add.reduceat(values, offsets[:-1][filled], dtype=out.dtype)
+    filled = np.flatnonzero(offsets[1:] > offsets[:-1])
+    starts = offsets[:-1][filled]
+    cuts = np.unique(np.searchsorted(starts, np.arange(0, offsets[-1], BLOCK)))
+    for i, j in zip(cuts, np.append(cuts[1:], len(filled))):
+        if i == j:
+            continue
+        begin, end = starts[i], offsets[filled[j - 1] + 1]
+        out[filled[i:j]] = np.add.reduceat(values[begin:end], starts[i:j] - begin,
+                                           dtype=out.dtype)
     return out
 
 

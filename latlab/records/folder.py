@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterator, Protocol
 
 import orjson
+import pyarrow as pa
 
 from latlab.records.cache import (CACHED_FROM, COLUMNS, load_columns, save_columns,
                                   source_key)
@@ -159,6 +160,9 @@ class RunFolder:
             raise RunFolderError(str(e)) from None
         if len(table) >= CACHED_FROM:
             save_columns(table, copy, key)
+            # the mapped copy instead: the parse's memory goes back, a page is read when needed
+            table = load_columns(copy, key) or table
+            pa.default_memory_pool().release_unused()
         return table
 
     def read_scrapes(self) -> list[Scrape]:

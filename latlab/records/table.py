@@ -117,8 +117,15 @@ class RequestTable:
         return np.diff(self.token_offsets)
 
     @cached_property
+    def one_token_events(self) -> bool:
+        """Whether every token event carried one token (the common case), or none."""
+        return bool((self.token_counts <= 1).all())
+
+    @cached_property
     def event_tokens(self) -> np.ndarray:
         """The tokens each request's events carried, summed."""
+        if self.one_token_events and (self.token_counts == 1).all():
+            return self.events
         return per_request(self.token_counts, self.token_offsets)
 
     @cached_property

@@ -28,7 +28,7 @@ CDF_PANELS = tuple((chart, CATALOG[chart].label) for chart in charts())
 CDF_COLORS = {"ttft": "#4c9be8", "tpot": "#4cb86b", "itl": "#c355c9", "e2e": "#e0901a"}
 CDF_MARKERS = {"p50": "circle", "p99": "diamond"}
 SLO_PANEL = {name: CATALOG[name].chart for name in metrics(slo=True)}
-LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=40), height=360,
+LAYOUT = dict(margin=dict(l=60, r=20, t=50, b=40), height=360,  # the template: the page's
               legend=dict(orientation="h", y=-0.18, traceorder="normal"))
 
 

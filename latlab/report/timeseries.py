@@ -54,10 +54,14 @@ class RunClock:
         total = np.zeros(len(edges) - 1)
         for start in range(0, len(times_ns), BLOCK):
             block = slice(start, start + BLOCK)
-            which = ((times_ns[block][chosen[block]] - self.origin_ns) / 1e9 // width)
+            times, counts = times_ns[block], weights[block]
+            if not chosen[block].all():  # else no copy: most blocks are all chosen
+                times, counts = times[chosen[block]], counts[chosen[block]]
+            which = (times - self.origin_ns) / 1e9 // width
             inside = (which >= 0) & (which < len(total))
-            total += np.bincount(which[inside].astype(np.int64), minlength=len(total),
-                                 weights=weights[block][chosen[block]][inside])
+            if not inside.all():
+                which, counts = which[inside], counts[inside]
+            total += np.bincount(which.astype(np.int64), minlength=len(total), weights=counts)
         return total
 
     def bins(self, n: int = BINS) -> tuple[np.ndarray, float]:

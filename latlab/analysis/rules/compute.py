@@ -115,7 +115,7 @@ def decode_stalls(a: RunAnalysis) -> Finding | Unevaluated | None:
 
 def _gap_tokens(t: RequestTable, gaps: Ragged) -> np.ndarray | int:
     """The tokens of the event that ends each gap (at least 1); 1 when every event has one."""
-    if (t.token_counts <= 1).all():
+    if t.one_token_events:
         return 1
     return np.maximum(t.token_counts[_gap_positions(t, gaps, np.arange(len(gaps.values))) + 1], 1)
 
