@@ -26,6 +26,7 @@ from sse_server import DONE, Server, Step, completion, stream, usage_only
 # reads this when imported, in this process and in those it starts.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.xdist_group("ray")  # one worker, one cluster (`-n`: see pyproject)
 
 SMALL = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=8),
                        output_tokens=LengthDistribution(kind="fixed", a=3))
@@ -99,13 +100,13 @@ def test_a_lost_worker_keeps_its_finished_requests(cluster, tmp_path):
     results = []
     with Server(stream(three_tokens(0.1))) as server:
         bench = threading.Thread(target=lambda: results.append(run_bench(config(
-            server.url, runs, requests=None, duration_s=4.0, ray="auto",
+            server.url, runs, requests=None, duration_s=8.0, ray="auto",
             arrivals=ArrivalConfig(process="constant", rate=20.0)))))
         bench.start()
         try:
             victim = None
             deadline = time.monotonic() + 60
-            while victim is None and time.monotonic() < deadline:
+            while victim is None and time.monotonic() < deadline and bench.is_alive():
                 names = [n for n in ray.util.list_named_actors() if n.endswith("-worker-1")]
                 done = [p for p in runs.glob("*/requests.jsonl")
                         if b'"worker":1,' in p.read_bytes()]  # worker 1 finished one

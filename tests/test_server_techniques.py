@@ -92,7 +92,7 @@ def test_a_request_waiting_past_max_queue_delay_gets_503_with_retry_after():
 
 
 def test_idle_unload_scales_to_zero_and_the_next_request_reloads():
-    with running_server(idle_unload=0.2) as s:
+    with running_server(idle_unload=2.0) as s:  # long enough to be seen loaded first
         assert httpx.get(s.url + "/health").json()["model_loaded"] is True
         assert gc.get_freeze_count() > 0    # the loaded model is out of the collector's reach
         wait_until(lambda: httpx.get(s.url + "/health").json()["model_loaded"] is False,

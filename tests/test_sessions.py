@@ -52,6 +52,10 @@ def answering(per_message_ms: float = 0.0, cached: bool = False):
 
 
 def session_config(url: str, tmp_path, sessions: SessionConfig, **kw) -> BenchConfig:
+    """A chat (or agent) run; a chat's think time 20 ms unless the test sets one (the
+    default, about 3 s a turn, is for real runs)."""
+    if sessions.kind == "chat" and "think_s" not in sessions.model_fields_set:
+        sessions = sessions.model_copy(update={"think_s": FIXED("0.02", "--think-time")})
     workload = WorkloadConfig(api="chat", prompt_tokens=FIXED("8", "p"),
                               output_tokens=FIXED("2", "o"), sessions=sessions,
                               **kw.pop("workload", {}))
