@@ -145,8 +145,11 @@ def test_predict_sweep_draws_the_curve_and_the_slo_max(tmp_path, cal_file):
     assert (folder / "sweep.html").is_file()
     best = data["slo_max"]
     assert best is not None and "ttft" in best["statement"]
+    # without draws, no interval: a simulated sample's CIs say nothing of the calibration's
+    assert best["level"] is None and "interval" not in r.output
     for p in data["points"]:
         assert RunFolder.open(p["run"]).read_config().kind == "predict"
+        assert p["slo_intervals"] == {}
 
 
 def test_an_interrupted_predicted_sweep_keeps_its_points(tmp_path, cal_file, monkeypatch):

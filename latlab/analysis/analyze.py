@@ -68,7 +68,7 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
                             concurrency_cap=config.concurrency, metrics=metrics,
                             scrapes=scrapes,
                             server_kind=config.target.server_kind)
-    if not diagnosis:  # nothing after this reads a token stamp: a big run's go back
+    if not diagnosis:  # a big run's token stamps go back to the file until compare reads them
         drop_pages(table.token_ns, table.token_counts)
     parts = decompose_all(table, network_baseline(table, config.target.rtt_ms))
     requests = Requests(table, metrics, parts, in_flight_at_send(table))

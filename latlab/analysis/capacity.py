@@ -62,9 +62,11 @@ def measure(analysis: RunAnalysis, label: str, mode: Mode, load: float | None,
 
 def point(s: RunSummary, table: RequestTable, metrics: MetricColumns, inside: np.ndarray,
           label: str, mode: Mode, load: float | None, slos: dict[str, float], q: float,
-          run: str = "", budget: dict[str, dict[str, float]] | None = None) -> Point:
+          run: str = "", budget: dict[str, dict[str, float]] | None = None,
+          ci: bool = True) -> Point:
     """The point of a run's columns: its `summary`, `table`, metric columns and the
-    requests `inside` its window (a predicted run's draws have no analysis)."""
+    requests `inside` its window (a predicted run's draws have no analysis); with `ci`,
+    its SLO values' 95% CIs (a measured sample's; a prediction's come from its draws)."""
     t = table
     judged = inside & (t.outcome != OUTCOMES.index(Outcome.CANCELLED))
     failed = int((judged & ~t.ok).sum())
@@ -78,7 +80,8 @@ def point(s: RunSummary, table: RequestTable, metrics: MetricColumns, inside: np
         latency=percentile(ok_e2e, q) if len(ok_e2e) else None,
         median_latency=percentile(ok_e2e, 50) if len(ok_e2e) else None,
         slo_values={m: _slo_percentile(table, metrics, judged, m, q) for m in slos},
-        slo_intervals={m: _slo_percentile(table, metrics, judged, m, q, ci=True) for m in slos},
+        slo_intervals={m: _slo_percentile(table, metrics, judged, m, q, ci=True)
+                       for m in slos} if ci else {},
         cached_share=s.cache.share if s.cache else None,
         output_tokens_per_s=t.output_tokens_per_s if t else 0.0,
         goodput=s.goodput.requests_per_s if s.goodput else None,

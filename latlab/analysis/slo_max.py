@@ -39,7 +39,10 @@ def slo_max(points: Sequence[Point], slos: dict[str, float], q: float) -> SloMax
             m: p.slo_intervals[m][side] if m in p.slo_intervals else v
             for m, v in p.slo_values.items()}}) for p in points]
         answer = _slo_max(moved, slos, q)
-        bounds.append(answer.load if answer is not None else None)
+        if answer is not None and side == 0 and answer.failing is None:
+            bounds.append(math.inf)  # met past the highest load swept
+        else:
+            bounds.append(answer.load if answer is not None else None)
     best.lo, best.hi = bounds
     best.level = CONFIDENCE
     return best

@@ -68,8 +68,11 @@ class DrawOutcome:
 
 
 def reseeded(bench: BenchConfig, cap: int) -> Callable[[int], SimWorkload]:
-    """The bench's workload with seed + `d` (draw d's), at most `cap` requests."""
+    """The bench's workload with seed + `d` (draw d's), at most `cap` requests; a trace's
+    whole window (its rows are the same in every draw, its speed set for all of them)."""
     requests = min(bench.requests, cap) if bench.requests is not None else cap
+    if bench.arrivals.process == "trace":
+        requests = bench.requests
 
     def workload(d: int) -> SimWorkload:
         w = bench.workload.model_copy(update={"seed": bench.workload.seed + d})

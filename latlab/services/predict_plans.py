@@ -51,6 +51,7 @@ class PredictedSweep(Sweep):
 
     def run_point(self, step: Step, run, console: Console) -> Point:
         point = super().run_point(step, run, console)
+        point.slo_intervals = {}  # a simulated sample's CIs say nothing of the calibration's
         if not self.intervals.draws:
             return point
         name, label, mode, load, arrivals = step
@@ -59,7 +60,7 @@ class PredictedSweep(Sweep):
 
         def judge(summary, table, metrics, inside) -> Point:
             return capacity.point(summary, table, metrics, inside, label, mode, load, base.slos,
-                                  c.percentile)
+                                  c.percentile, ci=False)
 
         outcomes = run_draws(self.cal, reseeded(bench, self.intervals.requests), self.fleet,
                              settings(bench, self.cal, "", self.fleet), self.intervals, judge)
