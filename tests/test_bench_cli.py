@@ -59,7 +59,7 @@ def test_the_summary_table(tmp_path):
                        "--out", str(tmp_path), "--no-progress")
     assert result.exit_code == 0, result.output
     for text in ("TTFT", "from schedule", "TPOT", "ITL", "E2E", "p99.9", "throughput",
-                 "offered", "client"):
+                 "2 closed-loop users sent", "client"):
         assert text in result.output
     run = only_run(tmp_path)
     assert str(run.path) in result.output.replace("\n", "")

@@ -70,7 +70,7 @@ def pooled_throughput(rates: Sequence[Throughput | None]) -> Throughput | None:
                       total_tokens_per_s=weighted("total_tokens_per_s"),
                       mean_concurrency=weighted("mean_concurrency"),
                       backlog_growth=max(t.backlog_growth for t in rates),
-                      fell_behind=any(t.fell_behind for t in rates))
+                      fell_behind=any(t.fell_behind for t in rates), users=rates[0].users)
 
 
 def pooled_host(hosts: Sequence[HostLoad | None]) -> HostLoad | None:

@@ -65,7 +65,8 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
     scrapes = run.read_scrapes()
     if summary is None:
         summary = summarize(table, window, config.slos or None,
-                            concurrency_cap=config.concurrency, metrics=metrics,
+                            concurrency_cap=config.concurrency, users=config.users,
+                            metrics=metrics,
                             scrapes=scrapes,
                             server_kind=config.target.server_kind)
     if not diagnosis:  # a big run's token stamps go back to the file until compare reads them

@@ -21,8 +21,10 @@ BACKLOG_NOISE_SIGMAS = 3.0
 NOT_CONNECTED = (Outcome.CONNECTION_REFUSED, Outcome.CONNECTION_RESET)
 
 
-def throughput(t: RequestTable, chosen: np.ndarray, window: Window) -> Throughput:
-    """The rates of the requests of `t` over `window`; `chosen` marks those scheduled in it."""
+def throughput(t: RequestTable, chosen: np.ndarray, window: Window,
+               users: int | None = None) -> Throughput:
+    """The rates of the requests of `t` over `window`; `chosen` marks those scheduled in it;
+    `users`: a closed loop's (it cannot fall behind: it sends when the server lets it)."""
     seconds = window.duration_s or math.nan
     completed = int(np.count_nonzero(t.ok & inside(t.done_ns, window)))
     prompts = np.nan_to_num(t.prompt_tokens)
@@ -66,7 +68,9 @@ def throughput(t: RequestTable, chosen: np.ndarray, window: Window) -> Throughpu
         total_tokens_per_s=(output_tokens + prompt_tokens) / seconds,
         mean_concurrency=concurrency,
         backlog_growth=backlog,
-        fell_behind=offered is not None and achieved < SHORTFALL * offered and backlog > noise,
+        fell_behind=(users is None and offered is not None and achieved < SHORTFALL * offered
+                     and backlog > noise),
+        users=users,
     )
 
 

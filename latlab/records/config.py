@@ -86,6 +86,12 @@ class RunConfig(BaseModel):
     def simulated(self) -> bool:
         return self.simulation is not None
 
+    @property
+    def users(self) -> int | None:
+        """A closed loop's users (None: an open loop, or not a bench run)."""
+        a = self.bench.arrivals if self.bench else None
+        return a.users if a is not None and not a.open_loop else None
+
     _slos = field_validator("slos", mode="before")(lambda value: slo_dict(value))
 
     @model_validator(mode="before")

@@ -68,7 +68,8 @@ class Throughput(Record):
     growing queue when it does not.
     `fell_behind` needs both an achieved rate under 95% of the offered one and a backlog
     growth beyond the noise of a stable queue, so a short window's edge effects do not
-    raise a false alarm.
+    raise a false alarm. `users`: a closed loop's users, whose rate is what the server let
+    them send, not an offered load (None: an open loop).
     """
 
     window_s: float
@@ -80,6 +81,7 @@ class Throughput(Record):
     mean_concurrency: float
     backlog_growth: int
     fell_behind: bool
+    users: int | None = None
 
 
 class Goodput(Record):

@@ -12,7 +12,7 @@ from rich.text import Text
 from latlab.analysis.budget import Budget
 from latlab.analysis.decompose import BUCKETS, label, members
 from latlab.records.catalog import CATALOG, metrics
-from latlab.records.summary import Distribution, Prediction, RunSummary
+from latlab.records.summary import Distribution, Prediction, RunSummary, Throughput
 from latlab.report.palette import BUCKET_COLORS, SEVERITY_COLORS
 from latlab.report.sessions import print_tasks, session_lines
 from latlab.units import cell, interval, ms, pct
@@ -218,6 +218,17 @@ def prediction_lines(p: Prediction) -> list[Text]:
     return lines + [Text(f"! {note}", style="yellow") for note in p.notes]
 
 
+def load_phrase(t: Throughput) -> str:
+    """What the load generator offered: a rate, a burst, or a closed loop's users (which
+    offer no rate: they send as answers come)."""
+    if t.users is not None:
+        users = f"{t.users} closed-loop user{'s' if t.users > 1 else ''}"
+        return f"{users} sent {t.sent_rate or 0:.2f} req/s"
+    if t.offered_rate is None:
+        return "a burst (no rate)"
+    return f"offered {t.offered_rate:.2f} req/s, sent {t.sent_rate:.2f}"
+
+
 def _summary_lines(s: RunSummary) -> list[Text | Table]:
     lines = []
     t = s.throughput
@@ -225,9 +236,7 @@ def _summary_lines(s: RunSummary) -> list[Text | Table]:
         lines.append(Text(f"throughput  {t.achieved_rate:.2f} req/s · "
                           f"{t.output_tokens_per_s:,.0f} output tok/s · "
                           f"{t.total_tokens_per_s:,.0f} total tok/s"))
-        offered = (f"offered     {t.offered_rate:.2f} req/s · sent {t.sent_rate:.2f} · "
-                   f"achieved {t.achieved_rate:.2f}" if t.offered_rate is not None
-                   else f"offered     a burst (no rate) · achieved {t.achieved_rate:.2f} req/s")
+        offered = f"{'load':<12}{load_phrase(t)} · achieved {t.achieved_rate:.2f} req/s"
         if t.fell_behind:
             offered += (f"  ACHIEVED ONLY {100 * t.achieved_rate / t.offered_rate:.0f}% "
                         "OF THE OFFERED RATE")

@@ -12,6 +12,7 @@ from latlab.analysis.decompose import label
 from latlab.records.catalog import metrics
 from latlab.records.summary import Percentile, RunSummary
 from latlab.report import figures, gantt, sessions_html, timeseries
+from latlab.report.console import load_phrase
 from latlab.report.page import chart, document, e, settings_table
 from latlab.report.palette import SEVERITY_COLORS
 from latlab.units import ms, number, pct
@@ -132,9 +133,7 @@ def _summary_lines(summary: RunSummary) -> list[str]:
                 if summary.cancelled else "")]
     t = summary.throughput
     if t:
-        offered = ("a burst" if t.offered_rate is None
-                   else f"{number(t.offered_rate, '{:.2f}')} req/s")
-        lines.append(f"offered {offered}, achieved {number(t.achieved_rate, '{:.2f}')} req/s, "
+        lines.append(f"{load_phrase(t)}, achieved {number(t.achieved_rate, '{:.2f}')} req/s, "
                      f"{number(t.output_tokens_per_s, '{:.1f}')} output tokens/s over "
                      f"{number(t.window_s, '{:.1f}')} s")
     g = summary.goodput

@@ -53,7 +53,8 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
     summary = summarize(records, window, config.slos,
                         client=client_check(load.health, records, window, load.host),
                         stop_reason=load.stop_reason, notes=load.notes,
-                        concurrency_cap=load.config.concurrency, scrapes=load.run.read_scrapes(),
+                        concurrency_cap=load.config.concurrency, users=load.config.users,
+                        scrapes=load.run.read_scrapes(),
                         server_kind=load.config.target.server_kind)
     summary.spans = spans
     load.run.write_summary(summary)
