@@ -162,6 +162,9 @@ def test_latlab_serves_histograms_are_the_server_view_end_to_end(tmp_path):
     assert set(view.stages_ms) == {"queue", "prefill", "decode", "ttft", "e2e"}
     assert view.stages_ms["e2e"] <= view.client_e2e_ms
     assert view.tokens["generation_tokens"] == 8 * view.requests
+    page = result.run.report_path.read_text()
+    assert "The server&#x27;s own view" in page or "The server's own view" in page
+    assert f"{view.requests} requests in" in page and "per request: " in page
 
 
 def transformers_serve() -> str | None:

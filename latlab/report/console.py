@@ -19,6 +19,7 @@ from latlab.units import cell, interval, ms, pct
 
 if TYPE_CHECKING:
     from latlab.analysis.run_analysis import RunAnalysis
+    from latlab.analysis.server_view import ServerView
 
 BAR_WIDTH = 56
 _BLOCKS = {"network": "░", "queue & overhead": "▒", "application": "▞", "prefill": "▓",
@@ -110,16 +111,22 @@ def print_server_view(console: Console, analysis: RunAnalysis) -> None:
     v = analysis.server
     if v is None:
         return
-    stages = " · ".join(f"{LABELS.get(k, k)} {ms(x)}" for k, x in v.stages_ms.items())
-    peaks = ", ".join(f"{LABELS.get(k, k)} {pct(x) if k == 'kv_usage' else f'{x:.0f}'}"
-                      for k, x in v.peaks.items())
+    title, per_request = server_view_lines(v)
     console.print()
-    console.print(Text(f"The server's own view (/metrics, {v.requests} requests in "
-                       f"{v.span_s:.1f} s)", style="bold"))
-    console.print(Text(f"  per request: {stages}" + (f"; peak {peaks}" if peaks else "")))
+    console.print(Text(title, style="bold"))
+    console.print(Text(f"  {per_request}"))
     for check in v.checks:
         console.print(Text(f"  {'·' if v.agrees else '!'} {check}",
                            style="dim" if v.agrees else "yellow"))
+
+
+def server_view_lines(v: ServerView) -> tuple[str, str]:
+    """The server view's title and its per-request stages and peaks, in words."""
+    stages = " · ".join(f"{LABELS.get(k, k)} {ms(x)}" for k, x in v.stages_ms.items())
+    peaks = ", ".join(f"{LABELS.get(k, k)} {pct(x) if k == 'kv_usage' else f'{x:.0f}'}"
+                      for k, x in v.peaks.items())
+    return (f"The server's own view (/metrics, {v.requests} requests in {v.span_s:.1f} s)",
+            f"per request: {stages}" + (f"; peak {peaks}" if peaks else ""))
 
 
 def print_findings(console: Console, analysis: RunAnalysis, unevaluated: bool = True) -> None:

@@ -12,7 +12,7 @@ from latlab.analysis.decompose import label
 from latlab.records.catalog import metrics
 from latlab.records.summary import Percentile, RunSummary
 from latlab.report import figures, gantt, sessions_html, timeseries
-from latlab.report.console import load_phrase
+from latlab.report.console import load_phrase, server_view_lines
 from latlab.report.page import chart, document, e, settings_table
 from latlab.report.palette import SEVERITY_COLORS
 from latlab.units import ms, number, pct
@@ -39,6 +39,7 @@ def write_html(run: RunFolder, analysis: RunAnalysis, path: Path | None = None) 
     page += [f"<div class=note>{e(n)}</div>"
              for n in [*analysis.notes, *analysis.summary.warnings]]
     page += ["<h2>Summary</h2>", _summary_table(analysis.summary), _findings(analysis)]
+    page += _server_view(analysis)
     page += _charts(analysis)
     page += ["<h2>Run configuration</h2>", settings_table(config.model_dump(mode="json")),
              "<h2>Definitions</h2>", _definitions(analysis.summary)]
@@ -191,3 +192,14 @@ def _definitions(summary: RunSummary) -> str:
     rows = "".join(f"<tr><td>{e(k)}</td><td style='text-align:left'>{e(str(v))}</td></tr>"
                    for k, v in formulas.items())
     return f"<table>{rows}</table><pre>{e(decompose.__doc__ or '')}</pre>"
+
+
+def _server_view(analysis: RunAnalysis) -> list[str]:
+    """The server's own account from its /metrics (`--scrape`), checked against the client's
+    records; nothing without one."""
+    v = analysis.server
+    if v is None:
+        return []
+    title, per_request = server_view_lines(v)
+    checks = "".join(f"<li{'' if v.agrees else ' class=warn'}>{e(c)}</li>" for c in v.checks)
+    return [f"<h2>{e(title)}</h2>", f"<p>{e(per_request)}</p>", f"<ul>{checks}</ul>"]

@@ -29,7 +29,7 @@ td:first-child,th:first-child{text-align:left}tr:nth-child(even){background:#f6f
 .finding{border-left:6px solid;padding:.3rem 1rem;margin:.8rem 0;background:#fafafa}
 .badge{color:#fff;padding:0 .4rem;border-radius:3px;font-size:.8rem;text-transform:uppercase}
 .dim{color:#777}pre{background:#f6f6f6;padding:.8rem;overflow:auto;font-size:.8rem}
-.ci{color:#777;font-size:.75rem;white-space:nowrap}
+.ci{color:#777;font-size:.75rem;white-space:nowrap}.warn{color:#b45309}
 table.settings td{text-align:left;font-family:ui-monospace,monospace;font-size:.8rem}
 """
 
