@@ -12,6 +12,8 @@ import torch
 
 from latlab.records.engine import ConfigError, EngineConfig
 from latlab.engine.cuda_graphs import StaticDecode, capture_sizes, capture_widths, padded
+from latlab.engine import intra_op
+from latlab.engine.config import PRESETS
 from latlab.engine.device import resolve_device
 from latlab.engine.engine import LLMEngine
 from latlab.engine.model_runner import ModelRunner
@@ -164,6 +166,29 @@ def test_capturing_graphs_needs_cuda():
     with pytest.raises(RuntimeError, match="CUDA graphs need the model on a CUDA device"):
         static.capture()
 
+
+
+def test_only_steps_with_big_enough_products_split_over_the_threads():
+    default = PRESETS["default"]
+    small = intra_op.IntraOpThreads(2, default.hidden_size, default.intermediate_size)
+    assert [small.for_tokens(n) for n in (1, 16, 42, 43, 512)] == [1, 1, 1, 2, 2]
+    assert intra_op.IntraOpThreads(4, 2048, 8192).for_tokens(1) == 4  # a 1B Llama's MLP
+    assert intra_op.IntraOpThreads(1, 384, 1024).for_tokens(512) == 1
+
+
+def test_a_prefill_step_runs_on_the_threads_and_a_small_decode_on_one(monkeypatch):
+    monkeypatch.setattr(intra_op, "PARALLEL_MIN_MACS", 16 * 64 * 128)  # 16 tokens of tiny
+    engine = LLMEngine(EngineConfig(**BASE, threads=2))
+    model, seen = engine.runner.model, []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda ids, *rest: seen.append(
+        (len(ids), torch.get_num_threads())) or forward(ids, *rest))
+    try:
+        engine.generate(prompts([20, 3]), SamplingParams(max_tokens=3, temperature=0.0,
+                                                         ignore_eos=True))
+    finally:
+        torch.set_num_threads(1)
+    assert seen == [(23, 2), (2, 1), (2, 1)]
 
 @cuda
 def test_on_cuda_graph_replays_give_the_eager_output(monkeypatch):
