@@ -14,10 +14,10 @@ with the same threads for its computation) and runs the same closed-loop workloa
 each: `--users` concurrent users, each sending `--rounds` streamed completions of distinct
 random `--prompt-tokens`-token prompts (token ids, so no tokenizer is involved) with
 `--output-tokens` fixed outputs (ignore_eos), greedy. It prints output tok/s, TTFT p50/p99,
-the server's CPU use (of one core = 100) and the 1-minute load average before the run (after
-waiting up to `--wait-load` s for it to fall below `--max-load`), and latlab's ratio to
-llama-server over the means of `--repeats` runs in alternating order (a noisy machine then
-hits both alike). Every process it starts is stopped by its PID.
+the server's CPU use (of one core = 100; its three busiest threads' too) and the 1-minute load
+average before the run (after waiting up to `--wait-load` s for it to fall below
+`--max-load`), and latlab's ratio to llama-server over the means of `--repeats` runs in
+alternating order (a noisy machine then hits both alike). Every process it starts is stopped by its PID.
 """
 
 from __future__ import annotations
@@ -111,6 +111,10 @@ class Server:
         t = psutil.Process(self.proc.pid).cpu_times()
         return t.user + t.system
 
+    def thread_cpu_s(self) -> dict[int, float]:
+        return {t.id: t.user_time + t.system_time
+                for t in psutil.Process(self.proc.pid).threads()}
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -162,7 +166,7 @@ async def one_request(session: aiohttp.ClientSession, url: str, prompt: list[int
     return ttft, tokens
 
 
-async def workload(server: Server, args: argparse.Namespace, seed: int) -> dict[str, float]:
+async def workload(server: Server, args: argparse.Namespace, seed: int) -> dict:
     rng = random.Random(seed)
     prompts = [[[rng.randrange(16, 8192) for _ in range(args.prompt_tokens)]
                 for _ in range(args.rounds)] for _ in range(args.users)]
@@ -174,7 +178,7 @@ async def workload(server: Server, args: argparse.Namespace, seed: int) -> dict[
                                      ) as session:
         await asyncio.gather(*(one_request(session, server.url, [rng.randrange(16, 8192)] * 8,
                                            8) for _ in range(args.users)))   # warm-up
-        cpu, start = server.cpu_s(), time.perf_counter()
+        cpu, threads, start = server.cpu_s(), server.thread_cpu_s(), time.perf_counter()
 
         async def user(mine: list[list[int]]) -> list[tuple[float, int]]:
             return [await one_request(session, server.url, p, args.output_tokens)
@@ -182,11 +186,15 @@ async def workload(server: Server, args: argparse.Namespace, seed: int) -> dict[
 
         results = [r for rs in await asyncio.gather(*(user(p) for p in prompts)) for r in rs]
         elapsed, cpu = time.perf_counter() - start, server.cpu_s() - cpu
+        threads = {k: v - threads.get(k, 0) for k, v in server.thread_cpu_s().items()}
     ttfts = sorted(t * 1000 for t, _ in results)
     tokens = sum(n for _, n in results)
     assert tokens == args.users * args.rounds * args.output_tokens, "short outputs"
     return {"tok_s": tokens / elapsed, "ttft_p50": percentile(ttfts, 50),
-            "ttft_p99": percentile(ttfts, 99), "cpu": 100 * cpu / elapsed, "time": elapsed}
+            "ttft_p99": percentile(ttfts, 99), "cpu": 100 * cpu / elapsed, "time": elapsed,
+            # the busiest threads' CPU (% of a core): where the server's cores go
+            "threads": "/".join(f"{100 * t / elapsed:.0f}"
+                                for t in sorted(threads.values(), reverse=True)[:3])}
 
 
 async def llama_greedy(server: Server, prompt: list[int], text: str) -> tuple[list, list]:
@@ -227,7 +235,7 @@ def quiet_load(limit: float, wait_s: float) -> float:
 
 
 def run(server: Server, args: argparse.Namespace, seed: int,
-        check: Path | None = None) -> dict[str, float]:
+        check: Path | None = None) -> dict:
     try:
         asyncio.run(server.wait_ready())
         if check is not None:
@@ -268,11 +276,11 @@ def main() -> None:
               f"{args.users} users x {args.rounds} streamed requests, {args.prompt_tokens}-token "
               f"prompts, {args.output_tokens} output tokens (ignore_eos), greedy")
         print(f"{'threads':>7}  {'server':<13}{'out tok/s':>10}{'TTFT p50':>10}{'TTFT p99':>10}"
-              f"{'CPU %':>7}{'time s':>8}{'load':>6}")
+              f"{'CPU %':>7}{'time s':>8}{'load':>6}  busiest threads' CPU %")
         names = ["llama-server", "latlab serve"]
         checked = False
         for threads in args.threads:
-            rows: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+            rows: dict[str, list[dict]] = {name: [] for name in names}
             for repeat in range(args.repeats):  # the order alternates: A B, B A, ...
                 for name in names if repeat % 2 == 0 else names[::-1]:
                     server = (llama_server(args.llama_server, gguf, threads, args.dtype,
@@ -285,7 +293,8 @@ def main() -> None:
                     r = run(server, args, seed=threads * 100 + repeat, check=check)
                     rows[name].append(r)
                     print(f"{threads:>7}  {name:<13}{r['tok_s']:>10.0f}{r['ttft_p50']:>8.0f}ms"
-                          f"{r['ttft_p99']:>8.0f}ms{r['cpu']:>7.0f}{r['time']:>8.1f}{load:>6.2f}",
+                          f"{r['ttft_p99']:>8.0f}ms{r['cpu']:>7.0f}{r['time']:>8.1f}{load:>6.2f}  "
+                          f"{r['threads']}",
                           flush=True)
             a, b = ({k: sum(r[k] for r in rows[n]) / len(rows[n]) for k in ("tok_s", "ttft_p99")}
                     for n in ("latlab serve", "llama-server"))
