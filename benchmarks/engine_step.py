@@ -11,8 +11,8 @@ scheduling, batch building, sampling and detokenization. It also times one 512-t
 Tokens/s per batch size is printed as a ratio against batch 1, measured in the same process;
 with several `--threads` the same engine is measured at each thread count in turn, and the
 speedup over the first thread count is printed too. A step splits over the threads only when
-it is big enough and the machine has the cores free (`latlab.engine.intra_op`); `--split-all`
-splits every step, to see what that costs.
+it is big enough (`latlab.engine.intra_op`); `--split-all` splits every step, to see what
+that costs.
 """
 
 from __future__ import annotations
@@ -119,9 +119,8 @@ def main() -> None:
         torch.set_num_threads(threads)
         engine.runner.threads = IntraOpThreads(threads, shape.hidden_size,
                                                shape.intermediate_size)
-        if args.split_all:  # however small the step, however busy the machine
+        if args.split_all:  # however small the step
             engine.runner.threads.min_tokens = 1
-            engine.runner.threads.free_cores = lambda n=threads: n
         base = None
         for batch in BATCHES:
             step, model = decode_steps(engine, timer, batch, args.steps)

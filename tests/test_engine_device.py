@@ -4,7 +4,6 @@ captured and replayed there (`scripts/gpu_check.sh` runs this file on one)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -169,33 +168,17 @@ def test_capturing_graphs_needs_cuda():
 
 
 
-def test_only_big_steps_split_and_over_no_more_threads_than_cores_are_free():
+def test_only_steps_with_big_enough_products_split_over_the_threads():
     default = PRESETS["default"]
-    free = [2.0]
-    small = intra_op.IntraOpThreads(2, default.hidden_size, default.intermediate_size,
-                                    free_cores=lambda: free[0])
+    small = intra_op.IntraOpThreads(2, default.hidden_size, default.intermediate_size)
     assert [small.for_tokens(n) for n in (1, 16, 42, 43, 512)] == [1, 1, 1, 2, 2]
-    free[0] = 0.4  # other processes hold most of both cores
-    assert small.for_tokens(512) == 1
-    big = intra_op.IntraOpThreads(4, 2048, 8192, free_cores=lambda: 3.2)  # a 1B Llama's MLP
-    assert big.for_tokens(1) == 3
+    assert intra_op.IntraOpThreads(4, 2048, 8192).for_tokens(1) == 4  # a 1B Llama's MLP
     assert intra_op.IntraOpThreads(1, 384, 1024).for_tokens(512) == 1
-
-
-def test_free_cores_are_idle_and_own_cpu_time_less_waiting_per_second():
-    samples = iter([(0.0, 0.0), (0.3, 0.45), (1.0, 1.5), (3.0, 1.9)])
-    cores = intra_op.FreeCores(every_s=0.0, sample=lambda: next(samples))
-    assert cores() == pytest.approx(1.5)  # 0.45 s of 0.3
-    assert cores() == pytest.approx(1.5)  # 1.05 s of 0.7
-    assert cores() == pytest.approx(0.2)  # busy: 0.4 s of 2
-    live = intra_op.FreeCores(every_s=0.0)
-    assert live() <= (os.cpu_count() or 1) + 0.5
 
 
 def test_a_prefill_step_runs_on_the_threads_and_a_small_decode_on_one(monkeypatch):
     monkeypatch.setattr(intra_op, "PARALLEL_MIN_MACS", 16 * 64 * 128)  # 16 tokens of tiny
     engine = LLMEngine(EngineConfig(**BASE, threads=2))
-    engine.runner.threads.free_cores = lambda: 2.0  # however busy the machine is
     model, seen = engine.runner.model, []
     forward = model.forward
     monkeypatch.setattr(model, "forward", lambda ids, *rest: seen.append(
