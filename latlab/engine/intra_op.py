@@ -6,9 +6,8 @@ model is some 200 operators of a few microseconds each. Split, such a step gains
 quiet machine, and on a busy one it loses many times over: each barrier waits for a thread
 the kernel has just given its core to someone else (`benchmarks/engine_step.py --threads 1 2
 --split-all` measures it). So a step takes all the threads only when its largest matrix
-product (the
-MLP's, tokens x hidden x intermediate multiply-adds) is big enough: prefill chunks of the
-small presets, every step of a model of a billion parameters; else one.
+product (the MLP's, tokens x hidden x intermediate multiply-adds) is big enough: prefill
+chunks of the small presets, every step of a model of a billion parameters; else one.
 """
 
 from __future__ import annotations
