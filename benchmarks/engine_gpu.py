@@ -30,7 +30,6 @@ import argparse
 import gc
 import tempfile
 import time
-from dataclasses import replace
 
 import torch
 from engine_step import PROMPT_TOKENS, decode_steps
@@ -133,7 +132,7 @@ def main() -> None:
         modes = ["graphs", "eager"] if device.type == "cuda" else ["eager"]
         results = {}
         for mode in modes:
-            engine = LLMEngine(replace(base, enforce_eager=mode == "eager"))
+            engine = LLMEngine(base.model_copy(update={"enforce_eager": mode == "eager"}))
             steps = {b: decode_steps(engine, None, b, args.steps, temperature=0.0)[0]
                      for b in args.batches}
             runs = {b: engine_generate(engine, prompts(b, shape.vocab_size), args.output)

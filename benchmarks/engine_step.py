@@ -3,13 +3,16 @@
     python benchmarks/engine_step.py                     # the default preset, 1 and 2 threads
     python benchmarks/engine_step.py --dtype bfloat16
     python benchmarks/engine_step.py --model tiny --threads 1
+    python benchmarks/engine_step.py --split-all          # every step over all the threads
 
 For batches of 1 to 64 decoding sequences (128-token prompts, temperature 1) it times whole
 `LLMEngine.step()` calls and, inside them, the model (forward pass and logits); the rest is
 scheduling, batch building, sampling and detokenization. It also times one 512-token prefill chunk.
 Tokens/s per batch size is printed as a ratio against batch 1, measured in the same process;
 with several `--threads` the same engine is measured at each thread count in turn, and the
-speedup over the first thread count is printed too.
+speedup over the first thread count is printed too. A step splits over the threads only when
+it is big enough (`latlab.engine.intra_op`); `--split-all` splits every step, to see what
+that costs.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 
 from latlab.records.engine import EngineConfig
 from latlab.engine.engine import LLMEngine
+from latlab.engine.intra_op import IntraOpThreads
 from latlab.engine.sampling_params import SamplingParams
 from latlab.metrics.stats import percentile
 
@@ -96,6 +100,8 @@ def main() -> None:
     parser.add_argument("--quantization", default=None)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--split-all", action="store_true",
+                        help="every step over all the threads, however small")
     args = parser.parse_args()
     engine = LLMEngine(EngineConfig(model=args.model, max_num_seqs=max(BATCHES),
                                     max_num_batched_tokens=PREFILL_CHUNK, dtype=args.dtype,
@@ -108,8 +114,13 @@ def main() -> None:
     print(f"{'threads':>7} {'batch':>6} {'step ms':>9} {'model ms':>9} {'other ms':>9} "
           f"{'tok/s':>8} {'x batch 1':>10} {'x threads':>10}")
     first: dict[int, float] = {}
+    shape = engine.model_config
     for threads in args.threads:
         torch.set_num_threads(threads)
+        engine.runner.threads = IntraOpThreads(threads, shape.hidden_size,
+                                               shape.intermediate_size)
+        if args.split_all:  # however small the step
+            engine.runner.threads.min_tokens = 1
         base = None
         for batch in BATCHES:
             step, model = decode_steps(engine, timer, batch, args.steps)

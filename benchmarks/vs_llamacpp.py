@@ -2,20 +2,22 @@
 
     python benchmarks/vs_llamacpp.py                      # float32 weights and KV, 1 and 2 threads
     python benchmarks/vs_llamacpp.py --dtype bfloat16     # bf16 weights and KV on both
-    python benchmarks/vs_llamacpp.py --llama-dir ~/llama.cpp --rounds 2
+    python benchmarks/vs_llamacpp.py --llama-server /work/build/llama-server --threads 1 2
 
 It exports the `default` preset (`latlab model export`), converts it to GGUF with llama.cpp's
-own `convert_hf_to_gguf.py` (run by the Python that has its requirements; the unknown BPE
-pre-tokenizer is named "gpt-2", which it is: GPT-2's byte-level regex), checks that both
-servers tokenize alike and decode the same greedy tokens, then for each thread count starts
-one server at a time on 127.0.0.1 (llama-server, then `latlab serve`, each on its own, with
-the same threads for its computation) and runs the same closed-loop workload against each:
-`--users` concurrent users, each sending `--rounds` streamed completions of distinct random
-`--prompt-tokens`-token prompts (token ids, so no tokenizer is involved) with
-`--output-tokens` fixed outputs (ignore_eos), greedy. It prints output tok/s, TTFT p50/p99
-and the server's CPU use (of one core = 100), and latlab's ratio to llama-server over the
-means of `--repeats` runs in alternating order (a noisy machine then hits both alike). Every
-process it starts is stopped by its PID.
+own `convert_hf_to_gguf.py` (run by `LLAMA_CONVERT_PYTHON`, a Python that has its
+requirements; the unknown BPE pre-tokenizer is named "gpt-2", which it is: GPT-2's byte-level
+regex) or, with `--gguf latlab` (float32), writes it with `latlab model export --gguf`, checks
+that both servers tokenize alike and decode the same greedy tokens, then for each thread count
+starts one server at a time on 127.0.0.1 (llama-server, then `latlab serve`, each on its own,
+with the same threads for its computation) and runs the same closed-loop workload against
+each: `--users` concurrent users, each sending `--rounds` streamed completions of distinct
+random `--prompt-tokens`-token prompts (token ids, so no tokenizer is involved) with
+`--output-tokens` fixed outputs (ignore_eos), greedy. It prints output tok/s, TTFT p50/p99,
+the server's CPU use (of one core = 100; its three busiest threads' too) and the 1-minute load
+average before the run (after waiting up to `--wait-load` s for it to fall below
+`--max-load`), and latlab's ratio to llama-server over the means of `--repeats` runs in
+alternating order (a noisy machine then hits both alike). Every process it starts is stopped by its PID.
 """
 
 from __future__ import annotations
@@ -64,9 +66,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def export_and_convert(folder: Path, dtype: str) -> Path:
+def export_and_convert(folder: Path, dtype: str, writer: str = "llama.cpp") -> Path:
     subprocess.run([sys.executable, "-m", "latlab", "model", "export", str(folder / "hf"),
-                    "--model", "default"], check=True, capture_output=True)
+                    "--model", "default", *(["--gguf"] if writer == "latlab" else [])],
+                   check=True, capture_output=True)
+    if writer == "latlab":
+        return folder / "hf" / "model.gguf"
     gguf = folder / f"default-{dtype}.gguf"
     outtype = {"float32": "f32", "bfloat16": "bf16"}[dtype]
     done = subprocess.run([CONVERT_PYTHON, "-c", CONVERT, str(LLAMA_DIR), str(folder / "hf"),
@@ -106,6 +111,10 @@ class Server:
         t = psutil.Process(self.proc.pid).cpu_times()
         return t.user + t.system
 
+    def thread_cpu_s(self) -> dict[int, float]:
+        return {t.id: t.user_time + t.system_time
+                for t in psutil.Process(self.proc.pid).threads()}
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -117,10 +126,11 @@ class Server:
         self.log.close()
 
 
-def llama_server(gguf: Path, threads: int, dtype: str, users: int, context: int) -> Server:
+def llama_server(binary: Path, gguf: Path, threads: int, dtype: str, users: int,
+                 context: int) -> Server:
     port = free_port()
     kv = {"float32": "f32", "bfloat16": "bf16"}[dtype]
-    command = [str(LLAMA_DIR / "build/bin/llama-server"), "-m", str(gguf), "--host",
+    command = [str(binary), "-m", str(gguf), "--host",
                "127.0.0.1", "--port", str(port), "-t", str(threads), "-tb", str(threads),
                "-np", str(users), "-c", str(users * context), "-ctk", kv, "-ctv", kv,
                "-b", "512", "-ub", "512", "--no-webui"]
@@ -156,7 +166,7 @@ async def one_request(session: aiohttp.ClientSession, url: str, prompt: list[int
     return ttft, tokens
 
 
-async def workload(server: Server, args: argparse.Namespace, seed: int) -> dict[str, float]:
+async def workload(server: Server, args: argparse.Namespace, seed: int) -> dict:
     rng = random.Random(seed)
     prompts = [[[rng.randrange(16, 8192) for _ in range(args.prompt_tokens)]
                 for _ in range(args.rounds)] for _ in range(args.users)]
@@ -168,7 +178,7 @@ async def workload(server: Server, args: argparse.Namespace, seed: int) -> dict[
                                      ) as session:
         await asyncio.gather(*(one_request(session, server.url, [rng.randrange(16, 8192)] * 8,
                                            8) for _ in range(args.users)))   # warm-up
-        cpu, start = server.cpu_s(), time.perf_counter()
+        cpu, threads, start = server.cpu_s(), server.thread_cpu_s(), time.perf_counter()
 
         async def user(mine: list[list[int]]) -> list[tuple[float, int]]:
             return [await one_request(session, server.url, p, args.output_tokens)
@@ -176,11 +186,15 @@ async def workload(server: Server, args: argparse.Namespace, seed: int) -> dict[
 
         results = [r for rs in await asyncio.gather(*(user(p) for p in prompts)) for r in rs]
         elapsed, cpu = time.perf_counter() - start, server.cpu_s() - cpu
+        threads = {k: v - threads.get(k, 0) for k, v in server.thread_cpu_s().items()}
     ttfts = sorted(t * 1000 for t, _ in results)
     tokens = sum(n for _, n in results)
     assert tokens == args.users * args.rounds * args.output_tokens, "short outputs"
     return {"tok_s": tokens / elapsed, "ttft_p50": percentile(ttfts, 50),
-            "ttft_p99": percentile(ttfts, 99), "cpu": 100 * cpu / elapsed, "time": elapsed}
+            "ttft_p99": percentile(ttfts, 99), "cpu": 100 * cpu / elapsed, "time": elapsed,
+            # the busiest threads' CPU (% of a core): where the server's cores go
+            "threads": "/".join(f"{100 * t / elapsed:.0f}"
+                                for t in sorted(threads.values(), reverse=True)[:3])}
 
 
 async def llama_greedy(server: Server, prompt: list[int], text: str) -> tuple[list, list]:
@@ -212,8 +226,16 @@ def same_model(server: Server, model: Path, dtype: str) -> str:
     return f"tokenization {tokenization}; greedy decoding agrees on {agree} of 16 tokens"
 
 
+def quiet_load(limit: float, wait_s: float) -> float:
+    """The 1-minute load average once it is below `limit`, or after `wait_s` seconds."""
+    deadline = time.monotonic() + wait_s
+    while os.getloadavg()[0] >= limit and time.monotonic() < deadline:
+        time.sleep(5)
+    return os.getloadavg()[0]
+
+
 def run(server: Server, args: argparse.Namespace, seed: int,
-        check: Path | None = None) -> dict[str, float]:
+        check: Path | None = None) -> dict:
     try:
         asyncio.run(server.wait_ready())
         if check is not None:
@@ -232,33 +254,48 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=256)
     parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2, help="runs per server, alternating")
+    parser.add_argument("--max-load", type=float, default=1.5,
+                        help="wait for the 1-minute load average below this before each run")
+    parser.add_argument("--wait-load", type=float, default=0,
+                        help="wait at most this many seconds for it (then run anyway)")
+    parser.add_argument("--llama-server", type=Path, default=LLAMA_DIR / "build/bin/llama-server",
+                        help="the llama-server binary (default: under LLAMA_CPP_DIR)")
+    parser.add_argument("--gguf", choices=["llama.cpp", "latlab"], default="llama.cpp",
+                        help="who writes the GGUF: llama.cpp's converter or latlab's writer")
     args = parser.parse_args()
-    if not (LLAMA_DIR / "build/bin/llama-server").is_file():
-        sys.exit(f"no llama-server under {LLAMA_DIR}/build/bin (set LLAMA_CPP_DIR)")
+    if not args.llama_server.is_file():
+        sys.exit(f"no llama-server at {args.llama_server} (--llama-server or LLAMA_CPP_DIR)")
+    if args.gguf == "latlab" and args.dtype != "float32":
+        sys.exit("--gguf latlab writes float32 weights only; use --dtype float32")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        gguf = export_and_convert(folder, args.dtype)
+        gguf = export_and_convert(folder, args.dtype, args.gguf)
         context = args.prompt_tokens + args.output_tokens + 64
-        print(f"model: the default preset (12.6M parameters), {args.dtype} weights and KV; "
+        print(f"model: the default preset (12.6M parameters), {args.dtype} weights and KV "
+              f"(GGUF by {args.gguf}); "
               f"{args.users} users x {args.rounds} streamed requests, {args.prompt_tokens}-token "
               f"prompts, {args.output_tokens} output tokens (ignore_eos), greedy")
         print(f"{'threads':>7}  {'server':<13}{'out tok/s':>10}{'TTFT p50':>10}{'TTFT p99':>10}"
-              f"{'CPU %':>7}{'time s':>8}")
+              f"{'CPU %':>7}{'time s':>8}{'load':>6}  busiest threads' CPU %")
         names = ["llama-server", "latlab serve"]
         checked = False
         for threads in args.threads:
-            rows: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+            rows: dict[str, list[dict]] = {name: [] for name in names}
             for repeat in range(args.repeats):  # the order alternates: A B, B A, ...
                 for name in names if repeat % 2 == 0 else names[::-1]:
-                    server = (llama_server(gguf, threads, args.dtype, args.users, context)
+                    server = (llama_server(args.llama_server, gguf, threads, args.dtype,
+                                           args.users, context)
                               if name == "llama-server"
                               else latlab_server(folder / "hf", threads, args.dtype, args.users))
                     check = folder / "hf" if name == "llama-server" and not checked else None
                     checked = True
+                    load = quiet_load(args.max_load, args.wait_load)
                     r = run(server, args, seed=threads * 100 + repeat, check=check)
                     rows[name].append(r)
                     print(f"{threads:>7}  {name:<13}{r['tok_s']:>10.0f}{r['ttft_p50']:>8.0f}ms"
-                          f"{r['ttft_p99']:>8.0f}ms{r['cpu']:>7.0f}{r['time']:>8.1f}", flush=True)
+                          f"{r['ttft_p99']:>8.0f}ms{r['cpu']:>7.0f}{r['time']:>8.1f}{load:>6.2f}  "
+                          f"{r['threads']}",
+                          flush=True)
             a, b = ({k: sum(r[k] for r in rows[n]) / len(rows[n]) for k in ("tok_s", "ttft_p99")}
                     for n in ("latlab serve", "llama-server"))
             print(f"{threads:>7}  latlab / llama-server (means of {args.repeats}): output tok/s "

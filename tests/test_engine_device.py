@@ -1,5 +1,6 @@
 """The engine's device: every tensor placed on it, the token ids to the host once per step, and
-the static decode path (CUDA graphs on a GPU) checked eagerly on the CPU."""
+the static decode path checked eagerly on the CPU; on a machine with a CUDA GPU, the graphs
+captured and replayed there (`scripts/gpu_check.sh` runs this file on one)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import torch
 
 from latlab.records.engine import ConfigError, EngineConfig
 from latlab.engine.cuda_graphs import StaticDecode, capture_sizes, capture_widths, padded
+from latlab.engine import intra_op
+from latlab.engine.config import PRESETS
 from latlab.engine.device import resolve_device
 from latlab.engine.engine import LLMEngine
 from latlab.engine.model_runner import ModelRunner
@@ -19,8 +22,10 @@ from latlab.engine.sampling_params import SamplingParams
 GREEDY = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
 SAMPLED = SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, top_k=50, seed=5)
 BASE = dict(model="tiny", max_model_len=128, block_size=4, num_kv_blocks=96, max_num_seqs=6,
-            max_num_batched_tokens=32, warmup=False)
+            max_num_batched_tokens=32, warmup=False, device="cpu")
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+ON_CUDA = {**BASE, "device": "cuda"}
 
 
 def prompts(lengths: list[int]) -> list[list[int]]:
@@ -44,7 +49,7 @@ def reference() -> dict[str, list[list[int]]]:
 def test_auto_is_cuda_when_torch_sees_a_gpu_else_the_cpu(monkeypatch):
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert resolve_device("auto").type == expected
-    assert LLMEngine(EngineConfig(**BASE, device="auto")).device.type == expected
+    assert LLMEngine(EngineConfig(**{**BASE, "device": "auto"})).device.type == expected
     assert resolve_device("cpu") == torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert resolve_device("auto") == torch.device("cuda")
@@ -74,7 +79,7 @@ def test_no_engine_tensor_is_made_on_the_default_device(reference, options):
     """With torch's default device set to `meta`, a tensor made without naming its device
     would be a meta tensor, and the engine's output would be lost."""
     with torch.device("meta"):
-        engine = LLMEngine(EngineConfig(**BASE, device="cpu", **options))
+        engine = LLMEngine(EngineConfig(**BASE, **options))
         assert outputs(engine) == reference["greedy"]
         assert outputs(engine, SAMPLED) == reference["sampled"]
 
@@ -156,7 +161,65 @@ def test_padding_rows_write_only_the_scratch_block():
 
 
 def test_capturing_graphs_needs_cuda():
-    engine = LLMEngine(EngineConfig(**BASE, device="cpu"))
+    engine = LLMEngine(EngineConfig(**BASE))
     static = StaticDecode(engine.runner.model, 4, 8, 4, scratch_block=0)
     with pytest.raises(RuntimeError, match="CUDA graphs need the model on a CUDA device"):
         static.capture()
+
+
+
+def test_only_steps_with_big_enough_products_split_over_the_threads():
+    default = PRESETS["default"]
+    small = intra_op.IntraOpThreads(2, default.hidden_size, default.intermediate_size)
+    assert [small.for_tokens(n) for n in (1, 16, 42, 43, 512)] == [1, 1, 1, 2, 2]
+    assert intra_op.IntraOpThreads(4, 2048, 8192).for_tokens(1) == 4  # a 1B Llama's MLP
+    assert intra_op.IntraOpThreads(1, 384, 1024).for_tokens(512) == 1
+
+
+def test_a_prefill_step_runs_on_the_threads_and_a_small_decode_on_one(monkeypatch):
+    monkeypatch.setattr(intra_op, "PARALLEL_MIN_MACS", 16 * 64 * 128)  # 16 tokens of tiny
+    engine = LLMEngine(EngineConfig(**BASE, threads=2))
+    model, seen = engine.runner.model, []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda ids, *rest: seen.append(
+        (len(ids), torch.get_num_threads())) or forward(ids, *rest))
+    try:
+        engine.generate(prompts([20, 3]), SamplingParams(max_tokens=3, temperature=0.0,
+                                                         ignore_eos=True))
+    finally:
+        torch.set_num_threads(1)
+    assert seen == [(23, 2), (2, 1), (2, 1)]
+
+@cuda
+def test_on_cuda_graph_replays_give_the_eager_output(monkeypatch):
+    """Greedy and seeded outputs token for token, batches shrinking through padded sizes, and
+    every tensor placed on the GPU (none made on the default device, `meta` here)."""
+    eager = LLMEngine(EngineConfig(**ON_CUDA, enforce_eager=True))
+    assert eager.runner.static_decode is None
+    expected = [outputs(eager), outputs(eager, SAMPLED), staggered(eager)]
+    with torch.device("meta"):
+        engine = LLMEngine(EngineConfig(**ON_CUDA))
+    static = engine.runner.static_decode
+    assert set(static.graphs) == {(s, w) for s in static.sizes for w in static.widths}
+    replays = []
+    replay = torch.cuda.CUDAGraph.replay
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay",
+                        lambda graph: replays.append(graph) or replay(graph))
+    with torch.device("meta"):
+        assert [outputs(engine), outputs(engine, SAMPLED), staggered(engine)] == expected
+    assert len(set(map(id, replays))) > 1  # more than one (size, width) graph replayed
+
+
+@cuda
+def test_on_cuda_padding_rows_of_a_replay_write_only_the_scratch_block():
+    engine = LLMEngine(EngineConfig(**ON_CUDA))
+    seqs = [engine.add_request(str(i), p, GREEDY) for i, p in enumerate(PROMPTS[:3])]
+    while not all(s.is_decoding for s in seqs):
+        engine.step()
+    cache = engine.runner.model.layers[0].self_attn.k_cache
+    before = cache.clone()
+    engine.step()  # 3 sequences replay the graph of 4 rows
+    written = (cache != before).flatten(2).any(dim=2).any(dim=0).nonzero().flatten().tolist()
+    last_blocks = {s.block_table[(s.num_computed_tokens - 1) // BASE["block_size"]]
+                   for s in seqs}
+    assert set(written) == last_blocks | {engine.block_manager.num_blocks}

@@ -26,6 +26,7 @@ from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.scheduler import Scheduler
 from latlab.engine.sequence import FinishReason, Sequence, StageTimes
 from latlab.engine.draft_proposer import make_proposer
+from latlab.engine.intra_op import IntraOpThreads
 
 log = logging.getLogger("latlab.engine")
 
@@ -68,10 +69,14 @@ class LLMEngine:
         vocab = loaded.tokenizer.backend.get_vocab(with_added_tokens=True)
         proposer = make_proposer(config, self.dtype, self.device, num_blocks,
                                  config.max_model_len, vocab)
+        shape = loaded.config
+        threads = (IntraOpThreads(config.threads, shape.hidden_size, shape.intermediate_size)
+                   if self.device.type == "cpu" else None)
         return ModelRunner(loaded.model, Sampler(config.seed, loaded.stop_token_ids),
                            num_blocks, config.block_size, proposer,
                            static_decode=self.device.type == "cuda" and not config.enforce_eager,
-                           max_num_seqs=config.max_num_seqs, max_model_len=config.max_model_len)
+                           max_num_seqs=config.max_num_seqs, max_model_len=config.max_model_len,
+                           threads=threads)
 
     @property
     def is_sleeping(self) -> bool:

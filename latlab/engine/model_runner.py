@@ -10,6 +10,7 @@ import torch
 
 from latlab.engine.batching import MAX_GROUP_QUERIES, query_groups
 from latlab.engine.cuda_graphs import StaticDecode
+from latlab.engine.intra_op import IntraOpThreads
 from latlab.engine.model import AttentionMetadata, CausalLM, PrefillChunk, QueryGroup
 from latlab.engine.sampling import Sampler
 from latlab.engine.sequence import Sequence
@@ -22,13 +23,15 @@ class ModelRunner:
     With `static_decode` (`max_num_seqs`, `max_model_len` then bound its buffers) pure decode
     steps go through `StaticDecode`, replayed from CUDA graphs when the model is on CUDA
     (eagerly elsewhere); the KV cache then gets one scratch block more for its padding rows.
+    With `threads` (on the CPU) each step runs on as many intra-op threads as pay for its size.
     """
 
     def __init__(self, model: CausalLM, sampler: Sampler, num_kv_blocks: int,
                  block_size: int, proposer: Proposer | None = None, *,
                  static_decode: bool = False, max_num_seqs: int = 0,
-                 max_model_len: int = 0) -> None:
+                 max_model_len: int = 0, threads: IntraOpThreads | None = None) -> None:
         self.model = model
+        self.threads = threads
         self.device = model.embed_tokens.weight.device
         self.sampler = sampler
         self.block_size = block_size
@@ -72,6 +75,8 @@ class ModelRunner:
                 done.append(seq)
                 sample_rows += range(len(input_ids) - 1 - len(seq.spec_token_ids),
                                      len(input_ids))
+        if self.threads is not None:
+            self.threads.use(len(input_ids))
         if self.static_decode is not None and self.static_decode.fits(batch):
             hidden = self.static_decode.run([seq for seq, _ in batch],
                                             [input_ids, positions, slots])
