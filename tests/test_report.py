@@ -208,3 +208,20 @@ def render(chromium: str, path: Path, screenshot: Path) -> list[dict]:
     assert [line for line in visible.splitlines() if re.search(r"[{}]", line)] == []
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     return charts
+
+
+def test_a_long_finding_prints_whole_when_piped(capsys, monkeypatch):
+    """Piped output is read by logs and scripts: a finding's advice is never cropped at the
+    console's width."""
+    from types import SimpleNamespace
+
+    from latlab.analysis.findings import Finding, Severity
+    from latlab.commands.common import console
+    from latlab.report.console import print_findings
+
+    monkeypatch.setenv("COLUMNS", "80")
+    fix = "try this " + "and then that " * 30 + "(--the-last-flag)"
+    finding = Finding("rule", Severity.WARNING, "a title", ["evidence " * 20], "decode", fix, 1.0)
+    print_findings(console(), SimpleNamespace(findings=[finding], unevaluated=[]))
+    out = capsys.readouterr().out
+    assert f"try first: {fix}" in out and "evidence " * 20 in out

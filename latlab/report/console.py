@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -142,8 +141,8 @@ def print_findings(console: Console, analysis: RunAnalysis, unevaluated: bool = 
         lines = [Text(f"· {line}") for line in f.evidence]
         lines.append(Text.assemble("where the time goes: ", (f.where, "italic")))
         lines.append(Text.assemble("try first: ", (f.fix, "italic")))
-        for line in lines:
-            console.print(Padding(line, (0, 0, 0, 6), expand=False))
+        for line in lines:  # indented as text: Padding would crop a piped line at the width
+            console.print(Text(" " * 6) + line)
     if unevaluated and analysis.unevaluated:
         console.print(Text("  not evaluated:", style="dim"))
         for u in analysis.unevaluated:
