@@ -89,7 +89,7 @@ def test_counters_explain_with_ratios_of_their_growth():
 
 def ab_json(tmp_path, url: str, *more: str) -> dict:
     result = CliRunner().invoke(app, [
-        "ab", "--a", url, "--b", url, "--requests", "12", "--users", "2", "--rounds", "2",
+        "ab", "--a", url, "--b", url, "--requests", "12", "--users", "2", "--rounds", "3",
         "--prompt-tokens", "16", "--output-tokens", "2", "--out", str(tmp_path), "--json",
         *more])
     assert result.exit_code == 0, result.output
@@ -101,7 +101,8 @@ def test_an_a_a_ab_against_a_caching_server_finds_no_change(tmp_path):
     keep every round cold, and the round-to-round noise keeps chance out of the verdicts.
     With the seed's prompts every round but A's first is served from the cache: B looks
     faster, but A's rounds disagree (cold, then warm), and that spread is the noise the
-    change must beat: no false 'better' either."""
+    change must beat: no false 'better' either. Three rounds a side (A B B A A B): two would
+    let a busy spell of the machine land on both of one side's rounds and none of the other's."""
     with Server(caching(cold_s=0.040, warm_s=0.002)) as server:
         fresh = ab_json(tmp_path / "fresh", server.url)
         cached = ab_json(tmp_path / "seed", server.url, "--prompts", "seed")

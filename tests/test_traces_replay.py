@@ -107,7 +107,9 @@ def test_a_mooncake_slice_replays_its_times_lengths_and_sharing(tmp_path):
     assert offsets == pytest.approx(asked, abs=1e-6)
     assert [r.prompt_tokens_planned for r in records] == [
         max(1, round(r.trace.prompt_tokens / 64)) for r in records]
-    assert len(set(received.values())) == 60  # every prompt its own text ...
+    long = [text for text in received.values() if len(text.split()) >= 8]  # a one-word
+    assert len(long) > 30 and len(set(long)) == len(long)  # prompt may draw another's word;
+    # every longer prompt its own text ...
     a, b = (received[i].split() for i in SHARING)
     assert a[:57 * 8] == b[:57 * 8] and a[57 * 8] != b[57 * 8]  # ... but where blocks are equal
     assert received[15].split()[:5 * 8] == received[58].split()[:5 * 8]  # rows 15, 58: 5 blocks
