@@ -55,3 +55,23 @@ def test_ctrl_c_keeps_the_finished_points_and_stops_the_one_engine(tmp_path):
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0
     assert serving(port) == []
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the point
+def test_a_ctrl_c_python_swallowed_is_still_remembered():
+    """Python can only print a KeyboardInterrupt raised in a `__del__` or a weakref callback;
+    the sweep and ab loops ask `pressed()` after each point or round, so it still stops them."""
+    import signal
+
+    from latlab.load.target.launch import remembered_interrupts
+
+    class Collected:
+        def __del__(self):
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+
+    before = signal.getsignal(signal.SIGINT)
+    with remembered_interrupts() as pressed:
+        assert not pressed()
+        Collected()  # its KeyboardInterrupt is swallowed
+        assert pressed()
+    assert signal.getsignal(signal.SIGINT) is before

@@ -21,7 +21,7 @@ from latlab.analysis.compare import Comparison
 from latlab.analysis.compare import compare as compare_runs
 from latlab.analysis.noise import from_blocks, from_rounds
 from latlab.load.telemetry.scrape import scrape_once
-from latlab.load.target.launch import EngineError, start_engine
+from latlab.load.target.launch import EngineError, remembered_interrupts, start_engine
 from latlab.records.ab import AB_JSON, SIDES, ABChange, ABConfig, ABRecord, ABRound
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder, write_json
@@ -61,6 +61,7 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
                     raise ServiceFailed(f"{side}: {e}") from None
                 stack.callback(engine.stop)
                 bench.url = engine.url
+        pressed = stack.enter_context(remembered_interrupts())
         try:
             for i in range(1, config.rounds + 1):
                 for side in SIDES if i % 2 else SIDES[::-1]:  # ABBA: order effects cancel
@@ -79,6 +80,8 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
                         host_other_cores=(s.client.host.other.mean
                                           if s.client and s.client.host else None)))
                     write_json(folder / AB_JSON, record)
+                    if pressed():  # a Ctrl-C Python swallowed during the round: stop now
+                        raise KeyboardInterrupt
                     if result.failed:
                         raise ServiceFailed(f"{side}, round {i}: {result.message}")
         except KeyboardInterrupt:

@@ -32,7 +32,7 @@ from latlab.analysis import capacity
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.slo_max import slo_max
 from latlab.load import BenchError
-from latlab.load.target.launch import EngineError, start_engine
+from latlab.load.target.launch import EngineError, remembered_interrupts, start_engine
 from latlab.load.workload.traces import survey
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder, write_json
@@ -209,9 +209,13 @@ class Sweep:
     def run(self, run: Callable[[BenchConfig], RunAnalysis], console: Console) -> None:
         """Every step of the plan (`plan`) until the stop rule fires."""
         config = self.config
-        for step in plan(config, self.points):
-            if self.stop_after(self.run_point(step, run, console)):
-                return
+        with remembered_interrupts() as pressed:
+            for step in plan(config, self.points):
+                point = self.run_point(step, run, console)
+                if pressed():  # a Ctrl-C Python swallowed during the point: stop now
+                    raise KeyboardInterrupt
+                if self.stop_after(point):
+                    return
         if config.rates is not None or config.concurrencies is not None:
             self.stop("all_points", "every load given was run")
         else:

@@ -19,6 +19,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -117,6 +119,28 @@ def interrupt_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, interrupt)
     except ValueError:  # not the main thread
         pass
+
+
+@contextmanager
+def remembered_interrupts() -> Iterator[Callable[[], bool]]:
+    """Ctrl-C raises KeyboardInterrupt as always, and is remembered: one that Python swallowed
+    (raised inside a weakref callback or a `__del__`, which can only print it) is found by
+    `pressed()` at the next point where stopping is safe. Main thread only."""
+    pressed: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        pressed.append(signum)
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, interrupt)
+    except ValueError:  # not the main thread
+        yield lambda: False
+        return
+    try:
+        yield lambda: bool(pressed)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
