@@ -26,7 +26,7 @@ Definitions (quoted in the sweep's output):
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -69,6 +69,7 @@ def point(s: RunSummary, table: RequestTable, metrics: MetricColumns, inside: np
     its SLO values' 95% CIs (a measured sample's; a prediction's come from its draws)."""
     t = table
     judged = inside & (t.outcome != OUTCOMES.index(Outcome.CANCELLED))
+    judged_values = {m: _slo_values(table, metrics, judged, m) for m in slos}
     failed = int((judged & ~t.ok).sum())
     ok_e2e = np.sort(metrics.e2e_sched[judged & t.ok & ~np.isnan(metrics.e2e_sched)])
     t = s.throughput
@@ -79,9 +80,8 @@ def point(s: RunSummary, table: RequestTable, metrics: MetricColumns, inside: np
         requests=int(judged.sum()),
         latency=percentile(ok_e2e, q) if len(ok_e2e) else None,
         median_latency=percentile(ok_e2e, 50) if len(ok_e2e) else None,
-        slo_values={m: _slo_percentile(table, metrics, judged, m, q) for m in slos},
-        slo_intervals={m: _slo_percentile(table, metrics, judged, m, q, ci=True)
-                       for m in slos} if ci else {},
+        slo_values={m: _percentile(v, q) for m, v in judged_values.items()},
+        slo_intervals={m: _ci(v, q) for m, v in judged_values.items()} if ci else {},
         cached_share=s.cache.share if s.cache else None,
         output_tokens_per_s=t.output_tokens_per_s if t else 0.0,
         goodput=s.goodput.requests_per_s if s.goodput else None,
@@ -92,20 +92,24 @@ def point(s: RunSummary, table: RequestTable, metrics: MetricColumns, inside: np
         fell_behind=bool(t and t.fell_behind))
 
 
-def _slo_percentile(table: RequestTable, metrics: MetricColumns, judged: np.ndarray,
-                    metric: str, q: float, ci: bool = False) -> Any:
-    """The q-th percentile of `metric` as the SLO judges it (ITL: a request's largest gap)
-    over the `judged` requests; a failed request is infinitely slow, a request without the
-    metric is left out. With `ci`: its 95% confidence interval (0 and inf on a side the
-    sample cannot bound)."""
-    ok = table.ok
+def _slo_values(table: RequestTable, metrics: MetricColumns, judged: np.ndarray,
+                metric: str) -> np.ndarray:
+    """`metric` as the SLO judges it (ITL: a request's largest gap) over the `judged`
+    requests, sorted; a failed request is infinitely slow, a request without the metric is
+    left out."""
     values = np.asarray(slo_value(metrics, metric), dtype=float)
-    values = np.where(ok, values, np.inf)[judged]
-    values = np.sort(values[~np.isnan(values)])
-    if ci:
-        lo, hi = percentile_ci(values, q) if len(values) else (None, None)
-        return (0.0 if lo is None else lo, math.inf if hi is None else hi)
+    values = np.where(table.ok, values, np.inf)[judged]
+    return np.sort(values[~np.isnan(values)])
+
+
+def _percentile(values: np.ndarray, q: float) -> float:
     return percentile(values, q) if len(values) else math.inf
+
+
+def _ci(values: np.ndarray, q: float) -> tuple[float, float]:
+    """The q-th percentile's 95% CI, 0 and inf on a side the sample cannot bound."""
+    lo, hi = percentile_ci(values, q) if len(values) else (None, None)
+    return (0.0 if lo is None else lo, math.inf if hi is None else hi)
 
 
 def curve(points: Sequence[Point]) -> list[Point]:
