@@ -10,7 +10,7 @@ from rich.table import Table
 
 from latlab.analysis.budget import Budget
 from latlab.analysis.compare import Change, Comparison
-from latlab.analysis.decompose import BUCKETS, LABELS, members
+from latlab.analysis.decompose import BUCKETS, LABELS
 from latlab.store import StoredRun
 from latlab.units import cell, number
 
@@ -86,8 +86,7 @@ def _budget_table(title: str, a: Budget, b: Budget) -> Table:
 
 def _measured(b: Budget, bucket: str) -> float | None:
     """A bucket's mean, None when none of its components was measured."""
-    parts = members(bucket, b.components)
-    return b.bucket(bucket) if any(b.coverage[c] > 0 for c in parts) else None
+    return b.bucket(bucket) if b.measured(bucket) else None
 
 
 def _value(value: float | None, unit: str) -> str:

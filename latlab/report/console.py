@@ -56,6 +56,11 @@ def _print_bars(console: Console, mean: Budget, tail: Budget) -> None:
     for _ in range(3):
         legend.add_column(justify="right")
     for name in mean.buckets():
+        if not mean.measured(name):
+            legend.add_row(Text.assemble("  ", (_BLOCKS[name] if plain else "█",
+                                                BUCKET_COLORS[name]), f" {name}"),
+                           "–", "not measured", "")
+            continue
         legend.add_row(Text.assemble("  ", (_BLOCKS[name] if plain else "█", BUCKET_COLORS[name]),
                                      f" {name}"),
                        ms(mean.bucket(name)), f"{100 * mean.share(name):.0f}% of the mean",
