@@ -95,3 +95,13 @@ def test_headline_metrics_keep_their_alpha_however_many_rows():
     assert alpha("p99_ttft", keys) == pytest.approx(FAMILY_ALPHA / 5)
     assert alpha("p90_x3", keys) == pytest.approx(FAMILY_ALPHA / 40)
     assert math.isclose(sum(alpha(k, keys) for k in keys), 2 * FAMILY_ALPHA)
+
+
+def test_a_side_of_zeros_still_gets_a_verdict():
+    """Goodput 0 in every B round (no request met the SLOs): a change, not a crash."""
+    interval = ratio_interval([2.0, 2.2, 1.9], [0.0, 0.0, 0.0], 0.99)
+    assert interval.estimate == -1 and not interval.logs
+    found = judge(interval, 0.05, lower_is_better=False, strict=False)
+    assert found.verdict == "worse"
+    unsure = judge(ratio_interval([2.0, 0.1, 3.9], [0.0, 0.0, 0.1], 0.99), 0.05, False, False)
+    assert unsure.verdict == "can't tell" and unsure.why

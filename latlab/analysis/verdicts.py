@@ -65,13 +65,16 @@ class RatioInterval:
     high: float
     confidence: float
     units: tuple[int, int]  # replicates a side
-    half_width: float  # of the interval on the log scale
+    half_width: float  # of the interval on the scale it was taken on
+    logs: bool = True  # taken on the logs (else on the values, relative to A's mean)
 
     def more_rounds(self, min_effect: float) -> int | None:
         """About how many more replicates a side would narrow the interval enough to
         decide (the t quantile held fixed: a lower bound); None when nothing would."""
-        d = abs(math.log1p(self.estimate))
-        bound = math.log1p(min_effect)
+        if self.logs:
+            d, bound = abs(math.log1p(self.estimate)), math.log1p(min_effect)
+        else:
+            d, bound = abs(self.estimate), min_effect
         room = d if d >= bound else bound - d  # to exclude no change, or to fit inside ±δ
         if room <= 0 or self.half_width <= 0:
             return None
@@ -97,8 +100,8 @@ def ratio_interval(a: Sequence[float], b: Sequence[float],
     if scale <= 0 or (va < 0).any() or (vb < 0).any():
         return None
     d, half = _t_difference(va / scale, vb / scale, confidence)
-    return RatioInterval(d, d - half, d + half, confidence, (len(va), len(vb)),
-                         math.log1p(half) if half > -1 else math.inf)
+    return RatioInterval(d, d - half, d + half, confidence, (len(va), len(vb)), half,
+                         logs=False)
 
 
 def _t_difference(a: np.ndarray, b: np.ndarray, confidence: float) -> tuple[float, float]:
