@@ -86,10 +86,13 @@ def test_unmeasured_components_are_not_attributed(tmp_path):
     assert "prefill" not in ttft.attribution and "queue" not in ttft.attribution
 
 
-def test_workload_differences_ignore_where_the_load_went():
+def test_workload_differences_ignore_where_the_load_went(tmp_path):
     base = RunConfig.model_validate(BENCH)
     other_target = {"bench": {**BENCH["bench"], "url": "http://127.0.0.1:2", "name": "y"}}
     assert workload_differences(base, RunConfig.model_validate(other_target)) == []
+    (tmp_path / "key").write_text("sk-test\n")
+    keyed = {"bench": {**BENCH["bench"], "api_key_file": str(tmp_path / "key")}}
+    assert workload_differences(base, RunConfig.model_validate(keyed)) == []  # not workload
     other_rate = {"bench": {**BENCH["bench"],
                             "arrivals": {"process": "poisson", "rate": 20.0}}}
     assert workload_differences(base, RunConfig.model_validate(other_rate)) == [
