@@ -176,3 +176,18 @@ def test_goodput_is_compared_only_under_the_same_slos(tmp_path):
     assert judged.exit_code == 1 and "goodput changed by" in judged.output
     unknown = cli.invoke(app, ["compare", str(a), str(b), "--fail-if", "p42_speed>1"])
     assert unknown.exit_code == 2 and "B against A" not in unknown.output
+
+
+def test_a_bucket_no_request_measured_prints_as_unknown_not_zero(tmp_path):
+    """Without the server's timings its stages are unknown: '–', not '0.0 ms 0%'."""
+    from rich.console import Console
+
+    from latlab.report.console import print_budget
+
+    run = analyze(write_run(tmp_path, [timeline(i, i * 100, server=False) for i in range(20)],
+                            config=BENCH))
+    assert not run.mean.measured("prefill") and run.mean.measured("network")
+    console = Console(record=True, width=120, color_system=None)
+    print_budget(console, run)
+    prefill = next(line for line in console.export_text().splitlines() if "prefill" in line)
+    assert "not measured" in prefill and "0.0 ms" not in prefill
