@@ -95,7 +95,7 @@ def test_counters_explain_with_ratios_of_their_growth():
 def ab_json(tmp_path, url: str, *more: str) -> dict:
     result = CliRunner().invoke(app, [
         "ab", "--a", url, "--b", url, "--requests", "12", "--users", "2", "--rounds", "3",
-        "--max-rounds", "4",
+        "--max-rounds", "3",
         "--prompt-tokens", "16", "--output-tokens", "2", "--out", str(tmp_path), "--json",
         *more])
     assert result.exit_code == 0, result.output
