@@ -21,10 +21,11 @@ GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
 
 @torch.inference_mode()
 def dense_greedy(model: CausalLM, prompt: list[int], n: int) -> list[int]:
-    """Full recompute, no cache: the reference."""
+    """Full recompute, no cache: the reference, on the model's device."""
+    device = model.embed_tokens.weight.device
     ids = list(prompt)
     for _ in range(n):
-        hidden = model(torch.tensor(ids), torch.arange(len(ids)))
+        hidden = model(torch.tensor(ids, device=device), torch.arange(len(ids), device=device))
         ids.append(int(model.compute_logits(hidden[-1:]).argmax()))
     return ids[len(prompt):]
 

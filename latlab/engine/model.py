@@ -116,8 +116,12 @@ class Attention(nn.Module):
         for group in meta.groups:
             out[group.start : group.end] = self._grouped(q[group.start : group.end], group)
         for chunk in meta.prefills:
-            keys = _gather(self.k_cache, chunk.block_table)[:, : chunk.context_len]
-            values = _gather(self.v_cache, chunk.block_table)[:, : chunk.context_len]
+            if chunk.mask is None:  # the chunk is the whole context: its keys, no gather
+                keys = k[chunk.start : chunk.end].transpose(0, 1)
+                values = v[chunk.start : chunk.end].transpose(0, 1)
+            else:
+                keys = _gather(self.k_cache, chunk.block_table)[:, : chunk.context_len]
+                values = _gather(self.v_cache, chunk.block_table)[:, : chunk.context_len]
             out[chunk.start : chunk.end] = _sdpa(q[chunk.start : chunk.end], keys, values,
                                                  chunk.mask)
         return out

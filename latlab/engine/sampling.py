@@ -24,30 +24,47 @@ class Sampler:
         return self.sample(logits, seqs).tolist()
 
     def sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
-        """One token id per row, on the logits' device (the caller copies them to the host)."""
-        params = [seq.params for seq in seqs]
-        for row, seq in enumerate(seqs):
-            if seq.num_output_tokens < seq.params.min_tokens:
-                logits[row, self.stop_token_ids + list(seq.params.stop_token_ids)] = -torch.inf
-        rows = [i for i, p in enumerate(params) if p.temperature >= GREEDY_BELOW]
+        """One token id per row, on the logits' device (the caller copies them to the host).
+
+        Every tensor of the batch's parameters is made in one host-to-device copy, and no
+        operation runs per row: a step's host work does not grow with the batch's kernels."""
+        self._forbid_stopping(logits, seqs)
+        rows = [i for i, seq in enumerate(seqs) if seq.params.temperature >= GREEDY_BELOW]
         if not rows:
             return logits.argmax(dim=-1)
-        device = logits.device
-        temperature = torch.tensor([params[i].temperature for i in rows], device=device)
         if len(rows) == len(seqs):
-            return self._draw(logits / temperature.unsqueeze(1), seqs)
+            return self._draw(logits, seqs)
         tokens = logits.argmax(dim=-1)
-        index = torch.tensor(rows, device=device)
-        tokens[index] = self._draw(logits[index] / temperature.unsqueeze(1),
-                                   [seqs[i] for i in rows])
+        index = torch.tensor(rows, device=logits.device)
+        tokens[index] = self._draw(logits[index], [seqs[i] for i in rows])
         return tokens
+
+    def _forbid_stopping(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
+        """Before `min_tokens`, no stop token may be drawn: one indexed write for the batch."""
+        rows: list[int] = []
+        columns: list[int] = []
+        for row, seq in enumerate(seqs):
+            if seq.num_output_tokens < seq.params.min_tokens:
+                stops = self.stop_token_ids + list(seq.params.stop_token_ids)
+                rows += [row] * len(stops)
+                columns += stops
+        if rows:
+            index = torch.tensor([rows, columns], device=logits.device)
+            logits.index_put_((index[0], index[1]),
+                              torch.tensor(-torch.inf, device=logits.device))
 
     def _draw(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         """Inverse-CDF sampling (one cumsum and one search per batch, far cheaper on a CPU
-        than `torch.multinomial`), after the top-k and top-p filters on sorted candidates."""
+        than `torch.multinomial`), after the top-k and top-p filters on sorted candidates.
+        The rows' temperature, top-k, top-p and uniform draws reach the device in one copy."""
         vocab, device = logits.shape[1], logits.device
         top_k = [min(seq.params.top_k, vocab) or vocab for seq in seqs]
         top_p = [seq.params.top_p for seq in seqs]
+        columns = torch.stack([torch.tensor([seq.params.temperature for seq in seqs]),
+                               torch.tensor(top_k, dtype=torch.float32),
+                               torch.tensor(top_p), self._uniform(seqs)])
+        temperature, k, p, uniform = columns.to(device).unsqueeze(2)
+        logits = logits / temperature
         order = None
         if min(top_p) < 1:
             logits, order = logits.sort(dim=-1, descending=True)
@@ -55,14 +72,12 @@ class Sampler:
             logits, order = logits.topk(max(top_k), dim=-1)
         if order is not None:
             ranks = torch.arange(logits.shape[1], device=device)
-            logits.masked_fill_(ranks >= torch.tensor(top_k, device=device).unsqueeze(1),
-                                -torch.inf)
+            logits.masked_fill_(ranks >= k, -torch.inf)
         probs = logits.softmax(dim=-1)
         if min(top_p) < 1:
             mass_before = probs.cumsum(dim=-1) - probs
-            probs.masked_fill_(mass_before > torch.tensor(top_p, device=device).unsqueeze(1), 0.0)
+            probs.masked_fill_(mass_before > p, 0.0)
         cdf = probs.cumsum(dim=-1)
-        uniform = self._uniform(seqs).to(device).unsqueeze(1)
         drawn = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True)
         drawn = drawn.clamp_max_(cdf.shape[1] - 1)
         return (drawn if order is None else order.gather(1, drawn)).squeeze(1)
