@@ -9,7 +9,7 @@ import torch
 from latlab.records.engine import EngineConfig
 from latlab.engine.detokenizer import Detokenizer
 from latlab.engine.engine import LLMEngine
-from latlab.engine.sampling import Sampler
+from latlab.engine.sampling import Sampler, inverse_cdf
 from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.sequence import FinishReason, Sequence, StageTimes
 from latlab.tokenizer import Tokenizer
@@ -163,3 +163,17 @@ def test_greedy_and_sampled_requests_share_a_batch(engine):
         engine.step()
     assert a.output_token_ids == greedy and b.output_token_ids == seeded
     assert c.is_finished
+
+
+def test_the_two_level_inverse_cdf_draws_what_one_running_sum_draws():
+    g = torch.Generator().manual_seed(3)
+    for columns in (1, 127, 128, 8192, 8200):
+        weights = torch.rand(64, columns, generator=g, dtype=torch.float64)
+        weights[weights < 0.3] = 0.0  # zero-weight columns are never drawn
+        weights[:, 0] += 1e-3  # no row without weight
+        uniform = torch.rand(64, 1, generator=g, dtype=torch.float64)
+        cdf = weights.cumsum(dim=-1)
+        expected = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True)
+        drawn = inverse_cdf(weights, uniform)
+        assert torch.equal(drawn, expected.clamp_max(columns - 1)), columns
+        assert bool((weights.gather(1, drawn) > 0).all())

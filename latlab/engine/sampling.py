@@ -5,9 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence as Seq
 
 import torch
+import torch.nn.functional as F
 
 from latlab.engine.sampling_params import GREEDY_BELOW
 from latlab.engine.sequence import Sequence
+
+# Columns summed together in `inverse_cdf`'s first level.
+BLOCK = 128
+
 
 class Sampler:
     """Turns `[num_seqs, vocab]` logits into one token per sequence.
@@ -73,13 +78,13 @@ class Sampler:
         if order is not None:
             ranks = torch.arange(logits.shape[1], device=device)
             logits.masked_fill_(ranks >= k, -torch.inf)
-        probs = logits.softmax(dim=-1)
         if min(top_p) < 1:
+            probs = logits.softmax(dim=-1)
             mass_before = probs.cumsum(dim=-1) - probs
             probs.masked_fill_(mass_before > p, 0.0)
-        cdf = probs.cumsum(dim=-1)
-        drawn = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True)
-        drawn = drawn.clamp_max_(cdf.shape[1] - 1)
+        else:  # unnormalized: the draw scales the uniform by each row's total
+            probs = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
+        drawn = inverse_cdf(probs, uniform)
         return (drawn if order is None else order.gather(1, drawn)).squeeze(1)
 
     def _uniform(self, seqs: list[Sequence]) -> torch.Tensor:
@@ -92,3 +97,22 @@ class Sampler:
                     seq.generator = torch.Generator().manual_seed(seq.params.seed)
                 u[i] = torch.rand(1, generator=seq.generator, device="cpu")
         return u
+
+
+def inverse_cdf(weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """The column `[rows, 1]` where each row's running sum of `weights` (`[rows, columns]`,
+    non-negative) first exceeds `uniform` (`[rows, 1]`, in [0, 1)) times its total.
+
+    In two levels, `BLOCK` columns at a time: the blocks' sums and their running sum pick a
+    block, and only that block's columns are summed one after another; a running sum over
+    every column (a sampler's usual cumsum) is a long serial pass on a CPU."""
+    rows, columns = weights.shape
+    pad = -columns % BLOCK
+    blocks = F.pad(weights, (0, pad)).view(rows, -1, BLOCK)
+    block_cdf = blocks.sum(dim=-1).cumsum(dim=-1)
+    target = uniform * block_cdf[:, -1:]
+    block = torch.searchsorted(block_cdf, target, right=True).clamp_max_(block_cdf.shape[1] - 1)
+    before = torch.where(block > 0, block_cdf.gather(1, (block - 1).clamp_min(0)), 0.0)
+    inside = blocks.gather(1, block.unsqueeze(2).expand(rows, 1, BLOCK)).squeeze(1)
+    column = torch.searchsorted(inside.cumsum(dim=-1) + before, target, right=True)
+    return (block * BLOCK + column.clamp_max_(BLOCK - 1)).clamp_max_(columns - 1)
