@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from latlab.engine.config import ModelConfig
-from latlab.records.engine import ConfigError, EngineConfig
 from latlab.engine.engine import LLMEngine
 from latlab.engine.loader import LoadedModel, ModelLoadError, load_model, save_checkpoint
 from latlab.engine.model import CausalLM, rope_inv_freq
 from latlab.engine.sampling_params import SamplingParams
+from latlab.records.engine import ConfigError, EngineConfig
 from latlab.tokenizer import Tokenizer
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)

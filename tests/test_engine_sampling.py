@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from latlab.records.engine import EngineConfig
 from latlab.engine.detokenizer import Detokenizer
 from latlab.engine.engine import LLMEngine
 from latlab.engine.sampling import Sampler, inverse_cdf
 from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.sequence import FinishReason, Sequence, StageTimes
+from latlab.records.engine import EngineConfig
 from latlab.tokenizer import Tokenizer
 
 PROMPT = Tokenizer.default().encode("def fibonacci(n):\n    return")

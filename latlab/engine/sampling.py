@@ -108,7 +108,7 @@ def inverse_cdf(weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     every column (a sampler's usual cumsum) is a long serial pass on a CPU."""
     rows, columns = weights.shape
     pad = -columns % BLOCK
-    blocks = F.pad(weights, (0, pad)).view(rows, -1, BLOCK)
+    blocks = (F.pad(weights, (0, pad)) if pad else weights).view(rows, -1, BLOCK)
     block_cdf = blocks.sum(dim=-1).cumsum(dim=-1)
     target = uniform * block_cdf[:, -1:]
     block = torch.searchsorted(block_cdf, target, right=True).clamp_max_(block_cdf.shape[1] - 1)
