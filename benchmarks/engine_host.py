@@ -20,7 +20,8 @@ is timed inside it; `host` is the rest: scheduling, batch building, attention me
 sampling, the token ids' copy to the host, detokenization. On the CPU the times are the
 engine thread's CPU time (`--threads 1`: torch computes on that thread), which other
 processes on a busy host barely change; on CUDA they are wall times. Figures are the
-medians over the rounds of each round's median; `--rounds` of at least 3 keep one busy spell from deciding.
+medians over the rounds of each round's median; `--rounds` of at least 3 keep one busy
+spell from deciding.
 """
 
 from __future__ import annotations
