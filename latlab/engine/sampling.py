@@ -65,9 +65,9 @@ class Sampler:
         vocab, device = logits.shape[1], logits.device
         top_k = [min(seq.params.top_k, vocab) or vocab for seq in seqs]
         top_p = [seq.params.top_p for seq in seqs]
-        columns = torch.stack([torch.tensor([seq.params.temperature for seq in seqs]),
-                               torch.tensor(top_k, dtype=torch.float32),
-                               torch.tensor(top_p), self._uniform(seqs)])
+        host = torch.tensor([[seq.params.temperature for seq in seqs], top_k, top_p],
+                            dtype=torch.float32, device="cpu")
+        columns = torch.cat([host, self._uniform(seqs).unsqueeze(0)])
         temperature, k, p, uniform = columns.to(device).unsqueeze(2)
         logits = logits / temperature
         order = None
