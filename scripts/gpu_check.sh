@@ -68,13 +68,13 @@ else
            tests/test_engine_scheduler.py tests/test_engine_techniques.py
            tests/test_engine_policies.py tests/test_server_engine_core.py)
     host=(--device cuda --model default --dtype bfloat16 --steps 30)
-    serving=(--device cuda --model default --dtype bfloat16 --users 64 --duration 15)
+    serving=(--device cuda --model default --dtype bfloat16 --users 64 --duration 10)
 fi
 
-step device 30 "$python" -c "$device_info"
-step tests 100 "$python" -m pytest -q -p no:cacheprovider -n 0 -rs "${tests[@]}"
-step engine_gpu 120 "$python" benchmarks/engine_gpu.py "${bench[@]}"
-step engine_host 40 "$python" benchmarks/engine_host.py --baseline none --rounds 1 "${host[@]}"
+step device 20 "$python" -c "$device_info"
+step tests 110 "$python" -m pytest -q -p no:cacheprovider -n 0 -rs "${tests[@]}"
+step engine_gpu 100 "$python" benchmarks/engine_gpu.py "${bench[@]}"
+step engine_host 35 "$python" benchmarks/engine_host.py --baseline none --rounds 1 "${host[@]}"
 step engine_serving 130 "$python" benchmarks/engine_serving.py --rounds 1 --keep "$out/serving" \
     "${serving[@]}"
 
