@@ -177,3 +177,28 @@ def test_the_two_level_inverse_cdf_draws_what_one_running_sum_draws():
         drawn = inverse_cdf(weights, uniform)
         assert torch.equal(drawn, expected.clamp_max(columns - 1)), columns
         assert bool((weights.gather(1, drawn) > 0).all())
+
+
+def test_sampling_runs_as_many_operations_for_64_rows_as_for_2():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    def ops(rows: int, **params: object) -> int:
+        sampler = Sampler(seed=0, stop_token_ids=[2])
+        seqs = [Sequence(str(i), [1], SamplingParams(max_tokens=9, **params), StageTimes(0, 0))
+                for i in range(rows)]
+        with Count() as count:
+            sampler.sample(torch.randn(rows, 300), seqs)
+        return count.ops
+
+    for params in ({"min_tokens": 9, "stop_token_ids": (5, 6)}, {"temperature": 0.0},
+                   {"top_p": 0.9, "top_k": 20, "min_tokens": 3}):
+        assert ops(64, **params) == ops(2, **params), params

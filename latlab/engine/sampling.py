@@ -31,8 +31,8 @@ class Sampler:
     def sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         """One token id per row, on the logits' device (the caller copies them to the host).
 
-        Every tensor of the batch's parameters is made in one host-to-device copy, and no
-        operation runs per row: a step's host work does not grow with the batch's kernels."""
+        No operation and no host-to-device copy runs per row: the kernels a step launches
+        do not grow with its batch."""
         self._forbid_stopping(logits, seqs)
         rows = [i for i, seq in enumerate(seqs) if seq.params.temperature >= GREEDY_BELOW]
         if not rows:
@@ -55,8 +55,7 @@ class Sampler:
                 columns += stops
         if rows:
             index = torch.tensor([rows, columns], device=logits.device)
-            logits.index_put_((index[0], index[1]),
-                              torch.tensor(-torch.inf, device=logits.device))
+            logits[index[0], index[1]] = -torch.inf
 
     def _draw(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         """Inverse-CDF sampling (one cumsum and one search per batch, far cheaper on a CPU
