@@ -43,6 +43,9 @@ def run_side(core: str, args: argparse.Namespace, folder: Path) -> dict[str, flo
                  f"{done.stderr[-1500:]}")
     summary = json.loads(summaries[-1].read_text())
     itl = summary["latency"]["itl"]["percentiles"]
+    if not itl:
+        sys.exit(f"engine_serving: no request of the {core} run ended in its window: "
+                 "give it a longer --duration")
     host = (summary["client"].get("host") or {}).get("server") or {}
     steps = [json.loads(line) for line in step_log.read_text().splitlines()]
     step_ms = [(s["end_ns"] - s["start_ns"]) / 1e6 for s in steps]
