@@ -16,19 +16,19 @@ from contextlib import contextmanager
 from latlab.engine.outputs import EngineStats, RequestOutput
 from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.sequence import FinishReason
-from latlab.server.engine_core import (
+from latlab.server.engine_loop import EngineThread
+from latlab.server.engine_messages import (
     Abort,
     Add,
     EngineInfo,
-    EngineProcess,
     EngineRequestError,
-    EngineThread,
     Event,
     Failed,
     Ready,
     RequestFailed,
     Stepped,
 )
+from latlab.server.engine_process import EngineProcess
 
 __all__ = ["AsyncEngine", "EngineNotReady", "EngineRequestError", "QueueFull", "QueueTimeout",
            "RequestFailed", "RequestStream"]

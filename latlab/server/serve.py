@@ -25,7 +25,8 @@ from latlab.server.app import create_app
 from latlab.server.async_engine import AsyncEngine
 from latlab.server.auth import read_api_key
 from latlab.server.connections import ConnectionGuard, GuardedH11Protocol
-from latlab.server.engine_core import CoreKind, engine_core
+from latlab.server.engine_core import engine_core
+from latlab.server.engine_messages import CoreKind
 
 FILES_KEPT = 128  # open files kept for the model, logs and the engine besides connections
 
