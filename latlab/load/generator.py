@@ -119,8 +119,9 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
         target.rtt_ms = asyncio.run(round_trip_ms(url, key))
         settings.target.otlp_endpoint = receiver.endpoint if receiver else None
         run.write_config(settings)
-        plan = WorkerPlan(0, url, settings.target.model, str(run.path), secrets.token_hex(3),
-                          0, key, settings.target.server_kind)
+        plan = WorkerPlan(worker=0, url=url, model=settings.target.model,
+                          run_path=str(run.path), run_id=secrets.token_hex(3), t0_ns=0,
+                          api_key=key, server_kind=settings.target.server_kind)
         scraper = context.enter_context(Scraper(
             url.rstrip("/") + "/metrics", run.path / METRICS, config.scrape_interval_s,
             {"Authorization": f"Bearer {key}"} if key else None))
