@@ -86,20 +86,20 @@ class Judging:
     ci: bool = True
 
 
-def measure(analysis: RunAnalysis, load: PointLoad, judging: Judging) -> Point:
+def measure(analysis: RunAnalysis, planned: PointLoad, judging: Judging) -> Point:
     """The point of one bench run."""
     budget = {name: b.buckets() for name, b in (("mean", analysis.mean), ("tail", analysis.tail))
               if b is not None}
     columns = RunColumns(analysis.summary, analysis.table, analysis.requests.metrics,
                          analysis.inside)
-    return point(columns, load, judging, run=str(analysis.run.path), budget=budget)
+    return point(columns, planned, judging, run=str(analysis.run.path), budget=budget)
 
 
-def point(columns: RunColumns, asked: PointLoad, judging: Judging, *, run: str = "",
+def point(columns: RunColumns, planned: PointLoad, judging: Judging, *, run: str = "",
           budget: dict[str, dict[str, float]] | None = None) -> Point:
     """The point of a run's columns (`run`: its folder)."""
     s, table, metrics, inside = columns.summary, columns.table, columns.metrics, columns.inside
-    label, mode, load = asked.label, asked.mode, asked.load
+    label, mode, load = planned.label, planned.mode, planned.load
     slos, q, ci = judging.slos, judging.percentile, judging.ci
     t = table
     judged = inside & (t.outcome != OUTCOMES.index(Outcome.CANCELLED))
