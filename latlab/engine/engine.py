@@ -238,11 +238,14 @@ class LLMEngine:
     def stats(self) -> EngineStats:
         bm = self.block_manager
         s = self.scheduler
-        return EngineStats(len(s.running), len(s.waiting), bm.num_free_blocks, bm.num_blocks,
-                           bm.usage, s.num_preemptions, self.num_steps, bm.num_queried_tokens,
-                           bm.num_hit_tokens, s.num_draft_tokens, s.num_accepted_tokens,
-                           self.num_queue_timeouts, not self.is_sleeping, self.num_model_loads,
-                           self.last_load_s)
+        return EngineStats(
+            num_running=len(s.running), num_waiting=len(s.waiting),
+            num_free_blocks=bm.num_free_blocks, num_blocks=bm.num_blocks, kv_usage=bm.usage,
+            num_preemptions=s.num_preemptions, num_steps=self.num_steps,
+            prefix_cache_queries=bm.num_queried_tokens, prefix_cache_hits=bm.num_hit_tokens,
+            num_draft_tokens=s.num_draft_tokens, num_accepted_tokens=s.num_accepted_tokens,
+            num_queue_timeouts=self.num_queue_timeouts, model_loaded=not self.is_sleeping,
+            num_model_loads=self.num_model_loads, last_load_s=self.last_load_s)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sequence]:
         """Run `prompts` together to completion (offline use: tests, benchmarks, warm-up)."""
