@@ -83,7 +83,7 @@ def _unpacked(message: Event | tuple) -> Event:
         return message
     outputs, errors, stats, taken_in = message
     return Stepped([RequestOutput(*o[:6], o[6] and FinishReason(o[6]), StageTimes(*o[7]), *o[8:])
-                    for o in outputs], errors, EngineStats(*stats), taken_in)
+                    for o in outputs], errors, EngineStats(**dict(zip(_STATS, stats))), taken_in)
 
 
 class _Sender:
