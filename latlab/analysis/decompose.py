@@ -20,6 +20,15 @@ event carrying the server's timings arrived (a stream's final event, a body).
                     (the decode too, when one event carried the whole answer)       derived
     postprocess   = server.postprocess + (done − usage)                   derived (estimated
                                                                           without the former)
+
+Behind a gateway whose hop the engine's spans gave (`server.gateway_*`, on the client's clock,
+`load/telemetry/upstream.py`) the engine's stages are as above and the time around them is the
+gateway's:
+
+    network         = one round trip to the gateway (the run's probe)     estimated
+    gateway_intake  = (engine received − sent) − network / 2              derived
+    gateway_tail    = (done − engine finished) − network / 2              derived
+    postprocess     = server.postprocess (the engine's own)               exact
     app:NAME      = an application in front of the model (its spans, `server.application`):
                     the time of its spans named NAME outside the model call   exact
     app:other     = the application's total − its spans − the model server's total
@@ -53,9 +62,10 @@ class Quality(StrEnum):
     UNAVAILABLE = "unavailable"  # not measured; its time sits in another component
 
 
-COMPONENTS = ("client_wait", "connect", "network", "intake", "preprocess", "queue",
-              "model_load", "prefill", "decode", "inference", "postprocess", "ttft_unsplit",
-              "unattributed")
+COMPONENTS = ("client_wait", "connect", "network", "gateway_intake", "intake", "preprocess",
+              "queue", "model_load", "prefill", "decode", "inference", "postprocess",
+              "gateway_tail", "ttft_unsplit", "unattributed")
+GATEWAY = ("gateway_intake", "gateway_tail")
 SERVER_STAGES = ("preprocess", "queue", "prefill", "decode")
 BEFORE_FIRST_TOKEN = ("preprocess", "model_load", "prefill")
 
@@ -65,6 +75,7 @@ LABELS = {
     "model_load": "model load", "prefill": "prefill", "decode": "decode",
     "inference": "prefill + decode (unsplit)", "postprocess": "postprocess",
     "ttft_unsplit": "first token (unsplit)", "unattributed": "unattributed",
+    "gateway_intake": "gateway intake", "gateway_tail": "gateway tail",
 }
 
 APP = "app:"  # an application component's prefix: `app:retrieval`, `app:other`
@@ -73,6 +84,7 @@ APP = "app:"  # an application component's prefix: `app:retrieval`, `app:other`
 # the application when an application's spans gave its components.
 BUCKETS: dict[str, tuple[str, ...]] = {
     "network": ("connect", "network"),
+    "gateway": GATEWAY,
     "queue & overhead": ("client_wait", "intake", "preprocess", "queue", "model_load",
                          "postprocess", "unattributed"),
     "application": (),  # every `app:` component
@@ -139,7 +151,7 @@ EXACT, DERIVED, ESTIMATED = (QUALITIES.index(q) for q in (Quality.EXACT, Quality
                                                            Quality.ESTIMATED))
 # The order a request's components are summed in (its residual is unattributed).
 SERVER_ORDER = ("client_wait", "connect", "preprocess", "queue", "model_load", "prefill",
-                "decode", "inference", "network", "intake", "postprocess")
+                "decode", "inference", "network", "intake", "postprocess", *GATEWAY)
 CLIENT_ORDER = ("client_wait", "connect", "network", "preprocess", "queue", "prefill",
                 "ttft_unsplit", "decode", "postprocess")
 
@@ -262,6 +274,22 @@ def _with_server(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put, 
     post = s["postprocess"]
     put("postprocess", rows, np.nan_to_num(post) + tail,
         np.where(np.isnan(post), ESTIMATED, DERIVED))
+    _gateway(t, base, rows & ~np.isnan(s["gateway_intake"]) & ~np.isnan(s["gateway_tail"]), put)
+
+
+def _gateway(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put) -> None:
+    """The gateway's hop around the engine: its intake before the engine saw the request and
+    its tail after the engine finished, less one round trip to it (the run's probe)."""
+    s = t.server
+    intake, tail = s["gateway_intake"], s["gateway_tail"]
+    trip = np.minimum(base.rtt_ms, intake + tail) if base.rtt_ms is not None else np.nan
+    put("network", rows, trip, UNAVAILABLE if base.rtt_ms is None else ESTIMATED)
+    half = np.nan_to_num(trip) / 2
+    put("gateway_intake", rows, intake - half, DERIVED)
+    put("gateway_tail", rows, tail - half, DERIVED)
+    put("intake", rows, np.nan, -1)
+    post = s["postprocess"]
+    put("postprocess", rows, post, np.where(np.isnan(post), UNAVAILABLE, EXACT))
 
 
 def _round_trip(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put) -> None:

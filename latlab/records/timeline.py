@@ -26,6 +26,8 @@ from typing import Any
 SERVER_TIMING_STAGES = ("preprocess", "queue", "prefill", "decode", "postprocess", "total")
 # Durations other servers report that the protocol's stages do not name.
 SERVER_DURATIONS = (*SERVER_TIMING_STAGES, "inference", "model_load")
+# A gateway's hop around the engine behind it, from the engine's spans on the client's clock.
+GATEWAY_DURATIONS = ("gateway_intake", "gateway_forward", "gateway_tail")
 NS_PER_MS = 1e6
 
 
@@ -74,6 +76,12 @@ class ServerTiming:
     total: float | None = None
     inference: float | None = None
     model_load: float | None = None
+    # A gateway in front of the engine (its spans joined, `load.telemetry.upstream`), on the
+    # client's clock: from `sent` to the engine's receipt, from the engine's first token to
+    # the client's, from the engine's end to `done`.
+    gateway_intake: float | None = None
+    gateway_forward: float | None = None
+    gateway_tail: float | None = None
     source: str | None = None
     # An application in front of the model (its own spans): ms per span name, and `other`,
     # its time outside them and outside the model server's `total`; `total` is then the
@@ -93,7 +101,7 @@ class ServerTiming:
         if not isinstance(data, dict):
             return None
         values: dict[str, Any] = {}
-        for name in SERVER_DURATIONS:
+        for name in (*SERVER_DURATIONS, *GATEWAY_DURATIONS):
             value = data.get(name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
                 values[name] = float(value)
