@@ -25,7 +25,8 @@ Behind a gateway whose hop the engine's spans gave (`server.gateway_*`, on the c
 `load/telemetry/upstream.py`) the engine's stages are as above and the time around them is the
 gateway's:
 
-    network         = one round trip to the gateway (the run's probe)     estimated
+    network         = one round trip to the gateway: the median TCP connect estimated
+                      (a null request's would hold the gateway's own routing)
     gateway_intake  = (engine received − sent) − network / 2              derived
     gateway_tail    = (done − engine finished) − network / 2              derived
     postprocess     = server.postprocess (the engine's own)               exact
@@ -118,10 +119,12 @@ class Component:
 @dataclass(frozen=True, slots=True)
 class NetworkBaseline:
     """What the run says about its network: the baseline of the transit (observed − server
-    total) over its requests, and the median TCP connect time of its new connections."""
+    total) over its requests, a null request's round trip (else the median TCP connect), and
+    the median TCP connect time of its new connections."""
 
     transit_ms: float | None = None
     rtt_ms: float | None = None
+    connect_ms: float | None = None  # the median TCP connect (the kernel answers it)
 
 
 @dataclass(slots=True)
@@ -279,11 +282,13 @@ def _with_server(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put, 
 
 def _gateway(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put) -> None:
     """The gateway's hop around the engine: its intake before the engine saw the request and
-    its tail after the engine finished, less one round trip to it (the run's probe)."""
+    its tail after the engine finished, less one round trip to it (a TCP connect's: a null
+    request's holds the gateway's routing)."""
     s = t.server
     intake, tail = s["gateway_intake"], s["gateway_tail"]
-    trip = np.minimum(base.rtt_ms, intake + tail) if base.rtt_ms is not None else np.nan
-    put("network", rows, trip, UNAVAILABLE if base.rtt_ms is None else ESTIMATED)
+    rtt = base.connect_ms
+    trip = np.minimum(rtt, intake + tail) if rtt is not None else np.nan
+    put("network", rows, trip, UNAVAILABLE if rtt is None else ESTIMATED)
     half = np.nan_to_num(trip) / 2
     put("gateway_intake", rows, intake - half, DERIVED)
     put("gateway_tail", rows, tail - half, DERIVED)

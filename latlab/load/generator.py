@@ -26,7 +26,8 @@ from rich.console import Console
 from latlab import __version__
 from latlab.load import BenchError
 from latlab.load.request.fields import Adaptations
-from latlab.load.target.discovery import identify, round_trip_ms
+from latlab.load.target import gateway
+from latlab.load.target.discovery import identify, models_headers, probe
 from latlab.load.target.launch import EngineError, start_engine
 from latlab.load.telemetry.otlp import SpanReceiver, await_spans
 from latlab.load.target.settings import server_settings
@@ -117,19 +118,26 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
             target.model, target.server_kind, target.max_model_len, found = identify(
                 url, config.model, config.server_kind, key, MODELS_TIMEOUT_S)
             notes += found
-            told = asyncio.run(server_settings(url, key))
+            engine_url = config.server_url or url  # the gateway's key stays with the gateway
+            told = asyncio.run(server_settings(engine_url, None if config.server_url else key))
             target.settings = told if told.known() else None
             fit_context(workload, config, target.max_model_len)
-            target.rtt_ms = asyncio.run(round_trip_ms(url, key))
+            null = asyncio.run(probe(url, key))
+            target.rtt_ms = null.rtt_ms
+            target.server_url = config.server_url
+            target.gateway = gateway.detect(asyncio.run(models_headers(url, key))
+                                            | null.headers) or (
+                gateway.named(config.server_url) if config.server_url else None)
             settings.target.otlp_endpoint = receiver.endpoint if receiver else None
             run.write_config(settings)
             plan = WorkerPlan(0, url, settings.target.model, str(run.path), secrets.token_hex(3),
                               0, key, settings.target.server_kind)
             scraper = context.enter_context(Scraper(
-                url.rstrip("/") + "/metrics", run.path / METRICS, config.scrape_interval_s,
-                {"Authorization": f"Bearer {key}"} if key else None))
+                engine_url.rstrip("/") + "/metrics", run.path / METRICS,
+                config.scrape_interval_s,
+                {"Authorization": f"Bearer {key}"} if key and not config.server_url else None))
             host = context.enter_context(HostSampler(
-                engine.process.pid if engine is not None else None, url))
+                engine.process.pid if engine is not None else None, engine_url))
             display = (ProgressDisplay(console or Console(stderr=True), config.duration_s,
                                        config.requests) if progress else None)
             with display or nullcontext():

@@ -42,8 +42,13 @@ class TargetConfig(BaseModel):
                               "engine (latlab serve) is started.", group=TARGET)
     serve_args: list[str] = setting([], "Arguments for the embedded latlab serve.",
                                     group=TARGET, cli_type=str)
+    server_url: str | None = setting(None, "The engine behind a gateway at --url "
+                                     "(http://HOST:PORT): its /metrics scraped, its settings "
+                                     "read for the advice, its process the server on the host "
+                                     "line. The requests still go to --url.", group=TARGET)
 
     _root = field_validator("url")(lambda url: server_root(url))
+    _engine = field_validator("server_url")(lambda url: server_root(url, "--server-url"))
     _args = field_validator("serve_args", mode="before")(lambda value: serve_args(value))
 
     @field_serializer("serve_args")
@@ -219,6 +224,9 @@ class BenchConfig(TargetConfig, ClientConfig, StopConfig, TelemetryConfig, SloCo
         self.window()
         if self.name is None:
             derive(self, name="engine" if self.url is None else "bench")
+        if self.server_url is not None and self.url is None:
+            raise ValueError("--server-url names the engine behind a gateway at --url: give "
+                             "--url too")
         w = self.workload
         if self.url is None and w.tokenizer is None:
             derive(w, tokenizer=engine_tokenizer(self.serve_args))

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from latlab.analysis.budget import Budget
 from latlab.analysis.decompose import BUCKETS, label, members
+from latlab.analysis.hop import hop_lines
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.summary import Distribution, Prediction, RunSummary, Throughput
 from latlab.report.palette import BUCKET_COLORS, SEVERITY_COLORS
@@ -31,6 +32,7 @@ def print_budget(console: Console, analysis: RunAnalysis, full: bool = False) ->
     """The four-bucket latency budget as bars (the mean request and the p99 tail), a legend,
     the notes (e.g. a large unattributed share), and with `full` every component."""
     mean, tail = analysis.mean, analysis.tail
+    print_target(console, analysis)
     console.print(Text("Where the time goes", style="bold"),
                   Text("(E2E from schedule; the components add up to it)", style="dim"))
     if mean is None or tail is None:
@@ -41,6 +43,7 @@ def print_budget(console: Console, analysis: RunAnalysis, full: bool = False) ->
         console.print(Text(f"  note: {note}", style="yellow"))
     if full and mean is not None and tail is not None:
         console.print(_components_table(mean, tail))
+    print_hop(console, analysis)
     if analysis.tasks is not None:
         console.print()
         print_tasks(console, analysis.tasks)
@@ -102,6 +105,27 @@ def print_analysis(console: Console, analysis: RunAnalysis) -> None:
     console.print()
     print_findings(console, analysis, unevaluated=False)
     console.print(f"report: {analysis.run.report_path}")
+
+
+def print_target(console: Console, analysis: RunAnalysis) -> None:
+    """What answered: the gateway in front of the engine, when one was detected or named."""
+    t = analysis.config.target
+    if t.gateway is None:
+        return
+    behind = f" in front of {t.server_url}" if t.server_url else ""
+    console.print(Text(f"gateway     {t.gateway.name}{behind} ({t.gateway.evidence})"),
+                  markup=False, highlight=False)
+
+
+def print_hop(console: Console, analysis: RunAnalysis) -> None:
+    """The gateway's hop (`analysis.hop`): the time to first token split across it."""
+    if analysis.hop is None:
+        return
+    title, *lines = hop_lines(analysis.hop)
+    console.print()
+    console.print(Text(title, style="bold"))
+    for line in lines:
+        console.print(Text(f"  {line}"))
 
 
 def print_server_view(console: Console, analysis: RunAnalysis) -> None:

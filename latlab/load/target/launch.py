@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 READY_POLL_S = 0.2
 LOG_TAIL_LINES = 20
@@ -172,9 +172,11 @@ def start_engine(serve_args: Sequence[str] = (), *, ready_timeout_s: float = 120
 
 def start_server(command: Sequence[str], url: str, ready_url: str, *,
                  ready_timeout_s: float = 120.0, log_path: Path | None = None,
-                 poll_s: float = READY_POLL_S, name: str = "latlab serve") -> ServerProcess:
-    """Start `command` in a new process group (output to `log_path`) and wait until
-    `ready_url` answers 200; on any failure (Ctrl-C too) the group is stopped."""
+                 poll_s: float = READY_POLL_S, name: str = "latlab serve",
+                 env: Mapping[str, str] | None = None) -> ServerProcess:
+    """Start `command` in a new process group (output to `log_path`, `env` added to this
+    process's environment) and wait until `ready_url` answers 200; on any failure (Ctrl-C
+    too) the group is stopped."""
     if log_path is None:
         fd, temp = tempfile.mkstemp(prefix="latlab-server-", suffix=".log")
         os.close(fd)
@@ -183,7 +185,8 @@ def start_server(command: Sequence[str], url: str, ready_url: str, *,
     try:
         with open(log_path, "wb") as log:
             process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
+                                       stderr=subprocess.STDOUT, start_new_session=True,
+                                       env=os.environ | dict(env) if env else None)
     except OSError as e:
         raise EngineError(f"{name}: cannot start {command[0]!r}: {e.strerror or e}") from None
     server = ServerProcess(url, process, log_path, started, ready_url, name)

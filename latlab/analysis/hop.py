@@ -1,0 +1,78 @@
+"""The gateway's hop over a run: where a request's time to first token went between the
+client, the gateway and the engine behind it, and how many requests say so.
+
+Over the successful requests in the window whose engine spans were joined (`server.gateway_*`,
+`load/telemetry/upstream.py`), means that add up:
+
+    client TTFT = gateway intake + engine TTFT + forwarding
+    engine TTFT = the engine's preprocess + queue + prefill (its receipt to its first token)
+    forwarding  = the engine's first token to the client's (the gateway relaying it)
+
+and, after the answer's last token, the gateway's tail: the engine's end to the client's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from latlab.records.columns import ms_between
+from latlab.records.config import Gateway
+from latlab.records.spans import SpanJoin
+from latlab.records.table import RequestTable
+
+ENGINE_TTFT = ("preprocess", "queue", "prefill")
+
+
+@dataclass(frozen=True, slots=True)
+class Hop:
+    """The mean request's hop (ms) over the `joined` of `requests` (successful, in the
+    window); how the spans were joined (requests per way, `SpanJoin.joined_by`)."""
+
+    gateway: Gateway | None
+    requests: int
+    joined: int
+    joined_by: dict[str, int]
+    client_ttft_ms: float
+    intake_ms: float
+    engine_ttft_ms: float
+    forward_ms: float
+    tail_ms: float
+    engine_ms: float
+
+    @property
+    def coverage(self) -> float:
+        return self.joined / self.requests if self.requests else 0.0
+
+
+def hop(t: RequestTable, ok: np.ndarray, gateway: Gateway | None, join: SpanJoin | None
+        ) -> Hop | None:
+    """The hop of the `ok` requests (a mask), or None when none has one."""
+    s = t.server
+    engine_ttft = sum(np.nan_to_num(s[stage]) for stage in ENGINE_TTFT)
+    joined = ok & ~np.isnan(s["gateway_intake"]) & ~np.isnan(s["gateway_forward"]) \
+        & ~np.isnan(s["gateway_tail"]) & ~np.isnan(s["prefill"])
+    if not joined.any():
+        return None
+    mean = (lambda v: float(np.mean(v[joined])))
+    return Hop(gateway=gateway, requests=int(ok.sum()), joined=int(joined.sum()),
+               joined_by=dict(join.joined_by) if join is not None else {},
+               client_ttft_ms=mean(ms_between(t.first_token_ns, t.sent_ns)),
+               intake_ms=mean(s["gateway_intake"]), engine_ttft_ms=mean(engine_ttft),
+               forward_ms=mean(s["gateway_forward"]), tail_ms=mean(s["gateway_tail"]),
+               engine_ms=mean(s["total"]))
+
+
+def hop_lines(h: Hop) -> list[str]:
+    """The hop in words: its title, the time to first token split, the tail, the join."""
+    ways = ", ".join(f"{by} {n}" for by, n in sorted(h.joined_by.items(), key=lambda kv: -kv[1]))
+    through = h.gateway.name if h.gateway is not None else "the gateway"
+    return [f"Through {through} (mean of {h.joined} of {h.requests} requests, "
+            f"{100 * h.coverage:.0f}%)",
+            f"first token {h.client_ttft_ms:,.1f} ms = gateway intake {h.intake_ms:,.1f} "
+            f"+ engine {h.engine_ttft_ms:,.1f} (queue, prefill) + forwarding "
+            f"{h.forward_ms:,.1f}",
+            f"after the engine's last byte: gateway tail {h.tail_ms:,.1f} ms "
+            f"(the engine's whole request {h.engine_ms:,.1f} ms)",
+            f"engine spans joined by {ways or 'nothing recorded'}"]
