@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from latlab.analysis import analyze
+from latlab.analysis.compare import compare
 from latlab.analysis.decompose import GATEWAY, Quality
 from latlab.load.target.gateway import detect, named
 from latlab.load.telemetry.otlp import read_spans
@@ -19,6 +20,7 @@ from latlab.load.telemetry.upstream import CLOCK_SLACK_NS, JoinedBy, join
 from latlab.records.folder import RunFolder
 from latlab.records.spans import SPANS, Span
 from latlab.records.timeline import RequestTimeline
+from latlab.report.html import write_html
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gateways"
 LITELLM = FIXTURES / "litellm"
@@ -109,3 +111,19 @@ def test_the_order_join_keeps_to_each_requests_time_and_lengths():
     second = span("second", sent[1] + 1_000_000, 200)
     joined = join(records, [early, other_length, other_output, first, second], anchor)
     assert joined["r0"].spans == [first] and joined["r1"].spans == [second]
+
+
+def test_the_report_and_compare_show_the_hop(litellm_run, tmp_path):
+    join_run(litellm_run)
+    through = analyze(litellm_run)
+    page = write_html(litellm_run, through).read_text()
+    assert "Through a gateway (mean of 20 of 20 requests, 100%)" in page
+    assert "gateway intake" in page and "forwarding" in page
+    shutil.copytree(litellm_run.path, tmp_path / "direct")
+    direct = RunFolder.open(tmp_path / "direct")
+    config = direct.read_config()
+    config.target.gateway = None
+    direct.write_config(config)
+    comparison = compare(analyze(direct), through)
+    assert any("A went through no gateway, B through a gateway" in c
+               for c in comparison.conditions)

@@ -272,12 +272,19 @@ HOST_DIFFERENCE = 0.5  # cores of other work
 
 def conditions(a: RunAnalysis, b: RunAnalysis) -> list[str]:
     """How the two sides ran unlike each other beyond their settings: the server's prefix
-    cache serving different shares of their prompts."""
+    cache serving different shares of their prompts; one side through a gateway the other
+    went without (or through another)."""
+    out = []
     ca, cb = a.summary.cache, b.summary.cache
     if ca is not None and cb is not None and abs(ca.share - cb.share) >= CACHE_DIFFERENCE:
-        return [f"the prefix cache served {100 * ca.share:.0f}% of A's prompt tokens and "
-                f"{100 * cb.share:.0f}% of B's: a TTFT change may be the cache's"]
-    return []
+        out.append(f"the prefix cache served {100 * ca.share:.0f}% of A's prompt tokens and "
+                   f"{100 * cb.share:.0f}% of B's: a TTFT change may be the cache's")
+    through = [g.name if g is not None else "no gateway"
+               for g in (a.config.target.gateway, b.config.target.gateway)]
+    if through[0] != through[1]:
+        out.append(f"A went through {through[0]}, B through {through[1]}: the gateway's hop "
+                   "is part of the change")
+    return out
 
 
 def host_differs(a: RunAnalysis, b: RunAnalysis) -> list[str]:

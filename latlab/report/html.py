@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from latlab.analysis import decompose
 from latlab.analysis.decompose import label
+from latlab.analysis.hop import hop_lines
 from latlab.records.catalog import metrics
 from latlab.records.summary import Percentile, RunSummary
 from latlab.report import figures, gantt, sessions_html, timeseries
@@ -39,6 +40,7 @@ def write_html(run: RunFolder, analysis: RunAnalysis, path: Path | None = None) 
     page += [f"<div class=note>{e(n)}</div>"
              for n in [*analysis.notes, *analysis.summary.warnings]]
     page += ["<h2>Summary</h2>", _summary_table(analysis.summary), _findings(analysis)]
+    page += _hop(analysis)
     page += _server_view(analysis)
     page += _charts(analysis)
     page += ["<h2>Run configuration</h2>", settings_table(config.model_dump(mode="json")),
@@ -192,6 +194,19 @@ def _definitions(summary: RunSummary) -> str:
     rows = "".join(f"<tr><td>{e(k)}</td><td style='text-align:left'>{e(str(v))}</td></tr>"
                    for k, v in formulas.items())
     return f"<table>{rows}</table><pre>{e(decompose.__doc__ or '')}</pre>"
+
+
+def _hop(analysis: RunAnalysis) -> list[str]:
+    """The gateway in front of the engine and its hop (`analysis.hop`); nothing without one."""
+    gateway = analysis.config.target.gateway
+    out = []
+    if gateway is not None:
+        out.append(f"<p>gateway: {e(gateway.name)} ({e(gateway.evidence)})</p>")
+    if analysis.hop is not None:
+        title, *lines = hop_lines(analysis.hop)
+        out += [f"<h2>{e(title)}</h2>", "<ul>" + "".join(f"<li>{e(x)}</li>" for x in lines)
+                + "</ul>"]
+    return out
 
 
 def _server_view(analysis: RunAnalysis) -> list[str]:
