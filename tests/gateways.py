@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from latlab.load.target.launch import free_port, start_server
+from latlab.load.target.launch import ServerLaunch, free_port, launched
 
 LITELLM_KEY = "sk-latlab-test"  # the proxy's master key: requests carry it as their bearer
 
@@ -64,16 +64,13 @@ def litellm_proxy(engine_url: str, folder: Path, model: str = "default") -> Iter
         "  telemetry: false\n")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
-           "DISABLE_SCHEMA_UPDATE": "True", "NO_PROXY": "*"}
-    server = start_server([binary, "--config", str(config), "--host", "127.0.0.1", "--port",
-                           str(port), "--num_workers", "1"], url, f"{url}/health/liveliness",
-                          ready_timeout_s=180, log_path=folder / "litellm.log", name="LiteLLM",
-                          env=env)
-    try:
+    env = ["LITELLM_LOCAL_MODEL_COST_MAP=True", "LITELLM_TELEMETRY=False",
+           "DISABLE_SCHEMA_UPDATE=True", "NO_PROXY=*"]
+    command = ["env", *env, binary, "--config", str(config), "--host", "127.0.0.1", "--port",
+               str(port), "--num_workers", "1"]
+    with launched(ServerLaunch(tuple(command), url, f"{url}/health/liveliness", "LiteLLM"),
+                  ready_timeout_s=180, log_path=folder / "litellm.log"):
         yield url
-    finally:
-        server.stop()
 
 
 def self_signed(folder: Path) -> tuple[Path, Path]:
@@ -129,10 +126,8 @@ http {{
 }}
 """)
     url = f"http://127.0.0.1:{plain}"
-    server = start_server([binary, "-p", str(folder), "-c", str(folder / "nginx.conf")], url,
-                          f"{url}/v1/models", ready_timeout_s=30,
-                          log_path=folder / "nginx.log", name="nginx")
-    try:
+    command = [binary, "-p", str(folder), "-c", str(folder / "nginx.conf")]
+    with launched(ServerLaunch(tuple(command), url, f"{url}/v1/models", "nginx"),
+                  ready_timeout_s=30,
+                  log_path=folder / "nginx.log"):
         yield url, f"https://127.0.0.1:{tls}", cert
-    finally:
-        server.stop()

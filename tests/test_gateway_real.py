@@ -14,7 +14,7 @@ import pytest
 
 from gateways import (LITELLM_KEY, litellm_binary, litellm_proxy, nginx_binary, nginx_proxy,
                       openssl_binary)
-from latlab.load.target.launch import free_port, start_server
+from latlab.load.target.launch import ServerLaunch, free_port, launched
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.lengths import LengthDistribution
@@ -34,9 +34,10 @@ def engine(folder: Path) -> Iterator[tuple[str, int]]:
     pytest.importorskip("torch")
     port, otlp = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
-    with start_server([sys.executable, "-m", "latlab", "serve", "--model", "tiny", "--port",
-                       str(port), "--otlp-endpoint", f"http://127.0.0.1:{otlp}/v1/traces"],
-                      url, f"{url}/v1/models", log_path=folder / "serve.log"):
+    command = [sys.executable, "-m", "latlab", "serve", "--model", "tiny", "--port", str(port),
+               "--otlp-endpoint", f"http://127.0.0.1:{otlp}/v1/traces"]
+    with launched(ServerLaunch(tuple(command), url, f"{url}/v1/models", "latlab serve"),
+                  log_path=folder / "serve.log"):
         yield url, otlp
 
 

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from latlab.analysis.server_view import ServerView
 
 BAR_WIDTH = 56
-_BLOCKS = {"network": "░", "gateway": "▔", "queue & overhead": "▒", "application": "▞", "prefill": "▓",
+_BLOCKS = {"network": "░", "gateway": "▔", "queue & overhead": "▒", "application": "▞",
+           "prefill": "▓",
            "decode": "█",
            "prefill + decode (unsplit)": "▚",
            "first token (unsplit)": "·"}  # tell the buckets apart without colour

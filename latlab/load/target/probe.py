@@ -20,8 +20,7 @@ from time import perf_counter_ns
 from latlab.load import BenchError
 from latlab.load.request.client import Client
 from latlab.load.target.discovery import discover
-from latlab.load.target.launch import (EngineError, ServerProcess, responds_ok, start_engine,
-                                       start_server)
+from latlab.load.target.launch import ServerLaunch, ServerProcess, launched, responds_ok
 from latlab.load.workload.requests import Workload
 from latlab.records.coldstart import ColdstartConfig
 from latlab.records.config import Target
@@ -37,27 +36,23 @@ def start_and_probe(config: ColdstartConfig, workload: Workload, run: RunFolder,
                     target: Target) -> tuple[float | None, list[RequestTimeline]]:
     """Start the server (start `i`), probe it and stop it: its time to ready and the probes.
     Raises `BenchError` when it cannot be started or used."""
-    log = run.path / f"server-{i + 1}.log"
-    try:
-        if config.command:
-            ready_url = config.ready_url or config.url.rstrip("/") + "/v1/models"
-            if responds_ok(ready_url):
-                raise BenchError(f"{ready_url} already answers before the server was started: "
-                                 "stop whatever serves it, or the time to ready means nothing")
-            server = start_server(config.command, config.url, ready_url, log_path=log,
-                                  ready_timeout_s=config.ready_timeout_s, poll_s=READY_POLL_S,
-                                  name=config.command[0])
-        else:
-            server = start_engine(config.serve_args, log_path=log, poll_s=READY_POLL_S,
-                                  ready_timeout_s=config.ready_timeout_s)
-    except EngineError as e:
-        raise BenchError(str(e)) from None
-    try:
+    with launched(_launch(config), log_path=run.path / f"server-{i + 1}.log",
+                  ready_timeout_s=config.ready_timeout_s, poll_s=READY_POLL_S) as server:
         target.url = server.url
         records = asyncio.run(_probe(config, workload, server, writer, i, target))
-    finally:
-        server.stop()
     return server.ready_s, records
+
+
+def _launch(config: ColdstartConfig) -> ServerLaunch:
+    """The server command given, or the embedded engine; the command's ready URL must not
+    answer before it starts."""
+    if not config.command:
+        return ServerLaunch.embedded(config.serve_args)
+    ready_url = config.ready_url or config.url.rstrip("/") + "/v1/models"
+    if responds_ok(ready_url):
+        raise BenchError(f"{ready_url} already answers before the server was started: "
+                         "stop whatever serves it, or the time to ready means nothing")
+    return ServerLaunch(tuple(config.command), config.url, ready_url, config.command[0])
 
 
 async def _probe(config: ColdstartConfig, workload: Workload, server: ServerProcess,
