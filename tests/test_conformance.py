@@ -16,6 +16,7 @@ from latlab.analysis.server_view import server_view
 from latlab.cli import app
 from latlab.load import BenchError
 from latlab.load.request.client import Client, answer_text
+from latlab.load.request.config import ClientConfig
 from latlab.load.request.fields import refused_fields
 from latlab.load.request.server_timing import from_event
 from latlab.load.request.sglang import SglangParser
@@ -119,7 +120,7 @@ async def test_the_client_speaks_sglangs_native_api():
     events = [Step(0, (e + "\n\n").encode()) for e in body.split("\n\n") if e.strip()]
     spec = RequestSpec(index=0, prompt="hello", messages=None, prompt_tokens=1, max_tokens=6)
     with Server(stream(events)) as server:
-        async with Client(server.url, "m", "sglang") as client:
+        async with Client(server.url, "m", ClientConfig(api="sglang")) as client:
             r = RequestTimeline(id="r", index=0)
             await client.send(spec, r)
         sent = server.received[0]

@@ -19,12 +19,14 @@ from time import perf_counter_ns
 
 from latlab.load import BenchError
 from latlab.load.request.client import Client
+from latlab.load.request.config import ClientConfig
 from latlab.load.target.discovery import discover
 from latlab.load.target.launch import ServerLaunch, ServerProcess, launched, responds_ok
 from latlab.load.workload.requests import Workload
 from latlab.records.coldstart import ColdstartConfig
 from latlab.records.config import Target
 from latlab.records.folder import RecordWriter, RunFolder
+from latlab.records.target import ServerKind
 from latlab.records.timeline import RequestTimeline
 
 READY_POLL_S = 0.02
@@ -61,6 +63,8 @@ async def _probe(config: ColdstartConfig, workload: Workload, server: ServerProc
     if target.model is None:
         target.model, target.server_kind, target.max_model_len = await discover(
             server.url, key, MODELS_TIMEOUT_S)
+    client = ClientConfig.of(config, api_key=key, kind=target.server_kind or ServerKind.AUTO,
+                             pool_size=1)
     per_start = 1 + config.warm_requests + len(config.idle_gaps_s)
     run_id = secrets.token_hex(3)
     records: list[RequestTimeline] = []
@@ -71,11 +75,8 @@ async def _probe(config: ColdstartConfig, workload: Workload, server: ServerProc
                             api=config.workload.api, prompt_tokens_planned=spec.prompt_tokens,
                             max_tokens=spec.max_tokens, tenant=spec.tenant,
                             priority=spec.priority, scheduled_ns=perf_counter_ns())
-        async with Client(server.url, target.model, config.workload.api, api_key=key,
-                          pool_size=1, timeout_s=config.timeout_s, ignore_eos=config.ignore_eos,
-                          continuous_usage=config.continuous_usage,
-                          **config.size_limits()) as client:
-            await client.send(spec, r)
+        async with Client(server.url, target.model, client) as c:
+            await c.send(spec, r)
         writer.write(r)
         records.append(r)
 
