@@ -9,14 +9,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from aiohttp import web
 
 from latlab.analysis import analyze
 from latlab.analysis.compare import compare
 from latlab.analysis.decompose import GATEWAY, Quality
+from latlab.load import BenchError
+from latlab.load.request.fields import Adaptations
+from latlab.load.request.tls import ssl_context
+from latlab.load.target.discovery import PROBE_PATH, probe
 from latlab.load.target.gateway import detect, named
 from latlab.load.telemetry.otlp import read_spans
 from latlab.load.telemetry.spans import join_run
 from latlab.load.telemetry.upstream import CLOCK_SLACK_NS, JoinedBy, join
+from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder
 from latlab.records.spans import SPANS, Span
 from latlab.records.timeline import RequestTimeline
@@ -127,3 +133,47 @@ def test_the_report_and_compare_show_the_hop(litellm_run, tmp_path):
     comparison = compare(analyze(direct), through)
     assert any("A went through no gateway, B through a gateway" in c
                for c in comparison.conditions)
+
+
+async def test_the_probe_asks_a_path_no_server_routes_and_takes_any_answer():
+    """What the round trip is measured with costs the target nothing (through LiteLLM, GET
+    /health ran a completion on every model)."""
+    seen: list[str] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        return web.Response(status=404, headers={"Server": "nginx/1.22.1"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        found = await probe(f"http://127.0.0.1:{port}", probes=3)
+    finally:
+        await runner.cleanup()
+    assert seen == [PROBE_PATH] * 4  # one to open the connection, three timed
+    assert found.rtt_ms is not None and found.rtt_ms > 0
+    assert detect(found.headers).name == "nginx/1.22.1"
+    assert (await probe("http://127.0.0.1:9", probes=2)).rtt_ms is None  # nothing answers
+
+
+def test_tls_options_say_what_is_wrong(tmp_path):
+    with pytest.raises(ValueError, match="--ca-cert .*no such file"):
+        BenchConfig(url="https://127.0.0.1:1", ca_cert=tmp_path / "missing.pem")
+    (tmp_path / "cert.pem").write_text("not a certificate")
+    with pytest.raises(ValueError, match="give one"):
+        BenchConfig(url="https://127.0.0.1:1", ca_cert=tmp_path / "cert.pem", insecure=True)
+    with pytest.raises(BenchError, match="--ca-cert .*not a PEM certificate"):
+        ssl_context(str(tmp_path / "cert.pem"))
+    with pytest.raises(ValueError, match="--server-url .*give --url too"):
+        BenchConfig(server_url="http://127.0.0.1:1")
+
+
+def test_what_a_client_learned_of_the_gateway_crosses_processes():
+    learned = Adaptations(gateway=detect(recorded_headers(LITELLM / "chat-stream.http")))
+    assert Adaptations.from_json(learned.to_json()) == learned
+    assert Adaptations().merge(learned).gateway == learned.gateway

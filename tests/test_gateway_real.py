@@ -14,11 +14,13 @@ import pytest
 
 from gateways import (LITELLM_KEY, litellm_binary, litellm_proxy, nginx_binary, nginx_proxy,
                       openssl_binary)
+from latlab.load import BenchError
 from latlab.load.target.launch import ServerLaunch, free_port, launched
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.lengths import LengthDistribution
 from latlab.records.workload import WorkloadConfig
+from latlab.report.console import target_lines
 from latlab.services.bench import run_bench
 
 pytestmark = pytest.mark.xdist_group("gateways")  # one worker: each starts three processes
@@ -78,3 +80,23 @@ def test_through_nginx_the_spans_join_by_trace_and_nginx_is_named(tmp_path):
     check_hop(result, "trace id")  # nginx passes traceparent on
     gateway = result.analysis.config.target.gateway
     assert gateway is not None and gateway.name.startswith("nginx")
+
+
+@pytest.mark.skipif(nginx_binary() is None or openssl_binary() is None,
+                    reason="nginx or openssl is not installed (apt-get install nginx openssl)")
+def test_through_nginx_over_tls_the_handshake_is_its_own_phase(tmp_path):
+    with engine(tmp_path) as (engine_url, otlp), \
+            nginx_proxy(engine_url, tmp_path / "nginx") as (_, tls, cert):
+        with pytest.raises(BenchError, match="--ca-cert FILE.*--insecure"):
+            bench(tls, engine_url, otlp, tmp_path / "untrusted")
+        result = bench(tls, engine_url, otlp, tmp_path, ca_cert=cert)
+    check_hop(result, "trace id")
+    records = result.run.read_records()
+    new = [r.connection for r in records if r.connection is not None and r.connection.new]
+    reused = [r for r in records if r.connection is not None and not r.connection.new]
+    assert new and reused and all(c.tls_ns and c.tls_ns > 0 for c in new)
+    assert all(r.connection.tls_ns is None for r in reused)
+    a = result.analysis
+    assert a.mean.coverage["tls"] == pytest.approx(len(new) / len(records))
+    assert any(line.startswith(f"connections {len(new)} new") and "TLS handshake" in line
+               for line in target_lines(a))

@@ -35,19 +35,20 @@ UNTESTED_NOISE = 0.05  # a change without a CI must exceed this share to be call
 RATES = {name: (CATALOG[name].label, CATALOG[name].unit)
          for name in metrics(compared=True) if not CATALOG[name].latency}
 ATTRIBUTED = {
-    "ttft": ("network", "preprocess", "queue", "prefill", "ttft_unsplit"),
-    "ttft_sched": ("client_wait", "connect", "network", "preprocess", "queue", "prefill",
-                   "ttft_unsplit"),
-    "e2e": ("network", "preprocess", "queue", "prefill", "ttft_unsplit", "decode",
-            "postprocess", "unattributed"),
-    "e2e_sched": ("client_wait", "connect", "network", "preprocess", "queue", "prefill",
-                  "ttft_unsplit", "decode", "postprocess", "unattributed"),
+    "ttft": ("network", "gateway_intake", "preprocess", "queue", "prefill", "ttft_unsplit"),
+    "ttft_sched": ("client_wait", "connect", "tls", "network", "gateway_intake", "preprocess",
+                   "queue", "prefill", "ttft_unsplit"),
+    "e2e": ("network", "gateway_intake", "preprocess", "queue", "prefill", "ttft_unsplit",
+            "decode", "postprocess", "gateway_tail", "unattributed"),
+    "e2e_sched": ("client_wait", "connect", "tls", "network", "gateway_intake", "preprocess",
+                  "queue", "prefill", "ttft_unsplit", "decode", "postprocess", "gateway_tail",
+                  "unattributed"),
 }
 # Workload settings that may differ between comparable runs: where the load goes, not what.
 NOT_WORKLOAD = {"url", "model", "api_key", "serve_args", "out", "name", "tags", "workers",
                 "timeout_s", "drain_s", "slos", "seed", "tokenizer", "keepalive", "server_kind",
                 "otlp_port", "span_wait_s", "scrape_interval_s", "prompt_salt",
-                "context_tokens"}
+                "context_tokens", "server_url", "ca_cert", "insecure"}
 
 
 @dataclass

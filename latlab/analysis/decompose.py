@@ -6,7 +6,8 @@ estimated (a proxy), unavailable (its time sits in another component). `usage` i
 event carrying the server's timings arrived (a stream's final event, a body).
 
     client_wait   = (sent − scheduled) − connection setup                 derived
-    connect       = DNS + TCP + TLS of a new connection                   exact
+    connect       = DNS + TCP connect of a new connection                 exact
+    tls           = the TLS handshake of a new connection (https)         exact
     network       = transit = (usage − sent) − server.total               derived; with the run's
                     baseline: min(transit, baseline)                      estimated
     intake        = transit − network: the request waited to be read      derived
@@ -63,7 +64,7 @@ class Quality(StrEnum):
     UNAVAILABLE = "unavailable"  # not measured; its time sits in another component
 
 
-COMPONENTS = ("client_wait", "connect", "network", "gateway_intake", "intake", "preprocess",
+COMPONENTS = ("client_wait", "connect", "tls", "network", "gateway_intake", "intake", "preprocess",
               "queue", "model_load", "prefill", "decode", "inference", "postprocess",
               "gateway_tail", "ttft_unsplit", "unattributed")
 GATEWAY = ("gateway_intake", "gateway_tail")
@@ -71,7 +72,8 @@ SERVER_STAGES = ("preprocess", "queue", "prefill", "decode")
 BEFORE_FIRST_TOKEN = ("preprocess", "model_load", "prefill")
 
 LABELS = {
-    "client_wait": "client wait", "connect": "connect", "network": "network",
+    "client_wait": "client wait", "connect": "connect", "tls": "TLS handshake",
+    "network": "network",
     "intake": "server intake", "preprocess": "preprocess", "queue": "queue",
     "model_load": "model load", "prefill": "prefill", "decode": "decode",
     "inference": "prefill + decode (unsplit)", "postprocess": "postprocess",
@@ -84,7 +86,7 @@ APP = "app:"  # an application component's prefix: `app:retrieval`, `app:other`
 # The buckets a person reads first; the unsplit ones only appear when a server does not split,
 # the application when an application's spans gave its components.
 BUCKETS: dict[str, tuple[str, ...]] = {
-    "network": ("connect", "network"),
+    "network": ("connect", "tls", "network"),
     "gateway": GATEWAY,
     "queue & overhead": ("client_wait", "intake", "preprocess", "queue", "model_load",
                          "postprocess", "unattributed"),
@@ -153,9 +155,9 @@ UNAVAILABLE = QUALITIES.index(Quality.UNAVAILABLE)
 EXACT, DERIVED, ESTIMATED = (QUALITIES.index(q) for q in (Quality.EXACT, Quality.DERIVED,
                                                            Quality.ESTIMATED))
 # The order a request's components are summed in (its residual is unattributed).
-SERVER_ORDER = ("client_wait", "connect", "preprocess", "queue", "model_load", "prefill",
+SERVER_ORDER = ("client_wait", "connect", "tls", "preprocess", "queue", "model_load", "prefill",
                 "decode", "inference", "network", "intake", "postprocess", *GATEWAY)
-CLIENT_ORDER = ("client_wait", "connect", "network", "preprocess", "queue", "prefill",
+CLIENT_ORDER = ("client_wait", "connect", "tls", "network", "preprocess", "queue", "prefill",
                 "ttft_unsplit", "decode", "postprocess")
 
 
@@ -220,12 +222,16 @@ def decompose_all(t: RequestTable, base: NetworkBaseline = NetworkBaseline()) ->
     waited, set_up = ~np.isnan(wait), ~np.isnan(setup)
     put("client_wait", np.ones(n, bool), np.where(set_up, wait - setup, wait),
         np.where(waited, DERIVED, UNAVAILABLE))
-    put("connect", np.ones(n, bool), np.where(waited, setup, np.nan),
+    handshake = t.phases["tls_ns"] / NS_PER_MS
+    shaken = set_up & ~np.isnan(handshake)
+    put("connect", np.ones(n, bool), np.where(waited, setup - np.nan_to_num(handshake), np.nan),
         np.where(waited & set_up, EXACT, UNAVAILABLE))
+    put("tls", shaken, handshake, EXACT)
     _with_server(t, base, t.has_server, put, ms)
     _client_only(t, ~t.has_server, put)
     apps = tuple(APP + name for name in t.application)
-    order = {True: (*SERVER_ORDER[:8], *apps, *SERVER_ORDER[8:]), False: CLIENT_ORDER}
+    cut = SERVER_ORDER.index("inference") + 1  # the application's between the server's own
+    order = {True: (*SERVER_ORDER[:cut], *apps, *SERVER_ORDER[cut:]), False: CLIENT_ORDER}
     accounted = {k: sum(np.nan_to_num(ms[c]) for c in summed) for k, summed in order.items()}
     total = np.where(done, ms_between(t.done_ns, t.origin_ns), np.nan)
     put("unattributed", np.ones(n, bool),

@@ -26,6 +26,7 @@ from rich.console import Console
 from latlab import __version__
 from latlab.load.preflight import fit_context, survey_trace
 from latlab.load.request.fields import Adaptations
+from latlab.load.request.tls import ssl_context
 from latlab.load.target import gateway
 from latlab.load.target.discovery import identify, models_headers, probe
 from latlab.load.target.launch import embedded_engine
@@ -111,17 +112,19 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
         settings.target.url = url
         key = config.api_key.get_secret_value() if config.api_key else None
         target = settings.target
+        tls = ssl_context(str(config.ca_cert) if config.ca_cert else None, config.insecure)
         target.model, target.server_kind, target.max_model_len, found = identify(
-            url, config.model, config.server_kind, key, MODELS_TIMEOUT_S)
+            url, config.model, config.server_kind, key, MODELS_TIMEOUT_S, tls)
         notes += found
-        engine_url = config.server_url or url  # the gateway's key stays with the gateway
-        told = asyncio.run(server_settings(engine_url, None if config.server_url else key))
+        own = config.server_url is None  # a gateway's key stays with the gateway
+        engine_url = config.server_url or url
+        told = asyncio.run(server_settings(engine_url, key if own else None, tls))
         target.settings = told if told.known() else None
         fit_context(workload, config, target.max_model_len)
-        null = asyncio.run(probe(url, key))
+        null = asyncio.run(probe(url, key, tls=tls))
         target.rtt_ms = null.rtt_ms
         target.server_url = config.server_url
-        target.gateway = gateway.detect(asyncio.run(models_headers(url, key))
+        target.gateway = gateway.detect(asyncio.run(models_headers(url, key, tls=tls))
                                         | null.headers) or (
             gateway.named(config.server_url) if config.server_url else None)
         settings.target.otlp_endpoint = receiver.endpoint if receiver else None
@@ -130,7 +133,7 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
                           0, key, settings.target.server_kind)
         scraper = context.enter_context(Scraper(
             engine_url.rstrip("/") + "/metrics", run.path / METRICS, config.scrape_interval_s,
-            {"Authorization": f"Bearer {key}"} if key and not config.server_url else None))
+            {"Authorization": f"Bearer {key}"} if key and own else None, tls))
         host = context.enter_context(HostSampler(
             engine.process.pid if engine is not None else None, engine_url))
         display = (ProgressDisplay(console or Console(stderr=True), config.duration_s,
@@ -226,6 +229,9 @@ def _finish(config: BenchConfig, run: RunFolder, settings: RunConfig,
     for result in results:
         learned = learned.merge(result.learned)
     settings.target.refused_fields = sorted(learned.refused) or None
+    if learned.gateway is not None and (settings.target.gateway is None
+                                        or settings.target.server_url is not None):
+        settings.target.gateway = learned.gateway  # named by its answers, not only by the user
     notes += learned.notes(int(records.ok.sum()))
     fitted = int(records.fitted.sum())
     if fitted:

@@ -113,6 +113,19 @@ class TransportConfig(RequestConfig):
     server_kind: ServerKind = setting(ServerKind.AUTO, "Whose server timings to read: auto, "
                                       "latlab, llamacpp, vllm, sglang, tgi, ollama or openai "
                                       "(none).", group=CLIENT, cli_type=str)
+    ca_cert: Path | None = setting(None, "Trust this PEM certificate (or bundle) for an https "
+                                   "target: a gateway's self-signed one.", group=CLIENT,
+                                   metavar="FILE")
+    insecure: bool = setting(False, "Check no certificate of an https target (the handshake "
+                             "is still timed).", group=CLIENT)
+
+    @model_validator(mode="after")
+    def _tls(self) -> TransportConfig:
+        if self.ca_cert is not None and self.insecure:
+            raise ValueError("--ca-cert trusts a certificate, --insecure checks none: give one")
+        if self.ca_cert is not None and not self.ca_cert.is_file():
+            raise ValueError(f"--ca-cert {self.ca_cert}: no such file")
+        return self
 
 
 class StopConfig(BaseModel):

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from latlab.analysis.budget import Budget
+from latlab.analysis.connections import connections
 from latlab.analysis.decompose import BUCKETS, label, members
 from latlab.analysis.hop import hop_lines
 from latlab.records.catalog import CATALOG, metrics
@@ -109,13 +110,22 @@ def print_analysis(console: Console, analysis: RunAnalysis) -> None:
 
 
 def print_target(console: Console, analysis: RunAnalysis) -> None:
-    """What answered: the gateway in front of the engine, when one was detected or named."""
-    t = analysis.config.target
-    if t.gateway is None:
-        return
-    behind = f" in front of {t.server_url}" if t.server_url else ""
-    console.print(Text(f"gateway     {t.gateway.name}{behind} ({t.gateway.evidence})"),
-                  markup=False, highlight=False)
+    """What answered: the gateway in front of the engine, when one was detected or named,
+    and over HTTPS or through a gateway the connections, new and reused."""
+    for line in target_lines(analysis):
+        console.print(Text(line), markup=False, highlight=False)
+
+
+def target_lines(analysis: RunAnalysis) -> list[str]:
+    """The gateway and the connections, in words (nothing for a plain direct run)."""
+    t, lines = analysis.config.target, []
+    if t.gateway is not None:
+        behind = f" in front of {t.server_url}" if t.server_url else ""
+        lines.append(f"gateway     {t.gateway.name}{behind} ({t.gateway.evidence})")
+    use = connections(analysis.table, analysis.ok)
+    if use is not None and (t.gateway is not None or use.tls_ms is not None):
+        lines.append(f"connections {use.line()}")
+    return lines
 
 
 def print_hop(console: Console, analysis: RunAnalysis) -> None:

@@ -13,7 +13,7 @@ from latlab.analysis.hop import hop_lines
 from latlab.records.catalog import metrics
 from latlab.records.summary import Percentile, RunSummary
 from latlab.report import figures, gantt, sessions_html, timeseries
-from latlab.report.console import load_phrase, server_view_lines
+from latlab.report.console import load_phrase, server_view_lines, target_lines
 from latlab.report.page import chart, document, e, settings_table
 from latlab.report.palette import SEVERITY_COLORS
 from latlab.units import ms, number, pct
@@ -198,10 +198,7 @@ def _definitions(summary: RunSummary) -> str:
 
 def _hop(analysis: RunAnalysis) -> list[str]:
     """The gateway in front of the engine and its hop (`analysis.hop`); nothing without one."""
-    gateway = analysis.config.target.gateway
-    out = []
-    if gateway is not None:
-        out.append(f"<p>gateway: {e(gateway.name)} ({e(gateway.evidence)})</p>")
+    out = [f"<p>{e(line)}</p>" for line in target_lines(analysis)]
     if analysis.hop is not None:
         title, *lines = hop_lines(analysis.hop)
         out += [f"<h2>{e(title)}</h2>", "<ul>" + "".join(f"<li>{e(x)}</li>" for x in lines)

@@ -14,6 +14,7 @@ BUCKET_COLORS = {
 COMPONENT_COLORS = {
     "client_wait": "#f7d08a",
     "connect": "#9cc8f2",
+    "tls": "#7fb2e5",
     "network": "#4c9be8",
     "gateway_intake": "#6c71c4",
     "gateway_tail": "#9b8fe0",
