@@ -69,6 +69,8 @@ def test_through_litellm_the_engines_spans_join_and_the_hop_is_recovered(tmp_pat
             litellm_proxy(engine_url, tmp_path / "litellm", model="tiny") as url:
         result = bench(url, engine_url, otlp, tmp_path, model="tiny", api_key=LITELLM_KEY)
     check_hop(result, "response id")  # LiteLLM drops traceparent, keeps the engine's id
+    gateway = result.analysis.config.target.gateway  # named by its answers' headers
+    assert gateway is not None and gateway.name.startswith("LiteLLM"), gateway
 
 
 @pytest.mark.skipif(nginx_binary() is None or openssl_binary() is None,

@@ -1,0 +1,195 @@
+"""Is a gateway's own time recovered? `latlab serve` measured directly and through gateways.
+
+    python benchmarks/gateway_hop.py                      # every gateway installed
+    python benchmarks/gateway_hop.py --requests 30 --rate 1 --repeats 2
+
+Starts `latlab serve` exporting its spans to a port each bench listens on (--otlp-port), then
+runs the same open-loop workload against it directly and through each gateway, in turn
+(`--repeats` rounds, the order rotated each round):
+
+* `delay 20 ms`: benchmarks/delay_proxy.py holding every byte 20 ms each way, a gateway whose
+  added delay is known: its intake and its tail should each come out at 20 ms (goal: within
+  max(5 %, 2 ms));
+* LiteLLM's proxy (tests/gateways.py starts it: its own venv, a master key, no outside call);
+* nginx as a plain and as a TLS-terminating reverse proxy (a self-signed certificate).
+
+For each it prints the mean request's time to first token split across the hop (gateway
+intake + engine TTFT + forwarding), the gateway's tail after the engine finished, how many
+requests joined their engine span and by what, and the gateway's added delay measured against
+the direct run: E2E through it less E2E direct, beside what the hop recovered (intake + tail
+less the direct run's time outside the engine) and the engine's own E2E on both sides (the
+rest of the difference). The 1-minute load average is printed before each run. Every process
+it starts is stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import threading
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests")]
+from delay_proxy import DelayProxy  # noqa: E402
+from gateways import (LITELLM_KEY, litellm_binary, litellm_proxy, nginx_binary,  # noqa: E402
+                      nginx_proxy, openssl_binary)
+
+from latlab.load.target.launch import embedded_engine, free_port  # noqa: E402
+from latlab.records.arrivals import ArrivalConfig  # noqa: E402
+from latlab.records.bench import BenchConfig  # noqa: E402
+from latlab.records.lengths import LengthDistribution  # noqa: E402
+from latlab.records.workload import WorkloadConfig  # noqa: E402
+from latlab.services.bench import run_bench  # noqa: E402
+
+DELAY_MS = 20.0
+
+
+@dataclass
+class Side:
+    name: str
+    url: str
+    options: dict
+    expected_ms: float | None = None  # a known added delay each way
+
+
+@dataclass
+class Result:
+    e2e_ms: float
+    ttft_ms: float
+    engine_ms: float  # the engine's own E2E (its span)
+    outside_ms: float  # E2E less the engine's: the network and whatever is in between
+    joined: str
+    hop: object | None
+    prefill_coverage: float
+    load: float
+
+
+@contextmanager
+def delay_proxy(engine_url: str, delay_ms: float) -> Iterator[str]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    port = int(engine_url.rsplit(":", 1)[1])
+    proxy = DelayProxy("127.0.0.1", port, delay_ms / 1000)
+    listen = asyncio.run_coroutine_threadsafe(proxy.start(), loop).result(10)
+    try:
+        yield f"http://127.0.0.1:{listen}"
+    finally:
+        asyncio.run_coroutine_threadsafe(proxy.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+def measure(side: Side, engine_url: str, otlp: int, out: Path, args: argparse.Namespace
+            ) -> Result:
+    load = os.getloadavg()[0]
+    workload = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=args.prompt),
+                              output_tokens=LengthDistribution(kind="fixed", a=args.output))
+    direct = side.url == engine_url
+    result = run_bench(BenchConfig(
+        url=side.url, server_url=None if direct else engine_url, otlp_port=otlp,
+        requests=args.requests, workload=workload, span_wait_s=5, out=out,
+        arrivals=ArrivalConfig(process="poisson", rate=args.rate, seed=args.seed),
+        **side.options))
+    a = result.analysis
+    t, ok = a.table, a.ok
+    e2e = (t.done_ns[ok] - t.sent_ns[ok]) / 1e6
+    ttft = (t.first_token_ns[ok] - t.sent_ns[ok]) / 1e6
+    engine = t.server["total"][ok]
+    timed = ~np.isnan(engine)
+    spans = result.summary.spans
+    joined = (f"{spans.requests_joined}/{int(ok.sum())} by "
+              + ", ".join(f"{k} {v}" for k, v in spans.joined_by.items())) if spans else "none"
+    return Result(float(e2e.mean()), float(ttft.mean()), float(engine[timed].mean()),
+                  float((e2e[timed] - engine[timed]).mean()), joined, a.hop,
+                  a.mean.coverage.get("prefill", 0.0), load)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=30)
+    parser.add_argument("--rate", type=float, default=1.0, help="requests/s (Poisson)")
+    parser.add_argument("--prompt", type=int, default=64)
+    parser.add_argument("--output", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--serve-args", default="--model tiny")
+    args = parser.parse_args()
+    out = Path(tempfile.mkdtemp(prefix="latlab-gateways-"))
+    otlp = free_port()
+    serve = [*args.serve_args.split(), "--otlp-endpoint", f"http://127.0.0.1:{otlp}/v1/traces"]
+    results: dict[str, list[Result]] = {}
+    with ExitStack() as stack:
+        engine = stack.enter_context(embedded_engine(serve, log_path=out / "serve.log"))
+        sides = [Side("direct", engine.url, {}),
+                 Side(f"delay {DELAY_MS:g} ms", stack.enter_context(
+                     delay_proxy(engine.url, DELAY_MS)), {}, DELAY_MS)]
+        model = args.serve_args.split("--model")[-1].split()[0] if "--model" in args.serve_args \
+            else "default"
+        if litellm_binary() is not None:
+            url = stack.enter_context(litellm_proxy(engine.url, out / "litellm", model=model))
+            sides.append(Side("LiteLLM", url, {"model": model, "api_key": LITELLM_KEY}))
+        else:
+            print("LiteLLM is not installed: left out")
+        if nginx_binary() is not None and openssl_binary() is not None:
+            plain, tls, cert = stack.enter_context(nginx_proxy(engine.url, out / "nginx"))
+            sides += [Side("nginx", plain, {}), Side("nginx TLS", tls, {"ca_cert": cert})]
+        else:
+            print("nginx or openssl is not installed: left out")
+        for round_ in range(args.repeats):
+            turn = round_ % len(sides)
+            for side in sides[turn:] + sides[:turn]:
+                r = measure(side, engine.url, otlp, out, args)
+                results.setdefault(side.name, []).append(r)
+                print(f"round {round_ + 1}: {side.name:<12} load {r.load:.1f}  "
+                      f"E2E {r.e2e_ms:.1f} ms  joined {r.joined}", flush=True)
+    report(results, {s.name: s.expected_ms for s in sides})
+    print(f"run folders: {out}")
+
+
+def report(results: dict[str, list[Result]], expected: dict[str, float | None]) -> None:
+    direct = results["direct"]
+    base_outside = np.mean([r.outside_ms for r in direct])
+    base_e2e = np.mean([r.e2e_ms for r in direct])
+    base_engine = np.mean([r.engine_ms for r in direct])
+    print(f"\ndirect: E2E {base_e2e:.1f} ms, the engine's own {base_engine:.1f} ms, outside "
+          f"it {base_outside:.2f} ms (means of {len(direct)} runs)")
+    for name, runs in results.items():
+        if name == "direct":
+            continue
+        print(f"\n{name} ({len(runs)} runs; load {', '.join(f'{r.load:.1f}' for r in runs)})")
+        for r in runs:
+            h = r.hop
+            if h is None:
+                print(f"  no hop: joined {r.joined}")
+                continue
+            added = r.e2e_ms - base_e2e
+            recovered = h.intake_ms + h.tail_ms - base_outside
+            print(f"  TTFT {h.client_ttft_ms:.1f} = intake {h.intake_ms:.1f} + engine "
+                  f"{h.engine_ttft_ms:.1f} + forwarding {h.forward_ms:.1f}; tail {h.tail_ms:.1f}"
+                  f"; joined {r.joined}; prefill for {100 * r.prefill_coverage:.0f}%")
+            print(f"  added E2E against direct {added:+.1f} ms; the hop recovered "
+                  f"{recovered:.1f} ms; the engine's own E2E {r.engine_ms:.1f} ms (direct "
+                  f"{base_engine:.1f}: {r.engine_ms - base_engine:+.1f} of the difference)")
+            known = expected.get(name)
+            if known is not None:
+                for part, value in (("intake", h.intake_ms), ("tail", h.tail_ms),
+                                    ("forwarding", h.forward_ms)):
+                    error = value - known
+                    within = abs(error) <= max(0.05 * known, 2.0)
+                    print(f"  {part} {value:.2f} ms against the {known:g} ms added: "
+                          f"{error:+.2f} ms ({'within' if within else 'NOT within'} "
+                          "max(5 %, 2 ms))")
+
+
+if __name__ == "__main__":
+    main()
