@@ -15,21 +15,20 @@ runs the same open-loop workload against it directly and through each gateway, i
 
 For each it prints the mean request's time to first token split across the hop (gateway
 intake + engine TTFT + forwarding), the gateway's tail after the engine finished, how many
-requests joined their engine span and by what, and the gateway's added delay measured against
-the direct run: E2E through it less E2E direct, beside what the hop recovered (intake + tail
-less the direct run's time outside the engine) and the engine's own E2E on both sides (the
-rest of the difference). The 1-minute load average is printed before each run. Every process
-it starts is stopped by its PID.
+requests joined their engine span and by what, and what the gateway added against the direct
+runs: the intake, forwarding and tail around the engine's spans (a direct run has its own:
+HTTP and loopback; the delay proxy's should each be the 20 ms it holds bytes), and the E2E,
+whose difference also holds the engine's own variation between runs (printed beside it). The
+1-minute load average is printed before each run. Every process it starts is stopped by its
+PID.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import tempfile
-import threading
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,14 +38,20 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests")]
-from delay_proxy import DelayProxy  # noqa: E402
 from gateways import (LITELLM_KEY, litellm_binary, litellm_proxy, nginx_binary,  # noqa: E402
                       nginx_proxy, openssl_binary)
 
-from latlab.load.target.launch import embedded_engine, free_port  # noqa: E402
+from latlab.load.target.launch import (ServerLaunch, embedded_engine, free_port,  # noqa: E402
+                                       launched)
+from latlab.load.telemetry.otlp import read_spans  # noqa: E402
+from latlab.load.telemetry.spans import is_model_span  # noqa: E402
+from latlab.load.telemetry.upstream import join, with_hop  # noqa: E402
 from latlab.records.arrivals import ArrivalConfig  # noqa: E402
 from latlab.records.bench import BenchConfig  # noqa: E402
+from latlab.records.folder import RunFolder  # noqa: E402
 from latlab.records.lengths import LengthDistribution  # noqa: E402
+from latlab.records.spans import SPANS  # noqa: E402
+from latlab.records.timeline import ServerTiming  # noqa: E402
 from latlab.records.workload import WorkloadConfig  # noqa: E402
 from latlab.services.bench import run_bench  # noqa: E402
 
@@ -71,22 +76,40 @@ class Result:
     hop: object | None
     prefill_coverage: float
     load: float
+    around: dict[str, float]  # mean intake, forward, tail around the engine (any side)
 
 
 @contextmanager
-def delay_proxy(engine_url: str, delay_ms: float) -> Iterator[str]:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    port = int(engine_url.rsplit(":", 1)[1])
-    proxy = DelayProxy("127.0.0.1", port, delay_ms / 1000)
-    listen = asyncio.run_coroutine_threadsafe(proxy.start(), loop).result(10)
-    try:
-        yield f"http://127.0.0.1:{listen}"
-    finally:
-        asyncio.run_coroutine_threadsafe(proxy.stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
+def delay_proxy(engine_url: str, delay_ms: float, folder: Path) -> Iterator[str]:
+    """benchmarks/delay_proxy.py in a process of its own (in the load generator's it would
+    share its interpreter)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = (sys.executable, str(ROOT / "benchmarks" / "delay_proxy.py"), "--listen",
+               str(port), "--target", engine_url.removeprefix("http://"), "--delay-ms",
+               f"{delay_ms:g}")
+    with launched(ServerLaunch(command, url, f"{url}/v1/models", "delay proxy"),
+                  log_path=folder / "delay_proxy.log"):
+        yield url
+
+
+def hop_of(run: RunFolder) -> dict[str, float]:
+    """The mean intake, forwarding and tail around the engine's spans of `run`'s requests,
+    whatever answered them (a direct run's too: its HTTP and network around the engine)."""
+    records = [r for r in run.read_records(raw=True) if r.ok]
+    clock = run.read_config().clock
+    anchor = int(clock.unix_time * 1e9) - clock.perf_counter_ns
+    found = join(records, read_spans(run.path / SPANS), anchor)
+    parts: dict[str, list[float]] = {"intake": [], "forward": [], "tail": []}
+    for r in records:
+        engine = next((s for s in found[r.id].spans if is_model_span(s)), None) \
+            if r.id in found else None
+        if engine is None:
+            continue
+        timing = with_hop(ServerTiming(), r, engine, anchor)
+        for name in parts:
+            parts[name].append(getattr(timing, f"gateway_{name}"))
+    return {name: float(np.mean(v)) for name, v in parts.items() if v}
 
 
 def measure(side: Side, engine_url: str, otlp: int, out: Path, args: argparse.Namespace
@@ -111,7 +134,7 @@ def measure(side: Side, engine_url: str, otlp: int, out: Path, args: argparse.Na
               + ", ".join(f"{k} {v}" for k, v in spans.joined_by.items())) if spans else "none"
     return Result(float(e2e.mean()), float(ttft.mean()), float(engine[timed].mean()),
                   float((e2e[timed] - engine[timed]).mean()), joined, a.hop,
-                  a.mean.coverage.get("prefill", 0.0), load)
+                  a.mean.coverage.get("prefill", 0.0), load, hop_of(result.run))
 
 
 def main() -> None:
@@ -132,7 +155,7 @@ def main() -> None:
         engine = stack.enter_context(embedded_engine(serve, log_path=out / "serve.log"))
         sides = [Side("direct", engine.url, {}),
                  Side(f"delay {DELAY_MS:g} ms", stack.enter_context(
-                     delay_proxy(engine.url, DELAY_MS)), {}, DELAY_MS)]
+                     delay_proxy(engine.url, DELAY_MS, out)), {}, DELAY_MS)]
         model = args.serve_args.split("--model")[-1].split()[0] if "--model" in args.serve_args \
             else "default"
         if litellm_binary() is not None:
@@ -157,12 +180,16 @@ def main() -> None:
 
 
 def report(results: dict[str, list[Result]], expected: dict[str, float | None]) -> None:
+    """Each gateway's hop, and what it added against the direct runs: the intake, the
+    forwarding and the tail around the engine's spans (a direct run has its own: HTTP and
+    loopback), and the E2E, whose difference also holds the engine's own variation."""
     direct = results["direct"]
-    base_outside = np.mean([r.outside_ms for r in direct])
-    base_e2e = np.mean([r.e2e_ms for r in direct])
-    base_engine = np.mean([r.engine_ms for r in direct])
-    print(f"\ndirect: E2E {base_e2e:.1f} ms, the engine's own {base_engine:.1f} ms, outside "
-          f"it {base_outside:.2f} ms (means of {len(direct)} runs)")
+    base = {k: float(np.mean([r.around[k] for r in direct])) for k in direct[0].around}
+    base_e2e = float(np.mean([r.e2e_ms for r in direct]))
+    base_engine = float(np.mean([r.engine_ms for r in direct]))
+    print(f"\ndirect ({len(direct)} runs; load {', '.join(f'{r.load:.1f}' for r in direct)}): "
+          f"E2E {base_e2e:.1f} ms, the engine's own {base_engine:.1f} ms; around the engine: "
+          + ", ".join(f"{k} {v:.2f} ms" for k, v in base.items()))
     for name, runs in results.items():
         if name == "direct":
             continue
@@ -172,21 +199,20 @@ def report(results: dict[str, list[Result]], expected: dict[str, float | None]) 
             if h is None:
                 print(f"  no hop: joined {r.joined}")
                 continue
-            added = r.e2e_ms - base_e2e
-            recovered = h.intake_ms + h.tail_ms - base_outside
             print(f"  TTFT {h.client_ttft_ms:.1f} = intake {h.intake_ms:.1f} + engine "
                   f"{h.engine_ttft_ms:.1f} + forwarding {h.forward_ms:.1f}; tail {h.tail_ms:.1f}"
                   f"; joined {r.joined}; prefill for {100 * r.prefill_coverage:.0f}%")
-            print(f"  added E2E against direct {added:+.1f} ms; the hop recovered "
-                  f"{recovered:.1f} ms; the engine's own E2E {r.engine_ms:.1f} ms (direct "
-                  f"{base_engine:.1f}: {r.engine_ms - base_engine:+.1f} of the difference)")
+            added = {k: r.around[k] - base[k] for k in base}
+            print(f"  against direct: E2E {r.e2e_ms - base_e2e:+.1f} ms (the engine's own "
+                  f"{r.engine_ms - base_engine:+.1f} of it); the hop added intake "
+                  f"{added['intake']:+.2f}, forwarding {added['forward']:+.2f}, tail "
+                  f"{added['tail']:+.2f} ms")
             known = expected.get(name)
             if known is not None:
-                for part, value in (("intake", h.intake_ms), ("tail", h.tail_ms),
-                                    ("forwarding", h.forward_ms)):
+                for part, value in added.items():
                     error = value - known
                     within = abs(error) <= max(0.05 * known, 2.0)
-                    print(f"  {part} {value:.2f} ms against the {known:g} ms added: "
+                    print(f"  {part} added {value:.2f} ms against the {known:g} ms injected: "
                           f"{error:+.2f} ms ({'within' if within else 'NOT within'} "
                           "max(5 %, 2 ms))")
 
