@@ -20,7 +20,7 @@ from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.lengths import LengthDistribution
 from latlab.records.workload import WorkloadConfig
-from latlab.report.console import target_lines
+from latlab.report.gateway import target_lines
 from latlab.services.bench import run_bench
 
 pytestmark = pytest.mark.xdist_group("gateways")  # one worker: each starts three processes

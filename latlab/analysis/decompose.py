@@ -12,8 +12,8 @@ event carrying the server's timings arrived (a stream's final event, a body).
                     baseline: min(transit, baseline)                      estimated
     intake        = transit − network: the request waited to be read      derived
                     (a frozen or overloaded server; or network jitter)
-                    without a server total: one round trip, a null request's (GET /health)
-                    measured before the run, else the request's TCP connect   estimated
+                    without a server total: one round trip, a null request's (a path no
+                    server routes) before the run, else the request's TCP connect   estimated
     preprocess, queue, model_load, prefill, decode, inference
                   = the server's own durations                            exact
     queue (when the server does not report it) = server.total − its other stages, or, without a
@@ -21,6 +21,11 @@ event carrying the server's timings arrived (a stream's final event, a body).
                     (the decode too, when one event carried the whole answer)       derived
     postprocess   = server.postprocess + (done − usage)                   derived (estimated
                                                                           without the former)
+    app:NAME      = an application in front of the model (its spans, `server.application`):
+                    the time of its spans named NAME outside the model call   exact
+    app:other     = the application's total − its spans − the model server's total
+                    (its own work, and the network to the model)          derived
+    unattributed  = E2E-from-schedule − all of the above                  derived
 
 Behind a gateway whose hop the engine's spans gave (`server.gateway_*`, on the client's clock,
 `load/telemetry/upstream.py`) the engine's stages are as above and the time around them is the
@@ -31,11 +36,6 @@ gateway's:
     gateway_intake  = (engine received − sent) − network / 2              derived
     gateway_tail    = (done − engine finished) − network / 2              derived
     postprocess     = server.postprocess (the engine's own)               exact
-    app:NAME      = an application in front of the model (its spans, `server.application`):
-                    the time of its spans named NAME outside the model call   exact
-    app:other     = the application's total − its spans − the model server's total
-                    (its own work, and the network to the model)          derived
-    unattributed  = E2E-from-schedule − all of the above                  derived
 
 Without server timings the client can still say: client_wait and connect as above,
 `ttft_unsplit` = first_token − sent (derived), decode = last_token − first_token and
@@ -47,75 +47,18 @@ folded away.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Iterable
 
 import numpy as np
+
+# The vocabulary, read from here by the reports and rules too.
+from latlab.analysis.components import (APP, BEFORE_FIRST_TOKEN, BUCKETS, COMPONENTS,  # noqa: F401
+                                        DERIVED, ESTIMATED, EXACT, GATEWAY, LABELS, QUALITIES,
+                                        SERVER_STAGES, UNAVAILABLE, Component, Quality, label,
+                                        members)
 
 from latlab.records.columns import ms_between, present
 from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import NS_PER_MS, RequestTimeline
-
-
-class Quality(StrEnum):
-    EXACT = "exact"  # one measured interval
-    DERIVED = "derived"  # differences of measured intervals
-    ESTIMATED = "estimated"  # a proxy for an interval nobody measured
-    UNAVAILABLE = "unavailable"  # not measured; its time sits in another component
-
-
-COMPONENTS = ("client_wait", "connect", "tls", "network", "gateway_intake", "intake", "preprocess",
-              "queue", "model_load", "prefill", "decode", "inference", "postprocess",
-              "gateway_tail", "ttft_unsplit", "unattributed")
-GATEWAY = ("gateway_intake", "gateway_tail")
-SERVER_STAGES = ("preprocess", "queue", "prefill", "decode")
-BEFORE_FIRST_TOKEN = ("preprocess", "model_load", "prefill")
-
-LABELS = {
-    "client_wait": "client wait", "connect": "connect", "tls": "TLS handshake",
-    "network": "network",
-    "intake": "server intake", "preprocess": "preprocess", "queue": "queue",
-    "model_load": "model load", "prefill": "prefill", "decode": "decode",
-    "inference": "prefill + decode (unsplit)", "postprocess": "postprocess",
-    "ttft_unsplit": "first token (unsplit)", "unattributed": "unattributed",
-    "gateway_intake": "gateway intake", "gateway_tail": "gateway tail",
-}
-
-APP = "app:"  # an application component's prefix: `app:retrieval`, `app:other`
-
-# The buckets a person reads first; the unsplit ones only appear when a server does not split,
-# the application when an application's spans gave its components.
-BUCKETS: dict[str, tuple[str, ...]] = {
-    "network": ("connect", "tls", "network"),
-    "gateway": GATEWAY,
-    "queue & overhead": ("client_wait", "intake", "preprocess", "queue", "model_load",
-                         "postprocess", "unattributed"),
-    "application": (),  # every `app:` component
-    "prefill": ("prefill",),
-    "decode": ("decode",),
-    "prefill + decode (unsplit)": ("inference",),
-    "first token (unsplit)": ("ttft_unsplit",),
-}
-
-
-def label(component: str) -> str:
-    """What a person calls a component: `app:retrieval` is "retrieval"."""
-    if component == APP + "other":
-        return "application, other"
-    return component[len(APP):] if component.startswith(APP) else LABELS[component]
-
-
-def members(bucket: str, components: Iterable[str]) -> list[str]:
-    """The components of `components` that belong to `bucket`."""
-    if bucket == "application":
-        return [c for c in components if c.startswith(APP)]
-    return list(BUCKETS[bucket])
-
-
-@dataclass(frozen=True, slots=True)
-class Component:
-    ms: float | None
-    quality: Quality
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,10 +93,6 @@ class Decomposition:
         return sum(self.ms(c) for c in members(name, self.components))
 
 
-QUALITIES = tuple(Quality)  # quality codes index this; −1: the component does not apply
-UNAVAILABLE = QUALITIES.index(Quality.UNAVAILABLE)
-EXACT, DERIVED, ESTIMATED = (QUALITIES.index(q) for q in (Quality.EXACT, Quality.DERIVED,
-                                                           Quality.ESTIMATED))
 # The order a request's components are summed in (its residual is unattributed).
 SERVER_ORDER = ("client_wait", "connect", "tls", "preprocess", "queue", "model_load", "prefill",
                 "decode", "inference", "network", "intake", "postprocess", *GATEWAY)

@@ -62,17 +62,3 @@ def hop(t: RequestTable, ok: np.ndarray, gateway: Gateway | None, join: SpanJoin
                intake_ms=mean(s["gateway_intake"]), engine_ttft_ms=mean(engine_ttft),
                forward_ms=mean(s["gateway_forward"]), tail_ms=mean(s["gateway_tail"]),
                engine_ms=mean(s["total"]))
-
-
-def hop_lines(h: Hop) -> list[str]:
-    """The hop in words: its title, the time to first token split, the tail, the join."""
-    ways = ", ".join(f"{by} {n}" for by, n in sorted(h.joined_by.items(), key=lambda kv: -kv[1]))
-    through = h.gateway.name if h.gateway is not None else "the gateway"
-    return [f"Through {through} (mean of {h.joined} of {h.requests} requests, "
-            f"{100 * h.coverage:.0f}%)",
-            f"first token {h.client_ttft_ms:,.1f} ms = gateway intake {h.intake_ms:,.1f} "
-            f"+ engine {h.engine_ttft_ms:,.1f} (queue, prefill) + forwarding "
-            f"{h.forward_ms:,.1f}",
-            f"after the engine's last byte: gateway tail {h.tail_ms:,.1f} ms "
-            f"(the engine's whole request {h.engine_ms:,.1f} ms)",
-            f"engine spans joined by {ways or 'nothing recorded'}"]

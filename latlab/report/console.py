@@ -9,11 +9,10 @@ from rich.table import Table
 from rich.text import Text
 
 from latlab.analysis.budget import Budget
-from latlab.analysis.connections import connections
 from latlab.analysis.decompose import BUCKETS, label, members
-from latlab.analysis.hop import hop_lines
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.summary import Distribution, Prediction, RunSummary, Throughput
+from latlab.report.gateway import print_hop, print_target
 from latlab.report.palette import BUCKET_COLORS, SEVERITY_COLORS
 from latlab.report.sessions import print_tasks, session_lines
 from latlab.units import cell, interval, ms, pct
@@ -24,9 +23,7 @@ if TYPE_CHECKING:
 
 BAR_WIDTH = 56
 _BLOCKS = {"network": "░", "gateway": "▔", "queue & overhead": "▒", "application": "▞",
-           "prefill": "▓",
-           "decode": "█",
-           "prefill + decode (unsplit)": "▚",
+           "prefill": "▓", "decode": "█", "prefill + decode (unsplit)": "▚",
            "first token (unsplit)": "·"}  # tell the buckets apart without colour
 
 
@@ -107,36 +104,6 @@ def print_analysis(console: Console, analysis: RunAnalysis) -> None:
     console.print()
     print_findings(console, analysis, unevaluated=False)
     console.print(f"report: {analysis.run.report_path}")
-
-
-def print_target(console: Console, analysis: RunAnalysis) -> None:
-    """What answered: the gateway in front of the engine, when one was detected or named,
-    and over HTTPS or through a gateway the connections, new and reused."""
-    for line in target_lines(analysis):
-        console.print(Text(line), markup=False, highlight=False)
-
-
-def target_lines(analysis: RunAnalysis) -> list[str]:
-    """The gateway and the connections, in words (nothing for a plain direct run)."""
-    t, lines = analysis.config.target, []
-    if t.gateway is not None:
-        behind = f" in front of {t.server_url}" if t.server_url else ""
-        lines.append(f"gateway     {t.gateway.name}{behind} ({t.gateway.evidence})")
-    use = connections(analysis.table, analysis.ok)
-    if use is not None and (t.gateway is not None or use.tls_ms is not None):
-        lines.append(f"connections {use.line()}")
-    return lines
-
-
-def print_hop(console: Console, analysis: RunAnalysis) -> None:
-    """The gateway's hop (`analysis.hop`): the time to first token split across it."""
-    if analysis.hop is None:
-        return
-    title, *lines = hop_lines(analysis.hop)
-    console.print()
-    console.print(Text(title, style="bold"))
-    for line in lines:
-        console.print(Text(f"  {line}"))
 
 
 def print_server_view(console: Console, analysis: RunAnalysis) -> None:

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 from latlab.analysis import decompose
 from latlab.analysis.decompose import label
-from latlab.analysis.hop import hop_lines
 from latlab.records.catalog import metrics
 from latlab.records.summary import Percentile, RunSummary
 from latlab.report import figures, gantt, sessions_html, timeseries
-from latlab.report.console import load_phrase, server_view_lines, target_lines
+from latlab.report.console import load_phrase, server_view_lines
+from latlab.report.gateway import hop_lines, target_lines
 from latlab.report.page import chart, document, e, settings_table
 from latlab.report.palette import SEVERITY_COLORS
 from latlab.units import ms, number, pct
