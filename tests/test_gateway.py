@@ -94,6 +94,9 @@ def test_the_gateways_hop_is_its_own_component_and_the_parts_add_up(litellm_run)
     assert hop is not None and hop.joined == hop.requests == int(ok.sum())
     assert hop.client_ttft_ms == pytest.approx(
         hop.intake_ms + hop.engine_ttft_ms + hop.forward_ms, abs=0.01)
+    finding = next(f for f in analysis.findings if f.rule == "gateway_share")
+    assert finding.title.startswith("a gateway takes") and "20 of 20 requests" in " ".join(
+        finding.evidence)
 
 
 def test_the_order_join_keeps_to_each_requests_time_and_lengths():
