@@ -162,6 +162,12 @@ def _notes(a: RunAnalysis) -> list[str]:
                      "unavailable and lumped into 'first token (unsplit)'")
     else:
         notes.append(_provenance(a))
+    joined = a.summary.spans
+    if joined is not None and joined.spans:
+        ways = ", ".join(f"{by} {n}" for by, n in joined.joined_by.items())
+        notes.append(f"{joined.spans} spans arrived; {joined.requests_joined} requests joined "
+                     f"to theirs" + (f" (by {ways})" if ways else ""))
+        notes += joined.notes
     gateway = a.config.target.gateway
     if gateway is not None and a.hop is None and a.ok.any():
         notes.append(f"the target is behind {gateway.name}: without the engine's spans "

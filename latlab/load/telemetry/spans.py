@@ -12,6 +12,9 @@ trace id, and the server's span for it is a child in that trace (or carries its 
   (`ServerTiming.application`), the model server's span, nested, the stages; where the model
   is comes from a model server's span or a GenAI client span (`gen_ai.operation.name`,
   `gen_ai.system`), else the user names the application's spans (`--app-span`);
+* behind a gateway that passes neither `traceparent` nor the timings on, `upstream` joins
+  the engine's spans by what survives (request and response ids, else prompt length and time
+  order) and adds the gateway's hop around each;
 * otherwise the trace is the benched server's own (a model server traced by generic HTTP
   instrumentation): it says nothing about stages and is not an application, so the
   request keeps the client's view (the join notes it).
