@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import shlex
 import sys
-from contextlib import nullcontext
 import threading
 import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import orjson
 
@@ -32,14 +32,20 @@ from latlab.analysis.findings import Finding
 from latlab.load.telemetry.observer import Observer
 from latlab.load.telemetry.otlp import SpanReceiver, iter_spans
 from latlab.metrics.stats import ci_ranks
-from latlab.metrics.summary import summarize
+from latlab.metrics.summary import RunContext, summarize
 from latlab.metrics.workload_fit import fit_workload
-from latlab.records.config import Clock, RunConfig, Target
-from latlab.records.folder import RecordWriter, RunFolder
-from latlab.records.observe import (OBSERVE_JSON, TRACE_JSONL, ObserveConfig, ObservedWindow,
-                                    ObserveRecord, trace_rows)
 from latlab.records.columns import present
+from latlab.records.config import Clock, RunConfig, Target
 from latlab.records.files import write_json
+from latlab.records.folder import RecordWriter, RunFolder
+from latlab.records.observe import (
+    OBSERVE_JSON,
+    TRACE_JSONL,
+    ObserveConfig,
+    ObservedWindow,
+    ObserveRecord,
+    trace_rows,
+)
 from latlab.records.spans import SPANS, Span, SpanJoin
 from latlab.records.summary import RunSummary
 from latlab.records.target import redact
@@ -245,7 +251,7 @@ def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
     run.write_config(settings)
     record.notes = _notes(record)
     summary = summarize(table, run_window(settings, table), settings.slos or None,
-                        stop_reason=stop_reason, notes=record.notes)
+                        context=RunContext(stop_reason=stop_reason, notes=record.notes))
     summary.spans = SpanJoin(spans=o.spans, requests_joined=o.calls, requests_with_trace=o.calls,
                              sources=dict(o.sources), notes=record.notes)
     run.write_summary(summary)
