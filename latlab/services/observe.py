@@ -5,7 +5,8 @@
 
 Spans arrive (OTLP/HTTP, or a file of exported ones), are grouped per trace and each LLM call
 becomes a record (`load.telemetry.observer`), appended to requests.jsonl as it completes; the
-calls are analysed a window at a time (`observe_windows`). At the end (the duration, the file's
+calls are analysed a window at a time (`observe_windows`), each window once the watermark
+(`load.telemetry.watermark`) says every call that started in it is in. At the end (the duration, the file's
 end, Ctrl-C) what is still waiting is explained with the spans it has, and the folder is
 finished like a bench run's: summary.json, report.html, the run store, plus the traffic as a
 replayable trace (trace.jsonl, latlab's trace rows) and the synthetic workload fitted to it
@@ -31,6 +32,7 @@ from latlab.analysis import RunAnalysis, analyze
 from latlab.analysis.findings import Finding
 from latlab.load.telemetry.observer import Observer
 from latlab.load.telemetry.otlp import SpanReceiver, iter_spans
+from latlab.load.telemetry.watermark import EXPORT_DELAY_NS, Watermark
 from latlab.metrics.stats import ci_ranks
 from latlab.metrics.summary import summarize
 from latlab.metrics.workload_fit import fit_workload
@@ -46,7 +48,7 @@ from latlab.records.target import redact
 from latlab.records.window import run_window
 from latlab.report.html import write_html
 from latlab.services.errors import InputError
-from latlab.services.observe_windows import Rolling, Windows
+from latlab.services.observe_windows import Provisional, Rolling, Windows
 from latlab.store import RunStore, key_numbers
 
 REFRESH_S = 1.0
@@ -66,13 +68,15 @@ class ObserveResult:
 @dataclass
 class Live:
     """What the live view shows: the receiver's counts, the rolling window, the last closed
-    window (its budget and findings) and the peak-hours finding so far."""
+    window (its budget and findings), the one still waiting for late spans, and the
+    peak-hours finding so far."""
 
     endpoint: str | None
     elapsed_s: float
     record: ObserveRecord
     rolling: Rolling
     last: ObservedWindow | None
+    provisional: Provisional | None  # the latest window ended but not yet written
     peak: object | None
     pending_spans: int
 
@@ -110,23 +114,26 @@ class _Session:
         return self.spans.observer
 
     def take(self, now_ns: int, final: bool = False) -> None:
-        """Write the calls complete by `now_ns` (all when `final`); close their windows."""
+        """Write the calls complete by `now_ns` (all when `final`); close the windows the
+        watermark has passed."""
         records = self.observer.finish() if final else self.observer.ready(now_ns)
         lines = [orjson.dumps(r.to_json(), option=orjson.OPT_APPEND_NEWLINE) for r in records]
         self.writer.write_lines(lines)
         self.windows.add(records, lines)
-        self.windows.close(None if final else now_ns)
+        self.windows.close(None if final else self.observer.watermark(now_ns))
 
     def record(self) -> ObserveRecord:
         o = self.observer
         source = self.settings.target.otlp_endpoint or _source(self.config)
         return ObserveRecord(source=source, spans=o.spans, traces=o.traces,
                              calls=o.calls, traces_without_call=o.traces_without_call,
-                             forced=o.forced, unseen_model=o.unseen_model,
+                             forced=o.forced, late=self.windows.late,
+                             unseen_model=o.unseen_model,
                              malformed=o.malformed,
                              rejected=self.spans.rejected, throttled=self.spans.throttled,
                              first_rejection=self.spans.first_rejection,
-                             windows=len(self.windows.kept), sources=dict(o.sources))
+                             windows=len(self.windows.kept), lag_s=o.mark.lag_ns / 1e9,
+                             sources=dict(o.sources))
 
 
 def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
@@ -139,7 +146,8 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
     stop = stop or threading.Event()
     if config.from_file is not None and not config.from_file.is_file():
         raise InputError(f"--from {config.from_file}: no such file")
-    spans = _Spans(Observer(config.trace_wait_s * 1e9, config.max_pending_spans))
+    mark = Watermark(EXPORT_DELAY_NS, int(config.max_lateness_s * 1e9))
+    spans = _Spans(Observer(config.trace_wait_s * 1e9, config.max_pending_spans, mark))
     receiver = None if config.from_file is not None else _listen(config, spans)
     try:
         run = RunFolder.create(config.out, config.name)
@@ -150,8 +158,8 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
             target=Target(otlp_endpoint=receiver.endpoint if receiver else None),
             clock=Clock(perf_counter_ns=0, unix_time=0.0))
         run.write_config(settings)
-        windows = Windows(run, settings, int(config.window_s * 1e9),
-                          int(config.trace_wait_s * 1e9))
+        windows = Windows(run, settings, int(config.window_s * 1e9), mark.bound_ns,
+                          since_ns=None if receiver is None else time.time_ns())
         with run.record_writer() as writer, (open(run.path / SPANS, "ab") if config.keep_spans
                                              else nullcontext()) as kept:
             spans.file = kept
@@ -197,8 +205,8 @@ def _live(s: _Session, receiver: SpanReceiver, view: Callable[[Live], None] | No
         if view is not None:
             w = s.windows
             view(Live(receiver.endpoint, time.monotonic() - started, s.record(),
-                      w.rolling(now), w.kept[-1] if w.kept else None, w.peak,
-                      s.observer.pending_spans))
+                      w.rolling(s.observer.watermark(now)), w.kept[-1] if w.kept else None,
+                      w.provisional(now), w.peak, s.observer.pending_spans))
     s.spans.reject(receiver.rejected - s.spans.rejected, receiver.first_rejection)
     s.spans.throttled = receiver.throttled
 
@@ -275,6 +283,10 @@ def _notes(r: ObserveRecord) -> list[str]:
     if r.unseen_model:
         notes.append(f"{r.unseen_model:,} calls without their model server's spans: their model "
                      "time is the client's, unsplit (export the model server's spans too)")
+    if r.late:
+        notes.append(f"{r.late:,} calls arrived more than --max-lateness after their window "
+                     "ended: in requests.jsonl, in no window (a stalled exporter, or clocks "
+                     "apart?)")
     if r.forced:
         notes.append(f"{r.forced:,} traces explained before they were complete, to keep memory "
                      "bounded (--max-pending-spans)")
