@@ -23,8 +23,7 @@ from latlab.metrics.stats import percentile
 from latlab.metrics.summary import summarize
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
-from latlab.records.observe import (MIN_WINDOW_CALLS, ObservedWindow, Quantiles,
-                                    WindowFinding)
+from latlab.records.observe import MIN_WINDOW_CALLS, ObservedWindow, Quantiles, WindowFinding
 from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
 from latlab.records.window import Window
@@ -34,7 +33,8 @@ def analyze_window(run: RunFolder, config: RunConfig,
                    records: Sequence[RequestTimeline] | RequestTable, start_ns: int, end_ns: int
                    ) -> tuple[ObservedWindow, RunAnalysis | None]:
     """The window [start_ns, end_ns) of `records` (the calls that started in it); its
-    findings only from `MIN_WINDOW_CALLS` calls on (fewer make no case either way)."""
+    findings only from `MIN_WINDOW_CALLS` calls on (fewer make no case either way), and not
+    peak hours (the seconds of one window are no hours: `peak_over` compares the windows)."""
     seconds = (end_ns - start_ns) / 1e9
     if not len(records):
         return ObservedWindow(start_ns=start_ns, end_ns=end_ns, calls=0, failed=0,
@@ -55,7 +55,7 @@ def analyze_window(run: RunFolder, config: RunConfig,
         rate=len(table) / seconds, ttft=quantiles(metrics.ttft[ok]),
         e2e=quantiles(metrics.e2e[ok]), shares=shares,
         findings=[WindowFinding(rule=f.rule, severity=str(f.severity), title=f.title)
-                  for f in analysis.findings] if judged else [],
+                  for f in analysis.findings if f.rule != "peak_hours"] if judged else [],
         findings_skipped=not judged), analysis
 
 

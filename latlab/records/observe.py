@@ -13,12 +13,11 @@ from typing import Any, Iterator
 import numpy as np
 from pydantic import model_validator
 
-from latlab.records.columns import present
-from latlab.records.table import RequestTable
-
 from latlab.records.bench import OutputConfig, SloConfig
+from latlab.records.columns import present
 from latlab.records.settings import OBSERVE, TELEMETRY, derive, setting
 from latlab.records.summary import Record
+from latlab.records.table import RequestTable
 
 WINDOWS = "windows.jsonl"
 MIN_WINDOW_CALLS = 20  # a window with fewer calls is summed up, but no rule judges it
@@ -130,6 +129,9 @@ class ObserveRecord(Record):
     rejected: int = 0
     first_rejection: str | None = None
     throttled: int = 0
+    streamed: int = 0  # calls whose spans say they streamed
+    not_streamed: int = 0
+    stream_unknown: int = 0  # calls whose spans do not say (not counted as either)
     windows: int = 0
     lag_s: float | None = None
     sources: dict[str, int] = {}  # calls by what explained them (`otlp:SERVICE[+SERVICE]`)

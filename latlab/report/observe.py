@@ -88,6 +88,9 @@ def print_observed(console: Console, result: Any) -> None:
     r = result.record
     console.print(Text(f"{r.spans:,} spans in {r.traces:,} traces from {r.source}: "
                        f"{r.calls:,} LLM calls", style="bold"))
+    if r.calls:
+        console.print(f"streamed: {r.streamed:,} · not streamed: {r.not_streamed:,} · unknown "
+                      f"(their spans do not say): {r.stream_unknown:,}", highlight=False)
     for note in r.notes:
         console.print(f"note: {note}", style="yellow", highlight=False)
     if result.analysis is None:

@@ -6,9 +6,9 @@
 Spans arrive (OTLP/HTTP, or a file of exported ones), are grouped per trace and each LLM call
 becomes a record (`load.telemetry.observer`), appended to requests.jsonl as it completes; the
 calls are analysed a window at a time (`observe_windows`), each window once the watermark
-(`load.telemetry.watermark`) says every call that started in it is in. At the end (the duration, the file's
-end, Ctrl-C) what is still waiting is explained with the spans it has, and the folder is
-finished like a bench run's: summary.json, report.html, the run store, plus the traffic as a
+(`load.telemetry.watermark`) says every call that started in it is in. At the end (the
+duration, the file's end, Ctrl-C) what is still waiting is explained with the spans it has,
+and the folder is finished like a bench run's: summary.json, report.html, the run store, plus the traffic as a
 replayable trace (trace.jsonl, latlab's trace rows) and the synthetic workload fitted to it
 (config.json → `bench`, what `latlab bench --config FOLDER` reruns; `latlab predict --replay
 FOLDER` replays the calls themselves).
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import shlex
 import sys
-from contextlib import nullcontext
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -36,12 +36,18 @@ from latlab.load.telemetry.watermark import EXPORT_DELAY_NS, Watermark
 from latlab.metrics.stats import ci_ranks
 from latlab.metrics.summary import summarize
 from latlab.metrics.workload_fit import fit_workload
-from latlab.records.config import Clock, RunConfig, Target
-from latlab.records.folder import RecordWriter, RunFolder
-from latlab.records.observe import (OBSERVE_JSON, TRACE_JSONL, ObserveConfig, ObservedWindow,
-                                    ObserveRecord, trace_rows)
 from latlab.records.columns import present
+from latlab.records.config import Clock, RunConfig, Target
 from latlab.records.files import write_json
+from latlab.records.folder import RecordWriter, RunFolder
+from latlab.records.observe import (
+    OBSERVE_JSON,
+    TRACE_JSONL,
+    ObserveConfig,
+    ObservedWindow,
+    ObserveRecord,
+    trace_rows,
+)
 from latlab.records.spans import SPANS, Span, SpanJoin
 from latlab.records.summary import RunSummary
 from latlab.records.target import redact
@@ -128,6 +134,8 @@ class _Session:
         return ObserveRecord(source=source, spans=o.spans, traces=o.traces,
                              calls=o.calls, traces_without_call=o.traces_without_call,
                              forced=o.forced, late=self.windows.late,
+                             streamed=o.streamed[True], not_streamed=o.streamed[False],
+                             stream_unknown=o.streamed[None],
                              unseen_model=o.unseen_model,
                              malformed=o.malformed,
                              rejected=self.spans.rejected, throttled=self.spans.throttled,

@@ -29,7 +29,12 @@ OVERLOAD_WHERE = {
     "network": ("network: the link cannot carry the load", "move closer, more bandwidth"),
     "first token (unsplit)": ("before the first token (no server timings split it)",
                               "offer at most the achieved rate; add server timings to see more"),
+    "model server (unsplit)": ("the model server (its own spans were not seen to split it)",
+                               "offer at most the achieved rate; export the model server's "
+                               "spans to see more"),
 }
+OVERLOAD_ELSEWHERE = ("{bucket}: it grew with the load", "offer at most the achieved rate, or "
+                      "add capacity where it goes")
 
 
 def overload(a: RunAnalysis) -> Finding | Unevaluated | None:
@@ -59,7 +64,8 @@ def overload(a: RunAnalysis) -> Finding | Unevaluated | None:
         first, last = windows[0], windows[-1]
         evidence.append(f"{worst} per request: {ms(first.budget.bucket(worst))} in {first.label} "
                         f"→ {ms(last.budget.bucket(worst))} in {last.label}")
-    where, fix = OVERLOAD_WHERE[worst]
+    where, fix = OVERLOAD_WHERE.get(worst, (OVERLOAD_ELSEWHERE[0].format(bucket=worst),
+                                            OVERLOAD_ELSEWHERE[1]))
     title = (f"overloaded: {pct(share)} of the time is queueing and the server falls behind"
              if worst == "queue & overhead" and share >= QUEUE_DOMINATES else
              f"overloaded: the server completes {pct(achieved / offered)} of the offered rate")

@@ -27,11 +27,10 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Iterable
 
-from latlab.load.telemetry.calls import Call, calls_of, joined, record_of, steps_of
+from latlab.load.telemetry.calls import Call, calls_of, joined, record_of, steps_of, streamed
 from latlab.load.telemetry.watermark import EXPORT_DELAY_NS, Watermark
 from latlab.records.spans import Span
 from latlab.records.timeline import RequestTimeline
-
 
 DEFAULT_BOUND_NS = 120 * 10**9  # --max-lateness's default
 
@@ -46,6 +45,17 @@ class _Waiting:
     start_ns: int
 
 
+@dataclass(slots=True)
+class _Half:
+    """A call seen by one side only, waiting until `due_ns` for its other half; when its
+    trace's first span arrived, and its trace's earliest start."""
+
+    call: Call
+    due_ns: int
+    first_ns: int
+    start_ns: int
+
+
 class Observer:
     def __init__(self, wait_ns: float, max_spans: int, mark: Watermark | None = None) -> None:
         self.wait_ns, self.max_spans = int(wait_ns), max_spans
@@ -53,10 +63,11 @@ class Observer:
         self.spans = self.traces = self.calls = 0
         self.traces_without_call = self.forced = self.unseen_model = self.malformed = 0
         self.sources: Counter[str] = Counter()
+        self.streamed: Counter[bool | None] = Counter()  # True, False, None: unknown
         self.models: Counter[str] = Counter()
         self._pending: OrderedDict[str, _Waiting] = OrderedDict()  # the quiet longest first
         self._held = 0
-        self._halves: OrderedDict[str, tuple[Call, int, int]] = OrderedDict()  # (, due, first)
+        self._halves: OrderedDict[str, _Half] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -81,7 +92,7 @@ class Observer:
         """The start time before which every call is in, at `now_ns` (`Watermark.at`)."""
         with self._lock:
             starts = [w.start_ns for w in self._pending.values()]
-        starts += [call.outer.start_ns for call, _, _ in self._halves.values()]
+        starts += [half.start_ns for half in self._halves.values()]
         return self.mark.at(now_ns, min(starts, default=None))
 
     def ready(self, now_ns: int) -> list[RequestTimeline]:
@@ -100,18 +111,18 @@ class Observer:
                 complete.append(waiting)
         out = [r for waiting in complete for r in self._trace(waiting, now_ns)]
         while self._halves:
-            key, (call, due, first) = next(iter(self._halves.items()))
-            if due > now_ns:
+            key, half = next(iter(self._halves.items()))
+            if half.due_ns > now_ns:
                 break
             del self._halves[key]
-            out.append(self._record(call, first))
+            out.append(self._record(half.call, half.first_ns))
         return out
 
     def finish(self) -> list[RequestTimeline]:
         """Every call still waiting, with the spans it has."""
         far = 1 << 62
         out = self.ready(far)
-        out += [self._record(call, first) for call, _, first in self._halves.values()]
+        out += [self._record(half.call, half.first_ns) for half in self._halves.values()]
         self._halves.clear()
         return out
 
@@ -129,10 +140,11 @@ class Observer:
             key = calls[0].id
             other = self._halves.pop(key, None)
             if other is None:
-                self._halves[key] = (calls[0], now_ns + self.wait_ns, first)
+                self._halves[key] = _Half(calls[0], now_ns + self.wait_ns, first,
+                                          waiting.start_ns)
                 return []
-            pair = (calls[0], other[0]) if calls[0].client else (other[0], calls[0])
-            return [self._record(joined(*pair), min(first, other[2]))]
+            pair = (calls[0], other.call) if calls[0].client else (other.call, calls[0])
+            return [self._record(joined(*pair), min(first, other.first_ns))]
         return [self._record(c, first, step) for c, step in zip(calls, steps_of(calls))]
 
     @staticmethod
@@ -148,6 +160,7 @@ class Observer:
         self.calls += 1
         self.mark.saw(first_ns - r.origin_ns)
         self.unseen_model += call.server is None
+        self.streamed[streamed(call)] += 1
         if r.server is not None and r.server.source:
             self.sources[r.server.source] += 1
         model = next((s.attributes.get(k) for s in (call.server, call.client) if s is not None
