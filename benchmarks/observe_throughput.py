@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import random
 import shutil
 import signal
 import socket
@@ -47,6 +48,7 @@ from latlab.records.files import read_json
 from latlab.records.observe import OBSERVE_JSON, ObserveRecord
 
 BATCH_CALLS = 512 // 5 + 1  # about the SDK's batch of 512 spans
+RETRIES, MAX_BACKOFF_S = 6, 32.0  # as the OTLP exporters retry a refused export
 SPANS_PER_CALL = 5
 MS = 1_000_000
 
@@ -114,20 +116,44 @@ def batch(now_ns: int, seq: int) -> bytes:
     return request.SerializeToString()
 
 
-def sender(url: str, until: float, rate: float | None, counter) -> None:
+def export(client: httpx.Client, url: str, body: bytes, until: float) -> tuple[bool, int]:
+    """POST one batch as an OTLP exporter does: on 429 or 503 (observe's back-pressure) wait
+    (its Retry-After, else a backoff doubling from 1 s to 32 s, jittered) and send it again,
+    at most `RETRIES` times and not past `until`. (Delivered?, refusals.)"""
+    backoff, refused = 1.0, 0
+    for _ in range(RETRIES + 1):
+        answer = client.post(url, content=body)
+        if answer.status_code not in (429, 503):
+            answer.raise_for_status()
+            return True, refused
+        refused += 1
+        after = answer.headers.get("Retry-After")
+        wait = float(after) if after and after.isdigit() else backoff
+        wait *= random.uniform(0.8, 1.2)
+        if time.monotonic() + wait > until:
+            break
+        time.sleep(wait)
+        backoff = min(2 * backoff, MAX_BACKOFF_S)
+    return False, refused
+
+
+def sender(url: str, until: float, rate: float | None, counters) -> None:
     """POST batches until `until` (monotonic), at `rate` spans/s shared by the senders, or
-    as fast as the receiver answers."""
+    as fast as the receiver takes them (retrying refused ones as exporters do)."""
     spans = BATCH_CALLS * SPANS_PER_CALL
+    delivered, refusals, dropped = counters
     with httpx.Client(timeout=60, headers={"Content-Type": "application/x-protobuf"}) as client:
         seq, next_at = 0, time.monotonic()
         while time.monotonic() < until:
             if rate is not None:
                 time.sleep(max(0.0, next_at - time.monotonic()))
                 next_at += spans / rate
-            client.post(url, content=batch(time.time_ns(), seq)).raise_for_status()
+            ok, refused = export(client, url, batch(time.time_ns(), seq), until)
             seq += 1
-            with counter.get_lock():
-                counter.value += spans
+            with delivered.get_lock():
+                delivered.value += spans * ok
+                refusals.value += refused
+                dropped.value += spans * (not ok)
 
 
 def cpu_s(pid: int) -> float:
@@ -167,12 +193,13 @@ def phase(seconds: float, rate: float | None, senders: int, cpu: int, steady: bo
         port = s.getsockname()[1]
     observe = start_observe(out, port, cpu, ["--window", "10", "--trace-wait", "1"] if steady
                             else [])
-    counter = mp.Value("q", 0)
+    counters = (mp.Value("q", 0), mp.Value("q", 0), mp.Value("q", 0))
+    counter = counters[0]
     try:
         warmup = 0.0 if steady else WARMUP_S
         until = time.monotonic() + warmup + seconds
         workers = [mp.Process(target=sender, args=(f"http://127.0.0.1:{port}/v1/traces", until,
-                                                   rate / senders if rate else None, counter))
+                                                   rate / senders if rate else None, counters))
                    for _ in range(senders)]
         for w in workers:
             w.start()
@@ -190,9 +217,11 @@ def phase(seconds: float, rate: float | None, senders: int, cpu: int, steady: bo
             for at, n, rss in samples:
                 print(f"  {at:6.0f} s  {n:>10,} spans  {rss:7.1f} MiB")
         else:
-            print(f"flat out for {seconds:.0f} s: {sent:,} spans in {used:.1f} CPU s of observe "
-                  f"-> {sent / used:,.0f} spans per CPU second ({sent / wall:,.0f} per wall "
-                  f"second); peak resident {max(r for _, _, r in samples):.0f} MiB")
+            print(f"flat out for {seconds:.0f} s: {sent:,} spans taken in {used:.1f} CPU s of "
+                  f"observe -> {sent / used:,.0f} spans per CPU second ({sent / wall:,.0f} per "
+                  f"wall second); peak resident {max(r for _, _, r in samples):.0f} MiB; "
+                  f"{counters[1].value:,} exports refused (503) and retried, "
+                  f"{counters[2].value:,} spans given up")
     finally:
         observe.send_signal(signal.SIGINT)
         try:

@@ -95,7 +95,7 @@ def test_an_instrumented_applications_call_gets_application_network_and_model_co
 
 
 def test_a_client_that_does_not_propagate_its_trace_is_joined_by_the_response_id():
-    observer = Observer(wait_ns=1e9, max_spans=1000)
+    observer = Observer(wait=1e9, max_spans=1000)
     observer.add([genai("c", None, 0, 300, trace="client-trace", response="chatcmpl-9")], T0)
     observer.add([llm_request("s", None, 20, 250, trace="server-trace", rid="chatcmpl-9")], T0)
     assert observer.ready(T0 + int(0.5e9)) == []
@@ -112,7 +112,7 @@ def test_an_agents_calls_are_the_steps_of_its_task():
              span("execute_tool search", "tool", "root", 320, 600,
                   **{"gen_ai.operation.name": "execute_tool"}),
              genai("c2", "root", 650, 990, response="b"), llm_request("s2", "c2", 660, 300, rid="b")]
-    observer = Observer(wait_ns=0, max_spans=1000)
+    observer = Observer(wait=0, max_spans=1000)
     observer.add(trace, T0)
     first, second = observer.ready(T0 + 1)
     assert (first.session.turn, second.session.turn, second.session.turns) == (1, 2, 2)
@@ -144,7 +144,7 @@ def test_a_failed_call_keeps_its_outcome():
 
 
 def test_the_spans_waiting_stay_bounded():
-    observer = Observer(wait_ns=60e9, max_spans=100)
+    observer = Observer(wait=60e9, max_spans=100)
     for i in range(1000):  # a trace every ms, none complete within the wait
         observer.add([llm_request(f"s{i}", None, i, 50, trace=f"t{i}", rid=f"r{i}")], T0 + i * MS)
         observer.ready(T0 + i * MS)

@@ -11,6 +11,7 @@ from latlab.analysis.decompose import decompose
 from latlab.analysis.windows import peak_over
 from latlab.load.telemetry.calls import calls_of, record_of, streamed
 from latlab.load.telemetry.observer import Observer
+from latlab.load.telemetry.trace_wait import INITIAL_NS, LEARNING_TRACES, TraceWait
 from latlab.load.telemetry.watermark import Watermark
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
@@ -39,6 +40,22 @@ def test_the_watermark_waits_for_the_latest_call_seen_and_what_is_still_waiting(
     assert mark.at(now, now - 500 * S) == now - 120 * S  # ... at most the bound
     mark.saw(1000 * S)
     assert mark.lag_ns == 120 * S
+
+
+def test_the_trace_wait_is_learnt_from_the_gaps_and_grows_with_a_split_trace():
+    observer = Observer(TraceWait(), 100_000)
+    assert observer.wait.ns == INITIAL_NS  # twice the SDK's delay while it learns
+    for i in range(LEARNING_TRACES):  # each trace's spans in one export, as a Collector sends
+        observer.add(genai_call(f"{i + 1:032x}", T0 + i * S // 10, 300), T0 + i * S // 10 + S)
+    observer.ready(T0 + 60 * S)
+    assert observer.traces == LEARNING_TRACES and observer.wait.ns == 1 * S  # no gap seen
+    root, retrieval, client = genai_call("f" * 32, T0 + 70 * S, 300)
+    observer.add([retrieval], T0 + 71 * S)
+    observer.ready(T0 + 73 * S)  # quiet for 1 s: explained with its retrieval span alone
+    observer.add([root, client], T0 + 76 * S)  # the rest, in the next batch 5 s later
+    assert observer.wait.splits == 1 and observer.wait.ns == 10 * S  # twice that gap
+    fixed = Observer(3e9, 100)
+    assert fixed.wait.ns == 3 * S
 
 
 def genai_call(trace: str, start_ns: int, ms: int, stream: bool | None = None,
@@ -97,7 +114,7 @@ def live(tmp_path, batches, window_s: float) -> tuple[Windows, Observer]:
     """What `latlab observe` does live, on a clock that ticks each second: the batches as
     they arrive, then the calls complete and the windows the watermark passed."""
     run, config = run_folder(tmp_path)
-    observer = Observer(10 * S, 100_000)
+    observer = Observer(TraceWait(), 100_000)  # the trace wait learnt, as by default
     windows = Windows(run, config, int(window_s * S), observer.mark.bound_ns, since_ns=T0 - S)
     pending = list(batches)
     now = T0

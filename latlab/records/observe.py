@@ -43,12 +43,13 @@ class ObserveConfig(SloConfig, OutputConfig):
     window_s: float = setting(60.0, "Seconds of each window: the live view's rolling window "
                               "and the windows the folder keeps, each with its findings.",
                               "--window", group=OBSERVE, gt=0)
-    trace_wait_s: float = setting(10.0, "A trace is complete this many seconds after its last "
-                                  "span arrived. The OpenTelemetry SDK's BatchSpanProcessor "
-                                  "sends a span up to 5 s after it ends, so two spans of a trace "
-                                  "that end together can arrive 5 s apart (and more, plus the "
-                                  "time between their ends): a wait of 5 s splits traces, 10 s "
-                                  "leaves the spans 5 s to end apart.", group=TELEMETRY, ge=0)
+    trace_wait_s: float | None = setting(
+        None, "A trace is complete once quiet this many seconds (no span of it arrived). "
+        "Default: learnt, twice the longest gap seen between two arrivals of a trace's spans "
+        "(1 to 30 s; 10 s over the first traces, twice the OpenTelemetry SDK's 5 s batch "
+        "delay, which splits traces when waited exactly), lengthened when a trace's spans "
+        "arrive after it was explained (counted).", group=TELEMETRY, ge=0,
+        show_default=False)
     max_lateness_s: float = setting(120.0, "A window waits for its late calls (how late calls "
                                     "arrive is measured: their first span's arrival after "
                                     "their start, at least 5 s) at most this many seconds past "
@@ -134,6 +135,8 @@ class ObserveRecord(Record):
     stream_unknown: int = 0  # calls whose spans do not say (not counted as either)
     windows: int = 0
     lag_s: float | None = None
+    trace_wait_s: float | None = None  # the trace wait at the end (learnt, or --trace-wait)
+    split_traces: int = 0  # spans that arrived for a trace already explained
     sources: dict[str, int] = {}  # calls by what explained them (`otlp:SERVICE[+SERVICE]`)
     workload_flags: list[str] = []  # `latlab bench` flags of the fitted workload
     notes: list[str] = []
@@ -141,8 +144,10 @@ class ObserveRecord(Record):
 
 def trace_rows(t: RequestTable) -> Iterator[dict[str, Any]]:
     """The calls as latlab's trace rows, in start order: `timestamp` (s from the first call),
-    `prompt_tokens`, `output_tokens` (generated; a failed call's max_tokens), and `session`,
-    `turn`, `tenant` where known. Calls without both lengths are left out."""
+    `prompt_tokens` (the server's count: a chat call's includes its chat template),
+    `output_tokens` (generated; a failed call's max_tokens), `api` (the count is the server's:
+    a replay through a chat API does not add its template to it again), and `session`, `turn`, `tenant` where known.
+    Calls without both lengths are left out."""
     output = np.where(t.ok, t.completion_tokens, t.max_tokens)
     usable = present(t.origin_ns) & (np.nan_to_num(t.prompt_tokens) > 0) \
         & (np.nan_to_num(output) > 0)
@@ -151,6 +156,8 @@ def trace_rows(t: RequestTable) -> Iterator[dict[str, Any]]:
     for i in rows.tolist():
         row = {"timestamp": round((int(t.origin_ns[i]) - int(t.origin_ns[rows[0]])) / 1e9, 6),
                "prompt_tokens": int(t.prompt_tokens[i]), "output_tokens": int(output[i])}
+        if t.api[i] is not None:
+            row["api"] = t.api[i]
         if t.session.codes[i] >= 0:
             row.update(session=t.session.names[t.session.codes[i]], turn=int(t.step["turn"][i]))
         if t.tenant.codes[i] >= 0:

@@ -32,6 +32,7 @@ from latlab.analysis import RunAnalysis, analyze
 from latlab.analysis.findings import Finding
 from latlab.load.telemetry.observer import Observer
 from latlab.load.telemetry.otlp import SpanReceiver, iter_spans
+from latlab.load.telemetry.trace_wait import TraceWait
 from latlab.load.telemetry.watermark import EXPORT_DELAY_NS, Watermark
 from latlab.metrics.stats import ci_ranks
 from latlab.metrics.summary import summarize
@@ -141,6 +142,7 @@ class _Session:
                              rejected=self.spans.rejected, throttled=self.spans.throttled,
                              first_rejection=self.spans.first_rejection,
                              windows=len(self.windows.kept), lag_s=o.mark.lag_ns / 1e9,
+                             trace_wait_s=o.wait.ns / 1e9, split_traces=o.wait.splits,
                              sources=dict(o.sources))
 
 
@@ -155,7 +157,8 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
     if config.from_file is not None and not config.from_file.is_file():
         raise InputError(f"--from {config.from_file}: no such file")
     mark = Watermark(EXPORT_DELAY_NS, int(config.max_lateness_s * 1e9))
-    spans = _Spans(Observer(config.trace_wait_s * 1e9, config.max_pending_spans, mark))
+    wait = TraceWait(None if config.trace_wait_s is None else int(config.trace_wait_s * 1e9))
+    spans = _Spans(Observer(wait, config.max_pending_spans, mark))
     receiver = None if config.from_file is not None else _listen(config, spans)
     try:
         run = RunFolder.create(config.out, config.name)
@@ -295,6 +298,10 @@ def _notes(r: ObserveRecord) -> list[str]:
         notes.append(f"{r.late:,} calls arrived more than --max-lateness after their window "
                      "ended: in requests.jsonl, in no window (a stalled exporter, or clocks "
                      "apart?)")
+    if r.split_traces:
+        notes.append(f"{r.split_traces:,} traces had spans arrive after they were explained "
+                     f"(split: the rest counted apart); the trace wait grew to "
+                     f"{r.trace_wait_s:g} s (--trace-wait fixes it)")
     if r.forced:
         notes.append(f"{r.forced:,} traces explained before they were complete, to keep memory "
                      "bounded (--max-pending-spans)")

@@ -1,17 +1,18 @@
 """Spans arriving from a live service, turned into call records (`latlab observe`).
 
 Spans come in batches, a trace's spans in several (each service exports its own, seconds
-apart), so they are grouped per trace until the trace has been quiet for `wait_ns`, as an
-OpenTelemetry Collector's group-by-trace processor does; then its LLM calls become records
+apart), so they are grouped per trace until the trace has been quiet for a while (`trace_wait`:
+learnt from the gaps seen between a trace's spans, or --trace-wait), as an OpenTelemetry
+Collector's group-by-trace processor does; then its LLM calls become records
 (`calls`). Memory stays bounded: at most `max_spans` spans wait, past it the trace quiet the
 longest is explained with the spans it has (`forced`). A call seen by one side only that names
 the other's id (a client that did not propagate its trace context, so its model server's span
-is in another trace) waits `wait_ns` more for its other half, then goes alone.
+is in another trace) waits as long again for its other half, then goes alone.
 
 Each call's lateness (its first span's arrival after its start) and the earliest start still
 waiting give the `watermark`: the start time before which every call is in (`watermark`).
 
-    observer = Observer(wait_ns=10e9, max_spans=200_000, mark=Watermark(5e9, 120e9))
+    observer = Observer(TraceWait(), max_spans=200_000, mark=Watermark(5e9, 120e9))
     observer.add(spans, now_ns)            # from the receiver's thread
     records = observer.ready(now_ns)       # complete calls, from the main thread
     observer.watermark(now_ns)             # calls that started before it are all in
@@ -28,11 +29,13 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from latlab.load.telemetry.calls import Call, calls_of, joined, record_of, steps_of, streamed
+from latlab.load.telemetry.trace_wait import TraceWait
 from latlab.load.telemetry.watermark import EXPORT_DELAY_NS, Watermark
 from latlab.records.spans import Span
 from latlab.records.timeline import RequestTimeline
 
 DEFAULT_BOUND_NS = 120 * 10**9  # --max-lateness's default
+EXPLAINED_KEPT = 50_000  # trace ids explained lately, to tell a split trace's late spans
 
 
 @dataclass(slots=True)
@@ -57,8 +60,11 @@ class _Half:
 
 
 class Observer:
-    def __init__(self, wait_ns: float, max_spans: int, mark: Watermark | None = None) -> None:
-        self.wait_ns, self.max_spans = int(wait_ns), max_spans
+    def __init__(self, wait: TraceWait | float, max_spans: int,
+                 mark: Watermark | None = None) -> None:
+        """`wait`: the trace wait, or a fixed one in ns."""
+        self.wait = wait if isinstance(wait, TraceWait) else TraceWait(int(wait))
+        self.max_spans = max_spans
         self.mark = mark or Watermark(EXPORT_DELAY_NS, DEFAULT_BOUND_NS)
         self.spans = self.traces = self.calls = 0
         self.traces_without_call = self.forced = self.unseen_model = self.malformed = 0
@@ -68,6 +74,7 @@ class Observer:
         self._pending: OrderedDict[str, _Waiting] = OrderedDict()  # the quiet longest first
         self._held = 0
         self._halves: OrderedDict[str, _Half] = OrderedDict()
+        self._explained: OrderedDict[str, int] = OrderedDict()  # trace → its last arrival
         self._lock = threading.Lock()
 
     @property
@@ -81,6 +88,11 @@ class Observer:
                 entry = self._pending.pop(s.trace_id, None)
                 if entry is None:
                     entry = _Waiting([], now_ns, now_ns, s.start_ns)
+                    explained = self._explained.pop(s.trace_id, None)
+                    if explained is not None:
+                        self.wait.split(now_ns - explained)
+                else:
+                    self.wait.gap(now_ns - entry.last_ns)
                 entry.spans.append(s)
                 entry.last_ns = now_ns
                 entry.start_ns = min(entry.start_ns, s.start_ns)
@@ -96,19 +108,24 @@ class Observer:
         return self.mark.at(now_ns, min(starts, default=None))
 
     def ready(self, now_ns: int) -> list[RequestTimeline]:
-        """The calls of every trace quiet for `wait_ns` (and of the oldest beyond the memory
-        bound), and the halves that waited long enough for their other half."""
+        """The calls of every trace quiet for the trace wait (and of the oldest beyond the
+        memory bound), and the halves that waited long enough for their other half."""
         complete = []
+        wait = self.wait.ns
         with self._lock:
             while self._pending:
                 trace_id, waiting = next(iter(self._pending.items()))
                 over = self._held > self.max_spans
-                if waiting.last_ns + self.wait_ns > now_ns and not over:
+                if waiting.last_ns + wait > now_ns and not over:
                     break
                 del self._pending[trace_id]
                 self._held -= len(waiting.spans)
-                self.forced += waiting.last_ns + self.wait_ns > now_ns
+                self.forced += waiting.last_ns + wait > now_ns
                 complete.append(waiting)
+                self._explained[trace_id] = waiting.last_ns
+                if len(self._explained) > EXPLAINED_KEPT:
+                    self._explained.popitem(last=False)
+            self.wait.traces += len(complete)
         out = [r for waiting in complete for r in self._trace(waiting, now_ns)]
         while self._halves:
             key, half = next(iter(self._halves.items()))
@@ -140,7 +157,7 @@ class Observer:
             key = calls[0].id
             other = self._halves.pop(key, None)
             if other is None:
-                self._halves[key] = _Half(calls[0], now_ns + self.wait_ns, first,
+                self._halves[key] = _Half(calls[0], now_ns + self.wait.ns, first,
                                           waiting.start_ns)
                 return []
             pair = (calls[0], other.call) if calls[0].client else (other.call, calls[0])
