@@ -74,8 +74,8 @@ def load(url: str, seconds: float, threads: int, burst: int) -> int:
 def observe(latlab: Path, args: list[str], out: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(latlab)}
     return subprocess.Popen([sys.executable, "-m", "latlab", "observe", "--out", str(out),
-                             *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                             *args], env=env, cwd=latlab, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
 
 
 def windows_of(folder: Path) -> tuple[int, list[dict]]:
@@ -141,6 +141,10 @@ def main() -> None:
     describe("live", calls, windows)
     calls_from, windows_from = windows_of(again)
     describe("--from", calls_from, windows_from)
+    record = orjson.loads((folder / "observe.json").read_bytes())
+    print(f"  observe.json: late {record.get('late', 'not counted')}, lag "
+          f"{record.get('lag_s', '–')} s, trace wait {record.get('trace_wait_s', '–')} s; "
+          f"config: {orjson.loads((folder / 'config.json').read_bytes())['command'][:60]}")
     same = [(w["start_ns"], w["calls"]) for w in windows] == \
         [(w["start_ns"], w["calls"]) for w in windows_from]
     findings = [sorted(f["title"] for f in w["findings"]) for w in windows] == \
