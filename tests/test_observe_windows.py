@@ -15,8 +15,13 @@ from latlab.load.telemetry.trace_wait import INITIAL_NS, LEARNING_TRACES, TraceW
 from latlab.load.telemetry.watermark import Watermark
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
-from latlab.records.observe import (MIN_WINDOW_CALLS, WINDOWS, ObserveConfig, ObservedWindow,
-                                    Quantiles)
+from latlab.records.observe import (
+    MIN_WINDOW_CALLS,
+    WINDOWS,
+    ObserveConfig,
+    ObservedWindow,
+    Quantiles,
+)
 from latlab.records.spans import Span
 from latlab.services.observe import run_observe
 from latlab.services.observe_windows import Windows

@@ -146,8 +146,8 @@ def trace_rows(t: RequestTable) -> Iterator[dict[str, Any]]:
     """The calls as latlab's trace rows, in start order: `timestamp` (s from the first call),
     `prompt_tokens` (the server's count: a chat call's includes its chat template),
     `output_tokens` (generated; a failed call's max_tokens), `api` (the count is the server's:
-    a replay through a chat API does not add its template to it again), and `session`, `turn`, `tenant` where known.
-    Calls without both lengths are left out."""
+    a replay through a chat API does not add its template to it again), and `session`,
+    `turn`, `tenant` where known. Calls without both lengths are left out."""
     output = np.where(t.ok, t.completion_tokens, t.max_tokens)
     usable = present(t.origin_ns) & (np.nan_to_num(t.prompt_tokens) > 0) \
         & (np.nan_to_num(output) > 0)

@@ -8,10 +8,10 @@ becomes a record (`load.telemetry.observer`), appended to requests.jsonl as it c
 calls are analysed a window at a time (`observe_windows`), each window once the watermark
 (`load.telemetry.watermark`) says every call that started in it is in. At the end (the
 duration, the file's end, Ctrl-C) what is still waiting is explained with the spans it has,
-and the folder is finished like a bench run's: summary.json, report.html, the run store, plus the traffic as a
-replayable trace (trace.jsonl, latlab's trace rows) and the synthetic workload fitted to it
-(config.json → `bench`, what `latlab bench --config FOLDER` reruns; `latlab predict --replay
-FOLDER` replays the calls themselves).
+and the folder is finished like a bench run's: summary.json, report.html, the run store,
+plus the traffic as a replayable trace (trace.jsonl, latlab's trace rows) and the synthetic
+workload fitted to it (config.json → `bench`, what `latlab bench --config FOLDER` reruns;
+`latlab predict --replay FOLDER` replays the calls themselves).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from latlab.records.target import redact
 from latlab.records.window import run_window
 from latlab.report.html import write_html
 from latlab.services.errors import InputError
+from latlab.services.observe_notes import notes_on
 from latlab.services.observe_windows import Provisional, Rolling, Windows
 from latlab.store import RunStore, key_numbers
 
@@ -262,7 +263,7 @@ def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
     if o.models:
         settings.target.model = o.models.most_common(1)[0][0]
     run.write_config(settings)
-    record.notes = _notes(record)
+    record.notes = notes_on(record)
     summary = summarize(table, run_window(settings, table), settings.slos or None,
                         stop_reason=stop_reason, notes=record.notes)
     summary.spans = SpanJoin(spans=o.spans, requests_joined=o.calls, requests_with_trace=o.calls,
@@ -278,44 +279,6 @@ def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
         analysis = analyze(run)
         write_html(run, analysis)
     return ObserveResult(run, record, summary, analysis, s.windows.kept, s.windows.peak)
-
-
-def _notes(r: ObserveRecord) -> list[str]:
-    notes = []
-    if not r.spans and r.source.startswith("--from"):
-        notes.append(f"no span latlab could read in {r.source[7:]}")
-    elif not r.spans:
-        notes.append(f"no span arrived at {r.source}: point the services' OTLP/HTTP trace "
-                     "exporters there (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)")
-    elif not r.calls:
-        notes.append(f"{r.spans:,} spans in {r.traces:,} traces, none an LLM call: latlab knows "
-                     "a call by a model server's span (vLLM's llm_request, latlab serve's, "
-                     "SGLang's) or a GenAI client span (opentelemetry-instrumentation-openai-v2)")
-    if r.unseen_model:
-        notes.append(f"{r.unseen_model:,} calls without their model server's spans: their model "
-                     "time is the client's, unsplit (export the model server's spans too)")
-    if r.late:
-        notes.append(f"{r.late:,} calls arrived more than --max-lateness after their window "
-                     "ended: in requests.jsonl, in no window (a stalled exporter, or clocks "
-                     "apart?)")
-    if r.split_traces:
-        notes.append(f"{r.split_traces:,} traces had spans arrive after they were explained "
-                     f"(split: the rest counted apart); the trace wait grew to "
-                     f"{r.trace_wait_s:g} s (--trace-wait fixes it)")
-    if r.forced:
-        notes.append(f"{r.forced:,} traces explained before they were complete, to keep memory "
-                     "bounded (--max-pending-spans)")
-    if r.malformed:
-        notes.append(f"{r.malformed:,} calls left out: their spans end before they start, or "
-                     "carry no time")
-    if r.throttled:
-        notes.append(f"{r.throttled:,} export requests refused while {r.source} was behind "
-                     "(503: exporters send them again; a sustained rate above what one core "
-                     "explains loses spans once their retries give up)")
-    if r.rejected:
-        notes.append(f"{r.rejected:,} bodies or lines held no spans latlab could read "
-                     f"(first: {r.first_rejection})")
-    return notes
 
 
 def _source(config: ObserveConfig) -> str:

@@ -54,7 +54,8 @@ def overload(a: RunAnalysis) -> Finding | Unevaluated | None:
     buckets = a.tail.buckets()
     worst = max(buckets, key=buckets.get)
     share, tail = a.mean.share(worst), a.tail.share(worst)
-    evidence = [f"achieved {achieved:.2f} req/s of {offered:.2f} offered ({pct(achieved / offered)})"
+    evidence = [f"achieved {achieved:.2f} req/s of {offered:.2f} offered "
+                f"({pct(achieved / offered)})"
                 + f"; {t.backlog_growth} more requests in flight at the last arrival than at "
                   "the window's start",
                 f"{worst}: {pct(share)} of the mean E2E, {pct(tail)} of the p99 tail's",
@@ -107,8 +108,8 @@ def queueing_under_load(a: RunAnalysis) -> Finding | Unevaluated | None:
         if ls >= fs + LOAD_SHARE_RISE and lw >= LOAD_GROWTH * fw and lw - fw >= LOAD_WAIT_MS:
             fired, impact = True, max(impact, ls)
     if not evaluated:
-        return Unevaluated("queueing_under_load", "needs requests at different load levels (in-flight "
-                                          "counts) or a run long enough for ≥ 2 time windows")
+        return Unevaluated("queueing_under_load", "needs requests at different load levels "
+                           "(in-flight counts) or a run long enough for ≥ 2 time windows")
     if not fired:
         return None
     return Finding("queueing_under_load", Severity.WARNING,

@@ -30,21 +30,17 @@ from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from latlab.load.telemetry.app_trace import application_of
+from latlab.load.telemetry.call_outcome import outcome_of
 from latlab.load.telemetry.spans import STAGE_NAMES, is_model_span, model_timing
 from latlab.records.spans import Span
-from latlab.records.timeline import Outcome, RequestTimeline, ServerTiming, SessionStep
+from latlab.records.timeline import RequestTimeline, ServerTiming, SessionStep
 
 CHAT_OPERATIONS = {"chat": "chat", "text_completion": "completions",
                    "generate_content": "chat"}
 TOOL_OPERATION = "execute_tool"
 TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
 NS_PER_S = 1e9
-# The OpenAI client's exception names (the GenAI instrumentation's `error.type`), by outcome.
-ERROR_TYPES = (("ratelimit", Outcome.HTTP_429), ("internalserver", Outcome.HTTP_5XX),
-               ("timeout", Outcome.TIMEOUT), ("connection", Outcome.CONNECTION_REFUSED),
-               ("badrequest", Outcome.HTTP_4XX), ("notfound", Outcome.HTTP_4XX),
-               ("authentication", Outcome.HTTP_4XX), ("permissiondenied", Outcome.HTTP_4XX),
-               ("unprocessable", Outcome.HTTP_4XX), ("conflict", Outcome.HTTP_4XX))
+
 
 
 @dataclass(slots=True)
@@ -139,7 +135,7 @@ def record_of(call: Call, index: int, step: SessionStep | None = None) -> Reques
                         done_ns=outer.end_ns, server=timing, trace_id=outer.trace_id,
                         server_request_id=call.id, cached_tokens=cached, session=step,
                         tenant=(root or call.client).service if (root or call.client) else None)
-    r.outcome, r.error = _outcome(call, outer)
+    r.outcome, r.error = outcome_of([s for s in (outer, call.client, call.server) if s])
     _tokens(r, call)
     if call.server is not None and model is not None:
         _token_times(r, call, model)
@@ -253,25 +249,6 @@ def _shift(call: Call) -> int:
     if c is None:
         return caller.start_ns - s.start_ns
     return (c.start_ns + c.end_ns - s.start_ns - s.end_ns) // 2
-
-
-def _outcome(call: Call, outer: Span) -> tuple[Outcome, str | None]:
-    """How the call ended, from the HTTP status and errors its spans recorded."""
-    spans = [s for s in (outer, call.client, call.server) if s is not None]
-    for s in spans:
-        status = s.attributes.get("http.response.status_code", s.attributes.get(
-            "http.status_code"))
-        if isinstance(status, int) and status >= 400:
-            kind = (Outcome.HTTP_429 if status == 429 else
-                    Outcome.HTTP_5XX if status >= 500 else Outcome.HTTP_4XX)
-            return kind, f"{s.name}: HTTP {status}"
-    for s in spans:
-        if s.status == "error":
-            error = str(s.attributes.get("error.type") or "error")
-            kind = next((o for name, o in ERROR_TYPES if name in error.lower()),
-                        Outcome.CLIENT_ERROR)
-            return kind, f"{s.name}: {error}"
-    return Outcome.OK, None
 
 
 def _api(call: Call) -> str:

@@ -18,9 +18,9 @@ from latlab.load.workload.datasets import load_dataset
 from latlab.load.workload.trace_requests import TracePrompts, session_step, trace_step
 from latlab.load.workload.traces import Replayed, TraceCursor
 from latlab.records.arrivals import ArrivalConfig
-from latlab.records.timeline import SessionStep, TraceStep
 from latlab.records.lengths import WorkloadError
-from latlab.records.workload import Api, CHAT_APIS, WorkloadConfig
+from latlab.records.timeline import SessionStep, TraceStep
+from latlab.records.workload import CHAT_APIS, Api, WorkloadConfig
 from latlab.tokenizer import Tokenizer, TokenizerError
 
 __all__ = ["Api", "RequestSpec", "Workload", "WorkloadError"]
