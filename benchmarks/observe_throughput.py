@@ -1,26 +1,30 @@
-"""How many spans a second `latlab observe` takes on one core, and its memory over a long run.
+"""How many spans a second `latlab observe` takes on one core, and its memory, flat out and over
+a steady run.
 
-    .venv/bin/python benchmarks/observe_throughput.py                    # 75 s flat out, 120 s steady
+    .venv/bin/python benchmarks/observe_throughput.py          # 75 s flat out, 120 s steady
     .venv/bin/python benchmarks/observe_throughput.py --max-s 60 --steady-s 600 --rate 5000
 
 `latlab observe` runs as its own process pinned to one CPU (`os.sched_setaffinity`); sender
-processes POST OTLP/HTTP protobuf bodies to it on
-127.0.0.1, each a batch of 512 spans (the OpenTelemetry SDK's export batch) of a RAG
-application's traffic: per call its server span (7 attributes), a retrieval span, the GenAI
-client span of `opentelemetry-instrumentation-openai-v2` (9), the HTTP client span (4) and the
-model server's `llm_request` (12 attributes, 4 events) — five spans a call, ids fresh, times
-the sender's clock.
+processes POST OTLP/HTTP protobuf bodies to it on 127.0.0.1, each a batch of 512 spans (the
+OpenTelemetry SDK's export batch) of a RAG application's traffic: per call its server span
+(7 attributes), a retrieval span, the GenAI client span of
+`opentelemetry-instrumentation-openai-v2` (9), the HTTP client span (4) and the model server's
+`llm_request` (12 attributes, 4 events) — five spans a call, ids fresh, times the sender's
+clock. The senders send as OTLP exporters do: a batch refused (503, observe's back-pressure
+when --max-pending-spans spans wait; or 429) is sent again after its Retry-After, else a
+backoff doubling from 1 s to 32 s, at most 6 times; what is given up is counted.
 
-1. **Flat out** (`--max-s`, observe's defaults: 60 s windows, 5 s trace wait; after 15 s of
-   warm-up): the senders send as fast as observe answers; the measured stretch includes a
-   window's close (its analysis and findings). Spans per second = the spans
-   observe received / the CPU seconds its process used meanwhile (user + system, from /proc),
-   so a busy machine's stolen time does not count against it; the wall-clock rate is printed
-   beside it.
-2. **Steady** (`--steady-s` at `--rate` spans/s, `--window 10 --trace-wait 1`): the resident
-   memory of the observe process every 10 s. It holds the spans of traces not yet complete (bounded by --trace-wait and
-   --max-pending-spans), the calls of the open windows and one line per closed window, so it
-   levels off after the first window whatever the run's length.
+1. **Flat out** (`--max-s`, observe's defaults: 60 s windows, the trace wait learnt; after
+   15 s of warm-up): the senders send as fast as observe takes the batches; the measured
+   stretch includes a window's close (its analysis and findings). Spans per CPU second = the
+   spans observe took / the CPU seconds its process used meanwhile (user + system, from
+   /proc), so a busy machine's stolen time does not count against it; per wall second and the
+   peak resident memory (sampled each second) beside it.
+2. **Steady** (`--steady-s` at `--rate` spans/s, `--window 10`): the resident memory of the
+   observe process every 10 s. It holds the spans of traces not yet complete (bounded by the
+   trace wait and --max-pending-spans), the calls of the open windows (the window and the
+   watermark's lag) and one line per closed window, so it levels off after the first windows
+   whatever the run's length.
 
 The load average before and after is printed with the numbers: the machine is shared.
 """
@@ -191,8 +195,7 @@ def phase(seconds: float, rate: float | None, senders: int, cpu: int, steady: bo
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    observe = start_observe(out, port, cpu, ["--window", "10", "--trace-wait", "1"] if steady
-                            else [])
+    observe = start_observe(out, port, cpu, ["--window", "10"] if steady else [])
     counters = (mp.Value("q", 0), mp.Value("q", 0), mp.Value("q", 0))
     counter = counters[0]
     try:
@@ -232,7 +235,8 @@ def phase(seconds: float, rate: float | None, senders: int, cpu: int, steady: bo
         for record in out.glob(f"*/{OBSERVE_JSON}"):
             r = read_json(record, ObserveRecord)
             print(f"  observe.json: {r.spans:,} spans, {r.calls:,} calls, {r.forced:,} traces "
-                  f"explained early (memory bound), {r.rejected} rejected")
+                  f"explained early (memory bound), {r.rejected} rejected, {r.throttled:,} "
+                  f"refused; trace wait {r.trace_wait_s:g} s, watermark lag {r.lag_s:g} s")
         shutil.rmtree(out, ignore_errors=True)
 
 

@@ -120,8 +120,10 @@ class Observer:
                     break
                 del self._pending[trace_id]
                 self._held -= len(waiting.spans)
-                self.forced += waiting.last_ns + wait > now_ns
                 complete.append(waiting)
+                if waiting.last_ns + wait > now_ns:
+                    self.forced += 1  # its later spans are the memory bound's, not the wait's
+                    continue
                 self._explained[trace_id] = waiting.last_ns
                 if len(self._explained) > EXPLAINED_KEPT:
                     self._explained.popitem(last=False)
