@@ -4,15 +4,19 @@ window however late it arrives), each analysed and appended to windows.jsonl onc
 watermark (`load.telemetry.watermark`: every call that started before it is in) has passed
 its end; until then the live view shows it as provisional. A call that arrives after its
 window was written (later than --max-lateness) is counted late. A rolling window of the last
-`window_s` seconds before the watermark for the live view. Memory holds the open windows'
-calls (as their JSON lines, half the size of the records) and the kept windows' one-line
-summaries, whatever the run's length.
+`window_s` seconds before the watermark for the live view.
+
+An open window's calls wait on disk (their JSON lines, requests.jsonl's, appended to a scratch
+file of the window's as they come): memory holds a count per open window, the rolling
+window's numbers and the kept windows' one-line summaries, whatever the intake rate or the
+run's length; a window's calls are read (as columns, by DuckDB) only to analyse it.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import orjson
@@ -26,7 +30,7 @@ from latlab.records.reader import read_requests
 from latlab.records.table import RequestTable
 from latlab.records.timeline import RequestTimeline
 
-SCRATCH = ".window.jsonl"
+SCRATCH = ".window-{key}.jsonl"  # an open window's calls, in the run folder
 
 
 @dataclass
@@ -52,10 +56,10 @@ class Provisional:
 
 @dataclass(slots=True)
 class _Open:
-    """A window's calls so far, each as (start, id, JSON line): analysed in start order, so
-    the window is the same whatever order its calls arrived in."""
+    """A window's calls so far: how many, in its scratch file."""
 
-    calls: list[tuple[int, str, bytes]] = field(default_factory=list)
+    path: Path
+    calls: int = 0
 
 
 @dataclass
@@ -76,6 +80,7 @@ class Windows:
 
     def add(self, records: list[RequestTimeline], lines: list[bytes]) -> None:
         """The calls complete now, and each one's JSON line (requests.jsonl's)."""
+        by_window: dict[int, list[bytes]] = {}
         for r, line in zip(records, lines):
             start = r.origin_ns
             if start is None:
@@ -84,12 +89,19 @@ class Windows:
             if self._closed_before is not None and key < self._closed_before:
                 self.late += 1
             else:
-                self._open.setdefault(key, _Open()).calls.append((start, r.id, line))
+                by_window.setdefault(key, []).append(line)
                 self._first = key if self._first is None else min(self._first, key)
             ttft = r.first_token_ns - r.sent_ns if r.first_token_ns and r.sent_ns else None
             e2e = r.done_ns - r.sent_ns if r.done_ns and r.sent_ns else None
             self._recent.append((start, ttft, e2e, r.ok))
             self._newest = max(self._newest, start)
+        for key, window_lines in by_window.items():
+            window = self._open.get(key)
+            if window is None:
+                window = self._open[key] = _Open(self.run.path / SCRATCH.format(key=key))
+            with open(window.path, "ab") as f:
+                f.write(b"".join(window_lines))
+            window.calls += len(window_lines)
         horizon = self._newest - self.bound_ns - 2 * self.window_ns  # what `rolling` may show
         while self._recent and self._recent[0][0] < horizon:
             self._recent.popleft()
@@ -97,6 +109,9 @@ class Windows:
     def close(self, watermark_ns: int | None = None) -> list[ObservedWindow]:
         """Analyse and keep every window with calls that ends by `watermark_ns` (all without
         it: the observation's end), in order."""
+        if watermark_ns is not None:  # what `rolling` may show from now on
+            while self._recent and self._recent[0][0] < watermark_ns - self.window_ns:
+                self._recent.popleft()
         if not self._open:
             return []
         last = max(self._open) if watermark_ns is None else \
@@ -126,19 +141,18 @@ class Windows:
             return None
         key = max(ended)
         return Provisional(key * self.window_ns, (key + 1) * self.window_ns,
-                           len(self._open[key].calls))
+                           self._open[key].calls)
 
     def _table(self, key: int) -> RequestTable:
-        """A window's calls as columns, parsed by the run's own reader (DuckDB) from a
-        scratch file: a dict per call would take a few times their lines' memory."""
-        scratch = self.run.path / SCRATCH
-        calls = self._open.pop(key).calls
-        calls.sort()
-        scratch.write_bytes(b"".join(line for _, _, line in calls))
+        """A window's calls as columns, parsed by the run's own reader (DuckDB) from its
+        scratch file, in start order: the window is the same whatever order its calls
+        arrived in."""
+        scratch = self._open.pop(key).path
         try:
-            return read_requests(scratch)
+            table = read_requests(scratch)
         finally:
             scratch.unlink()
+        return table.take(np.argsort(table.origin_ns, kind="stable"))
 
     def rolling(self, watermark_ns: int) -> Rolling:
         """The calls that started in the window's length before the watermark."""
