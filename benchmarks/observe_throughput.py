@@ -172,10 +172,13 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def start_observe(out: Path, port: int, cpu: int, options: list[str]) -> subprocess.Popen:
+def start_observe(latlab: Path, out: Path, port: int, cpu: int, options: list[str]
+                  ) -> subprocess.Popen:
+    """`latlab observe` of the checkout `latlab`, pinned to `cpu`."""
     process = subprocess.Popen(
         [sys.executable, "-m", "latlab", "observe", "--otlp-port", str(port), "--out", str(out),
-         *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+         *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=latlab,
+        env={**os.environ, "PYTHONPATH": str(latlab)}, start_new_session=True)
     os.sched_setaffinity(process.pid, {cpu})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -190,12 +193,13 @@ def start_observe(out: Path, port: int, cpu: int, options: list[str]) -> subproc
 WARMUP_S = 15.0
 
 
-def phase(seconds: float, rate: float | None, senders: int, cpu: int, steady: bool) -> None:
+def phase(latlab: Path, seconds: float, rate: float | None, senders: int, cpu: int,
+          steady: bool) -> None:
     out = Path(tempfile.mkdtemp(prefix="latlab-observe-bench-"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    observe = start_observe(out, port, cpu, ["--window", "10"] if steady else [])
+    observe = start_observe(latlab, out, port, cpu, ["--window", "10"] if steady else [])
     counters = (mp.Value("q", 0), mp.Value("q", 0), mp.Value("q", 0))
     counter = counters[0]
     try:
@@ -236,7 +240,7 @@ def phase(seconds: float, rate: float | None, senders: int, cpu: int, steady: bo
             r = read_json(record, ObserveRecord)
             print(f"  observe.json: {r.spans:,} spans, {r.calls:,} calls, {r.forced:,} traces "
                   f"explained early (memory bound), {r.rejected} rejected, {r.throttled:,} "
-                  f"refused; trace wait {r.trace_wait_s:g} s, watermark lag {r.lag_s:g} s")
+                  f"refused; trace wait {r.trace_wait_s} s, watermark lag {r.lag_s} s")
         shutil.rmtree(out, ignore_errors=True)
 
 
@@ -247,12 +251,15 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=5000.0, help="spans/s of the steady phase")
     parser.add_argument("--senders", type=int, default=2)
     parser.add_argument("--cpu", type=int, default=0, help="the CPU observe is pinned to")
+    parser.add_argument("--latlab", type=Path, default=Path(__file__).resolve().parents[1],
+                        help="the checkout whose observe runs (default: this one)")
     args = parser.parse_args()
-    print(f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()}")
+    print(f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()}; observe from "
+          f"{args.latlab}")
     if args.max_s:
-        phase(args.max_s, None, args.senders, args.cpu, steady=False)
+        phase(args.latlab, args.max_s, None, args.senders, args.cpu, steady=False)
     if args.steady_s:
-        phase(args.steady_s, args.rate, args.senders, args.cpu, steady=True)
+        phase(args.latlab, args.steady_s, args.rate, args.senders, args.cpu, steady=True)
     print(f"load average after: {os.getloadavg()}")
 
 
