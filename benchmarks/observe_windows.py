@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from latlab.load.target.launch import free_port, start_engine, start_server
+from latlab.load.target.launch import ServerLaunch, embedded_engine, free_port, launched
 
 APP = Path(__file__).resolve().parents[1] / "examples" / "rag_app" / "app.py"
 SETTLE_S = 30.0  # after the load: the last windows
@@ -107,20 +107,20 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()}")
     work = Path(tempfile.mkdtemp(prefix="latlab-observe-windows-"))
     port, app_port = free_port(), free_port()
+    app_url = f"http://127.0.0.1:{app_port}"
     endpoint = f"http://127.0.0.1:{port}/v1/traces"
     live = observe(args.latlab, ["--otlp-port", str(port), "--window", str(args.window),
                                  "--keep-spans"], work / "live")
     try:
         time.sleep(5)  # listening (its imports)
         serve = ["--model", "tiny"] + ([] if args.client_only else ["--otlp-endpoint", endpoint])
-        with start_engine(serve) as engine, \
-                start_server([sys.executable, str(APP), "--llm-url", engine.url, "--port",
-                              str(app_port), "--docs", "2000", "--lookup-ms", "50",
-                              "--otlp-endpoint", endpoint, "--export-delay-ms", "5000"],
-                             f"http://127.0.0.1:{app_port}",
-                             f"http://127.0.0.1:{app_port}/health", ready_timeout_s=120,
-                             name="rag_app"):
-            sent = load(f"http://127.0.0.1:{app_port}", args.seconds, args.threads, args.burst)
+        with embedded_engine(serve) as engine, \
+                launched(ServerLaunch((sys.executable, str(APP), "--llm-url", engine.url,
+                                       "--port", str(app_port), "--docs", "2000", "--lookup-ms",
+                                       "50", "--otlp-endpoint", endpoint, "--export-delay-ms",
+                                       "5000"), app_url, f"{app_url}/health", "rag_app"),
+                         ready_timeout_s=120):
+            sent = load(app_url, args.seconds, args.threads, args.burst)
             time.sleep(EXPORT_S)  # the exporters' last batches, before the servers stop
         time.sleep(SETTLE_S)  # the servers flushed their spans as they stopped
         live.send_signal(signal.SIGINT)

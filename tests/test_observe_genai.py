@@ -24,7 +24,7 @@ import httpx
 import orjson
 import pytest
 
-from latlab.load.target.launch import free_port, start_engine, start_server
+from latlab.load.target.launch import ServerLaunch, embedded_engine, free_port, launched
 from latlab.records.files import read_json
 from latlab.records.folder import RunFolder
 from latlab.records.observe import OBSERVE_JSON, WINDOWS, ObserveConfig, ObserveRecord
@@ -36,6 +36,14 @@ LOAD_S = 24.0
 SETTLE_S = 90.0
 EXPORT_S = 7.0
 WINDOW_S = 2
+
+
+def rag_app(llm_url: str, port: int, otlp_endpoint: str, what: str) -> ServerLaunch:
+    """examples/rag_app, its spans sent at the OpenTelemetry SDK's default 5 s delay."""
+    url = f"http://127.0.0.1:{port}"
+    return ServerLaunch((sys.executable, str(APP), "--llm-url", llm_url, "--port", str(port),
+                         "--docs", "500", "--otlp-endpoint", otlp_endpoint,
+                         "--export-delay-ms", "5000"), url, f"{url}/health", f"rag_app ({what})")
 
 
 def windows(folder: Path) -> list[dict]:
@@ -76,18 +84,12 @@ def test_the_genai_instrumentations_calls_each_in_its_window_live_as_from_the_fi
     sent: list[str] = []
     joined_port, alone_port = free_port(), free_port()
     try:
-        with start_engine(["--model", "tiny", "--otlp-endpoint", endpoint]) as traced, \
-                start_engine(["--model", "tiny"]) as silent, \
-                start_server([sys.executable, str(APP), "--llm-url", traced.url, "--port",
-                              str(joined_port), "--docs", "500", "--otlp-endpoint", endpoint,
-                              "--export-delay-ms", "5000"], f"http://127.0.0.1:{joined_port}",
-                             f"http://127.0.0.1:{joined_port}/health", ready_timeout_s=90,
-                             name="rag_app (joined)"), \
-                start_server([sys.executable, str(APP), "--llm-url", silent.url, "--port",
-                              str(alone_port), "--docs", "500", "--otlp-endpoint", endpoint,
-                              "--export-delay-ms", "5000"], f"http://127.0.0.1:{alone_port}",
-                             f"http://127.0.0.1:{alone_port}/health", ready_timeout_s=90,
-                             name="rag_app (client only)"):
+        with embedded_engine(["--model", "tiny", "--otlp-endpoint", endpoint]) as traced, \
+                embedded_engine(["--model", "tiny"]) as silent, \
+                launched(rag_app(traced.url, joined_port, endpoint, "joined"),
+                         ready_timeout_s=90), \
+                launched(rag_app(silent.url, alone_port, endpoint, "client only"),
+                         ready_timeout_s=90):
             stop_at = time.monotonic() + LOAD_S
             users = [threading.Thread(target=chat, args=(f"http://127.0.0.1:{p}", stop_at,
                                                          i, sent))
