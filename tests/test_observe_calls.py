@@ -111,7 +111,8 @@ def test_an_agents_calls_are_the_steps_of_its_task():
              genai("c1", "root", 10, 300, response="a"), llm_request("s1", "c1", 20, 270, rid="a"),
              span("execute_tool search", "tool", "root", 320, 600,
                   **{"gen_ai.operation.name": "execute_tool"}),
-             genai("c2", "root", 650, 990, response="b"), llm_request("s2", "c2", 660, 300, rid="b")]
+             genai("c2", "root", 650, 990, response="b"),
+             llm_request("s2", "c2", 660, 300, rid="b")]
     observer = Observer(wait=0, max_spans=1000)
     observer.add(trace, T0)
     first, second = observer.ready(T0 + 1)
@@ -127,7 +128,8 @@ def test_sglang_stage_slices_make_a_call():
              span(" Req 1a2b3c4d", "req", "room", 0, 210, service="sglang", rid="1a2b3c4d"),
              span("Tokenizer (host:ab | pid:1)", "thread", "req", 0, 210, service="sglang"),
              *[span(name, name, "thread", a, b, service="sglang")
-               for name, a, b in (("tokenize", 0, 5), ("prefill", 12, 52), ("decode loop", 52, 205))]]
+               for name, a, b in (("tokenize", 0, 5), ("prefill", 12, 52),
+                                  ("decode loop", 52, 205))]]
     (call,) = calls_of(trace)
     r = record_of(call, 0)
     assert call.server.span_id == "room" and r.server_request_id == "1a2b3c4d"
@@ -159,8 +161,7 @@ def test_otlp_json_is_read_as_protobuf_reads_it():
     import base64
 
     from google.protobuf import json_format
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest)
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     from latlab.load.telemetry.otlp import json_spans, spans_of
 
