@@ -26,7 +26,9 @@ Definitions (quoted in the sweep's output):
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,27 +48,59 @@ SATURATION_LOAD_GROWTH = 0.10
 SATURATION_ACHIEVED_SHARE = 0.25
 SATURATION_BEHIND = 0.90
 SATURATION_LATENCY_GROWTH = 0.10
+BEHIND = SATURATION_BEHIND  # a point that achieved less of what it offered fell behind
+LABEL_TOLERANCE = 0.05  # an offered rate this far from the asked one is named in the label
 STOP_RULE = ("stop escalating when a point is clearly saturated (load +≥10% over the previous "
              "point, achieved rate up by less than a quarter of that and below 90% of offered, "
              "median E2E from schedule +≥10%) or its error rate exceeds --max-error-rate")
 
 
-def measure(analysis: RunAnalysis, label: str, mode: Mode, load: float | None,
-            slos: dict[str, float], q: float) -> Point:
-    """The point of one bench run; `load=None` takes the achieved rate (synchronous)."""
+@dataclass(frozen=True)
+class RunColumns:
+    """What a point is read from: a run's summary, its records' table and metric columns, and
+    the requests `inside` its window (a predicted run's draws have no `RunAnalysis`)."""
+
+    summary: RunSummary
+    table: RequestTable
+    metrics: MetricColumns
+    inside: np.ndarray
+
+
+@dataclass(frozen=True)
+class PointLoad:
+    """A point as the plan names it: its label, its mode and the load it asks for (None: the
+    achieved rate, for the synchronous point)."""
+
+    label: str
+    mode: Mode
+    load: float | None
+
+
+@dataclass(frozen=True)
+class Judging:
+    """How points are judged: the SLO limits (ms), at which percentile, and whether with the
+    SLO values' 95% CIs (a measured sample's; a prediction's come from its draws)."""
+
+    slos: dict[str, float]
+    percentile: float
+    ci: bool = True
+
+
+def measure(analysis: RunAnalysis, planned: PointLoad, judging: Judging) -> Point:
+    """The point of one bench run."""
     budget = {name: b.buckets() for name, b in (("mean", analysis.mean), ("tail", analysis.tail))
               if b is not None}
-    return point(analysis.summary, analysis.table, analysis.requests.metrics, analysis.inside,
-                 label, mode, load, slos, q, str(analysis.run.path), budget)
+    columns = RunColumns(analysis.summary, analysis.table, analysis.requests.metrics,
+                         analysis.inside)
+    return point(columns, planned, judging, run=str(analysis.run.path), budget=budget)
 
 
-def point(s: RunSummary, table: RequestTable, metrics: MetricColumns, inside: np.ndarray,
-          label: str, mode: Mode, load: float | None, slos: dict[str, float], q: float,
-          run: str = "", budget: dict[str, dict[str, float]] | None = None,
-          ci: bool = True) -> Point:
-    """The point of a run's columns: its `summary`, `table`, metric columns and the
-    requests `inside` its window (a predicted run's draws have no analysis); with `ci`,
-    its SLO values' 95% CIs (a measured sample's; a prediction's come from its draws)."""
+def point(columns: RunColumns, planned: PointLoad, judging: Judging, *, run: str = "",
+          budget: dict[str, dict[str, float]] | None = None) -> Point:
+    """The point of a run's columns (`run`: its folder)."""
+    s, table, metrics, inside = columns.summary, columns.table, columns.metrics, columns.inside
+    label, mode, load = planned.label, planned.mode, planned.load
+    slos, q, ci = judging.slos, judging.percentile, judging.ci
     t = table
     judged = inside & (t.outcome != OUTCOMES.index(Outcome.CANCELLED))
     judged_values = {m: _slo_values(table, metrics, judged, m) for m in slos}
@@ -74,8 +108,16 @@ def point(s: RunSummary, table: RequestTable, metrics: MetricColumns, inside: np
     ok_e2e = np.sort(metrics.e2e_sched[judged & t.ok & ~np.isnan(metrics.e2e_sched)])
     t = s.throughput
     achieved = t.achieved_rate if t else 0.0
+    offered = t.offered_rate if t else None
+    asked = load
+    if mode == "rate" and offered:  # the load a point offered, not the rate it was asked for
+        if load and abs(offered - load) > LABEL_TOLERANCE * load:
+            label = f"{label}, offered {offered:.3g}"
+        load = offered
+    behind = bool(t and (t.fell_behind or short_of(offered, achieved, t.window_s)))
     return Point(
-        label=label, mode=mode, load=achieved if load is None else load, achieved=achieved,
+        label=label, mode=mode, load=achieved if load is None else load, asked=asked,
+        achieved=achieved,
         error_rate=failed / int(judged.sum()) if judged.any() else 0.0,
         requests=int(judged.sum()),
         latency=percentile(ok_e2e, q) if len(ok_e2e) else None,
@@ -88,8 +130,15 @@ def point(s: RunSummary, table: RequestTable, metrics: MetricColumns, inside: np
         latencies={m: {p: s.percentile(m, p) for p in ("p50", "p99")}
                    for m in ("ttft", "tpot", "e2e", "ttft_sched", "e2e_sched")},
         budget=budget or {}, run=run, interrupted=s.stop_reason == "interrupted",
-        warnings=list(s.warnings), offered=t.offered_rate if t else None,
-        fell_behind=bool(t and t.fell_behind))
+        warnings=list(s.warnings), offered=offered, fell_behind=behind)
+
+
+def short_of(offered: float | None, achieved: float, window_s: float) -> bool:
+    """Whether a point achieved less than `BEHIND` of what it offered, by more requests than
+    the arrivals' own counting noise (two Poisson standard deviations) explains."""
+    if not offered or window_s <= 0 or achieved >= BEHIND * offered:
+        return False
+    return (offered - achieved) * window_s > 2 * math.sqrt(offered * window_s)
 
 
 def _slo_values(table: RequestTable, metrics: MetricColumns, judged: np.ndarray,

@@ -20,10 +20,10 @@ import shlex
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import orjson
 
@@ -35,7 +35,7 @@ from latlab.load.telemetry.otlp import SpanReceiver, iter_spans
 from latlab.load.telemetry.trace_wait import TraceWait
 from latlab.load.telemetry.watermark import EXPORT_DELAY_NS, Watermark
 from latlab.metrics.stats import ci_ranks
-from latlab.metrics.summary import summarize
+from latlab.metrics.summary import RunContext, summarize
 from latlab.metrics.workload_fit import fit_workload
 from latlab.records.columns import present
 from latlab.records.config import Clock, RunConfig, Target
@@ -265,7 +265,7 @@ def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
     run.write_config(settings)
     record.notes = notes_on(record)
     summary = summarize(table, run_window(settings, table), settings.slos or None,
-                        stop_reason=stop_reason, notes=record.notes)
+                        context=RunContext(stop_reason=stop_reason, notes=record.notes))
     summary.spans = SpanJoin(spans=o.spans, requests_joined=o.calls, requests_with_trace=o.calls,
                              sources=dict(o.sources), notes=record.notes)
     run.write_summary(summary)
