@@ -32,7 +32,9 @@ import orjson
 from aiohttp import web
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest, ExportTraceServiceResponse)
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from latlab.load.telemetry.otlp_json import KINDS, STATUS, json_spans
