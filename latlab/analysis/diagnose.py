@@ -7,7 +7,8 @@ the rule would need; None means it was evaluated and found nothing (it stays sil
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from latlab.analysis.findings import Finding, Unevaluated
 from latlab.analysis.rules import (

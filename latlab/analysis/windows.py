@@ -8,7 +8,7 @@ the windows kept so far.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -7,8 +7,9 @@ calls as latlab's trace rows, `trace_rows`: what `--trace` replays).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 from pydantic import model_validator

@@ -3,7 +3,7 @@ place, piped one line per closed window) and what it ends with."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console, Group
@@ -128,4 +128,4 @@ def _clock(w: ObservedWindow) -> str:
 
 
 def _time(unix_ns: int) -> str:
-    return datetime.fromtimestamp(unix_ns / 1e9, timezone.utc).strftime("%H:%M:%S")
+    return datetime.fromtimestamp(unix_ns / 1e9, UTC).strftime("%H:%M:%S")

@@ -3,7 +3,7 @@ error the GenAI instrumentation named (the OpenAI client's exception)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from latlab.records.spans import Span
 from latlab.records.timeline import Outcome

@@ -26,8 +26,8 @@ caller's) it is centred in it.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
 from latlab.load.telemetry.app_trace import application_of
 from latlab.load.telemetry.call_outcome import outcome_of

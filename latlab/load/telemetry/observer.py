@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from latlab.load.telemetry.calls import Call, calls_of, joined, record_of, steps_of, streamed
 from latlab.load.telemetry.trace_wait import TraceWait

@@ -24,9 +24,10 @@ import base64
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import orjson
 from aiohttp import web

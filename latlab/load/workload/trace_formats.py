@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import csv
 import math
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, get_args
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any, get_args
 
 import orjson
 
@@ -200,7 +201,7 @@ def _date(src: TraceSource, line: int, field: str, text: str) -> float:
         raise src.error(line, field, f"must be a date like 2023-11-16 18:15:46.68 (got "
                         f"{text!r})") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
 
 

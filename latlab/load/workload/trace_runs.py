@@ -7,7 +7,7 @@ time; a run holds one record per request it sent, so the columns are what the ru
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
