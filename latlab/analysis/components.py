@@ -17,7 +17,7 @@ class Quality(StrEnum):
 
 
 COMPONENTS = ("client_wait", "connect", "tls", "network", "gateway_intake", "intake", "preprocess",
-              "queue", "model_load", "prefill", "decode", "inference", "postprocess",
+              "queue", "model_load", "prefill", "decode", "inference", "model_call", "postprocess",
               "gateway_tail", "ttft_unsplit", "unattributed")
 GATEWAY = ("gateway_intake", "gateway_tail")  # a gateway's hop around the engine
 SERVER_STAGES = ("preprocess", "queue", "prefill", "decode")
@@ -31,6 +31,7 @@ LABELS = {
     "inference": "prefill + decode (unsplit)", "postprocess": "postprocess",
     "ttft_unsplit": "first token (unsplit)", "unattributed": "unattributed",
     "gateway_intake": "gateway intake", "gateway_tail": "gateway tail",
+    "model_call": "model server (unsplit)",
 }
 
 APP = "app:"  # an application component's prefix: `app:retrieval`, `app:other`
@@ -47,6 +48,7 @@ BUCKETS: dict[str, tuple[str, ...]] = {
     "decode": ("decode",),
     "prefill + decode (unsplit)": ("inference",),
     "first token (unsplit)": ("ttft_unsplit",),
+    "model server (unsplit)": ("model_call",),
 }
 
 

@@ -16,6 +16,8 @@ event carrying the server's timings arrived (a stream's final event, a body).
                     server routes) before the run, else the request's TCP connect   estimated
     preprocess, queue, model_load, prefill, decode, inference
                   = the server's own durations                            exact
+    model_call    = the model's time as its caller saw it, where the model server itself
+                    said nothing (its stages and the network to it, unsplit)   exact
     queue (when the server does not report it) = server.total − its other stages, or, without a
                     total, (first_token − sent) − network − the server's stages before it
                     (the decode too, when one event carried the whole answer)       derived
@@ -95,7 +97,8 @@ class Decomposition:
 
 # The order a request's components are summed in (its residual is unattributed).
 SERVER_ORDER = ("client_wait", "connect", "tls", "preprocess", "queue", "model_load", "prefill",
-                "decode", "inference", "network", "intake", "postprocess", *GATEWAY)
+                "decode", "inference", "model_call", "network", "intake", "postprocess",
+                *GATEWAY)
 CLIENT_ORDER = ("client_wait", "connect", "tls", "network", "preprocess", "queue", "prefill",
                 "ttft_unsplit", "decode", "postprocess")
 
@@ -169,7 +172,7 @@ def decompose_all(t: RequestTable, base: NetworkBaseline = NetworkBaseline()) ->
     _with_server(t, base, t.has_server, put, ms)
     _client_only(t, ~t.has_server, put)
     apps = tuple(APP + name for name in t.application)
-    cut = SERVER_ORDER.index("inference") + 1  # the application's between the server's own
+    cut = SERVER_ORDER.index("model_call") + 1  # the application's after the server's own
     order = {True: (*SERVER_ORDER[:cut], *apps, *SERVER_ORDER[cut:]), False: CLIENT_ORDER}
     accounted = {k: sum(np.nan_to_num(ms[c]) for c in summed) for k, summed in order.items()}
     total = np.where(done, ms_between(t.done_ns, t.origin_ns), np.nan)
@@ -189,7 +192,8 @@ def arrival_ns(t: RequestTable) -> np.ndarray:
 def _with_server(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put, ms) -> None:
     s = t.server
     arrived = arrival_ns(t)
-    for stage in ("preprocess", "queue", "model_load", "prefill", "decode", "inference"):
+    for stage in ("preprocess", "queue", "model_load", "prefill", "decode", "inference",
+                  "model_call"):
         put(stage, rows, s[stage], np.where(np.isnan(s[stage]), UNAVAILABLE, EXACT))
     for name, values in t.application.items():
         put(APP + name, rows & ~np.isnan(values), values, DERIVED if name == "other" else EXACT)

@@ -21,7 +21,7 @@ from typing import Any
 
 SERVER_TIMING_STAGES = ("preprocess", "queue", "prefill", "decode", "postprocess", "total")
 # Durations other servers report that the protocol's stages do not name.
-SERVER_DURATIONS = (*SERVER_TIMING_STAGES, "inference", "model_load")
+SERVER_DURATIONS = (*SERVER_TIMING_STAGES, "inference", "model_load", "model_call")
 GATEWAY_DURATIONS = ("gateway_intake", "gateway_forward", "gateway_tail")  # a gateway's hop
 NS_PER_MS = 1e6
 
@@ -61,7 +61,9 @@ class ServerTiming:
     Whatever the server (`source`: the adapter that read them), the same stages; a stage the
     server does not report is None. `inference` is prefill + decode from a server that does
     not split them (TGI); `model_load` the time it spent loading the model for this request
-    (Ollama's cold start)."""
+    (Ollama's cold start); `model_call` the model's time as its caller saw it, where the model
+    server itself said nothing (a GenAI client span without the server's spans: its stages
+    and the network to it, unsplit)."""
 
     preprocess: float | None = None
     queue: float | None = None
@@ -71,6 +73,7 @@ class ServerTiming:
     total: float | None = None
     inference: float | None = None
     model_load: float | None = None
+    model_call: float | None = None
     # a gateway's hop, client's clock (`load.telemetry.upstream` says from when to when)
     gateway_intake: float | None = None
     gateway_forward: float | None = None
