@@ -24,6 +24,7 @@ FIXES = {
     "decode": "cap the running batch (max sequences) per instance, add capacity for the peak",
     "prefill": "prefix caching, chunked prefill, add capacity for the peak",
     "network": "more bandwidth or closer clients: the link saturates at peak",
+    "gateway": "the gateway in front of the engine slows at peak: give it more workers or CPU",
     "application": "the application's own work grows with load: profile it at peak",
 }
 
