@@ -18,7 +18,9 @@
 #    model at 64 streams;
 # 5. benchmarks/engine_serving.py (OUT/engine_serving.txt): `latlab bench`, 64 streaming
 #    users, against `latlab serve --device cuda` with its engine's loop in a thread and in a
-#    process of its own; run folders and step logs under OUT/serving.
+#    process of its own; run folders and step logs under OUT/serving;
+# 6. `latlab ab` (OUT/ab_budget.txt): a 512-token step budget against 128 at 64 users, two
+#    rounds a side (issue 33: a 20x TTFT change must not be "same"); ab folder under OUT/ab.
 #
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -61,6 +63,8 @@ if [ "$cpu" = --cpu ]; then
     tests=(tests/test_engine_device.py)
     host=(--device cpu --model tiny --steps 10)
     serving=(--device cpu --model tiny --users 8 --duration 5)
+    engine="--device cpu --model tiny --no-warmup"
+    users=8
 else
     device=cuda
     bench=(--device cuda --shape 1b --dtype bfloat16 --batches 1 16 64 --steps 30)
@@ -69,6 +73,8 @@ else
            tests/test_engine_policies.py tests/test_server_engine_core.py)
     host=(--device cuda --model default --dtype bfloat16 --steps 30)
     serving=(--device cuda --model default --dtype bfloat16 --users 64 --duration 10)
+    engine="--device cuda --dtype bfloat16 --max-num-seqs 64"
+    users=64
 fi
 
 step device 20 "$python" -c "$device_info"
@@ -77,12 +83,16 @@ step engine_gpu 100 "$python" benchmarks/engine_gpu.py "${bench[@]}"
 step engine_host 35 "$python" benchmarks/engine_host.py --baseline none --rounds 1 "${host[@]}"
 step engine_serving 130 "$python" benchmarks/engine_serving.py --rounds 1 --keep "$out/serving" \
     "${serving[@]}"
+step ab_budget 110 "$python" -m latlab ab --a "$engine --max-num-batched-tokens 512" \
+    --b "$engine --max-num-batched-tokens 128" --users "$users" --rounds 2 --max-rounds 2 \
+    --duration 8 --prompt-tokens 256 --output-tokens fixed:128 --out "$out/ab"
 
 {
     echo "device: $device; $(date -u +%FT%TZ)"
     sed -n '/^decode step/,$p' "$out/engine_gpu.txt"
     sed -n '/ on .* streams;/,$p' "$out/engine_host.txt"
     sed -n '/streaming users/,$p' "$out/engine_serving.txt"
+    grep -E "TTFT p(50|99) |TPOT p50 |E2E p99 |output tokens/s" "$out/ab_budget.txt"
     tail -n 1 "$out/tests.txt"
     printf '%s\n' "${status[@]}"
 } > "$out/summary.txt"

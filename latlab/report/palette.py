@@ -2,18 +2,23 @@
 
 BUCKET_COLORS = {
     "network": "#4c9be8",
+    "gateway": "#6c71c4",
     "queue & overhead": "#f0a830",
     "application": "#2aa198",
     "prefill": "#c355c9",
     "decode": "#4cb86b",
     "prefill + decode (unsplit)": "#8a9f6a",
     "first token (unsplit)": "#9a9a9a",
+    "model server (unsplit)": "#6b8e9f",
 }
 
 COMPONENT_COLORS = {
     "client_wait": "#f7d08a",
     "connect": "#9cc8f2",
+    "tls": "#7fb2e5",
     "network": "#4c9be8",
+    "gateway_intake": "#6c71c4",
+    "gateway_tail": "#9b8fe0",
     "intake": "#c9a227",
     "preprocess": "#f3bd62",
     "queue": "#e0901a",
@@ -23,6 +28,7 @@ COMPONENT_COLORS = {
     "inference": "#8a9f6a",
     "postprocess": "#b3793a",
     "ttft_unsplit": "#9a9a9a",
+    "model_call": "#6b8e9f",
     "unattributed": "#d9534f",
 }
 
