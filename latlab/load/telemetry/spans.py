@@ -27,7 +27,7 @@ intersection over the run is the estimate, its half-width how good it is.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import orjson
 
