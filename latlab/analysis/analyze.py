@@ -172,7 +172,8 @@ def _notes(a: RunAnalysis) -> list[str]:
     if gateway is not None and a.hop is None and a.ok.any():
         notes.append(f"the target is behind {gateway.name}: without the engine's spans "
                      "(--otlp-port, the engine exporting to it) the gateway's hop is not "
-                     "split out; it sits in network or 'first token (unsplit)'")
+                     "split out; it sits in what is derived around the engine's own timings "
+                     "(network, a derived queue, or 'first token (unsplit)')")
     if a.server is not None and not a.server.agrees:
         notes.append("the server's /metrics and the client's records of the same span "
                      "disagree: " + "; ".join(a.server.checks))

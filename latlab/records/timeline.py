@@ -22,7 +22,7 @@ from typing import Any
 SERVER_TIMING_STAGES = ("preprocess", "queue", "prefill", "decode", "postprocess", "total")
 # Durations other servers report that the protocol's stages do not name.
 SERVER_DURATIONS = (*SERVER_TIMING_STAGES, "inference", "model_load", "model_call")
-GATEWAY_DURATIONS = ("gateway_intake", "gateway_forward", "gateway_tail")  # a gateway's hop
+GATEWAY_DURATIONS = ("gateway_intake", "gateway_forward", "gateway_tail")  # telemetry/upstream
 NS_PER_MS = 1e6
 
 
@@ -74,7 +74,6 @@ class ServerTiming:
     inference: float | None = None
     model_load: float | None = None
     model_call: float | None = None
-    # a gateway's hop, client's clock (`load.telemetry.upstream` says from when to when)
     gateway_intake: float | None = None
     gateway_forward: float | None = None
     gateway_tail: float | None = None

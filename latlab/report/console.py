@@ -24,8 +24,7 @@ if TYPE_CHECKING:
 BAR_WIDTH = 56
 _BLOCKS = {"network": "░", "gateway": "▔", "queue & overhead": "▒", "application": "▞",
            "prefill": "▓", "decode": "█", "prefill + decode (unsplit)": "▚",
-           "first token (unsplit)": "·",
-           "model server (unsplit)": "▙"}  # tell the buckets apart without colour
+           "first token (unsplit)": "·", "model server (unsplit)": "▙"}  # apart without colour
 
 
 def print_budget(console: Console, analysis: RunAnalysis, full: bool = False) -> None:
