@@ -61,7 +61,8 @@ def _chunk(data: bytes) -> bytes:
 def _tail(n: int) -> bytes:
     usage = {"id": "cmpl-bench", "choices": [],
              "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n}}
-    return _chunk(b"data: " + orjson.dumps(usage) + b"\n\n") + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+    return (_chunk(b"data: " + orjson.dumps(usage) + b"\n\n") + _chunk(b"data: [DONE]\n\n")
+            + b"0\r\n\r\n")
 
 
 HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -228,8 +229,8 @@ def added_errors(streams: list[tuple[str, list[int], int | None]], sends: dict[s
 
 
 def bench_config(url: str, folder: Path, **kw):
-    from latlab.records.bench import BenchConfig
     from latlab.records.arrivals import ArrivalConfig
+    from latlab.records.bench import BenchConfig
     from latlab.records.lengths import LengthDistribution
     from latlab.records.workload import WorkloadConfig
 
@@ -242,8 +243,8 @@ def bench_config(url: str, folder: Path, **kw):
 
 
 def latlab_run(servers: Servers, folder: Path, users: int, workers, duration: float) -> dict:
-    from latlab.services.bench import run_bench
     from latlab.records.window import run_window
+    from latlab.services.bench import run_bench
 
     config = bench_config(servers.url("paced"), folder, users=users, output=50,
                           duration_s=duration, warmup_s=2.0, cooldown_s=0.5, ramp_s=1.0,
@@ -345,7 +346,8 @@ def minimal_run(servers: Servers, users: int, duration: float) -> dict:
 
     start = time.perf_counter_ns()
     streams = uvloop.run(minimal_loop(servers.url("paced"), users, None, 50, duration))
-    return added_errors(streams, servers.sends(), start + int(2e9), start + int((duration - 0.5) * 1e9))
+    return added_errors(streams, servers.sends(), start + int(2e9),
+                        start + int((duration - 0.5) * 1e9))
 
 
 # --- AIPerf -------------------------------------------------------------------------------

@@ -178,7 +178,7 @@ def compare(shape: ModelConfig, batch: int, dtype: torch.dtype, device: torch.de
             try:
                 out = run(case)
                 diff = (out.float() - reference.float()).abs().max().item()
-                ms = timed_ms(lambda: run(case), device)
+                ms = timed_ms(lambda run=run, case=case: run(case), device)
             except Exception as e:  # a kernel that fails to build is a finding, not a crash
                 print(f"{name:>24} failed: {type(e).__name__}: {str(e)[:200]}")
                 continue

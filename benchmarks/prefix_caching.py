@@ -19,9 +19,9 @@ import random
 
 from replay import Request, ms, prefill_ms, replay, ttft_ms
 
-from latlab.records.engine import EngineConfig
 from latlab.engine.engine import LLMEngine
 from latlab.engine.sampling_params import SamplingParams
+from latlab.records.engine import EngineConfig
 
 SYSTEM_TOKENS = 1024
 
@@ -31,7 +31,7 @@ def requests(n: int, rate: float, seed: int = 0) -> list[Request]:
     system = [rng.randrange(16, 8192) for _ in range(SYSTEM_TOKENS)]
     params = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
     out, t = [], 0.0
-    for i in range(n):
+    for _ in range(n):
         user = [rng.randrange(16, 8192) for _ in range(rng.randrange(32, 257))]
         shared = rng.random() < 0.9
         prompt = system + user if shared else [rng.randrange(16, 8192)

@@ -11,10 +11,10 @@ docs/performance/reliability.md, side by side in one run.
 (3) the same beside N stalled clients (1,100 by default), half of them sending half their
     headers, half their headers and half a body, then nothing, from 11 other loopback
     addresses (127.0.0.2 to .12); each one closed by the server connects and stalls again,
-    so N stay stalled throughout, from 20 s before the real traffic starts. Beside the real traffic's p99 TTFT (its ratio to (2)): how
-    long a stalled socket stayed open after its last byte (p50, p99, max), how the server
-    ended them (408, 503, reset), the server's RSS over the run (start, peak, end) and its
-    CPU (beside the undisturbed run's: what the stalled clients cost it).
+    so N stay stalled throughout, from 20 s before the real traffic starts. Beside the real
+    traffic's p99 TTFT (its ratio to (2)): how long a stalled socket stayed open after its last byte
+    (p50, p99, max), how the server ended them (408, 503, reset), the server's RSS over the run
+    (start, peak, end) and its CPU (beside the undisturbed run's: what the stalled clients cost it).
 (2) and (3) alternate for --rounds rounds; the p99s compared are the medians.
 The stalled clients run in their own process, so they take no time from the measuring
 client's event loop.

@@ -8,8 +8,8 @@ Repetitive prompts: a random 24-token passage repeated 8 times (192 tokens), the
 prompt lookup is made for (code edits, documents quoting themselves); 128 output tokens,
 greedy (the only case drafts are proposed for), ignore_eos. The `default` preset, one torch
 thread, in-process against `LLMEngine`, closed loops of 1 and 16 users (`--users`); plain
-decoding and `speculative_method="ngram"` (k = `--k`) alternate over `--rounds`. Prints TPOT p50, output
-tok/s and the acceptance rate (accepted / proposed drafts), and the speedup per concurrency.
+decoding and `speculative_method="ngram"` (k = `--k`) alternate over `--rounds`. Prints TPOT p50,
+output tok/s and the acceptance rate (accepted / proposed drafts), and the speedup per concurrency.
 The greedy outputs are compared: identical in float32; in bfloat16 a verification pass rounds
 differently from single-token decodes, so near-ties can flip (the share identical is printed).
 """
@@ -21,9 +21,9 @@ import random
 
 from replay import Request, ms, output_tokens_per_s, replay, tpot_ms
 
-from latlab.records.engine import EngineConfig
 from latlab.engine.engine import LLMEngine
 from latlab.engine.sampling_params import SamplingParams
+from latlab.records.engine import EngineConfig
 
 
 def requests(n: int, seed: int) -> list[Request]:

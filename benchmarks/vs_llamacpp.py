@@ -17,7 +17,8 @@ random `--prompt-tokens`-token prompts (token ids, so no tokenizer is involved) 
 the server's CPU use (of one core = 100; its three busiest threads' too) and the 1-minute load
 average before the run (after waiting up to `--wait-load` s for it to fall below
 `--max-load`), and latlab's ratio to llama-server over the means of `--repeats` runs in
-alternating order (a noisy machine then hits both alike). Every process it starts is stopped by its PID.
+alternating order (a noisy machine then hits both alike). Every process it starts is stopped
+by its PID.
 """
 
 from __future__ import annotations
@@ -211,9 +212,9 @@ async def llama_greedy(server: Server, prompt: list[int], text: str) -> tuple[li
 
 def same_model(server: Server, model: Path, dtype: str) -> str:
     """Whether llama-server and latlab's engine tokenize alike and decode alike (greedy)."""
-    from latlab.records.engine import EngineConfig
     from latlab.engine.engine import LLMEngine
     from latlab.engine.sampling_params import SamplingParams
+    from latlab.records.engine import EngineConfig
 
     engine = LLMEngine(EngineConfig(model=str(model), dtype=dtype, warmup=False))
     text = "def main():\n    print('hello, world')  # 3.14 ok?"

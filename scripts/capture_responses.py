@@ -6,7 +6,8 @@ Each fixture folder of tests/fixtures/servers/ was recorded by one of these (loo
     # llama.cpp: the `default` preset as GGUF (`latlab model export DIR --gguf`), its
     # model.gguf copied to default-f32.gguf and served by `llama-server -m default-f32.gguf
     # --host 127.0.0.1 --port 8080 -c 1024 --metrics`
-    python scripts/capture_responses.py llamacpp http://127.0.0.1:8080 tests/fixtures/servers/llamacpp
+    python scripts/capture_responses.py llamacpp http://127.0.0.1:8080 \
+        tests/fixtures/servers/llamacpp
 
     # transformers serve: `latlab model export DIR --model tiny`, then
     #   transformers serve --host 127.0.0.1 --port 8000 --device cpu DIR
@@ -15,9 +16,9 @@ Each fixture folder of tests/fixtures/servers/ was recorded by one of these (loo
 
 The exchanges are the ones latlab's adapters read. llama.cpp: streamed completions (also
 with its `timings_per_token`), a non-streamed completion, streamed and non-streamed chat,
-/v1/models and /metrics; its version comes from `GET /props`. transformers: streamed and non-streamed
-completions and chat with OpenAI's fields only, the 422 that refuses latlab's `ignore_eos`
-and `min_tokens`, and /v1/models (a 500 without a Hugging Face cache). The model name a
+/v1/models and /metrics; its version comes from `GET /props`. transformers: streamed and
+non-streamed completions and chat with OpenAI's fields only, the 422 that refuses latlab's
+`ignore_eos` and `min_tokens`, and /v1/models (a 500 without a Hugging Face cache). The model name a
 fixture asked for is written as `MODEL` in it, so a fixture does not carry a temporary path.
 """
 

@@ -153,7 +153,8 @@ def test_cli_exit_codes(tmp_path):
     assert passed.exit_code == 0 and "gates passed" in passed.output
     refused = cli.invoke(app, ["compare", str(a), str(d)])
     assert refused.exit_code == 2 and "different workloads" in refused.output
-    assert cli.invoke(app, ["compare", str(a), str(d), "--allow-different-workloads"]).exit_code == 0
+    allowed = cli.invoke(app, ["compare", str(a), str(d), "--allow-different-workloads"])
+    assert allowed.exit_code == 0
     assert cli.invoke(app, ["compare", str(a), str(tmp_path / "nope")]).exit_code == 2
 
 

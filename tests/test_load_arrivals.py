@@ -81,7 +81,8 @@ def test_trace_replay(tmp_path):
 @pytest.mark.parametrize("content,fragment", [("", "empty"),
                                               ('{"timestamp": "soon"}\n',
                                                "line 1: `timestamp` must be a number"),
-                                              ('{"timestamp": 1}\n{oops\n', "line 2: `(line)` is not JSON")])
+                                              ('{"timestamp": 1}\n{oops\n',
+                                               "line 2: `(line)` is not JSON")])
 def test_bad_traces_name_the_option(tmp_path, content, fragment):
     path = tmp_path / "t.jsonl"
     path.write_text(content)

@@ -10,12 +10,12 @@ import time
 
 from latlab.load.telemetry.host import HostSampler
 from latlab.load.workers.selfcheck import HealthSampler
-from latlab.records.summary import HostLoad, Usage
 from latlab.metrics.client import client_check
 from latlab.metrics.throughput import zero_gap_share
 from latlab.records.health import WorkerHealth
-from latlab.records.window import Window
+from latlab.records.summary import HostLoad, Usage
 from latlab.records.timeline import RequestTimeline
+from latlab.records.window import Window
 
 MS = 1_000_000
 
@@ -106,7 +106,8 @@ def test_zero_gap_bursts_count_only_while_the_client_is_busy():
     quiet = client_check([health()], bursty).model_dump()
     assert quiet["zero_gap_share"] == 0.6 and not quiet["bottleneck"]
     busy = client_check([health(lag=2.0)], bursty).model_dump()
-    assert busy["bottleneck"] and "60% of token events arrived in zero-gap bursts" in busy["reasons"][0]
+    assert busy["bottleneck"]
+    assert "60% of token events arrived in zero-gap bursts" in busy["reasons"][0]
 
 
 async def test_the_sampler_sees_a_blocked_loop():

@@ -1,10 +1,10 @@
 """The SSE parser on raw bytes: framing, timestamps per read, token attribution."""
 
 import pytest
+from sse_server import DONE, chat, completion, usage_only
 
 from latlab.load.request.sse import StreamFault, StreamParser
 from latlab.records.timeline import Outcome, RequestTimeline
-from sse_server import DONE, chat, completion, usage_only
 
 
 def usage(n: int) -> dict:
@@ -12,7 +12,8 @@ def usage(n: int) -> dict:
 
 
 STREAM = (chat({"role": "assistant", "content": ""}, usage(0)) + chat({"content": "a"}, usage(1))
-          + chat({"reasoning_content": "hm"}, usage(3)) + chat({"tool_calls": [{"id": "x"}]}, usage(4))
+          + chat({"reasoning_content": "hm"}, usage(3))
+          + chat({"tool_calls": [{"id": "x"}]}, usage(4))
           + chat({"content": ""}, usage(4)) + usage_only(3, 4, {"total": 9.5}) + DONE)
 
 
@@ -36,7 +37,8 @@ def test_any_split_of_the_bytes_gives_the_same_events(size):
     reads = [STREAM[i:i + size] for i in range(0, len(STREAM), size)]
     r = parse(reads)
     assert r.token_counts == [1, 2, 1] and r.completion_tokens == 4
-    assert r.token_ns == sorted(r.token_ns) and len(set(r.token_ns)) == 3  # later reads, later times
+    # later reads, later times
+    assert r.token_ns == sorted(r.token_ns) and len(set(r.token_ns)) == 3
 
 
 def test_crlf_framing_split_between_reads():
@@ -52,7 +54,8 @@ def test_usage_on_the_only_content_event_attributes_all_its_tokens():
 
 
 def test_usage_first_seen_late_does_not_inflate_an_event():
-    r = parse([completion("a") + completion("b") + completion("c", usage(3)) + DONE], chat_api=False)
+    r = parse([completion("a") + completion("b") + completion("c", usage(3)) + DONE],
+              chat_api=False)
     assert r.token_counts == [1, 1, 1]
 
 

@@ -4,11 +4,11 @@ import os
 import numpy as np
 import pytest
 
-from latlab.tokenizer import Tokenizer
 from latlab.load.workload.datasets import DatasetError
 from latlab.load.workload.requests import Workload
 from latlab.records.lengths import LengthDistribution, WorkloadError
 from latlab.records.workload import WorkloadConfig
+from latlab.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +58,10 @@ def test_chat_messages_and_system_prefix():
     assert s.prompt_tokens == 15
 
 
-@pytest.mark.parametrize("text,mean,std", [("fixed:100", 100, 0), ("uniform:50,150", 100, 100 / 12 ** 0.5),
-                                           ("normal:300,40", 300, 40), ("lognormal:200,100", 200, 100)])
+@pytest.mark.parametrize("text,mean,std", [("fixed:100", 100, 0),
+                                           ("uniform:50,150", 100, 100 / 12 ** 0.5),
+                                           ("normal:300,40", 300, 40),
+                                           ("lognormal:200,100", 200, 100)])
 def test_length_distributions(text, mean, std):
     d = lengths(text)
     rng = np.random.default_rng(0)

@@ -9,6 +9,7 @@ import math
 import orjson
 import pytest
 from rich.console import Console
+from sim_helpers import calibration
 from typer.testing import CliRunner
 
 from latlab.cli import app
@@ -20,7 +21,6 @@ from latlab.services.errors import InputError
 from latlab.services.predict import resolve_calibration
 from latlab.sim import calibration as calibrations
 from latlab.sim.calibrate_engine import reference_ms
-from sim_helpers import calibration
 
 
 def invoke(*args):
@@ -155,7 +155,8 @@ def test_a_run_calibration_keeps_its_spread_and_warns_when_its_fit_is_loose(tmp_
 
 def test_the_machine_probe_flags_a_calibration_the_machine_has_outgrown():
     """A calibration whose reference steps took a hundredth of what they take now (a margin
-    no busy machine's swings between two timings close): the machine is far beyond its spread, so the probe warns (or, for a cached one, calibrates again)."""
+    no busy machine's swings between two timings close): the machine is far beyond its
+    spread, so the probe warns (or, for a cached one, calibrates again)."""
     engine = EngineConfig(model="tiny", max_model_len=256, max_num_seqs=16, warmup=False)
     now = reference_ms(engine)
     cal = calibration().model_copy(update={

@@ -6,19 +6,19 @@ import signal
 
 import orjson
 import pytest
+from capacity_server import capacity
+from sse_server import Server
 from typer.testing import CliRunner
 
-from capacity_server import capacity
-from latlab.cli import app
 from latlab.analysis.capacity import saturation
-from latlab.records.sweep import SweepConfig
-from latlab.services.sweep import ESCALATION, run_sweep
+from latlab.cli import app
 from latlab.records.bench import BenchConfig
-from latlab.records.lengths import LengthDistribution
-from latlab.records.workload import WorkloadConfig
 from latlab.records.folder import RunFolder
+from latlab.records.lengths import LengthDistribution
+from latlab.records.sweep import SweepConfig
+from latlab.records.workload import WorkloadConfig
+from latlab.services.sweep import ESCALATION, run_sweep
 from latlab.store import RunStore
-from sse_server import Server
 
 SMALL = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=8),
                        output_tokens=LengthDistribution(kind="fixed", a=4))
@@ -74,7 +74,8 @@ def test_explicit_rates_make_a_curve_with_its_answers_and_evidence(tmp_path):
         3.6 / (best["achieved"] * 3.6))
 
     folders = sorted(p.name for p in result.path.iterdir() if p.is_dir())
-    assert len(folders) == 3 and all(RunFolder.open(result.path / f).read_summary() for f in folders)
+    assert len(folders) == 3
+    assert all(RunFolder.open(result.path / f).read_summary() for f in folders)
     page = (result.path / "sweep.html").read_text()
     assert "SLO-max" in page and page.count('class="plotly-graph-div"') == 2  # curve, budgets
     with RunStore(tmp_path) as store:

@@ -1,4 +1,5 @@
-"""Aggregate budgets: the mean request, the p99 tail, and breakdowns by prompt length, label and time.
+"""Aggregate budgets: the mean request, the p99 tail, and breakdowns by prompt length, label
+and time.
 
 The **mean budget** is the mean of every component over the decomposed (successful) requests;
 an unavailable component counts as 0 there, so the budget still adds up to the mean
@@ -14,12 +15,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from latlab.analysis.decompose import (APP, BUCKETS, COMPONENTS, QUALITIES, UNAVAILABLE, Parts,
-                                       Quality, members)
+from latlab.analysis.decompose import (
+    APP,
+    BUCKETS,
+    COMPONENTS,
+    QUALITIES,
+    UNAVAILABLE,
+    Parts,
+    Quality,
+    members,
+)
 from latlab.analysis.requests import Requests
 from latlab.metrics.stats import distribution, percentile
-from latlab.records.summary import Distribution
 from latlab.records.columns import present
+from latlab.records.summary import Distribution
 
 TAIL_PERCENTILE = 99.0
 PROMPT_EDGES = (64, 256, 1024, 4096, 16384)
@@ -183,7 +192,8 @@ def by_priority(requests: Requests, which: np.ndarray) -> list[Group]:
 
 
 def over_time(requests: Requests) -> list[Group]:
-    """Consecutive windows of the run by schedule time, each with enough requests to mean something."""
+    """Consecutive windows of the run by schedule time, each with enough requests to mean
+    something."""
     origin = requests.table.origin_ns
     timed = np.flatnonzero(present(origin))
     if not len(timed):

@@ -55,7 +55,10 @@ def hop(t: RequestTable, ok: np.ndarray, gateway: Gateway | None, join: SpanJoin
         & ~np.isnan(s["gateway_tail"]) & ~np.isnan(s["prefill"])
     if not joined.any():
         return None
-    mean = (lambda v: float(np.mean(v[joined])))
+
+    def mean(v: np.ndarray) -> float:
+        return float(np.mean(v[joined]))
+
     return Hop(gateway=gateway, requests=int(ok.sum()), joined=int(joined.sum()),
                joined_by=dict(join.joined_by) if join is not None else {},
                client_ttft_ms=mean(ms_between(t.first_token_ns, t.sent_ns)),

@@ -5,7 +5,7 @@ percentile of every SLO metric meets its limit, with the measured points on both
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from latlab.analysis.capacity import curve
 from latlab.metrics.stats import CONFIDENCE
@@ -77,7 +77,8 @@ def _slo_max(points: Sequence[Point], slos: dict[str, float], q: float) -> SloMa
     if not crossings:  # every percentile met, but the server fell behind the offered rate
         return _answer(slos, q, ok.load, ok.achieved, ok.output_tokens_per_s, ok, fail, False,
                        None, f"{wanted}: ≈ {ok.load:.3g} {ok.unit}, the last point that kept up "
-                       f"({ok.label}); at {fail.label} the server fell behind ({_why(fail, slos, name)})",
+                       f"({ok.label}); at {fail.label} the server fell behind "
+                       f"({_why(fail, slos, name)})",
                        notes)
     limiting = min(crossings, key=lambda m: crossings[m])
     load = crossings[limiting]

@@ -8,18 +8,18 @@ from pathlib import Path
 from latlab.analysis import analyze
 from latlab.commands.common import RunFailed, UsageError, console
 from latlab.commands.options import Options
-from latlab.records.settings import setting
 from latlab.load.telemetry.otlp import read_spans
 from latlab.load.telemetry.spans import join_run
 from latlab.records.folder import RunFolder, RunFolderError
-from latlab.report.console import (print_budget, print_findings, print_server_view,
-                                   print_summary)
+from latlab.records.settings import setting
+from latlab.report.console import print_budget, print_findings, print_server_view, print_summary
 from latlab.report.export import write_csv, write_parquet
 from latlab.report.html import write_html
 
 
 class ReportOptions(Options):
-    out: str | None = setting(None, "Where to write the HTML report (default: RUN_DIR/report.html).",
+    out: str | None = setting(None, "Where to write the HTML report (default: "
+                              "RUN_DIR/report.html).",
                           "--out", "-o")
     csv: bool = setting(False, "Also write the per-request table to RUN_DIR/requests.csv.")
     parquet: bool = setting(False, "Also write the per-request table to RUN_DIR/requests.parquet.")

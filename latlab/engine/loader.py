@@ -14,13 +14,14 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from latlab.engine.config import ModelConfig, PRESETS
+from latlab.engine.config import PRESETS, ModelConfig
 from latlab.engine.linear import pack_linears
 from latlab.engine.model import CausalLM
 from latlab.engine.quantization import quantize
 from latlab.tokenizer import IM_END, Tokenizer, TokenizerError
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
+CPU = torch.device("cpu")
 PACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 
 
@@ -37,7 +38,7 @@ class LoadedModel:
 
 
 def load_model(name: str, dtype: torch.dtype, seed: int, quantization: str | None = None,
-               device: torch.device = torch.device("cpu")) -> LoadedModel:
+               device: torch.device = CPU) -> LoadedModel:
     """A preset name (random weights from `seed`) or the path of a checkpoint folder, read
     on the CPU and moved to `device`; `quantization` ("int8", CPU only) quantizes its linear
     layers (`quantization.py`). On the CPU the linear layers are packed for oneDNN."""

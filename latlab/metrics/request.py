@@ -1,5 +1,5 @@
-"""The per-request metrics, exactly as the catalog (`records.catalog`) defines them, computed for every
-request of a `RequestTable` at once (`metric_columns`); `request_metrics` gives one
+"""The per-request metrics, exactly as the catalog (`records.catalog`) defines them, computed
+for every request of a `RequestTable` at once (`metric_columns`); `request_metrics` gives one
 request's as a `RequestMetrics`."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from latlab.records.catalog import metrics
-from latlab.records.columns import BLOCK, Ragged, per_request
-from latlab.records.columns import ms_between
+from latlab.records.columns import BLOCK, Ragged, ms_between, per_request
 from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
 

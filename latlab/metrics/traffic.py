@@ -109,7 +109,10 @@ class TrafficProfile:
         if not self._with_blocks:
             return None
         reuse, reuse_s = np.frombuffer(self._reuse, np.int64), np.frombuffer(self._reuse_s)
-        q = (lambda v, at: float(np.percentile(v, at)) if len(v) else None)
+
+        def q(v: np.ndarray, at: float) -> float | None:
+            return float(np.percentile(v, at)) if len(v) else None
+
         common = self._first.most_common(1)[0][1] if self._first else 0
         return Sharing(
             block_tokens=self.block_tokens, with_blocks=self._with_blocks / n,

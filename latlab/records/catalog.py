@@ -50,8 +50,9 @@ CATALOG: dict[str, Metric] = {m.name: m for m in (
            per_request=True, summary=True, slo=True, failure_adjusted=True, compared=True,
            sizing=True, chart="ttft"),
     Metric("tpot", "TPOT", "(last_token − first_token) / (output_tokens − 1), output_tokens "
-           "≥ 2 (usage count), not when one event carried them all (a non-streamed answer)", per_request=True, summary=True, slo=True, compared=True,
-           sizing=True, curve=True, chart="tpot"),
+           "≥ 2 (usage count), not when one event carried them all (a non-streamed answer)",
+           per_request=True, summary=True, slo=True, compared=True, sizing=True, curve=True,
+           chart="tpot"),
     Metric("itl", "ITL", "per token: the gap before an event carrying k tokens gives k samples "
            "of gap/k; pooled", summary=True, slo=True, compared=True, chart="itl"),
     Metric("itl_request_mean", "ITL per-request mean", "mean of one request's ITL samples, one "

@@ -1,5 +1,6 @@
-"""A cold-start run's settings (`ColdstartConfig`) and `coldstart.json`: each start of the server, its time to ready, the first request against
-the warm ones after it, the requests after idle gaps, and the spread over the starts."""
+"""A cold-start run's settings (`ColdstartConfig`) and `coldstart.json`: each start of the
+server, its time to ready, the first request against the warm ones after it, the requests
+after idle gaps, and the spread over the starts."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from latlab.records.settings import CALIBRATION, FLEET, INTERVALS, OUTPUT, setti
 from latlab.records.simulation import Fleet
 from latlab.records.sweep import SweepPlan
 
+
 def _lower(text: str) -> str:
     return text[:1].lower() + text[1:].rstrip(".")
 
@@ -101,7 +102,8 @@ class Goal(BaseModel):
                 "rate": float(m["rate"])}
 
     def __str__(self) -> str:
-        return self.text or f"p{self.percentile:g}_{self.metric}<{self.limit_ms:g}ms@{self.rate:g}rps"
+        return self.text or (f"p{self.percentile:g}_{self.metric}<{self.limit_ms:g}ms"
+                             f"@{self.rate:g}rps")
 
 
 DEFAULT_REQUESTS = 10_000

@@ -14,19 +14,32 @@ big ones take one path.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from functools import cached_property
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from latlab.records.columns import (MISSING, Labels, Ragged, concat, fields_of, first_present,
-                                    flags, floats, ints, lists, per_request, spans, take,
-                                    value_of)
-from latlab.records.timeline import (GATEWAY_DURATIONS, SERVER_DURATIONS, Outcome,
-                                      RequestTimeline)
+from latlab.records.columns import (
+    MISSING,
+    Labels,
+    Ragged,
+    concat,
+    fields_of,
+    first_present,
+    flags,
+    floats,
+    ints,
+    lists,
+    per_request,
+    spans,
+    take,
+    value_of,
+)
+from latlab.records.timeline import GATEWAY_DURATIONS, SERVER_DURATIONS, Outcome, RequestTimeline
 
 TIMES = ("scheduled_ns", "sent_ns", "headers_ns", "first_token_ns", "last_token_ns", "usage_ns",
          "done_ns", "first_reasoning_ns", "first_answer_ns")
@@ -187,8 +200,11 @@ class RequestTable:
     def from_arrow(cls, table: pa.Table) -> RequestTable:
         """The columns of `table` (of `SCHEMA`'s fields; absent ones are missing)."""
         n = table.num_rows
-        col = (lambda name: table.column(name) if name in table.column_names
-               else pa.nulls(n, SCHEMA.field(name).type))
+
+        def col(name: str) -> pa.Array:
+            return (table.column(name) if name in table.column_names
+                    else pa.nulls(n, SCHEMA.field(name).type))
+
         connection, server = fields_of(col("connection")), fields_of(col("server"))
         session = fields_of(col("session"))
         durations = {d: floats(server[d]) for d in (*SERVER_DURATIONS, *GATEWAY_DURATIONS)}

@@ -8,7 +8,7 @@ from enum import StrEnum
 
 
 class ServerKind(StrEnum):
-    """Whose server timings to read (`latlab.load.request.server_timing`); `auto` tells them apart."""
+    """Whose server timings to read (`load.request.server_timing`); `auto` tells them apart."""
 
     AUTO = "auto"
     LATLAB = "latlab"

@@ -1,6 +1,6 @@
 """What a run sends: the workload (prompt and output lengths, dataset, labels, sessions).
-Request `i` of a workload depends only on `(seed, i)`; `latlab.load.workload.requests` builds it. When
-the requests go is `latlab.records.arrivals`."""
+Request `i` of a workload depends only on `(seed, i)`; `latlab.load.workload.requests` builds
+it. When the requests go is `latlab.records.arrivals`."""
 
 from __future__ import annotations
 

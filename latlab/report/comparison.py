@@ -97,7 +97,8 @@ def _delta(change: Change) -> str:
     if change.delta is None:
         return "–"
     rel = f" ({100 * change.relative:+.0f}%)" if change.relative is not None else ""
-    return f"{change.delta:+.2f}{rel}" if change.unit in ("req/s", "%") else f"{change.delta:+.1f}{rel}"
+    digits = 2 if change.unit in ("req/s", "%") else 1
+    return f"{change.delta:+.{digits}f}{rel}"
 
 
 def _interval(change: Change) -> str:

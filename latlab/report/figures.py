@@ -4,7 +4,8 @@ per-tenant comparison. The figures over time live in `timeseries`."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
@@ -59,7 +60,8 @@ def components_figure(a: RunAnalysis) -> go.Figure:
         fig.add_bar(name=f"{LABELS[c]} ({a.mean.quality[c]})", orientation="h", y=list(rows),
                     x=[b.components[c] for b in rows.values()], marker_color=COMPONENT_COLORS[c],
                     customdata=[100 * b.share(c) for b in rows.values()],
-                    hovertemplate="%{x:.2f} ms (%{customdata:.1f}%)<extra>" + LABELS[c] + "</extra>")
+                    hovertemplate=("%{x:.2f} ms (%{customdata:.1f}%)<extra>" + LABELS[c]
+                                   + "</extra>"))
     return fig
 
 

@@ -10,8 +10,9 @@ from latlab.units import number, pct
 
 
 def print_trace(out: Console, p: TraceProfile) -> None:
-    line = (lambda label, text: out.print(f"{label:<11} {text}", highlight=False,
-                                          markup=False))
+    def line(label: str, text: str) -> None:
+        out.print(f"{label:<11} {text}", highlight=False, markup=False)
+
     line("trace", f"{p.source} ({p.format}) · {p.requests:,} requests over {p.span_s:,.1f} s"
          + (f" · {p.skipped}" if p.skipped else ""))
     burst = " · ".join(part for part in (

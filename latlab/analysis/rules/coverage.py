@@ -37,7 +37,8 @@ def unattributed(a: RunAnalysis) -> Finding | None:
     gaps = (server["total"] - sum(np.nan_to_num(server[st])
                                   for st in (*SERVER_STAGES, "postprocess")))[timed]
     evidence = [f"unattributed: {ms(a.mean.components['unattributed'])} of a mean "
-                f"{ms(a.mean.total)} ({pct(share)}); {pct(a.tail.share('unattributed'))} of the tail"]
+                f"{ms(a.mean.total)} ({pct(share)}); "
+                f"{pct(a.tail.share('unattributed'))} of the tail"]
     if len(gaps):
         evidence.append(f"server total minus its stages: {ms(mean(gaps))} per request")
     return Finding("unattributed", Severity.WARNING,

@@ -9,13 +9,15 @@
 | SGLang | `meta_info` of the native `/generate`'s last event or body | total (`e2e_latency`), queue (`queue_time`); with `--enable-metrics` preprocess, prefill and decode from its stamps |
 
 vLLM sends nothing per request in HTTP, nor SGLang on its OpenAI routes: their OpenTelemetry
-spans carry the timings (`latlab.load.telemetry.spans`). `ServerKind` names the adapters; `--server-kind auto` tells
-them apart by what the server lists at /v1/models and what it sends.
+spans carry the timings (`latlab.load.telemetry.spans`). `ServerKind` names the adapters;
+`--server-kind auto` tells them apart by what the server lists at /v1/models and what it
+sends.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from latlab.records.target import ServerKind
 from latlab.records.timeline import ServerTiming

@@ -2,13 +2,13 @@
 
 Every read from the socket gets one timestamp, shared by the SSE events it completes:
 events that arrive together have a zero gap, which is the truth. A role-only delta, empty
-text or a usage-only event is not a token event; a reasoning delta (`reasoning_content`, `reasoning`)
-is one, and the first reasoning and first answer token are stamped apart; an event's token count is the growth of the
-cumulative per-chunk usage when the server offers it (vLLM's `continuous_usage_stats`), else
-1, or the growth of llama.cpp's cumulative `timings.predicted_n` (`timings_per_token`). After
-the first token, an event without text whose cumulative count grew carries those tokens (a
-last token that decodes to no text). The last usage seen is the request's, and the last
-server timings any event carried (`server_timing.from_event`: latlab's, llama.cpp's).
+text or a usage-only event is not a token event; a reasoning delta (`reasoning_content`,
+`reasoning`) is one, and the first reasoning and first answer token are stamped apart; an event's
+token count is the growth of the cumulative per-chunk usage when the server offers it (vLLM's
+`continuous_usage_stats`), else 1, or the growth of llama.cpp's cumulative `timings.predicted_n`
+(`timings_per_token`). After the first token, an event without text whose cumulative count grew
+carries those tokens (a last token that decodes to no text). The last usage seen is the request's,
+and the last server timings any event carried (`server_timing.from_event`: latlab's, llama.cpp's).
 
 A stream ends with `data: [DONE]`; one that ends without it after an event with a
 `finish_reason` or a usage-only event (`transformers serve` ends so, and OpenAI's schema does

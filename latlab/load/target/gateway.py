@@ -12,7 +12,7 @@ An engine answering by itself adds none of them (uvicorn, llama-server, vLLM say
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from latlab.records.config import Gateway
 
@@ -32,7 +32,7 @@ def detect(headers: Mapping[str, str]) -> Gateway | None:
             return Gateway(name=f"{name} {version}" if version else name,
                            evidence=f"its answers carry {', '.join(found[:3])}")
     server = lower.get("server", "")
-    for token, name in SERVERS:
+    for token, _ in SERVERS:
         if server.lower().startswith(token):
             return Gateway(name=server, evidence=f"server: {server}")
     if "via" in lower:

@@ -12,8 +12,9 @@ every process alike. An open loop's `--max-concurrency` slots are held by what a
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Iterator
 from time import perf_counter_ns
-from typing import Awaitable, Callable, Iterator, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from latlab.load.workers.selfcheck import HealthSampler
 from latlab.load.workload.arrivals import sleep_until, user_start_times
@@ -156,7 +157,8 @@ class ScheduleLoop:
 
     async def _closed_loop(self, runs: Runs) -> None:
         starts = user_start_times(self.config.arrivals.users, self.config.arrivals.ramp_s)
-        await asyncio.gather(*[self._user(runs, start) for start in starts[self.worker::self.workers]])
+        mine = starts[self.worker::self.workers]
+        await asyncio.gather(*[self._user(runs, start) for start in mine])
 
     async def _user(self, runs: Runs, start_s: float) -> None:
         scheduled = self.t0 + int(start_s * 1e9)

@@ -17,9 +17,10 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 from urllib.parse import urlparse
 
 from rich.console import Console
@@ -30,8 +31,8 @@ from latlab.load.workers.clocks import estimate_offset
 from latlab.load.workers.ray_actor import LoadActor
 from latlab.load.workers.snapshot import WorkerSnapshot
 from latlab.load.workers.worker import WorkerPlan, WorkerResult
-from latlab.records.cluster import NodeClock, RayCluster
 from latlab.records.bench import BenchConfig
+from latlab.records.cluster import NodeClock, RayCluster
 from latlab.records.folder import RunFolder
 from latlab.records.health import WorkerHealth
 from latlab.records.timeline import Outcome, RequestTimeline
@@ -149,7 +150,7 @@ def _place(ray: Any, actors: list, url: str) -> list[NodeClock]:
     for w, (actor, info) in enumerate(zip(actors, infos)):
         node = nodes.get(info["node_id"])
         if node is None:
-            offset = estimate_offset(lambda: ray.get(actor.clock.remote()))
+            offset = estimate_offset(lambda actor=actor: ray.get(actor.clock.remote()))
             node = nodes[info["node_id"]] = NodeClock(
                 node=names[info["node_id"]], node_id=info["node_id"], host=info["host"],
                 workers=[], offset_ns=offset.offset_ns, uncertainty_ns=offset.uncertainty_ns)
@@ -263,7 +264,8 @@ def _measure_after(ray: Any, actors: list, cluster: RayCluster, lost: set[int]) 
             node.lost = True
             continue
         try:
-            after = estimate_offset(lambda: ray.get(actors[alive[0]].clock.remote(), timeout=5))
+            first = actors[alive[0]]
+            after = estimate_offset(lambda first=first: ray.get(first.clock.remote(), timeout=5))
         except ray.exceptions.RayError:
             node.lost = True
             continue
