@@ -17,7 +17,7 @@ from latlab.records.engine import EngineConfig, ServeConfig
 from latlab.server.serve import build_server, core_kind
 
 PROCESS = {"engine_core": "process"}
-THREAD = {"engine_core": "thread"}  # `auto` is a process on CUDA
+THREAD = {"engine_core": "thread"}
 GREEDY = {"prompt": "the engine core", "max_tokens": 24, "temperature": 0.0,
           "ignore_eos": True}
 
@@ -77,11 +77,11 @@ def test_a_model_the_engine_process_cannot_load_is_refused_as_the_thread_refuses
         build_server(serve)
 
 
-def test_auto_is_a_process_on_cuda_and_a_thread_on_the_cpu(monkeypatch):
+def test_auto_is_a_thread_on_cuda_and_on_the_cpu(monkeypatch):
     import torch
 
     cpu = ServeConfig(engine=EngineConfig(device="cpu"))
     assert core_kind(cpu) == "thread"
     assert core_kind(cpu.model_copy(update=PROCESS)) == "process"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert core_kind(ServeConfig(engine=EngineConfig(device="auto"))) == "process"
+    assert core_kind(ServeConfig(engine=EngineConfig(device="auto"))) == "thread"

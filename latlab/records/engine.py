@@ -186,7 +186,7 @@ class ServeConfig(BaseModel):
     engine_core: Literal["auto", "thread", "process"] = setting(
         "auto", "Where the engine's step loop runs: `process`, a process of its own (as vLLM's "
         "engine core: HTTP, tokenizing and SSE never hold up a step); `thread`, beside the "
-        "HTTP server in one process; `auto`: process on CUDA, thread on the CPU.",
+        "HTTP server in one process; `auto`: a thread (measured faster on CPU and GPU).",
         group=SERVER)
     max_body_bytes: int = Field(default=4 << 20, ge=1)
     max_connections: int = setting(4096, "Open connections at most; beyond, a new one is "
