@@ -4,6 +4,7 @@ each a real `latlab ab` against real servers, with the host's load beside every 
     python benchmarks/verdicts.py                         # latlab serve: the three cases
     python benchmarks/verdicts.py --llama-server BIN      # and llama.cpp's llama-server
     python benchmarks/verdicts.py --cases aa twofold --rounds 2 --max-rounds 2
+    python benchmarks/verdicts.py --cases gateway         # direct against through LiteLLM
 
 Cases (latlab serve, embedded, one thread):
 
@@ -12,6 +13,8 @@ Cases (latlab serve, embedded, one thread):
   worse; it must never be "same", and should be decided;
 * `prefix`: a 768-token shared prefix without and with `--enable-prefix-caching`: TTFT
   about halves; `ab` should find it "better";
+* `gateway`: `latlab serve` directly against the same server through LiteLLM's proxy (its
+  own venv, tests/gateways.py): the proxy's hop must not be "same";
 * `llama-aa`, `llama-np1` (with `--llama-server`): one llama-server against itself, and
   `-np 4` against `-np 1` with 4 users.
 
@@ -35,6 +38,7 @@ from pathlib import Path
 from urllib.request import urlopen
 
 HEADLINE = ("p50_ttft", "p99_ttft", "p50_tpot", "p99_e2e", "output_tokens_per_s")
+ROOT = Path(__file__).resolve().parent.parent
 WORK = ["--prompt-tokens", "64", "--output-tokens", "fixed:16", "--users", "4"]
 
 
@@ -157,6 +161,20 @@ def main() -> None:
             cases["llama-np1"] = Case("llama-server -np 4 → -np 1, 4 users", four, one, WORK,
                                       "TTFT worse")
             args.cases += [c for c in ("llama-aa", "llama-np1") if c not in args.cases]
+        if "gateway" in args.cases:
+            sys.path.insert(0, str(ROOT / "tests"))
+            from gateways import LITELLM_KEY, litellm_binary, litellm_proxy
+
+            from latlab.load.target.launch import embedded_engine
+
+            if litellm_binary() is None:
+                raise SystemExit("the gateway case needs LiteLLM (see tests/gateways.py)")
+            engine = stack.enter_context(embedded_engine(
+                "--model tiny --threads 1 --no-warmup", log_path=out / "engine.log"))
+            proxy = stack.enter_context(litellm_proxy(engine.url, out / "litellm", "tiny"))
+            cases["gateway"] = Case("direct → through LiteLLM", engine.url, proxy,
+                                    [*WORK, "--model", "tiny", "--api-key", LITELLM_KEY],
+                                    "TTFT worse, never same")
         for name in args.cases:
             if name not in cases:
                 raise SystemExit(f"unknown case {name!r}: one of {', '.join(cases)}")
