@@ -179,4 +179,5 @@ def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) 
 def engine_settings(engine: AsyncEngine) -> dict[str, Any]:
     """The engine's config, resolved (its context and KV pool as the engine sized them)."""
     return engine.engine.config.model_dump(mode="json") | {
-        "num_kv_blocks": engine.engine.block_manager.num_blocks}
+        "num_kv_blocks": engine.engine.block_manager.num_blocks,
+        "device_type": engine.engine.device.type}

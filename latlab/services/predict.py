@@ -25,8 +25,10 @@ from latlab.records.config import RunConfig, Target
 from latlab.records.engine import EngineConfig
 from latlab.records.folder import RunFolder
 from latlab.records.predict import CalibrationSource
+from latlab.records.server import ServerSettings
 from latlab.records.simulation import Fleet, Simulation
 from latlab.records.summary import RunSummary
+from latlab.records.target import ServerKind
 from latlab.report.html import write_html
 from latlab.sim import calibration as calibrations
 from latlab.sim.calibrate_run import CalibrationError
@@ -155,7 +157,9 @@ def settings(bench: BenchConfig, cal: Calibration, where: str, fleet: Fleet,
         kind="predict", latlab_version=__version__,
         command=shlex.join(sys.argv),
         name=bench.name, tags=bench.tags, bench=bench,
-        target=Target(url=None, model=cal.server, embedded=False),
+        target=Target(url=None, model=cal.server, embedded=False,
+                      server_kind=ServerKind.LATLAB if cal.source == "engine" else None,
+                      settings=ServerSettings.of_shape(cal.engine)),
         warmup_s=bench.warmup_s, cooldown_s=bench.cooldown_s, duration_s=bench.duration_s,
         slos=bench.slos,
         simulation=Simulation(calibration=where, calibration_created=cal.created,

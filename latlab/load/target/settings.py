@@ -1,6 +1,7 @@
 """The server's own settings, asked before the load from whatever it exposes: latlab serve's
-and vLLM's `/server_info`, SGLang's `/get_server_info`, llama.cpp's `/props`, and the info
-gauges of `/metrics` (vLLM's `vllm:cache_config_info`, latlab's `latlab_engine_config_info`).
+and vLLM's `/server_info`, SGLang's `/get_server_info`, llama.cpp's `/props`, TGI's `/info`,
+and the info gauges of `/metrics` (vLLM's `vllm:cache_config_info`, latlab's
+`latlab_engine_config_info`).
 Each source fills what it knows; none answering is no error (the advice then hedges)."""
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def _latlab(data: dict[str, Any]) -> dict[str, Any]:
             "prefix_caching": _flag(engine.get("enable_prefix_caching")),
             "max_num_seqs": _int(engine.get("max_num_seqs")),
             "speculative": engine.get("speculative_method") or "",
-            "scheduling": "fair_share" if engine.get("fair_share") else engine.get("scheduling_policy")}
+            "scheduling": ("fair_share" if engine.get("fair_share")
+                           else engine.get("scheduling_policy")),
+            "device": engine.get("device_type")}
 
 
 def _sglang(data: dict[str, Any]) -> dict[str, Any]:
@@ -74,6 +77,16 @@ def _llamacpp(data: dict[str, Any]) -> dict[str, Any]:
             "prefix_caching": _flag(params.get("cache_prompt"))}
 
 
+def _tgi(data: dict[str, Any]) -> dict[str, Any]:
+    """TGI's router `/info`: its batch limits (the fields differ between versions)."""
+    if "model_id" not in data or "max_concurrent_requests" not in data:
+        return {}
+    return {"version": data.get("version"),
+            "step_tokens": _int(data.get("max_batch_prefill_tokens")),
+            "max_num_seqs": _int(data.get("max_batch_size")),
+            "device": data.get("model_device_type")}
+
+
 def _info_gauges(text: str) -> dict[str, Any]:
     """The labels of `*_info` gauges: vLLM's cache config, latlab's engine config."""
     labels: dict[str, str] = {}
@@ -92,7 +105,7 @@ def _info_gauges(text: str) -> dict[str, Any]:
 
 SOURCES: tuple[tuple[str, Callable[[Any], dict[str, Any]], bool], ...] = (
     ("/server_info", _latlab, True), ("/get_server_info", _sglang, True),
-    ("/props", _llamacpp, True), ("/metrics", _info_gauges, False))
+    ("/props", _llamacpp, True), ("/info", _tgi, True), ("/metrics", _info_gauges, False))
 
 
 async def server_settings(url: str, api_key: str | None = None) -> ServerSettings:
