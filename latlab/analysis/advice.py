@@ -12,6 +12,7 @@ does not know gets "if not already on"."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -99,6 +100,32 @@ def joined(*parts: Advice | str | None) -> tuple[str, list[Advice]]:
     text = "; ".join(p.text for p in kept) or ("nothing the server's settings and this run's "
                                                "data leave to change on the server")
     return text, kept
+
+
+# Options that are one option under two spellings (llama.cpp's short and long forms).
+ALIASES = {"-b": "--batch-size", "-ub": "--ubatch-size", "-np": "--parallel"}
+
+
+def with_args(base: str, change: str) -> str:
+    """A server's options `base` with the options of `change` set: those `change` names are
+    taken out of `base` (with their values, under either spelling), then `change` added."""
+    tokens, new = shlex.split(base), shlex.split(change)
+
+    def name(token: str) -> str:
+        flag = token.split("=", 1)[0]
+        return ALIASES.get(flag, flag)
+
+    names = {name(t) for t in new if t.startswith("-")}
+    out, i = [], 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if token.startswith("-") and name(token) in names:
+            if "=" not in token and i < len(tokens) and not tokens[i].startswith("-"):
+                i += 1  # its value
+            continue
+        out.append(token)
+    return shlex.join(out + new)
 
 
 def server_of(a: RunAnalysis) -> tuple[ServerSettings | None, str | None]:

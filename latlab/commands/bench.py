@@ -22,6 +22,10 @@ class Display(NamedWorkload):
 
 class BenchDisplay(Display):
     explain: bool = setting(False, "Print the metric formulas and exit.", group=OUTPUT)
+    test_advice: bool = setting(True, "Predict the effect of each setting a finding suggests "
+                                "(the run's own calibration, a few seconds a suggestion) and "
+                                "leave out those predicted to hurt.",
+                                "--test-advice/--no-test-advice", group=OUTPUT)
 
 
 def bench(config: BenchConfig, options: BenchDisplay) -> None:
@@ -29,7 +33,7 @@ def bench(config: BenchConfig, options: BenchDisplay) -> None:
     out, err = console(), console(stderr=True)
     if options.explain:
         return explain(out)
-    result = run_bench(config, console=err, command=sys.argv,
+    result = run_bench(config, console=err, command=sys.argv, test_advice=options.test_advice,
                        progress=err.is_terminal if options.progress is None
                        else options.progress)
     if options.json_output:

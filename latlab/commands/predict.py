@@ -100,7 +100,7 @@ def predict(config: PredictConfig, options: NamedWorkload) -> None:
     point = predict_point(cal, workload, config.fleet,
                           settings(bench, cal, where, config.fleet, replayed), bench.out,
                           bench.name, config.records, intervals=intervals_of(config),
-                          workload_for=workload_for)
+                          workload_for=workload_for, test_advice=True)
     _print(options, point, out, err)
 
 

@@ -35,6 +35,7 @@ from latlab.sim.calibrate_run import CalibrationError
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import RECORDS, write_run
 from latlab.sim.results import SimResult
+from latlab.services.advice_effects import annotate
 from latlab.services.calibrate import calibrate_engine, calibrated_engine, calibration_args
 from latlab.services.errors import InputError
 from latlab.services.predict_intervals import Intervals, predicted_intervals
@@ -170,10 +171,12 @@ def settings(bench: BenchConfig, cal: Calibration, where: str, fleet: Fleet,
 def predict_point(cal: Calibration, workload: SimWorkload, fleet: Fleet, config: RunConfig,
                   out: Path, name: str, records: int = RECORDS, explain: bool = True,
                   store: Path | None = None, intervals: Intervals | None = None,
-                  workload_for: Callable[[int], SimWorkload] | None = None) -> Predicted:
+                  workload_for: Callable[[int], SimWorkload] | None = None,
+                  test_advice: bool = False) -> Predicted:
     """Simulate, write the predicted run folder (summary, report.html), register it; with
     `intervals`, every percentile's interval from draws of `workload_for(d)` (draw d's
-    workload: another seed)."""
+    workload: another seed); with `test_advice`, each setting a finding suggests simulated
+    too (`advice_effects`)."""
     started = time.perf_counter()
     try:
         result = simulate(workload, cal, fleet)
@@ -192,6 +195,8 @@ def predict_point(cal: Calibration, workload: SimWorkload, fleet: Fleet, config:
     analysis = None
     if explain:
         analysis = analyze(run)
+        if test_advice:
+            annotate(analysis, cal, fleet)
         write_html(run, analysis)
     with RunStore(store or out) as runs:
         runs.register(run.path, "predict", config, key_numbers(summary))
