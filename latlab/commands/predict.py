@@ -12,6 +12,8 @@ Every percentile comes with an interval (`--draws` worlds drawn from the calibra
 
 from __future__ import annotations
 
+import math
+
 from typing import Callable
 
 from rich.console import Console
@@ -91,8 +93,11 @@ def predict(config: PredictConfig, options: NamedWorkload) -> None:
         runs = measured_runs(config.check, bench.out)
         checks = [c for run in runs for c in check_run(run, cal, config.fleet, intervals)]
         if options.json_output:
+            covered = coverage(checks)
             print_json({"level": intervals.level, "draws": intervals.draws,
-                        "coverage": coverage(checks), "checks": [vars(c) for c in checks]})
+                        "coverage": None if math.isnan(covered) else covered,
+                        "checks": [vars(c) | {"inside": c.inside, "decides": c.decides}
+                                   for c in checks]})
         else:
             print_checks(out, checks, intervals)
         return

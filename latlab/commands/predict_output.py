@@ -75,12 +75,18 @@ def print_checks(out: Console, checks: Sequence[Checked], intervals: Intervals) 
         table.add_row(c.run.rsplit("/", 1)[-1], c.load, f"{c.metric} {c.percentile}",
                       number(c.measured), number(c.predicted), f"{100 * c.error:+.0f}%",
                       interval(c.lo, c.hi),
-                      Text("✓", style="green") if c.inside else Text("✗", style="red"))
+                      Text("∞: decides nothing", style="dim") if not c.decides
+                      else Text("✓", style="green") if c.inside else Text("✗", style="red"))
     out.print(table)
-    inside = sum(c.inside for c in checks)
+    deciding = [c for c in checks if c.decides]
+    inside = sum(c.inside for c in deciding)
+    undecided = len(checks) - len(deciding)
     widths = [max(c.hi / c.predicted - 1, 1 - c.lo / c.predicted) for c in checks
               if c.predicted and not math.isinf(c.hi)]
     width = f"; half-width median ±{100 * np.median(widths):.0f}%" if widths else ""
-    out.print(Text.assemble(("coverage  ", "bold"), f"{inside} of {len(checks)} "
-                            f"({100 * coverage(checks):.0f}%) measured percentiles inside the "
-                            f"{level} intervals{width}"), highlight=False)
+    share = f"{100 * coverage(checks):.0f}%" if deciding else "–"
+    out.print(Text.assemble(("coverage  ", "bold"), f"{inside} of {len(deciding)} "
+                            f"({share}) measured percentiles inside the finite {level} "
+                            f"intervals{width}"
+                            + (f"; {undecided} more reach ∞ (a queue that may grow) and decide "
+                               "nothing" if undecided else "")), highlight=False)

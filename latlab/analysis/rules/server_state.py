@@ -61,7 +61,12 @@ NEVER = np.iinfo(np.int64).max
 
 def server_pause(a: RunAnalysis) -> Finding | Unevaluated | None:
     """A pause every stream in flight shares at once (a frozen server, a GC or swap stall,
-    a blocked event loop), and requests the server read late (their intake wait)."""
+    a blocked event loop), and requests the server read late (their intake wait). Not in a
+    predicted run: the simulator models no pause, so a stop every simulated stream shares is
+    a long step drawn from the calibration's spread, not something the server did."""
+    if a.config.kind == "predict":
+        return Unevaluated("server_pause", "a measured run: the simulator models no server "
+                                           "pauses (a predicted one would be its spread's)")
     t = a.table
     rows = a.ok & (t.events >= 2)
     intake = a.requests.parts.value("intake")
