@@ -38,6 +38,16 @@ def print_sizing(out: Console, s: Sizing) -> None:
         if s.low < s.point:
             why.append(f"{s.low} would do in the most favourable {100 * tail:g}%")
     out.print("  " + "; ".join(why), highlight=False)
+    if s.plateau is not None:
+        p = s.plateau
+        out.print(Text.assemble(
+            ("  a plateau: ", "bold yellow"),
+            f"from {p.replicas} replicas on, more leave p{g.percentile:g} {g.metric} at about "
+            f"{number(p.floor)} ms, and only {100 * p.met:.0f}% of the drawn worlds meet the "
+            f"goal: a latency floor (each request's own time), not capacity, decides. More "
+            f"replicas will not make it; a limit of {number(p.limit_needed)} ms would hold in "
+            f"all but {100 * tail:g}% of them, or the requests themselves must get faster "
+            "(shorter prompts or outputs, a faster engine)."), highlight=False)
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for column in ("replicas", f"p{g.percentile:g} {g.metric} ms", f"{level:g}% interval",
                    "goal met in"):
@@ -54,7 +64,11 @@ def print_sizing(out: Console, s: Sizing) -> None:
 
 
 def sizing_json(s: Sizing) -> dict:
+    plateau = None if s.plateau is None else {
+        "replicas": s.plateau.replicas, "met": s.plateau.met, "floor_ms": s.plateau.floor,
+        "limit_needed_ms": s.plateau.limit_needed}
     return {"goal": str(s.goal), "low": s.low, "high": s.high, "recommended": s.high,
+            "plateau": plateau,
             "point_estimate": s.point, "level": s.level, "router": s.fleet.router,
             "run": str(s.run.run.path),
             "counts": {str(n): {"value": c.value, "draws": c.draws,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from rich.console import Console
@@ -36,6 +37,7 @@ from latlab.sim.table import request_table
 from latlab.sim.workload import build
 
 MAX_REPLICAS = 4096
+PLATEAU_CHANGE = 0.02  # of the draws' median: doubling the replicas moved it less
 
 
 class PredictedSweep(Sweep):
@@ -167,13 +169,16 @@ class Sizing:
     level: float
     fleet: Fleet
     run: Predicted
+    plateau: Plateau | None = None  # more replicas stop helping: a latency floor decides
 
 
 def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Console,
                  intervals: Intervals) -> Sizing:
     """The fewest replicas whose percentile meets the goal at the rate at the point estimate
     (doubling, then halving the gap, one simulation each), then the range the draws give
-    around it (counts up until all but the tail meet it, down while any tail does)."""
+    around it, bisected the same way: up to the fewest that all but the tail of the draws
+    meet it with — or the plateau where doubling the replicas changes nothing, a latency
+    floor and not capacity deciding — and down to the fewest any tail meets it with."""
     goal, bench, fleet = config.replicas_for, config.bench, config.fleet
     if bench.arrivals.process == "trace":  # the trace at the speed that gives the rate
         speed = goal.rate * trace_speed_per_rate(bench.arrivals, bench.requests)
@@ -214,6 +219,13 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
 
     low, high = 0, max(1, fleet.replicas)
     while not meets(high):
+        if low and _same(counts[low].value, counts[high].value):
+            raise InputError(
+                f"--replicas-for: out of reach: from {low} replicas on, more leave "
+                f"p{goal.percentile:g} {goal.metric} at {counts[high].value:.0f} ms (with "
+                f"{high}), above the goal's {goal.limit_ms:g} ms: a latency floor (each "
+                "request's own time), not capacity, decides; the requests themselves must get "
+                "faster, or the goal looser")
         low, high = high, high * 2
         if high > MAX_REPLICAS:
             raise InputError(f"--replicas-for: not met with {low} replicas; the goal may be "
@@ -222,14 +234,78 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
         mid = (low + high) // 2
         low, high = (low, mid) if meets(mid) else (mid, high)
     point = safe = optimistic = high
+    plateau = None
     if intervals.draws:
-        while drawn(safe).met(goal.limit_ms) < 1 - intervals.tail and safe < MAX_REPLICAS:
-            safe += 1
-        while optimistic > 1 and drawn(optimistic - 1).met(goal.limit_ms) >= intervals.tail:
-            optimistic -= 1
+        def safe_enough(n: int) -> bool:
+            return drawn(n).met(goal.limit_ms) >= 1 - intervals.tail
+
+        def may_do(n: int) -> bool:
+            return n > 0 and drawn(n).met(goal.limit_ms) >= intervals.tail
+
+        safe, plateau = _provisioned(point, safe_enough, drawn, goal, intervals.tail)
+        optimistic = fewest(0, point, may_do) if may_do(point) else point
     best = sized(safe)
     workload = build(bench.workload, arrivals, bench.requests, bench.duration_s)
     run = predict_point(cal, workload, best, settings(bench, cal, where, best), bench.out,
                         f"{bench.name}-{safe}-replicas", config.records, intervals=intervals,
                         workload_for=reseeded(bench, intervals.requests))
-    return Sizing(goal, point, optimistic, safe, counts, intervals.level, best, run)
+    return Sizing(goal, point, optimistic, safe, counts, intervals.level, best, run, plateau)
+
+
+def fewest(fails: int, meets: int, ok: Callable[[int], bool]) -> int:
+    """The fewest count in (`fails`, `meets`] for which `ok` holds, by bisection (`ok` is
+    false at `fails`, true at `meets`, and stays true as the count grows)."""
+    while meets - fails > 1:
+        mid = (fails + meets) // 2
+        fails, meets = (fails, mid) if ok(mid) else (mid, meets)
+    return meets
+
+
+def _provisioned(point: int, enough: Callable[[int], bool], drawn: Callable[[int], Count],
+                 goal: Goal, tail: float) -> tuple[int, Plateau | None]:
+    """The fewest replicas that meet the goal in all but the draws' unfavourable tail: the
+    count doubled from `point` until it does, then bisected; or, when doubling it changes
+    neither the drawn latencies nor the share of draws that meet the goal, the plateau
+    where more replicas stop helping."""
+    if enough(point):
+        return point, None
+    fails = point
+    while fails < MAX_REPLICAS:
+        more = min(2 * fails, MAX_REPLICAS)
+        if enough(more):
+            return fewest(fails, more, enough), None
+        if _flat(drawn(fails), drawn(more), goal.limit_ms):
+            return fails, Plateau.of(fails, drawn(fails), goal, tail)
+        fails = more
+    return fails, Plateau.of(fails, drawn(fails), goal, tail)
+
+
+def _flat(fewer: Count, more: Count, limit: float) -> bool:
+    """More replicas, the same latency: the share of draws that meet the goal moved by at
+    most one draw, and the draws' median by under `PLATEAU_CHANGE`."""
+    same_share = abs(more.met(limit) - fewer.met(limit)) <= 1 / max(len(fewer.draws), 1)
+    return same_share and _same(float(np.median(fewer.draws)), float(np.median(more.draws)))
+
+
+def _same(fewer: float, more: float) -> bool:
+    """Whether a latency with more replicas is the one with fewer (within `PLATEAU_CHANGE`;
+    an infinite one, a queue that grows, is no floor)."""
+    return math.isfinite(fewer) and abs(more - fewer) <= PLATEAU_CHANGE * fewer
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """From `replicas` on, more replicas leave the goal's percentile where it is: a latency
+    floor (a request's own time, not capacity) decides. `met` is the share of the drawn
+    worlds that meet the goal there, `floor` the draws' median, and `limit_needed` the
+    limit that all but the unfavourable tail of them would meet."""
+
+    replicas: int
+    met: float
+    floor: float
+    limit_needed: float
+
+    @classmethod
+    def of(cls, replicas: int, count: Count, goal: Goal, tail: float) -> Plateau:
+        return cls(replicas, count.met(goal.limit_ms), float(np.median(count.draws)),
+                   quantile(count.draws, 1 - tail))
