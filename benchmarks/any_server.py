@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from sse_server import Server, strict  # noqa: E402
 
-from latlab.load.target.launch import free_port, start_server  # noqa: E402
+from latlab.load.target.launch import ServerLaunch, free_port, start_server  # noqa: E402
 from latlab.records.folder import RunFolder  # noqa: E402
 
 HF_OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1",
@@ -96,8 +96,8 @@ def show(row: dict) -> None:
 def serve(command: list[str], port: int, folder: Path, name: str, env: dict | None = None):
     url = f"http://127.0.0.1:{port}"
     os.environ.update(env or {})
-    return start_server(command, url, f"{url}/health", ready_timeout_s=300,
-                        log_path=folder / f"{name}.log", name=name)
+    return start_server(ServerLaunch(tuple(command), url, f"{url}/health", name),
+                        ready_timeout_s=300, log_path=folder / f"{name}.log")
 
 
 def main() -> None:

@@ -29,11 +29,18 @@ import sys
 import time
 from pathlib import Path
 
-from predict_trust import (Background, checked, evaluate, load_average, middle_slo,
-                           print_rows, print_verdict)
+from predict_trust import (
+    Background,
+    checked,
+    evaluate,
+    load_average,
+    middle_slo,
+    print_rows,
+    print_verdict,
+)
 
 from latlab.commands.common import console
-from latlab.load.target.launch import interrupt_on_sigterm, start_engine
+from latlab.load.target.launch import ServerLaunch, interrupt_on_sigterm, start_server
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.engine import EngineConfig
@@ -56,7 +63,7 @@ def measure(args, err, cal, background: Background) -> Path:
     reference = LLMEngine(EngineConfig(warmup=False))
     then = sum(cal.reference.ms) if cal.reference else float("nan")
     folder = RunFolder.create(Path(args.out), "sweep-accuracy").path
-    engine = start_engine(["--step-log", str(folder / "steps.jsonl")],
+    engine = start_server(ServerLaunch.embedded(["--step-log", str(folder / "steps.jsonl")]),
                           log_path=folder / "engine.log")
     points = []
     try:

@@ -28,7 +28,7 @@ from pathlib import Path
 from predict_trust import Background, evaluate, load_average, middle_slo, print_verdict
 
 from latlab.commands.common import console
-from latlab.load.target.launch import free_port, interrupt_on_sigterm, start_server
+from latlab.load.target.launch import ServerLaunch, free_port, interrupt_on_sigterm, start_server
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder
@@ -70,8 +70,8 @@ def main() -> None:
              PER_SLOT_CONTEXT // 16, "block_size": 16}
     salts = iter(range(1, 1000))
     with tempfile.TemporaryDirectory() as tmp:
-        server = start_server(command, url, url + "/health", log_path=Path(tmp) / "llama.log",
-                              name="llama-server")
+        server = start_server(ServerLaunch(tuple(command), url, url + "/health", "llama-server"),
+                              log_path=Path(tmp) / "llama.log")
         try:
             def bench(arrivals: ArrivalConfig, name: str) -> tuple[RunFolder, dict]:
                 load, started = load_average(), time.monotonic()

@@ -36,9 +36,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import orjson
@@ -46,7 +46,7 @@ from rich.console import Console
 
 from latlab.analysis import analyze
 from latlab.commands.options import parse_args
-from latlab.load.target.launch import free_port, start_engine, start_server
+from latlab.load.target.launch import ServerLaunch, free_port, start_server
 from latlab.load.workload.traces import BLOCK_TOKENS, replay_window, scaled
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
@@ -80,7 +80,7 @@ def stream(rows: int, folder: Path) -> None:
     rng = np.random.default_rng(0)
     with open(path, "wb") as f:
         t, next_id = 0.0, 0
-        for i in range(rows):
+        for _ in range(rows):
             t += rng.exponential(20.0)
             tokens = int(rng.integers(1_000, 30_000))
             blocks = -(-tokens // BLOCK_TOKENS)
@@ -216,7 +216,7 @@ def served(name: str, folder: Path, llama: Path | None = None) -> Iterator[str]:
     cache on), started before the client raises its priority, stopped after."""
     log = folder / f"{name}-server.log"
     if llama is None:
-        server = start_engine(SERVE, log_path=log)
+        server = start_server(ServerLaunch.embedded(SERVE), log_path=log)
     else:
         gguf = folder / "gguf"
         if not (gguf / "model.gguf").is_file():
@@ -224,10 +224,10 @@ def served(name: str, folder: Path, llama: Path | None = None) -> Iterator[str]:
                             "--model", "default", "--gguf"], check=True, capture_output=True)
         port = free_port("127.0.0.1")
         url = f"http://127.0.0.1:{port}"
-        server = start_server([str(llama), "-m", str(gguf / "model.gguf"), "--host",
-                               "127.0.0.1", "--port", str(port), "-t", "1", "-c", "16384",
-                               "-np", "4", "--metrics"], url, url + "/health", log_path=log,
-                              name="llama-server")
+        server = start_server(ServerLaunch(
+            (str(llama), "-m", str(gguf / "model.gguf"), "--host", "127.0.0.1", "--port",
+             str(port), "-t", "1", "-c", "16384", "-np", "4", "--metrics"), url, url + "/health",
+            "llama-server"), log_path=log)
     try:
         yield server.url
     finally:

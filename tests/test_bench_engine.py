@@ -10,13 +10,13 @@ import pytest
 from typer.testing import CliRunner
 
 from latlab.cli import app
-from latlab.services.bench import run_bench
-from latlab.records.bench import BenchConfig
-from latlab.load.target.launch import EngineError, start_engine
 from latlab.load import BenchError
+from latlab.load.target.launch import EngineError, ServerLaunch, embedded_engine, start_server
+from latlab.records.bench import BenchConfig
+from latlab.records.folder import RunFolder
 from latlab.records.lengths import LengthDistribution
 from latlab.records.workload import WorkloadConfig
-from latlab.records.folder import RunFolder
+from latlab.services.bench import run_bench
 
 pytest.importorskip("torch")
 
@@ -65,9 +65,8 @@ def test_an_engine_that_cannot_start_is_a_clear_failure(tmp_path):
 def test_the_workload_is_fitted_to_the_servers_context(tmp_path):
     """A server that lists a 48-token context: output is shortened to fit, and prompts that
     cannot fit stop the run before anything is sent."""
-    engine = start_engine(["--model", "tiny", "--max-model-len", "48"],
-                          log_path=tmp_path / "engine.log", ready_timeout_s=60)
-    try:
+    with embedded_engine(["--model", "tiny", "--max-model-len", "48"],
+                         log_path=tmp_path / "engine.log", ready_timeout_s=60) as engine:
         def bench(prompt: int) -> tuple:
             config = BenchConfig(url=engine.url + "/v1", requests=6, out=tmp_path, workload=(
                 WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=prompt),
@@ -85,12 +84,11 @@ def test_the_workload_is_fitted_to_the_servers_context(tmp_path):
         (folder,) = [p for p in tmp_path.iterdir() if p.is_dir() and p != fitted.run.path]
         assert not (folder / "requests.jsonl").exists()
         assert "no room for output" in RunFolder.open(folder).read_config().failed
-    finally:
-        engine.stop()
 
 
 def test_start_and_stop_the_engine(tmp_path):
-    engine = start_engine(TINY.split(), log_path=tmp_path / "engine.log", ready_timeout_s=60)
+    engine = start_server(ServerLaunch.embedded(TINY.split()), log_path=tmp_path / "engine.log",
+                          ready_timeout_s=60)
     try:
         assert engine.alive and engine.ready_s > 0 and not refused(engine.url)
     finally:
@@ -101,7 +99,9 @@ def test_start_and_stop_the_engine(tmp_path):
 
 def test_engine_error_carries_the_log_tail(tmp_path):
     with pytest.raises(EngineError, match="exited with code") as e:
-        start_engine(["--no-such-option"], log_path=tmp_path / "engine.log", ready_timeout_s=60)
+        with embedded_engine(["--no-such-option"], log_path=tmp_path / "engine.log",
+                             ready_timeout_s=60):
+            pass
     assert "no-such-option" in str(e.value)
 
 
@@ -120,8 +120,9 @@ def test_an_engine_dying_mid_run_is_reported_and_the_folder_stays_valid(tmp_path
     killer = threading.Thread(target=kill_engine_after_first_record, args=(tmp_path,))
     killer.start()
     config = BenchConfig(serve_args=TINY.split(), duration_s=30.0, out=tmp_path,
-                         workload=WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=16),
-                                                 output_tokens=LengthDistribution(kind="fixed", a=4)))
+                         workload=WorkloadConfig(
+                             prompt_tokens=LengthDistribution(kind="fixed", a=16),
+                             output_tokens=LengthDistribution(kind="fixed", a=4)))
     result = run_bench(config)
     killer.join()
     records = result.run.read_records()
@@ -134,8 +135,9 @@ def test_an_engine_dying_mid_run_is_reported_and_the_folder_stays_valid(tmp_path
 def test_scraping_the_engines_metrics_during_a_run(tmp_path):
     config = BenchConfig(serve_args=TINY.split(), duration_s=2.0, out=tmp_path,
                          scrape_interval_s=0.1,
-                         workload=WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=16),
-                                                 output_tokens=LengthDistribution(kind="fixed", a=8)))
+                         workload=WorkloadConfig(
+                             prompt_tokens=LengthDistribution(kind="fixed", a=16),
+                             output_tokens=LengthDistribution(kind="fixed", a=8)))
     result = run_bench(config)
     scrapes = result.run.read_scrapes()
     assert len(scrapes) >= 5

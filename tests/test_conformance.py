@@ -16,12 +16,13 @@ from latlab.analysis.server_view import server_view
 from latlab.cli import app
 from latlab.load import BenchError
 from latlab.load.request.client import Client, answer_text
+from latlab.load.request.config import ClientConfig
 from latlab.load.request.fields import refused_fields
 from latlab.load.request.server_timing import from_event
 from latlab.load.request.sglang import SglangParser
 from latlab.load.request.sse import StreamParser
 from latlab.load.target.discovery import identify
-from latlab.load.target.launch import free_port, start_server
+from latlab.load.target.launch import ServerLaunch, free_port, launched
 from latlab.load.telemetry.scrape import parse
 from latlab.load.workload.requests import RequestSpec
 from latlab.records.arrivals import ArrivalConfig
@@ -119,7 +120,7 @@ async def test_the_client_speaks_sglangs_native_api():
     events = [Step(0, (e + "\n\n").encode()) for e in body.split("\n\n") if e.strip()]
     spec = RequestSpec(index=0, prompt="hello", messages=None, prompt_tokens=1, max_tokens=6)
     with Server(stream(events)) as server:
-        async with Client(server.url, "m", "sglang") as client:
+        async with Client(server.url, "m", ClientConfig(api="sglang")) as client:
             r = RequestTimeline(id="r", index=0)
             await client.send(spec, r)
         sent = server.received[0]
@@ -188,10 +189,10 @@ def test_transformers_serve_end_to_end_with_the_defaults(tmp_path, monkeypatch):
     assert exported.exit_code == 0, exported.output
     port = free_port("127.0.0.1")
     url = f"http://127.0.0.1:{port}"
-    with start_server([transformers_serve(), "serve", "--host", "127.0.0.1", "--port", str(port),
-                       "--device", "cpu", str(model)], url, f"{url}/health",
-                      ready_timeout_s=180, log_path=tmp_path / "serve.log",
-                      name="transformers serve"):
+    serve = ServerLaunch((transformers_serve(), "serve", "--host", "127.0.0.1", "--port",
+                          str(port), "--device", "cpu", str(model)), url, f"{url}/health",
+                         "transformers serve")
+    with launched(serve, ready_timeout_s=180, log_path=tmp_path / "serve.log"):
         result = run_bench(BenchConfig(url=url, model=str(model), requests=12, workload=SMALL,
                                        arrivals=ArrivalConfig(users=3), out=tmp_path))
     s, a = result.summary, result.analysis

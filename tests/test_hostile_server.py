@@ -6,16 +6,17 @@ import tracemalloc
 
 import pytest
 from aiohttp import web
+from sse_server import Server, completion
 
 from latlab.load.request.client import Client
+from latlab.load.request.config import ClientConfig
 from latlab.load.workload.requests import RequestSpec
-from latlab.records.bench import BenchConfig
 from latlab.records.arrivals import ArrivalConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.lengths import LengthDistribution
 from latlab.records.timeline import Outcome, RequestTimeline
 from latlab.records.workload import WorkloadConfig
 from latlab.services.bench import run_bench
-from sse_server import Server, completion
 
 MIB = 1 << 20
 EVENT_CAP, RESPONSE_CAP = 1 * MIB, 4 * MIB
@@ -60,8 +61,9 @@ async def test_an_endless_answer_fails_as_too_large_within_the_caps(name):
     with Server(handler) as server:
         tracemalloc.start()
         try:
-            async with Client(server.url, "m", api, stream=streamed,
-                              max_event_bytes=EVENT_CAP, max_response_bytes=RESPONSE_CAP) as c:
+            async with Client(server.url, "m", ClientConfig(
+                    api=api, stream=streamed, max_event_bytes=EVENT_CAP,
+                    max_response_bytes=RESPONSE_CAP)) as c:
                 await c.send(SPEC, r)
             peak = tracemalloc.get_traced_memory()[1]
         finally:

@@ -4,15 +4,15 @@ import asyncio
 
 import pytest
 from aiohttp import web
+from sse_server import DONE, Server, Step, chat, completion, sse, status, stream, strict, usage_only
 
 from latlab.load.request.client import Client
+from latlab.load.request.config import ClientConfig
 from latlab.load.request.errors import error_message
 from latlab.load.target.discovery import list_models
 from latlab.load.workload.requests import RequestSpec
 from latlab.metrics.request import request_metrics
 from latlab.records.timeline import Outcome, RequestTimeline
-from sse_server import (DONE, Server, Step, chat, completion, sse, status, stream, strict,
-                        usage_only)
 
 MS = 1_000_000
 TIMING = {"preprocess": 0.5, "queue": 1.0, "prefill": 45.0, "decode": 60.0, "postprocess": 0.2,
@@ -34,7 +34,7 @@ def usage(n: int) -> dict:
 
 async def send(url: str, request: RequestSpec, api: str = "completions", **kw) -> RequestTimeline:
     r = RequestTimeline(id=f"req-{request.index}", index=request.index, scheduled_ns=None)
-    async with Client(url, "fake-model", api, **kw) as client:
+    async with Client(url, "fake-model", ClientConfig(api=api, **kw)) as client:
         await client.send(request, r)
     return r
 
@@ -71,7 +71,7 @@ async def test_chat_stream_follows_the_definitions():
     m = request_metrics(r)
     t = r.token_ns
     assert m.ttft == (t[0] - r.sent_ns) / MS
-    assert m.chunk_gaps == pytest.approx([(t[1] - t[0]) / MS, (t[2] - t[1]) / MS, (t[3] - t[2]) / MS])
+    assert m.chunk_gaps == pytest.approx([(b - a) / MS for a, b in zip(t, t[1:])])
     third = (t[2] - t[1]) / MS / 3
     assert m.itl == pytest.approx([(t[1] - t[0]) / MS, third, third, third, (t[3] - t[2]) / MS])
     assert m.tpot == pytest.approx((t[3] - t[0]) / MS / 5)
@@ -99,13 +99,14 @@ async def test_request_carries_id_labels_and_length_controls():
     assert headers["X-Request-Id"] == "req-3"
     assert body["user"] == "acme" and body["priority"] == 2
     assert body["max_tokens"] == 8 and body["min_tokens"] == 8 and body["ignore_eos"] is True
-    assert body["stream"] is True and body["prompt"] == "hello there" and body["model"] == "fake-model"
+    assert body["stream"] is True and body["prompt"] == "hello there"
+    assert body["model"] == "fake-model"
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
 
 
 async def test_fields_a_strict_server_refuses_are_dropped_for_the_run():
     with Server(strict()) as server:
-        async with Client(server.url, "m") as client:
+        async with Client(server.url, "m", ClientConfig()) as client:
             first, second = (RequestTimeline(id=f"r{i}", index=i) for i in range(2))
             await client.send(spec(priority=1), first)
             await client.send(spec(index=1, priority=1), second)
@@ -123,7 +124,7 @@ async def test_fields_a_strict_server_refuses_are_dropped_for_the_run():
 async def test_a_refusal_that_names_no_field_of_latlabs_is_a_failure():
     refusal = {"error": {"message": "max_tokens is too large", "type": "invalid_request_error"}}
     with Server(status(400, refusal)) as server:
-        async with Client(server.url, "m") as client:
+        async with Client(server.url, "m", ClientConfig()) as client:
             r = RequestTimeline(id="r", index=0)
             await client.send(spec(), r)
     assert r.outcome == Outcome.HTTP_4XX and not client.learned.refused
@@ -195,7 +196,7 @@ async def test_a_stream_that_ends_after_its_usage_without_done_is_complete():
     steps = [Step(0, completion("a")), Step(0.02, usage_only(7, 1))]
     r = RequestTimeline(id="r", index=0)
     with Server(stream(steps)) as server:
-        async with Client(server.url, "m") as client:
+        async with Client(server.url, "m", ClientConfig()) as client:
             await client.send(spec(), r)
     assert r.ok and r.completion_tokens == 1 and client.learned.without_done == 1
     assert r.done_ns == r.usage_ns  # done when its last event came
@@ -252,7 +253,7 @@ async def test_timeout():
 async def test_connection_phases_new_then_reused():
     steps = [Step(0, completion("a")), Step(0, usage_only(7, 1)), Step(0, DONE)]
     with Server(stream(steps)) as server:
-        async with Client(server.url, "fake-model", pool_size=1) as client:
+        async with Client(server.url, "fake-model", ClientConfig(pool_size=1)) as client:
             records = []
             for i in range(2):
                 r = RequestTimeline(id=f"r{i}", index=i)
@@ -266,7 +267,7 @@ async def test_connection_phases_new_then_reused():
 
 async def test_cancel_records_cancelled():
     with Server(stream([Step(0, completion("a")), Step(5.0, DONE)])) as server:
-        async with Client(server.url, "fake-model") as client:
+        async with Client(server.url, "fake-model", ClientConfig()) as client:
             r = RequestTimeline(id="r", index=0)
             task = asyncio.create_task(client.send(spec(), r))
             await asyncio.sleep(0.2)

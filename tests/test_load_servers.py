@@ -9,16 +9,17 @@ from pathlib import Path
 
 import orjson
 from aiohttp import web
-
-from latlab.services.bench import run_bench
-from latlab.load.request.client import Client
-from latlab.load.workload.requests import RequestSpec
-from latlab.records.bench import BenchConfig
-from latlab.records.timeline import RequestTimeline
-from latlab.records.arrivals import ArrivalConfig
-from latlab.records.lengths import LengthDistribution
-from latlab.records.workload import WorkloadConfig
 from sse_server import DONE, Server, Step, completion, stream, usage_only
+
+from latlab.load.request.client import Client
+from latlab.load.request.config import ClientConfig
+from latlab.load.workload.requests import RequestSpec
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.bench import BenchConfig
+from latlab.records.lengths import LengthDistribution
+from latlab.records.timeline import RequestTimeline
+from latlab.records.workload import WorkloadConfig
+from latlab.services.bench import run_bench
 
 SERVERS = Path(__file__).parent / "fixtures" / "servers"
 SMALL = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=8),
@@ -73,7 +74,7 @@ def spec(i: int) -> RequestSpec:
 
 async def send_all(url: str, n: int, **kw) -> list[RequestTimeline]:
     records = []
-    async with Client(url, "m", pool_size=1, **kw) as client:
+    async with Client(url, "m", ClientConfig(pool_size=1, **kw)) as client:
         for i in range(n):
             r = RequestTimeline(id=f"r{i}", index=i)
             await client.send(spec(i), r)

@@ -14,20 +14,19 @@ import httpx
 import openai
 import orjson
 import pytest
+from sim_helpers import calibration
 from typer.testing import CliRunner
 
 from latlab.analysis import analyze
 from latlab.analysis.decompose import Quality
 from latlab.cli import app
-from latlab.load.target.launch import free_port, start_engine
+from latlab.load.target.launch import embedded_engine, free_port
 from latlab.records.config import RunConfig
 from latlab.records.files import read_json
 from latlab.records.folder import RunFolder
 from latlab.records.observe import OBSERVE_JSON, TRACE_JSONL, WINDOWS, ObserveRecord
 from latlab.sim import calibration as calibrations
 from latlab.store import RunStore
-
-from sim_helpers import calibration
 
 HOUR_S = 3600
 READY_S = 60
@@ -56,7 +55,7 @@ def test_a_plain_openai_clients_requests_are_all_explained_from_the_servers_span
     in_band = {}
     try:
         wait_listening(port, observe)
-        with start_engine(["--model", "tiny", "--otlp-endpoint",
+        with embedded_engine(["--model", "tiny", "--otlp-endpoint",
                            f"http://127.0.0.1:{port}/v1/traces"]) as engine:
             client = openai.OpenAI(base_url=f"{engine.url}/v1", api_key="unused")
             for i in range(30):

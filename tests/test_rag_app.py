@@ -10,16 +10,23 @@ from pathlib import Path
 import pytest
 
 from latlab.analysis.decompose import Quality
-from latlab.services.bench import run_bench
+from latlab.load.target.launch import ServerLaunch, embedded_engine, free_port, launched
 from latlab.load.telemetry.spans import timing_of
-from latlab.load.target.launch import free_port, start_engine, start_server
-from latlab.records.bench import BenchConfig
-from latlab.records.spans import Span
 from latlab.records.arrivals import ArrivalConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.lengths import LengthDistribution
+from latlab.records.spans import Span
 from latlab.records.workload import WorkloadConfig
+from latlab.services.bench import run_bench
 
 APP = Path(__file__).resolve().parents[1] / "examples" / "rag_app" / "app.py"
+
+
+def rag_app(llm_url: str, port: int, otlp_endpoint: str, lookup_ms: str) -> ServerLaunch:
+    url = f"http://127.0.0.1:{port}"
+    return ServerLaunch((sys.executable, str(APP), "--llm-url", llm_url, "--port", str(port),
+                         "--docs", "2000", "--lookup-ms", lookup_ms, "--otlp-endpoint",
+                         otlp_endpoint), url, f"{url}/health", "rag_app")
 MS = 1_000_000
 
 
@@ -53,11 +60,8 @@ def test_the_rag_example_benchmarked_end_to_end(tmp_path):
     otlp = free_port("127.0.0.1")
     endpoint = f"http://127.0.0.1:{otlp}/v1/traces"
     port = free_port("127.0.0.1")
-    with start_engine(["--model", "tiny", "--otlp-endpoint", endpoint]) as engine, \
-            start_server([sys.executable, str(APP), "--llm-url", engine.url, "--port", str(port),
-                          "--docs", "2000", "--lookup-ms", "200", "--otlp-endpoint", endpoint],
-                         f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/health",
-                         ready_timeout_s=60, name="rag_app"):
+    with embedded_engine(["--model", "tiny", "--otlp-endpoint", endpoint]) as engine, \
+            launched(rag_app(engine.url, port, endpoint, "200"), ready_timeout_s=60):
         result = run_bench(BenchConfig(
             url=f"http://127.0.0.1:{port}", otlp_port=otlp, requests=8, duration_s=None,
             workload=WorkloadConfig(api="chat", prompt_tokens=LengthDistribution(kind="fixed",
@@ -71,7 +75,8 @@ def test_the_rag_example_benchmarked_end_to_end(tmp_path):
         parts = row.parts
         assert sum(c.ms for c in parts.components.values() if c.ms is not None) == \
             pytest.approx(parts.total)
-        assert parts.ms("app:fetch documents") >= 190  # the store's 200 ms sleep (timers wake ~1 ms early)
+        # the store's 200 ms sleep (timers wake ~1 ms early)
+        assert parts.ms("app:fetch documents") >= 190
         assert parts.ms("app:retrieval") > 0 and parts.ms("prefill") > 0
     assert a.mean.quality["prefill"] == Quality.EXACT  # the model server's span, nested
     assert a.mean.application()[0] == "app:fetch documents"
@@ -101,12 +106,8 @@ def test_the_instrumented_rag_example_observed_from_its_spans(tmp_path):
     port = free_port("127.0.0.1")
     try:
         endpoint = f"http://127.0.0.1:{otlp}/v1/traces"
-        with start_engine(["--model", "tiny", "--otlp-endpoint", endpoint]) as engine, \
-                start_server([sys.executable, str(APP), "--llm-url", engine.url, "--port",
-                              str(port), "--docs", "2000", "--lookup-ms", "150",
-                              "--otlp-endpoint", endpoint], f"http://127.0.0.1:{port}",
-                             f"http://127.0.0.1:{port}/health", ready_timeout_s=60,
-                             name="rag_app"):
+        with embedded_engine(["--model", "tiny", "--otlp-endpoint", endpoint]) as engine, \
+                launched(rag_app(engine.url, port, endpoint, "150"), ready_timeout_s=60):
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
                 for i in range(6):
                     answer = client.post("/v1/chat/completions", json={

@@ -16,39 +16,38 @@ import secrets
 import shlex
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 from rich.console import Console
 
 from latlab import __version__
-from latlab.load import BenchError
+from latlab.load.preflight import fit_context, survey_trace
 from latlab.load.request.fields import Adaptations
 from latlab.load.target.discovery import identify, round_trip_ms
-from latlab.load.target.launch import EngineError, start_engine
-from latlab.load.telemetry.otlp import SpanReceiver, await_spans
+from latlab.load.target.launch import embedded_engine
 from latlab.load.target.settings import server_settings
 from latlab.load.telemetry.host import HostSampler
+from latlab.load.telemetry.otlp import SpanReceiver, await_spans
 from latlab.load.telemetry.scrape import Scraper
 from latlab.load.workers.auto import auto_workers
 from latlab.load.workers.processes import run_workers
 from latlab.load.workers.progress import ProgressDisplay
 from latlab.load.workers.snapshot import WorkerSnapshot
 from latlab.load.workers.worker import Worker, WorkerPlan, WorkerResult
-from latlab.load.preflight import fit_context, survey_trace
 from latlab.load.workload.prompts import with_salt
 from latlab.load.workload.requests import Workload
 from latlab.records.bench import BenchConfig
 from latlab.records.config import Clock, RunConfig, Target
-from latlab.records.target import redact
 from latlab.records.folder import REQUESTS, RunFolder
 from latlab.records.health import WorkerHealth
-from latlab.records.summary import HostLoad
 from latlab.records.scrape import METRICS
 from latlab.records.spans import SPANS
+from latlab.records.summary import HostLoad
 from latlab.records.table import OUTCOMES, RequestTable
+from latlab.records.target import redact
 
 START_LEAD_S = 0.05
 MODELS_TIMEOUT_S = 10.0
@@ -97,67 +96,61 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
     with ExitStack() as context, _not_started(run, settings):
         receiver = (context.enter_context(SpanReceiver(run.path / SPANS, port=config.otlp_port))
                     if config.otlp_port is not None else None)
-        try:
-            url = config.url
-            if url is None:
-                if console is not None:
-                    console.print("starting the embedded engine (latlab serve)…", style="dim")
-                serve = list(config.serve_args)
-                if receiver is not None:
-                    serve += ["--otlp-endpoint", receiver.endpoint]
-                try:
-                    engine = start_engine(serve, log_path=run.path / "engine.log")
-                except EngineError as e:
-                    raise BenchError(str(e)) from None
-                url = engine.url
-                settings.target.engine_ready_s = engine.ready_s
-            settings.target.url = url
-            key = config.api_key.get_secret_value() if config.api_key else None
-            target = settings.target
-            target.model, target.server_kind, target.max_model_len, found = identify(
-                url, config.model, config.server_kind, key, MODELS_TIMEOUT_S)
-            notes += found
-            told = asyncio.run(server_settings(url, key))
-            target.settings = told if told.known() else None
-            fit_context(workload, config, target.max_model_len)
-            target.rtt_ms = asyncio.run(round_trip_ms(url, key))
-            settings.target.otlp_endpoint = receiver.endpoint if receiver else None
-            run.write_config(settings)
-            plan = WorkerPlan(0, url, settings.target.model, str(run.path), secrets.token_hex(3),
-                              0, key, settings.target.server_kind)
-            scraper = context.enter_context(Scraper(
-                url.rstrip("/") + "/metrics", run.path / METRICS, config.scrape_interval_s,
-                {"Authorization": f"Bearer {key}"} if key else None))
-            host = context.enter_context(HostSampler(
-                engine.process.pid if engine is not None else None, url))
-            display = (ProgressDisplay(console or Console(stderr=True), config.duration_s,
-                                       config.requests) if progress else None)
-            with display or nullcontext():
-                update = display.update if display else None
-                if config.ray is not None:
-                    from latlab.load.workers.ray_driver import run_ray_workers
-
-                    results, settings.ray = run_ray_workers(
-                        config, plan, lambda lead: _start_clock(run, settings, lead), update,
-                        console)
-                elif config.workers == 1:
-                    results = [_run_here(config, plan, workload, run, settings, update)]
-                else:
-                    results = run_workers(config, plan, lambda: _start_clock(run, settings),
-                                          update)
+        url = config.url
+        if url is None:
+            if console is not None:
+                console.print("starting the embedded engine (latlab serve)…", style="dim")
+            serve = list(config.serve_args)
             if receiver is not None:
-                notes += await_spans(receiver, run, config.span_wait_s)
-            if config.scrape_interval_s and not scraper.count:
-                notes.append(f"no scrape of {scraper.url} succeeded ({scraper.last_error}): "
-                             "the run has no load context")
-            aborted = any(r.stop_reason == "aborted" for r in results)
-            if engine is not None and engine.exited(ENGINE_EXIT_WAIT_S if aborted else 0.0):
-                notes.append(f"the embedded engine exited with code {engine.process.returncode} "
-                             f"during the run; its log ({engine.log_path}):\n"
-                             f"{engine.log_tail(5)}")
-        finally:
-            if engine is not None:
-                engine.stop()
+                serve += ["--otlp-endpoint", receiver.endpoint]
+            engine = context.enter_context(
+                embedded_engine(serve, log_path=run.path / "engine.log"))
+            url = engine.url
+            settings.target.engine_ready_s = engine.ready_s
+        settings.target.url = url
+        key = config.api_key.get_secret_value() if config.api_key else None
+        target = settings.target
+        target.model, target.server_kind, target.max_model_len, found = identify(
+            url, config.model, config.server_kind, key, MODELS_TIMEOUT_S)
+        notes += found
+        told = asyncio.run(server_settings(url, key))
+        target.settings = told if told.known() else None
+        fit_context(workload, config, target.max_model_len)
+        target.rtt_ms = asyncio.run(round_trip_ms(url, key))
+        settings.target.otlp_endpoint = receiver.endpoint if receiver else None
+        run.write_config(settings)
+        plan = WorkerPlan(0, url, settings.target.model, str(run.path), secrets.token_hex(3),
+                          0, key, settings.target.server_kind)
+        scraper = context.enter_context(Scraper(
+            url.rstrip("/") + "/metrics", run.path / METRICS, config.scrape_interval_s,
+            {"Authorization": f"Bearer {key}"} if key else None))
+        host = context.enter_context(HostSampler(
+            engine.process.pid if engine is not None else None, url))
+        display = (ProgressDisplay(console or Console(stderr=True), config.duration_s,
+                                   config.requests) if progress else None)
+        with display or nullcontext():
+            update = display.update if display else None
+            if config.ray is not None:
+                from latlab.load.workers.ray_driver import run_ray_workers
+
+                results, settings.ray = run_ray_workers(
+                    config, plan, lambda lead: _start_clock(run, settings, lead), update,
+                    console)
+            elif config.workers == 1:
+                results = [_run_here(config, plan, workload, run, settings, update)]
+            else:
+                results = run_workers(config, plan, lambda: _start_clock(run, settings),
+                                      update)
+        if receiver is not None:
+            notes += await_spans(receiver, run, config.span_wait_s)
+        if config.scrape_interval_s and not scraper.count:
+            notes.append(f"no scrape of {scraper.url} succeeded ({scraper.last_error}): "
+                         "the run has no load context")
+        aborted = any(r.stop_reason == "aborted" for r in results)
+        if engine is not None and engine.exited(ENGINE_EXIT_WAIT_S if aborted else 0.0):
+            notes.append(f"the embedded engine exited with code {engine.process.returncode} "
+                         f"during the run; its log ({engine.log_path}):\n"
+                         f"{engine.log_tail(5)}")
     return _finish(config, run, settings, results, notes, host.result)
 
 

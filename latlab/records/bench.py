@@ -10,13 +10,12 @@ import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, Field, SecretStr, field_serializer, field_validator,
-                      model_validator)
+from pydantic import BaseModel, Field, SecretStr, field_serializer, field_validator, model_validator
 
+from latlab.records.arrivals import ArrivalConfig
 from latlab.records.settings import CLIENT, OUTPUT, STOP, TARGET, TELEMETRY, derive, setting
 from latlab.records.slo import slo_dict
 from latlab.records.target import ServerKind, redact, server_root
-from latlab.records.arrivals import ArrivalConfig
 from latlab.records.workload import WorkloadConfig
 
 MAX_LOCAL_WORKERS = 64
@@ -97,8 +96,9 @@ class RequestConfig(BaseModel):
                 "max_response_bytes": int(self.max_response_mib * MIB)}
 
 
-class ClientConfig(RequestConfig):
-    """How the load generator talks to the server."""
+class TransportConfig(RequestConfig):
+    """How the load generator's requests travel: streamed or not, over kept connections or
+    not, and whose server timings to read."""
 
     stream: bool = setting(True, "Stream the answers; without, a request's first token is its "
                            "whole answer (TTFT = E2E), as TGI's timing headers need.",
@@ -191,7 +191,7 @@ class OutputConfig(BaseModel):
                               "--tag", group=OUTPUT)
 
 
-class BenchConfig(TargetConfig, ClientConfig, StopConfig, TelemetryConfig, SloConfig,
+class BenchConfig(TargetConfig, TransportConfig, StopConfig, TelemetryConfig, SloConfig,
                   OutputConfig):
     """A bench run: the target, the workload, the arrivals and when to stop."""
 

@@ -20,8 +20,8 @@ from latlab.analysis.ab import counter_deltas, explain, pool
 from latlab.analysis.compare import Comparison
 from latlab.analysis.compare import compare as compare_runs
 from latlab.analysis.noise import from_blocks, from_rounds
+from latlab.load.target.launch import embedded_engine, remembered_interrupts
 from latlab.load.telemetry.scrape import scrape_once
-from latlab.load.target.launch import EngineError, remembered_interrupts, start_engine
 from latlab.records.ab import AB_JSON, SIDES, ABChange, ABConfig, ABRecord, ABRound
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder, write_json
@@ -55,11 +55,9 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
             if bench.url is None:
                 if err is not None:
                     err.print(f"starting the embedded engine for {side}…", style="dim")
-                try:
-                    engine = start_engine(bench.serve_args, log_path=folder / f"engine-{side}.log")
-                except EngineError as e:
-                    raise ServiceFailed(f"{side}: {e}") from None
-                stack.callback(engine.stop)
+                engine = stack.enter_context(embedded_engine(
+                    bench.serve_args, log_path=folder / f"engine-{side}.log",
+                    name=f"{side}'s latlab serve"))
                 bench.url = engine.url
         pressed = stack.enter_context(remembered_interrupts())
         try:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from latlab.load.target.launch import EngineError, start_engine
+from latlab.load.target.launch import embedded_engine
+from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.calibration import Calibration
 from latlab.records.engine import ConfigError, EngineConfig
 from latlab.records.folder import RunFolder
 from latlab.records.steps import StepLogError, StepRecord, read_step_log
-from latlab.records.arrivals import ArrivalConfig
 from latlab.records.workload import WorkloadConfig
 from latlab.services.bench import run_bench
 from latlab.services.errors import InputError, ServiceFailed
@@ -109,20 +109,15 @@ def _probe(cal: Calibration, serve: list[str], err: Console) -> Calibration:
         + "…", style="dim", highlight=False)
     with tempfile.TemporaryDirectory(prefix="latlab-calibrate-") as tmp:
         steps = Path(tmp) / "steps.jsonl"
-        try:
-            engine = start_engine([*serve, "--step-log", str(steps)],
-                                  log_path=Path(tmp) / "engine.log")
-        except EngineError as e:
-            raise ServiceFailed(f"the probe could not start latlab serve: {e}") from None
         runs = []
-        try:
+        with embedded_engine([*serve, "--step-log", str(steps)],
+                             log_path=Path(tmp) / "engine.log",
+                             name="the probe's latlab serve") as engine:
             for arrivals, requests in plan:
                 bench = BenchConfig(url=engine.url, workload=WorkloadConfig(),
                                     arrivals=arrivals, duration_s=None, requests=requests,
                                     out=Path(tmp), name="calibrate-probe")
                 runs.append(RunFolder(run_bench(bench).run.path))
-        finally:
-            engine.stop()
         first = runs[0].read_records()
         cal = calibrations.with_request_costs(cal, request_costs(first),
                                               "a probe through latlab serve",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,13 +32,13 @@ from latlab.analysis import capacity
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.slo_max import slo_max
 from latlab.load import BenchError
-from latlab.load.target.launch import EngineError, remembered_interrupts, start_engine
+from latlab.load.target.launch import embedded_engine, remembered_interrupts
 from latlab.load.workload.traces import survey
+from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder, write_json
 from latlab.records.sweep import SWEEP_JSON, Mode, Point, SweepConfig, SweepRecord, SweepStop
 from latlab.records.target import redact
-from latlab.records.arrivals import ArrivalConfig
 from latlab.report.sweep_html import write_sweep_html
 from latlab.services.bench import run_bench
 from latlab.store import RunStore
@@ -71,7 +71,6 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
     console = console or Console(stderr=True)
     folder = RunFolder.create(config.base.out, f"sweep-{config.base.name}").path
     sweep = Sweep(config, folder, list(command))
-    engine = None
 
     def measure(bench: BenchConfig) -> RunAnalysis:
         result = run_bench(bench.model_copy(update={"url": url}), console=console,
@@ -81,22 +80,16 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
         sweep.target["model"] = result.analysis.config.target.model
         return result.analysis
 
-    with sweep.recording(config.base.out):
+    with sweep.recording(config.base.out), ExitStack() as stack:
         url = config.base.url
         if url is None:
             console.print("starting the embedded engine (latlab serve) for the whole sweep…",
                           style="dim")
-            try:
-                engine = start_engine(config.base.serve_args, log_path=folder / "engine.log")
-            except EngineError as e:
-                raise BenchError(str(e)) from None
+            engine = stack.enter_context(
+                embedded_engine(config.base.serve_args, log_path=folder / "engine.log"))
             url = engine.url
             sweep.target |= {"url": url, "engine_ready_s": engine.ready_s}
-        try:
-            sweep.run(measure, console)
-        finally:
-            if engine is not None:
-                engine.stop()
+        sweep.run(measure, console)
     return SweepResult(folder, sweep.record())
 
 

@@ -1,8 +1,8 @@
 """The HTTP side: send one request and fill its `RequestTimeline` as the bytes arrive.
 
-Streams are parsed by `sse.StreamParser` (OpenAI's server-sent events),
-`ollama.NdjsonParser` (Ollama's native API) or `sglang.SglangParser` (SGLang's native
-`/generate`); a non-streamed answer is one event when its body is complete. `sent` is
+The API's `routes.Route` builds the body and names the parser of its stream (OpenAI's
+server-sent events, Ollama's NDJSON, SGLang's events); a non-streamed answer is one event when
+its body is complete. `sent` is
 taken when the connection is ready, just before the request bytes are written: the
 connection phases (pool wait, DNS, connect) lie between `scheduled` and `sent` and are
 recorded in `connection`; a request that never got a connection has no `sent`. Every
@@ -19,25 +19,22 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
 import aiohttp
 import orjson
 
+from latlab.load.request.config import ClientConfig
 from latlab.load.request.connection import connection_trace
 from latlab.load.request.errors import classify, describe, error_message
 from latlab.load.request.fields import Adaptations, refused_fields, without
-from latlab.load.request.ollama import NdjsonParser, ollama_body
-from latlab.load.request.server_timing import ServerKind, from_event, from_headers
-from latlab.load.request.sglang import SglangParser, sglang_body
+from latlab.load.request.routes import ROUTES
+from latlab.load.request.server_timing import from_event, from_headers
 from latlab.load.request.sglang import usage as sglang_usage
-from latlab.load.request.sse import (StreamFault, StreamParser, apply_usage, read_at_most,
-                                     too_large)
+from latlab.load.request.sse import StreamFault, apply_usage, read_at_most, too_large
 from latlab.load.request.stamps import StampingConnector, read_stamped
 from latlab.load.workload.requests import RequestSpec
-from latlab.records.bench import MAX_EVENT_MIB, MAX_RESPONSE_MIB, MIB
 from latlab.records.timeline import Outcome, RequestTimeline
 
 ERROR_BODY_BYTES = 2048
@@ -53,64 +50,35 @@ class Refused(Exception):
         self.fields, self.message = fields, message
 
 
-@dataclass(frozen=True)
-class Route:
-    path: str
-    chat: bool
-    native: str | None = None  # a server's own API: "ollama", "sglang"; None: OpenAI's
-
-    @property
-    def ollama(self) -> bool:
-        return self.native == "ollama"
-
-
-ROUTES = {"completions": Route("/v1/completions", False),
-          "chat": Route("/v1/chat/completions", True),
-          "ollama": Route("/api/generate", False, "ollama"),
-          "ollama-chat": Route("/api/chat", True, "ollama"),
-          "sglang": Route("/generate", False, "sglang")}
-PARSERS = {None: StreamParser, "ollama": NdjsonParser, "sglang": SglangParser}
-
-
 class Client:
-    """One aiohttp session with a pool of `pool_size` connections (0: unbounded); without
-    `keepalive` every request opens its own connection. A response is read up to
-    `max_response_bytes`, an event of it up to `max_event_bytes` (else `too_large`): what
-    one request holds is bounded whatever the server sends."""
+    """One aiohttp session asking `model` at `url` as `config` says: a pool of
+    `config.pool_size` connections (0: unbounded), or without `keepalive` one connection per
+    request. A response is read up to `max_response_bytes`, an event of it up to
+    `max_event_bytes` (else `too_large`): what one request holds is bounded whatever the
+    server sends."""
 
-    def __init__(self, url: str, model: str, api: str = "completions", *,
-                 api_key: str | None = None, pool_size: int = 0, timeout_s: float = 600.0,
-                 ignore_eos: bool = True, continuous_usage: bool = True, stream: bool = True,
-                 keepalive: bool = True, kind: ServerKind = ServerKind.AUTO,
-                 max_event_bytes: int = int(MAX_EVENT_MIB * MIB),
-                 max_response_bytes: int = int(MAX_RESPONSE_MIB * MIB)) -> None:
-        self.route = ROUTES[api]
-        self.max_event_bytes, self.max_response_bytes = max_event_bytes, max_response_bytes
+    def __init__(self, url: str, model: str, config: ClientConfig) -> None:
+        self.config = config
+        self.route = ROUTES[config.api]
         self.url = url.rstrip("/") + self.route.path
         self.model = model
-        self.ignore_eos, self.stream, self.keepalive, self.kind = (ignore_eos, stream,
-                                                                   keepalive, kind)
-        self.stream_options = {"include_usage": True}
-        if continuous_usage:
-            self.stream_options["continuous_usage_stats"] = True
         self.headers = {"Content-Type": "application/json"}
-        if api_key:
-            self.headers["Authorization"] = f"Bearer {api_key}"
-        self._pool_size = pool_size
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        if config.api_key:
+            self.headers["Authorization"] = f"Bearer {config.api_key}"
+        self._timeout = aiohttp.ClientTimeout(total=config.timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._fresh: aiohttp.ClientSession | None = None  # one connection per request
         self.learned = Adaptations()  # fields the server refused, streams without [DONE]
 
     def _new_session(self, keepalive: bool) -> aiohttp.ClientSession:
-        connector = StampingConnector(limit=self._pool_size, limit_per_host=0,
-                                         ttl_dns_cache=300, force_close=not keepalive)
+        connector = StampingConnector(limit=self.config.pool_size, limit_per_host=0,
+                                      ttl_dns_cache=300, force_close=not keepalive)
         return aiohttp.ClientSession(connector=connector, timeout=self._timeout,
                                      trace_configs=[connection_trace()],
                                      skip_auto_headers=("User-Agent",))
 
     async def __aenter__(self) -> Client:
-        self._session = self._new_session(self.keepalive)
+        self._session = self._new_session(self.config.keepalive)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -120,32 +88,8 @@ class Client:
 
     def body(self, spec: RequestSpec) -> dict[str, Any]:
         """The request's body, less the fields the server refused."""
-        body = self._body(spec)
+        body = self.route.body(spec, self.model, self.config)
         return without(body, self.learned.refused.keys()) if self.learned.refused else body
-
-    def _body(self, spec: RequestSpec) -> dict[str, Any]:
-        if self.route.ollama:
-            return ollama_body(self.model, spec, self.stream)
-        if self.route.native == "sglang":
-            return sglang_body(spec, self.stream, self.ignore_eos)
-        body: dict[str, Any] = {"model": self.model, "stream": self.stream,
-                                "max_tokens": spec.max_tokens}
-        if self.stream:
-            body["stream_options"] = self.stream_options
-            if self.kind == ServerKind.LLAMACPP:
-                body["timings_per_token"] = True  # tokens per chunk, from predicted_n
-        if self.route.chat:
-            body["messages"] = spec.messages
-        else:
-            body["prompt"] = spec.prompt
-        if self.ignore_eos:
-            body["ignore_eos"] = True
-            body["min_tokens"] = spec.max_tokens
-        if spec.tenant is not None:
-            body["user"] = spec.tenant
-        if spec.priority is not None:
-            body["priority"] = spec.priority
-        return body
 
     async def send(self, spec: RequestSpec, r: RequestTimeline) -> str | None:
         """Send `spec` and record everything in `r`; never raises but for cancellation.
@@ -209,9 +153,9 @@ class Client:
             content_type = resp.content_type
             if resp.status != 200:
                 await self._http_error(resp, r, body)
-            elif not self.stream:
+            elif not self.config.stream:
                 return await self._read_body(resp, r)
-            elif self.route.ollama or content_type.startswith("text/event-stream"):
+            elif not self.route.event_stream or content_type.startswith("text/event-stream"):
                 return await self._read_stream(resp, r, keep)
             else:
                 r.outcome = Outcome.BAD_PAYLOAD
@@ -238,8 +182,8 @@ class Client:
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, r: RequestTimeline,
                            keep: bool) -> str | None:
-        parser = PARSERS[self.route.native](r, self.route.chat, keep, self.max_event_bytes)
-        limit, received = self.max_response_bytes, 0
+        parser = self.route.parser(r, self.route.chat, keep, self.config.max_event_bytes)
+        limit, received = self.config.max_response_bytes, 0
 
         def feed(piece: bytes, t: int) -> None:
             nonlocal received
@@ -250,13 +194,13 @@ class Client:
 
         await read_stamped(resp, feed)
         parser.finish()
-        if getattr(parser, "without_done", False):
+        if parser.without_done:
             self.learned.without_done += 1
         return "".join(parser.text) if parser.text is not None else None
 
     async def _read_body(self, resp: aiohttp.ClientResponse, r: RequestTimeline) -> str | None:
         """A non-streamed answer: one event, when the whole body has arrived."""
-        raw = await read_at_most(resp, self.max_response_bytes, "--max-response-mib")
+        raw = await read_at_most(resp, self.config.max_response_bytes, "--max-response-mib")
         t = perf_counter_ns()
         try:
             obj = orjson.loads(raw)

@@ -10,14 +10,15 @@ from typing import Any
 
 import orjson
 
+from latlab.load.request.config import ClientConfig
 from latlab.load.request.server_timing import ollama
 from latlab.load.request.sse import StreamFault, too_large
 from latlab.load.workload.requests import RequestSpec
 from latlab.records.timeline import Outcome, RequestTimeline
 
 
-def ollama_body(model: str, spec: RequestSpec, stream: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model, "stream": stream,
+def ollama_body(spec: RequestSpec, model: str, config: ClientConfig) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "stream": config.stream,
                             "options": {"num_predict": spec.max_tokens}}
     if spec.messages is not None:
         body["messages"] = spec.messages
@@ -32,6 +33,7 @@ class NdjsonParser:
     `sse.StreamParser`: `feed` each socket read with its arrival time, then `finish`)."""
 
     __slots__ = ("r", "chat", "buf", "final", "text", "max_event_bytes")
+    without_done = False  # the final object ends an NDJSON stream: no end marker to miss
 
     def __init__(self, r: RequestTimeline, chat: bool, keep_text: bool = False,
                  max_event_bytes: int | None = None) -> None:

@@ -13,17 +13,20 @@ from typing import Any
 
 import orjson
 
+from latlab.load.request.config import ClientConfig
 from latlab.load.request.server_timing import sglang
 from latlab.load.request.sse import StreamFault, StreamParser, _cut
 from latlab.load.workload.requests import RequestSpec
 from latlab.records.timeline import Outcome, RequestTimeline
 
 
-def sglang_body(spec: RequestSpec, stream: bool, ignore_eos: bool) -> dict[str, Any]:
+def sglang_body(spec: RequestSpec, model: str, config: ClientConfig) -> dict[str, Any]:
+    """SGLang's `/generate` body (it serves one model: `model` is not sent)."""
     params: dict[str, Any] = {"max_new_tokens": spec.max_tokens}
-    if ignore_eos:
+    if config.ignore_eos:
         params |= {"ignore_eos": True, "min_new_tokens": spec.max_tokens}
-    body: dict[str, Any] = {"text": spec.prompt, "sampling_params": params, "stream": stream}
+    body: dict[str, Any] = {"text": spec.prompt, "sampling_params": params,
+                            "stream": config.stream}
     if spec.priority is not None:
         body["priority"] = spec.priority
     return body

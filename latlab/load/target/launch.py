@@ -1,11 +1,14 @@
-"""The embedded target: `latlab serve` in its own process on a free loopback port, or any
-server command (`start_server`).
+"""The servers latlab starts: `latlab serve` on a free loopback port (`embedded_engine`), or
+any server command (`ServerLaunch` and `launched`).
 
-    with start_engine(["--model", "tiny"], log_path=run.path / "engine.log") as engine:
+    with embedded_engine(["--model", "tiny"], log_path=run.path / "engine.log") as engine:
         ... send load to engine.url ...
 
-The server runs in its own session (a new process group), so a Ctrl-C in the terminal reaches
-latlab, which stops the whole group (SIGTERM, then SIGKILL) on every way out, children too.
+A `ServerLaunch` says what to run and where it answers; `launched` starts it, waits until it is
+ready and stops it on every way out. The server runs in its own session (a new process group),
+so a Ctrl-C in the terminal reaches latlab, which stops the whole group by its leader's PID
+(SIGTERM, then SIGKILL), children too. Every failure to start raises `EngineError`, a
+`BenchError`, whose message names the server and ends with its log's tail.
 """
 
 from __future__ import annotations
@@ -19,32 +22,60 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+
+from latlab.load import BenchError
 
 READY_POLL_S = 0.2
 LOG_TAIL_LINES = 20
 
 
-class EngineError(RuntimeError):
-    """The embedded engine could not be started or died."""
+class EngineError(BenchError):
+    """A server latlab started could not be started, or was not ready in time."""
+
+
+@dataclass(frozen=True)
+class ServerLaunch:
+    """How to start one server: its command line, the base URL it serves, the URL that answers
+    200 once it is ready, and the name its errors give it."""
+
+    command: tuple[str, ...]
+    url: str
+    ready_url: str
+    name: str
+
+    @classmethod
+    def embedded(cls, serve_args: Sequence[str] = (), *, host: str = "127.0.0.1",
+                 name: str = "latlab serve") -> ServerLaunch:
+        """`python -m latlab serve` on a free port of `host`."""
+        port = free_port(host)
+        url = f"http://{host}:{port}"
+        command = (sys.executable, "-m", "latlab", "serve", "--host", host, "--port", str(port),
+                   *serve_args)
+        return cls(command, url, url + "/ready", name)
 
 
 @dataclass
 class ServerProcess:
-    """A server in its own process group; `ready_s` is from just before its start to the
-    first 200 of `ready_url`."""
+    """A started server in its own process group; `ready_s` is from just before its start to
+    the first 200 of its ready URL."""
 
-    url: str
+    launch: ServerLaunch
     process: subprocess.Popen[bytes]
     log_path: Path
     started_s: float
-    ready_url: str
-    name: str = "latlab serve"
     ready_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return self.launch.url
+
+    @property
+    def name(self) -> str:
+        return self.launch.name
 
     @property
     def alive(self) -> bool:
@@ -69,17 +100,18 @@ class ServerProcess:
     def wait_ready(self, timeout_s: float, poll_s: float = READY_POLL_S) -> None:
         """Poll `ready_url` until it answers 200; raise `EngineError` if the server dies or
         is slow."""
+        ready_url = self.launch.ready_url
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.alive:
                 raise EngineError(f"{self.name} exited with code {self.process.returncode} "
                                   f"before it was ready; its log ({self.log_path}):\n"
                                   f"{self.log_tail()}")
-            if responds_ok(self.ready_url):
+            if responds_ok(ready_url):
                 self.ready_s = time.monotonic() - self.started_s
                 return
             time.sleep(poll_s)
-        raise EngineError(f"{self.name} was not ready after {timeout_s:g} s ({self.ready_url} "
+        raise EngineError(f"{self.name} was not ready after {timeout_s:g} s ({ready_url} "
                           f"never answered 200); its log ({self.log_path}):\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
@@ -158,23 +190,31 @@ def responds_ok(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def start_engine(serve_args: Sequence[str] = (), *, ready_timeout_s: float = 120.0,
-                 log_path: Path | None = None, host: str = "127.0.0.1",
-                 poll_s: float = READY_POLL_S) -> ServerProcess:
-    """Start `python -m latlab serve` on a free port of `host` and wait until it is ready."""
-    port = free_port(host)
-    command = [sys.executable, "-m", "latlab", "serve", "--host", host, "--port", str(port),
-               *serve_args]
-    url = f"http://{host}:{port}"
-    return start_server(command, url, url + "/ready", ready_timeout_s=ready_timeout_s,
-                        log_path=log_path, poll_s=poll_s)
+@contextmanager
+def launched(launch: ServerLaunch, *, log_path: Path | None = None,
+             ready_timeout_s: float = 120.0, poll_s: float = READY_POLL_S
+             ) -> Iterator[ServerProcess]:
+    """The server of `launch`, started and ready, stopped when the block ends."""
+    with start_server(launch, log_path=log_path, ready_timeout_s=ready_timeout_s,
+                      poll_s=poll_s) as server:
+        yield server
 
 
-def start_server(command: Sequence[str], url: str, ready_url: str, *,
-                 ready_timeout_s: float = 120.0, log_path: Path | None = None,
-                 poll_s: float = READY_POLL_S, name: str = "latlab serve") -> ServerProcess:
-    """Start `command` in a new process group (output to `log_path`) and wait until
-    `ready_url` answers 200; on any failure (Ctrl-C too) the group is stopped."""
+def embedded_engine(serve_args: Sequence[str] = (), *, log_path: Path | None = None,
+                    ready_timeout_s: float = 120.0, poll_s: float = READY_POLL_S,
+                    host: str = "127.0.0.1", name: str = "latlab serve"
+                    ) -> AbstractContextManager[ServerProcess]:
+    """`latlab serve serve_args` on a free port of `host`, ready, stopped when the block ends;
+    `name` is what its errors call it."""
+    return launched(ServerLaunch.embedded(serve_args, host=host, name=name), log_path=log_path,
+                    ready_timeout_s=ready_timeout_s, poll_s=poll_s)
+
+
+def start_server(launch: ServerLaunch, *, log_path: Path | None = None,
+                 ready_timeout_s: float = 120.0, poll_s: float = READY_POLL_S) -> ServerProcess:
+    """Start `launch` in a new process group (output to `log_path`, a temporary file if None)
+    and wait until it is ready; on any failure (Ctrl-C too) the group is stopped. The caller
+    stops it (`stop()`, or `with`); `launched` is the block that does."""
     if log_path is None:
         fd, temp = tempfile.mkstemp(prefix="latlab-server-", suffix=".log")
         os.close(fd)
@@ -182,11 +222,13 @@ def start_server(command: Sequence[str], url: str, ready_url: str, *,
     started = time.monotonic()
     try:
         with open(log_path, "wb") as log:
-            process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
+            process = subprocess.Popen(list(launch.command), stdin=subprocess.DEVNULL,
+                                       stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
     except OSError as e:
-        raise EngineError(f"{name}: cannot start {command[0]!r}: {e.strerror or e}") from None
-    server = ServerProcess(url, process, log_path, started, ready_url, name)
+        raise EngineError(f"{launch.name}: cannot start {launch.command[0]!r}: "
+                          f"{e.strerror or e}") from None
+    server = ServerProcess(launch, process, log_path, started)
     try:
         server.wait_ready(ready_timeout_s, poll_s)
     except BaseException:

@@ -19,13 +19,14 @@ from time import perf_counter_ns
 
 from latlab.load import BenchError
 from latlab.load.request.client import Client
+from latlab.load.request.config import ClientConfig
 from latlab.load.target.discovery import discover
-from latlab.load.target.launch import (EngineError, ServerProcess, responds_ok, start_engine,
-                                       start_server)
+from latlab.load.target.launch import ServerLaunch, ServerProcess, launched, responds_ok
 from latlab.load.workload.requests import Workload
 from latlab.records.coldstart import ColdstartConfig
 from latlab.records.config import Target
 from latlab.records.folder import RecordWriter, RunFolder
+from latlab.records.target import ServerKind
 from latlab.records.timeline import RequestTimeline
 
 READY_POLL_S = 0.02
@@ -37,27 +38,23 @@ def start_and_probe(config: ColdstartConfig, workload: Workload, run: RunFolder,
                     target: Target) -> tuple[float | None, list[RequestTimeline]]:
     """Start the server (start `i`), probe it and stop it: its time to ready and the probes.
     Raises `BenchError` when it cannot be started or used."""
-    log = run.path / f"server-{i + 1}.log"
-    try:
-        if config.command:
-            ready_url = config.ready_url or config.url.rstrip("/") + "/v1/models"
-            if responds_ok(ready_url):
-                raise BenchError(f"{ready_url} already answers before the server was started: "
-                                 "stop whatever serves it, or the time to ready means nothing")
-            server = start_server(config.command, config.url, ready_url, log_path=log,
-                                  ready_timeout_s=config.ready_timeout_s, poll_s=READY_POLL_S,
-                                  name=config.command[0])
-        else:
-            server = start_engine(config.serve_args, log_path=log, poll_s=READY_POLL_S,
-                                  ready_timeout_s=config.ready_timeout_s)
-    except EngineError as e:
-        raise BenchError(str(e)) from None
-    try:
+    with launched(_launch(config), log_path=run.path / f"server-{i + 1}.log",
+                  ready_timeout_s=config.ready_timeout_s, poll_s=READY_POLL_S) as server:
         target.url = server.url
         records = asyncio.run(_probe(config, workload, server, writer, i, target))
-    finally:
-        server.stop()
     return server.ready_s, records
+
+
+def _launch(config: ColdstartConfig) -> ServerLaunch:
+    """The server command given, or the embedded engine; the command's ready URL must not
+    answer before it starts."""
+    if not config.command:
+        return ServerLaunch.embedded(config.serve_args)
+    ready_url = config.ready_url or config.url.rstrip("/") + "/v1/models"
+    if responds_ok(ready_url):
+        raise BenchError(f"{ready_url} already answers before the server was started: "
+                         "stop whatever serves it, or the time to ready means nothing")
+    return ServerLaunch(tuple(config.command), config.url, ready_url, config.command[0])
 
 
 async def _probe(config: ColdstartConfig, workload: Workload, server: ServerProcess,
@@ -66,6 +63,8 @@ async def _probe(config: ColdstartConfig, workload: Workload, server: ServerProc
     if target.model is None:
         target.model, target.server_kind, target.max_model_len = await discover(
             server.url, key, MODELS_TIMEOUT_S)
+    client = ClientConfig.of(config, api_key=key, kind=target.server_kind or ServerKind.AUTO,
+                             pool_size=1)
     per_start = 1 + config.warm_requests + len(config.idle_gaps_s)
     run_id = secrets.token_hex(3)
     records: list[RequestTimeline] = []
@@ -76,11 +75,8 @@ async def _probe(config: ColdstartConfig, workload: Workload, server: ServerProc
                             api=config.workload.api, prompt_tokens_planned=spec.prompt_tokens,
                             max_tokens=spec.max_tokens, tenant=spec.tenant,
                             priority=spec.priority, scheduled_ns=perf_counter_ns())
-        async with Client(server.url, target.model, config.workload.api, api_key=key,
-                          pool_size=1, timeout_s=config.timeout_s, ignore_eos=config.ignore_eos,
-                          continuous_usage=config.continuous_usage,
-                          **config.size_limits()) as client:
-            await client.send(spec, r)
+        async with Client(server.url, target.model, client) as c:
+            await c.send(spec, r)
         writer.write(r)
         records.append(r)
 

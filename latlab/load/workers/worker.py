@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any, Callable
+from typing import Any
 
 from latlab.load import key_problem
 from latlab.load.request.client import Client
+from latlab.load.request.config import ClientConfig
 from latlab.load.request.fields import Adaptations
 from latlab.load.workers.collector import without_collector
 from latlab.load.workers.loop import Runs, ScheduleLoop, SingleRequests
@@ -27,9 +29,9 @@ from latlab.load.workers.sessions import Sessions
 from latlab.load.workers.snapshot import WorkerSnapshot
 from latlab.load.workload.requests import RequestSpec, Workload
 from latlab.records.bench import BenchConfig
-from latlab.records.target import ServerKind
 from latlab.records.folder import RecordSink, RunFolder
 from latlab.records.health import WorkerHealth
+from latlab.records.target import ServerKind
 from latlab.records.timeline import Outcome, RequestTimeline, ms_between
 
 SNAPSHOT_INTERVAL_S = 0.5
@@ -100,12 +102,9 @@ class Worker:
         self.counters = _Counters()
         self.in_flight: dict[int, RequestTimeline] = {}
         self.writer = writer or RunFolder(Path(plan.run_path)).record_writer()
-        self.client = Client(plan.url, plan.model, config.workload.api, api_key=plan.api_key,
-                             pool_size=self.schedule.slots, timeout_s=config.timeout_s,
-                             ignore_eos=config.ignore_eos,
-                             continuous_usage=config.continuous_usage, stream=config.stream,
-                             keepalive=config.keepalive, kind=ServerKind(plan.server_kind),
-                             **config.size_limits())
+        self.client = Client(plan.url, plan.model, ClientConfig.of(
+            config, api_key=plan.api_key, kind=ServerKind(plan.server_kind),
+            pool_size=self.schedule.slots))
         self.runs: Runs = (
             Sessions(config, workload, self.schedule, self.request, plan.run_id)
             if config.workload.sessions
