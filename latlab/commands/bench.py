@@ -6,7 +6,8 @@ import sys
 
 from rich.console import Console
 
-from latlab.commands.common import EXIT_FAILED, Interrupted, RunFailed, console, print_json
+from latlab.commands.common import (EXIT_FAILED, Interrupted, RunFailed, UsageError, console,
+                                    print_json)
 from latlab.commands.options import NamedWorkload
 from latlab.records.bench import BenchConfig
 from latlab.records.catalog import formulas
@@ -33,6 +34,10 @@ def bench(config: BenchConfig, options: BenchDisplay) -> None:
     out, err = console(), console(stderr=True)
     if options.explain:
         return explain(out)
+    try:
+        config.check_target()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     result = run_bench(config, console=err, command=sys.argv, test_advice=options.test_advice,
                        progress=err.is_terminal if options.progress is None
                        else options.progress)

@@ -27,7 +27,7 @@ from latlab import __version__
 from latlab.load.preflight import fit_context, survey_trace
 from latlab.load.request.fields import Adaptations
 from latlab.load.target.discovery import identify, round_trip_ms
-from latlab.load.target.launch import embedded_engine
+from latlab.load.target.launch import target_server
 from latlab.load.target.settings import server_settings
 from latlab.load.telemetry.host import HostSampler
 from latlab.load.telemetry.otlp import SpanReceiver, await_spans
@@ -99,12 +99,13 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
         url = config.url
         if url is None:
             if console is not None:
-                console.print("starting the embedded engine (latlab serve)…", style="dim")
-            serve = list(config.serve_args)
-            if receiver is not None:
-                serve += ["--otlp-endpoint", receiver.endpoint]
-            engine = context.enter_context(
-                embedded_engine(serve, log_path=run.path / "engine.log"))
+                console.print("starting the server: " + (
+                    config.launch if config.launch else "the embedded engine (latlab serve)")
+                    + "…", style="dim", markup=False, highlight=False)
+            otlp = ["--otlp-endpoint", receiver.endpoint] if receiver is not None else []
+            engine = context.enter_context(target_server(
+                config, run.path / ("server.log" if config.launch else "engine.log"),
+                engine_args=otlp))
             url = engine.url
             settings.target.engine_ready_s = engine.ready_s
         settings.target.url = url
@@ -183,8 +184,9 @@ def run_config(config: BenchConfig, command: Sequence[str] | None) -> RunConfig:
         latlab_version=__version__,
         command=shlex.join(redact(command if command is not None else sys.argv)),
         name=config.name, tags=config.tags, bench=config,
-        target=Target(url=config.url, model=config.model, embedded=config.url is None,
-                      api_key_given=config.api_key is not None),
+        target=Target(url=config.url, model=config.model,
+                      embedded=config.url is None and config.launch is None,
+                      launch=config.launch, api_key_given=config.api_key is not None),
         warmup_s=config.warmup_s, cooldown_s=config.cooldown_s, duration_s=config.duration_s,
         slos=config.slos,
         concurrency=config.arrivals.max_concurrency if config.arrivals.open_loop else None)

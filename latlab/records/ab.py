@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import model_validator
+
 from latlab.records.bench import BenchConfig
 from latlab.records.settings import AB, setting
 from latlab.records.summary import Record
@@ -17,12 +19,21 @@ SIDES = ("A", "B")
 class ABConfig(VerdictConfig):
     """Two settings, the identical workload against each, alternated over rounds."""
 
-    a: str = setting(..., "Setting A: arguments for an embedded latlab serve, or a server URL "
-                     "(http://HOST:PORT).", "--a", group=AB)
+    a: str = setting(..., "Setting A: arguments for an embedded latlab serve (with --launch: "
+                     "the command's {args}), or a server URL (http://HOST:PORT).", "--a",
+                     group=AB)
     b: str = setting(..., "Setting B, the same way.", "--b", group=AB)
     rounds: int = setting(3, "A/B pairs to run, alternating (each a full bench run per side).",
                           group=AB, ge=1, le=20)
     bench: BenchConfig = BenchConfig()
+
+    @model_validator(mode="after")
+    def _launched_sides(self) -> ABConfig:
+        urls = [s for s in (self.a, self.b) if s.startswith(("http://", "https://"))]
+        if self.bench.launch is not None and urls:
+            raise ValueError("--launch starts both sides: give --a and --b as its {args}, "
+                             "not URLs")
+        return self
 
     def sides(self) -> dict[str, BenchConfig]:
         """Each side's bench config: the same workload and arrivals, its own target."""

@@ -39,11 +39,41 @@ class TargetConfig(BaseModel):
 
     url: str | None = setting(None, "Target server (http://HOST:PORT). Without it the embedded "
                               "engine (latlab serve) is started.", group=TARGET)
-    serve_args: list[str] = setting([], "Arguments for the embedded latlab serve.",
-                                    group=TARGET, cli_type=str)
+    serve_args: list[str] = setting([], "Arguments for the embedded latlab serve (with "
+                                    "--launch: the command's {args}).", group=TARGET,
+                                    cli_type=str)
+    launch: str | None = setting(None, "Start this server command and measure it instead: any "
+                                 "command, with {port} for the free port latlab picks and "
+                                 "{args} for --serve-args (ab: --a/--b); latlab waits until it "
+                                 "is ready, keeps its log in the run folder and stops it by "
+                                 "its PID.", group=TARGET)
+    launch_ready: str = setting("/health", "The path that answers 200 once the --launch server "
+                                "is ready.", group=TARGET)
+    launch_timeout_s: float = setting(300.0, "Seconds the --launch server may take to be ready.",
+                                      "--launch-timeout", group=TARGET, gt=0)
 
     _root = field_validator("url")(lambda url: server_root(url))
     _args = field_validator("serve_args", mode="before")(lambda value: serve_args(value))
+
+    @field_validator("launch")
+    @classmethod
+    def _template(cls, template: str | None) -> str | None:
+        if template is None:
+            return None
+        try:
+            words = shlex.split(template)
+        except ValueError as e:
+            raise ValueError(f"--launch: {e}") from None
+        if not words or "{port}" not in template:
+            raise ValueError("--launch: a command with {port} where the server's port goes "
+                             "(e.g. \"llama-server -m M --port {port} {args}\")")
+        return template
+
+    def check_target(self) -> None:
+        """Raise when the user named two targets: a URL, and a command to launch. (With both
+        set, `url` is where the launched server answers: ab and sweep start it once.)"""
+        if self.launch is not None and self.url is not None:
+            raise ValueError("--launch starts the server latlab measures: drop --url")
 
     @field_serializer("serve_args")
     def _redacted(self, args: list[str]) -> list[str]:
@@ -218,9 +248,9 @@ class BenchConfig(TargetConfig, TransportConfig, StopConfig, TelemetryConfig, Sl
             self._check_burst()
         self.window()
         if self.name is None:
-            derive(self, name="engine" if self.url is None else "bench")
+            derive(self, name="engine" if self.url is None and self.launch is None else "bench")
         w = self.workload
-        if self.url is None and w.tokenizer is None:
+        if self.url is None and self.launch is None and w.tokenizer is None:
             derive(w, tokenizer=engine_tokenizer(self.serve_args))
         if w.sessions is not None:
             w.sessions.think_default(self.duration_s)

@@ -41,7 +41,8 @@ class Target(BaseModel):
 
     url: str | None = None
     model: str | None = None
-    embedded: bool = False
+    embedded: bool = False  # latlab serve, started by latlab
+    launch: str | None = None  # the command template latlab started the server with
     api_key_given: bool = False
     engine_ready_s: float | None = None
     server_kind: ServerKind | None = None
