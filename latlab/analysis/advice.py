@@ -213,7 +213,7 @@ def host_bound_advice(bound: HostBound, kind: str | None) -> Advice:
                   f"adds steps; fewer, fuller steps, {extra}, a faster CPU or more replicas")
 
 
-def _shares_prefixes(a: RunAnalysis) -> bool:
+def shares_prefixes(a: RunAnalysis) -> bool:
     """Whether the run's prompts can share a prefix at all: a synthetic workload without a
     shared system prompt cannot (a dataset, a trace or sessions might)."""
     bench = a.config.bench
@@ -232,7 +232,7 @@ def prefix_caching(a: RunAnalysis, what: str = "shared prompt prefixes") -> Advi
     cache = a.summary.cache
     if cache is not None and cache.share > 0:
         return None  # the server serves prompt tokens from its cache: it is on
-    if not _shares_prefixes(a):
+    if not shares_prefixes(a):
         return None
     on = _state("prefix_caching", s.prefix_caching if s is not None else None, kind)
     if on:
