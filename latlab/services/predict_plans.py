@@ -243,7 +243,7 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
             return n > 0 and drawn(n).met(goal.limit_ms) >= intervals.tail
 
         safe, plateau = _provisioned(point, safe_enough, drawn, goal, intervals.tail)
-        optimistic = fewest(0, point, may_do) if may_do(point) else point
+        optimistic = _fewest_below(point, may_do) if may_do(point) else point
     best = sized(safe)
     workload = build(bench.workload, arrivals, bench.requests, bench.duration_s)
     run = predict_point(cal, workload, best, settings(bench, cal, where, best), bench.out,
@@ -261,22 +261,31 @@ def fewest(fails: int, meets: int, ok: Callable[[int], bool]) -> int:
     return meets
 
 
+def _fewest_below(meets: int, ok: Callable[[int], bool]) -> int:
+    """The fewest count up to `meets` (where `ok` holds) for which `ok` holds: steps of 1, 2,
+    4, … down until it fails, then bisected (the answer is usually near)."""
+    step = 1
+    while meets - step >= 1 and ok(meets - step):
+        meets, step = meets - step, 2 * step
+    return fewest(max(meets - step, 0), meets, ok)
+
+
 def _provisioned(point: int, enough: Callable[[int], bool], drawn: Callable[[int], Count],
                  goal: Goal, tail: float) -> tuple[int, Plateau | None]:
-    """The fewest replicas that meet the goal in all but the draws' unfavourable tail: the
-    count doubled from `point` until it does, then bisected; or, when doubling it changes
-    neither the drawn latencies nor the share of draws that meet the goal, the plateau
-    where more replicas stop helping."""
+    """The fewest replicas that meet the goal in all but the draws' unfavourable tail: steps
+    of 1, 2, 4, … up from `point` until it does, then bisected; or, when a step of two or
+    more changes neither the drawn latencies nor the share of draws that meet the goal, the
+    plateau where more replicas stop helping."""
     if enough(point):
         return point, None
-    fails = point
+    fails, step = point, 1
     while fails < MAX_REPLICAS:
-        more = min(2 * fails, MAX_REPLICAS)
+        more = min(fails + step, MAX_REPLICAS)
         if enough(more):
             return fewest(fails, more, enough), None
-        if _flat(drawn(fails), drawn(more), goal.limit_ms):
+        if more - fails >= 2 and _flat(drawn(fails), drawn(more), goal.limit_ms):
             return fails, Plateau.of(fails, drawn(fails), goal, tail)
-        fails = more
+        fails, step = more, 2 * step
     return fails, Plateau.of(fails, drawn(fails), goal, tail)
 
 
