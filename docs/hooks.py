@@ -55,6 +55,7 @@ def cell(text: object) -> str:
 def cli() -> str:
     """Each command of `latlab` and its options, walked through click's objects."""
     import typer
+
     from latlab.cli import app
 
     root = typer.main.get_command(app)

@@ -9,8 +9,7 @@ from engine_server import running_server
 
 from latlab.analysis import advice
 from latlab.analysis.findings import Change
-from latlab.load.target.settings import (_info_gauges, _llamacpp, _sglang, _tgi,
-                                         server_settings)
+from latlab.load.target.settings import _info_gauges, _llamacpp, _sglang, _tgi, server_settings
 from latlab.records.bench import BenchConfig
 from latlab.records.config import RunConfig, Target
 from latlab.records.server import ServerSettings
@@ -18,13 +17,15 @@ from latlab.records.summary import CacheUse, HostLoad, Usage
 
 
 def run(kind: str | None, embedded: bool = False, cache: float | None = None,
-        prefix_tokens: int = 256, server_cores: float | None = None, **told):
+        prefix_tokens: int = 256, server_cores: float | None = None, in_flight: float = 64,
+        **told):
     settings = ServerSettings(sources=["/test"], **told) if told else None
     bench = BenchConfig(url="http://127.0.0.1:8000", workload={"prefix_tokens": prefix_tokens})
     config = RunConfig(bench=bench,
                        target=Target(server_kind=kind, embedded=embedded, settings=settings))
     summary = SimpleNamespace(cache=CacheUse(share=cache, source="per request", cached_tokens=1,
-                                             prompt_tokens=1) if cache is not None else None)
+                                             prompt_tokens=1) if cache is not None else None,
+                              throughput=SimpleNamespace(mean_concurrency=in_flight))
     host = None
     if server_cores is not None:
         usage = Usage(mean=server_cores, max=server_cores + 0.1)
@@ -68,6 +69,8 @@ def test_advice_in_effect_or_contradicted_by_the_run_is_not_given():
     fewer = advice.smaller_batches(run("latlab", max_num_seqs=32))
     assert fewer.change.args == "--max-num-seqs 16" and "now 32" in fewer.text
     assert advice.smaller_batches(run("latlab", max_num_seqs=1)) is None
+    # 4 requests in flight never filled a batch of 32: halving the cap changes nothing
+    assert advice.smaller_batches(run("latlab", max_num_seqs=32, in_flight=4)) is None
     text, tries = advice.joined("shorter prompts", None, fewer)
     assert text == f"shorter prompts; {fewer.text}" and tries[1] == fewer
 

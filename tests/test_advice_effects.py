@@ -10,7 +10,7 @@ from latlab.analysis import analyze
 from latlab.analysis.advice import with_args
 from latlab.analysis.findings import Advice, Change, Finding, Severity
 from latlab.records.bench import BenchConfig
-from latlab.services.advice_effects import annotate, changed, run_calibration
+from latlab.services.advice_effects import Effect, annotate, changed, run_calibration
 from latlab.services.bench import run_bench
 
 
@@ -66,3 +66,16 @@ def test_a_change_predicted_to_hurt_is_not_advised_and_one_kept_says_how_to_meas
         "--model tiny --max-num-batched-tokens 256 --max-num-seqs 8"
     assert any(n.startswith("predicted for `--max-num-seqs 8`: TTFT p50")
                and n.endswith("better") for n in f.notes)
+
+
+def test_a_predicted_effect_is_judged_on_its_interval_and_the_output_rate():
+    change = Change("step_tokens", 128, "latlab", "--max-num-batched-tokens 128")
+
+    def effect(lo, hi, output=0.0):
+        return Effect(change, ("itl", "p99"), 100.0, 100.0 + (lo + hi) / 2, lo, hi, output,
+                      output, 8)
+
+    assert effect(-40, -5).verdict == "better" and effect(5, 40).verdict == "worse"
+    assert effect(-40, 10).verdict == "can't tell" and effect(0, 0).verdict == "no effect"
+    # a shorter stall bought with a fifth of the output rate is no improvement
+    assert effect(-40, -5, output=-0.2).verdict == "worse"

@@ -8,8 +8,8 @@ from timelines import MS, steady, timeline, write_run
 from latlab.analysis import analyze
 from latlab.analysis.findings import Finding, Severity, Unevaluated
 from latlab.metrics.summary import summarize
-from latlab.records.window import Window
 from latlab.records.timeline import Outcome
+from latlab.records.window import Window
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from sim_helpers import calibration, open_loop
 from typer.testing import CliRunner
 
 from latlab.analysis import analyze
@@ -22,7 +23,6 @@ from latlab.sim import calibration as calibrations
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import write_run
 from latlab.store import RunStore
-from sim_helpers import calibration, open_loop
 
 
 def invoke(*args):

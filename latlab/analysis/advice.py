@@ -247,13 +247,15 @@ def prefix_caching(a: RunAnalysis, what: str = "shared prompt prefixes") -> Advi
 
 def smaller_batches(a: RunAnalysis) -> Advice | None:
     """Fewer sequences decoding at once: each step is shorter (not on a host-bound server,
-    nor at one sequence)."""
+    at one sequence, nor when the run never filled the batch: a cap it did not reach
+    changes nothing)."""
     s, kind = server_of(a)
     if host_bound(a) is not None:
         return None
     now = _state("max_num_seqs", s.max_num_seqs if s is not None else None, kind)
     if isinstance(now, int) and not isinstance(now, bool):
-        if now <= 1:
+        t = a.summary.throughput
+        if now <= 1 or (t is not None and t.mean_concurrency <= now / 2):
             return None
         fewer = max(1, now // 2)
         return Advice(f"smaller decode batches (now {now} at most: try "

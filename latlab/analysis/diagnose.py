@@ -10,8 +10,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from latlab.analysis.findings import Finding, Unevaluated
-from latlab.analysis.rules import (client, compute, coverage, host, network, outcomes, peaks,
-                                   queueing, server_state, serving, sessions, tenants)
+from latlab.analysis.rules import (
+    client,
+    compute,
+    coverage,
+    host,
+    network,
+    outcomes,
+    peaks,
+    queueing,
+    server_state,
+    serving,
+    sessions,
+    tenants,
+)
 
 if TYPE_CHECKING:
     from latlab.analysis.run_analysis import RunAnalysis

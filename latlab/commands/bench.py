@@ -6,8 +6,14 @@ import sys
 
 from rich.console import Console
 
-from latlab.commands.common import (EXIT_FAILED, Interrupted, RunFailed, UsageError, console,
-                                    print_json)
+from latlab.commands.common import (
+    EXIT_FAILED,
+    Interrupted,
+    RunFailed,
+    UsageError,
+    console,
+    print_json,
+)
 from latlab.commands.options import NamedWorkload
 from latlab.records.bench import BenchConfig
 from latlab.records.catalog import formulas

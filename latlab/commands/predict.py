@@ -13,26 +13,29 @@ Every percentile comes with an interval (`--draws` worlds drawn from the calibra
 from __future__ import annotations
 
 import math
-
 from typing import Callable
 
 from rich.console import Console
 
-from latlab.commands.options import NamedWorkload
 from latlab.commands.common import EXIT_INTERRUPTED, RunFailed, UsageError, console, print_json
-from latlab.commands.options import parse_args
+from latlab.commands.options import NamedWorkload, parse_args
+from latlab.commands.predict_output import print_checks, print_sizing, sizing_json
 from latlab.records.bench import BenchConfig
 from latlab.records.engine import ServeConfig
 from latlab.records.folder import RunFolder, RunFolderError
 from latlab.records.predict import PredictConfig
 from latlab.report.console import print_analysis, print_summary
 from latlab.report.sweep import print_sweep
-from latlab.services.predict import (Predicted, fleet_for, predict_point, resolve_calibration,
-                                     settings)
-from latlab.services.predict_intervals import Intervals, reseeded
+from latlab.services.predict import (
+    Predicted,
+    fleet_for,
+    predict_point,
+    resolve_calibration,
+    settings,
+)
 from latlab.services.predict_check import check_run, coverage, measured_runs
+from latlab.services.predict_intervals import Intervals, reseeded
 from latlab.services.predict_plans import predict_sweep, replicas_for
-from latlab.commands.predict_output import print_checks, print_sizing, sizing_json
 from latlab.sim.calibration import fit_warning
 from latlab.sim.workload import SimWorkload, build, replay
 

@@ -18,9 +18,9 @@ from latlab.records.bench import BenchConfig
 from latlab.records.cluster import RayCluster
 from latlab.records.coldstart import ColdstartConfig
 from latlab.records.observe import ObserveConfig
+from latlab.records.server import ServerSettings
 from latlab.records.simulation import Simulation
 from latlab.records.slo import slo_dict
-from latlab.records.server import ServerSettings
 from latlab.records.target import ServerKind
 
 

@@ -85,6 +85,7 @@ class TuneRecord(Record):
     slos: dict[str, float] = {}
     baseline_run: str = ""
     start_goodput: float | None = None  # measured in the baseline run (req/s)
+    start_predicted: float | None = None  # the simulation's of the same settings (median)
     candidates: list[Candidate] = []
     best: str | None = None  # the arguments to use: the best measured improvement
     notes: list[str] = []

@@ -20,7 +20,8 @@ def print_tune(out: Console, r: TuneRecord) -> None:
     start = r.start or "(the defaults)"
     out.print(Text.assemble(("latlab tune", "bold"), f" of {r.server or 'the server'}: "
                             f"goodput under {slos}; started from {start} "
-                            f"({_rate(r.start_goodput)} measured)"), highlight=False)
+                            f"({_rate(r.start_goodput)} measured, {_rate(r.start_predicted)} "
+                            "simulated)"), highlight=False)
     best = next((c for c in r.candidates if c.args == r.best), None)
     if best is not None:
         gain = (best.measured - best.measured_start) / best.measured_start \

@@ -21,16 +21,22 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from latlab import __version__
+from latlab.records.engine import ServeConfig
 from latlab.server.async_engine import AsyncEngine
 from latlab.server.auth import check_bearer
 from latlab.server.connections import WholeRequests
 from latlab.server.guards import OriginGuard
-from latlab.records.engine import ServeConfig
 from latlab.server.openai_serving import OpenAIServing
 from latlab.server.openapi import ERRORS, METRICS, install_openapi, request_body
-from latlab.server.schemas import (ApiError, ChatCompletionRequest, ChatCompletionResponse,
-                                   CompletionRequest, CompletionResponse, ModelCard,
-                                   ModelList)
+from latlab.server.schemas import (
+    ApiError,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+    ModelCard,
+    ModelList,
+)
 from latlab.server.telemetry import Telemetry
 from latlab.server.timing import TRACEPARENT
 

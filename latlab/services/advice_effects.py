@@ -3,7 +3,8 @@ calibration (a predicted run's, or one fitted from the measured run itself) simu
 again with the setting changed, both sides in the same drawn worlds, so the change's effect
 on the finding's metric has its own interval; a suggestion predicted to make that metric or
 the output rate worse is taken out of the fix, and every one that stays carries its
-predicted effect and the `latlab ab` command that measures it.
+predicted effect and the `latlab ab` command that measures it (one predicted to change
+nothing is left out too).
 
     annotate(analysis, cal)     # cal None: fitted from the run folder, when it can be
 """
@@ -36,7 +37,8 @@ LEVEL = 0.9
 OUTPUT_WORSE = 0.05  # a predicted loss of output tokens/s beyond this share rules a change out
 KNOB_FIELDS = {"step_tokens": "max_num_batched_tokens", "prefix_caching": "enable_prefix_caching",
                "max_num_seqs": "max_num_seqs", "fair_share": "fair_share"}
-Verdict = Literal["better", "worse", "can't tell"]
+Verdict = Literal["better", "worse", "no effect", "can't tell"]
+NO_EFFECT = 0.01  # of the metric: a predicted difference within it, both ends, is none
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ class Effect:
             return "worse"
         if self.hi < 0:
             return "better"
+        if max(abs(self.lo), abs(self.hi)) <= NO_EFFECT * self.before:
+            return "no effect"
         return "can't tell"
 
     def line(self) -> str:
@@ -197,7 +201,7 @@ def _test(f: Finding, analysis: RunAnalysis, cal: Calibration, fleet: Fleet,
             kept.append(advice)
             continue
         effect = predict_effect(cal, analysis.config, fleet, advice.change, f.metric, draws)
-        if effect is not None and effect.verdict == "worse":
+        if effect is not None and effect.verdict in ("worse", "no effect"):
             notes.append(f"not advised: {effect.line()}")
             continue
         kept.append(advice)

@@ -26,7 +26,6 @@ from latlab.report.html import write_html
 from latlab.services.advice_effects import annotate
 from latlab.store import RunStore, key_numbers
 
-
 NOTHING_MEASURED = ("no successful request landed in the measurement window: nothing was "
                     "measured (the findings say how long the first requests took)")
 

@@ -30,15 +30,15 @@ from latlab.records.simulation import Fleet, Simulation
 from latlab.records.summary import RunSummary
 from latlab.records.target import ServerKind
 from latlab.report.html import write_html
+from latlab.services.advice_effects import annotate
+from latlab.services.calibrate import calibrate_engine, calibrated_engine, calibration_args
+from latlab.services.errors import InputError
+from latlab.services.predict_intervals import Intervals, predicted_intervals
 from latlab.sim import calibration as calibrations
 from latlab.sim.calibrate_run import CalibrationError
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import RECORDS, write_run
 from latlab.sim.results import SimResult
-from latlab.services.advice_effects import annotate
-from latlab.services.calibrate import calibrate_engine, calibrated_engine, calibration_args
-from latlab.services.errors import InputError
-from latlab.services.predict_intervals import Intervals, predicted_intervals
 from latlab.sim.workload import SimWorkload
 from latlab.store import RunStore, key_numbers
 

@@ -9,9 +9,8 @@ draw d is read off draw d's points, and the replicas a goal needs in draw d off 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from rich.console import Console
@@ -29,15 +28,28 @@ from latlab.records.sweep import Point, SweepConfig, SweepRecord
 from latlab.records.table import RequestTable
 from latlab.services.errors import InputError
 from latlab.services.predict import Predicted, predict_point, settings
-from latlab.services.predict_intervals import (QUEUED, Intervals, attach, queue_grows,
-                                              quantile, reseeded, run_draws, span)
+from latlab.services.predict_intervals import (
+    QUEUED,
+    Intervals,
+    attach,
+    quantile,
+    queue_grows,
+    reseeded,
+    run_draws,
+    span,
+)
+from latlab.services.replica_search import (
+    MAX_REPLICAS,
+    Count,
+    Plateau,
+    fewest_below,
+    provisioned,
+    same_latency,
+)
 from latlab.services.sweep import Step, Sweep, trace_speed_per_rate
 from latlab.sim.fleet import simulate
 from latlab.sim.table import request_table
 from latlab.sim.workload import build
-
-MAX_REPLICAS = 4096
-PLATEAU_CHANGE = 0.02  # of the draws' median: doubling the replicas moved it less
 
 
 class PredictedSweep(Sweep):
@@ -142,19 +154,6 @@ def goal_value(goal: Goal, table: RequestTable, metrics: MetricColumns,
 
 
 @dataclass
-class Count:
-    """One replica count tried: the goal's value at the point estimate and, once drawn, in
-    each draw."""
-
-    value: float
-    draws: list[float] = field(default_factory=list)
-
-    def met(self, limit: float) -> float:
-        """The share of the draws that meet the goal."""
-        return sum(v <= limit for v in self.draws) / len(self.draws) if self.draws else math.nan
-
-
-@dataclass
 class Sizing:
     """The replicas a goal needs: `point` — the fewest that meet it at the point estimate —
     and the range the draws give: `low`, the fewest that meet it in the interval's
@@ -219,7 +218,7 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
 
     low, high = 0, max(1, fleet.replicas)
     while not meets(high):
-        if low and _same(counts[low].value, counts[high].value):
+        if low and same_latency(counts[low].value, counts[high].value):
             raise InputError(
                 f"--replicas-for: out of reach: from {low} replicas on, more leave "
                 f"p{goal.percentile:g} {goal.metric} at {counts[high].value:.0f} ms (with "
@@ -242,8 +241,8 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
         def may_do(n: int) -> bool:
             return n > 0 and drawn(n).met(goal.limit_ms) >= intervals.tail
 
-        safe, plateau = _provisioned(point, safe_enough, drawn, goal, intervals.tail)
-        optimistic = _fewest_below(point, may_do) if may_do(point) else point
+        safe, plateau = provisioned(point, safe_enough, drawn, goal, intervals.tail)
+        optimistic = fewest_below(point, may_do) if may_do(point) else point
     best = sized(safe)
     workload = build(bench.workload, arrivals, bench.requests, bench.duration_s)
     run = predict_point(cal, workload, best, settings(bench, cal, where, best), bench.out,
@@ -251,70 +250,3 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
                         workload_for=reseeded(bench, intervals.requests))
     return Sizing(goal, point, optimistic, safe, counts, intervals.level, best, run, plateau)
 
-
-def fewest(fails: int, meets: int, ok: Callable[[int], bool]) -> int:
-    """The fewest count in (`fails`, `meets`] for which `ok` holds, by bisection (`ok` is
-    false at `fails`, true at `meets`, and stays true as the count grows)."""
-    while meets - fails > 1:
-        mid = (fails + meets) // 2
-        fails, meets = (fails, mid) if ok(mid) else (mid, meets)
-    return meets
-
-
-def _fewest_below(meets: int, ok: Callable[[int], bool]) -> int:
-    """The fewest count up to `meets` (where `ok` holds) for which `ok` holds: steps of 1, 2,
-    4, … down until it fails, then bisected (the answer is usually near)."""
-    step = 1
-    while meets - step >= 1 and ok(meets - step):
-        meets, step = meets - step, 2 * step
-    return fewest(max(meets - step, 0), meets, ok)
-
-
-def _provisioned(point: int, enough: Callable[[int], bool], drawn: Callable[[int], Count],
-                 goal: Goal, tail: float) -> tuple[int, Plateau | None]:
-    """The fewest replicas that meet the goal in all but the draws' unfavourable tail: steps
-    of 1, 2, 4, … up from `point` until it does, then bisected; or, when a step of two or
-    more changes neither the drawn latencies nor the share of draws that meet the goal, the
-    plateau where more replicas stop helping."""
-    if enough(point):
-        return point, None
-    fails, step = point, 1
-    while fails < MAX_REPLICAS:
-        more = min(fails + step, MAX_REPLICAS)
-        if enough(more):
-            return fewest(fails, more, enough), None
-        if more - fails >= 2 and _flat(drawn(fails), drawn(more), goal.limit_ms):
-            return fails, Plateau.of(fails, drawn(fails), goal, tail)
-        fails, step = more, 2 * step
-    return fails, Plateau.of(fails, drawn(fails), goal, tail)
-
-
-def _flat(fewer: Count, more: Count, limit: float) -> bool:
-    """More replicas, the same latency: the share of draws that meet the goal moved by at
-    most one draw, and the draws' median by under `PLATEAU_CHANGE`."""
-    same_share = abs(more.met(limit) - fewer.met(limit)) <= 1 / max(len(fewer.draws), 1)
-    return same_share and _same(float(np.median(fewer.draws)), float(np.median(more.draws)))
-
-
-def _same(fewer: float, more: float) -> bool:
-    """Whether a latency with more replicas is the one with fewer (within `PLATEAU_CHANGE`;
-    an infinite one, a queue that grows, is no floor)."""
-    return math.isfinite(fewer) and abs(more - fewer) <= PLATEAU_CHANGE * fewer
-
-
-@dataclass(frozen=True)
-class Plateau:
-    """From `replicas` on, more replicas leave the goal's percentile where it is: a latency
-    floor (a request's own time, not capacity) decides. `met` is the share of the drawn
-    worlds that meet the goal there, `floor` the draws' median, and `limit_needed` the
-    limit that all but the unfavourable tail of them would meet."""
-
-    replicas: int
-    met: float
-    floor: float
-    limit_needed: float
-
-    @classmethod
-    def of(cls, replicas: int, count: Count, goal: Goal, tail: float) -> Plateau:
-        return cls(replicas, count.met(goal.limit_ms), float(np.median(count.draws)),
-                   quantile(count.draws, 1 - tail))

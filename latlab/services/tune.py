@@ -46,6 +46,7 @@ REQUESTS = 1_000  # at most, per simulated draw
 COMBINED = 2  # the best values of each knob combined with each other's
 LEVEL = 0.9
 AB_OVERHEAD = 1.3  # an ab round's runs against the baseline run's wall time (server starts)
+START_SLACK = 0.1  # beyond the start's predicted interval, the measured start disagrees
 
 
 @dataclass
@@ -83,7 +84,17 @@ def run_tune(config: TuneConfig, err: Console) -> TuneResult:
                          " for max sequences, the token budget or prefix caching")
     err.print(f"screening {len(candidates)} settings in the simulator ({config.draws} draws "
               "each)…", style="dim")
-    record.candidates = _screen(candidates, cal, analysis, config)
+    record.candidates, start_draws = _screen(candidates, cal, analysis, config)
+    tail = (1 - LEVEL) / 2
+    record.start_predicted = float(np.median(start_draws))
+    lo, hi = np.quantile(start_draws, tail), np.quantile(start_draws, 1 - tail)
+    measured = record.start_goodput or 0.0
+    if not lo * (1 - START_SLACK) <= measured <= hi * (1 + START_SLACK):
+        record.notes.append(
+            f"the simulation disagrees with the start itself: it predicts {lo:.2f}–{hi:.2f} "
+            f"req/s of goodput, {measured:.2f} was measured; its ranking is a guess here "
+            "(a busy host, or a server the calibration does not describe): go by what ab "
+            "measured")
     write_json(folder / TUNE_JSON, record)
     with remembered_interrupts() as pressed:
         try:
@@ -164,9 +175,9 @@ def _simulated(cal: Calibration, knobs: dict[Knob, int | bool], kind: str | None
 
 
 def _screen(candidates: list[tuple[dict[Knob, int | bool], str]], cal: Calibration,
-            a: RunAnalysis, config: TuneConfig) -> list[Candidate]:
-    """Each candidate's goodput in the same draws as the start's, best predicted first; the
-    best values of each knob are combined and screened too."""
+            a: RunAnalysis, config: TuneConfig) -> tuple[list[Candidate], np.ndarray]:
+    """Each candidate's goodput in the same draws as the start's, best predicted first (the
+    best values of each knob are combined and screened too), and the start's draws."""
     intervals = Intervals(draws=config.draws, level=LEVEL, requests=REQUESTS)
     bench = config.bench
     workload_for = reseeded(bench, intervals.requests)
@@ -212,7 +223,7 @@ def _screen(candidates: list[tuple[dict[Knob, int | bool], str]], cal: Calibrati
             flag = FLAGS[knob][kind or ""]
             args = with_args(args, flag.written(c.knobs[knob]))
         screen(knobs, args)
-    return sorted(screened, key=lambda c: -c.predicted)
+    return sorted(screened, key=lambda c: -c.predicted), start
 
 
 def _verify(record: TuneRecord, config: TuneConfig, err: Console, base_wall: float,

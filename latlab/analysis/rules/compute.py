@@ -9,10 +9,14 @@ import numpy as np
 
 from latlab.analysis.advice import chunked_prefill, joined, prefix_caching, smaller_batches
 from latlab.analysis.budget import PROMPT_BUCKETS, prompt_buckets
-from latlab.analysis.host_bound import host_bound
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
-from latlab.analysis.rules.common import (NEEDS_SERVER, before_first_token, server_rows,
-                                          uncounted_chunks)
+from latlab.analysis.host_bound import host_bound
+from latlab.analysis.rules.common import (
+    NEEDS_SERVER,
+    before_first_token,
+    server_rows,
+    uncounted_chunks,
+)
 from latlab.metrics.stats import percentiles
 from latlab.records.columns import Ragged, present
 from latlab.records.table import RequestTable

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from latlab.analysis.decompose import label
 from latlab.analysis.advice import Advice, joined, prefix_caching
+from latlab.analysis.decompose import label
 from latlab.analysis.findings import Finding, Severity, Unevaluated
 from latlab.units import ms, pct
 

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from latlab.analysis.requests import in_flight_at
 from latlab.analysis.advice import fair_queueing, joined
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
+from latlab.analysis.requests import in_flight_at
 from latlab.metrics.stats import percentile
 from latlab.records.columns import present
 from latlab.units import ms

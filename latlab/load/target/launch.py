@@ -67,7 +67,11 @@ class ServerLaunch:
         200."""
         port = free_port(host)
         command: list[str] = []
-        for token in shlex.split(template):
+        try:
+            tokens = shlex.split(template)
+        except ValueError as e:
+            raise EngineError(f"--launch {template!r}: {e}") from None
+        for token in tokens:
             if token == "{args}":
                 command += args
                 continue
