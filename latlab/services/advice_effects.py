@@ -151,21 +151,19 @@ def predict_effect(cal: Calibration, config: RunConfig, fleet: Fleet, change: Ch
 
 
 def ab_command(analysis: RunAnalysis, change: Change) -> str:
-    """The `latlab ab` that measures `change` on the run's own workload: latlab serve's
-    arguments as they were and with the change; another server, through a launch template
-    (its command with `{port}` and `{args}`)."""
-    config, run = analysis.config, analysis.run
-    bench = config.bench
-    folder = shlex.quote(str(run.path))
-    latlab = config.target.embedded or (config.kind == "predict"
-                                        and config.target.server_kind == "latlab")
-    if latlab and bench is not None:
-        a = shlex.join(bench.serve_args)
-        b = with_args(a, change.args)
-        return f"latlab ab --config {folder} --a {shlex.quote(a)} --b {shlex.quote(b)}"
-    launch = getattr(config.target, "launch", None) or "SERVER-COMMAND --port {port} {args}"
-    return (f"latlab ab --config {folder} --launch {shlex.quote(launch)} --a '' "
-            f"--b {shlex.quote(change.args)}")
+    """The `latlab ab` that measures `change` on the run's own workload: the server's
+    arguments as they were and with the change — latlab serve's, or those of the run's
+    `--launch` template; a server latlab did not start, through a template to fill in (its
+    command with `{port}` and `{args}`)."""
+    config, target, bench = analysis.config, analysis.config.target, analysis.config.bench
+    folder = shlex.quote(str(analysis.run.path))
+    started = target.embedded or target.launch is not None or (
+        config.kind == "predict" and target.server_kind == "latlab")
+    a = shlex.join(bench.serve_args) if started and bench is not None else ""
+    b = with_args(a, change.args)
+    launch = "" if target.launch is None and started else " --launch " + shlex.quote(
+        target.launch or "SERVER-COMMAND --port {port} {args}")
+    return f"latlab ab --config {folder}{launch} --a {shlex.quote(a)} --b {shlex.quote(b)}"
 
 
 def annotate(analysis: RunAnalysis, cal: Calibration | None = None, fleet: Fleet | None = None,
