@@ -136,7 +136,9 @@ def test_vllms_metrics_are_the_runs_server_view_checked_against_the_client():
     records = [RequestTimeline(id=f"r{i}", index=i, sent_ns=(i * 900 + 10) * MS,
                                done_ns=(i * 900 + 530) * MS, prompt_tokens=256,
                                completion_tokens=64, tokens_from_usage=True) for i in range(20)]
-    view = server_view([before, after], as_table(records))
+    during = parse((SERVERS / "vllm" / "metrics_after.txt").read_text(), 10_000 * MS)
+    assert server_view([before, after], as_table(records)).peaks == {}  # idle: not a peak
+    view = server_view([before, during, after], as_table(records))
     assert view.requests == view.client_requests == 20 and view.agrees, view.checks
     assert view.stages_ms == pytest.approx({"queue": 20, "prefill": 50, "decode": 420,
                                             "inference": 470, "ttft": 75, "e2e": 500})

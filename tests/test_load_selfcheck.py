@@ -153,3 +153,43 @@ def test_the_host_sampler_tells_other_processes_from_the_client():
     assert result is not None and result.seconds >= 2
     assert result.other.mean >= 0.4 and result.client.mean >= 0.1  # shares of a busy host
     assert result.server is None
+
+
+GATEWAY = """
+import socket, sys, time
+backend = socket.create_connection(("127.0.0.1", int(sys.argv[1])))  # held, as a pool would
+front = socket.socket()
+front.bind(("127.0.0.1", 0))
+front.listen()
+print(front.getsockname()[1], flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_gateways_backend_counts_as_the_server_not_other_work(tmp_path):
+    """A gateway on the target's port forwarding to an engine on another loopback port: the
+    engine's process is the server too (its CPU is not the host's 'other work')."""
+    import subprocess
+    import sys
+
+    from latlab.load.telemetry.host import HostSampler
+
+    backend = subprocess.Popen([sys.executable, "-c", GATEWAY.replace(
+        "backend = socket.create_connection((\"127.0.0.1\", int(sys.argv[1])))  "
+        "# held, as a pool would", "")], stdout=subprocess.PIPE, text=True)
+    gateway = None
+    try:
+        backend_port = backend.stdout.readline().strip()
+        gateway = subprocess.Popen([sys.executable, "-c", GATEWAY, backend_port],
+                                   stdout=subprocess.PIPE, text=True)
+        gateway_port = gateway.stdout.readline().strip()
+        sampler = HostSampler(url=f"http://127.0.0.1:{gateway_port}")
+        assert sampler.server_found == f"process {gateway.pid} listening on :{gateway_port}"
+        sampler._find_backends()
+        assert backend.pid in sampler._serving() and gateway.pid in sampler._serving()
+        assert f"with its backend process {backend.pid}" in sampler.server_found
+    finally:
+        for p in (backend, gateway):
+            if p is not None:
+                p.kill()
+                p.wait()

@@ -43,7 +43,7 @@ def test_ctrl_c_keeps_the_finished_points_and_stops_the_one_engine(tmp_path):
     folder = next(tmp_path.glob("*-sweep-engine"))
     data = orjson.loads((folder / "sweep.json").read_bytes())
     assert data["stop"]["reason"] == "interrupted"
-    assert data["points"][0]["load"] == 2 and not data["points"][0]["interrupted"]
+    assert data["points"][0]["asked"] == 2 and not data["points"][0]["interrupted"]
     assert len(data["points"]) < 3
     assert (folder / "sweep.html").is_file() and (folder / "engine.log").is_file()
     configs = [RunFolder.open(p).read_config() for p in folder.iterdir() if p.is_dir()]

@@ -63,7 +63,8 @@ def test_identical_setups_do_not_differ_in_itl(tmp_path):
     c = compare(run(1), run(2))
     for stat in ("p50", "mean", "p99"):
         change = c.change(f"{stat}_itl")
-        assert change.verdict == "same", (stat, change.a, change.b, change.ci)
+        assert change.verdict not in ("better", "worse"), (stat, change.a, change.b,
+                                                           change.interval)
 
 
 def test_a_point_that_fell_behind_meets_no_slo():

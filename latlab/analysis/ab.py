@@ -1,5 +1,6 @@
-"""A/B: the rounds of each side pooled into one analysis, compared with `compare`, and the
-server counters that explain the change (prefix-cache hits, accepted drafts, preemptions).
+"""A/B: the rounds of each side pooled into one analysis, compared with `compare` at each look
+(`Sequential`), and the server counters that explain the change (prefix-cache hits, accepted
+drafts, preemptions).
 
 Each round is a bench run; a side's pooled analysis holds the measured requests of all its
 rounds (each decomposed against its own run's network), its rates are the rounds' rates
@@ -9,15 +10,20 @@ weighted by their windows, and its goodput is judged over the pooled requests.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from latlab.analysis.analyze import assemble, judge_requests
+from latlab.analysis.compare import Change, Comparison, compare
+from latlab.analysis.replicates import from_rounds
+from latlab.analysis.verdicts import look_share
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.metrics.summary import summarize
 from latlab.records.columns import concat, take
 from latlab.records.scrape import Scrape
 from latlab.records.summary import ClientCheck, HostLoad, Throughput, Usage
+from latlab.records.verdict import HEADLINE, VerdictConfig
 
 # Ratios of counter deltas: name → (numerator series, denominator series or None).
 EXPLAINERS = {
@@ -115,3 +121,42 @@ def explain(deltas: dict[str, float]) -> dict[str, float]:
         elif deltas.get(denominator):
             out[label] = deltas[numerator] / deltas[denominator]
     return out
+
+
+class Sequential:
+    """An A/B's looks at its rounds as they come: each look compares the rounds so far at
+    its share of every metric's α (`verdicts.look_share`), and a metric keeps the verdict of
+    the first look that decided it, so the error rates hold over all the looks (a union
+    bound over the shares spent)."""
+
+    def __init__(self, verdicts: VerdictConfig, most: int) -> None:
+        self.verdicts = verdicts
+        self.most = most
+        self.previous = 0
+        self.decided: dict[str, tuple[int, Change]] = {}
+
+    def look(self, a: Sequence[RunAnalysis], b: Sequence[RunAnalysis]) -> Comparison:
+        """B against A over the rounds both sides have finished."""
+        rounds = min(len(a), len(b))
+        share = look_share(rounds, self.previous, self.most)
+        comparison = compare(pool(a[:rounds]), pool(b[:rounds]), from_rounds(a, b, rounds),
+                             self.verdicts, share)
+        self.previous = rounds
+        for i, change in enumerate(comparison.changes):
+            if change.key in self.decided:
+                comparison.changes[i] = replace(self.decided[change.key][1], a=change.a,
+                                                b=change.b, attribution=change.attribution)
+            elif change.decided:
+                self.decided[change.key] = (rounds, change)
+        return comparison
+
+    def decided_at(self, key: str) -> int | None:
+        """The rounds a side when `key` was decided."""
+        found = self.decided.get(key)
+        return found[0] if found else None
+
+    @staticmethod
+    def undecided(comparison: Comparison) -> list[Change]:
+        """The headline metrics still "can't tell" (and measured on both sides)."""
+        return [c for c in comparison.changes
+                if c.key in HEADLINE and not c.decided and c.delta is not None]

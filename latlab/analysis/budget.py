@@ -38,6 +38,11 @@ class Budget:
     def bucket(self, name: str) -> float:
         return sum(self.components[c] for c in members(name, self.components))
 
+    def measured(self, bucket: str) -> bool:
+        """Whether any of the bucket's components was measured for any request (else its 0
+        is unknown, not zero)."""
+        return any(self.coverage.get(c, 0.0) > 0 for c in members(bucket, self.components))
+
     def buckets(self) -> dict[str, float]:
         """Every bucket a run has time in (the unsplit ones and the application only when
         it has components)."""

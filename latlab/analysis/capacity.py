@@ -46,6 +46,8 @@ SATURATION_LOAD_GROWTH = 0.10
 SATURATION_ACHIEVED_SHARE = 0.25
 SATURATION_BEHIND = 0.90
 SATURATION_LATENCY_GROWTH = 0.10
+BEHIND = SATURATION_BEHIND  # a point that achieved less of what it offered fell behind
+LABEL_TOLERANCE = 0.05  # an offered rate this far from the asked one is named in the label
 STOP_RULE = ("stop escalating when a point is clearly saturated (load +≥10% over the previous "
              "point, achieved rate up by less than a quarter of that and below 90% of offered, "
              "median E2E from schedule +≥10%) or its error rate exceeds --max-error-rate")
@@ -74,8 +76,16 @@ def point(s: RunSummary, table: RequestTable, metrics: MetricColumns, inside: np
     ok_e2e = np.sort(metrics.e2e_sched[judged & t.ok & ~np.isnan(metrics.e2e_sched)])
     t = s.throughput
     achieved = t.achieved_rate if t else 0.0
+    offered = t.offered_rate if t else None
+    asked = load
+    if mode == "rate" and offered:  # the load a point offered, not the rate it was asked for
+        if load and abs(offered - load) > LABEL_TOLERANCE * load:
+            label = f"{label}, offered {offered:.3g}"
+        load = offered
+    behind = bool(t and (t.fell_behind or short_of(offered, achieved, t.window_s)))
     return Point(
-        label=label, mode=mode, load=achieved if load is None else load, achieved=achieved,
+        label=label, mode=mode, load=achieved if load is None else load, asked=asked,
+        achieved=achieved,
         error_rate=failed / int(judged.sum()) if judged.any() else 0.0,
         requests=int(judged.sum()),
         latency=percentile(ok_e2e, q) if len(ok_e2e) else None,
@@ -88,8 +98,15 @@ def point(s: RunSummary, table: RequestTable, metrics: MetricColumns, inside: np
         latencies={m: {p: s.percentile(m, p) for p in ("p50", "p99")}
                    for m in ("ttft", "tpot", "e2e", "ttft_sched", "e2e_sched")},
         budget=budget or {}, run=run, interrupted=s.stop_reason == "interrupted",
-        warnings=list(s.warnings), offered=t.offered_rate if t else None,
-        fell_behind=bool(t and t.fell_behind))
+        warnings=list(s.warnings), offered=offered, fell_behind=behind)
+
+
+def short_of(offered: float | None, achieved: float, window_s: float) -> bool:
+    """Whether a point achieved less than `BEHIND` of what it offered, by more requests than
+    the arrivals' own counting noise (two Poisson standard deviations) explains."""
+    if not offered or window_s <= 0 or achieved >= BEHIND * offered:
+        return False
+    return (offered - achieved) * window_s > 2 * math.sqrt(offered * window_s)
 
 
 def _slo_values(table: RequestTable, metrics: MetricColumns, judged: np.ndarray,

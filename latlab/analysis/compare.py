@@ -1,13 +1,11 @@
 """Compare runs: every summary metric's change, whether it is real, and where it came from.
 
-A latency change carries the bootstrap CI of `b − a` (`significance.py`) and is attributed
-to components: the mean component budgets of the requests *at* that statistic in each run
-(all requests for the mean, those at or above the percentile for p90/p99, the p40–p60 band
-for the median), so "p99 TTFT −38%" reads "queue −41 ms, prefill unchanged".
-
-A change is better or worse only when it is significant (its interval excludes zero), larger
-than the run-to-run noise (`noise.py`) and at least the minimum practical effect (2% unless
-set per metric); otherwise it is the same, and `why_same` says which test it failed.
+Each statistic is judged on replicates (`replicates.py`: an A/B's rounds, or each run's time
+blocks) by `verdicts.py`: better, worse, same (inside the minimum effect, with confidence) or
+can't tell. A latency change is attributed to components: the mean component budgets of the
+requests *at* that statistic in each run (all requests for the mean, those at or above the
+percentile for p90/p99, the p40–p60 band for the median), so "p99 TTFT −38%" reads
+"queue −41 ms, prefill unchanged". A component one side did not measure is not attributed.
 """
 
 from __future__ import annotations
@@ -19,19 +17,19 @@ import numpy as np
 
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.budget import Budget, budget
-from latlab.analysis.noise import Noise, from_blocks
-from latlab.analysis.significance import (bootstrap_difference, cluster_bootstrap_difference,
-                                          fisher_test, statistic)
-from latlab.metrics.stats import reliable
+from latlab.analysis.replicates import Replicates, from_blocks
+from latlab.analysis.significance import fisher_test, statistic
+from latlab.analysis.verdicts import (FAMILY_ALPHA, RatioInterval, alpha, judge,
+                                      ratio_interval)
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
-from latlab.records.verdict import DEFAULT_MIN_EFFECT, VerdictConfig
+from latlab.records.verdict import DEFAULT_MIN_EFFECT, Verdict, VerdictConfig
 
 LATENCY_METRICS = {name: CATALOG[name].label for name in metrics(compared=True, unit="ms")}
 STATS = ("mean", "p50", "p90", "p99")
 PER_TOKEN = metrics(compared=True, unit="ms", per_request=False)
-UNTESTED_NOISE = 0.05  # a change without a CI must exceed this share to be called a change
+ERROR_RATE_SAME = 1.0  # percentage points: error rates this close, and not significant, match
 RATES = {name: (CATALOG[name].label, CATALOG[name].unit)
          for name in metrics(compared=True) if not CATALOG[name].latency}
 ATTRIBUTED = {
@@ -47,7 +45,7 @@ ATTRIBUTED = {
 NOT_WORKLOAD = {"url", "model", "api_key", "serve_args", "out", "name", "tags", "workers",
                 "timeout_s", "drain_s", "slos", "seed", "tokenizer", "keepalive", "server_kind",
                 "otlp_port", "span_wait_s", "scrape_interval_s", "prompt_salt",
-                "context_tokens"}
+                "context_tokens", "api_key_file", "headers", "ca_cert", "insecure"}
 
 
 @dataclass
@@ -58,12 +56,11 @@ class Change:
     a: float | None
     b: float | None
     lower_is_better: bool = True
-    ci: tuple[float, float] | None = None
-    significant: bool | None = None
+    interval: RatioInterval | None = None  # of B / A − 1, from the replicates
+    verdict: Verdict = "can't tell"
+    why: str | None = None  # for same and can't tell
     attribution: dict[str, float] = field(default_factory=dict)
-    noise: float | None = None  # the run-to-run noise band (a half-width, in `unit`)
     min_effect: float = DEFAULT_MIN_EFFECT  # the smallest relative change worth a verdict
-    withheld: str | None = None  # why no verdict can be given (too few samples, a busy host)
 
     @property
     def delta(self) -> float | None:
@@ -74,31 +71,8 @@ class Change:
         return self.delta / self.a if self.delta is not None and self.a else None
 
     @property
-    def why_same(self) -> str | None:
-        """Why the change is no change (None when it is one)."""
-        if self.delta is None or self.delta == 0:
-            return "no difference"
-        if self.withheld is not None:
-            return self.withheld
-        if self.significant is False:
-            return "not significant"
-        relative = abs(self.relative) if self.relative is not None else None
-        if relative is not None and relative < self.min_effect:
-            return f"below the {100 * self.min_effect:g}% minimum effect"
-        if self.noise is not None and abs(self.delta) <= self.noise:
-            return f"within the run-to-run noise (±{self.noise:.3g} {self.unit})"
-        if self.significant is None and self.noise is None and (relative or 0) < UNTESTED_NOISE:
-            return f"untested and below {100 * UNTESTED_NOISE:g}%"
-        return None
-
-    @property
-    def verdict(self) -> str:
-        """better or worse when significant, beyond the noise and the minimum effect; else
-        same."""
-        if self.why_same is not None:
-            return "same"
-        better = (self.delta < 0) == self.lower_is_better
-        return "better" if better else "worse"
+    def decided(self) -> bool:
+        return self.verdict != "can't tell"
 
 
 @dataclass
@@ -108,7 +82,7 @@ class Comparison:
     changes: list[Change]
     budgets: dict[str, tuple[Budget | None, Budget | None]]
     workload_differences: list[str]
-    noise_source: str = ""
+    evidence: str = ""  # what the verdicts rest on
     conditions: list[str] = field(default_factory=list)  # the sides ran unlike: say so
 
     def change(self, key: str) -> Change | None:
@@ -136,69 +110,59 @@ def rows_at(a: RunAnalysis, metric: str, stat: str) -> np.ndarray:
 
 
 def attribute(a: RunAnalysis, b: RunAnalysis, metric: str, stat: str) -> dict[str, float]:
-    """Per component, the change (ms) of its mean over the requests at the statistic."""
+    """Per component measured on both sides, the change (ms) of its mean over the requests
+    at the statistic."""
     ba = budget(a.requests.parts, rows_at(a, metric, stat))
     bb = budget(b.requests.parts, rows_at(b, metric, stat))
     if ba is None or bb is None:
         return {}
     return {c: bb.components[c] - ba.components[c] for c in ATTRIBUTED[metric]
-            if ba.components[c] or bb.components[c]}
+            if (ba.components[c] or bb.components[c])
+            and ba.coverage[c] > 0 and bb.coverage[c] > 0}
 
 
 class CompareError(ValueError):
     """Runs that cannot be compared."""
 
 
-def compare(a: RunAnalysis, b: RunAnalysis, seed: int = 0, noise: Noise | None = None,
-            verdicts: VerdictConfig | None = None) -> Comparison:
-    """B against A; `noise` (default: each run's own drift, `noise.from_blocks`) and
-    `verdicts` (the minimum effects) decide what is a change."""
+def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None,
+            verdicts: VerdictConfig | None = None, share: float = 1.0) -> Comparison:
+    """B against A: each statistic's values (A's and B's pooled requests), its interval and
+    verdict from `replicates` (default: each run's time blocks), tested at `share` of its α
+    (a sequential A/B's look spends part)."""
     for analysis in (a, b):
         if not analysis.ok.any():
             raise CompareError(f"{analysis.run.path}: no successful request in its window "
                                "to compare")
+    replicates = replicates if replicates is not None else from_blocks(a, b)
+    verdicts = verdicts or VerdictConfig()
     changes: list[Change] = []
     for metric, label in LATENCY_METRICS.items():
-        if metric in PER_TOKEN and _has_samples(a, metric) and _has_samples(b, metric):
-            # a request's gaps are resampled together, in place (a big run has 10⁸)
-            diffs = cluster_bootstrap_difference(
-                getattr(a.requests.metrics, metric), getattr(b.requests.metrics, metric),
-                STATS, seed=seed, rows=(a.ok, b.ok))
-        else:
-            va, vb = _samples(a, metric), _samples(b, metric)
-            if len(va) == 0 or len(vb) == 0:
-                changes += [Change(f"{s}_{metric}", f"{label} {s}", "ms",
-                                   float(statistic(va, s)) if len(va) else None,
-                                   float(statistic(vb, s)) if len(vb) else None)
-                            for s in STATS]
-                continue
-            diffs = bootstrap_difference(va, vb, STATS, seed=seed)
-        for stat, diff in diffs.items():
-            change = Change(f"{stat}_{metric}", f"{label} {stat}", "ms", diff.a, diff.b,
-                            ci=(diff.ci_low, diff.ci_high), significant=diff.significant)
-            if stat != "mean" and not all(reliable(len(v), float(stat[1:])) for v in (va, vb)):
-                change.withheld = f"too few samples beyond {stat} to tell"
-            if metric in ATTRIBUTED:
+        va, vb = _samples(a, metric), _samples(b, metric)
+        for stat in STATS:
+            change = Change(f"{stat}_{metric}", f"{label} {stat}", "ms",
+                            float(statistic(va, stat)) if len(va) else None,
+                            float(statistic(vb, stat)) if len(vb) else None)
+            if metric in ATTRIBUTED and len(va) and len(vb):
                 change.attribution = attribute(a, b, metric, stat)
             changes.append(change)
     changes += _rate_changes(a.summary, b.summary)
-    changes.append(_error_rate(a.summary, b.summary))
-    noise = noise if noise is not None else from_blocks([a, b])
-    verdicts = verdicts or VerdictConfig()
-    unlike_hosts = host_differs(a, b)
+    keys = [c.key for c in changes]
     for change in changes:
-        change.noise, change.min_effect = noise.of(change.key), verdicts.effect(change.key)
-        if unlike_hosts and change.key != "error_rate":
-            change.withheld = change.withheld or "the host's other work differed between the sides"
+        change.min_effect = verdicts.effect(change.key)
+        if change.delta is None:
+            change.why = "not measured on both sides"
+            continue
+        confidence = 1 - alpha(change.key, keys) * share
+        change.interval = ratio_interval(*replicates.of(change.key), confidence)
+        judged = judge(change.interval, change.min_effect, change.lower_is_better,
+                       replicates.strict, replicates.unit_name)
+        change.verdict, change.why = judged.verdict, judged.why
+    changes.append(_error_rate(a.summary, b.summary))
     budgets = {"mean": (a.mean, b.mean),
                "p99 tail": (_tail(a), _tail(b))}
     return Comparison(a, b, changes, budgets, workload_differences(a.config, b.config),
-                      noise.source, conditions(a, b) + unlike_hosts)
-
-
-def _has_samples(a: RunAnalysis, metric: str) -> bool:
-    """Whether a per-token `metric` has samples among the measured successful requests."""
-    return bool(getattr(a.requests.metrics, metric).lengths[a.ok].any())
+                      replicates.source, conditions(a, b))
 
 
 def _samples(a: RunAnalysis, metric: str) -> np.ndarray:
@@ -233,13 +197,22 @@ def _rate_changes(a: RunSummary, b: RunSummary) -> list[Change]:
 
 
 def _error_rate(a: RunSummary, b: RunSummary) -> Change:
-    """Failed share of the window's requests (%), with Fisher's exact test for significance."""
+    """Failed share of the window's requests (%), judged by Fisher's exact test: a
+    significant difference is a change; rates within `ERROR_RATE_SAME` points and not
+    significant are the same."""
     counts = [(s.in_window, s.ok) for s in (a, b)]
     rates = [100 * (n - ok) / n if n else None for n, ok in counts]
     change = Change("error_rate", "error rate", "%", rates[0], rates[1])
-    if all(n for n, _ in counts):
-        table = [[n - ok, ok] for n, ok in counts]
-        change.significant = fisher_test(table) < 0.05
+    if not all(n for n, _ in counts):
+        change.why = "not measured on both sides"
+        return change
+    significant = fisher_test([[n - ok, ok] for n, ok in counts]) < FAMILY_ALPHA
+    if significant:
+        change.verdict = "worse" if rates[1] > rates[0] else "better"
+    elif abs(rates[1] - rates[0]) <= ERROR_RATE_SAME:
+        change.verdict, change.why = "same", f"within {ERROR_RATE_SAME:g} point, not significant"
+    else:
+        change.why = "not significant, but too few requests to call it the same"
     return change
 
 
@@ -267,7 +240,6 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 CACHE_DIFFERENCE = 0.05  # of prompt tokens: sides whose caches served more differently
-HOST_DIFFERENCE = 0.5  # cores of other work
 
 
 def conditions(a: RunAnalysis, b: RunAnalysis) -> list[str]:
@@ -278,14 +250,3 @@ def conditions(a: RunAnalysis, b: RunAnalysis) -> list[str]:
         return [f"the prefix cache served {100 * ca.share:.0f}% of A's prompt tokens and "
                 f"{100 * cb.share:.0f}% of B's: a TTFT change may be the cache's"]
     return []
-
-
-def host_differs(a: RunAnalysis, b: RunAnalysis) -> list[str]:
-    """The sides ran with different amounts of other work on the load generator's host: no
-    timing of theirs can be compared (verdicts are withheld; error rates still count)."""
-    ha = a.summary.client.host if a.summary.client else None
-    hb = b.summary.client.host if b.summary.client else None
-    if ha is None or hb is None or abs(ha.other.mean - hb.other.mean) < HOST_DIFFERENCE:
-        return []
-    return [f"other work used {ha.other.mean:.1f} cores of the host during A and "
-            f"{hb.other.mean:.1f} during B: timing verdicts withheld (rerun on a quiet host)"]

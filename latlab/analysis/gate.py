@@ -7,9 +7,9 @@
     VALUE  a signed change: +10% relative to the baseline, or absolute in the key's unit
            (+20ms or +0.02s for latencies, -5 for tok/s or req/s, +1 for error-rate points)
 
-A gate trips when the change is past VALUE and is a change (significant, beyond the
-run-to-run noise and the minimum effect); it cannot tell (inconclusive) when the change past
-VALUE is within the noise, or the noise reaches from the change past VALUE; else it passes.
+A gate trips when the change is past VALUE and its verdict is better or worse; it cannot tell
+(inconclusive) when the change is past VALUE without a verdict, or when the change's interval
+reaches past VALUE; else it passes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from latlab.analysis.compare import Comparison
+from latlab.analysis.compare import Change, Comparison
 from latlab.units import number
 
 _GATE = re.compile(r"^\s*(?P<key>[a-z0-9_.]+)\s*(?P<op>[<>])\s*(?P<value>[+-]?[0-9.]+)"
@@ -50,8 +50,8 @@ class Gate:
         return cls(text.strip(), match["key"], match["op"] == ">", value, unit == "%")
 
     def check(self, comparison: Comparison) -> GateResult:
-        """Whether the gate trips, passes, or cannot tell (the change, or the gate's margin,
-        is within the run-to-run noise). Raises `GateError` for an unknown key."""
+        """Whether the gate trips, passes, or cannot tell (the change has no verdict, or its
+        interval reaches the gate). Raises `GateError` for an unknown key."""
         change = comparison.change(self.key)
         if change is None and self.key == "goodput":
             raise GateError(f"--fail-if {self.text!r}: goodput needs both runs judged by the "
@@ -72,17 +72,22 @@ class Gate:
                  f" → {number(change.b, '{:.4g}')} {change.unit})")
         beyond = observed > self.value if self.above else observed < self.value
         if beyond:
-            if change.why_same is None:
+            if change.decided and change.verdict != "same":
                 return GateResult(self, "tripped", f"{self.text}: {moved}")
             return GateResult(self, "inconclusive", f"{self.text}: {moved}, but "
-                              f"{change.why_same}: too noisy to gate")
-        noise = change.noise
-        if noise is not None and self.relative and change.a:
-            noise = 100 * noise / abs(change.a)
-        if noise is not None and abs(self.value - observed) <= noise:
-            return GateResult(self, "inconclusive", f"{self.text}: {moved}, within the noise "
-                              f"(±{noise:.3g}{unit}) of the gate: too noisy to gate")
+                              f"{change.why or 'it is no change'}: too noisy to gate")
+        reach = self._reach(change)
+        if reach is not None and (reach > self.value if self.above else reach < self.value):
+            return GateResult(self, "inconclusive", f"{self.text}: {moved}, and its interval "
+                              f"reaches {reach:+.3g}{unit}: too noisy to gate")
         return GateResult(self, "passed", f"{self.text}: {moved}")
+
+    def _reach(self, change: Change) -> float | None:
+        """How far the change's interval reaches towards the gate, in the gate's terms."""
+        if change.interval is None or change.a is None:
+            return None
+        edge = change.interval.high if self.above else change.interval.low
+        return 100 * edge if self.relative else edge * change.a
 
 
 @dataclass(frozen=True)

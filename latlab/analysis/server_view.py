@@ -66,8 +66,10 @@ def server_view(scrapes: Sequence[Scrape], t: RequestTable) -> ServerView | None
               if counts[stage] and grew(f"{stage}_sum") is not None}
     tokens = {name: grew(name) for name in ("prompt_tokens", "generation_tokens")
               if grew(name) is not None}
-    peaks = {name: max(s.values[name] for s in scrapes if name in s.values)
-             for name in PEAKS if any(name in s.values for s in scrapes)}
+    # gauges read only before and after the run (no --scrape) saw an idle server: no peak
+    during = [s for s in scrapes if first.t_ns < s.t_ns < last.t_ns]
+    peaks = {name: max(s.values[name] for s in during if name in s.values)
+             for name in PEAKS if any(name in s.values for s in during)}
     ended = t.ok & present(t.done_ns) & (t.done_ns >= first.t_ns) & (t.done_ns < last.t_ns)
     e2e = (t.done_ns[ended] - t.sent_ns[ended]) / NS_PER_MS
     view = ServerView((last.t_ns - first.t_ns) / 1e9, requests, stages, tokens, peaks,

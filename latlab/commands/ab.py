@@ -26,10 +26,10 @@ def ab(config: ABConfig, options: NamedWorkload) -> None:
     err = console(stderr=True)
     done = run_ab(config, err)
     record, runs, folder = done.record, done.runs, done.folder
-    if not all(runs[side] for side in SIDES):
+    if not all(done.analyses[side] for side in SIDES):
         raise Interrupted("interrupted before both sides ran")
     try:
-        comparison = compare_sides(done, config)
+        comparison = compare_sides(done)
     except CompareError as e:
         raise RunFailed(str(e)) from None
     if options.json_output:
@@ -40,6 +40,8 @@ def ab(config: ABConfig, options: NamedWorkload) -> None:
                  for side, setting in (("A", config.a), ("B", config.b))}
         print_comparison(out, comparison, label["A"], label["B"])
         out.print("rounds: " + " · ".join(_round(r) for r in record.rounds), highlight=False)
+        for look in record.looks:
+            out.print(f"[dim]look after {look}[/]", highlight=False)
         for side in SIDES:
             shown = " · ".join(f"{k} {_counter(k, v)}" for k, v in record.counters[side].items())
             if shown:

@@ -10,7 +10,7 @@ from latlab.analysis import analyze
 from latlab.analysis.compare import CompareError
 from latlab.analysis.compare import compare as compare_runs
 from latlab.analysis.gate import Gate, GateError
-from latlab.analysis.noise import from_repeat
+from latlab.analysis.replicates import from_blocks
 from latlab.commands.common import EXIT_INCONCLUSIVE, RunFailed, UsageError, console
 from latlab.commands.options import Options
 from latlab.records.folder import RunFolder, RunFolderError
@@ -32,9 +32,9 @@ class CompareOptions(Options):
 
 
 def compare(runs: list[str], config: CompareConfig, options: CompareOptions) -> None:
-    """Compare runs side by side: each metric's change, whether it is real (significant,
-    beyond the run-to-run noise and the minimum effect), and which component of the latency
-    budget it came from."""
+    """Compare runs side by side: each metric's change, its verdict (better, worse, same
+    within the minimum effect, or can't tell), and which component of the latency budget it
+    came from."""
     if len(runs) < 2:
         raise UsageError("give at least two runs")
     out = console()
@@ -47,8 +47,9 @@ def compare(runs: list[str], config: CompareConfig, options: CompareOptions) -> 
         for folder in folders:  # a big run's first read, its parse, is its memory's peak:
             folder.read_table()  # all before any analysis, the peaks do not add up
         analyses = [analyze(folder, slos, diagnosis=False) for folder in folders]
-        noise = from_repeat(analyses[0], analyses.pop()) if config.noise is not None else None
-        comparisons = [compare_runs(analyses[0], analysis, noise=noise, verdicts=config)
+        repeat = analyses.pop() if config.noise is not None else None
+        comparisons = [compare_runs(analyses[0], analysis, from_blocks(analyses[0], analysis,
+                                                                       repeat), config)
                        for analysis in analyses[1:]]
         for ref, comparison in zip(runs[1:], comparisons):
             if comparison.workload_differences and not options.allow_different_workloads:

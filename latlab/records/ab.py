@@ -10,7 +10,7 @@ from pydantic import model_validator
 from latlab.records.bench import BenchConfig
 from latlab.records.settings import AB, setting
 from latlab.records.summary import Record
-from latlab.records.verdict import VerdictConfig
+from latlab.records.verdict import Verdict, VerdictConfig
 
 AB_JSON = "ab.json"
 SIDES = ("A", "B")
@@ -23,12 +23,20 @@ class ABConfig(VerdictConfig):
                      "the command's {args}), or a server URL (http://HOST:PORT).", "--a",
                      group=AB)
     b: str = setting(..., "Setting B, the same way.", "--b", group=AB)
-    rounds: int = setting(3, "A/B pairs to run, alternating (each a full bench run per side).",
-                          group=AB, ge=1, le=20)
+    rounds: int = setting(3, "A/B pairs to run first, alternating (each a full bench run per "
+                          "side).", group=AB, ge=1, le=50)
+    max_rounds: int = setting(10, "A/B pairs at most: while a headline metric (TTFT p50/p99, "
+                              "TPOT p50, E2E p99, output tok/s) is \"can't tell\", another pair "
+                              "is run, up to this many (= --rounds: no more).", group=AB,
+                              ge=1, le=50)
+    max_time: float = setting(900.0, "Seconds after which no further pair is started.",
+                              group=AB, gt=0, metavar="SECONDS")
     bench: BenchConfig = BenchConfig()
 
     @model_validator(mode="after")
-    def _launched_sides(self) -> ABConfig:
+    def _rounds_within_most(self) -> ABConfig:
+        if self.max_rounds < self.rounds:
+            raise ValueError(f"--max-rounds {self.max_rounds} is below --rounds {self.rounds}")
         urls = [s for s in (self.a, self.b) if s.startswith(("http://", "https://"))]
         if self.bench.launch is not None and urls:
             raise ValueError("--launch starts both sides: give --a and --b as its {args}, "
@@ -66,12 +74,12 @@ class ABChange(Record):
     unit: str
     a: float | None
     b: float | None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    significant: bool | None = None
-    noise: float | None = None  # the run-to-run noise band (± in `unit`)
-    verdict: Literal["better", "worse", "same"]
-    why_same: str | None = None
+    low: float | None = None  # the interval of B / A − 1
+    high: float | None = None
+    confidence: float | None = None
+    verdict: Verdict
+    why: str | None = None  # for same and can't tell
+    decided_at: int | None = None  # the rounds a side when the verdict was reached
 
 
 class ABRecord(Record):
@@ -82,6 +90,7 @@ class ABRecord(Record):
     changes: list[ABChange] = []
     counters: dict[Literal["A", "B"], dict[str, float]] = {}  # explainer → value, per side
     workload_differences: list[str] = []
-    noise: str = ""  # how the run-to-run noise was estimated
+    evidence: str = ""  # what the verdicts rest on
+    looks: list[str] = []  # each look at the headline metrics, as the rounds went
     conditions: list[str] = []  # how the sides ran unlike (cache, host)
     interrupted: bool = False

@@ -34,7 +34,8 @@ class Point(Record):
 
     label: str
     mode: Mode
-    load: float
+    load: float  # what the point offered: an open loop's measured rate, else users
+    asked: float | None = None  # the rate or users the plan asked for
     achieved: float
     error_rate: float
     requests: int

@@ -1,19 +1,24 @@
-"""What a comparison calls a change (`latlab compare`, `latlab ab`): a difference that is
-significant, beyond the run-to-run noise, and at least the minimum practical effect."""
+"""What a comparison calls a change (`latlab compare`, `latlab ab`): better, worse, same (inside
+the minimum effect, with confidence) or can't tell (`analysis/verdicts.py` decides)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, field_validator
 
 from latlab.records.bench import SloConfig
 from latlab.records.settings import VERDICT, setting
 
-DEFAULT_MIN_EFFECT = 0.02
+# Rounds on a shared host move several percent between themselves: a smaller change would
+# take dozens of rounds to confirm or to rule out.
+DEFAULT_MIN_EFFECT = 0.05
 STATS = ("mean", "p50", "p90", "p99")  # the statistics compared
+Verdict = Literal["better", "worse", "same", "can't tell"]
+# What a comparison is mostly asked about; `ab` adds rounds until these are decided.
+HEADLINE = ("p50_ttft", "p99_ttft", "p50_tpot", "p99_e2e", "output_tokens_per_s")
 _EFFECT = re.compile(r"^\s*(?:(?P<key>[a-z0-9_]+)\s*=\s*)?(?P<value>[0-9.]+)\s*%\s*$")
 
 
@@ -34,7 +39,7 @@ class VerdictConfig(BaseModel):
     min_effect: dict[str, float] = setting(
         {}, "The smallest change worth a verdict, relative: PCT% for every metric, or "
         "METRIC=PCT% for one (a metric like tpot, or a statistic like p99_ttft) (repeatable; "
-        "default 2%).", group=VERDICT, cli_type=list[str], metavar="[METRIC=]PCT%")
+        "default 5%).", group=VERDICT, cli_type=list[str], metavar="[METRIC=]PCT%")
 
     _effects = field_validator("min_effect", mode="before")(lambda value: effects(value))
 
@@ -52,6 +57,7 @@ class CompareConfig(SloConfig, VerdictConfig):
     """`latlab compare`: the SLOs the runs are judged by, what a change is, and the noise."""
 
     noise: Path | None = setting(None, "A repeat of the first run (the same setting, run "
-                                 "again): their difference is the run-to-run noise a change "
-                                 "must exceed (default: the runs' own drift, a lower bound).",
+                                 "again): its time blocks join the first run's, so the "
+                                 "verdicts see the drift between runs (without it, two single "
+                                 "runs decide only changes well past the minimum effect).",
                                  group=VERDICT, metavar="RUN")

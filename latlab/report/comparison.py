@@ -14,7 +14,7 @@ from latlab.analysis.decompose import BUCKETS, LABELS
 from latlab.store import StoredRun
 from latlab.units import cell, number
 
-VERDICT_STYLE = {"better": "green", "worse": "red", "same": "dim"}
+VERDICT_STYLE = {"better": "green", "worse": "red", "same": "dim", "can't tell": "yellow"}
 UNCHANGED_MS = 1.0
 UNCHANGED_SHARE = 0.05
 
@@ -33,21 +33,19 @@ def print_comparison(console: Console, comparison: Comparison, a_name: str, b_na
     shown = [c for c in comparison.changes
              if full or c.unit != "ms" or c.key.split("_")[0] in SHOWN_STATS]
     table = Table(title="B against A", title_justify="left")
-    for column in ("metric", "A", "B", "change", "95% CI of change", "noise ±", "verdict"):
+    for column in ("metric", "A", "B", "change", "interval of change", "verdict"):
         table.add_column(column, justify="left" if column in ("metric", "verdict") else "right")
     for change in shown:
         style = VERDICT_STYLE[change.verdict]
-        why = f" [dim]({change.why_same})[/]" if change.verdict == "same" and change.why_same \
-            not in (None, "no difference") else ""
+        why = f" [dim]({change.why})[/]" if change.why and change.verdict != "same" else ""
         table.add_row(change.label, _value(change.a, change.unit), _value(change.b, change.unit),
-                      _delta(change), _ci(change), _value(change.noise, change.unit),
-                      f"[{style}]{change.verdict}[/]{why}")
+                      _delta(change), _interval(change), f"[{style}]{change.verdict}[/]{why}")
     console.print(table)
-    if comparison.noise_source:
-        console.print(f"[dim]noise: {comparison.noise_source}; a change must also be "
-                      "significant and past its minimum effect (--min-effect)[/]",
-                      highlight=False)
-    lines = [attribution_line(c) for c in shown if c.significant and c.attribution]
+    if comparison.evidence:
+        console.print(f"[dim]verdicts rest on {comparison.evidence}; same means inside the "
+                      "minimum effect (--min-effect) with confidence[/]", highlight=False)
+    lines = [attribution_line(c) for c in shown
+             if c.verdict in ("better", "worse") and c.attribution]
     if lines:
         console.print("\n[bold]Where the changes come from[/] (components of the requests at "
                       "each statistic)")
@@ -77,12 +75,18 @@ def _budget_table(title: str, a: Budget, b: Budget) -> Table:
     for column in ("bucket", "A", "B", "change"):
         table.add_column(column, justify="left" if column == "bucket" else "right")
     for bucket in BUCKETS:
-        va, vb = a.bucket(bucket), b.bucket(bucket)
+        va, vb = _measured(a, bucket), _measured(b, bucket)
         if va or vb:
-            table.add_row(bucket, f"{va:.1f}", f"{vb:.1f}", f"{vb - va:+.1f}")
+            change = f"{vb - va:+.1f}" if va is not None and vb is not None else "–"
+            table.add_row(bucket, number(va, "{:.1f}"), number(vb, "{:.1f}"), change)
     table.add_row("total", f"{a.total:.1f}", f"{b.total:.1f}", f"{b.total - a.total:+.1f}",
                   style="bold")
     return table
+
+
+def _measured(b: Budget, bucket: str) -> float | None:
+    """A bucket's mean, None when none of its components was measured."""
+    return b.bucket(bucket) if b.measured(bucket) else None
 
 
 def _value(value: float | None, unit: str) -> str:
@@ -96,10 +100,12 @@ def _delta(change: Change) -> str:
     return f"{change.delta:+.2f}{rel}" if change.unit in ("req/s", "%") else f"{change.delta:+.1f}{rel}"
 
 
-def _ci(change: Change) -> str:
-    if change.ci is None:
+def _interval(change: Change) -> str:
+    """The interval of B / A − 1 and its confidence."""
+    iv = change.interval
+    if iv is None:
         return "–"
-    return f"[{change.ci[0]:+.1f}, {change.ci[1]:+.1f}]"
+    return f"[{100 * iv.low:+.0f}%, {100 * iv.high:+.0f}%] {100 * iv.confidence:.3g}%"
 
 
 def print_runs(console: Console, runs: list[StoredRun], filtered: bool = False) -> None:

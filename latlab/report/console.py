@@ -56,10 +56,12 @@ def _print_bars(console: Console, mean: Budget, tail: Budget) -> None:
     for _ in range(3):
         legend.add_column(justify="right")
     for name in mean.buckets():
+        measured = mean.measured(name)  # else its 0 is unknown: "–"
         legend.add_row(Text.assemble("  ", (_BLOCKS[name] if plain else "█", BUCKET_COLORS[name]),
                                      f" {name}"),
-                       ms(mean.bucket(name)), f"{100 * mean.share(name):.0f}% of the mean",
-                       f"{100 * tail.share(name):.0f}% of the tail")
+                       ms(mean.bucket(name) if measured else None),
+                       f"{100 * mean.share(name):.0f}% of the mean" if measured else "not measured",
+                       f"{100 * tail.share(name):.0f}% of the tail" if measured else "")
         if name == "application":  # each of its spans' names, largest first
             for c in mean.application():
                 legend.add_row(f"      {label(c)}", ms(mean.components[c]),

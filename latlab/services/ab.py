@@ -1,9 +1,9 @@
 """An A/B: two settings, the identical workload against each, alternated A/B/A/B over rounds
-so a noisy machine's drift hits both; each metric's change (`latlab compare`'s) and the server
-counters that explain it.
+so a noisy machine's drift hits both, until the headline metrics are decided; each metric's
+change (`latlab compare`'s) and the server counters that explain it.
 
     done = run_ab(ABConfig(a="--model tiny", b="--model tiny --enable-prefix-caching"))
-    comparison = compare_sides(done, slos=None)
+    comparison = compare_sides(done)
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from pathlib import Path
 from rich.console import Console
 
 from latlab.analysis import analyze
-from latlab.analysis.ab import counter_deltas, explain, pool
+from latlab.analysis.ab import Sequential, counter_deltas, explain
 from latlab.analysis.compare import Comparison
-from latlab.analysis.compare import compare as compare_runs
-from latlab.analysis.noise import from_blocks, from_rounds
+from latlab.analysis.run_analysis import RunAnalysis
 from latlab.load.target.launch import remembered_interrupts, target_server
 from latlab.load.telemetry.scrape import scrape_once
 from latlab.records.ab import AB_JSON, SIDES, ABChange, ABConfig, ABRecord, ABRound
@@ -32,24 +31,33 @@ from latlab.services.errors import ServiceFailed
 
 @dataclass
 class ABRuns:
-    """What the rounds left: each side's run folders and its /metrics before and after each."""
+    """What the rounds left: each side's run folders, its /metrics before and after each,
+    and the looks' verdicts."""
 
     folder: Path
     record: ABRecord
+    sequential: Sequential
     runs: dict[str, list[RunFolder]] = field(default_factory=lambda: {s: [] for s in SIDES})
     scrapes: dict[str, list[tuple[Scrape, Scrape]]] = field(
         default_factory=lambda: {s: [] for s in SIDES})
+    analyses: dict[str, list[RunAnalysis]] = field(
+        default_factory=lambda: {s: [] for s in SIDES})
+    comparison: Comparison | None = None  # the last look's
 
 
 def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
     """Run the rounds (A B, then B A, and so on: whatever going first or second does to a
-    run cancels out) and write ab.json as they go; embedded engines are started once per
-    side and kept for every round. Ctrl-C keeps what ran."""
+    run cancels out) and write ab.json as they go; from `--rounds` on, look after each pair
+    and stop once every headline metric is decided, or at `--max-rounds` / `--max-time`.
+    Embedded engines are started once per side and kept for every round. Ctrl-C keeps what
+    ran."""
     configs = config.sides()
     out = config.bench.out
     folder = RunFolder.create(out, "ab").path
-    done = ABRuns(folder, ABRecord(created=time.time(), a=config.a, b=config.b))
+    done = ABRuns(folder, ABRecord(created=time.time(), a=config.a, b=config.b),
+                  Sequential(config, config.max_rounds))
     record = done.record
+    started = time.monotonic()
     with ExitStack() as stack:
         for side, bench in configs.items():
             if bench.url is None:
@@ -62,30 +70,52 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
                 bench.url = engine.url
         pressed = stack.enter_context(remembered_interrupts())
         try:
-            for i in range(1, config.rounds + 1):
+            for i in range(1, config.max_rounds + 1):
                 for side in SIDES if i % 2 else SIDES[::-1]:  # ABBA: order effects cancel
                     if err is not None:
-                        err.print(f"round {i} of {config.rounds}: {side}", style="dim")
-                    before = _scrape(configs[side])
-                    result = run_bench(configs[side], store=out)
-                    after = _scrape(configs[side])
-                    if before is not None and after is not None:
-                        done.scrapes[side].append((before, after))
-                    done.runs[side].append(result.run)
-                    s = result.summary
-                    record.rounds.append(ABRound(
-                        side=side, round=i, run=str(result.run.path),
-                        cached_share=s.cache.share if s.cache else None,
-                        host_other_cores=(s.client.host.other.mean
-                                          if s.client and s.client.host else None)))
-                    write_json(folder / AB_JSON, record)
+                        err.print(f"round {i} (of {config.rounds}, at most "
+                                  f"{config.max_rounds}): {side}", style="dim")
+                    _round(done, configs[side], side, i, config)
                     if pressed():  # a Ctrl-C Python swallowed during the round: stop now
                         raise KeyboardInterrupt
-                    if result.failed:
-                        raise ServiceFailed(f"{side}, round {i}: {result.message}")
+                if i < config.rounds:
+                    continue
+                done.comparison = done.sequential.look(done.analyses["A"], done.analyses["B"])
+                open_ = Sequential.undecided(done.comparison)
+                look = (f"round {i}: " + (", ".join(f"{c.label} can't tell" for c in open_)
+                                          or "every headline metric decided"))
+                record.looks.append(look)
+                write_json(folder / AB_JSON, record)
+                if err is not None:
+                    err.print(look, style="dim", highlight=False)
+                if not open_:
+                    break
+                if time.monotonic() - started > config.max_time and i < config.max_rounds:
+                    record.looks.append(f"stopped after round {i}: --max-time "
+                                        f"{config.max_time:g} s reached")
+                    break
         except KeyboardInterrupt:
             record.interrupted = True
     return done
+
+
+def _round(done: ABRuns, bench: BenchConfig, side: str, i: int, config: ABConfig) -> None:
+    """One side's run of round `i`, its scrapes and its analysis, written to ab.json."""
+    before = _scrape(bench)
+    result = run_bench(bench, store=config.bench.out)
+    after = _scrape(bench)
+    if before is not None and after is not None:
+        done.scrapes[side].append((before, after))
+    done.runs[side].append(result.run)
+    s = result.summary
+    done.record.rounds.append(ABRound(
+        side=side, round=i, run=str(result.run.path),
+        cached_share=s.cache.share if s.cache else None,
+        host_other_cores=(s.client.host.other.mean if s.client and s.client.host else None)))
+    write_json(done.folder / AB_JSON, done.record)
+    if result.failed:
+        raise ServiceFailed(f"{side}, round {i}: {result.message}")
+    done.analyses[side].append(analyze(result.run, config.bench.slos or None, diagnosis=False))
 
 
 def _scrape(config: BenchConfig) -> Scrape | None:
@@ -98,25 +128,22 @@ def _scrape(config: BenchConfig) -> Scrape | None:
         return None
 
 
-def compare_sides(done: ABRuns, config: ABConfig) -> Comparison:
-    """Pool each side's rounds, compare B against A with the spread of each side's rounds as
-    the noise (each round's own drift when a side ran once), and fill the record with the
-    changes and the explaining counters (ab.json is written)."""
-    record = done.record
-    slos = config.bench.slos or None
-    analyses = {side: [analyze(run, slos, diagnosis=False) for run in done.runs[side]]
-                for side in SIDES}  # compare reads no findings
-    noise = from_rounds([analyses[side] for side in SIDES]) or from_blocks(
-        [a for side in SIDES for a in analyses[side]])
-    comparison = compare_runs(pool(analyses["A"]), pool(analyses["B"]), noise=noise,
-                              verdicts=config)
+def compare_sides(done: ABRuns) -> Comparison:
+    """The last look's comparison (a look over the rounds that ran when Ctrl-C came before
+    one), with the record filled: the changes, the explaining counters (ab.json written)."""
+    record, sequential = done.record, done.sequential
+    rounds = min(len(done.analyses[side]) for side in SIDES)
+    if done.comparison is None or sequential.previous != rounds:
+        done.comparison = sequential.look(done.analyses["A"], done.analyses["B"])
+    comparison = done.comparison
     record.workload_differences = comparison.workload_differences
-    record.noise, record.conditions = comparison.noise_source, comparison.conditions
+    record.evidence, record.conditions = comparison.evidence, comparison.conditions
     record.changes = [ABChange(key=c.key, label=c.label, unit=c.unit, a=c.a, b=c.b,
-                               ci_low=c.ci[0] if c.ci else None,
-                               ci_high=c.ci[1] if c.ci else None,
-                               significant=c.significant, noise=c.noise, verdict=c.verdict,
-                               why_same=c.why_same if c.verdict == "same" else None)
+                               low=c.interval.low if c.interval else None,
+                               high=c.interval.high if c.interval else None,
+                               confidence=c.interval.confidence if c.interval else None,
+                               verdict=c.verdict, why=c.why,
+                               decided_at=sequential.decided_at(c.key))
                       for c in comparison.changes]
     record.counters = {side: explain(counter_deltas(done.scrapes[side])) for side in SIDES}
     write_json(done.folder / AB_JSON, record)

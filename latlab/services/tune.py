@@ -241,10 +241,12 @@ def _verify(record: TuneRecord, config: TuneConfig, err: Console, base_wall: flo
                                 f"{left:.0f} s of --budget)")
             continue
         err.print(f"verifying with ab: {c.args}", style="dim", highlight=False, markup=False)
-        ab = ABConfig(a=record.start, b=c.args, rounds=config.rounds, bench=config.bench)
+        ab = ABConfig(a=record.start, b=c.args, rounds=config.rounds,
+                      max_rounds=config.rounds, max_time=max(left - per_ab, 1.0),
+                      bench=config.bench)
         try:
             done = run_ab(ab, err)
-            comparison = compare_sides(done, ab)
+            comparison = compare_sides(done)
         except (ServiceFailed, ValueError) as e:
             record.notes.append(f"{c.args}: ab failed ({e})")
             c.verdict = "failed"

@@ -1,8 +1,9 @@
 """The host during a run, sampled four times a second in a thread: its busy CPU cores, the steal
 the hypervisor took, the load average, and which processes used the cores — the load
 generator's own (this process and its children), the target's server when it runs on this
-host (the embedded engine, or whoever listens on the target's loopback port), and every
-other process. What lets the self-check tell a saturated client from a busy host."""
+host (the embedded engine, or whoever listens on the target's loopback port, with the
+loopback backends it forwards to: a gateway's engine is the server too), and every other
+process. What lets the self-check tell a saturated client from a busy host."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import psutil
 from latlab.records.summary import HostLoad, Usage
 
 INTERVAL_S = 0.25
+BACKENDS_EVERY_S = 2.0  # a gateway opens its connections to the backend once requests flow
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 
@@ -23,7 +25,8 @@ class HostSampler:
     """`with HostSampler(server_pid) as host: ...; host.result` (None under a second)."""
 
     def __init__(self, server_pid: int | None = None, url: str | None = None) -> None:
-        self._server_root, self.server_found = self._server(server_pid, url)
+        self._server_root, self._found_how = self._server(server_pid, url)
+        self._backends: dict[int, psutil.Process] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="latlab-host", daemon=True)
         self._samples: list[tuple[float, float, float, float, float, float | None]] = []
@@ -65,13 +68,60 @@ class HostSampler:
         except psutil.Error:
             return {}
 
+    def _serving(self) -> dict[int, psutil.Process]:
+        """The server's process tree and its backends' trees."""
+        found = self._tree(self._server_root)
+        for backend in self._backends.values():
+            found |= self._tree(backend)
+        return found
+
+    def _find_backends(self) -> None:
+        """Add the processes listening on loopback ports that the serving processes hold
+        connections to (a gateway's engine; its own backends in turn)."""
+        if self._server_root is None:
+            return
+        try:
+            connections = psutil.net_connections(kind="tcp")
+        except (psutil.Error, OSError):
+            return
+        listeners = {c.laddr.port: c.pid for c in connections
+                     if c.status == psutil.CONN_LISTEN and c.pid}
+        serving = set(self._serving())
+        for _ in range(4):  # gateway → router → engine, at most
+            added = {listeners[c.raddr.port] for c in connections
+                     if c.pid in serving and c.raddr and c.raddr.ip in LOOPBACK
+                     and c.status == psutil.CONN_ESTABLISHED and c.raddr.port in listeners
+                     and listeners[c.raddr.port] not in serving
+                     and listeners[c.raddr.port] != psutil.Process().pid}
+            if not added:
+                return
+            for pid in added:
+                try:
+                    self._backends[pid] = psutil.Process(pid)
+                except psutil.Error:
+                    continue
+            serving |= set(self._serving())
+
+    @property
+    def server_found(self) -> str | None:
+        """How the server's processes were found."""
+        if not self._backends or self._found_how is None:
+            return self._found_how
+        return (f"{self._found_how}, with its backend{'s' if len(self._backends) > 1 else ''} "
+                + ", ".join(f"process {pid}" for pid in self._backends))
+
     def _run(self) -> None:
         me = psutil.Process()
         seen: dict[int, float] = {}
-        _spent({**self._tree(me), **self._tree(self._server_root)}, seen)
+        self._find_backends()
+        _spent({**self._tree(me), **self._serving()}, seen)
         last = (psutil.cpu_times(), time.perf_counter())
+        looked = last[1]
         while True:
             stopping = self._stop.wait(INTERVAL_S)
+            if last[1] - looked >= BACKENDS_EVERY_S:
+                self._find_backends()
+                looked = last[1]
             last = self._sample(me, seen, *last)
             if stopping:  # the last, shorter interval too: a short run gets a sample
                 return
@@ -80,7 +130,7 @@ class HostSampler:
                 last_time: float) -> tuple[Any, float]:
         host, now = psutil.cpu_times(), time.perf_counter()
         wall = now - last_time
-        server = self._tree(self._server_root)
+        server = self._serving()
         client = {pid: p for pid, p in self._tree(me).items() if pid not in server}
         used = [_spent(procs, seen) / wall for procs in (client, server)]
         total = sum(host) - sum(last_host)

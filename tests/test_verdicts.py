@@ -1,0 +1,107 @@
+"""The four verdicts on replicates: error rates by simulation (fixed seeds), power with few
+rounds, equivalence, the sequential looks' α."""
+
+import math
+
+import numpy as np
+import pytest
+
+from latlab.analysis.verdicts import (FAMILY_ALPHA, alpha, judge, look_share, ratio_interval,
+                                      spent)
+from latlab.records.verdict import HEADLINE
+
+HEADLINE_ALPHA = FAMILY_ALPHA / len(HEADLINE)
+
+
+def rounds(rng, n: int, level: float, spread: float) -> np.ndarray:
+    """`n` rounds' values of a statistic around `level`, each off by a lognormal drift."""
+    return level * np.exp(rng.normal(0, spread, n))
+
+
+def verdict(a, b, min_effect=0.05, strict=False, confidence=1 - HEADLINE_ALPHA):
+    return judge(ratio_interval(a, b, confidence), min_effect, lower_is_better=True,
+                 strict=strict).verdict
+
+
+@pytest.mark.parametrize("n,spread", [(2, 0.05), (3, 0.2), (5, 0.5)])
+def test_a_a_is_rarely_better_or_worse(n, spread):
+    """Identical sides: a false better/worse at most at the test's α (1 %), over 2,000
+    simulated A/As."""
+    rng = np.random.default_rng(n)
+    calls = [verdict(rounds(rng, n, 100, spread), rounds(rng, n, 100, spread))
+             for _ in range(2000)]
+    false = sum(v in ("better", "worse") for v in calls)
+    assert false / len(calls) <= 2 * HEADLINE_ALPHA, false
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_twofold_change_is_never_the_same(n):
+    """B twice as slow, rounds drifting 30 %: never "same", whatever the draw."""
+    rng = np.random.default_rng(7)
+    calls = {verdict(rounds(rng, n, 100, 0.3), rounds(rng, n, 200, 0.3)) for _ in range(2000)}
+    assert "same" not in calls and "better" not in calls
+    assert "worse" in calls
+
+
+def test_twenty_times_slower_is_worse_with_two_rounds():
+    """The GPU case: TTFT p50 37.6 → 2,348 ms over two rounds a side, the slow side's rounds
+    far apart in milliseconds (a band in ms called this "same")."""
+    assert verdict([37.6, 39.0], [2100.0, 2600.0]) == "worse"
+    assert verdict([4199.0, 4100.0], [850.0, 1000.0]) == "better"  # tok/s: lower is "better"
+
+
+def test_same_needs_the_whole_interval_inside_the_minimum_effect():
+    tight_a, tight_b = [100.0, 100.5, 99.8], [100.2, 100.1, 99.9]
+    assert verdict(tight_a, tight_b) == "same"
+    wide = judge(ratio_interval([100.0, 130.0], [110.0, 90.0], 0.99), 0.05, True, False)
+    assert wide.verdict == "can't tell" and "more rounds" in wide.why
+
+
+def test_strict_verdicts_need_the_interval_past_the_minimum_effect():
+    """Two single runs: a change of 6 % whose interval reaches down to 3 % is not called."""
+    a = [100.0, 100.4, 99.6, 100.1]
+    b = [106.0, 103.5, 108.5, 106.2]
+    assert verdict(a, b) == "worse"
+    strict = judge(ratio_interval(a, b, 0.99), 0.05, True, strict=True)
+    assert strict.verdict == "can't tell" and "latlab ab" in strict.why
+
+
+def test_too_few_replicates_cannot_tell():
+    assert ratio_interval([1.0], [2.0], 0.95) is None
+    assert judge(None, 0.05, True, False).verdict == "can't tell"
+    zero = ratio_interval([1.0, 0.0, 0.5], [2.0, 2.1, 1.9], 0.95)  # a rate that was 0 once
+    assert zero is not None and zero.estimate == pytest.approx(3.0)
+
+
+def test_more_rounds_shrinks_the_interval_to_a_decision():
+    rng = np.random.default_rng(3)
+    a, b = rounds(rng, 20, 100, 0.25), rounds(rng, 20, 150, 0.25)
+    first = ratio_interval(a[:3], b[:3], 0.99)
+    more = first.more_rounds(0.05)
+    assert more is not None and more >= 1
+    later = ratio_interval(a, b, 0.99)
+    assert later.half_width < first.half_width
+
+
+def test_the_looks_spend_exactly_alpha():
+    most, looks = 10, [3, 4, 5, 6, 7, 8, 9, 10]
+    shares = [look_share(r, p, most) for r, p in zip(looks, [0, *looks[:-1]])]
+    assert sum(shares) == pytest.approx(1.0) and all(s > 0 for s in shares)
+    assert spent(0) == 0 and spent(1) == pytest.approx(1) and spent(0.3) > 0.3  # front-loaded
+
+
+def test_headline_metrics_keep_their_alpha_however_many_rows():
+    keys = [*HEADLINE, *(f"p90_x{i}" for i in range(40))]
+    assert alpha("p99_ttft", keys) == pytest.approx(FAMILY_ALPHA / 5)
+    assert alpha("p90_x3", keys) == pytest.approx(FAMILY_ALPHA / 40)
+    assert math.isclose(sum(alpha(k, keys) for k in keys), 2 * FAMILY_ALPHA)
+
+
+def test_a_side_of_zeros_still_gets_a_verdict():
+    """Goodput 0 in every B round (no request met the SLOs): a change, not a crash."""
+    interval = ratio_interval([2.0, 2.2, 1.9], [0.0, 0.0, 0.0], 0.99)
+    assert interval.estimate == -1 and not interval.logs
+    found = judge(interval, 0.05, lower_is_better=False, strict=False)
+    assert found.verdict == "worse"
+    unsure = judge(ratio_interval([2.0, 0.1, 3.9], [0.0, 0.0, 0.1], 0.99), 0.05, False, False)
+    assert unsure.verdict == "can't tell" and unsure.why
