@@ -37,6 +37,8 @@ LEVEL = 0.9
 OUTPUT_WORSE = 0.05  # a predicted loss of output tokens/s beyond this share rules a change out
 KNOB_FIELDS = {"step_tokens": "max_num_batched_tokens", "prefix_caching": "enable_prefix_caching",
                "max_num_seqs": "max_num_seqs", "fair_share": "fair_share"}
+BUSY_HOST = ("the host was busy with other work during the run: the calibration carries it, so "
+             "the prediction may not hold; measure on a quiet host")
 Verdict = Literal["better", "worse", "no effect", "can't tell"]
 NO_EFFECT = 0.01  # of the metric: a predicted difference within it, both ends, is none
 
@@ -187,6 +189,8 @@ def annotate(analysis: RunAnalysis, cal: Calibration | None = None, fleet: Fleet
                       else Fleet())
     for f in findings:
         _test(f, analysis, cal, fleet, draws)
+        if analysis.client is not None and analysis.client.host_busy:
+            f.notes.append(BUSY_HOST)
     return []
 
 
