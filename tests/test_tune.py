@@ -18,7 +18,8 @@ def test_tune_screens_in_the_simulator_and_measures_the_best_predicted_gain(tmp_
     r = invoke("tune", "--serve-args", "--model tiny --max-num-seqs 2", "--users", 6,
                "--requests", 48, "--prompt-tokens", 200, "--output-tokens", "fixed:16",
                "--slo", "ttft=300ms", "--max-num-seqs", "1,2,8", "--step-tokens", "64,256",
-               "--verify", 1, "--draws", 3, "--out", tmp_path, "--json")
+               "--verify", 1, "--rounds", 1, "--max-rounds", 1, "--draws", 3, "--out", tmp_path,
+               "--json")
     assert r.exit_code == 0, r.output
     answer = orjson.loads(r.stdout[r.stdout.index("{"):])
     record = TuneRecord.model_validate(answer)

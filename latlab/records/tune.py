@@ -40,7 +40,10 @@ class TuneConfig(BaseModel):
                                    "--prefix-caching/--no-prefix-caching", group=TUNE)
     verify: int = setting(2, "Candidates, best predicted first, measured with ab against the "
                           "starting settings.", group=TUNE, ge=0, le=10)
-    rounds: int = setting(1, "A/B rounds for each candidate verified.", group=TUNE, ge=1, le=5)
+    rounds: int = setting(2, "A/B rounds for each candidate verified, at first.", group=TUNE,
+                          ge=1, le=10)
+    max_rounds: int = setting(4, "A/B rounds at most for each candidate verified, while ab "
+                              "cannot tell (within --budget).", group=TUNE, ge=1, le=20)
     draws: int = setting(6, "Simulated worlds each candidate is screened in (the same ones "
                          "for all).", group=TUNE, ge=1, le=50)
     budget_s: float = setting(900.0, "Seconds tune may take; it stops verifying when the next "

@@ -242,8 +242,8 @@ def _verify(record: TuneRecord, config: TuneConfig, err: Console, base_wall: flo
             continue
         err.print(f"verifying with ab: {c.args}", style="dim", highlight=False, markup=False)
         ab = ABConfig(a=record.start, b=c.args, rounds=config.rounds,
-                      max_rounds=config.rounds, max_time=max(left - per_ab, 1.0),
-                      bench=config.bench)
+                      max_rounds=max(config.rounds, config.max_rounds),
+                      max_time=max(left - per_ab, 1.0), bench=config.bench)
         try:
             done = run_ab(ab, err)
             comparison = compare_sides(done)
