@@ -5,9 +5,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PIP    := $(BIN)/pip install --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: setup demo test docs bench-engine bench-client clean
+.PHONY: setup browser demo test docs bench-engine bench-client clean
 
-setup: $(STAMP)
+# The environment, and what the tests need besides: Debian's chromium where it can be installed.
+setup: $(STAMP) browser
+
+browser:
+	sh scripts/chromium.sh
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +21,8 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/latlab bench
 
-test: $(STAMP)
+test: setup
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 # The documentation site (mkdocs.yml), into site/; its reference pages are read from the code.

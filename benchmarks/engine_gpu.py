@@ -12,6 +12,9 @@ tokens/s against Hugging Face transformers' `generate`, on the same weights in o
 * Decode step time: the median of `--steps` whole `LLMEngine.step()` calls while `batch`
   sequences of 128-token prompts decode greedily (`engine_step.decode_steps`), for each of
   `--batches`; on CUDA both with CUDA graphs and with `enforce_eager`.
+* Decode attention of one layer (`engine_attention.py`): the engine's, which gathers each
+  sequence's KV blocks, against a Triton kernel that reads them in place, at
+  `--attention-batch`.
 * Output tokens/s: `batch` prompts of 128 random tokens, `--output` tokens each
   (prefill included), through `LLMEngine.generate` and through transformers'
   `LlamaForCausalLM.generate` (eager PyTorch: no compile, its default dynamic KV cache and
@@ -32,15 +35,16 @@ import tempfile
 import time
 
 import torch
+from engine_attention import compare as compare_attention
 from engine_step import PROMPT_TOKENS, decode_steps
 
-from latlab.engine.config import ModelConfig, PRESETS
-from latlab.records.engine import EngineConfig
+from latlab.engine.config import PRESETS, ModelConfig
 from latlab.engine.device import resolve_device
 from latlab.engine.engine import LLMEngine
 from latlab.engine.loader import LoadedModel, save_checkpoint
 from latlab.engine.model import CausalLM
 from latlab.engine.sampling_params import SamplingParams
+from latlab.records.engine import EngineConfig
 from latlab.tokenizer import Tokenizer
 
 SHAPES = {**PRESETS, "1b": ModelConfig(
@@ -106,6 +110,8 @@ def main() -> None:
     parser.add_argument("--copy-mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads on a CPU")
+    parser.add_argument("--attention-batch", type=int, default=64,
+                        help="the batch of the decode attention comparison")
     args = parser.parse_args()
     device = resolve_device(args.device)
     torch.set_num_threads(args.threads)
@@ -167,6 +173,7 @@ def main() -> None:
         print(f"{b:>6} " + " ".join(f"{t:>14.0f}" for t in tps) + " " + hf_cells)
     print(f"(x HF: engine {modes[0]} over HF generate. The goals: batch 64 at 50 % or more of "
           "the roofline, batch 1 at 3x HF generate or more)")
+    compare_attention(shape, args.attention_batch, dtype, device)
 
 
 def hf_runs(folder: str, dtype: torch.dtype, device: torch.device, args

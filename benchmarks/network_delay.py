@@ -27,12 +27,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from delay_proxy import DelayProxy  # noqa: E402
 
-from latlab.services.bench import run_bench  # noqa: E402
-from latlab.load.target.launch import responds_ok, start_engine  # noqa: E402
-from latlab.records.config import BenchConfig  # noqa: E402
+from latlab.load.target.launch import embedded_engine, responds_ok  # noqa: E402
 from latlab.records.arrivals import ArrivalConfig
+from latlab.records.config import BenchConfig  # noqa: E402
 from latlab.records.lengths import LengthDistribution
 from latlab.records.workload import WorkloadConfig  # noqa: E402
+from latlab.services.bench import run_bench  # noqa: E402
 
 DELAYS_MS = (20.0, 50.0)
 WORKLOAD = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=64),
@@ -88,7 +88,7 @@ def main() -> None:
     parser.add_argument("--gguf", type=Path, help="the model for llama-server")
     args = parser.parse_args()
     out = Path(tempfile.mkdtemp(prefix="latlab-netdelay-"))
-    with start_engine(["--model", "tiny"]) as engine:
+    with embedded_engine(["--model", "tiny"]) as engine:
         measure("latlab serve (tiny)", int(engine.url.rsplit(":", 1)[1]), out, args.requests)
     if args.llama_server and args.gguf:
         port = 18291

@@ -1,26 +1,30 @@
-"""How many spans a second `latlab observe` takes on one core, and its memory over a long run.
+"""How many spans a second `latlab observe` takes on one core, and its memory, flat out and over
+a steady run.
 
-    .venv/bin/python benchmarks/observe_throughput.py                    # 75 s flat out, 120 s steady
+    .venv/bin/python benchmarks/observe_throughput.py          # 75 s flat out, 120 s steady
     .venv/bin/python benchmarks/observe_throughput.py --max-s 60 --steady-s 600 --rate 5000
 
 `latlab observe` runs as its own process pinned to one CPU (`os.sched_setaffinity`); sender
-processes POST OTLP/HTTP protobuf bodies to it on
-127.0.0.1, each a batch of 512 spans (the OpenTelemetry SDK's export batch) of a RAG
-application's traffic: per call its server span (7 attributes), a retrieval span, the GenAI
-client span of `opentelemetry-instrumentation-openai-v2` (9), the HTTP client span (4) and the
-model server's `llm_request` (12 attributes, 4 events) — five spans a call, ids fresh, times
-the sender's clock.
+processes POST OTLP/HTTP protobuf bodies to it on 127.0.0.1, each a batch of 512 spans (the
+OpenTelemetry SDK's export batch) of a RAG application's traffic: per call its server span
+(7 attributes), a retrieval span, the GenAI client span of
+`opentelemetry-instrumentation-openai-v2` (9), the HTTP client span (4) and the model server's
+`llm_request` (12 attributes, 4 events) — five spans a call, ids fresh, times the sender's
+clock. The senders send as OTLP exporters do: a batch refused (503, observe's back-pressure
+when --max-pending-spans spans wait; or 429) is sent again after its Retry-After, else a
+backoff doubling from 1 s to 32 s, at most 6 times; what is given up is counted.
 
-1. **Flat out** (`--max-s`, observe's defaults: 60 s windows, 5 s trace wait; after 15 s of
-   warm-up): the senders send as fast as observe answers; the measured stretch includes a
-   window's close (its analysis and findings). Spans per second = the spans
-   observe received / the CPU seconds its process used meanwhile (user + system, from /proc),
-   so a busy machine's stolen time does not count against it; the wall-clock rate is printed
-   beside it.
-2. **Steady** (`--steady-s` at `--rate` spans/s, `--window 10 --trace-wait 1`): the resident
-   memory of the observe process every 10 s. It holds the spans of traces not yet complete (bounded by --trace-wait and
-   --max-pending-spans), the calls of the open windows and one line per closed window, so it
-   levels off after the first window whatever the run's length.
+1. **Flat out** (`--max-s`, observe's defaults: 60 s windows, the trace wait learnt; after
+   15 s of warm-up): the senders send as fast as observe takes the batches; the measured
+   stretch includes a window's close (its analysis and findings). Spans per CPU second = the
+   spans observe took / the CPU seconds its process used meanwhile (user + system, from
+   /proc), so a busy machine's stolen time does not count against it; per wall second and the
+   peak resident memory (sampled each second) beside it.
+2. **Steady** (`--steady-s` at `--rate` spans/s, `--window 10`): the resident memory of the
+   observe process every 10 s. It holds the spans of traces not yet complete (bounded by the
+   trace wait and --max-pending-spans), the calls of the open windows (the window and the
+   watermark's lag) and one line per closed window, so it levels off after the first windows
+   whatever the run's length.
 
 The load average before and after is printed with the numbers: the machine is shared.
 """
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import random
 import shutil
 import signal
 import socket
@@ -47,6 +52,7 @@ from latlab.records.files import read_json
 from latlab.records.observe import OBSERVE_JSON, ObserveRecord
 
 BATCH_CALLS = 512 // 5 + 1  # about the SDK's batch of 512 spans
+RETRIES, MAX_BACKOFF_S = 6, 32.0  # as the OTLP exporters retry a refused export
 SPANS_PER_CALL = 5
 MS = 1_000_000
 
@@ -114,20 +120,44 @@ def batch(now_ns: int, seq: int) -> bytes:
     return request.SerializeToString()
 
 
-def sender(url: str, until: float, rate: float | None, counter) -> None:
+def export(client: httpx.Client, url: str, body: bytes, until: float) -> tuple[bool, int]:
+    """POST one batch as an OTLP exporter does: on 429 or 503 (observe's back-pressure) wait
+    (its Retry-After, else a backoff doubling from 1 s to 32 s, jittered) and send it again,
+    at most `RETRIES` times and not past `until`. (Delivered?, refusals.)"""
+    backoff, refused = 1.0, 0
+    for _ in range(RETRIES + 1):
+        answer = client.post(url, content=body)
+        if answer.status_code not in (429, 503):
+            answer.raise_for_status()
+            return True, refused
+        refused += 1
+        after = answer.headers.get("Retry-After")
+        wait = float(after) if after and after.isdigit() else backoff
+        wait *= random.uniform(0.8, 1.2)
+        if time.monotonic() + wait > until:
+            break
+        time.sleep(wait)
+        backoff = min(2 * backoff, MAX_BACKOFF_S)
+    return False, refused
+
+
+def sender(url: str, until: float, rate: float | None, counters) -> None:
     """POST batches until `until` (monotonic), at `rate` spans/s shared by the senders, or
-    as fast as the receiver answers."""
+    as fast as the receiver takes them (retrying refused ones as exporters do)."""
     spans = BATCH_CALLS * SPANS_PER_CALL
+    delivered, refusals, dropped = counters
     with httpx.Client(timeout=60, headers={"Content-Type": "application/x-protobuf"}) as client:
         seq, next_at = 0, time.monotonic()
         while time.monotonic() < until:
             if rate is not None:
                 time.sleep(max(0.0, next_at - time.monotonic()))
                 next_at += spans / rate
-            client.post(url, content=batch(time.time_ns(), seq)).raise_for_status()
+            ok, refused = export(client, url, batch(time.time_ns(), seq), until)
             seq += 1
-            with counter.get_lock():
-                counter.value += spans
+            with delivered.get_lock():
+                delivered.value += spans * ok
+                refusals.value += refused
+                dropped.value += spans * (not ok)
 
 
 def cpu_s(pid: int) -> float:
@@ -142,10 +172,13 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def start_observe(out: Path, port: int, cpu: int, options: list[str]) -> subprocess.Popen:
+def start_observe(latlab: Path, out: Path, port: int, cpu: int, options: list[str]
+                  ) -> subprocess.Popen:
+    """`latlab observe` of the checkout `latlab`, pinned to `cpu`."""
     process = subprocess.Popen(
         [sys.executable, "-m", "latlab", "observe", "--otlp-port", str(port), "--out", str(out),
-         *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+         *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=latlab,
+        env={**os.environ, "PYTHONPATH": str(latlab)}, start_new_session=True)
     os.sched_setaffinity(process.pid, {cpu})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -160,19 +193,20 @@ def start_observe(out: Path, port: int, cpu: int, options: list[str]) -> subproc
 WARMUP_S = 15.0
 
 
-def phase(seconds: float, rate: float | None, senders: int, cpu: int, steady: bool) -> None:
+def phase(latlab: Path, seconds: float, rate: float | None, senders: int, cpu: int,
+          steady: bool) -> None:
     out = Path(tempfile.mkdtemp(prefix="latlab-observe-bench-"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    observe = start_observe(out, port, cpu, ["--window", "10", "--trace-wait", "1"] if steady
-                            else [])
-    counter = mp.Value("q", 0)
+    observe = start_observe(latlab, out, port, cpu, ["--window", "10"] if steady else [])
+    counters = (mp.Value("q", 0), mp.Value("q", 0), mp.Value("q", 0))
+    counter = counters[0]
     try:
         warmup = 0.0 if steady else WARMUP_S
         until = time.monotonic() + warmup + seconds
         workers = [mp.Process(target=sender, args=(f"http://127.0.0.1:{port}/v1/traces", until,
-                                                   rate / senders if rate else None, counter))
+                                                   rate / senders if rate else None, counters))
                    for _ in range(senders)]
         for w in workers:
             w.start()
@@ -190,9 +224,11 @@ def phase(seconds: float, rate: float | None, senders: int, cpu: int, steady: bo
             for at, n, rss in samples:
                 print(f"  {at:6.0f} s  {n:>10,} spans  {rss:7.1f} MiB")
         else:
-            print(f"flat out for {seconds:.0f} s: {sent:,} spans in {used:.1f} CPU s of observe "
-                  f"-> {sent / used:,.0f} spans per CPU second ({sent / wall:,.0f} per wall "
-                  f"second); peak resident {max(r for _, _, r in samples):.0f} MiB")
+            print(f"flat out for {seconds:.0f} s: {sent:,} spans taken in {used:.1f} CPU s of "
+                  f"observe -> {sent / used:,.0f} spans per CPU second ({sent / wall:,.0f} per "
+                  f"wall second); peak resident {max(r for _, _, r in samples):.0f} MiB; "
+                  f"{counters[1].value:,} exports refused (503) and retried, "
+                  f"{counters[2].value:,} spans given up")
     finally:
         observe.send_signal(signal.SIGINT)
         try:
@@ -203,7 +239,8 @@ def phase(seconds: float, rate: float | None, senders: int, cpu: int, steady: bo
         for record in out.glob(f"*/{OBSERVE_JSON}"):
             r = read_json(record, ObserveRecord)
             print(f"  observe.json: {r.spans:,} spans, {r.calls:,} calls, {r.forced:,} traces "
-                  f"explained early (memory bound), {r.rejected} rejected")
+                  f"explained early (memory bound), {r.rejected} rejected, {r.throttled:,} "
+                  f"refused; trace wait {r.trace_wait_s} s, watermark lag {r.lag_s} s")
         shutil.rmtree(out, ignore_errors=True)
 
 
@@ -214,12 +251,15 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=5000.0, help="spans/s of the steady phase")
     parser.add_argument("--senders", type=int, default=2)
     parser.add_argument("--cpu", type=int, default=0, help="the CPU observe is pinned to")
+    parser.add_argument("--latlab", type=Path, default=Path(__file__).resolve().parents[1],
+                        help="the checkout whose observe runs (default: this one)")
     args = parser.parse_args()
-    print(f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()}")
+    print(f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()}; observe from "
+          f"{args.latlab}")
     if args.max_s:
-        phase(args.max_s, None, args.senders, args.cpu, steady=False)
+        phase(args.latlab, args.max_s, None, args.senders, args.cpu, steady=False)
     if args.steady_s:
-        phase(args.steady_s, args.rate, args.senders, args.cpu, steady=True)
+        phase(args.latlab, args.steady_s, args.rate, args.senders, args.cpu, steady=True)
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -135,8 +135,10 @@ def evaluate(cal, points: list[dict], slos: dict[str, float], fleet_rate: float,
     the widths below `NARROW_BELOW` of capacity, the SLO-max and the replicas for
     `fleet_rate`."""
     rows = checked(cal, points, intervals)
-    measured_points = [capacity.measure(analyze(RunFolder(Path(p["run"]))), f"{p['rate']:g} req/s",
-                                        "rate", p["rate"], slos, 99.0) for p in points]
+    measured_points = [capacity.measure(analyze(RunFolder(Path(p["run"]))),
+                                        capacity.PointLoad(f"{p['rate']:g} req/s", "rate",
+                                                           p["rate"]),
+                                        capacity.Judging(slos, 99.0)) for p in points]
     measured = slo_max(measured_points, slos, 99.0)
     rates = [p["rate"] for p in points]
     bench = RunFolder(Path(points[0]["run"])).read_config().bench.model_copy(

@@ -137,7 +137,7 @@ class RunStore:
         requests = sum(p.requests for p in sweep.points)
         ok = sum(round(p.requests * (1 - p.error_rate)) for p in sweep.points)
         config = RunConfig.model_validate({
-            "name": Path(folder).name, "target": sweep.target,
+            "name": Path(folder).name, "target": sweep.target.model_dump(exclude_defaults=True),
             "tags": (sweep.config.get("bench") or {}).get("tags") or [],
             "clock": {"unix_time": sweep.created}})
         return self.register(folder, "sweep", config, {"requests": requests, "ok": ok})

@@ -3,7 +3,9 @@
 It sleeps `--delay` s before it listens (so time to ready has a known lower bound), makes the
 first request `--cold-ms` slower and a request after more than `--idle-after` s of idleness
 `--idle-ms` slower, and with `--pidfile` starts a child (`sleep`) and appends both pids, so a
-test can check the whole process group is stopped.
+test can check the whole process group is stopped. With `--hang-from N`, the Nth start (and
+any later one, counted by the pidfile's lines) never gets ready: a test can stop a run in
+the middle of a start, not by luck.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import time
 from pathlib import Path
 
 from aiohttp import web
-
 from sse_server import DONE, completion, usage_only
 
 TOKENS = 3
@@ -32,11 +33,15 @@ def main() -> None:
     parser.add_argument("--idle-ms", type=float, default=0.0)
     parser.add_argument("--pidfile", type=Path)
     parser.add_argument("--no-models", action="store_true")
+    parser.add_argument("--hang-from", type=int)
     args = parser.parse_args()
     if args.pidfile:
         child = subprocess.Popen(["sleep", "600"])
         with args.pidfile.open("a") as f:
             f.write(f"{os.getpid()} {child.pid}\n")
+        start = len(args.pidfile.read_text().splitlines())
+        if args.hang_from is not None and start >= args.hang_from:
+            time.sleep(600)  # stopped long before, with its process group
     time.sleep(args.delay)
     state = {"served": 0, "last": time.monotonic()}
 

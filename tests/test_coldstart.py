@@ -11,15 +11,15 @@ from pathlib import Path
 
 import orjson
 import pytest
+from processes import interrupted
+from sse_server import DONE, Server, Step, completion, stream
 from typer.testing import CliRunner
 
-from latlab.cli import app
 from latlab.analysis.coldstart import spread
+from latlab.cli import app
 from latlab.load.target.launch import free_port
 from latlab.records.folder import RunFolder
 from latlab.store import RunStore
-from processes import interrupted
-from sse_server import DONE, Server, Step, completion, stream
 
 SERVER = Path(__file__).with_name("coldstart_server.py")
 
@@ -116,13 +116,20 @@ def test_a_url_already_answering_is_refused_before_anything_starts(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_keeps_the_finished_starts_and_stops_the_server(tmp_path, sig):
+    """The signal comes once the first start is on disk and while the second, which never gets
+    ready, is starting."""
     port, pids = free_port(), tmp_path / "pids"
-    command = ["coldstart", "--command", fake(port, pids),
+    command = ["coldstart", "--command", fake(port, pids, "--hang-from", "2"),
                "--url", f"http://127.0.0.1:{port}", "--runs", "3", "--warm-requests", "2",
                "--idle-gaps", "1s", "--out", str(tmp_path / "runs")]
-    code, _, err = interrupted(
-        command, lambda: pids.is_file() and len(pids.read_text().splitlines()) >= 2,
-        "the second start", sig=sig)
+
+    def second_start_begun() -> bool:
+        recorded = list((tmp_path / "runs").glob("*-coldstart-*/coldstart.json"))
+        return (len(recorded) == 1 and len(orjson.loads(recorded[0].read_bytes())["runs"]) == 1
+                and pids.is_file() and len(pids.read_text().splitlines()) >= 2)
+
+    code, _, err = interrupted(command, second_start_begun,
+                               "the first start recorded and the second begun", sig=sig)
     assert code == 130, err.decode()
     (folder,) = (tmp_path / "runs").glob("*-coldstart-*")
     data = orjson.loads((folder / "coldstart.json").read_bytes())

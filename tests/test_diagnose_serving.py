@@ -78,13 +78,16 @@ def test_a_missing_endpoint_is_not_told_to_fix_its_payload(diagnose):
 
 
 def test_the_per_chunk_advice_is_what_that_server_can_do(diagnose, tmp_path):
-    from latlab.metrics.summary import summarize
+    from latlab.metrics.summary import RunContext, summarize
 
     records = steady(10)
     for r in records:
         r.completion_tokens += 1  # one token more than the events carried
-    advice = {kind: next(w for w in summarize(records, server_kind=kind).warnings
-                         if "token events" in w) for kind in ("llamacpp", "vllm", "openai")}
+    def warnings(kind: str) -> list[str]:
+        return summarize(records, context=RunContext(server_kind=kind)).warnings
+
+    advice = {kind: next(w for w in warnings(kind) if "token events" in w)
+              for kind in ("llamacpp", "vllm", "openai")}
     assert "timings_per_token" in advice["llamacpp"] and "ask" not in advice["llamacpp"]
     assert "--continuous-usage" in advice["vllm"]
     assert "sends no per-chunk" in advice["openai"]

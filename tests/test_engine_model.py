@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from latlab.engine.config import ModelConfig
-from latlab.records.engine import ConfigError, EngineConfig
 from latlab.engine.engine import LLMEngine
 from latlab.engine.loader import LoadedModel, ModelLoadError, load_model, save_checkpoint
 from latlab.engine.model import CausalLM, rope_inv_freq
 from latlab.engine.sampling_params import SamplingParams
+from latlab.records.engine import ConfigError, EngineConfig
 from latlab.tokenizer import Tokenizer
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
@@ -21,10 +21,11 @@ GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
 
 @torch.inference_mode()
 def dense_greedy(model: CausalLM, prompt: list[int], n: int) -> list[int]:
-    """Full recompute, no cache: the reference."""
+    """Full recompute, no cache: the reference, on the model's device."""
+    device = model.embed_tokens.weight.device
     ids = list(prompt)
     for _ in range(n):
-        hidden = model(torch.tensor(ids), torch.arange(len(ids)))
+        hidden = model(torch.tensor(ids, device=device), torch.arange(len(ids), device=device))
         ids.append(int(model.compute_logits(hidden[-1:]).argmax()))
     return ids[len(prompt):]
 

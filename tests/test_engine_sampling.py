@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from latlab.records.engine import EngineConfig
 from latlab.engine.detokenizer import Detokenizer
 from latlab.engine.engine import LLMEngine
-from latlab.engine.sampling import Sampler
+from latlab.engine.sampling import Sampler, inverse_cdf
 from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.sequence import FinishReason, Sequence, StageTimes
+from latlab.records.engine import EngineConfig
 from latlab.tokenizer import Tokenizer
 
 PROMPT = Tokenizer.default().encode("def fibonacci(n):\n    return")
@@ -163,3 +163,42 @@ def test_greedy_and_sampled_requests_share_a_batch(engine):
         engine.step()
     assert a.output_token_ids == greedy and b.output_token_ids == seeded
     assert c.is_finished
+
+
+def test_the_two_level_inverse_cdf_draws_what_one_running_sum_draws():
+    g = torch.Generator().manual_seed(3)
+    for columns in (1, 127, 128, 8192, 8200):
+        weights = torch.rand(64, columns, generator=g, dtype=torch.float64)
+        weights[weights < 0.3] = 0.0  # zero-weight columns are never drawn
+        weights[:, 0] += 1e-3  # no row without weight
+        uniform = torch.rand(64, 1, generator=g, dtype=torch.float64)
+        cdf = weights.cumsum(dim=-1)
+        expected = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True)
+        drawn = inverse_cdf(weights, uniform)
+        assert torch.equal(drawn, expected.clamp_max(columns - 1)), columns
+        assert bool((weights.gather(1, drawn) > 0).all())
+
+
+def test_sampling_runs_as_many_operations_for_64_rows_as_for_2():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    def ops(rows: int, **params: object) -> int:
+        sampler = Sampler(seed=0, stop_token_ids=[2])
+        seqs = [Sequence(str(i), [1], SamplingParams(max_tokens=9, **params), StageTimes(0, 0))
+                for i in range(rows)]
+        with Count() as count:
+            sampler.sample(torch.randn(rows, 300), seqs)
+        return count.ops
+
+    for params in ({"min_tokens": 9, "stop_token_ids": (5, 6)}, {"temperature": 0.0},
+                   {"top_p": 0.9, "top_k": 20, "min_tokens": 3}):
+        assert ops(64, **params) == ops(2, **params), params

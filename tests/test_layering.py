@@ -1,14 +1,17 @@
 """The package layering of docs/design.md, enforced: no module imports a package its layer
-may not import (function-level imports included), and no module grows past the limit."""
+may not import (function-level imports included); a module past `SMELL_LINES` is a smell
+(a warning: one concept may need more), past `MAX_LINES` an error."""
 
 import ast
 import graphlib
 import re
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
 PACKAGE = ROOT / "latlab"
-MAX_LINES = 300
+SMELL_LINES = 300  # worth a look: is this one concept?
+MAX_LINES = 500  # surely several
 ANYWHERE = {"__init__"}  # `latlab.__version__`
 
 
@@ -68,8 +71,12 @@ def test_the_rule_catches_a_back_edge(tmp_path):
 
 
 def test_no_module_is_over_the_limit():
-    long = [f"{p.relative_to(ROOT)}: {n} lines" for p in PACKAGE.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > MAX_LINES]
+    lengths = {p.relative_to(ROOT): len(p.read_text().splitlines())
+               for p in PACKAGE.rglob("*.py")}
+    smells = [f"{p}: {n} lines" for p, n in lengths.items() if SMELL_LINES < n <= MAX_LINES]
+    if smells:
+        warnings.warn("over 300 lines: one concept each?\n" + "\n".join(smells), stacklevel=1)
+    long = [f"{p}: {n} lines" for p, n in lengths.items() if n > MAX_LINES]
     assert not long, "split these by concept:\n" + "\n".join(long)
 
 
@@ -107,7 +114,8 @@ def test_the_design_names_every_module_of_every_package():
     """docs/design.md is the contract: a module it does not name is one it does not know."""
     rows = package_rows()
     missing = []
-    for package in sorted(p for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()):
+    packages = (p for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    for package in sorted(packages):
         row = rows.get(package.name)
         if row is None:
             missing.append(f"{package.name} (no row)")

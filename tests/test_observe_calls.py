@@ -95,7 +95,7 @@ def test_an_instrumented_applications_call_gets_application_network_and_model_co
 
 
 def test_a_client_that_does_not_propagate_its_trace_is_joined_by_the_response_id():
-    observer = Observer(wait_ns=1e9, max_spans=1000)
+    observer = Observer(wait=1e9, max_spans=1000)
     observer.add([genai("c", None, 0, 300, trace="client-trace", response="chatcmpl-9")], T0)
     observer.add([llm_request("s", None, 20, 250, trace="server-trace", rid="chatcmpl-9")], T0)
     assert observer.ready(T0 + int(0.5e9)) == []
@@ -111,8 +111,9 @@ def test_an_agents_calls_are_the_steps_of_its_task():
              genai("c1", "root", 10, 300, response="a"), llm_request("s1", "c1", 20, 270, rid="a"),
              span("execute_tool search", "tool", "root", 320, 600,
                   **{"gen_ai.operation.name": "execute_tool"}),
-             genai("c2", "root", 650, 990, response="b"), llm_request("s2", "c2", 660, 300, rid="b")]
-    observer = Observer(wait_ns=0, max_spans=1000)
+             genai("c2", "root", 650, 990, response="b"),
+             llm_request("s2", "c2", 660, 300, rid="b")]
+    observer = Observer(wait=0, max_spans=1000)
     observer.add(trace, T0)
     first, second = observer.ready(T0 + 1)
     assert (first.session.turn, second.session.turn, second.session.turns) == (1, 2, 2)
@@ -127,7 +128,8 @@ def test_sglang_stage_slices_make_a_call():
              span(" Req 1a2b3c4d", "req", "room", 0, 210, service="sglang", rid="1a2b3c4d"),
              span("Tokenizer (host:ab | pid:1)", "thread", "req", 0, 210, service="sglang"),
              *[span(name, name, "thread", a, b, service="sglang")
-               for name, a, b in (("tokenize", 0, 5), ("prefill", 12, 52), ("decode loop", 52, 205))]]
+               for name, a, b in (("tokenize", 0, 5), ("prefill", 12, 52),
+                                  ("decode loop", 52, 205))]]
     (call,) = calls_of(trace)
     r = record_of(call, 0)
     assert call.server.span_id == "room" and r.server_request_id == "1a2b3c4d"
@@ -144,7 +146,7 @@ def test_a_failed_call_keeps_its_outcome():
 
 
 def test_the_spans_waiting_stay_bounded():
-    observer = Observer(wait_ns=60e9, max_spans=100)
+    observer = Observer(wait=60e9, max_spans=100)
     for i in range(1000):  # a trace every ms, none complete within the wait
         observer.add([llm_request(f"s{i}", None, i, 50, trace=f"t{i}", rid=f"r{i}")], T0 + i * MS)
         observer.ready(T0 + i * MS)
@@ -159,8 +161,7 @@ def test_otlp_json_is_read_as_protobuf_reads_it():
     import base64
 
     from google.protobuf import json_format
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest)
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     from latlab.load.telemetry.otlp import json_spans, spans_of
 

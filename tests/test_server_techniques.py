@@ -59,7 +59,7 @@ def test_speculative_decoding_reports_accepted_and_rejected_drafts():
 
 def test_a_request_waiting_past_max_queue_delay_gets_503_with_retry_after():
     with running_server(max_num_seqs=1, max_queue_delay=0.1) as s:
-        runner = s.engine.engine.runner
+        runner = s.engine.core.engine.runner
         execute = runner.execute
 
         # every step takes 0.2 s: the queue backs up, and the first request (17 steps) still
@@ -110,13 +110,13 @@ def test_idle_unload_scales_to_zero_and_the_next_request_reloads():
 def test_the_tenant_comes_from_the_header_else_the_user_field():
     with running_server(fair_share=True) as s:
         seen = []
-        add = s.engine.engine.add_request
+        add = s.engine.core.engine.add_request
 
         def spy(*args, **kwargs):
             seen.append(kwargs["tenant"])
             return add(*args, **kwargs)
 
-        s.engine.engine.add_request = spy
+        s.engine.core.engine.add_request = spy
         body = {"prompt": "x", "max_tokens": 1, "user": "alice"}
         httpx.post(s.url + "/v1/completions", json=body)
         httpx.post(s.url + "/v1/completions", json=body, headers={"X-Tenant-Id": "acme"})

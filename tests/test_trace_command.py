@@ -108,8 +108,10 @@ def test_a_runs_traffic_exports_without_text(tmp_path):
     out = tmp_path / "traffic.jsonl"
     assert invoke("trace", run.path, "--no-page", "--export", out).exit_code == 0
     rows = [orjson.loads(line) for line in out.read_text().splitlines()]
+    # `api`: the input length is the server's count (the model's whole input)
     assert rows[1] == {"timestamp": 1000.0, "input_length": 65, "output_length": 8,
-                       "hash_ids": [0, 2], "session": "s", "turn": 2, "tenant": "t"}
+                       "hash_ids": [0, 2], "session": "s", "turn": 2, "tenant": "t",
+                       "api": "completions"}
     assert "prompt" not in out.read_text()
     again = list(Trace(out))
     assert [(r.session, r.turn, r.tenant) for r in again] == [("s", 1, "t"), ("s", 2, "t"),

@@ -1,6 +1,6 @@
 """The defects a new user found (issue 10): numbers and advice that must not be wrong."""
 
-from latlab.metrics.summary import summarize
+from latlab.metrics.summary import RunContext, summarize
 from latlab.records.timeline import Outcome, RequestTimeline
 from latlab.records.window import Window
 
@@ -29,7 +29,7 @@ def test_a_count_stopped_run_that_kept_its_schedule_is_not_called_late():
 
 def test_a_concurrency_cap_is_not_blamed_on_the_client():
     records = sent_on_time(20, 50.0, late_ms=400.0)  # held back by the cap
-    s = summarize(records, Window.of_run(records), concurrency_cap=2)
+    s = summarize(records, Window.of_run(records), context=RunContext(concurrency_cap=2))
     assert any("--max-concurrency 2 cap held requests back" in w for w in s.warnings)
     assert not any("could not keep the schedule" in w for w in s.warnings)
     assert any("could not keep the schedule" in w

@@ -151,13 +151,14 @@ def create_app(llm_url: str, index: Index, top_k: int = 4, lookup_ms: float = 0.
     return app
 
 
-def traced(app: FastAPI, otlp_endpoint: str | None) -> FastAPI:
+def traced(app: FastAPI, otlp_endpoint: str | None, export_delay_ms: int = EXPORT_DELAY_MS
+           ) -> FastAPI:
     """Trace `app`, its model calls and its HTTP calls, exporting to `otlp_endpoint`
-    (OTLP/HTTP)."""
+    (OTLP/HTTP) in batches every `export_delay_ms` (the SDK's default: 5000)."""
     provider = TracerProvider(resource=Resource.create({"service.name": SERVICE}))
     if otlp_endpoint:
         provider.add_span_processor(BatchSpanProcessor(
-            OTLPSpanExporter(endpoint=otlp_endpoint), schedule_delay_millis=EXPORT_DELAY_MS))
+            OTLPSpanExporter(endpoint=otlp_endpoint), schedule_delay_millis=export_delay_ms))
     trace.set_tracer_provider(provider)
     AioHttpClientInstrumentor().instrument(tracer_provider=provider)
     OpenAIInstrumentor().instrument(tracer_provider=provider)
@@ -179,9 +180,12 @@ def main() -> None:
                         help="the document store's latency per fetch (simulated)")
     parser.add_argument("--otlp-endpoint", default=None,
                         help="where to send the spans (OTLP/HTTP, e.g. latlab bench --otlp-port)")
+    parser.add_argument("--export-delay-ms", type=int, default=EXPORT_DELAY_MS,
+                        help="the span exporter's batch delay (the OpenTelemetry SDK's "
+                             "default is 5000)")
     args = parser.parse_args()
     app = traced(create_app(args.llm_url, Index(args.docs, args.dim), args.top_k,
-                            args.lookup_ms), args.otlp_endpoint)
+                            args.lookup_ms), args.otlp_endpoint, args.export_delay_ms)
     print(f"rag_app: ready on http://{args.host}:{args.port} ({args.docs} documents)",
           flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

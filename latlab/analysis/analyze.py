@@ -35,14 +35,14 @@ from latlab.analysis.server_view import server_view
 from latlab.analysis.tasks import task_budget
 from latlab.metrics.request import metric_columns
 from latlab.metrics.stats import percentile
-from latlab.metrics.summary import judge, summarize
+from latlab.metrics.summary import RunContext, judge, summarize
 from latlab.metrics.throughput import inside
+from latlab.records.cache import drop_pages
+from latlab.records.columns import present
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.scrape import Scrape
 from latlab.records.summary import Goodput, RunSummary
-from latlab.records.cache import drop_pages
-from latlab.records.columns import present
 from latlab.records.table import OUTCOMES, RequestTable
 from latlab.records.timeline import NS_PER_MS, Outcome
 from latlab.records.window import Window, run_window
@@ -64,11 +64,10 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
     recomputed = summary is None
     scrapes = run.read_scrapes()
     if summary is None:
-        summary = summarize(table, window, config.slos or None,
-                            concurrency_cap=config.concurrency, users=config.users,
-                            metrics=metrics,
-                            scrapes=scrapes,
-                            server_kind=config.target.server_kind)
+        summary = summarize(table, window, config.slos or None, metrics=metrics,
+                            context=RunContext(concurrency_cap=config.concurrency,
+                                               users=config.users, scrapes=scrapes,
+                                               server_kind=config.target.server_kind))
     if not diagnosis:  # a big run's token stamps go back to the file until compare reads them
         drop_pages(table.token_ns, table.token_counts)
     parts = decompose_all(table, network_baseline(table, config.target.rtt_ms))
@@ -141,7 +140,8 @@ def network_baseline(t: RequestTable, rtt_ms: float | None = None) -> NetworkBas
 def _notes(a: RunAnalysis) -> list[str]:
     notes = []
     if a.summary_recomputed:
-        notes.append("no summary.json (a partial run?): the summary was recomputed from the records")
+        notes.append("no summary.json (a partial run?): the summary was recomputed from the "
+                     "records")
     torn = a.run.torn_bytes()
     if torn:
         notes.append(f"requests.jsonl ends in a torn line ({torn} bytes: a record cut off when "

@@ -26,7 +26,9 @@ Definitions (quoted in the sweep's output):
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -53,22 +55,52 @@ STOP_RULE = ("stop escalating when a point is clearly saturated (load +≥10% ov
              "median E2E from schedule +≥10%) or its error rate exceeds --max-error-rate")
 
 
-def measure(analysis: RunAnalysis, label: str, mode: Mode, load: float | None,
-            slos: dict[str, float], q: float) -> Point:
-    """The point of one bench run; `load=None` takes the achieved rate (synchronous)."""
+@dataclass(frozen=True)
+class RunColumns:
+    """What a point is read from: a run's summary, its records' table and metric columns, and
+    the requests `inside` its window (a predicted run's draws have no `RunAnalysis`)."""
+
+    summary: RunSummary
+    table: RequestTable
+    metrics: MetricColumns
+    inside: np.ndarray
+
+
+@dataclass(frozen=True)
+class PointLoad:
+    """A point as the plan names it: its label, its mode and the load it asks for (None: the
+    achieved rate, for the synchronous point)."""
+
+    label: str
+    mode: Mode
+    load: float | None
+
+
+@dataclass(frozen=True)
+class Judging:
+    """How points are judged: the SLO limits (ms), at which percentile, and whether with the
+    SLO values' 95% CIs (a measured sample's; a prediction's come from its draws)."""
+
+    slos: dict[str, float]
+    percentile: float
+    ci: bool = True
+
+
+def measure(analysis: RunAnalysis, planned: PointLoad, judging: Judging) -> Point:
+    """The point of one bench run."""
     budget = {name: b.buckets() for name, b in (("mean", analysis.mean), ("tail", analysis.tail))
               if b is not None}
-    return point(analysis.summary, analysis.table, analysis.requests.metrics, analysis.inside,
-                 label, mode, load, slos, q, str(analysis.run.path), budget)
+    columns = RunColumns(analysis.summary, analysis.table, analysis.requests.metrics,
+                         analysis.inside)
+    return point(columns, planned, judging, run=str(analysis.run.path), budget=budget)
 
 
-def point(s: RunSummary, table: RequestTable, metrics: MetricColumns, inside: np.ndarray,
-          label: str, mode: Mode, load: float | None, slos: dict[str, float], q: float,
-          run: str = "", budget: dict[str, dict[str, float]] | None = None,
-          ci: bool = True) -> Point:
-    """The point of a run's columns: its `summary`, `table`, metric columns and the
-    requests `inside` its window (a predicted run's draws have no analysis); with `ci`,
-    its SLO values' 95% CIs (a measured sample's; a prediction's come from its draws)."""
+def point(columns: RunColumns, planned: PointLoad, judging: Judging, *, run: str = "",
+          budget: dict[str, dict[str, float]] | None = None) -> Point:
+    """The point of a run's columns (`run`: its folder)."""
+    s, table, metrics, inside = columns.summary, columns.table, columns.metrics, columns.inside
+    label, mode, load = planned.label, planned.mode, planned.load
+    slos, q, ci = judging.slos, judging.percentile, judging.ci
     t = table
     judged = inside & (t.outcome != OUTCOMES.index(Outcome.CANCELLED))
     judged_values = {m: _slo_values(table, metrics, judged, m) for m in slos}

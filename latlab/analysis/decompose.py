@@ -15,6 +15,8 @@ event carrying the server's timings arrived (a stream's final event, a body).
                     measured before the run, else the request's TCP connect   estimated
     preprocess, queue, model_load, prefill, decode, inference
                   = the server's own durations                            exact
+    model_call    = the model's time as its caller saw it, where the model server itself
+                    said nothing (its stages and the network to it, unsplit)   exact
     queue (when the server does not report it) = server.total − its other stages, or, without a
                     total, (first_token − sent) − network − the server's stages before it
                     (the decode too, when one event carried the whole answer)       derived
@@ -35,9 +37,9 @@ folded away.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Iterable
 
 import numpy as np
 
@@ -54,8 +56,8 @@ class Quality(StrEnum):
 
 
 COMPONENTS = ("client_wait", "connect", "network", "intake", "preprocess", "queue",
-              "model_load", "prefill", "decode", "inference", "postprocess", "ttft_unsplit",
-              "unattributed")
+              "model_load", "prefill", "decode", "inference", "model_call", "postprocess",
+              "ttft_unsplit", "unattributed")
 SERVER_STAGES = ("preprocess", "queue", "prefill", "decode")
 BEFORE_FIRST_TOKEN = ("preprocess", "model_load", "prefill")
 
@@ -65,6 +67,7 @@ LABELS = {
     "model_load": "model load", "prefill": "prefill", "decode": "decode",
     "inference": "prefill + decode (unsplit)", "postprocess": "postprocess",
     "ttft_unsplit": "first token (unsplit)", "unattributed": "unattributed",
+    "model_call": "model server (unsplit)",
 }
 
 APP = "app:"  # an application component's prefix: `app:retrieval`, `app:other`
@@ -80,6 +83,7 @@ BUCKETS: dict[str, tuple[str, ...]] = {
     "decode": ("decode",),
     "prefill + decode (unsplit)": ("inference",),
     "first token (unsplit)": ("ttft_unsplit",),
+    "model server (unsplit)": ("model_call",),
 }
 
 
@@ -139,7 +143,7 @@ EXACT, DERIVED, ESTIMATED = (QUALITIES.index(q) for q in (Quality.EXACT, Quality
                                                            Quality.ESTIMATED))
 # The order a request's components are summed in (its residual is unattributed).
 SERVER_ORDER = ("client_wait", "connect", "preprocess", "queue", "model_load", "prefill",
-                "decode", "inference", "network", "intake", "postprocess")
+                "decode", "inference", "model_call", "network", "intake", "postprocess")
 CLIENT_ORDER = ("client_wait", "connect", "network", "preprocess", "queue", "prefill",
                 "ttft_unsplit", "decode", "postprocess")
 
@@ -210,7 +214,7 @@ def decompose_all(t: RequestTable, base: NetworkBaseline = NetworkBaseline()) ->
     _with_server(t, base, t.has_server, put, ms)
     _client_only(t, ~t.has_server, put)
     apps = tuple(APP + name for name in t.application)
-    order = {True: (*SERVER_ORDER[:8], *apps, *SERVER_ORDER[8:]), False: CLIENT_ORDER}
+    order = {True: (*SERVER_ORDER[:9], *apps, *SERVER_ORDER[9:]), False: CLIENT_ORDER}
     accounted = {k: sum(np.nan_to_num(ms[c]) for c in summed) for k, summed in order.items()}
     total = np.where(done, ms_between(t.done_ns, t.origin_ns), np.nan)
     put("unattributed", np.ones(n, bool),
@@ -229,7 +233,8 @@ def arrival_ns(t: RequestTable) -> np.ndarray:
 def _with_server(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put, ms) -> None:
     s = t.server
     arrived = arrival_ns(t)
-    for stage in ("preprocess", "queue", "model_load", "prefill", "decode", "inference"):
+    for stage in ("preprocess", "queue", "model_load", "prefill", "decode", "inference",
+                  "model_call"):
         put(stage, rows, s[stage], np.where(np.isnan(s[stage]), UNAVAILABLE, EXACT))
     for name, values in t.application.items():
         put(APP + name, rows & ~np.isnan(values), values, DERIVED if name == "other" else EXACT)

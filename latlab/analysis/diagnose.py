@@ -7,7 +7,8 @@ the rule would need; None means it was evaluated and found nothing (it stays sil
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from latlab.analysis.findings import Finding, Unevaluated
 from latlab.analysis.rules import (
@@ -55,15 +56,24 @@ RULES: tuple[Rule, ...] = (
     coverage.unattributed,
 )
 ALWAYS = (outcomes.failures, outcomes.rejections, serving.nothing_in_window)
+# Rules that read each request's token events. Calls observed from their spans carry none (a
+# model server's span gives the first token at most): whether they streamed is unknown, not 0.
+TOKEN_EVENTS = (serving.one_at_a_time, compute.decode_stalls)
+OBSERVED_STREAMS = ("needs each call's token events: calls observed from their spans carry none "
+                    "(which of them streamed: observe.json)")
 
 
 def diagnose(analysis: RunAnalysis) -> tuple[list[Finding], list[Unevaluated]]:
     """The findings (most severe, then most impact, first) and the rules that could not run."""
     findings: list[Finding] = []
     unevaluated: list[Unevaluated] = []
+    eventless = analysis.config.kind == "observed" and not (analysis.table.events > 0).any()
     for rule in RULES:
         if not analysis.ok.any() and rule not in ALWAYS:
             unevaluated.append(Unevaluated(rule.__name__, "needs successful requests"))
+            continue
+        if eventless and rule in TOKEN_EVENTS:
+            unevaluated.append(Unevaluated(rule.__name__, OBSERVED_STREAMS))
             continue
         result = rule(analysis)
         if isinstance(result, Finding):

@@ -8,7 +8,7 @@ the windows kept so far.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from latlab.metrics.stats import percentile
 from latlab.metrics.summary import summarize
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
-from latlab.records.observe import ObservedWindow, Quantiles, WindowFinding
+from latlab.records.observe import MIN_WINDOW_CALLS, ObservedWindow, Quantiles, WindowFinding
 from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
 from latlab.records.window import Window
@@ -32,7 +32,9 @@ from latlab.records.window import Window
 def analyze_window(run: RunFolder, config: RunConfig,
                    records: Sequence[RequestTimeline] | RequestTable, start_ns: int, end_ns: int
                    ) -> tuple[ObservedWindow, RunAnalysis | None]:
-    """The window [start_ns, end_ns) of `records` (the calls that started in it)."""
+    """The window [start_ns, end_ns) of `records` (the calls that started in it); its
+    findings only from `MIN_WINDOW_CALLS` calls on (fewer make no case either way), and not
+    peak hours (the seconds of one window are no hours: `peak_over` compares the windows)."""
     seconds = (end_ns - start_ns) / 1e9
     if not len(records):
         return ObservedWindow(start_ns=start_ns, end_ns=end_ns, calls=0, failed=0,
@@ -45,6 +47,7 @@ def analyze_window(run: RunFolder, config: RunConfig,
     summary = summarize(table, window, config.slos or None, metrics=metrics)
     analysis = assemble(run, config, summary, requests, window, np.ones(len(table), bool), [])
     ok = table.ok
+    judged = len(table) >= MIN_WINDOW_CALLS
     shares = ({b: round(analysis.mean.share(b), 4) for b in analysis.mean.buckets()}
               if analysis.mean is not None else {})
     return ObservedWindow(
@@ -52,7 +55,8 @@ def analyze_window(run: RunFolder, config: RunConfig,
         rate=len(table) / seconds, ttft=quantiles(metrics.ttft[ok]),
         e2e=quantiles(metrics.e2e[ok]), shares=shares,
         findings=[WindowFinding(rule=f.rule, severity=str(f.severity), title=f.title)
-                  for f in analysis.findings]), analysis
+                  for f in analysis.findings if f.rule != "peak_hours"] if judged else [],
+        findings_skipped=not judged), analysis
 
 
 def quantiles(values: np.ndarray) -> Quantiles:
@@ -64,9 +68,10 @@ def quantiles(values: np.ndarray) -> Quantiles:
 
 
 def peak_over(windows: Sequence[ObservedWindow]) -> Finding | None:
-    """The peak-hours finding over the windows kept (those with an E2E p99)."""
-    slices = [Slice(_clock(w.start_ns), w.rate, w.e2e.p99, w.shares)
-              for w in windows if w.e2e.p99 is not None]
+    """The peak-hours finding over the windows kept: those whole (not `partial`: their rate
+    is every call's) with `MIN_WINDOW_CALLS` calls and an E2E p99."""
+    slices = [Slice(_clock(w.start_ns), w.rate, w.e2e.p99, w.shares) for w in windows
+              if not w.partial and w.calls >= MIN_WINDOW_CALLS and w.e2e.p99 is not None]
     found = peak_finding(slices)
     return found if isinstance(found, Finding) else None
 

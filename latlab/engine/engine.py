@@ -1,6 +1,6 @@
 """`LLMEngine`: requests in, one scheduling step at a time, tokens and text out.
 
-Single-threaded by design; `latlab.server.async_engine` runs it in its own thread.
+Single-threaded by design; `latlab.server.engine_core` runs it in a thread or a process.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import torch
 
 from latlab.engine.batching import step_features
 from latlab.engine.block_manager import BlockManager
-from latlab.records.engine import EngineConfig
 from latlab.engine.detokenizer import Detokenizer
 from latlab.engine.device import resolve_device
+from latlab.engine.draft_proposer import make_proposer
+from latlab.engine.intra_op import IntraOpThreads
 from latlab.engine.loader import LoadedModel, load_model
 from latlab.engine.model_runner import ModelRunner
 from latlab.engine.outputs import EngineStats, RequestOutput
@@ -25,8 +26,7 @@ from latlab.engine.sampling import Sampler
 from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.scheduler import Scheduler
 from latlab.engine.sequence import FinishReason, Sequence, StageTimes
-from latlab.engine.draft_proposer import make_proposer
-from latlab.engine.intra_op import IntraOpThreads
+from latlab.records.engine import EngineConfig
 
 log = logging.getLogger("latlab.engine")
 
@@ -41,7 +41,8 @@ class LLMEngine:
         self.dtype = getattr(torch, config.dtype)
         loaded = load_model(config.model, self.dtype, config.seed, config.quantization,
                             self.device)
-        config = config.model_copy(update={"max_model_len": config.resolve_max_model_len(loaded.config)})
+        config = config.model_copy(
+            update={"max_model_len": config.resolve_max_model_len(loaded.config)})
         self.config = config
         self.model_config = loaded.config
         self.tokenizer = loaded.tokenizer
@@ -237,11 +238,14 @@ class LLMEngine:
     def stats(self) -> EngineStats:
         bm = self.block_manager
         s = self.scheduler
-        return EngineStats(len(s.running), len(s.waiting), bm.num_free_blocks, bm.num_blocks,
-                           bm.usage, s.num_preemptions, self.num_steps, bm.num_queried_tokens,
-                           bm.num_hit_tokens, s.num_draft_tokens, s.num_accepted_tokens,
-                           self.num_queue_timeouts, not self.is_sleeping, self.num_model_loads,
-                           self.last_load_s)
+        return EngineStats(
+            num_running=len(s.running), num_waiting=len(s.waiting),
+            num_free_blocks=bm.num_free_blocks, num_blocks=bm.num_blocks, kv_usage=bm.usage,
+            num_preemptions=s.num_preemptions, num_steps=self.num_steps,
+            prefix_cache_queries=bm.num_queried_tokens, prefix_cache_hits=bm.num_hit_tokens,
+            num_draft_tokens=s.num_draft_tokens, num_accepted_tokens=s.num_accepted_tokens,
+            num_queue_timeouts=self.num_queue_timeouts, model_loaded=not self.is_sleeping,
+            num_model_loads=self.num_model_loads, last_load_s=self.last_load_s)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sequence]:
         """Run `prompts` together to completion (offline use: tests, benchmarks, warm-up)."""

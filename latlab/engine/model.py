@@ -116,8 +116,12 @@ class Attention(nn.Module):
         for group in meta.groups:
             out[group.start : group.end] = self._grouped(q[group.start : group.end], group)
         for chunk in meta.prefills:
-            keys = _gather(self.k_cache, chunk.block_table)[:, : chunk.context_len]
-            values = _gather(self.v_cache, chunk.block_table)[:, : chunk.context_len]
+            if chunk.mask is None:  # the chunk is the whole context: its keys, no gather
+                keys = k[chunk.start : chunk.end].transpose(0, 1)
+                values = v[chunk.start : chunk.end].transpose(0, 1)
+            else:
+                keys = _gather(self.k_cache, chunk.block_table)[:, : chunk.context_len]
+                values = _gather(self.v_cache, chunk.block_table)[:, : chunk.context_len]
             out[chunk.start : chunk.end] = _sdpa(q[chunk.start : chunk.end], keys, values,
                                                  chunk.mask)
         return out
@@ -127,7 +131,8 @@ class Attention(nn.Module):
         (KV head, sequence): with the head-major cache every operand is contiguous, several
         times faster on a CPU than SDPA for a few queries per sequence (bf16 above all)."""
         seqs, nq = group.block_tables.shape[0], group.num_queries
-        kv_heads, per_kv, dim = self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim
+        kv_heads, dim = self.num_kv_heads, self.head_dim
+        per_kv = self.num_heads // kv_heads
         tables = group.block_tables.flatten()
         keys = _gather(self.k_cache, tables).view(kv_heads * seqs, -1, dim)
         values = _gather(self.v_cache, tables).view(kv_heads * seqs, -1, dim)

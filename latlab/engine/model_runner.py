@@ -6,6 +6,8 @@ in one copy at its end, so a token is stamped (by the engine) when the host know
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from latlab.engine.batching import MAX_GROUP_QUERIES, query_groups
@@ -77,20 +79,28 @@ class ModelRunner:
                                      len(input_ids))
         if self.threads is not None:
             self.threads.use(len(input_ids))
+        every_row = len(sample_rows) == len(input_ids)  # a decode step: no rows to pick
         if self.static_decode is not None and self.static_decode.fits(batch):
             hidden = self.static_decode.run([seq for seq, _ in batch],
                                             [input_ids, positions, slots])
+            rows = None if every_row else self._tensor(sample_rows)
         else:
-            meta = self._attention_metadata(batch, slots)
-            hidden = self.model(self._tensor(input_ids), self._tensor(positions), meta)
+            ids, where, slot_ids, rows = self._tensors(
+                input_ids, positions, slots, [] if every_row else sample_rows)
+            hidden = self.model(ids, where, self._attention_metadata(batch, slot_ids))
         new: dict[int, list[int]] = {}
         if done:
-            logits = self.model.compute_logits(hidden[self._tensor(sample_rows)])
+            logits = self.model.compute_logits(hidden if every_row else hidden[rows])
             new = self._tokens(logits, done)
         return [new.get(id(seq), []) for seq, _ in scheduled]
 
     def _tensor(self, values: list) -> torch.Tensor:
         return torch.tensor(values, device=self.device)
+
+    def _tensors(self, *lists: list[int]) -> tuple[torch.Tensor, ...]:
+        """Lists of ints as device tensors, in one host-to-device copy."""
+        flat = self._tensor(list(itertools.chain.from_iterable(lists)))
+        return flat.split([len(values) for values in lists])
 
     def _tokens(self, logits: torch.Tensor, done: list[Sequence]) -> dict[int, list[int]]:
         """Sample sequences without speculative tokens together; verify the others. Their
@@ -125,7 +135,7 @@ class ModelRunner:
             self.proposer.propose(running)
 
     def _attention_metadata(self, batch: list[tuple[Sequence, int]],
-                            slots: list[int]) -> AttentionMetadata:
+                            slots: torch.Tensor) -> AttentionMetadata:
         groups = []
         row = 0
         spans = query_groups([(n, len(seq.block_table)) for seq, n in batch])
@@ -144,14 +154,15 @@ class ModelRunner:
             prefills.append(PrefillChunk(row, row + n, context,
                                          self._tensor(seq.block_table[:blocks]), mask))
             row += n
-        return AttentionMetadata(self._tensor(slots), groups, prefills)
+        return AttentionMetadata(slots, groups, prefills)
 
     def _group(self, members: list[Sequence], nq: int, row: int) -> QueryGroup:
         width = len(members[0].block_table)
-        tables = self._tensor([seq.block_table + [0] * (width - len(seq.block_table))
-                               for seq in members])
+        tables, last = self._tensors(
+            [b for seq in members for b in seq.block_table + [0] * (width - len(seq.block_table))],
+            [seq.num_computed_tokens for seq in members])
+        tables, last = tables.view(len(members), width), last.view(-1, 1, 1)
         # Query j of a sequence sits at position num_computed + j and sees keys up to it.
-        last = self._tensor([seq.num_computed_tokens for seq in members]).view(-1, 1, 1)
         keys = torch.arange(width * self.block_size, device=self.device)
         allowed = keys <= last + torch.arange(nq, device=self.device).view(1, -1, 1)
         bias = torch.zeros(allowed.shape, device=self.device).masked_fill_(~allowed, -torch.inf)

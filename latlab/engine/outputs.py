@@ -28,7 +28,7 @@ class RequestOutput:
         return self.finish_reason is not None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EngineStats:
     num_running: int
     num_waiting: int

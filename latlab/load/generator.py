@@ -17,7 +17,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +27,7 @@ from latlab import __version__
 from latlab.load.preflight import fit_context, survey_trace
 from latlab.load.request.fields import Adaptations
 from latlab.load.target.discovery import identify, round_trip_ms
-from latlab.load.target.launch import target_server
+from latlab.load.target.launch import ServerProcess, target_server
 from latlab.load.target.settings import server_settings
 from latlab.load.telemetry.host import HostSampler
 from latlab.load.telemetry.otlp import SpanReceiver, await_spans
@@ -78,6 +78,50 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
     """Run `config` to the end (or Ctrl-C) and write config.json and requests.jsonl into a
     new folder under `config.out`. Raises `BenchError`, or the workload's/arrivals'
     `ValueError`s for bad input, before any load is sent."""
+    prepared = _prepare(config, console)
+    config, workload, notes = prepared.config, prepared.workload, prepared.notes
+    run = RunFolder.create(config.out, config.name)
+    settings = run_config(config, command)
+    run.write_config(settings)
+    with ExitStack() as context, _not_started(run, settings):
+        receiver = (context.enter_context(SpanReceiver(run.path / SPANS, port=config.otlp_port))
+                    if config.otlp_port is not None else None)
+        engine = (context.enter_context(_embedded_engine(config, run, receiver, console))
+                  if config.url is None else None)
+        url = engine.url if engine is not None else config.url
+        settings.target = settings.target.model_copy(update={
+            "url": url, "engine_ready_s": engine.ready_s if engine is not None else None,
+            "otlp_endpoint": receiver.endpoint if receiver else None})
+        key = config.key()
+        notes += _identify(config, url, key, workload, settings)
+        run.write_config(settings)
+        scraper = context.enter_context(Scraper(
+            url.rstrip("/") + "/metrics", run.path / METRICS, config.scrape_interval_s,
+            {"Authorization": f"Bearer {key}"} if key else None))
+        host = context.enter_context(HostSampler(
+            engine.process.pid if engine is not None else None, url))
+        plan = WorkerPlan(worker=0, url=url, model=settings.target.model,
+                          run_path=str(run.path), run_id=secrets.token_hex(3), t0_ns=0,
+                          api_key=key, server_kind=settings.target.server_kind)
+        results = _send(config, plan, workload, run, settings, console, progress)
+        if receiver is not None:
+            notes += await_spans(receiver, run, config.span_wait_s)
+        notes += _after_the_load(config, scraper, engine, results)
+    return _finish(config, run, settings, results, notes, host.result)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A run's config with what it leaves open settled (its prompts' salt, `--workers auto`),
+    its workload, and what was noted on the way."""
+
+    config: BenchConfig
+    workload: Workload
+    notes: list[str]
+
+
+def _prepare(config: BenchConfig, console: Console | None) -> Prepared:
+    """Everything checked and settled before a run folder exists or a server starts."""
     notes: list[str] = []
     config = config.model_copy(update={"workload": with_salt(config.workload)})
     if config.arrivals.process == "trace":
@@ -89,70 +133,68 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
         require_ray()  # before an engine is started for nothing
     if config.workers == "auto":
         config = _resolve_workers(config, workload, console)
-    run = RunFolder.create(config.out, config.name)
-    settings = run_config(config, command)
-    run.write_config(settings)
-    engine = None
-    with ExitStack() as context, _not_started(run, settings):
-        receiver = (context.enter_context(SpanReceiver(run.path / SPANS, port=config.otlp_port))
-                    if config.otlp_port is not None else None)
-        url = config.url
-        if url is None:
-            if console is not None:
-                console.print("starting the server: " + (
-                    config.launch if config.launch else "the embedded engine (latlab serve)")
-                    + "…", style="dim", markup=False, highlight=False)
-            otlp = ["--otlp-endpoint", receiver.endpoint] if receiver is not None else []
-            engine = context.enter_context(target_server(
-                config, run.path / ("server.log" if config.launch else "engine.log"),
-                engine_args=otlp))
-            url = engine.url
-            settings.target.engine_ready_s = engine.ready_s
-        settings.target.url = url
-        key = config.api_key.get_secret_value() if config.api_key else None
-        target = settings.target
-        target.model, target.server_kind, target.max_model_len, found = identify(
-            url, config.model, config.server_kind, key, MODELS_TIMEOUT_S)
-        notes += found
-        told = asyncio.run(server_settings(url, key))
-        target.settings = told if told.known() else None
-        fit_context(workload, config, target.max_model_len)
-        target.rtt_ms = asyncio.run(round_trip_ms(url, key))
-        settings.target.otlp_endpoint = receiver.endpoint if receiver else None
-        run.write_config(settings)
-        plan = WorkerPlan(0, url, settings.target.model, str(run.path), secrets.token_hex(3),
-                          0, key, settings.target.server_kind)
-        scraper = context.enter_context(Scraper(
-            url.rstrip("/") + "/metrics", run.path / METRICS, config.scrape_interval_s,
-            {"Authorization": f"Bearer {key}"} if key else None))
-        host = context.enter_context(HostSampler(
-            engine.process.pid if engine is not None else None, url))
-        display = (ProgressDisplay(console or Console(stderr=True), config.duration_s,
-                                   config.requests) if progress else None)
-        with display or nullcontext():
-            update = display.update if display else None
-            if config.ray is not None:
-                from latlab.load.workers.ray_driver import run_ray_workers
+    return Prepared(config, workload, notes)
 
-                results, settings.ray = run_ray_workers(
-                    config, plan, lambda lead: _start_clock(run, settings, lead), update,
-                    console)
-            elif config.workers == 1:
-                results = [_run_here(config, plan, workload, run, settings, update)]
-            else:
-                results = run_workers(config, plan, lambda: _start_clock(run, settings),
-                                      update)
-        if receiver is not None:
-            notes += await_spans(receiver, run, config.span_wait_s)
-        if config.scrape_interval_s and not scraper.count:
-            notes.append(f"no scrape of {scraper.url} succeeded ({scraper.last_error}): "
-                         "the run has no load context")
-        aborted = any(r.stop_reason == "aborted" for r in results)
-        if engine is not None and engine.exited(ENGINE_EXIT_WAIT_S if aborted else 0.0):
-            notes.append(f"the embedded engine exited with code {engine.process.returncode} "
-                         f"during the run; its log ({engine.log_path}):\n"
-                         f"{engine.log_tail(5)}")
-    return _finish(config, run, settings, results, notes, host.result)
+
+def _embedded_engine(config: BenchConfig, run: RunFolder, receiver: SpanReceiver | None,
+                     console: Console | None) -> AbstractContextManager[ServerProcess]:
+    """The server latlab starts for the run (its log in the run folder): the `--launch`
+    command, or the embedded engine exporting its spans to the run's `receiver`."""
+    if console is not None:
+        console.print("starting the server: " + (
+            config.launch or "the embedded engine (latlab serve)") + "…", style="dim",
+            markup=False, highlight=False)
+    otlp = ["--otlp-endpoint", receiver.endpoint] if receiver is not None else []
+    return target_server(config, run.path / ("server.log" if config.launch else "engine.log"),
+                         engine_args=otlp)
+
+
+def _identify(config: BenchConfig, url: str, key: str | None, workload: Workload,
+              settings: RunConfig) -> list[str]:
+    """What the target at `url` is (model, kind, context, its own settings, the round trip),
+    into `settings.target`; the workload fitted to its context. Returns what was noted."""
+    model, kind, context, notes = identify(url, config.model, config.server_kind, key,
+                                           MODELS_TIMEOUT_S)
+    told = asyncio.run(server_settings(url, key))
+    settings.target = settings.target.model_copy(update={
+        "model": model, "server_kind": kind, "max_model_len": context,
+        "settings": told if told.known() else None})
+    fit_context(workload, config, context)
+    settings.target.rtt_ms = asyncio.run(round_trip_ms(url, key))
+    return notes
+
+
+def _send(config: BenchConfig, plan: WorkerPlan, workload: Workload, run: RunFolder,
+          settings: RunConfig, console: Console | None, progress: bool) -> list[WorkerResult]:
+    """The load itself, by this process's one worker, worker processes or Ray actors; each
+    worker's result."""
+    display = (ProgressDisplay(console or Console(stderr=True), config.duration_s,
+                               config.requests) if progress else None)
+    with display or nullcontext():
+        update = display.update if display else None
+        if config.ray is not None:
+            from latlab.load.workers.ray_driver import run_ray_workers
+
+            results, settings.ray = run_ray_workers(
+                config, plan, lambda lead: _start_clock(run, settings, lead), update, console)
+            return results
+        if config.workers == 1:
+            return [_run_here(config, plan, workload, run, settings, update)]
+        return run_workers(config, plan, lambda: _start_clock(run, settings), update)
+
+
+def _after_the_load(config: BenchConfig, scraper: Scraper, engine: ServerProcess | None,
+                    results: list[WorkerResult]) -> list[str]:
+    """What the run should say of its context: no scrape succeeded, the engine died."""
+    notes = []
+    if config.scrape_interval_s and not scraper.count:
+        notes.append(f"no scrape of {scraper.url} succeeded ({scraper.last_error}): "
+                     "the run has no load context")
+    aborted = any(r.stop_reason == "aborted" for r in results)
+    if engine is not None and engine.exited(ENGINE_EXIT_WAIT_S if aborted else 0.0):
+        notes.append(f"the embedded engine exited with code {engine.process.returncode} "
+                     f"during the run; its log ({engine.log_path}):\n{engine.log_tail(5)}")
+    return notes
 
 
 def _resolve_workers(config: BenchConfig, workload: Workload,
@@ -185,8 +227,8 @@ def run_config(config: BenchConfig, command: Sequence[str] | None) -> RunConfig:
         command=shlex.join(redact(command if command is not None else sys.argv)),
         name=config.name, tags=config.tags, bench=config,
         target=Target(url=config.url, model=config.model,
-                      embedded=config.url is None and config.launch is None,
-                      launch=config.launch, api_key_given=config.api_key is not None),
+                      embedded=config.url is None and config.launch is None, launch=config.launch,
+                      api_key_given=config.api_key is not None),
         warmup_s=config.warmup_s, cooldown_s=config.cooldown_s, duration_s=config.duration_s,
         slos=config.slos,
         concurrency=config.arrivals.max_concurrency if config.arrivals.open_loop else None)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,6 +34,26 @@ CHUNK_COUNTS = {
 NO_CHUNK_COUNTS = "this server sends no per-chunk token counts"
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """What a summary reads besides the records, from whoever ran them: the load generator's
+    self-check (`client`), why it stopped and its `notes` (first among the warnings); the open
+    loop's --max-concurrency (`concurrency_cap`: it holds sends back by design) and the closed
+    loop's `users`; the server's /metrics `scrapes`; and its kind (advice only that server can
+    act on)."""
+
+    client: ClientCheck | None = None
+    stop_reason: str | None = None
+    notes: Sequence[str] = ()
+    concurrency_cap: int | None = None
+    users: int | None = None
+    scrapes: Sequence[Scrape] = ()
+    server_kind: str | None = None
+
+
+NO_CONTEXT = RunContext()
+
+
 def judge(t: RequestTable, m: MetricColumns, ok: np.ndarray, failed: int,
           window: Window | None, slos: Mapping[str, float]) -> Goodput:
     """Goodput: the successful requests (`ok`, a mask of `t`) that met every SLO, as a share
@@ -45,26 +66,12 @@ def judge(t: RequestTable, m: MetricColumns, ok: np.ndarray, failed: int,
                    requests_per_s=int(done.sum()) / window.duration_s if window else None)
 
 
-def summarize(
-    records: Sequence[RequestTimeline] | RequestTable,
-    window: Window | None = None,
-    slos: dict[str, float] | None = None,
-    *,
-    client: ClientCheck | None = None,
-    stop_reason: str | None = None,
-    notes: Sequence[str] = (),
-    concurrency_cap: int | None = None,
-    users: int | None = None,
-    metrics: MetricColumns | None = None,
-    scrapes: Sequence[Scrape] = (),
-    server_kind: str | None = None,
-) -> RunSummary:
-    """The summary over the requests scheduled inside `window` (all when None). `client`
-    (the self-check), `stop_reason` and `notes` (the load's own messages, first among the
-    warnings) come from the load generator when it ran the records; `concurrency_cap` is
-    the open loop's --max-concurrency, which holds sends back by design; `metrics` are the
-    records' metric columns when the caller has them already; `server_kind` (the target's)
-    chooses advice only that server can act on."""
+def summarize(records: Sequence[RequestTimeline] | RequestTable, window: Window | None = None,
+              slos: dict[str, float] | None = None, *, context: RunContext = NO_CONTEXT,
+              metrics: MetricColumns | None = None) -> RunSummary:
+    """The summary over the requests scheduled inside `window` (all when None), judged
+    against `slos`, with what its `context` says; `metrics` are the records' metric columns
+    when the caller has them already."""
     t = as_table(records)
     m = metrics if metrics is not None else metric_columns(t)
     chosen = np.ones(len(t), bool) if window is None else inside(t.origin_ns, window)
@@ -112,26 +119,27 @@ def summarize(
         failures=failures,
         latency=latency,
         failure_adjusted=failure_adjusted,
-        throughput=throughput(t, chosen, window, users) if window else None,
+        throughput=throughput(t, chosen, window, context.users) if window else None,
         goodput=goodput,
         mean_prompt_tokens=float(np.mean(prompts)) if len(prompts) else None,
         mean_output_tokens=float(np.mean(outputs)) if len(outputs) else None,
         tokens_from_usage=int((ok & t.tokens_from_usage).sum()) / n_ok if n_ok else 0.0,
         cached_share=(float(t.cached_tokens[cached].sum() / t.prompt_tokens[cached].sum())
                       if cached.any() else None),
-        cache=cache_use(t, ok, scrapes),
+        cache=cache_use(t, ok, context.scrapes),
         events_disagree=int(disagree.sum()),
         stopped_short=int(short.sum()),
         retries=int(t.retries[chosen].sum()),
         formulas=formulas(),
-        client=client,
+        client=context.client,
         window=(WindowSpan(start_ns=window.start_ns, end_ns=window.end_ns,
                            seconds=window.duration_s) if window else None),
-        stop_reason=stop_reason,
+        stop_reason=context.stop_reason,
         sessions=session_summary(t, chosen, m.ttft),
         reasoning=reasoning_summary(t, chosen),
     )
-    summary.warnings = [*dict.fromkeys(notes), *_warnings(summary, concurrency_cap, server_kind)]
+    summary.warnings = [*dict.fromkeys(context.notes),
+                        *_warnings(summary, context.concurrency_cap, context.server_kind)]
     return summary
 
 
@@ -153,13 +161,13 @@ def _warnings(s: RunSummary, cap: int | None = None, kind: str | None = None) ->
                             f"--max-concurrency {cap} cap held requests back (their wait is "
                             "client wait, by design)")
         elif t.sent_rate < SHORTFALL * t.offered_rate:
-            warnings.append(f"the client sent {t.sent_rate:.2f} req/s of {t.offered_rate:.2f} offered: "
-                            "it could not keep the schedule")
+            warnings.append(f"the client sent {t.sent_rate:.2f} req/s of {t.offered_rate:.2f} "
+                            "offered: it could not keep the schedule")
         if t.fell_behind:
             warnings.append(f"achieved {t.achieved_rate:.2f} req/s of {t.offered_rate:.2f} offered "
-                            f"({100 * t.achieved_rate / t.offered_rate:.0f}%), {t.backlog_growth} "
-                            "more requests in flight at the last arrival than at the start: the target "
-                            "fell behind")
+                            f"({100 * t.achieved_rate / t.offered_rate:.0f}%), "
+                            f"{t.backlog_growth} more requests in flight at the last arrival "
+                            "than at the start: the target fell behind")
     if s.ok and s.tokens_from_usage < 1.0:
         warnings.append(f"{100 * (1 - s.tokens_from_usage):.0f}% of requests had no server usage: "
                         "their token counts are the client's own count")

@@ -183,6 +183,11 @@ class ServeConfig(BaseModel):
                                     "its start and end, tokens, decodes, prefill chunks, "
                                     "context (what latlab calibrate fits; schema docs/schema/"
                                     "step.schema.json).", group=TELEMETRY)
+    engine_core: Literal["auto", "thread", "process"] = setting(
+        "auto", "Where the engine's step loop runs: `process`, a process of its own (as vLLM's "
+        "engine core: HTTP, tokenizing and SSE never hold up a step); `thread`, beside the "
+        "HTTP server in one process; `auto`: process on CUDA, thread on the CPU.",
+        group=SERVER)
     max_body_bytes: int = Field(default=4 << 20, ge=1)
     max_connections: int = setting(4096, "Open connections at most; beyond, a new one is "
                                    "answered 503 and closed (lowered to what the open-files "

@@ -7,20 +7,21 @@ calls as latlab's trace rows, `trace_rows`: what `--trace` replays).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 from pydantic import model_validator
 
-from latlab.records.columns import present
-from latlab.records.table import RequestTable
-
 from latlab.records.bench import OutputConfig, SloConfig
+from latlab.records.columns import present
 from latlab.records.settings import OBSERVE, TELEMETRY, derive, setting
 from latlab.records.summary import Record
+from latlab.records.table import RequestTable
 
 WINDOWS = "windows.jsonl"
+MIN_WINDOW_CALLS = 20  # a window with fewer calls is summed up, but no rule judges it
 OBSERVE_JSON = "observe.json"
 TRACE_JSONL = "trace.jsonl"
 
@@ -43,10 +44,19 @@ class ObserveConfig(SloConfig, OutputConfig):
     window_s: float = setting(60.0, "Seconds of each window: the live view's rolling window "
                               "and the windows the folder keeps, each with its findings.",
                               "--window", group=OBSERVE, gt=0)
-    trace_wait_s: float = setting(5.0, "A trace is complete this many seconds after its last "
-                                  "span arrived (longer than the exporters' batch delay; "
-                                  "the OpenTelemetry SDK's default is 5 s).", group=TELEMETRY,
-                                  ge=0)
+    trace_wait_s: float | None = setting(
+        None, "A trace is complete once quiet this many seconds (no span of it arrived). "
+        "Default: learnt, twice the longest gap seen between two arrivals of a trace's spans "
+        "(1 to 30 s; 10 s over the first traces, twice the OpenTelemetry SDK's 5 s batch "
+        "delay, which splits traces when waited exactly), lengthened when a trace's spans "
+        "arrive after it was explained (counted).", group=TELEMETRY, ge=0,
+        show_default=False)
+    max_lateness_s: float = setting(120.0, "A window waits for its late calls (how late calls "
+                                    "arrive is measured: their first span's arrival after "
+                                    "their start, at least 5 s) at most this many seconds past "
+                                    "its end; a call later than that is counted late, "
+                                    "in requests.jsonl but in no window.", "--max-lateness",
+                                    group=TELEMETRY, gt=0)
     max_pending_spans: int = setting(100_000, "Spans held for traces not yet complete (about "
                                      "2 KB each); at it, exporters are asked to retry later "
                                      "(503), and a file's oldest traces are explained with the "
@@ -76,10 +86,13 @@ class WindowFinding(Record):
 
 
 class ObservedWindow(Record):
-    """One window of observed calls (those that started in it, on the services' clocks):
-    their rate, TTFT and E2E, the budget (each bucket's share of the mean E2E) and the
-    findings that held in it; `late` counts calls of a window already closed that were
-    complete only during this one (recorded in requests.jsonl, not in a window)."""
+    """One window of observed calls (those that started in it, on the services' clocks),
+    written once every call that started in it is in (the watermark passed its end): their
+    rate, TTFT and E2E, the budget (each bucket's share of the mean E2E) and the findings that
+    held in it. `partial`: the window holds the first or the last call observed, or began
+    before observe did, so its count may be cut by where the observation began or ended: its
+    rate is not compared with other windows'. A window with fewer than `MIN_WINDOW_CALLS`
+    calls has no findings (`findings_skipped`)."""
 
     start_ns: int
     end_ns: int
@@ -90,7 +103,8 @@ class ObservedWindow(Record):
     e2e: Quantiles = Quantiles()
     shares: dict[str, float] = {}
     findings: list[WindowFinding] = []
-    late: int = 0
+    partial: bool = False
+    findings_skipped: bool = False
 
 
 class ObserveRecord(Record):
@@ -101,7 +115,9 @@ class ObserveRecord(Record):
     `unseen_model`: calls whose model server's spans never came (their model time is the
     client's, unsplit); `rejected`: request bodies or file lines that held no spans latlab
     could read, with the first reason; `throttled`: export requests refused (503, retried by
-    the exporter) while --max-pending-spans spans waited."""
+    the exporter) while --max-pending-spans spans waited; `late`: calls that arrived more than
+    --max-lateness after their window ended; `lag_s`: how long the last window waited past its
+    end for late spans."""
 
     source: str
     spans: int = 0
@@ -109,12 +125,19 @@ class ObserveRecord(Record):
     calls: int = 0
     traces_without_call: int = 0
     forced: int = 0
+    late: int = 0  # calls that arrived after their window was written: in no window
     unseen_model: int = 0
     malformed: int = 0  # calls whose span ends before it starts (or has no time): left out
     rejected: int = 0
     first_rejection: str | None = None
     throttled: int = 0
+    streamed: int = 0  # calls whose spans say they streamed
+    not_streamed: int = 0
+    stream_unknown: int = 0  # calls whose spans do not say (not counted as either)
     windows: int = 0
+    lag_s: float | None = None
+    trace_wait_s: float | None = None  # the trace wait at the end (learnt, or --trace-wait)
+    split_traces: int = 0  # spans that arrived for a trace already explained
     sources: dict[str, int] = {}  # calls by what explained them (`otlp:SERVICE[+SERVICE]`)
     workload_flags: list[str] = []  # `latlab bench` flags of the fitted workload
     notes: list[str] = []
@@ -122,7 +145,9 @@ class ObserveRecord(Record):
 
 def trace_rows(t: RequestTable) -> Iterator[dict[str, Any]]:
     """The calls as latlab's trace rows, in start order: `timestamp` (s from the first call),
-    `prompt_tokens`, `output_tokens` (generated; a failed call's max_tokens), and `session`,
+    `prompt_tokens` (the server's count: a chat call's includes its chat template),
+    `output_tokens` (generated; a failed call's max_tokens), `api` (the count is the server's:
+    a replay through a chat API does not add its template to it again), and `session`,
     `turn`, `tenant` where known. Calls without both lengths are left out."""
     output = np.where(t.ok, t.completion_tokens, t.max_tokens)
     usable = present(t.origin_ns) & (np.nan_to_num(t.prompt_tokens) > 0) \
@@ -132,6 +157,8 @@ def trace_rows(t: RequestTable) -> Iterator[dict[str, Any]]:
     for i in rows.tolist():
         row = {"timestamp": round((int(t.origin_ns[i]) - int(t.origin_ns[rows[0]])) / 1e9, 6),
                "prompt_tokens": int(t.prompt_tokens[i]), "output_tokens": int(output[i])}
+        if t.api[i] is not None:
+            row["api"] = t.api[i]
         if t.session.codes[i] >= 0:
             row.update(session=t.session.names[t.session.codes[i]], turn=int(t.step["turn"][i]))
         if t.tenant.codes[i] >= 0:

@@ -2,11 +2,11 @@
 `setting()`: its help is the field's description (so the JSON Schema documents config files
 too), its default the field's default, and an `Option` marker says its flag and help group.
 
-    class ClientConfig(BaseModel):
+    class RequestConfig(BaseModel):
         timeout_s: float = setting(300.0, "Per-request timeout in seconds.", "--timeout",
                                    group=CLIENT, gt=0)
 
-Commands derive their options from the configs they build (`options_of`): a field whose type
+Commands derive their options from the configs they build (`specs`): a field whose type
 is a config and that carries no marker is a sub-config, its options flattened into the
 command's. A field whose command-line form differs from its value (a distribution written
 `lognormal:256,128`, repeated `NAME:WEIGHT` labels) takes that form through the field's own
@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, Union
+from typing import Any, Union
 
 from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo

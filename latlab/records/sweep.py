@@ -13,10 +13,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, field_validator, model_validator
 
 from latlab.records import SCHEMA_VERSION
+from latlab.records.arrivals import ArrivalConfig, ArrivalShape
 from latlab.records.bench import BenchConfig
 from latlab.records.settings import SWEEP, setting
 from latlab.records.summary import Ms, Record
-from latlab.records.arrivals import ArrivalConfig, ArrivalShape
 
 SWEEP_JSON = "sweep.json"
 Mode = Literal["synchronous", "throughput", "rate", "concurrency"]
@@ -115,9 +115,32 @@ class SloMax(Record):
     level: float | None = None
 
 
+StopReason = Literal["running", "interrupted", "failed", "all_points", "escalation_limit",
+                     "error_rate", "saturated"]
+
+
 class SweepStop(Record):
-    reason: str
+    """Why the sweep ended (`running` while it runs), in a word and in a sentence."""
+
+    reason: StopReason
     message: str
+
+
+class SweepTarget(Record):
+    """What a sweep measured: a server at `url`, or latlab's engine started with `serve_args`
+    (`embedded`); or, for a predicted sweep (`simulated`), the calibration and fleet it
+    simulated."""
+
+    url: str | None = None
+    model: str | None = None
+    embedded: bool = False
+    launch: str | None = None  # the command template latlab started the server with
+    serve_args: list[str] = []
+    engine_ready_s: float | None = None
+    simulated: bool = False
+    calibration: str | None = None  # where the calibration came from
+    calibration_fit: str | None = None
+    fleet: dict[str, Any] | None = None
 
 
 class SweepRecord(Record):
@@ -129,7 +152,7 @@ class SweepRecord(Record):
     latlab_version: str = ""
     created: float | None = None
     command: list[str] = []
-    target: dict[str, Any] = {}
+    target: SweepTarget = SweepTarget()
     config: dict[str, Any] = {}
     percentile: float
     slos: dict[str, float] = {}

@@ -25,7 +25,7 @@ from typing import Any
 
 SERVER_TIMING_STAGES = ("preprocess", "queue", "prefill", "decode", "postprocess", "total")
 # Durations other servers report that the protocol's stages do not name.
-SERVER_DURATIONS = (*SERVER_TIMING_STAGES, "inference", "model_load")
+SERVER_DURATIONS = (*SERVER_TIMING_STAGES, "inference", "model_load", "model_call")
 NS_PER_MS = 1e6
 
 
@@ -64,7 +64,9 @@ class ServerTiming:
     Whatever the server (`source`: the adapter that read them), the same stages; a stage the
     server does not report is None. `inference` is prefill + decode from a server that does
     not split them (TGI); `model_load` the time it spent loading the model for this request
-    (Ollama's cold start)."""
+    (Ollama's cold start); `model_call` the model's time as its caller saw it, where the model
+    server itself said nothing (a GenAI client span without the server's spans: its stages
+    and the network to it, unsplit)."""
 
     preprocess: float | None = None
     queue: float | None = None
@@ -74,6 +76,7 @@ class ServerTiming:
     total: float | None = None
     inference: float | None = None
     model_load: float | None = None
+    model_call: float | None = None
     source: str | None = None
     # An application in front of the model (its own spans): ms per span name, and `other`,
     # its time outside them and outside the model server's `total`; `total` is then the

@@ -24,7 +24,8 @@ BAR_WIDTH = 56
 _BLOCKS = {"network": "░", "queue & overhead": "▒", "application": "▞", "prefill": "▓",
            "decode": "█",
            "prefill + decode (unsplit)": "▚",
-           "first token (unsplit)": "·"}  # tell the buckets apart without colour
+           "first token (unsplit)": "·",
+           "model server (unsplit)": "▙"}  # tell the buckets apart without colour
 
 
 def print_budget(console: Console, analysis: RunAnalysis, full: bool = False) -> None:

@@ -3,9 +3,8 @@ place, piped one line per closed window) and what it ends with."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
-
-from datetime import datetime, timezone
 
 from rich.console import Console, Group
 from rich.live import Live as RichLive
@@ -54,8 +53,12 @@ def render(state: Any) -> Group:
              Text(f"last {roll.seconds:g} s: {roll.rate:.3g} calls/s · TTFT p50 "
                   f"{ms(roll.ttft.p50)} p99 {ms(roll.ttft.p99)} · E2E p50 {ms(roll.e2e.p50)} "
                   f"p99 {ms(roll.e2e.p99)}" + (f" · {roll.failed} failed" if roll.failed else ""))]
+    if state.provisional is not None:
+        p = state.provisional
+        lines.append(Text(f"window {_time(p.start_ns)}: {p.calls:,} calls so far (provisional: "
+                          f"waiting up to {r.lag_s:.0f} s for late spans)", style="dim"))
     if state.last is not None:
-        lines.append(Text(f"window {_clock(state.last)}: " + budget_text(state.last)))
+        lines.append(Text(f"window {_clock(state.last)} (final): " + budget_text(state.last)))
         lines += [_finding(f.severity, f.title) for f in state.last.findings]
     if isinstance(state.peak, Finding):
         lines.append(_finding(str(state.peak.severity), state.peak.title))
@@ -64,8 +67,9 @@ def render(state: Any) -> Group:
 
 def window_line(w: ObservedWindow) -> str:
     """One window in a line: its calls, rate, TTFT and E2E, budget and findings."""
-    line = (f"{_clock(w)} {w.calls:,} calls ({w.rate:.3g}/s) · TTFT p50 {ms(w.ttft.p50)} p99 "
-            f"{ms(w.ttft.p99)} · E2E p50 {ms(w.e2e.p50)} p99 {ms(w.e2e.p99)}")
+    line = (f"{_clock(w)} {w.calls:,} calls ({w.rate:.3g}/s{', partial' if w.partial else ''}) "
+            f"· TTFT p50 {ms(w.ttft.p50)} p99 {ms(w.ttft.p99)} · E2E p50 {ms(w.e2e.p50)} "
+            f"p99 {ms(w.e2e.p99)}")
     if w.shares:
         line += " · " + budget_text(w)
     if w.findings:
@@ -84,6 +88,9 @@ def print_observed(console: Console, result: Any) -> None:
     r = result.record
     console.print(Text(f"{r.spans:,} spans in {r.traces:,} traces from {r.source}: "
                        f"{r.calls:,} LLM calls", style="bold"))
+    if r.calls:
+        console.print(f"streamed: {r.streamed:,} · not streamed: {r.not_streamed:,} · unknown "
+                      f"(their spans do not say): {r.stream_unknown:,}", highlight=False)
     for note in r.notes:
         console.print(f"note: {note}", style="yellow", highlight=False)
     if result.analysis is None:
@@ -117,4 +124,8 @@ def _finding(severity: str, title: str) -> Text:
 
 
 def _clock(w: ObservedWindow) -> str:
-    return datetime.fromtimestamp(w.start_ns / 1e9, timezone.utc).strftime("%H:%M:%S")
+    return _time(w.start_ns)
+
+
+def _time(unix_ns: int) -> str:
+    return datetime.fromtimestamp(unix_ns / 1e9, UTC).strftime("%H:%M:%S")

@@ -8,6 +8,7 @@ BUCKET_COLORS = {
     "decode": "#4cb86b",
     "prefill + decode (unsplit)": "#8a9f6a",
     "first token (unsplit)": "#9a9a9a",
+    "model server (unsplit)": "#6b8e9f",
 }
 
 COMPONENT_COLORS = {
@@ -23,6 +24,7 @@ COMPONENT_COLORS = {
     "inference": "#8a9f6a",
     "postprocess": "#b3793a",
     "ttft_unsplit": "#9a9a9a",
+    "model_call": "#6b8e9f",
     "unattributed": "#d9534f",
 }
 

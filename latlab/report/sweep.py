@@ -108,7 +108,7 @@ def slo_max_interval(sweep: SweepRecord) -> str | None:
     if best is None or best.level is None:
         return None
     unit = sweep.points[0].unit if sweep.points else ""
-    drawn = bool(sweep.target.get("simulated"))
+    drawn = sweep.target.simulated
     span = (f"{_bound(best.lo, unit)} – {_bound(best.hi, unit)}" if best.lo != best.hi
             else f"{_bound(best.lo, unit)} in every {'draw' if drawn else 'case'}")
     how = ("the SLO-max of each draw of the points" if drawn else

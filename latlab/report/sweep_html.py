@@ -28,8 +28,8 @@ def write_sweep_html(folder: Path, sweep: SweepRecord) -> Path:
     by_label = {p.label: p for p in points}
     curve = [by_label[label] for label in sweep.curve]
     target = sweep.target
-    about = " · ".join(str(v) for v in (target.get("url"), target.get("model"),
-                                        " ".join(target.get("serve_args") or []) or None,
+    about = " · ".join(str(v) for v in (target.url, target.model,
+                                        " ".join(target.serve_args) or None,
                                         " ".join(sweep.command) or None) if v)
     body = [f"<h1>latlab sweep: {e(folder.name)}</h1>", f"<p class=dim>{e(about)}</p>",
             "<h2>Answers</h2>", _answers(sweep),

@@ -120,18 +120,18 @@ def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) 
     @v1.get("/models", response_model=ModelList)
     async def models() -> dict[str, Any]:
         card = ModelCard(id=settings.model_name,
-                         max_model_len=engine.engine.config.max_model_len)
+                         max_model_len=engine.info.config.max_model_len)
         return ModelList(data=[card]).model_dump()
 
     app.include_router(v1)
     install_openapi(app, [CompletionRequest, ChatCompletionRequest],
-                    engine.engine.model_config.vocab_size)
+                    engine.info.model_config.vocab_size)
 
     @app.get("/health")
     async def health() -> JSONResponse:
         if engine.failed:
             return JSONResponse({"status": "failed", "error": engine.failed}, status_code=503)
-        if engine.engine.config.idle_unload is None:
+        if engine.info.config.idle_unload is None:
             return JSONResponse({"status": "ok"})
         # False after --idle-unload unloaded the model; the next request loads it again.
         return JSONResponse({"status": "ok", "model_loaded": engine.stats.model_loaded})
@@ -184,6 +184,5 @@ def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) 
 
 def engine_settings(engine: AsyncEngine) -> dict[str, Any]:
     """The engine's config, resolved (its context and KV pool as the engine sized them)."""
-    return engine.engine.config.model_dump(mode="json") | {
-        "num_kv_blocks": engine.engine.block_manager.num_blocks,
-        "device_type": engine.engine.device.type}
+    return engine.info.config.model_dump(mode="json") | {
+        "num_kv_blocks": engine.info.num_kv_blocks, "device_type": engine.info.device}

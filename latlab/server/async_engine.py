@@ -1,33 +1,37 @@
-"""The engine's step loop in its own thread, so it never blocks the HTTP event loop.
+"""The HTTP side's handle on the engine: requests submitted, each one's outputs as a stream.
 
-Requests and aborts reach the engine thread through a queue it drains before every step; each
-step's outputs come back to the event loop in one `call_soon_threadsafe` call and are fanned
-out to per-request asyncio queues.
+The engine's step loop runs in a thread or a process of its own (`engine_core`); commands
+(new requests, aborts) go to it, and each step's outputs come back in one event, on the event
+loop, where they are fanned out to per-request asyncio queues.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
-import logging
-import queue
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 
-import orjson
-
-from latlab.engine.engine import LLMEngine
 from latlab.engine.outputs import EngineStats, RequestOutput
 from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.sequence import FinishReason
-from latlab.records.steps import FEATURE_FIELDS
+from latlab.server.engine_loop import EngineThread
+from latlab.server.engine_messages import (
+    Abort,
+    Add,
+    EngineInfo,
+    EngineRequestError,
+    Event,
+    Failed,
+    Ready,
+    RequestFailed,
+    Stepped,
+)
+from latlab.server.engine_process import EngineProcess
 
-log = logging.getLogger("latlab.serve")
+__all__ = ["AsyncEngine", "EngineNotReady", "EngineRequestError", "QueueFull", "QueueTimeout",
+           "RequestFailed", "RequestStream"]
 
 
 class QueueFull(Exception):
@@ -38,36 +42,12 @@ class EngineNotReady(Exception):
     """The engine is still warming up, or shutting down (HTTP 503)."""
 
 
-class EngineRequestError(Exception):
-    """The engine refused the request (e.g. a token id outside the vocabulary)."""
-
-
-class RequestFailed(Exception):
-    """The engine failed this one request (HTTP 500); it serves the others as before."""
-
-
 class QueueTimeout(EngineNotReady):
     """The request waited longer than --max-queue-delay without being scheduled (HTTP 503)."""
 
     def __init__(self, message: str, retry_after_s: int) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
-
-
-@dataclass(frozen=True, slots=True)
-class _Add:
-    request_id: str
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    received_ns: int
-    enqueued_ns: int
-    priority: int
-    tenant: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Abort:
-    request_id: str
 
 
 class RequestStream:
@@ -113,50 +93,34 @@ class RequestStream:
 
 
 class AsyncEngine:
-    """Runs an `LLMEngine` in a thread; `submit` from the event loop, iterate the stream."""
+    """The engine behind the event loop: `submit` from the event loop, iterate the stream.
+    `core` runs the step loop (`engine_core`: a thread or a process)."""
 
-    def __init__(self, engine: LLMEngine, max_waiting: int, step_log: Path | None = None
-                 ) -> None:
-        self.engine = engine
-        # unbuffered: each step's line is written as it ends (a killed server loses none)
-        self._step_log = open(step_log, "ab", buffering=0) if step_log else None
+    def __init__(self, core: EngineThread | EngineProcess, max_waiting: int) -> None:
+        self.core = core
+        self.info: EngineInfo = core.info
         self.max_waiting = max_waiting
-        self.stats: EngineStats = engine.stats()
+        self.stats: EngineStats = core.info.stats
         self.ready = asyncio.Event()
         self.startup_s: float | None = None
         self.failed: str | None = None
         self._streams: dict[str, RequestStream] = {}
-        self._commands: queue.SimpleQueue[_Add | _Abort] = queue.SimpleQueue()
-        # Requests handed over and taken in: each counter is written by one thread only.
+        # Requests handed over, and taken in by the engine as of its latest event.
         self._submitted = 0
         self._taken_in = 0
         self.num_preprocessing = 0  # read and being tokenized: they count as waiting
-        self._wakeup = threading.Event()
         self._stopping = False
         self._ids = itertools.count()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self, warmup: bool = True) -> None:
-        """Start the engine thread (call from the event loop); `ready` is set after warm-up."""
-        self._loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._run, args=(warmup,),
-                                        name="latlab-engine", daemon=True)
-        self._thread.start()
+        """Start the engine's loop (call from the event loop); `ready` is set after warm-up."""
+        self.core.start(warmup, self._receive)
 
     def stop(self) -> None:
-        """Stop the engine thread; requests still in flight end with EngineNotReady."""
+        """Stop the engine's loop; requests still in flight end with EngineNotReady."""
         self._stopping = True
-        self._wakeup.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        self.core.stop()
         self._fail_all(EngineNotReady("the server is shutting down"))
-        if self._step_log is not None:
-            self._step_log.close()
-
-    def _log_step(self, start_ns: int, end_ns: int, features: list[int]) -> None:
-        self._step_log.write(orjson.dumps(dict(zip(("start_ns", "end_ns", *FEATURE_FIELDS),
-                                                   (start_ns, end_ns, *features)))) + b"\n")
 
     def _fail_all(self, error: Exception) -> None:
         for stream in self._streams.values():
@@ -165,8 +129,7 @@ class AsyncEngine:
 
     @property
     def num_waiting(self) -> int:
-        return (len(self.engine.scheduler.waiting) + self._submitted - self._taken_in
-                + self.num_preprocessing)
+        return self.stats.num_waiting + self._submitted - self._taken_in + self.num_preprocessing
 
     def _check_capacity(self) -> None:
         if self.num_waiting >= self.max_waiting:
@@ -198,87 +161,33 @@ class AsyncEngine:
         stream = RequestStream(self, str(next(self._ids)))
         self._streams[stream.request_id] = stream
         self._submitted += 1
-        self._commands.put(_Add(stream.request_id, prompt_token_ids, params, received_ns,
-                                time.perf_counter_ns(), priority, tenant))
-        self._wakeup.set()
+        self.core.send(Add(stream.request_id, prompt_token_ids, params, received_ns,
+                           time.perf_counter_ns(), priority, tenant))
         return stream
 
     def _abort(self, request_id: str) -> None:
         self._streams.pop(request_id, None)
-        self._commands.put(_Abort(request_id))
-        self._wakeup.set()
+        self.core.send(Abort(request_id))
 
-    def _run(self, warmup: bool) -> None:
-        try:
-            self._serve(warmup)
-        except Exception as e:  # a bug in the engine: fail loudly, never hang the clients
-            log.exception("the engine thread failed")
-            self.failed = f"{type(e).__name__}: {e}"
-            self._loop.call_soon_threadsafe(self._fail_all, EngineNotReady(self.failed))
-
-    def _serve(self, warmup: bool) -> None:
-        started = time.perf_counter()
-        if warmup:
-            self.engine.warmup()
-        if self._stopping:
-            return
-        freeze_heap()
-        if self._step_log is not None:  # after the warm-up: only the steps that serve
-            self.engine.on_step = self._log_step
-        self.startup_s = time.perf_counter() - started
-        self.stats = self.engine.stats()
-        self._loop.call_soon_threadsafe(self.ready.set)
-        idle_unload = self.engine.config.idle_unload
-        while not self._stopping:
-            errors = self._drain_commands()
-            if errors:
-                self._loop.call_soon_threadsafe(self._dispatch, errors)
-            if not self.engine.has_unfinished():
-                self.stats = self.engine.stats()
-                woken = self._wakeup.wait(None if self.engine.is_sleeping else idle_unload)
-                if not (woken or self._stopping or self.engine.has_unfinished()):
-                    gc.unfreeze()  # so that unloading collects the model's cycles too
-                    self.engine.sleep()  # idle for --idle-unload seconds: scale to zero
-                    log.info("idle for %s s: the model is unloaded", idle_unload)
-                    self.stats = self.engine.stats()
-                self._wakeup.clear()
-                continue
-            was_sleeping = self.engine.is_sleeping
-            outputs = self.engine.step()
-            if was_sleeping:
-                freeze_heap()  # the model just loaded again
-            self.stats = self.engine.stats()
-            if outputs:
-                self._loop.call_soon_threadsafe(self._dispatch, outputs)
-
-    def _drain_commands(self) -> list[tuple[str, Exception]]:
-        errors = []
-        while True:
-            try:
-                command = self._commands.get_nowait()
-            except queue.Empty:
-                return errors
-            if isinstance(command, _Abort):
-                self.engine.abort(command.request_id)
-                continue
-            try:
-                self.engine.add_request(command.request_id, command.prompt_token_ids,
-                                        command.params, received_ns=command.received_ns,
-                                        enqueued_ns=command.enqueued_ns,
-                                        priority=command.priority, tenant=command.tenant)
-            except ValueError as e:
-                errors.append((command.request_id, EngineRequestError(str(e))))
-            except Exception as e:
-                log.error("request %s failed in the engine", command.request_id, exc_info=e)
-                errors.append((command.request_id, RequestFailed(f"{type(e).__name__}: {e}")))
-            self._taken_in += 1
+    def _receive(self, event: Event) -> None:
+        """An event of the engine's loop, on the event loop."""
+        if isinstance(event, Stepped):
+            self.stats, self._taken_in = event.stats, event.taken_in
+            self._dispatch(event.errors)
+            self._dispatch(event.outputs)
+        elif isinstance(event, Ready):
+            self.stats, self.startup_s = event.stats, event.startup_s
+            self.ready.set()
+        elif isinstance(event, Failed):
+            self.failed = event.error
+            self._fail_all(EngineNotReady(f"the engine failed: {event.error}"))
 
     def _dispatch(self, items: list[RequestOutput] | list[tuple[str, Exception]]) -> None:
         for item in items:
             request_id, payload = ((item.request_id, item) if isinstance(item, RequestOutput)
                                    else item)
             if getattr(payload, "finish_reason", None) is FinishReason.QUEUE_TIMEOUT:
-                delay = self.engine.config.max_queue_delay
+                delay = self.info.config.max_queue_delay
                 payload = QueueTimeout(f"the request waited more than --max-queue-delay {delay:g} "
                                        "s without being scheduled", max(1, round(delay)))
             stream = self._streams.get(request_id)
@@ -289,12 +198,3 @@ class AsyncEngine:
             stream._put(payload)
             if isinstance(payload, Exception) or payload.finished:
                 del self._streams[request_id]
-
-
-def freeze_heap() -> None:
-    """Move every object alive now (the model, tokenizer, app: about 200,000 of them) out of
-    the cyclic collector's reach, as vLLM does after start-up: a full collection over them
-    takes about 100 ms on a CPU core, a stop of every stream; what requests allocate later
-    is still collected."""
-    gc.collect()
-    gc.freeze()

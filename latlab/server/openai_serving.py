@@ -3,8 +3,8 @@
 Timestamps: `received` is taken by the app's outermost middleware (before routing and the
 body), so `preprocess` covers reading, validation, the chat template and tokenization. The
 body is in before the handler runs (bounded in size and time by `connections`), and only then
-does the request take a waiting slot (`--max-waiting`), held until the engine has it: a client slow to
-send holds no slot, and a 429 means the queue is full.
+does the request take a waiting slot (`--max-waiting`), held until the engine has it: a client
+slow to send holds no slot, and a 429 means the queue is full.
 """
 
 from __future__ import annotations
@@ -23,19 +23,30 @@ from fastapi.responses import JSONResponse
 
 from latlab.engine.outputs import RequestOutput
 from latlab.records.engine import ServeConfig
-from latlab.server.async_engine import (AsyncEngine, EngineNotReady, EngineRequestError,
-                                        QueueFull, QueueTimeout, RequestFailed,
-                                        RequestStream)
+from latlab.server.async_engine import (
+    AsyncEngine,
+    EngineNotReady,
+    EngineRequestError,
+    QueueFull,
+    QueueTimeout,
+    RequestFailed,
+    RequestStream,
+)
 from latlab.server.guards import require_json
 from latlab.server.prompts import PromptBuilder
-from latlab.server.schemas import (ApiError, AssistantMessage, ChatChoice,
-                                   ChatCompletionResponse, CompletionChoice,
-                                   CompletionResponse, GenerationRequest, Usage)
-from latlab.server.streaming import (Api, EngineStreamResponse, StreamEvents, engine_error,
-                                     usage_of)
+from latlab.server.schemas import (
+    ApiError,
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletionResponse,
+    CompletionChoice,
+    CompletionResponse,
+    GenerationRequest,
+    Usage,
+)
+from latlab.server.streaming import Api, EngineStreamResponse, StreamEvents, engine_error, usage_of
 from latlab.server.telemetry import Telemetry
 from latlab.server.timing import server_timing
-
 
 RETRY_AFTER_MAX_S = 60  # the longest Retry-After OpenAI's Python client honours
 # The tenant of a request for fair share (--fair-share): this header, else the `user` field.
@@ -49,9 +60,9 @@ class OpenAIServing:
         self.engine = engine
         self.settings = settings
         self.telemetry = telemetry
-        self.max_model_len = engine.engine.config.max_model_len
-        self.prompts = PromptBuilder(engine.engine.tokenizer, self.max_model_len,
-                                     engine.engine.model_config.vocab_size)
+        self.max_model_len = engine.info.config.max_model_len
+        self.prompts = PromptBuilder(engine.info.tokenizer, self.max_model_len,
+                                     engine.info.model_config.vocab_size)
         self._ignored: set[str] = set()  # unknown request fields already logged
 
     async def completions(self, request: Request) -> Any:
@@ -130,7 +141,7 @@ class OpenAIServing:
     async def _respond(self, request: Request, api: Api, body: GenerationRequest,
                        stream: RequestStream, num_prompt_tokens: int) -> Any:
         rid = request.state.request_id
-        if body.stream and self.engine.engine.config.max_queue_delay is not None:
+        if body.stream and self.engine.info.config.max_queue_delay is not None:
             try:  # hold the response until the request is scheduled: a refusal is still a 503
                 await stream.started()
             except (EngineRequestError, EngineNotReady, RequestFailed) as e:

@@ -1,7 +1,7 @@
 """`latlab serve`: build the engine, start uvicorn on uvloop, announce readiness.
 
 `run_server` blocks until SIGINT/SIGTERM, then shuts down cleanly (in-flight streams end,
-the engine thread stops).
+the engine's loop stops).
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from contextlib import contextmanager
 import uvicorn
 import uvloop
 
-from latlab.engine.engine import LLMEngine
+from latlab.engine.device import resolve_device
 from latlab.records.engine import EngineConfig, ServeConfig
 from latlab.server.app import create_app
 from latlab.server.async_engine import AsyncEngine
 from latlab.server.auth import read_api_key
 from latlab.server.connections import ConnectionGuard, GuardedH11Protocol
+from latlab.server.engine_core import engine_core
+from latlab.server.engine_messages import CoreKind
 
 FILES_KEPT = 128  # open files kept for the model, logs and the engine besides connections
 
@@ -65,8 +67,8 @@ def build_server(serve: ServeConfig) -> uvicorn.Server:
     serve = serve.model_copy(update={"api_key": read_api_key(serve.api_key, serve.api_key_file),
                                      "api_key_file": None,
                                      "max_connections": connection_limit(serve.max_connections)})
-    engine = AsyncEngine(LLMEngine(config.model_copy(update={"warmup": False})),
-                         config.max_waiting, step_log=serve.step_log)
+    engine = AsyncEngine(engine_core(core_kind(serve), config, serve.step_log),
+                         config.max_waiting)
     app = create_app(engine, serve, warmup=config.warmup)
     app.state.connections = guard = ConnectionGuard(serve)
     app.state.telemetry.registry.register(guard)
@@ -75,6 +77,16 @@ def build_server(serve: ServeConfig) -> uvicorn.Server:
                                   lifespan="on", backlog=serve.max_connections,
                                   http=functools.partial(GuardedH11Protocol, guard=guard)),
                    engine)
+
+
+def core_kind(serve: ServeConfig) -> CoreKind:
+    """`--engine-core auto`: a process of its own on CUDA, where one Python core is the
+    limit of a fast step; a thread on the CPU, where the steps use the cores."""
+    if serve.engine_core != "auto":
+        return serve.engine_core
+    config = serve.engine
+    cuda = resolve_device(config.device, config.quantization).type == "cuda"
+    return "process" if cuda else "thread"
 
 
 def connection_limit(wanted: int) -> int:
@@ -124,9 +136,10 @@ async def _announce(server: uvicorn.Server, config: EngineConfig, host: str, por
             server.should_exit = True
             return
         await asyncio.sleep(0.01)
-    model, device = engine.engine.model_config, engine.engine.device.type
+    model, device = engine.info.model_config, engine.info.device
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     print(f"latlab serve: ready on {url} (model {config.model}, "
-          f"{model.num_parameters / 1e6:.1f}M parameters, on {device}, "
+          f"{model.num_parameters / 1e6:.1f}M parameters, on {device}, engine in a "
+          f"{engine.core.kind}, "
           f"warm-up {engine.startup_s:.1f} s, startup {time.perf_counter() - started:.1f} s)",
           flush=True)

@@ -16,8 +16,13 @@ import orjson
 from fastapi.responses import StreamingResponse
 
 from latlab.engine.outputs import RequestOutput
-from latlab.server.async_engine import (EngineNotReady, EngineRequestError, QueueTimeout,
-                                        RequestFailed, RequestStream)
+from latlab.server.async_engine import (
+    EngineNotReady,
+    EngineRequestError,
+    QueueTimeout,
+    RequestFailed,
+    RequestStream,
+)
 from latlab.server.schemas import ApiError, GenerationRequest, Usage
 from latlab.server.telemetry import Telemetry
 from latlab.server.timing import server_timing

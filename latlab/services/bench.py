@@ -6,9 +6,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from rich.console import Console
 
@@ -16,7 +16,7 @@ from latlab.analysis import RunAnalysis, analyze
 from latlab.load.generator import run_load
 from latlab.load.telemetry.spans import join_run
 from latlab.metrics.client import client_check
-from latlab.metrics.summary import summarize
+from latlab.metrics.summary import RunContext, summarize
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder
 from latlab.records.spans import SPANS
@@ -52,12 +52,11 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
     spans = join_run(load.run) if (load.run.path / SPANS).is_file() else None
     records = load.run.read_table()
     window = run_window(load.config, records)
-    summary = summarize(records, window, config.slos,
-                        client=client_check(load.health, records, window, load.host),
-                        stop_reason=load.stop_reason, notes=load.notes,
-                        concurrency_cap=load.config.concurrency, users=load.config.users,
-                        scrapes=load.run.read_scrapes(),
-                        server_kind=load.config.target.server_kind)
+    summary = summarize(records, window, config.slos, context=RunContext(
+        client=client_check(load.health, records, window, load.host),
+        stop_reason=load.stop_reason, notes=load.notes, concurrency_cap=load.config.concurrency,
+        users=load.config.users, scrapes=load.run.read_scrapes(),
+        server_kind=load.config.target.server_kind))
     summary.spans = spans
     load.run.write_summary(summary)
     with RunStore(store or config.out) as runs:

@@ -5,24 +5,25 @@
 
 Spans arrive (OTLP/HTTP, or a file of exported ones), are grouped per trace and each LLM call
 becomes a record (`load.telemetry.observer`), appended to requests.jsonl as it completes; the
-calls are analysed a window at a time (`observe_windows`). At the end (the duration, the file's
-end, Ctrl-C) what is still waiting is explained with the spans it has, and the folder is
-finished like a bench run's: summary.json, report.html, the run store, plus the traffic as a
-replayable trace (trace.jsonl, latlab's trace rows) and the synthetic workload fitted to it
-(config.json → `bench`, what `latlab bench --config FOLDER` reruns; `latlab predict --replay
-FOLDER` replays the calls themselves).
+calls are analysed a window at a time (`observe_windows`), each window once the watermark
+(`load.telemetry.watermark`) says every call that started in it is in. At the end (the
+duration, the file's end, Ctrl-C) what is still waiting is explained with the spans it has,
+and the folder is finished like a bench run's: summary.json, report.html, the run store,
+plus the traffic as a replayable trace (trace.jsonl, latlab's trace rows) and the synthetic
+workload fitted to it (config.json → `bench`, what `latlab bench --config FOLDER` reruns;
+`latlab predict --replay FOLDER` replays the calls themselves).
 """
 
 from __future__ import annotations
 
 import shlex
 import sys
-from contextlib import nullcontext
 import threading
 import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import orjson
 
@@ -31,22 +32,31 @@ from latlab.analysis import RunAnalysis, analyze
 from latlab.analysis.findings import Finding
 from latlab.load.telemetry.observer import Observer
 from latlab.load.telemetry.otlp import SpanReceiver, iter_spans
+from latlab.load.telemetry.trace_wait import TraceWait
+from latlab.load.telemetry.watermark import EXPORT_DELAY_NS, Watermark
 from latlab.metrics.stats import ci_ranks
-from latlab.metrics.summary import summarize
+from latlab.metrics.summary import RunContext, summarize
 from latlab.metrics.workload_fit import fit_workload
-from latlab.records.config import Clock, RunConfig, Target
-from latlab.records.folder import RecordWriter, RunFolder
-from latlab.records.observe import (OBSERVE_JSON, TRACE_JSONL, ObserveConfig, ObservedWindow,
-                                    ObserveRecord, trace_rows)
 from latlab.records.columns import present
+from latlab.records.config import Clock, RunConfig, Target
 from latlab.records.files import write_json
+from latlab.records.folder import RecordWriter, RunFolder
+from latlab.records.observe import (
+    OBSERVE_JSON,
+    TRACE_JSONL,
+    ObserveConfig,
+    ObservedWindow,
+    ObserveRecord,
+    trace_rows,
+)
 from latlab.records.spans import SPANS, Span, SpanJoin
 from latlab.records.summary import RunSummary
 from latlab.records.target import redact
 from latlab.records.window import run_window
 from latlab.report.html import write_html
 from latlab.services.errors import InputError
-from latlab.services.observe_windows import Rolling, Windows
+from latlab.services.observe_notes import notes_on
+from latlab.services.observe_windows import Provisional, Rolling, Windows
 from latlab.store import RunStore, key_numbers
 
 REFRESH_S = 1.0
@@ -66,13 +76,15 @@ class ObserveResult:
 @dataclass
 class Live:
     """What the live view shows: the receiver's counts, the rolling window, the last closed
-    window (its budget and findings) and the peak-hours finding so far."""
+    window (its budget and findings), the one still waiting for late spans, and the
+    peak-hours finding so far."""
 
     endpoint: str | None
     elapsed_s: float
     record: ObserveRecord
     rolling: Rolling
     last: ObservedWindow | None
+    provisional: Provisional | None  # the latest window ended but not yet written
     peak: object | None
     pending_spans: int
 
@@ -110,23 +122,29 @@ class _Session:
         return self.spans.observer
 
     def take(self, now_ns: int, final: bool = False) -> None:
-        """Write the calls complete by `now_ns` (all when `final`); close their windows."""
+        """Write the calls complete by `now_ns` (all when `final`); close the windows the
+        watermark has passed."""
         records = self.observer.finish() if final else self.observer.ready(now_ns)
         lines = [orjson.dumps(r.to_json(), option=orjson.OPT_APPEND_NEWLINE) for r in records]
         self.writer.write_lines(lines)
         self.windows.add(records, lines)
-        self.windows.close(None if final else now_ns)
+        self.windows.close(None if final else self.observer.watermark(now_ns))
 
     def record(self) -> ObserveRecord:
         o = self.observer
         source = self.settings.target.otlp_endpoint or _source(self.config)
         return ObserveRecord(source=source, spans=o.spans, traces=o.traces,
                              calls=o.calls, traces_without_call=o.traces_without_call,
-                             forced=o.forced, unseen_model=o.unseen_model,
+                             forced=o.forced, late=self.windows.late,
+                             streamed=o.streamed[True], not_streamed=o.streamed[False],
+                             stream_unknown=o.streamed[None],
+                             unseen_model=o.unseen_model,
                              malformed=o.malformed,
                              rejected=self.spans.rejected, throttled=self.spans.throttled,
                              first_rejection=self.spans.first_rejection,
-                             windows=len(self.windows.kept), sources=dict(o.sources))
+                             windows=len(self.windows.kept), lag_s=o.mark.lag_ns / 1e9,
+                             trace_wait_s=o.wait.ns / 1e9, split_traces=o.wait.splits,
+                             sources=dict(o.sources))
 
 
 def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
@@ -139,7 +157,9 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
     stop = stop or threading.Event()
     if config.from_file is not None and not config.from_file.is_file():
         raise InputError(f"--from {config.from_file}: no such file")
-    spans = _Spans(Observer(config.trace_wait_s * 1e9, config.max_pending_spans))
+    mark = Watermark(EXPORT_DELAY_NS, int(config.max_lateness_s * 1e9))
+    wait = TraceWait(None if config.trace_wait_s is None else int(config.trace_wait_s * 1e9))
+    spans = _Spans(Observer(wait, config.max_pending_spans, mark))
     receiver = None if config.from_file is not None else _listen(config, spans)
     try:
         run = RunFolder.create(config.out, config.name)
@@ -150,8 +170,8 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
             target=Target(otlp_endpoint=receiver.endpoint if receiver else None),
             clock=Clock(perf_counter_ns=0, unix_time=0.0))
         run.write_config(settings)
-        windows = Windows(run, settings, int(config.window_s * 1e9),
-                          int(config.trace_wait_s * 1e9))
+        windows = Windows(run, settings, int(config.window_s * 1e9), mark.bound_ns,
+                          since_ns=None if receiver is None else time.time_ns())
         with run.record_writer() as writer, (open(run.path / SPANS, "ab") if config.keep_spans
                                              else nullcontext()) as kept:
             spans.file = kept
@@ -197,8 +217,8 @@ def _live(s: _Session, receiver: SpanReceiver, view: Callable[[Live], None] | No
         if view is not None:
             w = s.windows
             view(Live(receiver.endpoint, time.monotonic() - started, s.record(),
-                      w.rolling(now), w.kept[-1] if w.kept else None, w.peak,
-                      s.observer.pending_spans))
+                      w.rolling(s.observer.watermark(now)), w.kept[-1] if w.kept else None,
+                      w.provisional(now), w.peak, s.observer.pending_spans))
     s.spans.reject(receiver.rejected - s.spans.rejected, receiver.first_rejection)
     s.spans.throttled = receiver.throttled
 
@@ -243,9 +263,9 @@ def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
     if o.models:
         settings.target.model = o.models.most_common(1)[0][0]
     run.write_config(settings)
-    record.notes = _notes(record)
+    record.notes = notes_on(record)
     summary = summarize(table, run_window(settings, table), settings.slos or None,
-                        stop_reason=stop_reason, notes=record.notes)
+                        context=RunContext(stop_reason=stop_reason, notes=record.notes))
     summary.spans = SpanJoin(spans=o.spans, requests_joined=o.calls, requests_with_trace=o.calls,
                              sources=dict(o.sources), notes=record.notes)
     run.write_summary(summary)
@@ -259,36 +279,6 @@ def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
         analysis = analyze(run)
         write_html(run, analysis)
     return ObserveResult(run, record, summary, analysis, s.windows.kept, s.windows.peak)
-
-
-def _notes(r: ObserveRecord) -> list[str]:
-    notes = []
-    if not r.spans and r.source.startswith("--from"):
-        notes.append(f"no span latlab could read in {r.source[7:]}")
-    elif not r.spans:
-        notes.append(f"no span arrived at {r.source}: point the services' OTLP/HTTP trace "
-                     "exporters there (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)")
-    elif not r.calls:
-        notes.append(f"{r.spans:,} spans in {r.traces:,} traces, none an LLM call: latlab knows "
-                     "a call by a model server's span (vLLM's llm_request, latlab serve's, "
-                     "SGLang's) or a GenAI client span (opentelemetry-instrumentation-openai-v2)")
-    if r.unseen_model:
-        notes.append(f"{r.unseen_model:,} calls without their model server's spans: their model "
-                     "time is the client's, unsplit (export the model server's spans too)")
-    if r.forced:
-        notes.append(f"{r.forced:,} traces explained before they were complete, to keep memory "
-                     "bounded (--max-pending-spans)")
-    if r.malformed:
-        notes.append(f"{r.malformed:,} calls left out: their spans end before they start, or "
-                     "carry no time")
-    if r.throttled:
-        notes.append(f"{r.throttled:,} export requests refused while {r.source} was behind "
-                     "(503: exporters send them again; a sustained rate above what one core "
-                     "explains loses spans once their retries give up)")
-    if r.rejected:
-        notes.append(f"{r.rejected:,} bodies or lines held no spans latlab could read "
-                     f"(first: {r.first_rejection})")
-    return notes
 
 
 def _source(config: ObserveConfig) -> str:

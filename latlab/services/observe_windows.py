@@ -1,15 +1,22 @@
 """`latlab observe`'s windows: the calls by the window they started in (windows of `window_s`
-aligned to the clock, so a minute's window is that minute), each analysed and appended to
-windows.jsonl once the clock is `close_after` past its end (its last calls complete); a
-rolling window of the last `window_s` seconds for the live view. Memory holds the open
-windows' calls (as their JSON lines, half the size of the records) and the kept windows'
-one-line summaries, whatever the run's length.
+aligned to the clock, so a minute's window is that minute, each call in its own start time's
+window however late it arrives), each analysed and appended to windows.jsonl once the
+watermark (`load.telemetry.watermark`: every call that started before it is in) has passed
+its end; until then the live view shows it as provisional. A call that arrives after its
+window was written (later than --max-lateness) is counted late. A rolling window of the last
+`window_s` seconds before the watermark for the live view.
+
+An open window's calls wait on disk (their JSON lines, requests.jsonl's, appended to a scratch
+file of the window's as they come): memory holds a count per open window, the rolling
+window's numbers and the kept windows' one-line summaries, whatever the intake rate or the
+run's length; a window's calls are read (as columns, by DuckDB) only to analyse it.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import orjson
@@ -23,7 +30,7 @@ from latlab.records.reader import read_requests
 from latlab.records.table import RequestTable
 from latlab.records.timeline import RequestTimeline
 
-SCRATCH = ".window.jsonl"
+SCRATCH = ".window-{key}.jsonl"  # an open window's calls, in the run folder
 
 
 @dataclass
@@ -38,51 +45,85 @@ class Rolling:
     e2e: Quantiles
 
 
+@dataclass(frozen=True, slots=True)
+class Provisional:
+    """The latest window the clock has passed but the watermark has not: its calls so far."""
+
+    start_ns: int
+    end_ns: int
+    calls: int
+
+
+@dataclass(slots=True)
+class _Open:
+    """A window's calls so far: how many, in its scratch file."""
+
+    path: Path
+    calls: int = 0
+
+
 @dataclass
 class Windows:
     run: RunFolder
     config: RunConfig
     window_ns: int
-    close_after_ns: int
+    bound_ns: int  # --max-lateness: no call comes later than this after its window's end
+    since_ns: int | None = None  # when observe began listening (None: a file)
     kept: list[ObservedWindow] = field(default_factory=list)
     peak: Finding | None = None
-    _open: dict[int, list[bytes]] = field(default_factory=dict)  # a window's calls, as JSON
-    _closed_before: int | None = None  # every window starting before this is closed
-    _late: int = 0
+    late: int = 0  # calls that came after their window was written
+    _open: dict[int, _Open] = field(default_factory=dict)
+    _closed_before: int | None = None  # every window starting before this is written
+    _first: int | None = None  # the window of the first call seen
     _recent: deque = field(default_factory=deque)  # (start, ttft, e2e, ok) of the last calls
     _newest: int = 0
 
     def add(self, records: list[RequestTimeline], lines: list[bytes]) -> None:
         """The calls complete now, and each one's JSON line (requests.jsonl's)."""
+        by_window: dict[int, list[bytes]] = {}
         for r, line in zip(records, lines):
             start = r.origin_ns
             if start is None:
                 continue
             key = start // self.window_ns
             if self._closed_before is not None and key < self._closed_before:
-                self._late += 1
+                self.late += 1
             else:
-                self._open.setdefault(key, []).append(line)
+                by_window.setdefault(key, []).append(line)
+                self._first = key if self._first is None else min(self._first, key)
             ttft = r.first_token_ns - r.sent_ns if r.first_token_ns and r.sent_ns else None
             e2e = r.done_ns - r.sent_ns if r.done_ns and r.sent_ns else None
             self._recent.append((start, ttft, e2e, r.ok))
             self._newest = max(self._newest, start)
-        horizon = self._newest - self.close_after_ns - self.window_ns
+        for key, window_lines in by_window.items():
+            window = self._open.get(key)
+            if window is None:
+                window = self._open[key] = _Open(self.run.path / SCRATCH.format(key=key))
+            with open(window.path, "ab") as f:
+                f.write(b"".join(window_lines))
+            window.calls += len(window_lines)
+        horizon = self._newest - self.bound_ns - 2 * self.window_ns  # what `rolling` may show
         while self._recent and self._recent[0][0] < horizon:
             self._recent.popleft()
 
-    def close(self, now_ns: int | None = None) -> list[ObservedWindow]:
-        """Analyse and keep every window with calls the clock is `close_after` past (all
-        without `now_ns`), in order."""
+    def close(self, watermark_ns: int | None = None) -> list[ObservedWindow]:
+        """Analyse and keep every window with calls that ends by `watermark_ns` (all without
+        it: the observation's end), in order."""
+        if watermark_ns is not None:  # what `rolling` may show from now on
+            while self._recent and self._recent[0][0] < watermark_ns - self.window_ns:
+                self._recent.popleft()
         if not self._open:
             return []
-        last = max(self._open) if now_ns is None else \
-            (now_ns - self.close_after_ns) // self.window_ns - 1
+        last = max(self._open) if watermark_ns is None else \
+            watermark_ns // self.window_ns - 1
         closed = []
         for key in sorted(k for k in self._open if k <= last):
-            window, _ = analyze_window(self.run, self.config, self._table(key),
-                                       key * self.window_ns, (key + 1) * self.window_ns)
-            window.late, self._late = self._late, 0
+            start = key * self.window_ns
+            partial = (key == self._first or (watermark_ns is None and key == last)
+                       or (self.since_ns is not None and start < self.since_ns))
+            window, _ = analyze_window(self.run, self.config, self._table(key), start,
+                                       start + self.window_ns)
+            window.partial = partial
             closed.append(window)
         if closed:
             self._closed_before = max(last + 1, self._closed_before or 0)
@@ -93,23 +134,32 @@ class Windows:
             self.peak = peak_over(self.kept)
         return closed
 
+    def provisional(self, now_ns: int) -> Provisional | None:
+        """The latest window that has ended by `now_ns` and is not written yet."""
+        ended = [k for k in self._open if (k + 1) * self.window_ns <= now_ns]
+        if not ended:
+            return None
+        key = max(ended)
+        return Provisional(key * self.window_ns, (key + 1) * self.window_ns,
+                           self._open[key].calls)
+
     def _table(self, key: int) -> RequestTable:
-        """A window's calls as columns, parsed by the run's own reader (DuckDB) from a
-        scratch file: a dict per call would take a few times their lines' memory."""
-        scratch = self.run.path / SCRATCH
-        scratch.write_bytes(b"".join(self._open.pop(key, [])))
+        """A window's calls as columns, parsed by the run's own reader (DuckDB) from its
+        scratch file, in start order: the window is the same whatever order its calls
+        arrived in."""
+        scratch = self._open.pop(key).path
         try:
-            return read_requests(scratch)
+            table = read_requests(scratch)
         finally:
             scratch.unlink()
+        return table.take(np.argsort(table.origin_ns, kind="stable"))
 
-    def rolling(self, now_ns: int) -> Rolling:
-        """The calls that started in the last window's length before the clock's complete
-        part (`now_ns` less `close_after`)."""
-        start = now_ns - self.close_after_ns - self.window_ns
-        while self._recent and self._recent[0][0] < start:
+    def rolling(self, watermark_ns: int) -> Rolling:
+        """The calls that started in the window's length before the watermark."""
+        start = watermark_ns - self.window_ns
+        while self._recent and self._recent[0][0] < start - self.window_ns:
             self._recent.popleft()
-        rows = [row for row in self._recent if row[0] < start + self.window_ns]
+        rows = [row for row in self._recent if start <= row[0] < watermark_ns]
         ok = [row for row in rows if row[3]]
         seconds = self.window_ns / 1e9
 

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from latlab.metrics.request import MetricColumns, metric_columns
+from latlab.analysis.capacity import RunColumns
+from latlab.metrics.request import metric_columns
 from latlab.metrics.summary import summarize
 from latlab.metrics.throughput import inside
 from latlab.records.bench import BenchConfig
@@ -30,7 +32,6 @@ from latlab.records.calibration import Calibration
 from latlab.records.config import RunConfig
 from latlab.records.simulation import Fleet
 from latlab.records.summary import Prediction, RunSummary
-from latlab.records.table import RequestTable
 from latlab.records.window import run_window
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import on_clock
@@ -43,7 +44,7 @@ DRAW_SEED = 25
 
 # What a caller reads off each draw beside its summary (a sweep's point, a goal's value):
 # from the summary, the table, its metric columns and the requests inside the window.
-Judge = Callable[[RunSummary, RequestTable, MetricColumns, np.ndarray], Any]
+Judge = Callable[[RunColumns], Any]  # what a draw's columns are read for
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,8 @@ def run_draws(cal: Calibration, workload_for: Callable[[int], SimWorkload], flee
         summary = summarize(table, window, config.slos or None, metrics=metrics)
         chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)
         t = summary.throughput
-        out.append(DrawOutcome(summary, judge(summary, table, metrics, chosen) if judge else None,
-                               bool(t and t.fell_behind)))
+        judged = judge(RunColumns(summary, table, metrics, chosen)) if judge else None
+        out.append(DrawOutcome(summary, judged, bool(t and t.fell_behind)))
     return out
 
 

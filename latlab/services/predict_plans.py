@@ -24,7 +24,7 @@ from latlab.records.calibration import Calibration
 from latlab.records.folder import RunFolder
 from latlab.records.predict import Goal, PredictConfig
 from latlab.records.simulation import Fleet
-from latlab.records.sweep import Point, SweepConfig, SweepRecord
+from latlab.records.sweep import Point, SweepConfig, SweepRecord, SweepTarget
 from latlab.records.table import RequestTable
 from latlab.services.errors import InputError
 from latlab.services.predict import Predicted, predict_point, settings
@@ -68,17 +68,14 @@ class PredictedSweep(Sweep):
         point.slo_intervals = {}  # a simulated sample's CIs say nothing of the calibration's
         if not self.intervals.draws:
             return point
-        name, label, mode, load, arrivals = step
-        c, base = self.config, self.config.base
-        bench = base.model_copy(update={"arrivals": arrivals})
+        bench = self.config.base.model_copy(update={"arrivals": step.arrivals})
 
-        def judge(summary, table, metrics, inside) -> Point:
-            return capacity.point(summary, table, metrics, inside, label, mode, load, base.slos,
-                                  c.percentile, ci=False)
+        def judge(columns: capacity.RunColumns) -> Point:
+            return capacity.point(columns, step.point, self.judging(ci=False))
 
         outcomes = run_draws(self.cal, reseeded(bench, self.intervals.requests), self.fleet,
                              settings(bench, self.cal, "", self.fleet), self.intervals, judge)
-        draws = self.draws[label] = [o.judged for o in outcomes]
+        draws = self.draws[step.point.label] = [o.judged for o in outcomes]
         run = RunFolder(Path(point.run))  # the point's own summary.json gets its intervals
         run.write_summary(attach(run.read_summary(), outcomes, self.intervals, self.cal))
         grows = queue_grows(outcomes, self.intervals, point.fell_behind)
@@ -128,9 +125,9 @@ def predict_sweep(config: PredictConfig, cal: Calibration, where: str, err: Cons
                                                        "max_concurrency"},
                                               exclude_unset=True))
     folder = RunFolder.create(bench.out, f"sweep-{bench.name}").path
-    sweep = PredictedSweep(plan, folder, [], target={
-        "simulated": True, "model": cal.server, "calibration": where,
-        "calibration_fit": cal.headline(), "fleet": fleet.model_dump(mode="json")},
+    sweep = PredictedSweep(plan, folder, [], target=SweepTarget(
+        simulated=True, model=cal.server, calibration=where, calibration_fit=cal.headline(),
+        fleet=fleet.model_dump(mode="json")),
         definitions={"predicted": "every point is a simulated run (latlab predict)"},
         cal=cal, fleet=fleet, intervals=intervals)
 
@@ -192,8 +189,8 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
     def sized(n: int) -> Fleet:
         return fleet.model_copy(update={"replicas": n, "autoscale": None})
 
-    def judge(summary, table, metrics, chosen) -> float:
-        return goal_value(goal, table, metrics, np.ones(len(table), bool))
+    def judge(columns: capacity.RunColumns) -> float:
+        return goal_value(goal, columns.table, columns.metrics, np.ones(len(columns.table), bool))
 
     def meets(n: int) -> bool:
         workload = build(bench.workload, arrivals, bench.requests, bench.duration_s)

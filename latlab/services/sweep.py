@@ -22,13 +22,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from rich.console import Console
 
 from latlab import __version__
 from latlab.analysis import capacity
+from latlab.analysis.capacity import PointLoad
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.slo_max import slo_max
 from latlab.load import BenchError
@@ -37,7 +37,16 @@ from latlab.load.workload.traces import survey
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder, write_json
-from latlab.records.sweep import SWEEP_JSON, Mode, Point, SweepConfig, SweepRecord, SweepStop
+from latlab.records.sweep import (
+    SWEEP_JSON,
+    Mode,
+    Point,
+    StopReason,
+    SweepConfig,
+    SweepRecord,
+    SweepStop,
+    SweepTarget,
+)
 from latlab.records.target import redact
 from latlab.report.sweep_html import write_sweep_html
 from latlab.services.bench import run_bench
@@ -46,7 +55,16 @@ from latlab.units import ms
 
 ESCALATION = 1.5
 MAX_ESCALATIONS = 3
-Step = tuple[str, str, Mode, float | None, ArrivalConfig]  # folder, label, mode, load
+
+
+@dataclass(frozen=True)
+class Step:
+    """One point of the plan: its folder name's stem, its label, mode and load, and its
+    arrivals."""
+
+    name: str
+    point: PointLoad
+    arrivals: ArrivalConfig
 
 
 @dataclass
@@ -77,7 +95,7 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
                            progress=progress, command=sweep.command, store=config.base.out)
         if result.analysis is None:
             raise BenchError(f"could not analyse the point {result.run.path}")
-        sweep.target["model"] = result.analysis.config.target.model
+        sweep.target.model = result.analysis.config.target.model
         return result.analysis
 
     with sweep.recording(config.base.out), ExitStack() as stack:
@@ -89,7 +107,7 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
             engine = stack.enter_context(target_server(
                 config.base, folder / ("server.log" if config.base.launch else "engine.log")))
             url = engine.url
-            sweep.target |= {"url": url, "engine_ready_s": engine.ready_s}
+            sweep.target.url, sweep.target.engine_ready_s = url, engine.ready_s
         sweep.run(measure, console)
     return SweepResult(folder, sweep.record())
 
@@ -102,15 +120,17 @@ def plan(config: SweepConfig, points: list[Point]) -> Iterator[Step]:
 
     def rate(r: float) -> Step:
         if replayed is None:
-            return (f"rate-{r:.3g}", f"{r:.3g} req/s", "rate", r, config.arrivals(r, seed))
-        return (f"rate-{r:.3g}", f"{r:.3g} req/s (trace ×{r * speed:.3g})", "rate", r,
-                replayed.model_copy(update={"trace_speed": r * speed}))
+            return Step(f"rate-{r:.3g}", PointLoad(f"{r:.3g} req/s", "rate", r),
+                        config.arrivals(r, seed))
+        return Step(f"rate-{r:.3g}", PointLoad(f"{r:.3g} req/s (trace ×{r * speed:.3g})",
+                                               "rate", r),
+                    replayed.model_copy(update={"trace_speed": r * speed}))
 
     def users(n: int, mode: Mode = "concurrency") -> Step:
         label = {"synchronous": "sync (1 user)", "throughput": f"probe ({n} users)"}
-        return (f"{mode}-{n}", label.get(mode, f"{n} users"), mode,
-                None if mode == "synchronous" else float(n),
-                ArrivalConfig(process="closed", users=n, seed=seed))
+        return Step(f"{mode}-{n}", PointLoad(label.get(mode, f"{n} users"), mode,
+                                             None if mode == "synchronous" else float(n)),
+                    ArrivalConfig(process="closed", users=n, seed=seed))
 
     if config.rates is not None:
         yield from (rate(r) for r in sorted(set(config.rates)))
@@ -146,34 +166,33 @@ class Sweep:
     them: `run_point` takes the function that runs one."""
 
     def __init__(self, config: SweepConfig, folder: Path, command: list[str],
-                 target: dict[str, Any] | None = None,
+                 target: SweepTarget | None = None,
                  definitions: dict[str, str] | None = None) -> None:
         self.config = config
         self.folder = folder
         self.command = redact(command)
         self.created = time.time()
         self.points: list[Point] = []
-        self.target: dict[str, Any] = target or {
-            "url": config.base.url, "model": config.base.model,
-            "embedded": config.base.url is None and config.base.launch is None,
-            "launch": config.base.launch, "serve_args": redact(config.base.serve_args)}
+        self.target = target or SweepTarget(
+            url=config.base.url, model=config.base.model,
+            embedded=config.base.url is None and config.base.launch is None,
+            launch=config.base.launch,
+            serve_args=redact(config.base.serve_args))
         self.definitions = definitions or {}
         self.stopped = SweepStop(reason="running", message="")
 
     def run_point(self, step: Step, run: Callable[[BenchConfig], RunAnalysis],
                   console: Console) -> Point:
         """Run `step` through `run` (its bench config → the point's analysis)."""
-        name, label, mode, load, arrivals = step
-        base = self.config.base
+        base, arrivals = self.config.base, step.arrivals
         workers = (base.workers if arrivals.open_loop or base.workers == "auto"
                    else min(base.workers, arrivals.users))
         bench = BenchConfig(**{**dict(base), "out": self.folder, "arrivals": arrivals,
-                               "name": f"p{len(self.points):02d}-{name}", "workers": workers,
+                               "name": f"p{len(self.points):02d}-{step.name}",
+                               "workers": workers,
                                "tags": [*base.tags, f"sweep:{self.folder.name}"]})
-        console.print(f"[bold]point {len(self.points) + 1}[/]: {label}")
-        analysis = run(bench)
-        point = capacity.measure(analysis, label, mode, load, self.config.base.slos,
-                                 self.config.percentile)
+        console.print(f"[bold]point {len(self.points) + 1}[/]: {step.point.label}")
+        point = capacity.measure(run(bench), step.point, self.judging())
         if self.config.price_per_hour:
             point.cost = capacity.cost(self.config.price_per_hour, point.achieved,
                                        point.output_tokens_per_s)
@@ -217,7 +236,10 @@ class Sweep:
             self.stop("escalation_limit", f"not clearly saturated after {MAX_ESCALATIONS} "
                       f"steps of ×{ESCALATION} past the probe's throughput")
 
-    def stop_after(self, point: Point) -> str | None:
+    def judging(self, ci: bool = True) -> capacity.Judging:
+        return capacity.Judging(self.config.base.slos, self.config.percentile, ci)
+
+    def stop_after(self, point: Point) -> StopReason | None:
         """Whether the sweep ends after `point` (and why)."""
         if point.interrupted:
             self.stop("interrupted", "interrupted (Ctrl-C): the points finished so far are kept")
@@ -233,7 +255,7 @@ class Sweep:
             return "saturated"
         return None
 
-    def stop(self, reason: str, message: str) -> None:
+    def stop(self, reason: StopReason, message: str) -> None:
         if self.stopped.reason == "running":
             self.stopped = SweepStop(reason=reason, message=message)
 

@@ -7,7 +7,10 @@ included, so a run's traffic can be shared without its prompts.
 
 The export's rows: `timestamp` (ms from the window's first request, at --trace-speed),
 `input_length`, `output_length`, `hash_ids` (the trace's blocks, renumbered from 0 in order of
-first use; 512 tokens each), and latlab's `session`, `turn`, `tenant`, `priority` where known.
+first use; 512 tokens each), and latlab's `session`, `turn`, `tenant`, `priority` where known,
+and `api` where the trace says which API a request used (its `input_length` is then the
+server's count, the model's whole input: a replay through a chat API does not add its chat
+template to it again).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ def export_trace(config: TraceConfig, path: Path) -> int:
                         "input_length": row.prompt_tokens, "output_length": row.output_tokens,
                         "hash_ids": [renumbered.setdefault(h, len(renumbered))
                                      for h in row.hash_ids or ()]}
-                for name in ("session", "turn", "tenant", "priority"):
+                for name in ("session", "turn", "tenant", "priority", "api"):
                     if getattr(row, name) is not None:
                         line[name] = getattr(row, name)
                 out.write(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))

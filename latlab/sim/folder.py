@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from latlab.metrics.summary import summarize
+from latlab.metrics.summary import RunContext, summarize
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.summary import RunSummary
@@ -62,12 +62,13 @@ def write_run(result: SimResult, workload: SimWorkload, config: RunConfig, out: 
             writer.write(r)
     if n <= records:
         window = run_window(config, full)
-        summary = summarize(full, window, config.slos or None, stop_reason="done", notes=notes)
+        summary = summarize(full, window, config.slos or None,
+                            context=RunContext(stop_reason="done", notes=notes))
     else:
         light = request_table(result, lengths, api, tokens=False)
         window = run_window(config, light)
-        summary = summarize(light, window, config.slos or None, stop_reason="done",
-                            notes=[*notes, sim.records_note])
+        summary = summarize(light, window, config.slos or None, context=RunContext(
+            stop_reason="done", notes=[*notes, sim.records_note]))
         per_token = summarize(full, window)
         for key in PER_TOKEN:
             summary.latency[key] = per_token.latency[key]

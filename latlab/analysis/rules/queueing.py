@@ -29,7 +29,12 @@ OVERLOAD_WHERE = {
     "network": ("network: the link cannot carry the load", "move closer, more bandwidth"),
     "first token (unsplit)": ("before the first token (no server timings split it)",
                               "offer at most the achieved rate; add server timings to see more"),
+    "model server (unsplit)": ("the model server (its own spans were not seen to split it)",
+                               "offer at most the achieved rate; export the model server's "
+                               "spans to see more"),
 }
+OVERLOAD_ELSEWHERE = ("{bucket}: it grew with the load", "offer at most the achieved rate, or "
+                      "add capacity where it goes")
 
 
 def overload(a: RunAnalysis) -> Finding | Unevaluated | None:
@@ -49,7 +54,8 @@ def overload(a: RunAnalysis) -> Finding | Unevaluated | None:
     buckets = a.tail.buckets()
     worst = max(buckets, key=buckets.get)
     share, tail = a.mean.share(worst), a.tail.share(worst)
-    evidence = [f"achieved {achieved:.2f} req/s of {offered:.2f} offered ({pct(achieved / offered)})"
+    evidence = [f"achieved {achieved:.2f} req/s of {offered:.2f} offered "
+                f"({pct(achieved / offered)})"
                 + f"; {t.backlog_growth} more requests in flight at the last arrival than at "
                   "the window's start",
                 f"{worst}: {pct(share)} of the mean E2E, {pct(tail)} of the p99 tail's",
@@ -59,7 +65,8 @@ def overload(a: RunAnalysis) -> Finding | Unevaluated | None:
         first, last = windows[0], windows[-1]
         evidence.append(f"{worst} per request: {ms(first.budget.bucket(worst))} in {first.label} "
                         f"→ {ms(last.budget.bucket(worst))} in {last.label}")
-    where, fix = OVERLOAD_WHERE[worst]
+    where, fix = OVERLOAD_WHERE.get(worst, (OVERLOAD_ELSEWHERE[0].format(bucket=worst),
+                                            OVERLOAD_ELSEWHERE[1]))
     title = (f"overloaded: {pct(share)} of the time is queueing and the server falls behind"
              if worst == "queue & overhead" and share >= QUEUE_DOMINATES else
              f"overloaded: the server completes {pct(achieved / offered)} of the offered rate")
@@ -101,8 +108,8 @@ def queueing_under_load(a: RunAnalysis) -> Finding | Unevaluated | None:
         if ls >= fs + LOAD_SHARE_RISE and lw >= LOAD_GROWTH * fw and lw - fw >= LOAD_WAIT_MS:
             fired, impact = True, max(impact, ls)
     if not evaluated:
-        return Unevaluated("queueing_under_load", "needs requests at different load levels (in-flight "
-                                          "counts) or a run long enough for ≥ 2 time windows")
+        return Unevaluated("queueing_under_load", "needs requests at different load levels "
+                           "(in-flight counts) or a run long enough for ≥ 2 time windows")
     if not fired:
         return None
     return Finding("queueing_under_load", Severity.WARNING,

@@ -13,8 +13,9 @@ one LLM call sits under an application's root span (its components are `app_trac
 client's span, else the model server's own. Its server timing is the model server's
 (`spans.model_timing`); a client span's time beyond the model server's is the network between
 them (derived), split out of the application's `other`; a call seen only by its server has no
-network (unavailable), a call seen only by its client no model stages (its model time stays
-unattributed). Several LLM calls in one trace are an agent's task: each is a step (session =
+network (unavailable), a call seen only by its client no model stages: its time is the
+model's, unsplit (`model_call`: "model server (unsplit)"), its first token the client's where
+the span records it. Several LLM calls in one trace are an agent's task: each is a step (session =
 the trace), its `execute_tool` spans the tool steps between them.
 
 Times are each service's own wall clock (unix ns). The model server's first token is placed in
@@ -25,24 +26,21 @@ caller's) it is centred in it.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
 from latlab.load.telemetry.app_trace import application_of
+from latlab.load.telemetry.call_outcome import outcome_of
 from latlab.load.telemetry.spans import STAGE_NAMES, is_model_span, model_timing
 from latlab.records.spans import Span
-from latlab.records.timeline import Outcome, RequestTimeline, ServerTiming, SessionStep
+from latlab.records.timeline import RequestTimeline, ServerTiming, SessionStep
 
 CHAT_OPERATIONS = {"chat": "chat", "text_completion": "completions",
                    "generate_content": "chat"}
 TOOL_OPERATION = "execute_tool"
+TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
 NS_PER_S = 1e9
-# The OpenAI client's exception names (the GenAI instrumentation's `error.type`), by outcome.
-ERROR_TYPES = (("ratelimit", Outcome.HTTP_429), ("internalserver", Outcome.HTTP_5XX),
-               ("timeout", Outcome.TIMEOUT), ("connection", Outcome.CONNECTION_REFUSED),
-               ("badrequest", Outcome.HTTP_4XX), ("notfound", Outcome.HTTP_4XX),
-               ("authentication", Outcome.HTTP_4XX), ("permissiondenied", Outcome.HTTP_4XX),
-               ("unprocessable", Outcome.HTTP_4XX), ("conflict", Outcome.HTTP_4XX))
+
 
 
 @dataclass(slots=True)
@@ -99,6 +97,18 @@ def calls_of(trace: Sequence[Span]) -> list[Call]:
     return sorted(calls, key=lambda c: c.outer.start_ns)
 
 
+def streamed(call: Call) -> bool | None:
+    """Whether the call streamed, where its spans say (the GenAI client span's
+    `gen_ai.request.stream`, or a first chunk's time only a stream has); None: unknown (the
+    instrumentation's default spans, a model server's, do not record it)."""
+    if call.client is None:
+        return None
+    stream = call.client.attributes.get("gen_ai.request.stream")
+    if isinstance(stream, bool):
+        return stream
+    return True if TIME_TO_FIRST_CHUNK in call.client.attributes else None
+
+
 def joined(client: Call, server: Call) -> Call:
     """A client's call and a server's call of another trace that share an id (the client did
     not propagate its trace): one call, the server's spans under the client's."""
@@ -117,15 +127,20 @@ def record_of(call: Call, index: int, step: SessionStep | None = None) -> Reques
         timing = _with_application(call, root, model)
     elif call.server is not None and call.client is None and model is not None:
         timing.total = None  # nobody's side of the network was seen
+    if call.server is None:  # the client's span is all there is of the model's time
+        timing = timing or ServerTiming(source=f"otlp:{call.client.service or 'unknown'}")
+        timing.model_call = call.client.duration_ms
     r = RequestTimeline(id=call.id or outer.span_id, index=index, api=_api(call),
                         scheduled_ns=outer.start_ns, sent_ns=outer.start_ns,
                         done_ns=outer.end_ns, server=timing, trace_id=outer.trace_id,
                         server_request_id=call.id, cached_tokens=cached, session=step,
                         tenant=(root or call.client).service if (root or call.client) else None)
-    r.outcome, r.error = _outcome(call, outer)
+    r.outcome, r.error = outcome_of([s for s in (outer, call.client, call.server) if s])
     _tokens(r, call)
     if call.server is not None and model is not None:
         _token_times(r, call, model)
+    elif call.client is not None:
+        _client_first_token(r, call.client)
     return r
 
 
@@ -214,6 +229,14 @@ def _token_times(r: RequestTimeline, call: Call, model: ServerTiming) -> None:
         r.last_token_ns = min(r.last_token_ns, r.done_ns) if r.last_token_ns else None
 
 
+def _client_first_token(r: RequestTimeline, client: Span) -> None:
+    """The client's own first chunk, where its GenAI span records it (the instrumentation's
+    `gen_ai.response.time_to_first_chunk`, a streamed call's, in seconds)."""
+    ttfc = client.attributes.get(TIME_TO_FIRST_CHUNK)
+    if isinstance(ttfc, (int, float)) and not isinstance(ttfc, bool) and ttfc >= 0:
+        r.first_token_ns = min(client.start_ns + int(ttfc * NS_PER_S), client.end_ns)
+
+
 def _shift(call: Call) -> int:
     """What moves the server's span onto its caller's clock: nothing while it fits inside the
     client's span (after the start of its caller's, an HTTP client span ending at the
@@ -226,25 +249,6 @@ def _shift(call: Call) -> int:
     if c is None:
         return caller.start_ns - s.start_ns
     return (c.start_ns + c.end_ns - s.start_ns - s.end_ns) // 2
-
-
-def _outcome(call: Call, outer: Span) -> tuple[Outcome, str | None]:
-    """How the call ended, from the HTTP status and errors its spans recorded."""
-    spans = [s for s in (outer, call.client, call.server) if s is not None]
-    for s in spans:
-        status = s.attributes.get("http.response.status_code", s.attributes.get(
-            "http.status_code"))
-        if isinstance(status, int) and status >= 400:
-            kind = (Outcome.HTTP_429 if status == 429 else
-                    Outcome.HTTP_5XX if status >= 500 else Outcome.HTTP_4XX)
-            return kind, f"{s.name}: HTTP {status}"
-    for s in spans:
-        if s.status == "error":
-            error = str(s.attributes.get("error.type") or "error")
-            kind = next((o for name, o in ERROR_TYPES if name in error.lower()),
-                        Outcome.CLIENT_ERROR)
-            return kind, f"{s.name}: {error}"
-    return Outcome.OK, None
 
 
 def _api(call: Call) -> str:

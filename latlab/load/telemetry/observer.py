@@ -1,16 +1,21 @@
 """Spans arriving from a live service, turned into call records (`latlab observe`).
 
 Spans come in batches, a trace's spans in several (each service exports its own, seconds
-apart), so they are grouped per trace until the trace has been quiet for `wait_ns`, as an
-OpenTelemetry Collector's group-by-trace processor does; then its LLM calls become records
+apart), so they are grouped per trace until the trace has been quiet for a while (`trace_wait`:
+learnt from the gaps seen between a trace's spans, or --trace-wait), as an OpenTelemetry
+Collector's group-by-trace processor does; then its LLM calls become records
 (`calls`). Memory stays bounded: at most `max_spans` spans wait, past it the trace quiet the
 longest is explained with the spans it has (`forced`). A call seen by one side only that names
 the other's id (a client that did not propagate its trace context, so its model server's span
-is in another trace) waits `wait_ns` more for its other half, then goes alone.
+is in another trace) waits as long again for its other half, then goes alone.
 
-    observer = Observer(wait_ns=5e9, max_spans=200_000)
+Each call's lateness (its first span's arrival after its start) and the earliest start still
+waiting give the `watermark`: the start time before which every call is in (`watermark`).
+
+    observer = Observer(TraceWait(), max_spans=200_000, mark=Watermark(5e9, 120e9))
     observer.add(spans, now_ns)            # from the receiver's thread
     records = observer.ready(now_ns)       # complete calls, from the main thread
+    observer.watermark(now_ns)             # calls that started before it are all in
     records += observer.finish()           # at the end: everything still waiting
 
 `now_ns` is the clock traces are quiet by: the arrival time live; a file's span end times.
@@ -20,23 +25,56 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
-from typing import Iterable
+from collections.abc import Iterable
+from dataclasses import dataclass
 
-from latlab.load.telemetry.calls import Call, calls_of, joined, record_of, steps_of
+from latlab.load.telemetry.calls import Call, calls_of, joined, record_of, steps_of, streamed
+from latlab.load.telemetry.trace_wait import TraceWait
+from latlab.load.telemetry.watermark import EXPORT_DELAY_NS, Watermark
 from latlab.records.spans import Span
 from latlab.records.timeline import RequestTimeline
 
+DEFAULT_BOUND_NS = 120 * 10**9  # --max-lateness's default
+EXPLAINED_KEPT = 50_000  # trace ids explained lately, to tell a split trace's late spans
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A trace's spans so far: when its first and last arrived, its earliest start."""
+
+    spans: list[Span]
+    first_ns: int
+    last_ns: int
+    start_ns: int
+
+
+@dataclass(slots=True)
+class _Half:
+    """A call seen by one side only, waiting until `due_ns` for its other half; when its
+    trace's first span arrived, and its trace's earliest start."""
+
+    call: Call
+    due_ns: int
+    first_ns: int
+    start_ns: int
+
 
 class Observer:
-    def __init__(self, wait_ns: float, max_spans: int) -> None:
-        self.wait_ns, self.max_spans = int(wait_ns), max_spans
+    def __init__(self, wait: TraceWait | float, max_spans: int,
+                 mark: Watermark | None = None) -> None:
+        """`wait`: the trace wait, or a fixed one in ns."""
+        self.wait = wait if isinstance(wait, TraceWait) else TraceWait(int(wait))
+        self.max_spans = max_spans
+        self.mark = mark or Watermark(EXPORT_DELAY_NS, DEFAULT_BOUND_NS)
         self.spans = self.traces = self.calls = 0
         self.traces_without_call = self.forced = self.unseen_model = self.malformed = 0
         self.sources: Counter[str] = Counter()
+        self.streamed: Counter[bool | None] = Counter()  # True, False, None: unknown
         self.models: Counter[str] = Counter()
-        self._pending: OrderedDict[str, tuple[list[Span], int]] = OrderedDict()
+        self._pending: OrderedDict[str, _Waiting] = OrderedDict()  # the quiet longest first
         self._held = 0
-        self._halves: OrderedDict[str, tuple[Call, int]] = OrderedDict()
+        self._halves: OrderedDict[str, _Half] = OrderedDict()
+        self._explained: OrderedDict[str, int] = OrderedDict()  # trace → its last arrival
         self._lock = threading.Lock()
 
     @property
@@ -48,46 +86,69 @@ class Observer:
         with self._lock:
             for s in spans:
                 entry = self._pending.pop(s.trace_id, None)
-                group = entry[0] if entry is not None else []
-                group.append(s)
-                self._pending[s.trace_id] = (group, now_ns)
+                if entry is None:
+                    entry = _Waiting([], now_ns, now_ns, s.start_ns)
+                    explained = self._explained.pop(s.trace_id, None)
+                    if explained is not None:
+                        self.wait.split(now_ns - explained)
+                else:
+                    self.wait.gap(now_ns - entry.last_ns)
+                entry.spans.append(s)
+                entry.last_ns = now_ns
+                entry.start_ns = min(entry.start_ns, s.start_ns)
+                self._pending[s.trace_id] = entry
                 self._held += 1
                 self.spans += 1
 
+    def watermark(self, now_ns: int) -> int:
+        """The start time before which every call is in, at `now_ns` (`Watermark.at`)."""
+        with self._lock:
+            starts = [w.start_ns for w in self._pending.values()]
+        starts += [half.start_ns for half in self._halves.values()]
+        return self.mark.at(now_ns, min(starts, default=None))
+
     def ready(self, now_ns: int) -> list[RequestTimeline]:
-        """The calls of every trace quiet for `wait_ns` (and of the oldest beyond the memory
-        bound), and the halves that waited long enough for their other half."""
+        """The calls of every trace quiet for the trace wait (and of the oldest beyond the
+        memory bound), and the halves that waited long enough for their other half."""
         complete = []
+        wait = self.wait.ns
         with self._lock:
             while self._pending:
-                trace_id, (group, last) = next(iter(self._pending.items()))
+                trace_id, waiting = next(iter(self._pending.items()))
                 over = self._held > self.max_spans
-                if last + self.wait_ns > now_ns and not over:
+                if waiting.last_ns + wait > now_ns and not over:
                     break
                 del self._pending[trace_id]
-                self._held -= len(group)
-                self.forced += last + self.wait_ns > now_ns
-                complete.append(group)
-        out = [r for group in complete for r in self._trace(group, now_ns)]
+                self._held -= len(waiting.spans)
+                complete.append(waiting)
+                if waiting.last_ns + wait > now_ns:
+                    self.forced += 1  # its later spans are the memory bound's, not the wait's
+                    continue
+                self._explained[trace_id] = waiting.last_ns
+                if len(self._explained) > EXPLAINED_KEPT:
+                    self._explained.popitem(last=False)
+            self.wait.traces += len(complete)
+        out = [r for waiting in complete for r in self._trace(waiting, now_ns)]
         while self._halves:
-            key, (call, due) = next(iter(self._halves.items()))
-            if due > now_ns:
+            key, half = next(iter(self._halves.items()))
+            if half.due_ns > now_ns:
                 break
             del self._halves[key]
-            out.append(self._record(call))
+            out.append(self._record(half.call, half.first_ns))
         return out
 
     def finish(self) -> list[RequestTimeline]:
         """Every call still waiting, with the spans it has."""
         far = 1 << 62
         out = self.ready(far)
-        out += [self._record(call) for call, _ in self._halves.values()]
+        out += [self._record(half.call, half.first_ns) for half in self._halves.values()]
         self._halves.clear()
         return out
 
-    def _trace(self, spans: list[Span], now_ns: int) -> list[RequestTimeline]:
+    def _trace(self, waiting: _Waiting, now_ns: int) -> list[RequestTimeline]:
         self.traces += 1
-        calls = calls_of(spans)
+        calls = calls_of(waiting.spans)
+        first = waiting.first_ns
         timed = [c for c in calls if 0 < c.outer.start_ns <= c.outer.end_ns]
         self.malformed += len(calls) - len(timed)
         calls = timed
@@ -98,11 +159,12 @@ class Observer:
             key = calls[0].id
             other = self._halves.pop(key, None)
             if other is None:
-                self._halves[key] = (calls[0], now_ns + self.wait_ns)
+                self._halves[key] = _Half(calls[0], now_ns + self.wait.ns, first,
+                                          waiting.start_ns)
                 return []
-            pair = (calls[0], other[0]) if calls[0].client else (other[0], calls[0])
-            return [self._record(joined(*pair))]
-        return [self._record(c, step) for c, step in zip(calls, steps_of(calls))]
+            pair = (calls[0], other.call) if calls[0].client else (other.call, calls[0])
+            return [self._record(joined(*pair), min(first, other.first_ns))]
+        return [self._record(c, first, step) for c, step in zip(calls, steps_of(calls))]
 
     @staticmethod
     def _half(call: Call) -> bool:
@@ -111,10 +173,13 @@ class Observer:
         return alone and call.id is not None and (call.client is not None or
                                                   call.server.parent_span_id is None)
 
-    def _record(self, call: Call, step=None) -> RequestTimeline:
+    def _record(self, call: Call, first_ns: int, step=None) -> RequestTimeline:
+        """The call's record; `first_ns`: when its trace's first span arrived."""
         r = record_of(call, self.calls, step)
         self.calls += 1
+        self.mark.saw(first_ns - r.origin_ns)
         self.unseen_model += call.server is None
+        self.streamed[streamed(call)] += 1
         if r.server is not None and r.server.source:
             self.sources[r.server.source] += 1
         model = next((s.attributes.get(k) for s in (call.server, call.client) if s is not None

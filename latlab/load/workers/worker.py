@@ -40,7 +40,7 @@ FAILURES_ABORT_MIN = 10  # failures before the share may stop a run
 CONSECUTIVE_FAILURES_ABORT = 200
 
 
-@dataclass
+@dataclass(kw_only=True)
 class WorkerPlan:
     """What one worker process needs besides the config (picklable)."""
 

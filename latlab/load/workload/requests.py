@@ -6,6 +6,7 @@ the same requests, and a rerun with the same config sends the same prompts.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -17,9 +18,9 @@ from latlab.load.workload.datasets import load_dataset
 from latlab.load.workload.trace_requests import TracePrompts, session_step, trace_step
 from latlab.load.workload.traces import Replayed, TraceCursor
 from latlab.records.arrivals import ArrivalConfig
-from latlab.records.timeline import SessionStep, TraceStep
 from latlab.records.lengths import WorkloadError
-from latlab.records.workload import Api, CHAT_APIS, WorkloadConfig
+from latlab.records.timeline import SessionStep, TraceStep
+from latlab.records.workload import CHAT_APIS, Api, WorkloadConfig
 from latlab.tokenizer import Tokenizer, TokenizerError
 
 __all__ = ["Api", "RequestSpec", "Workload", "WorkloadError"]
@@ -125,6 +126,9 @@ class Workload:
         prompt, output = self._prompts.lengths(replayed)
         spec.prompt_tokens = prompt
         spec.max_tokens = output or self.config.output_tokens.sample(rng)
+        if replayed.row.api is not None and self.config.api in CHAT_APIS:
+            # the row's count is the model's whole input: the server adds the template again
+            prompt = max(1, prompt - self.chat_template_tokens)
         text = self._prompts.text(replayed, prompt)
         if self.config.api in CHAT_APIS:
             spec.messages = [{"role": "user", "content": text}]
@@ -149,6 +153,12 @@ class Workload:
         spec.max_tokens -= needed - limit
         spec.fitted = True
         return True
+
+    @functools.cached_property
+    def chat_template_tokens(self) -> int:
+        """What the chat template adds around one user message (the tokenizer's)."""
+        return len(self.tokenizer.encode(self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": ""}])))
 
     @property
     def dataset(self) -> list | None:

@@ -5,7 +5,10 @@ order (`traces.Trace` sorts and windows them).
                         (and latlab's optional labels below, as `latlab trace --export` writes)
     latlab              {"timestamp": s | "timestamp_ms": ms, "prompt_tokens": N,
                          "output_tokens": N, "hash_ids": [...], "session": ID, "turn": N,
-                         "tenant": NAME, "priority": N}           (all but the time optional)
+                         "tenant": NAME, "priority": N, "api": API}
+                        (all but the time optional; with `api` the prompt's count is the
+                        server's, the model's whole input: a replay through a chat API does
+                        not add its chat template to it again)
     Azure LLM (2023/24) TIMESTAMP,ContextTokens,GeneratedTokens   (dates; extra columns ignored)
     BurstGPT            Timestamp,[Session ID,Elapsed time,]Model,Request tokens,
                         Response tokens,Total tokens,Log Type     (seconds)
@@ -15,15 +18,18 @@ from __future__ import annotations
 
 import csv
 import math
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any, get_args
 
 import orjson
 
 from latlab.load.workload.trace_rows import TraceRow, TraceSource
+from latlab.records.workload import Api
 
 Rows = Callable[[TraceSource], Iterator[TraceRow]]
 ZERO = "rows asking for 0 tokens (failed requests in the source)"
+APIS = get_args(Api)
 AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT = ("Timestamp", "Request tokens", "Response tokens")
 SESSION_ID = "Session ID"  # BurstGPT v2: empty on its API logs
@@ -102,7 +108,8 @@ def _latlab(src: TraceSource) -> Iterator[TraceRow]:
 
 def _labelled(src: TraceSource, n: int, row: dict[str, Any], turns: dict[str, int],
               out: TraceRow) -> TraceRow:
-    """`out` with the row's session (its turn counted when not given), tenant and priority."""
+    """`out` with the row's session (its turn counted when not given), tenant, priority and
+    API."""
     session = row.get("session")
     if session is not None:
         out.session = str(session)
@@ -116,6 +123,10 @@ def _labelled(src: TraceSource, n: int, row: dict[str, Any], turns: dict[str, in
     if priority is not None and not _is_int(priority):
         raise src.error(n, "priority", f"must be an integer (got {priority!r})")
     out.priority = priority
+    api = row.get("api")
+    if api is not None and api not in APIS:
+        raise src.error(n, "api", f"must be one of {', '.join(APIS)} (got {api!r})")
+    out.api = api
     return out
 
 
@@ -190,7 +201,7 @@ def _date(src: TraceSource, line: int, field: str, text: str) -> float:
         raise src.error(line, field, f"must be a date like 2023-11-16 18:15:46.68 (got "
                         f"{text!r})") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
 
 

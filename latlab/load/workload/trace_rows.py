@@ -33,6 +33,10 @@ class TraceRow:
     turn: int | None = None
     tenant: str | None = None
     priority: int | None = None
+    # The API the request was sent with, where the trace says (latlab's own traces): its
+    # prompt_tokens are then the server's count, the model's whole input (a chat request's
+    # chat template included), which a replay through a chat API must not add to again.
+    api: str | None = None
 
 
 class TraceSource:

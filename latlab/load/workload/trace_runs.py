@@ -7,7 +7,7 @@ time; a run holds one record per request it sent, so the columns are what the ru
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +21,7 @@ _i64, _str = pa.int64(), pa.string()
 COLUMNS = pa.schema([
     ("index", _i64), ("scheduled_ns", _i64), ("sent_ns", _i64), ("outcome", _str),
     ("prompt_tokens", _i64), ("prompt_tokens_planned", _i64), ("completion_tokens", _i64),
-    ("max_tokens", _i64), ("tenant", _str), ("priority", _i64),
+    ("max_tokens", _i64), ("tenant", _str), ("priority", _i64), ("api", _str),
     ("session", pa.struct([("id", _str), ("turn", _i64)])),
     ("trace", pa.struct([("hash_ids", pa.list_(_i64))]))])
 
@@ -47,7 +47,9 @@ def run_rows(src: TraceSource) -> Iterator[TraceRow]:
             src.skip("requests without a prompt or output length")
             continue
         session, trace = col["session"][i] or {}, col["trace"][i] or {}
+        # the server's count is the model's whole input: `api` says so (TraceRow.api)
+        api = (col["api"][i] or "completions") if col["prompt_tokens"][i] else None
         yield TraceRow(col["index"][i] if col["index"][i] is not None else i, i + 1,
                        origin[i] / 1e9, prompt, output, trace.get("hash_ids") or None,
                        session.get("id"), session.get("turn"), col["tenant"][i],
-                       col["priority"][i])
+                       col["priority"][i], api)
