@@ -3,9 +3,10 @@ the setting it changes: `Change`), or what it would need."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 

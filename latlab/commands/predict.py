@@ -13,7 +13,7 @@ Every percentile comes with an interval (`--draws` worlds drawn from the calibra
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from rich.console import Console
 

@@ -10,9 +10,9 @@ was measured against the predicted value and its interval, percentile by percent
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from pydantic import ValidationError
 

@@ -6,8 +6,8 @@ Each source fills what it knows; none answering is no error (the advice then hed
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import orjson
@@ -122,7 +122,7 @@ async def server_settings(url: str, api_key: str | None = None) -> ServerSetting
                     raw = await read_at_most(resp, MAX_BYTES)
                 body = orjson.loads(raw) if is_json else raw.decode("utf-8", "replace")
                 found = read(body) if isinstance(body, (dict, str)) else {}
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, StreamFault):
+            except (TimeoutError, aiohttp.ClientError, OSError, ValueError, StreamFault):
                 continue
             if not any(v is not None for v in found.values()):
                 continue
