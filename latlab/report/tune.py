@@ -32,7 +32,10 @@ def print_tune(out: Console, r: TuneRecord) -> None:
                                 + (f" ({100 * gain:+.0f}%)" if gain is not None else "")
                                 + " measured with ab"), highlight=False)
     else:
-        out.print(Text("no setting measured better than the start: keep it", style="bold"))
+        unsure = [c for c in r.candidates if c.verdict == "can't tell"]
+        out.print(Text("no setting measured better than the start: keep it"
+                       + (f" (ab could not tell for {len(unsure)}: more --rounds would)"
+                          if unsure else ""), style="bold"))
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for i, column in enumerate(("setting", "predicted req/s", "gain (90% interval)",
                                 "measured start → it", "ab", "")):

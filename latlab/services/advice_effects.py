@@ -20,13 +20,13 @@ from typing import Literal
 import numpy as np
 
 from latlab.analysis.advice import joined, with_args
+from latlab.analysis.capacity import RunColumns
 from latlab.analysis.findings import Advice, Change, Finding
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.records.calibration import Calibration
 from latlab.records.config import RunConfig
 from latlab.records.engine import SHAPE_FIELDS
 from latlab.records.simulation import Fleet
-from latlab.records.summary import RunSummary
 from latlab.services.predict_intervals import Intervals, reseeded, run_draws
 from latlab.sim import calibration as calibrations
 from latlab.sim.calibrate_run import CalibrationError
@@ -129,7 +129,8 @@ def predict_effect(cal: Calibration, config: RunConfig, fleet: Fleet, change: Ch
     intervals = Intervals(draws=draws, level=LEVEL, requests=REQUESTS)
     workload_for = reseeded(bench, intervals.requests)
 
-    def judge(summary: RunSummary, *_: object) -> tuple[float, float]:
+    def judge(run: RunColumns) -> tuple[float, float]:
+        summary = run.summary
         value = summary.percentile(*metric)
         rate = summary.throughput.output_tokens_per_s if summary.throughput else math.nan
         return (math.nan if value is None else value), rate

@@ -186,7 +186,7 @@ def _screen(candidates: list[tuple[dict[Knob, int | bool], str]], cal: Calibrati
 
     def goodput(c: Calibration) -> np.ndarray:
         outcomes = run_draws(c, workload_for, fleet, run_config, intervals,
-                             lambda summary, *_: _goodput(summary) or 0.0)
+                             lambda run: _goodput(run.summary) or 0.0)
         return np.array([o.judged for o in outcomes], dtype=float)
 
     start = goodput(cal)
