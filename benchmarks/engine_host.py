@@ -129,7 +129,9 @@ def run_side(root: Path, args: argparse.Namespace) -> dict[str, dict[str, float]
     command = [sys.executable, __file__, "--measure", "--model", args.model, "--device",
                args.device, "--dtype", args.dtype, "--threads", str(args.threads),
                "--streams", str(args.streams), "--steps", str(args.steps)]
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    # the side's checkout first; what PYTHONPATH already held (a GPU machine's wheels) after
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"engine_host: the side at {root} failed:\n{done.stderr[-2000:]}")

@@ -32,18 +32,19 @@ def test_ab_alternates_the_sides_on_the_same_workload_and_finds_the_slower(tmp_p
     with Server(answer(0.002), metrics=counters) as fast, Server(answer(0.500)) as slow:
         result = CliRunner().invoke(app, [
             "ab", "--a", fast.url, "--b", slow.url, "--requests", "12", "--users", "2",
-            "--rounds", "3", "--max-rounds", "3", "--prompt-tokens", "16",
-            "--output-tokens", "2", "--out", str(tmp_path), "--json"])
+            "--rounds", "3", "--max-rounds", "3", "--warmup-rounds", "1", "--prompt-tokens",
+            "16", "--output-tokens", "2", "--out", str(tmp_path), "--json"])
         prompts = [[r["body"]["prompt"] for r in s.received] for s in (fast, slow)]
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
     assert [(r["side"], r["round"]) for r in record["rounds"]] == [
+        ("A", 0), ("B", 0),  # a warm-up round each, left out
         ("A", 1), ("B", 1), ("B", 2), ("A", 2), ("A", 3), ("B", 3)]  # ABBA: order cancels out
     # identical workloads, fresh words in every round of each side: no cache can hold them
     tokens = Tokenizer.load(None)
     assert sorted(len(tokens.encode(p)) for p in prompts[0]) == sorted(
         len(tokens.encode(p)) for p in prompts[1])
-    assert len(set(prompts[0] + prompts[1])) == 72
+    assert len(set(prompts[0] + prompts[1])) == 96
     ttft = next(c for c in record["changes"] if c["key"] == "p50_ttft")
     # B's server waits 498 ms longer for the first token: hundreds of times A's, which a
     # busy spell slowing a round by a few hundred ms does not hide on the log scale; a busy
@@ -55,7 +56,7 @@ def test_ab_alternates_the_sides_on_the_same_workload_and_finds_the_slower(tmp_p
     assert record["counters"]["B"] == {}  # no /metrics: nothing to explain with
     with RunStore(tmp_path) as store:
         tags = sorted(tag for run in store.list() for tag in run.tags)
-    assert tags == ["ab:A"] * 3 + ["ab:B"] * 3
+    assert tags == ["ab:A"] * 4 + ["ab:B"] * 4
 
 
 def test_bad_ab_options_are_usage_errors(tmp_path):
@@ -95,7 +96,7 @@ def test_counters_explain_with_ratios_of_their_growth():
 def ab_json(tmp_path, url: str, *more: str) -> dict:
     result = CliRunner().invoke(app, [
         "ab", "--a", url, "--b", url, "--requests", "12", "--users", "2", "--rounds", "3",
-        "--max-rounds", "3",
+        "--max-rounds", "3", "--warmup-rounds", "0",
         "--prompt-tokens", "16", "--output-tokens", "2", "--out", str(tmp_path), "--json",
         *more])
     assert result.exit_code == 0, result.output
@@ -139,7 +140,7 @@ def test_a_real_prefix_cache_effect_is_found_and_attributed(tmp_path):
     engine = "--model default --max-model-len 512 --num-kv-blocks 256 --no-warmup"
     result = CliRunner().invoke(app, [
         "ab", "--a", engine, "--b", f"{engine} --enable-prefix-caching", "--rounds", "2",
-        "--max-rounds", "4",
+        "--max-rounds", "4", "--warmup-rounds", "0",
         "--requests", "24", "--users", "1", "--prefix-tokens", "448", "--prompt-tokens", "16",
         "--output-tokens", "4", "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output

@@ -17,6 +17,7 @@ from latlab.records.engine import EngineConfig, ServeConfig
 from latlab.server.serve import build_server, core_kind
 
 PROCESS = {"engine_core": "process"}
+THREAD = {"engine_core": "thread"}  # `auto` is a process on CUDA
 GREEDY = {"prompt": "the engine core", "max_tokens": 24, "temperature": 0.0,
           "ignore_eos": True}
 
@@ -31,7 +32,7 @@ def streamed_text(url: str, body: dict) -> str:
 
 
 def test_a_process_engine_serves_what_a_thread_engine_serves():
-    with running_server() as thread:
+    with running_server(settings=THREAD) as thread:
         assert thread.engine.core.kind == "thread"
         expected = httpx.post(thread.url + "/v1/completions", json=GREEDY,
                               timeout=60).json()["choices"][0]["text"]

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from latlab.cli import app
 from latlab.services.bench import run_bench
 from latlab.load.telemetry.otlp import SpanReceiver, read_spans
-from latlab.load.telemetry.spans import clock_offset, join_run, match, timing_of
+from latlab.load.telemetry.spans import clock_offset, join_run, timing_of
+from latlab.load.telemetry.upstream import Joined, JoinedBy, join
 from latlab.records.bench import BenchConfig
 from latlab.records.config import Clock
 from latlab.records.folder import RunFolder
@@ -62,12 +63,14 @@ def test_vllm_spans_over_otlp_protobuf_join_by_trace_id(tmp_path):
     (span,) = read_spans(tmp_path / SPANS)
     assert span.name == "llm_request" and span.kind == "server" and span.service == "vllm"
     r = RequestTimeline(id="abc123", index=0, trace_id=TRACE)
-    timing, _ = timing_of(match([r], [span])["abc123"])
+    joined = join([r], [span], None)["abc123"]
+    assert joined.by == JoinedBy.TRACE
+    timing, _ = timing_of(joined.spans)
     assert timing.source == "otlp:vllm"
     assert (timing.queue, timing.prefill, timing.decode, timing.total) == pytest.approx(
         (12.0, 30.0, 60.0, 105.0))
     other = RequestTimeline(id="abc123", index=0, trace_id="0" * 32)  # joins by request id
-    assert match([other], [span])["abc123"] == [span]
+    assert join([other], [span], None)["abc123"] == Joined([span], JoinedBy.REQUEST_ID)
 
 
 def test_otlp_json_with_hex_ids(tmp_path):

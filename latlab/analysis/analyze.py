@@ -29,6 +29,7 @@ from latlab.analysis.budget import (
 )
 from latlab.analysis.decompose import NetworkBaseline, arrival_ns, decompose_all, label
 from latlab.analysis.diagnose import diagnose
+from latlab.analysis.hop import hop
 from latlab.analysis.requests import Requests, in_flight_at_send
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.server_view import server_view
@@ -102,6 +103,8 @@ def assemble(run: RunFolder, config: RunConfig, summary: RunSummary, requests: R
         scrapes=scrapes,
         server=server_view(scrapes, requests.table),
         tasks=task_budget(requests, chosen),
+        hop=hop(requests.table, chosen & parts.decomposed, config.target.gateway,
+                summary.spans),
     )
     if diagnosis:
         analysis.findings, analysis.unevaluated = diagnose(analysis)
@@ -126,14 +129,16 @@ def network_baseline(t: RequestTable, rtt_ms: float | None = None) -> NetworkBas
     connections."""
     arrived = arrival_ns(t)
     timed = t.ok & t.has_server & ~np.isnan(t.server["total"]) & present(t.sent_ns) \
-        & present(t.done_ns)
+        & present(t.done_ns) & np.isnan(t.server["gateway_intake"])  # a gateway's hop is no transit
     transit = np.sort(arrived[timed] / NS_PER_MS - t.sent_ns[timed] / NS_PER_MS
                       - t.server["total"][timed])
     connect = t.phases["connect_ns"]
     connects = np.sort(connect[t.new_connection & ~np.isnan(connect)] / NS_PER_MS)
-    if rtt_ms is None and len(connects):
-        rtt_ms = percentile(connects, 50)
-    return NetworkBaseline(transit_ms=percentile(transit, TRANSIT_BASELINE) if len(transit)
+    connect_ms = percentile(connects, 50) if len(connects) else None
+    if rtt_ms is None:
+        rtt_ms = connect_ms
+    return NetworkBaseline(connect_ms=connect_ms,
+                           transit_ms=percentile(transit, TRANSIT_BASELINE) if len(transit)
                            else None, rtt_ms=rtt_ms)
 
 
@@ -157,6 +162,18 @@ def _notes(a: RunAnalysis) -> list[str]:
                      "unavailable and lumped into 'first token (unsplit)'")
     else:
         notes.append(_provenance(a))
+    joined = a.summary.spans
+    if joined is not None and joined.spans:
+        ways = ", ".join(f"{by} {n}" for by, n in joined.joined_by.items())
+        notes.append(f"{joined.spans} spans arrived; {joined.requests_joined} requests joined "
+                     f"to theirs" + (f" (by {ways})" if ways else ""))
+        notes += joined.notes
+    gateway = a.config.target.gateway
+    if gateway is not None and a.hop is None and a.ok.any():
+        notes.append(f"the target is behind {gateway.name}: without the engine's spans "
+                     "(--otlp-port, the engine exporting to it) the gateway's hop is not "
+                     "split out; it sits in what is derived around the engine's own timings "
+                     "(network, a derived queue, or 'first token (unsplit)')")
     if a.server is not None and not a.server.agrees:
         notes.append("the server's /metrics and the client's records of the same span "
                      "disagree: " + "; ".join(a.server.checks))

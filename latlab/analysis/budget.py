@@ -44,10 +44,10 @@ class Budget:
         return any(self.coverage.get(c, 0.0) > 0 for c in members(bucket, self.components))
 
     def buckets(self) -> dict[str, float]:
-        """Every bucket a run has time in (the unsplit ones and the application only when
-        it has components)."""
+        """Every bucket a run has time in (the unsplit ones, the gateway and the application
+        only when it has components)."""
         return {b: self.bucket(b) for b in BUCKETS
-                if ("unsplit" not in b or self.bucket(b) != 0.0)
+                if (("unsplit" not in b and b != "gateway") or self.bucket(b) != 0.0)
                 and (b != "application" or self.application())}
 
     def application(self) -> list[str]:

@@ -33,19 +33,21 @@ ERROR_RATE_SAME = 1.0  # percentage points: error rates this close, and not sign
 RATES = {name: (CATALOG[name].label, CATALOG[name].unit)
          for name in metrics(compared=True) if not CATALOG[name].latency}
 ATTRIBUTED = {
-    "ttft": ("network", "preprocess", "queue", "prefill", "ttft_unsplit"),
-    "ttft_sched": ("client_wait", "connect", "network", "preprocess", "queue", "prefill",
-                   "ttft_unsplit"),
-    "e2e": ("network", "preprocess", "queue", "prefill", "ttft_unsplit", "decode",
-            "postprocess", "unattributed"),
-    "e2e_sched": ("client_wait", "connect", "network", "preprocess", "queue", "prefill",
-                  "ttft_unsplit", "decode", "postprocess", "unattributed"),
+    "ttft": ("network", "gateway_intake", "preprocess", "queue", "prefill", "ttft_unsplit"),
+    "ttft_sched": ("client_wait", "connect", "tls", "network", "gateway_intake", "preprocess",
+                   "queue", "prefill", "ttft_unsplit"),
+    "e2e": ("network", "gateway_intake", "preprocess", "queue", "prefill", "ttft_unsplit",
+            "decode", "postprocess", "gateway_tail", "unattributed"),
+    "e2e_sched": ("client_wait", "connect", "tls", "network", "gateway_intake", "preprocess",
+                  "queue", "prefill", "ttft_unsplit", "decode", "postprocess", "gateway_tail",
+                  "unattributed"),
 }
 # Workload settings that may differ between comparable runs: where the load goes, not what.
 NOT_WORKLOAD = {"url", "model", "api_key", "serve_args", "out", "name", "tags", "workers",
                 "timeout_s", "drain_s", "slos", "seed", "tokenizer", "keepalive", "server_kind",
                 "otlp_port", "span_wait_s", "scrape_interval_s", "prompt_salt",
-                "context_tokens", "api_key_file", "headers", "ca_cert", "insecure"}
+                "context_tokens", "api_key_file", "headers", "ca_cert", "insecure",
+                "server_url"}
 
 
 @dataclass
@@ -244,9 +246,16 @@ CACHE_DIFFERENCE = 0.05  # of prompt tokens: sides whose caches served more diff
 
 def conditions(a: RunAnalysis, b: RunAnalysis) -> list[str]:
     """How the two sides ran unlike each other beyond their settings: the server's prefix
-    cache serving different shares of their prompts."""
+    cache serving different shares of their prompts; one side through a gateway the other
+    went without (or through another)."""
+    out = []
     ca, cb = a.summary.cache, b.summary.cache
     if ca is not None and cb is not None and abs(ca.share - cb.share) >= CACHE_DIFFERENCE:
-        return [f"the prefix cache served {100 * ca.share:.0f}% of A's prompt tokens and "
-                f"{100 * cb.share:.0f}% of B's: a TTFT change may be the cache's"]
-    return []
+        out.append(f"the prefix cache served {100 * ca.share:.0f}% of A's prompt tokens and "
+                   f"{100 * cb.share:.0f}% of B's: a TTFT change may be the cache's")
+    through = [g.name if g is not None else "no gateway"
+               for g in (a.config.target.gateway, b.config.target.gateway)]
+    if through[0] != through[1]:
+        out.append(f"A went through {through[0]}, B through {through[1]}: the gateway's hop "
+                   "is part of the change")
+    return out

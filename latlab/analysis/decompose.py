@@ -6,13 +6,14 @@ estimated (a proxy), unavailable (its time sits in another component). `usage` i
 event carrying the server's timings arrived (a stream's final event, a body).
 
     client_wait   = (sent − scheduled) − connection setup                 derived
-    connect       = DNS + TCP + TLS of a new connection                   exact
+    connect       = DNS + TCP connect of a new connection                 exact
+    tls           = the TLS handshake of a new connection (https)         exact
     network       = transit = (usage − sent) − server.total               derived; with the run's
                     baseline: min(transit, baseline)                      estimated
     intake        = transit − network: the request waited to be read      derived
                     (a frozen or overloaded server; or network jitter)
-                    without a server total: one round trip, a null request's (GET /health)
-                    measured before the run, else the request's TCP connect   estimated
+                    without a server total: one round trip, a null request's (a path no
+                    server routes) before the run, else the request's TCP connect   estimated
     preprocess, queue, model_load, prefill, decode, inference
                   = the server's own durations                            exact
     model_call    = the model's time as its caller saw it, where the model server itself
@@ -28,6 +29,16 @@ event carrying the server's timings arrived (a stream's final event, a body).
                     (its own work, and the network to the model)          derived
     unattributed  = E2E-from-schedule − all of the above                  derived
 
+Behind a gateway whose hop the engine's spans gave (`server.gateway_*`, on the client's clock,
+`load/telemetry/upstream.py`) the engine's stages are as above and the time around them is the
+gateway's:
+
+    network         = one round trip to the gateway: the median TCP connect estimated
+                      (a null request's would hold the gateway's own routing)
+    gateway_intake  = (engine received − sent) − network / 2              derived
+    gateway_tail    = (done − engine finished) − network / 2              derived
+    postprocess     = server.postprocess (the engine's own)               exact
+
 Without server timings the client can still say: client_wait and connect as above,
 `ttft_unsplit` = first_token − sent (derived), decode = last_token − first_token and
 postprocess = done − last_token (estimated); network, preprocess, queue and prefill are
@@ -37,83 +48,30 @@ folded away.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 import numpy as np
+
+# The vocabulary, read from here by the reports and rules too.
+from latlab.analysis.components import (APP, BEFORE_FIRST_TOKEN, BUCKETS, COMPONENTS,  # noqa: F401
+                                        DERIVED, ESTIMATED, EXACT, GATEWAY, LABELS, QUALITIES,
+                                        SERVER_STAGES, UNAVAILABLE, Component, Quality, label,
+                                        members)
 
 from latlab.records.columns import ms_between, present
 from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import NS_PER_MS, RequestTimeline
 
 
-class Quality(StrEnum):
-    EXACT = "exact"  # one measured interval
-    DERIVED = "derived"  # differences of measured intervals
-    ESTIMATED = "estimated"  # a proxy for an interval nobody measured
-    UNAVAILABLE = "unavailable"  # not measured; its time sits in another component
-
-
-COMPONENTS = ("client_wait", "connect", "network", "intake", "preprocess", "queue",
-              "model_load", "prefill", "decode", "inference", "model_call", "postprocess",
-              "ttft_unsplit", "unattributed")
-SERVER_STAGES = ("preprocess", "queue", "prefill", "decode")
-BEFORE_FIRST_TOKEN = ("preprocess", "model_load", "prefill")
-
-LABELS = {
-    "client_wait": "client wait", "connect": "connect", "network": "network",
-    "intake": "server intake", "preprocess": "preprocess", "queue": "queue",
-    "model_load": "model load", "prefill": "prefill", "decode": "decode",
-    "inference": "prefill + decode (unsplit)", "postprocess": "postprocess",
-    "ttft_unsplit": "first token (unsplit)", "unattributed": "unattributed",
-    "model_call": "model server (unsplit)",
-}
-
-APP = "app:"  # an application component's prefix: `app:retrieval`, `app:other`
-
-# The buckets a person reads first; the unsplit ones only appear when a server does not split,
-# the application when an application's spans gave its components.
-BUCKETS: dict[str, tuple[str, ...]] = {
-    "network": ("connect", "network"),
-    "queue & overhead": ("client_wait", "intake", "preprocess", "queue", "model_load",
-                         "postprocess", "unattributed"),
-    "application": (),  # every `app:` component
-    "prefill": ("prefill",),
-    "decode": ("decode",),
-    "prefill + decode (unsplit)": ("inference",),
-    "first token (unsplit)": ("ttft_unsplit",),
-    "model server (unsplit)": ("model_call",),
-}
-
-
-def label(component: str) -> str:
-    """What a person calls a component: `app:retrieval` is "retrieval"."""
-    if component == APP + "other":
-        return "application, other"
-    return component[len(APP):] if component.startswith(APP) else LABELS[component]
-
-
-def members(bucket: str, components: Iterable[str]) -> list[str]:
-    """The components of `components` that belong to `bucket`."""
-    if bucket == "application":
-        return [c for c in components if c.startswith(APP)]
-    return list(BUCKETS[bucket])
-
-
-@dataclass(frozen=True, slots=True)
-class Component:
-    ms: float | None
-    quality: Quality
-
-
 @dataclass(frozen=True, slots=True)
 class NetworkBaseline:
     """What the run says about its network: the baseline of the transit (observed − server
-    total) over its requests, and the median TCP connect time of its new connections."""
+    total) over its requests, a null request's round trip (else the median TCP connect), and
+    the median TCP connect time of its new connections."""
 
     transit_ms: float | None = None
     rtt_ms: float | None = None
+    connect_ms: float | None = None  # the median TCP connect (the kernel answers it)
 
 
 @dataclass(slots=True)
@@ -137,14 +95,11 @@ class Decomposition:
         return sum(self.ms(c) for c in members(name, self.components))
 
 
-QUALITIES = tuple(Quality)  # quality codes index this; −1: the component does not apply
-UNAVAILABLE = QUALITIES.index(Quality.UNAVAILABLE)
-EXACT, DERIVED, ESTIMATED = (QUALITIES.index(q) for q in (Quality.EXACT, Quality.DERIVED,
-                                                           Quality.ESTIMATED))
 # The order a request's components are summed in (its residual is unattributed).
-SERVER_ORDER = ("client_wait", "connect", "preprocess", "queue", "model_load", "prefill",
-                "decode", "inference", "model_call", "network", "intake", "postprocess")
-CLIENT_ORDER = ("client_wait", "connect", "network", "preprocess", "queue", "prefill",
+SERVER_ORDER = ("client_wait", "connect", "tls", "preprocess", "queue", "model_load", "prefill",
+                "decode", "inference", "model_call", "network", "intake", "postprocess",
+                *GATEWAY)
+CLIENT_ORDER = ("client_wait", "connect", "tls", "network", "preprocess", "queue", "prefill",
                 "ttft_unsplit", "decode", "postprocess")
 
 
@@ -209,12 +164,16 @@ def decompose_all(t: RequestTable, base: NetworkBaseline = NetworkBaseline()) ->
     waited, set_up = ~np.isnan(wait), ~np.isnan(setup)
     put("client_wait", np.ones(n, bool), np.where(set_up, wait - setup, wait),
         np.where(waited, DERIVED, UNAVAILABLE))
-    put("connect", np.ones(n, bool), np.where(waited, setup, np.nan),
+    handshake = t.phases["tls_ns"] / NS_PER_MS
+    shaken = set_up & ~np.isnan(handshake)
+    put("connect", np.ones(n, bool), np.where(waited, setup - np.nan_to_num(handshake), np.nan),
         np.where(waited & set_up, EXACT, UNAVAILABLE))
+    put("tls", shaken, handshake, EXACT)
     _with_server(t, base, t.has_server, put, ms)
     _client_only(t, ~t.has_server, put)
     apps = tuple(APP + name for name in t.application)
-    order = {True: (*SERVER_ORDER[:9], *apps, *SERVER_ORDER[9:]), False: CLIENT_ORDER}
+    cut = SERVER_ORDER.index("model_call") + 1  # the application's after the server's own
+    order = {True: (*SERVER_ORDER[:cut], *apps, *SERVER_ORDER[cut:]), False: CLIENT_ORDER}
     accounted = {k: sum(np.nan_to_num(ms[c]) for c in summed) for k, summed in order.items()}
     total = np.where(done, ms_between(t.done_ns, t.origin_ns), np.nan)
     put("unattributed", np.ones(n, bool),
@@ -267,6 +226,24 @@ def _with_server(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put, 
     post = s["postprocess"]
     put("postprocess", rows, np.nan_to_num(post) + tail,
         np.where(np.isnan(post), ESTIMATED, DERIVED))
+    _gateway(t, base, rows & ~np.isnan(s["gateway_intake"]) & ~np.isnan(s["gateway_tail"]), put)
+
+
+def _gateway(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put) -> None:
+    """The gateway's hop around the engine: its intake before the engine saw the request and
+    its tail after the engine finished, less one round trip to it (a TCP connect's: a null
+    request's holds the gateway's routing)."""
+    s = t.server
+    intake, tail = s["gateway_intake"], s["gateway_tail"]
+    rtt = base.connect_ms
+    trip = np.minimum(rtt, intake + tail) if rtt is not None else np.nan
+    put("network", rows, trip, UNAVAILABLE if rtt is None else ESTIMATED)
+    half = np.nan_to_num(trip) / 2
+    put("gateway_intake", rows, intake - half, DERIVED)
+    put("gateway_tail", rows, tail - half, DERIVED)
+    put("intake", rows, np.nan, -1)
+    post = s["postprocess"]
+    put("postprocess", rows, post, np.where(np.isnan(post), UNAVAILABLE, EXACT))
 
 
 def _round_trip(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put) -> None:

@@ -44,6 +44,7 @@ RULES: tuple[Rule, ...] = (
     queueing.slow_small_requests,
     serving.one_at_a_time,
     network.network_share,
+    network.gateway_share,
     sessions.application_time,
     sessions.ttft_grows_with_turns,
     sessions.tool_time,

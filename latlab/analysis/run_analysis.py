@@ -9,6 +9,7 @@ import numpy as np
 
 from latlab.analysis.budget import Budget, Group
 from latlab.analysis.findings import Finding, Unevaluated
+from latlab.analysis.hop import Hop
 from latlab.analysis.requests import Requests, Rows
 from latlab.analysis.server_view import ServerView
 from latlab.analysis.tasks import TaskBudget
@@ -40,6 +41,7 @@ class RunAnalysis:
     scrapes: list[Scrape] = field(default_factory=list)
     server: ServerView | None = None  # the server's own account (/metrics), checked
     tasks: TaskBudget | None = None  # agent tasks: the whole task's budget
+    hop: Hop | None = None  # a gateway's hop around the engine behind it
     findings: list[Finding] = field(default_factory=list)
     unevaluated: list[Unevaluated] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -56,7 +56,7 @@ def _round(r: ABRound) -> str:
     cache = f"cache {100 * r.cached_share:.0f}%" if r.cached_share is not None else "cache ?"
     host = (f", host others {r.host_other_cores:.1f} cores"
             if r.host_other_cores is not None else "")
-    return f"{r.side}{r.round} {cache}{host}"
+    return f"{r.side}{r.round or ' warm-up'} {cache}{host}"
 
 
 def _counter(name: str, value: float) -> str:

@@ -16,6 +16,7 @@ import secrets
 import shlex
 import sys
 import time
+from ssl import SSLContext
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -26,7 +27,9 @@ from rich.console import Console
 from latlab import __version__
 from latlab.load.preflight import fit_context, survey_trace
 from latlab.load.request.fields import Adaptations
-from latlab.load.target.discovery import identify, round_trip_ms
+from latlab.load.request.tls import ssl_context
+from latlab.load.target import gateway
+from latlab.load.target.discovery import identify, models_headers, probe
 from latlab.load.target.launch import ServerProcess, target_server
 from latlab.load.target.settings import server_settings
 from latlab.load.telemetry.host import HostSampler
@@ -93,13 +96,16 @@ def run_load(config: BenchConfig, *, console: Console | None = None, progress: b
             "url": url, "engine_ready_s": engine.ready_s if engine is not None else None,
             "otlp_endpoint": receiver.endpoint if receiver else None})
         key = config.key()
-        notes += _identify(config, url, key, workload, settings)
+        tls = ssl_context(str(config.ca_cert) if config.ca_cert else None, config.insecure)
+        notes += _identify(config, url, key, tls, workload, settings)
         run.write_config(settings)
+        own = config.server_url is None  # a gateway's key stays with the gateway
+        engine_url = config.server_url or url
         scraper = context.enter_context(Scraper(
-            url.rstrip("/") + "/metrics", run.path / METRICS, config.scrape_interval_s,
-            {"Authorization": f"Bearer {key}"} if key else None))
+            engine_url.rstrip("/") + "/metrics", run.path / METRICS, config.scrape_interval_s,
+            {"Authorization": f"Bearer {key}"} if key and own else None, tls))
         host = context.enter_context(HostSampler(
-            engine.process.pid if engine is not None else None, url))
+            engine.process.pid if engine is not None else None, engine_url))
         plan = WorkerPlan(worker=0, url=url, model=settings.target.model,
                           run_path=str(run.path), run_id=secrets.token_hex(3), t0_ns=0,
                           api_key=key, server_kind=settings.target.server_kind)
@@ -149,18 +155,24 @@ def _embedded_engine(config: BenchConfig, run: RunFolder, receiver: SpanReceiver
                          engine_args=otlp)
 
 
-def _identify(config: BenchConfig, url: str, key: str | None, workload: Workload,
-              settings: RunConfig) -> list[str]:
-    """What the target at `url` is (model, kind, context, its own settings, the round trip),
-    into `settings.target`; the workload fitted to its context. Returns what was noted."""
+def _identify(config: BenchConfig, url: str, key: str | None, tls: SSLContext | None,
+              workload: Workload, settings: RunConfig) -> list[str]:
+    """What the target at `url` is (model, kind, context, the round trip, a gateway in
+    front), and the engine's own settings (behind a gateway: `--server-url`'s, asked without
+    the gateway's key), into `settings.target`; the workload fitted to its context. Returns
+    what was noted."""
     model, kind, context, notes = identify(url, config.model, config.server_kind, key,
-                                           MODELS_TIMEOUT_S)
-    told = asyncio.run(server_settings(url, key))
+                                           MODELS_TIMEOUT_S, tls)
+    engine = config.server_url or url
+    told = asyncio.run(server_settings(engine, None if config.server_url else key, tls))
+    null = asyncio.run(probe(url, key, tls=tls))
+    found = gateway.detect(asyncio.run(models_headers(url, key, tls=tls)) | null.headers)
     settings.target = settings.target.model_copy(update={
         "model": model, "server_kind": kind, "max_model_len": context,
-        "settings": told if told.known() else None})
+        "settings": told if told.known() else None, "rtt_ms": null.rtt_ms,
+        "server_url": config.server_url,
+        "gateway": found or (gateway.named(config.server_url) if config.server_url else None)})
     fit_context(workload, config, context)
-    settings.target.rtt_ms = asyncio.run(round_trip_ms(url, key))
     return notes
 
 
@@ -263,6 +275,9 @@ def _finish(config: BenchConfig, run: RunFolder, settings: RunConfig,
     for result in results:
         learned = learned.merge(result.learned)
     settings.target.refused_fields = sorted(learned.refused) or None
+    if learned.gateway is not None and (settings.target.gateway is None
+                                        or settings.target.server_url is not None):
+        settings.target.gateway = learned.gateway  # named by its answers, not only by the user
     notes += learned.notes(int(records.ok.sum()))
     fitted = int(records.fitted.sum())
     if fitted:

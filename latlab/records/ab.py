@@ -29,6 +29,10 @@ class ABConfig(VerdictConfig):
                               "TPOT p50, E2E p99, output tok/s) is \"can't tell\", another pair "
                               "is run, up to this many (= --rounds: no more).", group=AB,
                               ge=1, le=50)
+    warmup_rounds: int = setting(1, "Rounds each side runs first and leaves out of the "
+                                 "comparison: what a cold server does (kernels compiled, "
+                                 "caches filled, graphs captured) in its first minutes.",
+                                 group=AB, ge=0, le=5)
     max_time: float = setting(900.0, "Seconds after which no further pair is started.",
                               group=AB, gt=0, metavar="SECONDS")
     bench: BenchConfig = BenchConfig()
@@ -60,7 +64,7 @@ class ABConfig(VerdictConfig):
 
 class ABRound(Record):
     side: Literal["A", "B"]
-    round: int
+    round: int  # 0: a warm-up round, not compared
     run: str  # the round's run folder
     cached_share: float | None = None  # of prompt tokens, from the server's prefix cache
     host_other_cores: float | None = None  # other work on the load generator's host

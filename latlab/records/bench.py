@@ -51,8 +51,13 @@ class TargetConfig(BaseModel):
                                 "is ready.", group=TARGET)
     launch_timeout_s: float = setting(300.0, "Seconds the --launch server may take to be ready.",
                                       "--launch-timeout", group=TARGET, gt=0)
+    server_url: str | None = setting(None, "The engine behind a gateway at --url "
+                                     "(http://HOST:PORT): its /metrics scraped, its settings "
+                                     "read for the advice, its process the server on the host "
+                                     "line. The requests still go to --url.", group=TARGET)
 
     _root = field_validator("url")(lambda url: server_root(url))
+    _engine = field_validator("server_url")(lambda url: server_root(url, "--server-url"))
     _args = field_validator("serve_args", mode="before")(lambda value: serve_args(value))
 
     @field_validator("launch")
@@ -132,6 +137,19 @@ class TransportConfig(RequestConfig):
     server_kind: ServerKind = setting(ServerKind.AUTO, "Whose server timings to read: auto, "
                                       "latlab, llamacpp, vllm, sglang, tgi, ollama or openai "
                                       "(none).", group=CLIENT, cli_type=str)
+    ca_cert: Path | None = setting(None, "Trust this PEM certificate (or bundle) for an https "
+                                   "target: a gateway's self-signed one.", group=CLIENT,
+                                   metavar="FILE")
+    insecure: bool = setting(False, "Check no certificate of an https target (the handshake "
+                             "is still timed).", group=CLIENT)
+
+    @model_validator(mode="after")
+    def _tls(self) -> TransportConfig:
+        if self.ca_cert is not None and self.insecure:
+            raise ValueError("--ca-cert trusts a certificate, --insecure checks none: give one")
+        if self.ca_cert is not None and not self.ca_cert.is_file():
+            raise ValueError(f"--ca-cert {self.ca_cert}: no such file")
+        return self
 
 
 class StopConfig(BaseModel):
@@ -243,6 +261,9 @@ class BenchConfig(TargetConfig, TransportConfig, StopConfig, TelemetryConfig, Sl
         self.window()
         if self.name is None:
             derive(self, name="engine" if self.url is None and self.launch is None else "bench")
+        if self.server_url is not None and self.url is None:
+            raise ValueError("--server-url names the engine behind a gateway at --url: give "
+                             "--url too")
         w = self.workload
         if self.url is None and self.launch is None and w.tokenizer is None:
             derive(w, tokenizer=engine_tokenizer(self.serve_args))

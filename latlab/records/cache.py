@@ -29,7 +29,7 @@ from latlab.records.table import RequestTable
 
 COLUMNS = "requests.columns"
 CACHED_FROM = 10_000  # records: a smaller run parses in a fraction of a second
-VERSION = 1  # of the layout below and of `RequestTable`'s fields: a change makes a new copy
+VERSION = 2  # of the layout below and of `RequestTable`'s fields: a change makes a new copy
 MANIFEST = "manifest.json"
 
 

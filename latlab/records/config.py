@@ -34,6 +34,14 @@ class Clock(BaseModel):
     end_ns: int | None = None
 
 
+class Gateway(BaseModel):
+    """A gateway or proxy in front of the engine: what it is (`LiteLLM 1.108.13`, `nginx`)
+    and what gave it away (a header, `--server-url`)."""
+
+    name: str
+    evidence: str
+
+
 class Target(BaseModel):
     """What was measured: its URL and model, and whether latlab started it."""
 
@@ -51,6 +59,8 @@ class Target(BaseModel):
     max_model_len: int | None = None  # the context the server lists for the model
     settings: ServerSettings | None = None  # what the server says of its own settings
     refused_fields: list[str] | None = None  # latlab's nonstandard fields the server refused
+    gateway: Gateway | None = None  # a gateway in front of the engine, as detected
+    server_url: str | None = None  # the engine behind the gateway (--server-url)
 
 
 class RunConfig(BaseModel):

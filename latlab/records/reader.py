@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from latlab.records.columns import Labels
 from latlab.records.table import SCHEMA, RequestTable
-from latlab.records.timeline import SERVER_DURATIONS
+from latlab.records.timeline import GATEWAY_DURATIONS, SERVER_DURATIONS
 
 JOINED = pa.schema([("id", pa.string()), ("server", SCHEMA.field("server").type),
                     ("cached_tokens", pa.int64())])
@@ -119,7 +119,8 @@ def _duckdb_type(t: pa.DataType) -> str:
 def _join(table: RequestTable, joined: pa.Table) -> None:
     """Fill `table`'s requests without server timings (and cached-token counts) from the
     joined ones; an application's spans win over the model server's in-band timings its
-    answer relayed; a later line for the same request wins."""
+    answer relayed; a gateway's hop is taken whatever the timings; a later line for the same
+    request wins."""
     if not joined.num_rows:
         return
     joined = joined.take(pa.array(np.arange(joined.num_rows - 1, -1, -1)))  # last wins
@@ -135,6 +136,10 @@ def _join(table: RequestTable, joined: pa.Table) -> None:
     at = where[fill]
     for name in SERVER_DURATIONS:
         table.server[name][fill] = other.server[name][at]
+    for name in GATEWAY_DURATIONS:
+        hop = np.zeros(len(table), bool)
+        hop[found] = ~np.isnan(other.server[name][where[found]])
+        table.server[name][hop] = other.server[name][where[hop]]
     for name in other.application.keys() - table.application.keys():
         table.application[name] = np.full(len(table), np.nan)
     for name, values in table.application.items():

@@ -81,7 +81,8 @@ def _text(value: Any) -> str | None:
 
 
 class SpanJoin(BaseModel):
-    """How the spans joined the requests: how many arrived and matched, by which adapter,
+    """How the spans joined the requests: how many arrived and matched, by which adapter and
+    by what (trace id, request id, response id, prompt length and time order),
     and the server clock's offset from the client's (server − client, ms) with the
     half-width of the interval every matched request allows (None: no span bounded it)."""
 
@@ -91,6 +92,7 @@ class SpanJoin(BaseModel):
     requests_joined: int
     requests_with_trace: int
     sources: dict[str, int] = {}
+    joined_by: dict[str, int] = {}  # requests per way of joining (`upstream.JoinedBy`)
     clock_offset_ms: float | None = None
     clock_offset_uncertainty_ms: float | None = None
     notes: list[str] = []

@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 from latlab.records.columns import (MISSING, Labels, Ragged, concat, fields_of, first_present,
                                     flags, floats, ints, lists, per_request, spans, take,
                                     value_of)
-from latlab.records.timeline import SERVER_DURATIONS, Outcome, RequestTimeline
+from latlab.records.timeline import (GATEWAY_DURATIONS, SERVER_DURATIONS, Outcome,
+                                      RequestTimeline)
 
 TIMES = ("scheduled_ns", "sent_ns", "headers_ns", "first_token_ns", "last_token_ns", "usage_ns",
          "done_ns", "first_reasoning_ns", "first_answer_ns")
@@ -46,7 +47,8 @@ SCHEMA = pa.schema(
      ("token_ns", pa.list_(_i64)), ("token_counts", pa.list_(pa.int32())), ("outcome", _str),
      ("status", _i64), ("error", _str), ("prompt_tokens", _i64), ("cached_tokens", _i64),
      ("completion_tokens", _i64), ("tokens_from_usage", _bool),
-     ("server", pa.struct([*((d, _f64) for d in SERVER_DURATIONS), ("source", _str),
+     ("server", pa.struct([*((d, _f64) for d in (*SERVER_DURATIONS, *GATEWAY_DURATIONS)),
+                           ("source", _str),
                            ("application", pa.map_(_str, _f64))])),
      ("server_request_id", _str), ("trace_id", _str), ("retries", _i64),
      ("session", pa.struct([("id", _str), ("turn", _i64), ("turns", _i64), ("kind", _str),
@@ -72,7 +74,8 @@ class RequestTable:
     new_connection: np.ndarray
     phases: dict[str, np.ndarray]  # PHASES → float64 ns, NaN where absent
     has_server: np.ndarray
-    server: dict[str, np.ndarray]  # SERVER_DURATIONS → float64 ms, NaN where absent
+    # SERVER_DURATIONS and GATEWAY_DURATIONS → float64 ms, NaN where absent
+    server: dict[str, np.ndarray]
     source: Labels
     has_application: np.ndarray
     application: dict[str, np.ndarray]  # an application's span names → ms, NaN where absent
@@ -188,13 +191,13 @@ class RequestTable:
                else pa.nulls(n, SCHEMA.field(name).type))
         connection, server = fields_of(col("connection")), fields_of(col("server"))
         session = fields_of(col("session"))
-        durations = {d: floats(server[d]) for d in SERVER_DURATIONS}
+        durations = {d: floats(server[d]) for d in (*SERVER_DURATIONS, *GATEWAY_DURATIONS)}
         for values in durations.values():
             values[values < 0] = np.nan  # as ServerTiming.from_json: not a duration
         has_application = server["application"].is_valid().to_numpy(zero_copy_only=False)
         has_server = has_application.copy()
-        for values in durations.values():
-            has_server |= ~np.isnan(values)
+        for name in SERVER_DURATIONS:
+            has_server |= ~np.isnan(durations[name])
         outcome = Labels.of(pc.fill_null(col("outcome"), "ok"))
         unknown = set(outcome.names) - set(OUTCOMES)
         if unknown:

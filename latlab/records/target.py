@@ -43,11 +43,11 @@ def redact(argv: list[str] | tuple[str, ...]) -> list[str]:
     return out
 
 
-def server_root(url: str | None) -> str | None:
+def server_root(url: str | None, flag: str = "--url") -> str | None:
     """A server's root URL: `http://HOST:PORT`, also from its OpenAI base URL (`…/v1`)."""
     if url is None:
         return None
     if not url.startswith(("http://", "https://")):
-        raise ValueError(f"--url {url!r}: expected http://HOST:PORT or https://...")
+        raise ValueError(f"{flag} {url!r}: expected http://HOST:PORT or https://...")
     root = url.rstrip("/")
     return root[: -len("/v1")] if root.endswith("/v1") else root

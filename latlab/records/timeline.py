@@ -5,15 +5,11 @@ shared by every process on the machine); the run's wall-clock anchor maps them t
 Server timings are durations on the server's own clock, so no clock synchronisation is needed.
 Missing values are `None`, never 0.
 
-The server-timing protocol (latlab's own, documented in the README):
-
-* a streamed response carries, in its final usage event, a top-level ``server_timing`` object
-  ``{"preprocess": ms, "queue": ms, "prefill": ms, "decode": ms, "postprocess": ms, "total": ms}``
-  next to ``usage`` (``prompt_tokens``, ``completion_tokens``,
-  ``prompt_tokens_details.cached_tokens``) and ``id``;
-* a non-streamed response carries the same durations in a W3C ``Server-Timing`` header:
-  ``preprocess;dur=1.2, queue;dur=0.4, prefill;dur=31.0, decode;dur=412.9, postprocess;dur=0.2,
-  total;dur=445.7``.
+The server-timing protocol (latlab's own; docs/reference/server-timing.md): a streamed
+response carries a top-level ``server_timing`` object (``{"preprocess": ms, "queue": ms,
+"prefill": ms, "decode": ms, "postprocess": ms, "total": ms}``) in its final usage event, a
+non-streamed one the same durations in a W3C ``Server-Timing`` header
+(``prefill;dur=31.0, decode;dur=412.9, ...``).
 """
 
 from __future__ import annotations
@@ -26,6 +22,7 @@ from typing import Any
 SERVER_TIMING_STAGES = ("preprocess", "queue", "prefill", "decode", "postprocess", "total")
 # Durations other servers report that the protocol's stages do not name.
 SERVER_DURATIONS = (*SERVER_TIMING_STAGES, "inference", "model_load", "model_call")
+GATEWAY_DURATIONS = ("gateway_intake", "gateway_forward", "gateway_tail")  # telemetry/upstream
 NS_PER_MS = 1e6
 
 
@@ -77,6 +74,9 @@ class ServerTiming:
     inference: float | None = None
     model_load: float | None = None
     model_call: float | None = None
+    gateway_intake: float | None = None
+    gateway_forward: float | None = None
+    gateway_tail: float | None = None
     source: str | None = None
     # An application in front of the model (its own spans): ms per span name, and `other`,
     # its time outside them and outside the model server's `total`; `total` is then the
@@ -96,7 +96,7 @@ class ServerTiming:
         if not isinstance(data, dict):
             return None
         values: dict[str, Any] = {}
-        for name in SERVER_DURATIONS:
+        for name in (*SERVER_DURATIONS, *GATEWAY_DURATIONS):
             value = data.get(name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
                 values[name] = float(value)

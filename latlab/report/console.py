@@ -12,6 +12,7 @@ from latlab.analysis.budget import Budget
 from latlab.analysis.decompose import BUCKETS, label, members
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.summary import Distribution, Prediction, RunSummary, Throughput
+from latlab.report.gateway import print_hop, print_target
 from latlab.report.palette import BUCKET_COLORS, SEVERITY_COLORS
 from latlab.report.sessions import print_tasks, session_lines
 from latlab.units import cell, interval, ms, pct
@@ -21,17 +22,16 @@ if TYPE_CHECKING:
     from latlab.analysis.server_view import ServerView
 
 BAR_WIDTH = 56
-_BLOCKS = {"network": "░", "queue & overhead": "▒", "application": "▞", "prefill": "▓",
-           "decode": "█",
-           "prefill + decode (unsplit)": "▚",
-           "first token (unsplit)": "·",
-           "model server (unsplit)": "▙"}  # tell the buckets apart without colour
+_BLOCKS = {"network": "░", "gateway": "▔", "queue & overhead": "▒", "application": "▞",
+           "prefill": "▓", "decode": "█", "prefill + decode (unsplit)": "▚",
+           "first token (unsplit)": "·", "model server (unsplit)": "▙"}  # apart without colour
 
 
 def print_budget(console: Console, analysis: RunAnalysis, full: bool = False) -> None:
     """The four-bucket latency budget as bars (the mean request and the p99 tail), a legend,
     the notes (e.g. a large unattributed share), and with `full` every component."""
     mean, tail = analysis.mean, analysis.tail
+    print_target(console, analysis)
     console.print(Text("Where the time goes", style="bold"),
                   Text("(E2E from schedule; the components add up to it)", style="dim"))
     if mean is None or tail is None:
@@ -42,6 +42,7 @@ def print_budget(console: Console, analysis: RunAnalysis, full: bool = False) ->
         console.print(Text(f"  note: {note}", style="yellow"))
     if full and mean is not None and tail is not None:
         console.print(_components_table(mean, tail))
+    print_hop(console, analysis)
     if analysis.tasks is not None:
         console.print()
         print_tasks(console, analysis.tasks)

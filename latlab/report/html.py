@@ -13,6 +13,7 @@ from latlab.records.catalog import metrics
 from latlab.records.summary import Percentile, RunSummary
 from latlab.report import figures, gantt, sessions_html, timeseries
 from latlab.report.console import load_phrase, server_view_lines
+from latlab.report.gateway import hop_lines, target_lines
 from latlab.report.page import chart, document, e, settings_table
 from latlab.report.palette import SEVERITY_COLORS
 from latlab.units import ms, number, pct
@@ -39,6 +40,7 @@ def write_html(run: RunFolder, analysis: RunAnalysis, path: Path | None = None) 
     page += [f"<div class=note>{e(n)}</div>"
              for n in [*analysis.notes, *analysis.summary.warnings]]
     page += ["<h2>Summary</h2>", _summary_table(analysis.summary), _findings(analysis)]
+    page += _hop(analysis)
     page += _server_view(analysis)
     page += _charts(analysis)
     page += ["<h2>Run configuration</h2>", settings_table(config.model_dump(mode="json")),
@@ -194,6 +196,16 @@ def _definitions(summary: RunSummary) -> str:
     rows = "".join(f"<tr><td>{e(k)}</td><td style='text-align:left'>{e(str(v))}</td></tr>"
                    for k, v in formulas.items())
     return f"<table>{rows}</table><pre>{e(decompose.__doc__ or '')}</pre>"
+
+
+def _hop(analysis: RunAnalysis) -> list[str]:
+    """The gateway in front of the engine and its hop (`analysis.hop`); nothing without one."""
+    out = [f"<p>{e(line)}</p>" for line in target_lines(analysis)]
+    if analysis.hop is not None:
+        title, *lines = hop_lines(analysis.hop)
+        out += [f"<h2>{e(title)}</h2>", "<ul>" + "".join(f"<li>{e(x)}</li>" for x in lines)
+                + "</ul>"]
+    return out
 
 
 def _server_view(analysis: RunAnalysis) -> list[str]:

@@ -2,6 +2,7 @@
 
 BUCKET_COLORS = {
     "network": "#4c9be8",
+    "gateway": "#6c71c4",
     "queue & overhead": "#f0a830",
     "application": "#2aa198",
     "prefill": "#c355c9",
@@ -14,7 +15,10 @@ BUCKET_COLORS = {
 COMPONENT_COLORS = {
     "client_wait": "#f7d08a",
     "connect": "#9cc8f2",
+    "tls": "#7fb2e5",
     "network": "#4c9be8",
+    "gateway_intake": "#6c71c4",
+    "gateway_tail": "#9b8fe0",
     "intake": "#c9a227",
     "preprocess": "#f3bd62",
     "queue": "#e0901a",

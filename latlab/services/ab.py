@@ -48,7 +48,8 @@ class ABRuns:
 def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
     """Run the rounds (A B, then B A, and so on: whatever going first or second does to a
     run cancels out) and write ab.json as they go; from `--rounds` on, look after each pair
-    and stop once every headline metric is decided, or at `--max-rounds` / `--max-time`.
+    and stop once every headline metric is decided, or at `--max-rounds` / `--max-time`;
+    first each side's `--warmup-rounds`, left out.
     Embedded engines are started once per side and kept for every round. Ctrl-C keeps what
     ran."""
     configs = config.sides()
@@ -70,6 +71,13 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
                 bench.url = engine.url
         pressed = stack.enter_context(remembered_interrupts())
         try:
+            for _ in range(config.warmup_rounds):
+                for side in SIDES:
+                    if err is not None:
+                        err.print(f"warm-up round (not compared): {side}", style="dim")
+                    _round(done, configs[side], side, 0, config)
+                    if pressed():
+                        raise KeyboardInterrupt
             for i in range(1, config.max_rounds + 1):
                 for side in SIDES if i % 2 else SIDES[::-1]:  # ABBA: order effects cancel
                     if err is not None:
@@ -104,18 +112,20 @@ def _round(done: ABRuns, bench: BenchConfig, side: str, i: int, config: ABConfig
     before = _scrape(bench)
     result = run_bench(bench, store=config.bench.out)
     after = _scrape(bench)
-    if before is not None and after is not None:
+    if before is not None and after is not None and i:
         done.scrapes[side].append((before, after))
-    done.runs[side].append(result.run)
     s = result.summary
     done.record.rounds.append(ABRound(
         side=side, round=i, run=str(result.run.path),
         cached_share=s.cache.share if s.cache else None,
         host_other_cores=(s.client.host.other.mean if s.client and s.client.host else None)))
     write_json(done.folder / AB_JSON, done.record)
-    if result.failed:
+    if result.failed and i:  # a cold server's warm-up may fail: that is what it is for
         raise ServiceFailed(f"{side}, round {i}: {result.message}")
-    done.analyses[side].append(analyze(result.run, config.bench.slos or None, diagnosis=False))
+    if i:
+        done.runs[side].append(result.run)
+        done.analyses[side].append(analyze(result.run, config.bench.slos or None,
+                                           diagnosis=False))
 
 
 def _scrape(config: BenchConfig) -> Scrape | None:

@@ -60,7 +60,7 @@ class PredictedSweep(Sweep):
     def __init__(self, *args, cal: Calibration, fleet: Fleet, intervals: Intervals,
                  **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.cal, self.fleet, self.intervals = cal, fleet, intervals
+        self.calibration, self.fleet, self.intervals = cal, fleet, intervals
         self.draws: dict[str, list[Point]] = {}  # a point's label → each draw's point
 
     def run_point(self, step: Step, run, console: Console) -> Point:
@@ -73,11 +73,12 @@ class PredictedSweep(Sweep):
         def judge(columns: capacity.RunColumns) -> Point:
             return capacity.point(columns, step.point, self.judging(ci=False))
 
-        outcomes = run_draws(self.cal, reseeded(bench, self.intervals.requests), self.fleet,
-                             settings(bench, self.cal, "", self.fleet), self.intervals, judge)
+        cal = self.calibration
+        outcomes = run_draws(cal, reseeded(bench, self.intervals.requests), self.fleet,
+                             settings(bench, cal, "", self.fleet), self.intervals, judge)
         draws = self.draws[step.point.label] = [o.judged for o in outcomes]
         run = RunFolder(Path(point.run))  # the point's own summary.json gets its intervals
-        run.write_summary(attach(run.read_summary(), outcomes, self.intervals, self.cal))
+        run.write_summary(attach(run.read_summary(), outcomes, self.intervals, self.calibration))
         grows = queue_grows(outcomes, self.intervals, point.fell_behind)
         point.latency_intervals = {
             m: {q: span([d.latencies[m][q] for d in draws], v, self.intervals,

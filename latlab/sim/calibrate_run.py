@@ -21,15 +21,15 @@ prefill rows carry them.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from latlab.records.calibration import RequestCosts, RequestSpread
 from latlab.records.engine import EngineShape
-from latlab.records.predict import OTHER_SERVER
 from latlab.records.folder import RunFolder
+from latlab.records.predict import OTHER_SERVER
 from latlab.records.sweep import SWEEP_JSON
 from latlab.records.timeline import RequestTimeline
 from latlab.sim.spread import robust_sd
@@ -166,7 +166,8 @@ def rows(records: Sequence[RequestTimeline], costs: RequestCosts, shape: EngineS
         context = ((f < f[i]) & (last >= f[i])) @ ctx
         steps, done, attention = 0, cached[i], 0.0
         while done < p[i]:
-            chunk = min(p[i] - done, max(1, budget - busy)) if shape.enable_chunked_prefill else p[i]
+            chunk = (min(p[i] - done, max(1, budget - busy)) if shape.enable_chunked_prefill
+                     else p[i])
             attention += chunk * (done + chunk)
             done += chunk
             steps += 1

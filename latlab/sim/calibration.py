@@ -16,22 +16,34 @@ import math
 import os
 import platform
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 from pydantic import ValidationError
 
 from latlab import __version__
-from latlab.records.calibration import (Calibration, Reference, RequestCosts, RequestSpread,
-                                       Spread, StepCost)
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.calibration import (
+    Calibration,
+    Reference,
+    RequestCosts,
+    RequestSpread,
+    Spread,
+    StepCost,
+)
 from latlab.records.folder import RunFolderError, read_json, write_json
 from latlab.records.steps import StepRecord
-from latlab.records.arrivals import ArrivalConfig
 from latlab.records.workload import WorkloadConfig
-from latlab.sim.calibrate_run import (CalibrationError, request_costs, request_spread, rows,
-                                      run_folders, shape_from)
+from latlab.sim.calibrate_run import (
+    CalibrationError,
+    request_costs,
+    request_spread,
+    rows,
+    run_folders,
+    shape_from,
+)
 from latlab.sim.fleet import simulate
 from latlab.sim.spread import drift_limit, estimate, misfit, spread_of
 from latlab.sim.stepcost import StepCostModel, features, fit

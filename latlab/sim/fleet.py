@@ -23,10 +23,10 @@ from latlab.records.calibration import Calibration
 from latlab.records.simulation import Fleet, FleetOutcome
 from latlab.sim.policies import Autoscaler, Router
 from latlab.sim.replica import SimReplica
-from latlab.sim.sequence import SimSequence, new_sequence, shared_prefix
-from latlab.sim.spread import Draw
 from latlab.sim.results import OK, QUEUE_TIMEOUT, REJECTED, TOO_LONG, Columns, SimResult
-from latlab.sim.sessions import SEND, TURN, Session, SessionDriver, SessionPlans
+from latlab.sim.sequence import SimSequence, new_sequence, shared_prefix
+from latlab.sim.sessions import SEND, TURN, SessionDriver, SessionPlans
+from latlab.sim.spread import Draw
 from latlab.sim.stepcost import StepCostModel
 from latlab.sim.techniques import Techniques
 from latlab.sim.workload import SimWorkload
@@ -37,22 +37,24 @@ FREE = "free"  # a SEND event's data: a client slot freed (max_concurrency)
 
 
 @dataclass
-class _State:
-    events: list = field(default_factory=list)
+class ClientState:
+    """The clients' side: the events due, the requests sent and in flight, and the requests
+    waiting on the client for a slot (`max_concurrency`)."""
+
+    events: list = field(default_factory=list)  # (t, order, kind, data), a heap
     order: itertools.count = field(default_factory=itertools.count)
     sent: int = 0
-    sessions: int = 0  # sessions started by closed-loop users
     in_flight: int = 0
     queue: deque = field(default_factory=deque)  # client-side waits: (scheduled, index)
 
 
-class Simulation(SessionDriver):
+class Simulation:
     def __init__(self, workload: SimWorkload, calibration: Calibration, fleet: Fleet,
                  draw: Draw | None = None) -> None:
-        self.w = workload
+        self.workload = workload
         self.draw = draw
         self._extra = np.zeros((0, 2))  # a draw's per-request preprocess, postprocess (s)
-        self.cal = calibration
+        self.calibration = calibration
         self.fleet = fleet
         self.shape = calibration.engine
         if fleet.max_waiting is not None:
@@ -68,10 +70,14 @@ class Simulation(SessionDriver):
         self.ready: list[SimReplica] = []
         self.booting = 0
         sessions = workload.config.sessions
-        self.plans = SessionPlans(workload.config, workload.requests) if sessions else None
-        self.session_of: dict[int, Session] = {}  # a session's request in flight → it
         self.cols = Columns(workload.requests or 0, sessions.kind if sessions else None)
-        self.s = _State()
+        self.state = ClientState()
+        self._prefix = list(range(1, workload.prefix_tokens + 1))
+        self.sessions = SessionDriver(
+            SessionPlans(workload.config, workload.requests), workload, self.cols,
+            self.shape.max_model_len, self._prefix,
+            send=lambda t, index, history: self._send(t, t, index, history), push=self._push,
+            sent=lambda: self.state.sent) if sessions else None
         arrivals = workload.arrivals
         self.cap = arrivals.max_concurrency if arrivals.open_loop else None
         if sessions and self.cap is not None:
@@ -84,25 +90,24 @@ class Simulation(SessionDriver):
         self._accept = np.random.default_rng([workload.config.seed, 9])
         self.ready_timeline: list[tuple[float, int]] = []
         self.scale_ups = self.scale_downs = 0
-        self._prefix = list(range(1, workload.prefix_tokens + 1))
         for _ in range(fleet.replicas):
             self._add_replica(0.0)
 
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self) -> SimResult:
-        w, s = self.w, self.s
-        if w.arrival is None:
-            for start in w.starts:
+        workload, state = self.workload, self.state
+        if workload.arrival is None:
+            for start in workload.starts:
                 self._push(start, SEND, None)
         if self.autoscaler:
             self._push(self.autoscaler.policy.interval_s, TICK, None)
-        arrival = w.arrival if w.arrival is not None else np.empty(0)
+        arrival = workload.arrival if workload.arrival is not None else np.empty(0)
         times = arrival.tolist()
         i, n = 0, len(times)
         while True:
             t_arr = times[i] if i < n else INF
-            t_ev = s.events[0][0] if s.events else INF
+            t_ev = state.events[0][0] if state.events else INF
             if t_ev < INF and t_arr == INF and self._only_ticks():
                 t_ev = INF  # nothing left to send: the autoscaler's ticks stop
             t = min(t_arr, t_ev)
@@ -115,24 +120,24 @@ class Simulation(SessionDriver):
                 break
             for r in self.replicas:
                 r.advance(t)
-            if self.feedback and s.events and s.events[0][0] < t:
+            if self.feedback and state.events and state.events[0][0] < t:
                 continue
             if t_arr <= t_ev:
                 i += 1
                 self._arrive(t_arr, i - 1)
             else:
-                t, _, kind, data = heapq.heappop(s.events)
+                t, _, kind, data = heapq.heappop(state.events)
                 self._event(t, kind, data)
         for r in self.replicas:
             r.advance(INF)
         return self._result()
 
     def _only_ticks(self) -> bool:
-        return (all(kind == TICK for _, _, kind, _ in self.s.events)
+        return (all(kind == TICK for _, _, kind, _ in self.state.events)
                 and all(_boundary(r) == INF for r in self.replicas))
 
     def _push(self, t: float, kind: int, data: object) -> None:
-        heapq.heappush(self.s.events, (t, next(self.s.order), kind, data))
+        heapq.heappush(self.state.events, (t, next(self.state.order), kind, data))
 
     def _event(self, t: float, kind: int, data: object) -> None:
         if kind == SEND:
@@ -141,7 +146,7 @@ class Simulation(SessionDriver):
             else:
                 self._free(t)
         elif kind == TURN:
-            self._send_turn(t, data)
+            self.sessions.send_turn(t, data)
         elif kind == TICK:
             self._scale(t)
             self._push(t + self.autoscaler.policy.interval_s, TICK, None)
@@ -153,30 +158,30 @@ class Simulation(SessionDriver):
     def _arrive(self, t: float, index: int) -> None:
         """An open-loop request (or session) is due: sent now, or when a slot frees
         (max_concurrency)."""
-        if self.plans is not None:
-            return self._start_session(t, index)
-        if self.cap is not None and self.s.in_flight >= self.cap:
-            self.s.queue.append((t, index))
+        if self.sessions is not None:
+            return self.sessions.start(t, index)
+        if self.cap is not None and self.state.in_flight >= self.cap:
+            self.state.queue.append((t, index))
             return
         self._send(t, t, index)
 
     def _user_send(self, t: float) -> None:
-        w, index = self.w, self.s.sent
-        if (w.requests is not None and index >= w.requests) or (
-                w.duration_s is not None and t >= w.duration_s):
+        workload, index = self.workload, self.state.sent
+        if (workload.requests is not None and index >= workload.requests) or (
+                workload.duration_s is not None and t >= workload.duration_s):
             return
-        if self.plans is not None:
-            return self._start_session(t)
-        w.ensure(index + 1)
+        if self.sessions is not None:
+            return self.sessions.start(t)
+        workload.ensure(index + 1)
         self._send(t, t, index)
 
     def _send(self, t: float, scheduled: float, index: int,
               prefix: list[int] | None = None) -> SimSequence | None:
         """Request `index` (its lengths: the workload's) sent at `t`; a session's begins with
         the token ids of its history (`prefix`)."""
-        s, c, lengths = self.s, self.cols, self.w.lengths
-        s.sent += 1
-        s.in_flight += 1
+        state, c, lengths = self.state, self.cols, self.workload.lengths
+        state.sent += 1
+        state.in_flight += 1
         prompt, output = int(lengths.prompt[index]), int(lengths.output[index])
         shared, key = shared_prefix(lengths, index, prompt, self._prefix)
         replica = self.router.route(self.ready, key) if self.ready else None
@@ -228,16 +233,16 @@ class Simulation(SessionDriver):
     def _done(self, index: int, done: float, outcome: int) -> None:
         self.cols.done[index] = done
         self.cols.outcome[index] = outcome
-        if self.plans is not None:
-            self._turn_done(index, done, outcome == OK)
+        if self.sessions is not None:
+            self.sessions.turn_done(index, done, outcome == OK)
         elif self.feedback:  # the client learns it at `done`: a user, or a slot, is free
             self._push(done, SEND, None if self.cap is None else FREE)
 
     def _free(self, t: float) -> None:
-        s = self.s
-        s.in_flight -= 1
-        if s.queue:
-            scheduled, index = s.queue.popleft()
+        state = self.state
+        state.in_flight -= 1
+        if state.queue:
+            scheduled, index = state.queue.popleft()
             self._send(t, scheduled, index)
 
     # -- the fleet ---------------------------------------------------------------------------
@@ -245,7 +250,7 @@ class Simulation(SessionDriver):
     def _add_replica(self, ready_at: float) -> SimReplica:
         r = SimReplica(self.shape, self.cost, self._finished, name=len(self.replicas),
                        techniques=self.techniques, on_refused=self._refused,
-                       seed=self.w.config.seed * 1000 + len(self.replicas))
+                       seed=self.workload.config.seed * 1000 + len(self.replicas))
         r.speed = self.draw.speed if self.draw is not None else None
         r.started = ready_at
         r.stopped = None
@@ -272,7 +277,8 @@ class Simulation(SessionDriver):
             self.ready_timeline.append((t, len(self.ready)))
 
     def _result(self) -> SimResult:
-        end = max([float(np.nanmax(self.cols.done[: self.s.sent]))] if self.s.sent else [0.0])
+        sent = self.state.sent
+        end = max([float(np.nanmax(self.cols.done[:sent]))] if sent else [0.0])
         paid = 0.0
         for r in self.replicas:
             stop = r.stopped if r.stopped is not None else end
@@ -283,7 +289,7 @@ class Simulation(SessionDriver):
                                scale_downs=self.scale_downs,
                                reloads=sum(r.reloads for r in self.replicas),
                                timeline=[(round(t, 3), n) for t, n in self.ready_timeline])
-        return SimResult(self.cols.trim(self.s.sent), self.replicas, self.net, outcome)
+        return SimResult(self.cols.trim(sent), self.replicas, self.net, outcome)
 
 
 def _boundary(r: SimReplica) -> float:

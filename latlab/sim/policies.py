@@ -17,7 +17,8 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from latlab.records.simulation import Autoscale
 

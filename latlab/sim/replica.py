@@ -15,71 +15,100 @@ request joining) the replica asks the scheduler.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
-import random
 from array import array
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from latlab.engine.batching import decode_groups, step_features
+from latlab.engine.batching import step_features
 from latlab.engine.block_manager import BlockManager
-from latlab.engine.scheduler import Scheduler
+from latlab.engine.scheduler import Scheduler, SchedulerOutput
 from latlab.engine.sequence import FinishReason
 from latlab.records.engine import EngineShape
-from latlab.sim.lazy_steps import Admission, LazySteps
+from latlab.sim.lazy_steps import Admission, DecodeRun, LazySteps, Speed
 from latlab.sim.sequence import SimSequence, admits_alone, may_admit, runs_exact
 from latlab.sim.stepcost import StepCostModel
 from latlab.sim.techniques import Techniques, TechniqueSteps
 
 INF = math.inf
-RELOAD = "reload"  # the step in progress is the model loading again (idle unload)
+NO_TECHNIQUES = Techniques()
 Finished = Callable[[SimSequence, float], None]
 
 
-class SimReplica(LazySteps, TechniqueSteps):
+@dataclass(frozen=True, slots=True)
+class Reload:
+    """A step in progress that is the model loading again (after an idle unload)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledStep:
+    """A step in progress that runs what the scheduler scheduled."""
+
+    out: SchedulerOutput
+
+
+InProgress = Reload | DecodeRun | Admission | ScheduledStep
+
+
+class Segments:
+    """Every step (or decode run) as a segment: the first step it holds, its start, and its
+    steps' cost (step j from 0 of it takes `first_s + growth_s·j` seconds)."""
+
+    def __init__(self) -> None:
+        self.first_step = array("q")
+        self.start = array("d")
+        self.first_s = array("d")
+        self.growth_s = array("d")
+
+    def add(self, first_step: int, start: float, first_s: float, growth_s: float) -> None:
+        self.first_step.append(first_step)
+        self.start.append(start)
+        self.first_s.append(first_s)
+        self.growth_s.append(growth_s)
+
+
+class SimReplica:
     """One engine. `advance(t)` runs it up to time `t` (seconds); `submit` hands it a request.
     `on_finish(seq, t)` hears of every request done; `on_refused(seq, t)` of every one the
     queue deadline refused."""
 
     def __init__(self, shape: EngineShape, cost: StepCostModel, on_finish: Finished,
-                 name: int = 0, techniques: Techniques = Techniques(),
+                 name: int = 0, techniques: Techniques = NO_TECHNIQUES,
                  on_refused: Finished | None = None, seed: int = 0) -> None:
         self.shape = shape
         self.cost = cost
         self.name = name
         self.on_finish = on_finish
         self.on_refused = on_refused
-        self.techniques = techniques
-        self.rng = random.Random(seed)  # the drafts each verified decode accepts
         self.reloads = 0  # times the model loaded again after an idle unload
         self.block_manager = BlockManager(shape.num_kv_blocks, shape.block_size,
                                           shape.enable_prefix_caching)
         self.scheduler = Scheduler(shape.engine_config(), self.block_manager)
+        self.techniques = techniques
+        self.technique_steps = TechniqueSteps(techniques, self.scheduler, shape.max_model_len,
+                                              seed)
+        self.lazy = LazySteps(self.scheduler, self.block_manager, shape.block_size, cost,
+                              self._finish)
         # whether decode runs may be taken: not when speculation decides each step's tokens
         self.runs = runs_exact(self.scheduler) and not techniques.speculative
         self.inbox: deque[tuple[float, SimSequence]] = deque()
         self.step_end: float | None = None  # None: idle
         self.last_end = 0.0  # when the last step ended
-        self._pending = None  # the step in progress: a SchedulerOutput, or k decode steps
+        self.in_progress: InProgress | None = None
         self.steps = 0  # steps started
-        self.decode_steps = 0  # steps taken in decode runs
         self.outstanding = 0  # submitted, not finished
-        # Decode-run state: valid while `stable` (every running sequence decoding).
-        self.stable = False
-        self.context = 0  # Σ computed tokens of the running sequences
-        self.groups = 0  # decode groups at a decode run's first step (kept through it)
-        self.owed = 0  # at most this many blocks the decode runs took, not yet allocated
-        self._finishes: list[tuple[int, int, SimSequence]] = []
-        self._tie = itertools.count()
-        # Every step (or decode run) as a segment: its first step, start, a, b (seconds).
-        self.seg_first = array("q")
-        self.seg_start = array("d")
-        self.seg_a = array("d")
-        self.seg_b = array("d")
+        self.segments = Segments()
         self.trace: list | None = None  # when a list: every step's [(request id, tokens)]
-        self.speed: Callable[[float], float] | None = None  # a drawn world's cost factor at t
+        self.speed: Speed | None = None  # a drawn world's cost factor at t
+        self.started = 0.0  # when the fleet started paying for it (`fleet.py`)
+        self.stopped: float | None = None  # when the fleet scaled it down
+
+    @property
+    def decode_steps(self) -> int:
+        """Steps taken in decode runs (and admissions)."""
+        return self.lazy.decode_steps
 
     # -- requests in -----------------------------------------------------------------------
 
@@ -109,38 +138,58 @@ class SimReplica(LazySteps, TechniqueSteps):
                 if not self.inbox or self.inbox[0][0] > until:
                     return
                 now = self.inbox[0][0]
-                if self._asleep(now):  # the model loads again before the first step
+                if self.technique_steps.asleep(now, self.last_end):  # the model loads again first
                     self.reloads += 1
-                    self.step_end, self._pending = now + self.techniques.reload_s, RELOAD
+                    self.step_end = now + self.techniques.reload_s
+                    self.in_progress = Reload()
                     continue
             while self.inbox and self.inbox[0][0] <= now:
                 self.scheduler.add(self.inbox.popleft()[1])
             self._start(now, self.inbox[0][0] if self.inbox else INF)
 
+    def cut(self, at: float) -> None:
+        """End the decode run in progress at the first of its steps that ends at or after
+        `at` (a request arriving then is taken in at that step's end, not the run's)."""
+        run = self.in_progress
+        if not isinstance(run, DecodeRun) or self.step_end <= at:
+            return
+        start = self.segments.start[-1]
+        shorter = self.lazy.cut(run, start, at)
+        if shorter is run:
+            return
+        self.in_progress = shorter
+        self.steps -= run.steps - shorter.steps
+        self.step_end = start + shorter.seconds
+
     def _start(self, now: float, horizon: float) -> None:
-        sched = self.scheduler
-        self._expire(now)
+        sched, lazy = self.scheduler, self.lazy
+        for seq in self.technique_steps.expired(now):
+            self.scheduler.finish(seq, FinishReason.QUEUE_TIMEOUT)
+            self.outstanding -= 1
+            self.on_refused(seq, now)
+            seq.token_ids = []
         if not sched.running and not sched.waiting:
             self.step_end = None
-            self.stable = False
+            lazy.stable = False
             return
-        if self.runs and self.stable and sched.running:
+        if self.runs and lazy.stable and sched.running:
             if not may_admit(sched):
-                if self._decode_run(now, min(horizon, self._deadline())):
+                if self._decode_run(now, min(horizon, self.technique_steps.deadline())):
                     return
-            elif n := admits_alone(sched, self.owed):
+            elif n := admits_alone(sched, lazy.owed):
                 return self._admit(now, n)
-        self._sync_running()
-        self.stable = False
+        lazy.sync_running(self.steps)
+        lazy.stable = False
         speculative = self.techniques.speculative
         if speculative:
-            self._propose()
+            self.technique_steps.propose()
         out = sched.schedule()
         if not out.scheduled:
             raise RuntimeError("the scheduler scheduled nothing with requests waiting: the "
                                "engine shape cannot serve them")
-        f = self._spec_features(out.scheduled) if speculative else step_features(out.scheduled)
-        for seq, n in out.scheduled:
+        f = (TechniqueSteps.features(out.scheduled) if speculative
+             else step_features(out.scheduled))
+        for seq, _ in out.scheduled:
             if seq.first_scheduled < 0:
                 seq.first_scheduled = now
                 seq.num_cached_tokens = seq.num_computed_tokens  # what its prompt found cached
@@ -151,37 +200,58 @@ class SimReplica(LazySteps, TechniqueSteps):
             dt *= self.speed(now)
         if self.trace is not None:
             self.trace.append([(seq.request_id, n) for seq, n in out.scheduled])
-        self._segment(now, dt, 0.0)
-        self._pending = out
+        self.segments.add(self.steps, now, dt, 0.0)
+        self.in_progress = ScheduledStep(out)
         self.steps += 1
         self.step_end = now + dt
 
-    def _segment(self, start: float, a: float, b: float) -> None:
-        self.seg_first.append(self.steps)
-        self.seg_start.append(start)
-        self.seg_a.append(a)
-        self.seg_b.append(b)
+    def _decode_run(self, now: float, horizon: float) -> int:
+        """Start up to the next event's worth of decode-only steps; 0 if none can be taken."""
+        run = self.lazy.decode_run(now, horizon, self.steps, self.speed)
+        if run is None:
+            return 0
+        self.segments.add(self.steps, now, run.first_s, run.growth_s)
+        self.in_progress = run
+        self.steps += run.steps
+        self.step_end = now + run.seconds
+        return run.steps
+
+    def _admit(self, now: float, n: int) -> None:
+        """Start the step that admits the queue's head (`n` prompt tokens) beside the
+        decodes."""
+        sched = self.scheduler
+        if self.trace is not None:
+            head = sched.waiting.peek()
+            self.trace.append([(s.request_id, 1) for s in sched.running] + [(head.request_id, n)])
+        step = self.lazy.admit(now, n, self.speed)
+        self.segments.add(self.steps, now, step.seconds, 0.0)
+        self.in_progress = step
+        self.steps += 1
+        self.step_end = now + step.seconds
 
     # -- step completion ---------------------------------------------------------------------
 
     def _complete(self, now: float) -> None:
         self.last_end = now
-        pending, self._pending = self._pending, None
-        if pending is RELOAD:
-            return
-        if isinstance(pending, int):
-            self._complete_run(now, pending)
-        elif isinstance(pending, Admission):
-            self._complete_admission(now, pending)
-        else:
-            self._complete_step(pending, now)
+        step, self.in_progress = self.in_progress, None
+        match step:
+            case Reload():
+                return
+            case DecodeRun(steps=k):
+                if self.trace is not None:
+                    self.trace.extend([[(s.request_id, 1) for s in self.scheduler.running]] * k)
+                self.lazy.finish_due(now, self.steps)
+            case Admission():
+                self.lazy.complete_admission(now, step, self.steps)
+            case ScheduledStep(out=out):
+                self._complete_step(out, now)
 
-    def _complete_step(self, out, now: float) -> None:
+    def _complete_step(self, out: SchedulerOutput, now: float) -> None:
         step = self.steps - 1
         for seq, n in out.scheduled:
             drafts = len(seq.spec_token_ids)
             if drafts:
-                emitted = self._emitted(seq, drafts)
+                emitted = self.technique_steps.emitted(seq, drafts)
                 self.scheduler.advance(seq, n, [0] * emitted)
             else:
                 self.scheduler.advance(seq, n, [])
@@ -205,54 +275,7 @@ class SimReplica(LazySteps, TechniqueSteps):
         for seq in out.preempted:
             seq.finish_step = -1
         if self.runs:
-            self._restabilize()
-
-    def _restabilize(self) -> None:
-        """After a step the scheduler ran: is every running sequence decoding? If so, the
-        decode-run state (context, decode groups, when each finishes) from scratch."""
-        running = self.scheduler.running
-        size = self.shape.block_size
-        context, widths = 0, []
-        for seq in running:
-            c = seq.num_computed_tokens
-            if c + 1 != len(seq.token_ids) or seq.first_step < 0:  # (a last prompt token)
-                self.stable = False
-                return
-            context += c
-            widths.append(-(-(c + 1) // size))
-        self.stable, self.context = True, context
-        last, done = self.steps - 1, self.decode_steps
-        for seq in running:
-            seq.sync, seq.sync_step = done, last + 1
-            fs = last + seq.target - (len(seq.token_ids) - seq.num_prompt_tokens)
-            if fs != seq.finish_step:
-                seq.finish_step = fs
-                heapq.heappush(self._finishes, (fs, next(self._tie), seq))
-        widths.sort(reverse=True)
-        self.groups = len(decode_groups(widths))  # at the next step; kept through the run
-
-    def _sync(self, seq: SimSequence) -> None:
-        """Bring a sequence up to date with the decode steps it took since it was last seen."""
-        k = self.decode_steps - seq.sync
-        if k:
-            self.block_manager.allocate(seq, k)
-            seq.num_computed_tokens += k
-            seq.token_ids.extend(itertools.repeat(0, k))
-            if seq.last_step != seq.sync_step - 1:  # it missed a step: a new run of tokens
-                if seq.runs is None:
-                    seq.runs = []
-                seq.runs.append((seq.run_start, seq.last_step))
-                seq.run_start = seq.sync_step
-            seq.last_step = self.steps - 1
-            seq.sync, seq.sync_step = self.decode_steps, self.steps
-
-    def _sync_running(self) -> None:
-        if self.stable:
-            done = self.decode_steps
-            for seq in self.scheduler.running:
-                if seq.sync != done:
-                    self._sync(seq)
-        self.owed = 0
+            self.lazy.restabilize(self.steps)
 
     def _finish(self, seq: SimSequence, now: float) -> None:
         seq.finish_step = -1

@@ -3,14 +3,14 @@
 Every request is one row of `Columns` (times in seconds from the run's start). Token times are
 not stored per token: a request's tokens came at the ends of a run of consecutive steps of its
 replica (`first_step`..`last_step`, more runs if it was preempted), and a replica's steps are
-kept as segments (`SimReplica.seg_*`), so `SimResult.step_ends` rebuilds any step's end.
+kept as segments (`replica.Segments`), so `SimResult.step_ends` rebuilds any step's end.
 `timeline(i)` turns a row into the `RequestTimeline` a bench run would have recorded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -99,11 +99,13 @@ class SimResult:
         """The end (s) of every step replica `replica` ran, in order."""
         if replica not in self._ends:
             r = self.replicas[replica]
-            first = np.frombuffer(r.seg_first, dtype=np.int64)
-            start, a, b = (np.frombuffer(x, dtype=float) for x in (r.seg_start, r.seg_a, r.seg_b))
+            segments = r.segments
+            first = np.frombuffer(segments.first_step, dtype=np.int64)
+            start, a, b = (np.frombuffer(x, dtype=float)
+                           for x in (segments.start, segments.first_s, segments.growth_s))
             counts = np.diff(np.append(first, r.steps))
             seg = np.repeat(np.arange(len(first)), counts)
-            m = np.arange(r.steps) - first[seg] + 1
+            m = np.arange(r.steps) - first[seg] + 1  # steps into its segment, from 1
             self._ends[replica] = start[seg] + a[seg] * m + b[seg] * m * (m - 1) / 2
         return self._ends[replica]
 

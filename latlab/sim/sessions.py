@@ -14,14 +14,19 @@ distributions and seed — the same distributions as bench, not bench's very dra
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from latlab.records.workload import WorkloadConfig
-from latlab.sim.workload import _labels
+from latlab.sim.results import Columns
+from latlab.sim.sequence import SimSequence
+from latlab.sim.workload import SimWorkload, _labels
 
 SEND, TURN = 2, 3  # the simulation's events (`fleet.py`): a user is free; a session's turn
+Send = Callable[[float, int, list[int]], "SimSequence | None"]
+Push = Callable[[float, int, object], None]
 
 
 @dataclass
@@ -73,53 +78,70 @@ class SessionPlans:
 
 
 class SessionDriver:
-    """The sessions' side of the simulated clients: a part of `fleet.Simulation`, kept apart
-    for size (it calls its `_send`, `_push` and columns)."""
+    """The sessions' side of the simulated clients: each session's next turn, which session a
+    request in flight belongs to, and when a closed-loop user starts its next session. It
+    sends through `send(t, index, history)` (request `index` at `t`, its prompt beginning
+    with the history's token ids; the sequence sent, or None when it was turned away) and
+    schedules the simulation's events through `push(t, kind, data)`; `sent()` is how many
+    requests the simulation has sent, the next one's index."""
 
-    def _start_session(self, t: float, index: int | None = None) -> None:
+    def __init__(self, plans: SessionPlans, workload: SimWorkload, columns: Columns,
+                 max_model_len: int, prefix: list[int], send: Send, push: Push,
+                 sent: Callable[[], int]) -> None:
+        self.plans = plans
+        self.workload = workload
+        self.columns = columns
+        self.max_model_len = max_model_len
+        self.prefix = prefix  # the shared system prompt's token ids
+        self.send, self.push, self.sent = send, push, sent
+        self.started = 0  # sessions started by closed-loop users
+        self.session_of: dict[int, Session] = {}  # a session's request in flight → it
+
+    def start(self, t: float, index: int | None = None) -> None:
         """Session `index` (a closed-loop user's next: the next one) starts at `t`; a
         closed-loop user whose session cannot start is done."""
         if index is None:
-            index = self.s.sessions
-            self.s.sessions += 1
+            index = self.started
+            self.started += 1
         session = self.plans.open(index)
         if session is None:
             return
         if session.shared:
-            session.history = list(self._prefix)
-        self._send_turn(t, session)
+            session.history = list(self.prefix)
+        self.send_turn(t, session)
 
-    def _send_turn(self, t: float, session: Session) -> None:
+    def send_turn(self, t: float, session: Session) -> None:
         """The session's next turn, scheduled at `t`: the history plus a new message."""
-        w, c = self.w, self.cols
+        workload, columns = self.workload, self.columns
         turn = session.turn
         prompt = len(session.history) + int(session.messages[turn])
-        if (w.duration_s is not None and t >= w.duration_s) or prompt >= self.shape.max_model_len:
-            return self._session_over(t, session)
-        index = self.s.sent
-        lengths = w.ensure(index + 1)
+        if ((workload.duration_s is not None and t >= workload.duration_s)
+                or prompt >= self.max_model_len):
+            return self._over(t, session)
+        index = self.sent()
+        lengths = workload.ensure(index + 1)
         lengths.prompt[index], lengths.output[index] = prompt, session.outputs[turn]
         lengths.shared[index] = False
         lengths.tenant[index], lengths.priority[index] = session.tenant, session.priority
         session.turn += 1
         self.session_of[index] = session
-        seq = self._send(t, t, index, session.history)
-        c.session[index], c.turn[index], c.turns[index] = session.index, turn + 1, session.turns
-        c.after[index] = session.after
+        seq = self.send(t, index, session.history)
+        columns.session[index], columns.turn[index] = session.index, turn + 1
+        columns.turns[index], columns.after[index] = session.turns, session.after
         if self.plans.kind == "agent" and turn:
-            c.tool_start[index], c.tool_end[index] = session.after, t
+            columns.tool_start[index], columns.tool_end[index] = session.after, t
         session.history = list(seq.token_ids) if seq is not None else session.history
 
-    def _turn_done(self, index: int, done: float, ok: bool) -> None:
+    def turn_done(self, index: int, done: float, ok: bool) -> None:
         """A session's request ended at `done`: its next turn after the gap, or its end."""
         session = self.session_of.pop(index)
         if not ok or session.turn >= session.turns:
-            return self._session_over(done, session)
-        session.history.extend([0] * int(self.cols.output[index]))
+            return self._over(done, session)
+        session.history.extend([0] * int(self.columns.output[index]))
         session.after = done
-        self._push(done + float(session.gaps[session.turn - 1]), TURN, session)
+        self.push(done + float(session.gaps[session.turn - 1]), TURN, session)
 
-    def _session_over(self, t: float, session: Session) -> None:
+    def _over(self, t: float, session: Session) -> None:
         session.history = []
-        if not self.w.arrivals.open_loop:
-            self._push(t, SEND, None)  # the user starts its next session
+        if not self.workload.arrivals.open_loop:
+            self.push(t, SEND, None)  # the user starts its next session

@@ -55,7 +55,7 @@ def misfit(cost: StepCost, x: np.ndarray, ms: np.ndarray) -> tuple[np.ndarray, n
 
 
 def estimate(r: np.ndarray, fitted: np.ndarray, times: np.ndarray, runs: np.ndarray,
-             window_s: float = WINDOW_S, request: RequestSpread = RequestSpread()) -> Spread:
+             window_s: float = WINDOW_S, request: RequestSpread | None = None) -> Spread:
     """The spread of the misfits `r` (`misfit`; the fit charged `fitted`) of samples timed at
     `times` (seconds) in the `runs` they belong to."""
     r, fitted = np.asarray(r, dtype=float), np.asarray(fitted, dtype=float)
@@ -83,7 +83,7 @@ def estimate(r: np.ndarray, fitted: np.ndarray, times: np.ndarray, runs: np.ndar
                if len(levels) >= 2 else None)
     return Spread(step=step, shape=shape, drift=drift, between=between,
                   windows=len(deviations), runs=len(per_run), window_s=window_s,
-                  request=request)
+                  request=request if request is not None else RequestSpread())
 
 
 def spread_of(cal: Calibration) -> tuple[Spread, str | None]:

@@ -9,11 +9,11 @@ relative error (`fit`), non-negative except the hinges, with numpy and scipy.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from latlab.records.calibration import FitError, STEP_FEATURES, StepCost
+from latlab.records.calibration import STEP_FEATURES, FitError, StepCost
 
 FEATURES = tuple(STEP_FEATURES)
 HOLDOUT_EVERY = 5

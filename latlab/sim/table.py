@@ -11,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 
 from latlab.records.table import RequestTable
-from latlab.sim.results import BASE_NS, OK, OUTCOMES as SIM_OUTCOMES, SimResult
+from latlab.sim.results import BASE_NS, OK, SimResult
+from latlab.sim.results import OUTCOMES as SIM_OUTCOMES
 from latlab.sim.workload import Lengths
 
 

@@ -12,16 +12,18 @@ techniques that change when requests run, not what a step costs.
   runs grouped with the decodes), and a step that proposed drafts `draft_ms` more (a draft
   model's own steps; an n-gram lookup costs next to nothing).
 
-`TechniqueSteps` is a part of `SimReplica` (`replica.py`), kept apart for size.
+`TechniqueSteps` holds what they need of one replica (its scheduler, the drafts' random
+numbers); the replica (`replica.py`) acts on what it answers.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 
 from latlab.engine.batching import MAX_GROUP_QUERIES, decode_groups
-from latlab.engine.sequence import FinishReason
+from latlab.engine.scheduler import Scheduler
 from latlab.sim.sequence import SimSequence
 
 INF = math.inf
@@ -41,22 +43,25 @@ class Techniques:
 
 
 class TechniqueSteps:
-    """The queue deadline, idle unload and speculative decoding of a `SimReplica`."""
+    """The queue deadline, idle unload and speculative decoding of one replica."""
 
-    def _expire(self, now: float) -> None:
-        """Refuse the waiting requests never scheduled that arrived more than the deadline
-        ago."""
+    def __init__(self, techniques: Techniques, scheduler: Scheduler, max_model_len: int,
+                 seed: int = 0) -> None:
+        self.techniques = techniques
+        self.scheduler = scheduler
+        self.max_model_len = max_model_len
+        self.rng = random.Random(seed)  # the drafts each verified decode accepts
+
+    def expired(self, now: float) -> list[SimSequence]:
+        """The waiting requests never scheduled that arrived more than the deadline ago:
+        to refuse."""
         delay = self.techniques.max_queue_delay
         if delay is None or not self.scheduler.waiting:
-            return
-        for seq in [s for s in self.scheduler.waiting.ordered()
-                    if s.first_scheduled < 0 and s.arrived < now - delay]:
-            self.scheduler.finish(seq, FinishReason.QUEUE_TIMEOUT)
-            self.outstanding -= 1
-            self.on_refused(seq, now)
-            seq.token_ids = []
+            return []
+        return [s for s in self.scheduler.waiting.ordered()
+                if s.first_scheduled < 0 and s.arrived < now - delay]
 
-    def _deadline(self) -> float:
+    def deadline(self) -> float:
         """When the next waiting request would be refused (a decode run ends by then)."""
         delay = self.techniques.max_queue_delay
         if delay is None or not self.scheduler.waiting:
@@ -64,28 +69,29 @@ class TechniqueSteps:
         return min((s.arrived for s in self.scheduler.waiting.ordered()
                     if s.first_scheduled < 0), default=INF - 1) + delay
 
-    def _asleep(self, now: float) -> bool:
-        """Whether the model was unloaded by `now`: idle since the last step for longer than
-        `idle_unload` (from the start, if it never ran)."""
+    def asleep(self, now: float, last_end: float) -> bool:
+        """Whether the model was unloaded by `now`: idle since the last step ended
+        (`last_end`) for longer than `idle_unload` (from the start, if it never ran)."""
         idle = self.techniques.idle_unload
-        return idle is not None and now - self.last_end > idle
+        return idle is not None and now - last_end > idle
 
-    def _propose(self) -> None:
+    def propose(self) -> None:
         """Drafts for every decoding sequence, never past its output or the context."""
-        k, limit = self.techniques.speculative_tokens, self.shape.max_model_len
+        k, limit = self.techniques.speculative_tokens, self.max_model_len
         for seq in self.scheduler.running:
             if seq.is_decoding:
                 left = seq.target - (len(seq.token_ids) - seq.num_prompt_tokens) - 1
                 seq.spec_token_ids = [0] * max(0, min(k, left, limit - len(seq.token_ids) - 1))
 
-    def _emitted(self, seq: SimSequence, drafts: int) -> int:
+    def emitted(self, seq: SimSequence, drafts: int) -> int:
         """The tokens a verified decode gives: the drafts accepted in a row, and one."""
         accepted = 0
         while accepted < drafts and self.rng.random() < seq.acceptance:
             accepted += 1
         return accepted + 1
 
-    def _spec_features(self, scheduled) -> list[int]:
+    @staticmethod
+    def features(scheduled: list[tuple[SimSequence, int]]) -> list[int]:
         """`batching.step_features` with a verifying decode (1 + k tokens of a decoding
         sequence) counted as a decode of that many tokens."""
         tokens = decodes = prefills = sampled = context = attention = 0

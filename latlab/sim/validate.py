@@ -11,8 +11,8 @@ import numpy as np
 from latlab.metrics.request import metric_columns
 from latlab.metrics.stats import percentiles
 from latlab.metrics.throughput import inside
-from latlab.records.catalog import metrics
 from latlab.records.calibration import Calibration
+from latlab.records.catalog import metrics
 from latlab.records.columns import present
 from latlab.records.folder import RunFolder
 from latlab.records.simulation import Fleet

@@ -1,7 +1,8 @@
 """The requests of a simulated run, from the same specs as `latlab bench` or from a run folder.
 
-Specs (`WorkloadConfig`, `ArrivalConfig`): the arrival times are `latlab.load.workload.arrivals`' own
-(the same schedule for the same seed); token lengths are drawn from the same
+Specs (`WorkloadConfig`, `ArrivalConfig`): the arrival times are
+`latlab.load.workload.arrivals`' own (the same schedule for the same seed); token lengths are
+drawn from the same
 `LengthDistribution`s, in bulk (`sample_many`: the same distributions, not request for
 request the prompts bench would send), and so are the shared prefix, tenants and priorities.
 A dataset is read through `latlab.load.workload.requests.Workload` (prompt lengths in the target's
@@ -22,8 +23,8 @@ from latlab.load.workload.arrivals import arrival_times, user_start_times
 from latlab.load.workload.datasets import load_dataset
 from latlab.load.workload.requests import Workload
 from latlab.load.workload.traces import block_tokens, replay_window, scaled
-from latlab.records.folder import RunFolder
 from latlab.records.arrivals import ArrivalConfig
+from latlab.records.folder import RunFolder
 from latlab.records.lengths import WorkloadError
 from latlab.records.workload import WorkloadConfig
 

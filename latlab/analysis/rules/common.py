@@ -20,8 +20,8 @@ def server_rows(a: RunAnalysis) -> np.ndarray:
 def before_first_token(a: RunAnalysis) -> np.ndarray:
     """The time each request spent before its first token was computed (ms)."""
     p = a.requests.parts
-    return sum(p.value(c) for c in ("client_wait", "connect", "network", "preprocess", "queue",
-                                    "prefill"))
+    return sum(p.value(c) for c in ("client_wait", "connect", "network", "gateway_intake",
+                                    "preprocess", "queue", "prefill"))
 
 
 

@@ -4,8 +4,9 @@ windows `latlab observe` kept of a service's own traffic (`peak_finding`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
 from latlab.units import ms, pct
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from latlab.analysis.run_analysis import RunAnalysis
 
 MIN_WINDOWS = 3
-PEAK_RATE_RATIO = 1.5  # the busiest third of the windows carries this many times the quietest's rate
+PEAK_RATE_RATIO = 1.5  # the busiest third of the windows: this many times the quietest's rate
 PEAK_LATENCY_GROWTH = 2.0  # ... and its p99 E2E is this many times theirs
 EXPLODES = 5.0  # from this growth on it is critical
 
@@ -24,6 +25,7 @@ FIXES = {
     "decode": "cap the running batch (max sequences) per instance, add capacity for the peak",
     "prefill": "prefix caching, chunked prefill, add capacity for the peak",
     "network": "more bandwidth or closer clients: the link saturates at peak",
+    "gateway": "the gateway in front of the engine slows at peak: give it more workers or CPU",
     "application": "the application's own work grows with load: profile it at peak",
 }
 

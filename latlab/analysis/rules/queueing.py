@@ -27,6 +27,8 @@ OVERLOAD_WHERE = {
     "prefill": ("prefill: prompts arrive faster than they can be prefilled",
                 "prefix caching, shorter prompts, more capacity"),
     "network": ("network: the link cannot carry the load", "move closer, more bandwidth"),
+    "gateway": ("gateway: the gateway in front of the engine holds requests before and after it",
+                "give the gateway more workers or CPU, or send to the engine directly"),
     "first token (unsplit)": ("before the first token (no server timings split it)",
                               "offer at most the achieved rate; add server timings to see more"),
     "model server (unsplit)": ("the model server (its own spans were not seen to split it)",

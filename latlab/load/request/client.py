@@ -34,6 +34,8 @@ from latlab.load.request.server_timing import from_event, from_headers
 from latlab.load.request.sglang import usage as sglang_usage
 from latlab.load.request.sse import StreamFault, apply_usage, read_at_most, too_large
 from latlab.load.request.stamps import StampingConnector, read_stamped
+from latlab.load.request.tls import for_aiohttp, ssl_context
+from latlab.load.target import gateway
 from latlab.load.workload.requests import RequestSpec
 from latlab.records.timeline import Outcome, RequestTimeline
 
@@ -66,13 +68,16 @@ class Client:
         if config.api_key:
             self.headers["Authorization"] = f"Bearer {config.api_key}"
         self._timeout = aiohttp.ClientTimeout(total=config.timeout_s)
+        self._ssl = for_aiohttp(ssl_context(config.ca_cert, config.insecure))
         self._session: aiohttp.ClientSession | None = None
         self._fresh: aiohttp.ClientSession | None = None  # one connection per request
         self.learned = Adaptations()  # fields the server refused, streams without [DONE]
+        self._answered = False  # whether an answer's headers were looked at for a gateway
 
     def _new_session(self, keepalive: bool) -> aiohttp.ClientSession:
         connector = StampingConnector(limit=self.config.pool_size, limit_per_host=0,
-                                      ttl_dns_cache=300, force_close=not keepalive)
+                                      ttl_dns_cache=300, force_close=not keepalive,
+                                      ssl=self._ssl)
         return aiohttp.ClientSession(connector=connector, timeout=self._timeout,
                                      trace_configs=[connection_trace()],
                                      skip_auto_headers=("User-Agent",))
@@ -149,6 +154,9 @@ class Client:
             r.headers_ns = perf_counter_ns()
             r.status = resp.status
             r.server_request_id = resp.headers.get("X-Request-Id")
+            if not self._answered and resp.status == 200:
+                self._answered = True
+                self.learned.gateway = gateway.detect(resp.headers)
             r.server = from_headers(resp.headers)
             content_type = resp.content_type
             if resp.status != 200:

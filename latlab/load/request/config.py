@@ -25,6 +25,8 @@ class ClientConfig:
     timeout_s: float = 600.0  # per request
     max_event_bytes: int = int(MAX_EVENT_MIB * MIB)  # one SSE event or NDJSON line
     max_response_bytes: int = int(MAX_RESPONSE_MIB * MIB)
+    ca_cert: str | None = None  # trust this certificate for https (a self-signed gateway's)
+    insecure: bool = False  # check no certificate
 
     @classmethod
     def of(cls, settings: BenchConfig | ColdstartConfig, *, api_key: str | None,
@@ -33,7 +35,9 @@ class ClientConfig:
         transport options: it streams over kept connections), asking its workload's API of a
         server of `kind` over `pool_size` connections. `api_key` is passed apart: settings
         sent to a worker leave it out."""
-        transport = ({"stream": settings.stream, "keepalive": settings.keepalive}
+        transport = ({"stream": settings.stream, "keepalive": settings.keepalive,
+                      "ca_cert": str(settings.ca_cert) if settings.ca_cert else None,
+                      "insecure": settings.insecure}
                      if isinstance(settings, BenchConfig) else {})
         return cls(api=settings.workload.api, api_key=api_key, kind=kind,
                    ignore_eos=settings.ignore_eos,

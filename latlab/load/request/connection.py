@@ -1,4 +1,5 @@
-"""Connection phases from aiohttp's tracing: pool wait, DNS, connect, and `sent`.
+"""Connection phases from aiohttp's tracing: pool wait, DNS, connect, the TLS handshake
+(`stamps.StampingConnector` times it), and `sent`.
 
 The request's `RequestTimeline` is the trace's request context. `sent` is stamped when aiohttp
 hands the request's body (with its headers) to the socket; a request whose body is never
@@ -14,6 +15,7 @@ from typing import Any
 
 import aiohttp
 
+from latlab.load.request.stamps import HANDSHAKE_NS
 from latlab.records.timeline import ConnectionTiming
 
 
@@ -40,9 +42,11 @@ def connection_trace() -> aiohttp.TraceConfig:
     async def create_end(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
         r = ctx.trace_request_ctx
         r.sent_ns = perf_counter_ns()
-        dns = getattr(ctx, "dns_ns", None)
+        dns, tls = getattr(ctx, "dns_ns", None), HANDSHAKE_NS.get()
+        HANDSHAKE_NS.set(None)
+        connect = r.sent_ns - ctx.create_ns - (dns or 0) - (tls or 0)
         r.connection = ConnectionTiming(new=True, pool_wait_ns=getattr(ctx, "pool_wait_ns", None),
-                                        dns_ns=dns, connect_ns=r.sent_ns - ctx.create_ns - (dns or 0))
+                                        dns_ns=dns, connect_ns=connect, tls_ns=tls)
         ctx.body_sent = False
 
     async def reuse(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:

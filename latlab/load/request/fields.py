@@ -17,8 +17,10 @@ A stream that ends without `data: [DONE]` after its `finish_reason` is complete
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
+
+from latlab.records.config import Gateway
 
 # Most specific first: a refusal naming `stream_options.continuous_usage_stats` drops only
 # the latter.
@@ -62,23 +64,31 @@ def without(body: dict[str, Any], fields: set[str] | frozenset[str]) -> dict[str
 @dataclass
 class Adaptations:
     """What a client learned about the server during a run, to say once: the fields it
-    refused (with the answer that refused them), the requests sent again without them, and
-    the streams complete without [DONE]."""
+    refused (with the answer that refused them), the requests sent again without them, the
+    streams complete without [DONE], and the gateway its first answer's headers name."""
 
     refused: dict[str, str] = field(default_factory=dict)
     resent: int = 0
     without_done: int = 0
+    gateway: Gateway | None = None
 
     def merge(self, other: Adaptations) -> Adaptations:
         return Adaptations({**other.refused, **self.refused}, self.resent + other.resent,
-                           self.without_done + other.without_done)
+                           self.without_done + other.without_done,
+                           self.gateway or other.gateway)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"refused": dict(self.refused), "resent": self.resent,
+                "without_done": self.without_done,
+                "gateway": self.gateway.model_dump() if self.gateway else None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> Adaptations:
-        return cls(**data) if data else cls()
+        if not data:
+            return cls()
+        gateway = data.get("gateway")
+        return cls(data.get("refused") or {}, data.get("resent", 0), data.get("without_done", 0),
+                   Gateway.model_validate(gateway) if gateway else None)
 
     def notes(self, streams: int | None = None) -> list[str]:
         """What the run's summary says about them."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from collections import deque
 from collections.abc import Callable
+from contextvars import ContextVar
 from time import perf_counter_ns
 from typing import Any
 
@@ -27,6 +28,9 @@ class StampedHandler(ResponseHandler):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # made when the TCP connection is up, before a TLS handshake on it (asyncio makes the
+        # protocol first, then wraps it in TLS)
+        self.made_ns = perf_counter_ns()
         self.stamps: deque[tuple[int, int]] = deque()
         self.stamped: object = None  # the payload the stamps count
 
@@ -42,12 +46,23 @@ class StampedHandler(ResponseHandler):
         self.stamps.append((t, payload.total_bytes))
 
 
+# The TLS handshake of the connection the current request just opened (ns), for its
+# connection trace (`connection.connection_trace`); None over plain TCP.
+HANDSHAKE_NS: ContextVar[int | None] = ContextVar("latlab_handshake_ns", default=None)
+
+
 class StampingConnector(aiohttp.TCPConnector):
-    """A TCPConnector whose connections are `StampedHandler`s."""
+    """A TCPConnector whose connections are `StampedHandler`s, timing each TLS handshake."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._factory = functools.partial(StampedHandler, loop=self._loop)
+
+    async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
+        proto = await super()._create_connection(req, traces, timeout)
+        secure = req.is_ssl() and isinstance(proto, StampedHandler)
+        HANDSHAKE_NS.set(perf_counter_ns() - proto.made_ns if secure else None)
+        return proto
 
 
 async def read_stamped(resp: aiohttp.ClientResponse, feed: Callable[[bytes, int], None]) -> None:

@@ -1,5 +1,6 @@
 """What the target is, asked before the load: the model it lists at /v1/models, its kind,
-the model's context length, and the network's round trip as a null request sees it.
+the model's context length, and the network's round trip as a null request sees it (a path
+no server routes: no model runs for it, whatever is in front).
 
 A server whose /v1/models fails or lists nothing can still be measured with `--model`: some
 name their model per request and list none (`transformers serve` takes the model's path or
@@ -10,6 +11,8 @@ the server's kind is unknown."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from ssl import SSLContext
 from time import perf_counter_ns
 from typing import Any
 
@@ -20,6 +23,7 @@ from latlab.load import BenchError, KeyRefused, Unreachable, key_problem
 from latlab.load.request.errors import describe, error_message
 from latlab.load.request.server_timing import ServerKind, context_length, detect
 from latlab.load.request.sse import StreamFault, read_at_most
+from latlab.load.request.tls import for_aiohttp
 
 MODELS_MAX_BYTES = 16 << 20  # of a /v1/models answer
 MODEL_HINT = ("give --model NAME, the name its requests take (for `transformers serve`, the "
@@ -34,14 +38,15 @@ class NoModels(BenchError):
         super().__init__(f"{self.what}: {MODEL_HINT}")
 
 
-async def fetch_models(url: str, api_key: str | None = None,
-                       timeout_s: float = 10.0) -> dict[str, Any]:
+async def fetch_models(url: str, api_key: str | None = None, timeout_s: float = 10.0,
+                       tls: SSLContext | None = None) -> dict[str, Any]:
     """The server's /v1/models answer (raises aiohttp/OS errors, ValueError; KeyRefused for
     a 401 or 403)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        async with session.get(url.rstrip("/") + "/v1/models", headers=headers) as resp:
+        async with session.get(url.rstrip("/") + "/v1/models", headers=headers,
+                               ssl=for_aiohttp(tls)) as resp:
             problem = key_problem(resp.status, api_key is not None)
             if problem is not None:
                 raise KeyRefused(f"{url}/v1/models: {problem}")
@@ -61,12 +66,18 @@ async def list_models(url: str, api_key: str | None = None, timeout_s: float = 1
 
 
 async def discover(url: str, api_key: str | None = None, timeout_s: float = 10.0,
-                   model: str | None = None) -> tuple[str, ServerKind, int | None]:
+                   model: str | None = None, tls: SSLContext | None = None
+                   ) -> tuple[str, ServerKind, int | None]:
     """`model` (default: the first model `url` lists at /v1/models), the server's kind and
     the model's context length where listed; `BenchError` says why there is none: the
     target cannot be reached (giving --model would not help), or it lists none."""
     try:
-        data = await fetch_models(url, api_key, timeout_s)
+        data = await fetch_models(url, api_key, timeout_s, tls)
+    except aiohttp.ClientConnectorCertificateError as e:
+        raise BenchError(f"{url}: its TLS certificate is not trusted "
+                         f"({getattr(e.certificate_error, 'verify_message', None) or 'unverified'})"
+                         ": give --ca-cert FILE, the certificate to trust, or --insecure"
+                         ) from None
     except (aiohttp.ClientConnectorError, asyncio.TimeoutError) as e:
         error = Unreachable if isinstance(e, aiohttp.ClientConnectorError) else BenchError
         raise error(f"cannot reach {url} ({describe(e)}): is the server up and the "
@@ -84,14 +95,15 @@ async def discover(url: str, api_key: str | None = None, timeout_s: float = 10.0
 
 
 def identify(url: str, model: str | None, kind: ServerKind, key: str | None,
-             timeout_s: float = 10.0) -> tuple[str, ServerKind, int | None, list[str]]:
+             timeout_s: float = 10.0, tls: SSLContext | None = None
+             ) -> tuple[str, ServerKind, int | None, list[str]]:
     """The model to request, the server's kind and the model's context: as given, else from
     /v1/models; and a note when /v1/models failed but `model` was given (the server is then
     an OpenAI-compatible one of unknown kind). A server that does not answer at all cannot
     be measured (`Unreachable`)."""
     notes = []
     try:
-        model, found, context = asyncio.run(discover(url, key, timeout_s, model))
+        model, found, context = asyncio.run(discover(url, key, timeout_s, model, tls))
     except BenchError as e:
         if model is None or isinstance(e, (Unreachable, KeyRefused)):
             raise
@@ -104,30 +116,54 @@ def identify(url: str, model: str | None, kind: ServerKind, key: str | None,
     return model, found if kind == ServerKind.AUTO else kind, context, notes
 
 
-async def round_trip_ms(url: str, api_key: str | None = None, probes: int = 5,
-                        timeout_s: float = 5.0) -> float | None:
-    """The network's round trip to `url` as a request sees it: the fastest of `probes` GETs
-    of /health (else /v1/models) on one warm connection, where the server has next to
-    nothing to do. A TCP connect would not do: proxies and the kernel answer it. None when
-    the server answers neither."""
+PROBE_PATH = "/latlab-null-probe"  # no server routes it: the first router answers 404
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """The network's round trip to the target as a null request sees it, and the headers of
+    the answer (a gateway's give it away)."""
+
+    rtt_ms: float | None
+    headers: dict[str, str]
+
+
+async def probe(url: str, api_key: str | None = None, probes: int = 5,
+                timeout_s: float = 5.0, tls: SSLContext | None = None) -> Probe:
+    """The fastest of `probes` GETs of a path no server routes, on one warm connection:
+    whatever answers first (the gateway in front, or the server's router) answers it at
+    once, and no model runs (GET /health through LiteLLM runs a completion on every model).
+    Any status is an answer. None when nothing answers."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        for path in ("/health", "/v1/models"):
-            times = []
-            try:
-                for _ in range(probes + 1):  # the first opens the connection
-                    start = perf_counter_ns()
-                    async with session.get(url.rstrip("/") + path, headers=headers) as resp:
-                        await read_at_most(resp, MODELS_MAX_BYTES)
-                        if resp.status != 200:
-                            break
-                    times.append((perf_counter_ns() - start) / 1e6)
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, StreamFault):
-                return None
-            if len(times) > 1:
-                return min(times[1:])
-    return None
+    times: list[float] = []
+    seen: dict[str, str] = {}
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            for _ in range(probes + 1):  # the first opens the connection
+                start = perf_counter_ns()
+                async with session.get(url.rstrip("/") + PROBE_PATH, headers=headers,
+                                       allow_redirects=False, ssl=for_aiohttp(tls)) as resp:
+                    await read_at_most(resp, MODELS_MAX_BYTES)
+                    seen = dict(resp.headers)
+                times.append((perf_counter_ns() - start) / 1e6)
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, StreamFault):
+        pass
+    return Probe(min(times[1:]) if len(times) > 1 else None, seen)
+
+
+async def models_headers(url: str, api_key: str | None = None, timeout_s: float = 10.0,
+                         tls: SSLContext | None = None) -> dict[str, str]:
+    """The headers of the target's /v1/models answer ({} when it does not answer)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as s:
+            async with s.get(url.rstrip("/") + "/v1/models", headers=headers,
+                             ssl=for_aiohttp(tls)) as resp:
+                await read_at_most(resp, MODELS_MAX_BYTES)
+                return dict(resp.headers)
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, StreamFault):
+        return {}
 
 
 def _ids(models: dict[str, Any]) -> list[str]:

@@ -6,7 +6,9 @@ Each source fills what it knows; none answering is no error (the advice then hed
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from ssl import SSLContext
 from typing import Any
 
 import aiohttp
@@ -14,6 +16,7 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from latlab.load.request.sse import StreamFault, read_at_most
+from latlab.load.request.tls import for_aiohttp
 from latlab.records.server import ServerSettings
 
 TIMEOUT_S = 3.0
@@ -108,7 +111,8 @@ SOURCES: tuple[tuple[str, Callable[[Any], dict[str, Any]], bool], ...] = (
     ("/props", _llamacpp, True), ("/info", _tgi, True), ("/metrics", _info_gauges, False))
 
 
-async def server_settings(url: str, api_key: str | None = None) -> ServerSettings:
+async def server_settings(url: str, api_key: str | None = None,
+                          tls: SSLContext | None = None) -> ServerSettings:
     """Whatever of its settings the server at `url` tells."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     settings = ServerSettings()
@@ -116,7 +120,7 @@ async def server_settings(url: str, api_key: str | None = None) -> ServerSetting
     async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
         for path, read, is_json in SOURCES:
             try:
-                async with session.get(url.rstrip("/") + path) as resp:
+                async with session.get(url.rstrip("/") + path, ssl=for_aiohttp(tls)) as resp:
                     if resp.status != 200:
                         continue
                     raw = await read_at_most(resp, MAX_BYTES)

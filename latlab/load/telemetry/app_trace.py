@@ -26,7 +26,7 @@ instrumentation is not an application (`spans.timing_of` keeps the client's view
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 from latlab.records.spans import Span
 

@@ -26,6 +26,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from ssl import SSLContext
 
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
@@ -84,11 +85,12 @@ def parse(text: str, t_ns: int) -> Scrape:
     return Scrape(t_ns=t_ns, values=values, raw=raw)
 
 
-def scrape_once(url: str, headers: dict[str, str] | None = None) -> Scrape:
+def scrape_once(url: str, headers: dict[str, str] | None = None,
+                tls: SSLContext | None = None) -> Scrape:
     """GET `url` (a /metrics endpoint) and parse it; raises on any failure."""
     t = time.perf_counter_ns()
     request = urllib.request.Request(url, headers=headers or {})
-    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as resp:
+    with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=tls) as resp:
         body = resp.read(MAX_BYTES + 1)
     if len(body) > MAX_BYTES:
         raise ValueError(f"{url} answered more than {MAX_BYTES >> 20} MiB")
@@ -101,8 +103,8 @@ class Scraper:
     Failures are counted, not fatal."""
 
     def __init__(self, url: str, path: Path, interval_s: float | None,
-                 headers: dict[str, str] | None = None) -> None:
-        self.url, self.path, self.interval_s = url, path, interval_s
+                 headers: dict[str, str] | None = None, tls: SSLContext | None = None) -> None:
+        self.url, self.path, self.interval_s, self.tls = url, path, interval_s, tls
         self.headers = headers or {}
         self.count = self.failures = 0
         self.last_error: str | None = None
@@ -130,7 +132,7 @@ class Scraper:
 
     def _scrape(self) -> None:
         try:
-            scrape = scrape_once(self.url, self.headers)
+            scrape = scrape_once(self.url, self.headers, self.tls)
         except Exception as e:  # noqa: BLE001 - a missed scrape is a gap, not a failed run
             self.failures += 1
             self.last_error = f"{type(e).__name__}: {e}"

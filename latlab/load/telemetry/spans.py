@@ -12,6 +12,9 @@ trace id, and the server's span for it is a child in that trace (or carries its 
   (`ServerTiming.application`), the model server's span, nested, the stages; where the model
   is comes from a model server's span or a GenAI client span (`gen_ai.operation.name`,
   `gen_ai.system`), else the user names the application's spans (`--app-span`);
+* behind a gateway that passes neither `traceparent` nor the timings on, `upstream` joins
+  the engine's spans by what survives (request and response ids, else prompt length and time
+  order) and adds the gateway's hop around each;
 * otherwise the trace is the benched server's own (a model server traced by generic HTTP
   instrumentation): it says nothing about stages and is not an application, so the
   request keeps the client's view (the join notes it).
@@ -24,10 +27,11 @@ intersection over the run is the estimate, its half-width how good it is.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Sequence
+from collections.abc import Sequence
 
 import orjson
 
+from latlab.load.telemetry import upstream
 from latlab.load.telemetry.app_trace import application_of
 from latlab.load.telemetry.otlp import read_spans
 from latlab.records.config import Clock
@@ -101,25 +105,6 @@ def _seconds_ms(value: object) -> float | None:
     return value * 1000.0 if isinstance(value, (int, float)) else None
 
 
-def match(records: Iterable[RequestTimeline], spans: Sequence[Span]
-          ) -> dict[str, list[Span]]:
-    """Each request's spans: those of its trace, else those naming its id."""
-    by_trace: dict[str, list[Span]] = defaultdict(list)
-    by_request: dict[str, list[Span]] = defaultdict(list)
-    for s in spans:
-        by_trace[s.trace_id].append(s)
-        rid = s.attributes.get("gen_ai.request.id")
-        if isinstance(rid, str):
-            by_request[rid].append(s)
-    out = {}
-    for r in records:
-        found = by_trace.get(r.trace_id or "") or by_request.get(r.id) or next(
-            (v for k, v in by_request.items() if r.id in k), None)
-        if found:
-            out[r.id] = found
-    return out
-
-
 def clock_offset(pairs: Sequence[tuple[RequestTimeline, Sequence[Span]]], clock: Clock
                  ) -> tuple[float | None, float | None]:
     """(server − client clock offset, half-width) in ms from the requests' spans, or
@@ -141,38 +126,51 @@ def clock_offset(pairs: Sequence[tuple[RequestTimeline, Sequence[Span]]], clock:
 
 def join_run(run: RunFolder, spans: Sequence[Span] | None = None) -> SpanJoin:
     """Join the run's spans (its spans.jsonl, or `spans` from elsewhere) to its requests and
-    write what they give to server_timings.jsonl, which `RunFolder.read_records` merges."""
+    write what they give to server_timings.jsonl, which `RunFolder.read_records` merges.
+    Behind a gateway (`Target.gateway`) each joined request gets the gateway's hop."""
     if spans is None:
         path = run.path / SPANS
         spans = read_spans(path) if path.is_file() else []
     records = run.read_records(raw=True)
-    bench = run.read_config().bench
-    named = bench.app_spans if bench is not None else []
-    matched = match(records, spans)
+    config = run.read_config()
+    named = config.bench.app_spans if config.bench is not None else []
+    clock = config.clock
+    anchor = (int(clock.unix_time * 1e9) - clock.perf_counter_ns
+              if clock.perf_counter_ns is not None and clock.unix_time is not None else None)
+    matched = upstream.join(records, spans, anchor)
+    hop = config.target.gateway is not None and anchor is not None
     sources: dict[str, int] = defaultdict(int)
+    joined_by: dict[str, int] = defaultdict(int)
+    by_id = {r.id: r for r in records}
     lines = []
-    for r in records:
-        if r.id not in matched:
-            continue
-        timing, cached = timing_of(matched[r.id], named)
+    for rid, found in matched.items():
+        timing, cached = timing_of(found.spans, named)
         if timing is None:
             continue
+        engine = next((s for s in found.spans if is_model_span(s)), None)
+        if hop and engine is not None:
+            timing = upstream.with_hop(timing, by_id[rid], engine, anchor)
         sources[timing.source or "otlp"] += 1
-        lines.append(orjson.dumps({"id": r.id, "server": timing.to_json(),
+        joined_by[str(found.by)] += 1
+        lines.append(orjson.dumps({"id": rid, "server": timing.to_json(),
                                    "cached_tokens": cached}))
     (run.path / SERVER_TIMINGS).write_bytes(b"".join(line + b"\n" for line in lines))
-    by_id = {r.id: r for r in records}
-    offset, width = clock_offset([(by_id[k], v) for k, v in matched.items()],
-                                 run.read_config().clock)
+    offset, width = clock_offset([(by_id[k], v.spans) for k, v in matched.items()
+                                  if v.by != upstream.JoinedBy.ORDER], clock)
     notes = []
     traced = sum(1 for r in records if r.trace_id)
     if spans and not matched:
-        notes.append(f"{len(spans)} spans arrived but none matched a request's trace id or "
-                     "request id: does the server propagate `traceparent`?")
+        notes.append(f"{len(spans)} spans arrived but none matched a request's trace id, "
+                     "request id, or prompt length inside its time: does the server propagate "
+                     "`traceparent`, and are the spans this run's?")
     elif len(matched) > len(lines):
         notes.append(f"the spans of {len(matched) - len(lines)} requests name no stage and no "
                      "model call (generic HTTP instrumentation): those keep the client's view "
                      "(--app-span names an application's own spans)")
+    if joined_by and set(joined_by) != {str(upstream.JoinedBy.TRACE)}:
+        notes.append("spans joined to requests by " + ", ".join(
+            f"{by} ({n})" for by, n in sorted(joined_by.items(), key=lambda kv: -kv[1]))
+            + ": the server did not pass the client's `traceparent` on")
     return SpanJoin(spans=len(spans), requests_joined=len(lines), requests_with_trace=traced,
-                    sources=dict(sources), clock_offset_ms=offset,
+                    sources=dict(sources), joined_by=dict(joined_by), clock_offset_ms=offset,
                     clock_offset_uncertainty_ms=width, notes=notes)

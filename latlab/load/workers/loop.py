@@ -75,7 +75,7 @@ class ScheduleLoop:
     def __init__(self, config: BenchConfig, worker: int, t0_ns: int,
                  health: HealthSampler) -> None:
         self.config = config
-        self.w, self.n = worker, config.workers
+        self.worker, self.workers = worker, config.workers
         self.t0 = t0_ns
         self.end_ns = t0_ns + int(config.duration_s * 1e9) if config.duration_s else None
         self.health = health
@@ -93,7 +93,7 @@ class ScheduleLoop:
 
     def index(self, k: int) -> int:
         """The run-wide index of this worker's `k`-th request or session."""
-        return k * self.n + self.w
+        return k * self.workers + self.worker
 
     async def run(self, runs: Runs) -> None:
         """Arrivals until the schedule ends or is stopped, then wait for what they run."""
@@ -140,7 +140,7 @@ class ScheduleLoop:
             scheduled = self.t0 + int(offset * 1e9)
             if self.end_ns is not None and scheduled >= self.end_ns:
                 return self.stop("duration")
-            if self.n > 1 and runs.owner(index, self.n) != self.w:
+            if self.workers > 1 and runs.owner(index, self.workers) != self.worker:
                 continue
             item = runs.open(index)
             if item is None:
@@ -156,7 +156,7 @@ class ScheduleLoop:
 
     async def _closed_loop(self, runs: Runs) -> None:
         starts = user_start_times(self.config.arrivals.users, self.config.arrivals.ramp_s)
-        await asyncio.gather(*[self._user(runs, start) for start in starts[self.w::self.n]])
+        await asyncio.gather(*[self._user(runs, start) for start in starts[self.worker::self.workers]])
 
     async def _user(self, runs: Runs, start_s: float) -> None:
         scheduled = self.t0 + int(start_s * 1e9)

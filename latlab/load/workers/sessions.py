@@ -42,7 +42,7 @@ class Sessions:
         self.seed = config.workload.seed
         self.workload, self.schedule, self.send, self.run_id = workload, schedule, send, run_id
         requests = config.requests
-        self.budget = config.share(requests, schedule.w) if requests else None
+        self.budget = config.share(requests, schedule.worker) if requests else None
         self.reserved = 0
         self._requests = 0  # this worker's session requests so far
         self._tools: aiohttp.ClientSession | None = None

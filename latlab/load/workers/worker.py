@@ -96,7 +96,7 @@ class Worker:
         self.config = config
         self.plan = plan
         self.on_snapshot = on_snapshot
-        self.w = plan.worker
+        self.worker = plan.worker
         self.health = HealthSampler(plan.worker)
         self.schedule = ScheduleLoop(config, plan.worker, plan.t0_ns, self.health)
         self.counters = _Counters()
@@ -145,7 +145,7 @@ class Worker:
             health = await self.health.stop()
             self._snapshot()
         c = self.counters
-        return WorkerResult(self.w, health, s.stop_reason or "done", s.stopped_ns, s.message,
+        return WorkerResult(self.worker, health, s.stop_reason or "done", s.stopped_ns, s.message,
                             c.done, c.failed, self.client.learned)
 
     def interrupt(self, sig: int = signal.SIGINT) -> None:
@@ -159,7 +159,7 @@ class Worker:
                       ) -> tuple[RequestTimeline, str | None]:
         """Send one request and record it; a session's request returns its answer too."""
         r = RequestTimeline(id=f"{self.plan.run_id}-{spec.index}", index=spec.index,
-                            worker=self.w, api=self.config.workload.api,
+                            worker=self.worker, api=self.config.workload.api,
                             prompt_tokens_planned=spec.prompt_tokens, max_tokens=spec.max_tokens,
                             fitted=spec.fitted, session=spec.session, trace=spec.trace,
                             tenant=spec.tenant, priority=spec.priority, scheduled_ns=scheduled_ns)
@@ -220,6 +220,6 @@ class Worker:
             return
         c = self.counters
         tokens = c.tokens_done + sum(len(r.token_ns) for r in self.in_flight.values())
-        self.on_snapshot(WorkerSnapshot(self.w, c.dispatched, c.done, c.failed,
+        self.on_snapshot(WorkerSnapshot(self.worker, c.dispatched, c.done, c.failed,
                                         len(self.in_flight), tokens, c.ttft_new))
         c.ttft_new = []
