@@ -16,10 +16,10 @@ import secrets
 import shlex
 import sys
 import time
-from ssl import SSLContext
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
+from ssl import SSLContext
 
 import numpy as np
 from rich.console import Console

@@ -6,7 +6,6 @@ Each source fills what it knows; none answering is no error (the advice then hed
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from ssl import SSLContext
 from typing import Any
