@@ -55,6 +55,7 @@ def cell(text: object) -> str:
 def cli() -> str:
     """Each command of `latlab` and its options, walked through click's objects."""
     import typer
+
     from latlab.cli import app
 
     root = typer.main.get_command(app)
@@ -288,7 +289,41 @@ def server_adapters() -> str:
     return inspect.cleandoc(adapters.__doc__) + f"\n\n`--server-kind` takes: {kinds}."
 
 
+# ---------------------------------------------------------------- each server's flag per knob
+
+def advice_flags() -> str:
+    """`latlab.analysis.advice.FLAGS`: which flag each finding's advice names, per server."""
+    from latlab.analysis.advice import FLAGS
+
+    servers = ("latlab", "vllm", "sglang", "llamacpp", "tgi", "ollama")
+    names = {"latlab": "latlab serve", "vllm": "vLLM", "sglang": "SGLang",
+             "llamacpp": "llama.cpp", "tgi": "TGI", "ollama": "Ollama"}
+    found = {kind for flags in FLAGS.values() for kind in flags}
+    if not found <= set(servers) or not FLAGS:
+        raise ValueError(f"advice.FLAGS names servers this page does not know: {found}")
+    out = ["| knob | " + " | ".join(names[s] for s in servers) + " |",
+           "|---|" + "---|" * len(servers)]
+    for knob, flags in FLAGS.items():
+        row = []
+        for server in servers:
+            flag = flags.get(server)
+            if flag is None:
+                row.append("–")
+                continue
+            text = f"`{flag.spelling.format(n='N')}`"
+            if flag.where != "option":
+                text += f" ({flag.where})"
+            if flag.default is not None:
+                text += f", default {str(flag.default).lower()}"
+            if flag.note:
+                text += f": {flag.note}"
+            row.append(cell(text))
+        out.append(f"| `{knob}` | " + " | ".join(row) + " |")
+    return "\n".join(out)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "advice-flags": advice_flags,
     "cli": cli,
     "metrics": metrics,
     "findings": findings,

@@ -11,8 +11,22 @@ from pathlib import Path
 import typer
 
 from latlab import __version__
-from latlab.commands import (ab, bench, calibrate, coldstart, compare, export, observe,
-                             predict, report, runs, serve, sweep, trace)
+from latlab.commands import (
+    ab,
+    bench,
+    calibrate,
+    coldstart,
+    compare,
+    export,
+    observe,
+    predict,
+    report,
+    runs,
+    serve,
+    sweep,
+    trace,
+    tune,
+)
 from latlab.commands.options import ConfigFile, JsonOutput, NamedWorkload, command
 from latlab.records.ab import ABConfig
 from latlab.records.bench import BenchConfig
@@ -21,8 +35,9 @@ from latlab.records.engine import ServeConfig
 from latlab.records.observe import ObserveConfig
 from latlab.records.predict import CalibrateConfig, PredictConfig
 from latlab.records.sweep import SweepConfig
-from latlab.records.verdict import CompareConfig
 from latlab.records.trace import TraceConfig
+from latlab.records.tune import TuneConfig
+from latlab.records.verdict import CompareConfig
 
 # Plain click help: each option's text wraps beside it at any width (rich's panels squeeze
 # it into a narrow column at 80), and piped help is plain text.
@@ -75,6 +90,7 @@ command(app, report.report, options=report.ReportOptions, arguments=(RUN_DIR,))
 command(app, compare.compare, config=CompareConfig, options=compare.CompareOptions,
         arguments=(RUNS,))
 command(app, ab.ab, config=ABConfig, options=NamedWorkload, exclude=ab.NOT_TAKEN)
+command(app, tune.tune, config=TuneConfig, options=NamedWorkload, exclude=tune.NOT_TAKEN)
 command(app, observe.observe, config=ObserveConfig, options=JsonOutput)
 command(app, runs.runs, options=runs.RunsOptions)
 command(app, trace.trace, config=TraceConfig, options=trace.TraceOptions,

@@ -1,5 +1,6 @@
-"""Advice that knows the server: no finding recommends what the server already does, and
-the server's own settings are recorded from what it exposes."""
+"""Advice that knows the server: no finding recommends what the server already does or what
+the run's own data rules out, each server gets its own flag, a host-bound server is not told
+to take more steps, and the server's own settings are recorded from what it exposes."""
 
 import asyncio
 from types import SimpleNamespace
@@ -7,39 +8,97 @@ from types import SimpleNamespace
 from engine_server import running_server
 
 from latlab.analysis import advice
-from latlab.load.target.settings import _info_gauges, _llamacpp, _sglang, server_settings
+from latlab.analysis.findings import Change
+from latlab.load.target.settings import _info_gauges, _llamacpp, _sglang, _tgi, server_settings
+from latlab.records.bench import BenchConfig
 from latlab.records.config import RunConfig, Target
 from latlab.records.server import ServerSettings
-from latlab.records.summary import CacheUse
+from latlab.records.summary import CacheUse, HostLoad, Usage
 
 
-def run(kind: str | None, embedded: bool = False, cache: float | None = None, **told):
+def run(kind: str | None, embedded: bool = False, cache: float | None = None,
+        prefix_tokens: int = 256, server_cores: float | None = None, in_flight: float = 64,
+        **told):
     settings = ServerSettings(sources=["/test"], **told) if told else None
-    config = RunConfig(target=Target(server_kind=kind, embedded=embedded, settings=settings))
+    bench = BenchConfig(url="http://127.0.0.1:8000", workload={"prefix_tokens": prefix_tokens})
+    config = RunConfig(bench=bench,
+                       target=Target(server_kind=kind, embedded=embedded, settings=settings))
     summary = SimpleNamespace(cache=CacheUse(share=cache, source="per request", cached_tokens=1,
-                                             prompt_tokens=1) if cache is not None else None)
-    return SimpleNamespace(config=config, summary=summary)
+                                             prompt_tokens=1) if cache is not None else None,
+                              throughput=SimpleNamespace(mean_concurrency=in_flight))
+    host = None
+    if server_cores is not None:
+        usage = Usage(mean=server_cores, max=server_cores + 0.1)
+        host = HostLoad(cpus=2, seconds=30, busy=usage, client=Usage(mean=0.2, max=0.3),
+                        server=usage, other=Usage(mean=0, max=0))
+    return SimpleNamespace(config=config, summary=summary,
+                           client=SimpleNamespace(host=host) if host else None)
 
 
 def test_chunked_prefill_already_on_is_advised_as_a_change_of_its_budget():
     on = advice.chunked_prefill(run("latlab", chunked_prefill=True, step_tokens=512))
-    assert "is on at 512 tokens" in on and "128" in on and "--max-num-batched-tokens" in on
-    assert "turn on" not in on and "if not already" not in on
+    assert "is on at 512 tokens" in on.text and "--max-num-batched-tokens 128" in on.text
+    assert on.change == Change("step_tokens", 128, "latlab", "--max-num-batched-tokens 128")
     off = advice.chunked_prefill(run("vllm", chunked_prefill=False))
-    assert off.startswith("turn on chunked prefill") and "--max-num-batched-tokens" in off
+    assert off.text.startswith("turn on chunked prefill") and "--max-num-batched-tokens" in off.text
     unknown = advice.chunked_prefill(run("openai"))
-    assert unknown.endswith("if not already on")
+    assert unknown.text.endswith("if not already on") and unknown.change is None
+    assert advice.chunked_prefill(run("latlab", chunked_prefill=True, step_tokens=16)) is None
+
+
+def test_llamacpp_stalls_are_fixed_with_the_batch_not_the_ubatch():
     llama = advice.chunked_prefill(run("llamacpp", max_num_seqs=4))
-    assert "--ubatch-size" in llama and "turn on" not in llama
+    assert llama.change.args == "-b 64 -ub 64" and "-b 64 -ub 64" in llama.text
+    assert "-ub alone" in llama.text and "turn on" not in llama.text
+    told = advice.chunked_prefill(run("llamacpp", step_tokens=512))
+    assert told.change.args == "-b 128 -ub 128"
 
 
-def test_prefix_caching_already_on_says_what_it_served():
-    on = advice.prefix_caching(run("sglang", prefix_caching=True, cache=0.4))
-    assert "prefix caching is on" in on and "40%" in on and "turn on" not in on
-    assert advice.prefix_caching(run("latlab", prefix_caching=False)).startswith(
-        "turn on prefix caching")
-    assert advice.smaller_batches(run("latlab", max_num_seqs=32)).startswith(
-        "smaller decode batches (now 32")
+def test_advice_in_effect_or_contradicted_by_the_run_is_not_given():
+    assert advice.prefix_caching(run("sglang", prefix_caching=True)) is None
+    assert advice.prefix_caching(run("vllm")) is None  # on by default
+    assert advice.prefix_caching(run("llamacpp")) is None  # cache_prompt is on by default
+    # the run's prompt tokens came from the cache: it is on, whatever the server said
+    assert advice.prefix_caching(run("openai", cache=0.089)) is None
+    # prompts that share nothing: caching cannot help
+    assert advice.prefix_caching(run("latlab", prefix_caching=False, prefix_tokens=0)) is None
+    off = advice.prefix_caching(run("latlab", prefix_caching=False))
+    assert off.text.startswith("turn on prefix caching") and off.change.args == \
+        "--enable-prefix-caching"
+    assert advice.prefix_caching(run("openai")).text.endswith("if not already on")
+    fewer = advice.smaller_batches(run("latlab", max_num_seqs=32))
+    assert fewer.change.args == "--max-num-seqs 16" and "now 32" in fewer.text
+    assert advice.smaller_batches(run("latlab", max_num_seqs=1)) is None
+    # 4 requests in flight never filled a batch of 32: halving the cap changes nothing
+    assert advice.smaller_batches(run("latlab", max_num_seqs=32, in_flight=4)) is None
+    text, tries = advice.joined("shorter prompts", None, fewer)
+    assert text == f"shorter prompts; {fewer.text}" and tries[1] == fewer
+
+
+def test_each_server_gets_its_own_flag():
+    flags = {kind: advice.smaller_batches(run(kind, max_num_seqs=8)).text
+             for kind in ("latlab", "vllm", "sglang", "llamacpp", "tgi", "ollama")}
+    assert "--max-num-seqs 4" in flags["latlab"] and "--max-num-seqs 4" in flags["vllm"]
+    assert "--max-running-requests 4" in flags["sglang"] and "-np 4" in flags["llamacpp"]
+    assert "--max-batch-size 4" in flags["tgi"] and "OLLAMA_NUM_PARALLEL=4" in flags["ollama"]
+    # an environment variable is no option `latlab ab` can pass
+    assert advice.smaller_batches(run("ollama", max_num_seqs=8)).change is None
+    tgi = advice.chunked_prefill(run("tgi", chunked_prefill=True, step_tokens=4096))
+    assert tgi.change.args == "--max-batch-prefill-tokens 1024"
+
+
+def test_a_host_bound_server_is_not_told_to_take_more_steps():
+    gpu = run("latlab", chunked_prefill=True, step_tokens=512, device="cuda", server_cores=1.0)
+    said = advice.chunked_prefill(gpu)
+    assert "host-bound" in said.text and "100% of one core" in said.text
+    assert said.change is None and advice.smaller_batches(gpu) is None
+    # the same full core on the CPU is the model's own work: the budget advice stands
+    cpu = run("latlab", chunked_prefill=True, step_tokens=512, device="cpu", server_cores=1.0)
+    assert advice.chunked_prefill(cpu).change.value == 128
+    # an engine spread over several cores computes on them
+    many = run("vllm", chunked_prefill=True, step_tokens=512, server_cores=3.5)
+    assert "host-bound" not in advice.chunked_prefill(many).text
+    assert "host-bound" in advice.chunked_prefill(run("vllm", server_cores=0.95)).text
 
 
 def test_what_each_server_exposes_becomes_the_same_settings():
@@ -52,9 +111,13 @@ def test_what_each_server_exposes_becomes_the_same_settings():
                        "default_generation_settings": {"params": {"cache_prompt": True}}})
     assert (llama["max_num_seqs"], llama["prefix_caching"]) == (4, True)
     vllm = _info_gauges('# HELP vllm:cache_config_info x\n# TYPE vllm:cache_config_info gauge\n'
-                        'vllm:cache_config_info{block_size="16",enable_prefix_caching="True"} 1.0\n')
+                        'vllm:cache_config_info{block_size="16",'
+                        'enable_prefix_caching="True"} 1.0\n')
     assert vllm["prefix_caching"] is True
-    assert _sglang({"unrelated": 1}) == {} and _llamacpp({}) == {}
+    tgi = _tgi({"model_id": "m", "max_concurrent_requests": 128, "max_batch_size": 8,
+                "max_batch_prefill_tokens": 4096, "model_device_type": "cuda"})
+    assert (tgi["max_num_seqs"], tgi["step_tokens"], tgi["device"]) == (8, 4096, "cuda")
+    assert _sglang({"unrelated": 1}) == {} and _llamacpp({}) == {} and _tgi({"id": 1}) == {}
 
 
 def test_latlab_serve_tells_its_settings():
@@ -62,7 +125,7 @@ def test_latlab_serve_tells_its_settings():
         settings = asyncio.run(server_settings(server.url))
     assert "/server_info" in settings.sources
     assert (settings.chunked_prefill, settings.step_tokens, settings.prefix_caching,
-            settings.max_num_seqs) == (True, 64, True, 8)
+            settings.max_num_seqs, settings.device) == (True, 64, True, 8, "cpu")
 
 
 def test_a_server_that_tells_nothing_is_no_error():

@@ -8,8 +8,8 @@ from timelines import MS, steady, timeline, write_run
 from latlab.analysis import analyze
 from latlab.analysis.findings import Finding, Severity, Unevaluated
 from latlab.metrics.summary import summarize
-from latlab.records.window import Window
 from latlab.records.timeline import Outcome
+from latlab.records.window import Window
 
 
 @pytest.fixture
@@ -246,6 +246,9 @@ def test_a_pause_every_stream_shares_is_the_servers_not_a_prefills(diagnosed):
     alone = [timeline(0, 0, tokens=20, itl=5, stalls={10: 1000})] + [
         timeline(1 + i, 3000 + 300 * i, tokens=20, itl=5) for i in range(20)]
     assert "server_pause" not in diagnosed(alone)[0]  # one stream's stall is not the server's
+    # the same stop in a predicted run is a long step the simulation drew, not a pause
+    predicted = diagnosed(together + rest, config={"kind": "predict", "rate": 10.0})
+    assert "server_pause" not in predicted[0] and "server_pause" in predicted[1]
 
 
 def test_a_pause_the_clients_own_event_loop_made_is_not_the_servers(diagnosed):

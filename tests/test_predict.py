@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from sim_helpers import calibration, open_loop
 from typer.testing import CliRunner
 
 from latlab.analysis import analyze
@@ -22,7 +23,6 @@ from latlab.sim import calibration as calibrations
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import write_run
 from latlab.store import RunStore
-from sim_helpers import calibration, open_loop
 
 
 def invoke(*args):
@@ -278,3 +278,27 @@ def test_predict_takes_no_options_that_would_do_nothing_there():
         result = CliRunner().invoke(app, ["predict", flag, "x"])
         assert result.exit_code == 2 and "No such option" in result.output, result.output
     assert "--prompts" in CliRunner().invoke(app, ["bench", "--help"]).output
+
+
+def test_replicas_for_a_goal_below_the_latency_floor_stops_at_the_plateau(tmp_path, cal_file):
+    """More replicas, the same latency: a goal under one request's own time is out of reach,
+    said after a few counts (not one replica at a time up to thousands), and one that only
+    some of the drawn worlds meet, whatever the count, is a plateau, explained."""
+    floor = invoke("predict", "--calibration", cal_file, "--replicas-for", "p99_e2e<1ms@2rps",
+                   "--requests", 200, "--draws", 0, "--out", tmp_path)
+    assert floor.exit_code != 0 and "latency floor" in floor.output
+    assert "not capacity" in floor.output
+    wide = invoke("predict", "--calibration", cal_file, "--replicas-for",
+                  "p99_e2e<100000ms@0.2rps", "--requests", 200, "--draws", 8, "--out", tmp_path,
+                  "--json")
+    assert wide.exit_code == 0, wide.output
+    drawn = orjson.loads(wide.stdout[wide.stdout.index("{"):])["counts"]["1"]["draws"]
+    limit = float(np.median(drawn))  # about half of the worlds meet it, with any count
+    sized = invoke("predict", "--calibration", cal_file, "--replicas-for",
+                   f"p99_e2e<{limit:.3f}ms@0.2rps", "--requests", 200, "--draws", 8,
+                   "--out", tmp_path, "--json")
+    assert sized.exit_code == 0, sized.output
+    answer = orjson.loads(sized.stdout[sized.stdout.index("{"):])
+    plateau = answer["plateau"]
+    assert plateau is not None and plateau["met"] < 0.95 and answer["high"] == plateau["replicas"]
+    assert plateau["limit_needed_ms"] > limit and len(answer["counts"]) <= 4

@@ -37,6 +37,7 @@ RULES: tuple[Rule, ...] = (
     serving.nothing_in_window,
     client.client_bottleneck,
     host.busy_host,
+    host.host_bound_server,
     queueing.overload,
     queueing.queueing_under_load,
     peaks.peak_hours,

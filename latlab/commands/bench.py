@@ -6,7 +6,14 @@ import sys
 
 from rich.console import Console
 
-from latlab.commands.common import EXIT_FAILED, Interrupted, RunFailed, console, print_json
+from latlab.commands.common import (
+    EXIT_FAILED,
+    Interrupted,
+    RunFailed,
+    UsageError,
+    console,
+    print_json,
+)
 from latlab.commands.options import NamedWorkload
 from latlab.records.bench import BenchConfig
 from latlab.records.catalog import formulas
@@ -22,6 +29,10 @@ class Display(NamedWorkload):
 
 class BenchDisplay(Display):
     explain: bool = setting(False, "Print the metric formulas and exit.", group=OUTPUT)
+    test_advice: bool = setting(True, "Predict the effect of each setting a finding suggests "
+                                "(the run's own calibration, a few seconds a suggestion) and "
+                                "leave out those predicted to hurt.",
+                                "--test-advice/--no-test-advice", group=OUTPUT)
 
 
 def bench(config: BenchConfig, options: BenchDisplay) -> None:
@@ -29,7 +40,11 @@ def bench(config: BenchConfig, options: BenchDisplay) -> None:
     out, err = console(), console(stderr=True)
     if options.explain:
         return explain(out)
-    result = run_bench(config, console=err, command=sys.argv,
+    try:
+        config.check_target()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    result = run_bench(config, console=err, command=sys.argv, test_advice=options.test_advice,
                        progress=err.is_terminal if options.progress is None
                        else options.progress)
     if options.json_output:

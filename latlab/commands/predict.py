@@ -12,25 +12,30 @@ Every percentile comes with an interval (`--draws` worlds drawn from the calibra
 
 from __future__ import annotations
 
-from typing import Callable
+import math
+from collections.abc import Callable
 
 from rich.console import Console
 
-from latlab.commands.options import NamedWorkload
 from latlab.commands.common import EXIT_INTERRUPTED, RunFailed, UsageError, console, print_json
-from latlab.commands.options import parse_args
+from latlab.commands.options import NamedWorkload, parse_args
+from latlab.commands.predict_output import print_checks, print_sizing, sizing_json
 from latlab.records.bench import BenchConfig
 from latlab.records.engine import ServeConfig
 from latlab.records.folder import RunFolder, RunFolderError
 from latlab.records.predict import PredictConfig
 from latlab.report.console import print_analysis, print_summary
 from latlab.report.sweep import print_sweep
-from latlab.services.predict import (Predicted, fleet_for, predict_point, resolve_calibration,
-                                     settings)
-from latlab.services.predict_intervals import Intervals, reseeded
+from latlab.services.predict import (
+    Predicted,
+    fleet_for,
+    predict_point,
+    resolve_calibration,
+    settings,
+)
 from latlab.services.predict_check import check_run, coverage, measured_runs
+from latlab.services.predict_intervals import Intervals, reseeded
 from latlab.services.predict_plans import predict_sweep, replicas_for
-from latlab.commands.predict_output import print_checks, print_sizing, sizing_json
 from latlab.sim.calibration import fit_warning
 from latlab.sim.workload import SimWorkload, build, replay
 
@@ -91,8 +96,11 @@ def predict(config: PredictConfig, options: NamedWorkload) -> None:
         runs = measured_runs(config.check, bench.out)
         checks = [c for run in runs for c in check_run(run, cal, config.fleet, intervals)]
         if options.json_output:
+            covered = coverage(checks)
             print_json({"level": intervals.level, "draws": intervals.draws,
-                        "coverage": coverage(checks), "checks": [vars(c) for c in checks]})
+                        "coverage": None if math.isnan(covered) else covered,
+                        "checks": [vars(c) | {"inside": c.inside, "decides": c.decides}
+                                   for c in checks]})
         else:
             print_checks(out, checks, intervals)
         return
@@ -100,7 +108,7 @@ def predict(config: PredictConfig, options: NamedWorkload) -> None:
     point = predict_point(cal, workload, config.fleet,
                           settings(bench, cal, where, config.fleet, replayed), bench.out,
                           bench.name, config.records, intervals=intervals_of(config),
-                          workload_for=workload_for)
+                          workload_for=workload_for, test_advice=True)
     _print(options, point, out, err)
 
 

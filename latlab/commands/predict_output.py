@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from rich import box
@@ -38,6 +38,16 @@ def print_sizing(out: Console, s: Sizing) -> None:
         if s.low < s.point:
             why.append(f"{s.low} would do in the most favourable {100 * tail:g}%")
     out.print("  " + "; ".join(why), highlight=False)
+    if s.plateau is not None:
+        p = s.plateau
+        out.print(Text.assemble(
+            ("  a plateau: ", "bold yellow"),
+            f"from {p.replicas} replicas on, more leave p{g.percentile:g} {g.metric} at about "
+            f"{number(p.floor)} ms, and only {100 * p.met:.0f}% of the drawn worlds meet the "
+            f"goal: a latency floor (each request's own time), not capacity, decides. More "
+            f"replicas will not make it; a limit of {number(p.limit_needed)} ms would hold in "
+            f"all but {100 * tail:g}% of them, or the requests themselves must get faster "
+            "(shorter prompts or outputs, a faster engine)."), highlight=False)
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for column in ("replicas", f"p{g.percentile:g} {g.metric} ms", f"{level:g}% interval",
                    "goal met in"):
@@ -54,7 +64,11 @@ def print_sizing(out: Console, s: Sizing) -> None:
 
 
 def sizing_json(s: Sizing) -> dict:
+    plateau = None if s.plateau is None else {
+        "replicas": s.plateau.replicas, "met": s.plateau.met, "floor_ms": s.plateau.floor,
+        "limit_needed_ms": s.plateau.limit_needed}
     return {"goal": str(s.goal), "low": s.low, "high": s.high, "recommended": s.high,
+            "plateau": plateau,
             "point_estimate": s.point, "level": s.level, "router": s.fleet.router,
             "run": str(s.run.run.path),
             "counts": {str(n): {"value": c.value, "draws": c.draws,
@@ -75,12 +89,18 @@ def print_checks(out: Console, checks: Sequence[Checked], intervals: Intervals) 
         table.add_row(c.run.rsplit("/", 1)[-1], c.load, f"{c.metric} {c.percentile}",
                       number(c.measured), number(c.predicted), f"{100 * c.error:+.0f}%",
                       interval(c.lo, c.hi),
-                      Text("✓", style="green") if c.inside else Text("✗", style="red"))
+                      Text("∞: decides nothing", style="dim") if not c.decides
+                      else Text("✓", style="green") if c.inside else Text("✗", style="red"))
     out.print(table)
-    inside = sum(c.inside for c in checks)
+    deciding = [c for c in checks if c.decides]
+    inside = sum(c.inside for c in deciding)
+    undecided = len(checks) - len(deciding)
     widths = [max(c.hi / c.predicted - 1, 1 - c.lo / c.predicted) for c in checks
               if c.predicted and not math.isinf(c.hi)]
     width = f"; half-width median ±{100 * np.median(widths):.0f}%" if widths else ""
-    out.print(Text.assemble(("coverage  ", "bold"), f"{inside} of {len(checks)} "
-                            f"({100 * coverage(checks):.0f}%) measured percentiles inside the "
-                            f"{level} intervals{width}"), highlight=False)
+    share = f"{100 * coverage(checks):.0f}%" if deciding else "–"
+    out.print(Text.assemble(("coverage  ", "bold"), f"{inside} of {len(deciding)} "
+                            f"({share}) measured percentiles inside the finite {level} "
+                            f"intervals{width}"
+                            + (f"; {undecided} more reach ∞ (a queue that may grow) and decide "
+                               "nothing" if undecided else "")), highlight=False)

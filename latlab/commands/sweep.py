@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from latlab.commands.bench import Display
-from latlab.commands.common import EXIT_INTERRUPTED, RunFailed, console, print_json
+from latlab.commands.common import EXIT_INTERRUPTED, RunFailed, UsageError, console, print_json
 from latlab.load.target.launch import interrupt_on_sigterm
 from latlab.records.sweep import SweepConfig
 from latlab.report.sweep import print_sweep
@@ -24,6 +24,10 @@ def sweep(config: SweepConfig, options: Display) -> None:
     Each point is a bench run (--duration, --requests, the workload options); without --url
     one embedded engine (--serve-args) serves the whole sweep."""
     err = console(stderr=True)
+    try:
+        config.base.check_target()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     interrupt_on_sigterm()
     result = run_sweep(config, console=err, command=sys.argv,
                        progress=err.is_terminal if options.progress is None

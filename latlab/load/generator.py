@@ -16,10 +16,10 @@ import secrets
 import shlex
 import sys
 import time
-from ssl import SSLContext
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
+from ssl import SSLContext
 
 import numpy as np
 from rich.console import Console
@@ -30,7 +30,7 @@ from latlab.load.request.fields import Adaptations
 from latlab.load.request.tls import ssl_context
 from latlab.load.target import gateway
 from latlab.load.target.discovery import identify, models_headers, probe
-from latlab.load.target.launch import ServerProcess, embedded_engine
+from latlab.load.target.launch import ServerProcess, target_server
 from latlab.load.target.settings import server_settings
 from latlab.load.telemetry.host import HostSampler
 from latlab.load.telemetry.otlp import SpanReceiver, await_spans
@@ -144,14 +144,15 @@ def _prepare(config: BenchConfig, console: Console | None) -> Prepared:
 
 def _embedded_engine(config: BenchConfig, run: RunFolder, receiver: SpanReceiver | None,
                      console: Console | None) -> AbstractContextManager[ServerProcess]:
-    """The embedded engine of the run (its log in the run folder), exporting its spans to
-    the run's `receiver`."""
+    """The server latlab starts for the run (its log in the run folder): the `--launch`
+    command, or the embedded engine exporting its spans to the run's `receiver`."""
     if console is not None:
-        console.print("starting the embedded engine (latlab serve)…", style="dim")
-    serve = list(config.serve_args)
-    if receiver is not None:
-        serve += ["--otlp-endpoint", receiver.endpoint]
-    return embedded_engine(serve, log_path=run.path / "engine.log")
+        console.print("starting the server: " + (
+            config.launch or "the embedded engine (latlab serve)") + "…", style="dim",
+            markup=False, highlight=False)
+    otlp = ["--otlp-endpoint", receiver.endpoint] if receiver is not None else []
+    return target_server(config, run.path / ("server.log" if config.launch else "engine.log"),
+                         engine_args=otlp)
 
 
 def _identify(config: BenchConfig, url: str, key: str | None, tls: SSLContext | None,
@@ -237,7 +238,8 @@ def run_config(config: BenchConfig, command: Sequence[str] | None) -> RunConfig:
         latlab_version=__version__,
         command=shlex.join(redact(command if command is not None else sys.argv)),
         name=config.name, tags=config.tags, bench=config,
-        target=Target(url=config.url, model=config.model, embedded=config.url is None,
+        target=Target(url=config.url, model=config.model,
+                      embedded=config.url is None and config.launch is None, launch=config.launch,
                       api_key_given=config.api_key is not None),
         warmup_s=config.warmup_s, cooldown_s=config.cooldown_s, duration_s=config.duration_s,
         slos=config.slos,

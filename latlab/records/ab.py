@@ -19,8 +19,9 @@ SIDES = ("A", "B")
 class ABConfig(VerdictConfig):
     """Two settings, the identical workload against each, alternated over rounds."""
 
-    a: str = setting(..., "Setting A: arguments for an embedded latlab serve, or a server URL "
-                     "(http://HOST:PORT).", "--a", group=AB)
+    a: str = setting(..., "Setting A: arguments for an embedded latlab serve (with --launch: "
+                     "the command's {args}), or a server URL (http://HOST:PORT).", "--a",
+                     group=AB)
     b: str = setting(..., "Setting B, the same way.", "--b", group=AB)
     rounds: int = setting(3, "A/B pairs to run first, alternating (each a full bench run per "
                           "side).", group=AB, ge=1, le=50)
@@ -40,6 +41,10 @@ class ABConfig(VerdictConfig):
     def _rounds_within_most(self) -> ABConfig:
         if self.max_rounds < self.rounds:
             raise ValueError(f"--max-rounds {self.max_rounds} is below --rounds {self.rounds}")
+        urls = [s for s in (self.a, self.b) if s.startswith(("http://", "https://"))]
+        if self.bench.launch is not None and urls:
+            raise ValueError("--launch starts both sides: give --a and --b as its {args}, "
+                             "not URLs")
         return self
 
     def sides(self) -> dict[str, BenchConfig]:

@@ -39,8 +39,18 @@ class TargetConfig(BaseModel):
 
     url: str | None = setting(None, "Target server (http://HOST:PORT). Without it the embedded "
                               "engine (latlab serve) is started.", group=TARGET)
-    serve_args: list[str] = setting([], "Arguments for the embedded latlab serve.",
-                                    group=TARGET, cli_type=str)
+    serve_args: list[str] = setting([], "Arguments for the embedded latlab serve (with "
+                                    "--launch: the command's {args}).", group=TARGET,
+                                    cli_type=str)
+    launch: str | None = setting(None, "Start this server command and measure it instead: any "
+                                 "command, with {port} for the free port latlab picks and "
+                                 "{args} for --serve-args (ab: --a/--b); latlab waits until it "
+                                 "is ready, keeps its log in the run folder and stops it by "
+                                 "its PID.", group=TARGET)
+    launch_ready: str = setting("/health", "The path that answers 200 once the --launch server "
+                                "is ready.", group=TARGET)
+    launch_timeout_s: float = setting(300.0, "Seconds the --launch server may take to be ready.",
+                                      "--launch-timeout", group=TARGET, gt=0)
     server_url: str | None = setting(None, "The engine behind a gateway at --url "
                                      "(http://HOST:PORT): its /metrics scraped, its settings "
                                      "read for the advice, its process the server on the host "
@@ -49,6 +59,20 @@ class TargetConfig(BaseModel):
     _root = field_validator("url")(lambda url: server_root(url))
     _engine = field_validator("server_url")(lambda url: server_root(url, "--server-url"))
     _args = field_validator("serve_args", mode="before")(lambda value: serve_args(value))
+
+    @field_validator("launch")
+    @classmethod
+    def _template(cls, template: str | None) -> str | None:
+        if template is not None and "{port}" not in template:
+            raise ValueError("--launch: a command with {port} where the server's port goes "
+                             "(e.g. \"llama-server -m M --port {port} {args}\")")
+        return template
+
+    def check_target(self) -> None:
+        """A URL and a command to launch are two targets (ab and sweep set both: the URL is
+        the launched server's)."""
+        if self.launch is not None and self.url is not None:
+            raise ValueError("--launch starts the server latlab measures: drop --url")
 
     @field_serializer("serve_args")
     def _redacted(self, args: list[str]) -> list[str]:
@@ -236,12 +260,12 @@ class BenchConfig(TargetConfig, TransportConfig, StopConfig, TelemetryConfig, Sl
             self._check_burst()
         self.window()
         if self.name is None:
-            derive(self, name="engine" if self.url is None else "bench")
+            derive(self, name="engine" if self.url is None and self.launch is None else "bench")
         if self.server_url is not None and self.url is None:
             raise ValueError("--server-url names the engine behind a gateway at --url: give "
                              "--url too")
         w = self.workload
-        if self.url is None and w.tokenizer is None:
+        if self.url is None and self.launch is None and w.tokenizer is None:
             derive(w, tokenizer=engine_tokenizer(self.serve_args))
         if w.sessions is not None:
             w.sessions.think_default(self.duration_s)

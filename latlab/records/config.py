@@ -18,9 +18,9 @@ from latlab.records.bench import BenchConfig
 from latlab.records.cluster import RayCluster
 from latlab.records.coldstart import ColdstartConfig
 from latlab.records.observe import ObserveConfig
+from latlab.records.server import ServerSettings
 from latlab.records.simulation import Simulation
 from latlab.records.slo import slo_dict
-from latlab.records.server import ServerSettings
 from latlab.records.target import ServerKind
 
 
@@ -49,7 +49,8 @@ class Target(BaseModel):
 
     url: str | None = None
     model: str | None = None
-    embedded: bool = False
+    embedded: bool = False  # latlab serve, started by latlab
+    launch: str | None = None  # the command template latlab started the server with
     api_key_given: bool = False
     engine_ready_s: float | None = None
     server_kind: ServerKind | None = None

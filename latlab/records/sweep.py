@@ -134,6 +134,7 @@ class SweepTarget(Record):
     url: str | None = None
     model: str | None = None
     embedded: bool = False
+    launch: str | None = None  # the command template latlab started the server with
     serve_args: list[str] = []
     engine_ready_s: float | None = None
     simulated: bool = False

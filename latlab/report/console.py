@@ -145,6 +145,7 @@ def print_findings(console: Console, analysis: RunAnalysis, unevaluated: bool = 
         lines = [Text(f"· {line}") for line in f.evidence]
         lines.append(Text.assemble("where the time goes: ", (f.where, "italic")))
         lines.append(Text.assemble("try first: ", (f.fix, "italic")))
+        lines += [Text(f"  {note}", style="dim") for note in f.notes]
         for line in lines:  # indented as text: Padding would crop a piped line at the width
             console.print(Text(" " * 6) + line)
     if unevaluated and analysis.unevaluated:

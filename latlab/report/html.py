@@ -170,7 +170,9 @@ def _findings(a: RunAnalysis) -> str:
         out.append(f"<div class=finding style='border-color:{color}'><p><span class=badge "
                    f"style='background:{color}'>{f.severity}</span> <b>{e(f.title)}</b></p>"
                    f"<ul>{evidence}</ul><p>Where the time goes: <i>{e(f.where)}</i><br>"
-                   f"Try first: <i>{e(f.fix)}</i></p></div>")
+                   f"Try first: <i>{e(f.fix)}</i>"
+                   + "".join(f"<br><span class=dim>{e(note)}</span>" for note in f.notes)
+                   + "</p></div>")
     if a.unevaluated:
         items = "".join(f"<li>{e(u.rule)}: {e(u.needs)}</li>" for u in a.unevaluated)
         out.append(f"<details class=dim><summary>Not evaluated ({len(a.unevaluated)})</summary>"

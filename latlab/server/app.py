@@ -185,4 +185,4 @@ def create_app(engine: AsyncEngine, settings: ServeConfig, warmup: bool = True) 
 def engine_settings(engine: AsyncEngine) -> dict[str, Any]:
     """The engine's config, resolved (its context and KV pool as the engine sized them)."""
     return engine.info.config.model_dump(mode="json") | {
-        "num_kv_blocks": engine.info.num_kv_blocks}
+        "num_kv_blocks": engine.info.num_kv_blocks, "device_type": engine.info.device}

@@ -19,7 +19,7 @@ from latlab.analysis import analyze
 from latlab.analysis.ab import Sequential, counter_deltas, explain
 from latlab.analysis.compare import Comparison
 from latlab.analysis.run_analysis import RunAnalysis
-from latlab.load.target.launch import embedded_engine, remembered_interrupts
+from latlab.load.target.launch import remembered_interrupts, target_server
 from latlab.load.telemetry.scrape import scrape_once
 from latlab.records.ab import AB_JSON, SIDES, ABChange, ABConfig, ABRecord, ABRound
 from latlab.records.bench import BenchConfig
@@ -63,10 +63,11 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
         for side, bench in configs.items():
             if bench.url is None:
                 if err is not None:
-                    err.print(f"starting the embedded engine for {side}…", style="dim")
-                engine = stack.enter_context(embedded_engine(
-                    bench.serve_args, log_path=folder / f"engine-{side}.log",
-                    name=f"{side}'s latlab serve"))
+                    err.print(f"starting the server for {side}…", style="dim")
+                launched = "server" if bench.launch else "engine"
+                engine = stack.enter_context(target_server(
+                    bench, folder / f"{launched}-{side}.log",
+                    name=f"{side}'s {'server' if bench.launch else 'latlab serve'}"))
                 bench.url = engine.url
         pressed = stack.enter_context(remembered_interrupts())
         try:

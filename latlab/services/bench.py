@@ -23,6 +23,7 @@ from latlab.records.spans import SPANS
 from latlab.records.summary import RunSummary
 from latlab.records.window import run_window
 from latlab.report.html import write_html
+from latlab.services.advice_effects import annotate
 from latlab.store import RunStore, key_numbers
 
 NOTHING_MEASURED = ("no successful request landed in the measurement window: nothing was "
@@ -41,9 +42,11 @@ class BenchResult:
 
 
 def run_bench(config: BenchConfig, *, console: Console | None = None, progress: bool = False,
-              command: Sequence[str] | None = None, store: Path | None = None) -> BenchResult:
+              command: Sequence[str] | None = None, store: Path | None = None,
+              test_advice: bool = False) -> BenchResult:
     """Run the load, write summary.json and report.html, register the run in the store of
-    `store` (default: `config.out`). Raises `BenchError` (target or engine unusable) or a
+    `store` (default: `config.out`); with `test_advice`, each setting a finding suggests is
+    simulated first (`advice_effects`). Raises `BenchError` (target or engine unusable) or a
     `ValueError` naming the option (dataset, trace, tokenizer) before any load."""
     load = run_load(config, console=console, progress=progress, command=command)
     spans = join_run(load.run) if (load.run.path / SPANS).is_file() else None
@@ -62,14 +65,21 @@ def run_bench(config: BenchConfig, *, console: Console | None = None, progress: 
     if not failed and summary.ok == 0:  # requests succeeded, but none inside the window
         failed = True
         message = "\n".join(m for m in (message, NOTHING_MEASURED) if m)
-    return BenchResult(load.run, summary, _explain(load.run, console), failed, message)
+    return BenchResult(load.run, summary, _explain(load.run, console, test_advice), failed,
+                       message)
 
 
-def _explain(run: RunFolder, err: Console | None) -> RunAnalysis | None:
+def _explain(run: RunFolder, err: Console | None, test_advice: bool = False
+             ) -> RunAnalysis | None:
     """Decompose and diagnose the finished run and write its report.html. The run folder is
     complete already: a failure here loses nothing and `latlab report` can redo it."""
     try:
         analysis = analyze(run)
+        if test_advice and any(f.changes for f in analysis.findings):
+            if err is not None:
+                err.print("testing the advice in the simulator (--no-test-advice skips it)…",
+                          style="dim")
+            annotate(analysis)
         write_html(run, analysis)
     except Exception as e:  # noqa: BLE001 - the measurement is safe on disk; say what failed
         if err is not None:

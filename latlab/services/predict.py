@@ -11,9 +11,9 @@ from __future__ import annotations
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from rich.console import Console
 
@@ -25,17 +25,20 @@ from latlab.records.config import RunConfig, Target
 from latlab.records.engine import EngineConfig
 from latlab.records.folder import RunFolder
 from latlab.records.predict import CalibrationSource
+from latlab.records.server import ServerSettings
 from latlab.records.simulation import Fleet, Simulation
 from latlab.records.summary import RunSummary
+from latlab.records.target import ServerKind
 from latlab.report.html import write_html
+from latlab.services.advice_effects import annotate
+from latlab.services.calibrate import calibrate_engine, calibrated_engine, calibration_args
+from latlab.services.errors import InputError
+from latlab.services.predict_intervals import Intervals, predicted_intervals
 from latlab.sim import calibration as calibrations
 from latlab.sim.calibrate_run import CalibrationError
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import RECORDS, write_run
 from latlab.sim.results import SimResult
-from latlab.services.calibrate import calibrate_engine, calibrated_engine, calibration_args
-from latlab.services.errors import InputError
-from latlab.services.predict_intervals import Intervals, predicted_intervals
 from latlab.sim.workload import SimWorkload
 from latlab.store import RunStore, key_numbers
 
@@ -155,7 +158,9 @@ def settings(bench: BenchConfig, cal: Calibration, where: str, fleet: Fleet,
         kind="predict", latlab_version=__version__,
         command=shlex.join(sys.argv),
         name=bench.name, tags=bench.tags, bench=bench,
-        target=Target(url=None, model=cal.server, embedded=False),
+        target=Target(url=None, model=cal.server, embedded=False,
+                      server_kind=ServerKind.LATLAB if cal.source == "engine" else None,
+                      settings=ServerSettings.of_shape(cal.engine)),
         warmup_s=bench.warmup_s, cooldown_s=bench.cooldown_s, duration_s=bench.duration_s,
         slos=bench.slos,
         simulation=Simulation(calibration=where, calibration_created=cal.created,
@@ -166,10 +171,12 @@ def settings(bench: BenchConfig, cal: Calibration, where: str, fleet: Fleet,
 def predict_point(cal: Calibration, workload: SimWorkload, fleet: Fleet, config: RunConfig,
                   out: Path, name: str, records: int = RECORDS, explain: bool = True,
                   store: Path | None = None, intervals: Intervals | None = None,
-                  workload_for: Callable[[int], SimWorkload] | None = None) -> Predicted:
+                  workload_for: Callable[[int], SimWorkload] | None = None,
+                  test_advice: bool = False) -> Predicted:
     """Simulate, write the predicted run folder (summary, report.html), register it; with
     `intervals`, every percentile's interval from draws of `workload_for(d)` (draw d's
-    workload: another seed)."""
+    workload: another seed); with `test_advice`, each setting a finding suggests simulated
+    too (`advice_effects`)."""
     started = time.perf_counter()
     try:
         result = simulate(workload, cal, fleet)
@@ -188,6 +195,8 @@ def predict_point(cal: Calibration, workload: SimWorkload, fleet: Fleet, config:
     analysis = None
     if explain:
         analysis = analyze(run)
+        if test_advice:
+            annotate(analysis, cal, fleet)
         write_html(run, analysis)
     with RunStore(store or out) as runs:
         runs.register(run.path, "predict", config, key_numbers(summary))

@@ -9,7 +9,7 @@ draw d is read off draw d's points, and the replicas a goal needs in draw d off 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,12 +38,18 @@ from latlab.services.predict_intervals import (
     run_draws,
     span,
 )
+from latlab.services.replica_search import (
+    MAX_REPLICAS,
+    Count,
+    Plateau,
+    fewest_below,
+    provisioned,
+    same_latency,
+)
 from latlab.services.sweep import Step, Sweep, trace_speed_per_rate
 from latlab.sim.fleet import simulate
 from latlab.sim.table import request_table
 from latlab.sim.workload import build
-
-MAX_REPLICAS = 4096
 
 
 class PredictedSweep(Sweep):
@@ -146,19 +152,6 @@ def goal_value(goal: Goal, table: RequestTable, metrics: MetricColumns,
 
 
 @dataclass
-class Count:
-    """One replica count tried: the goal's value at the point estimate and, once drawn, in
-    each draw."""
-
-    value: float
-    draws: list[float] = field(default_factory=list)
-
-    def met(self, limit: float) -> float:
-        """The share of the draws that meet the goal."""
-        return sum(v <= limit for v in self.draws) / len(self.draws) if self.draws else math.nan
-
-
-@dataclass
 class Sizing:
     """The replicas a goal needs: `point` — the fewest that meet it at the point estimate —
     and the range the draws give: `low`, the fewest that meet it in the interval's
@@ -173,13 +166,16 @@ class Sizing:
     level: float
     fleet: Fleet
     run: Predicted
+    plateau: Plateau | None = None  # more replicas stop helping: a latency floor decides
 
 
 def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Console,
                  intervals: Intervals) -> Sizing:
     """The fewest replicas whose percentile meets the goal at the rate at the point estimate
     (doubling, then halving the gap, one simulation each), then the range the draws give
-    around it (counts up until all but the tail meet it, down while any tail does)."""
+    around it, bisected the same way: up to the fewest that all but the tail of the draws
+    meet it with — or the plateau where doubling the replicas changes nothing, a latency
+    floor and not capacity deciding — and down to the fewest any tail meets it with."""
     goal, bench, fleet = config.replicas_for, config.bench, config.fleet
     if bench.arrivals.process == "trace":  # the trace at the speed that gives the rate
         speed = goal.rate * trace_speed_per_rate(bench.arrivals, bench.requests)
@@ -220,6 +216,13 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
 
     low, high = 0, max(1, fleet.replicas)
     while not meets(high):
+        if low and same_latency(counts[low].value, counts[high].value):
+            raise InputError(
+                f"--replicas-for: out of reach: from {low} replicas on, more leave "
+                f"p{goal.percentile:g} {goal.metric} at {counts[high].value:.0f} ms (with "
+                f"{high}), above the goal's {goal.limit_ms:g} ms: a latency floor (each "
+                "request's own time), not capacity, decides; the requests themselves must get "
+                "faster, or the goal looser")
         low, high = high, high * 2
         if high > MAX_REPLICAS:
             raise InputError(f"--replicas-for: not met with {low} replicas; the goal may be "
@@ -228,14 +231,20 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
         mid = (low + high) // 2
         low, high = (low, mid) if meets(mid) else (mid, high)
     point = safe = optimistic = high
+    plateau = None
     if intervals.draws:
-        while drawn(safe).met(goal.limit_ms) < 1 - intervals.tail and safe < MAX_REPLICAS:
-            safe += 1
-        while optimistic > 1 and drawn(optimistic - 1).met(goal.limit_ms) >= intervals.tail:
-            optimistic -= 1
+        def safe_enough(n: int) -> bool:
+            return drawn(n).met(goal.limit_ms) >= 1 - intervals.tail
+
+        def may_do(n: int) -> bool:
+            return n > 0 and drawn(n).met(goal.limit_ms) >= intervals.tail
+
+        safe, plateau = provisioned(point, safe_enough, drawn, goal, intervals.tail)
+        optimistic = fewest_below(point, may_do) if may_do(point) else point
     best = sized(safe)
     workload = build(bench.workload, arrivals, bench.requests, bench.duration_s)
     run = predict_point(cal, workload, best, settings(bench, cal, where, best), bench.out,
                         f"{bench.name}-{safe}-replicas", config.records, intervals=intervals,
                         workload_for=reseeded(bench, intervals.requests))
-    return Sizing(goal, point, optimistic, safe, counts, intervals.level, best, run)
+    return Sizing(goal, point, optimistic, safe, counts, intervals.level, best, run, plateau)
+

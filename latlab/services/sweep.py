@@ -32,7 +32,7 @@ from latlab.analysis.capacity import PointLoad
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.slo_max import slo_max
 from latlab.load import BenchError
-from latlab.load.target.launch import embedded_engine, remembered_interrupts
+from latlab.load.target.launch import remembered_interrupts, target_server
 from latlab.load.workload.traces import survey
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
@@ -101,10 +101,11 @@ def run_sweep(config: SweepConfig, *, console: Console | None = None, progress: 
     with sweep.recording(config.base.out), ExitStack() as stack:
         url = config.base.url
         if url is None:
-            console.print("starting the embedded engine (latlab serve) for the whole sweep…",
-                          style="dim")
-            engine = stack.enter_context(
-                embedded_engine(config.base.serve_args, log_path=folder / "engine.log"))
+            console.print("starting the server for the whole sweep: " + (
+                config.base.launch or "the embedded engine (latlab serve)") + "…",
+                style="dim", markup=False, highlight=False)
+            engine = stack.enter_context(target_server(
+                config.base, folder / ("server.log" if config.base.launch else "engine.log")))
             url = engine.url
             sweep.target.url, sweep.target.engine_ready_s = url, engine.ready_s
         sweep.run(measure, console)
@@ -173,7 +174,9 @@ class Sweep:
         self.created = time.time()
         self.points: list[Point] = []
         self.target = target or SweepTarget(
-            url=config.base.url, model=config.base.model, embedded=config.base.url is None,
+            url=config.base.url, model=config.base.model,
+            embedded=config.base.url is None and config.base.launch is None,
+            launch=config.base.launch,
             serve_args=redact(config.base.serve_args))
         self.definitions = definitions or {}
         self.stopped = SweepStop(reason="running", message="")

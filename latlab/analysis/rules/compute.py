@@ -7,11 +7,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from latlab.analysis.advice import chunked_prefill, prefix_caching, smaller_batches
+from latlab.analysis.advice import chunked_prefill, joined, prefix_caching, smaller_batches
 from latlab.analysis.budget import PROMPT_BUCKETS, prompt_buckets
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
-from latlab.analysis.rules.common import (NEEDS_SERVER, before_first_token, server_rows,
-                                          uncounted_chunks)
+from latlab.analysis.host_bound import host_bound
+from latlab.analysis.rules.common import (
+    NEEDS_SERVER,
+    before_first_token,
+    server_rows,
+    uncounted_chunks,
+)
 from latlab.metrics.stats import percentiles
 from latlab.records.columns import Ragged, present
 from latlab.records.table import RequestTable
@@ -45,7 +50,8 @@ def prefill_bound(a: RunAnalysis) -> Finding | Unevaluated | None:
     if share < PREFILL_TTFT_SHARE or e2e_share < PREFILL_E2E_SHARE:
         return None
     label = None if longest is None else PROMPT_BUCKETS[longest]
-    evidence = [f"{f'prompts of {label} tokens' if label else 'all prompts'}: prefill {ms(long_prefill)} is {pct(share)} of "
+    which = f"prompts of {label} tokens" if label else "all prompts"
+    evidence = [f"{which}: prefill {ms(long_prefill)} is {pct(share)} of "
                 f"their time to first token and {pct(e2e_share)} of their E2E"]
     if tokens.max() > 1.5 * max(tokens.min(), 1):
         correlation = float(np.corrcoef(tokens, prefill)[0, 1]) if prefill.std() > 0 else 0.0
@@ -58,11 +64,11 @@ def prefill_bound(a: RunAnalysis) -> Finding | Unevaluated | None:
         evidence.append(f"every prompt has ≈{tokens.mean():.0f} tokens: growth not measurable")
     cached = np.nan_to_num(a.table.cached_tokens[rows]).sum() / max(tokens.sum(), 1)
     evidence.append(f"{pct(cached)} of prompt tokens came from the prefix cache")
+    fix, tries = joined("shorter prompts", prefix_caching(a), chunked_prefill(a))
     return Finding("prefill_bound", Severity.WARNING if e2e_share >= 0.3 else Severity.INFO,
                    f"nothing, then fast: prefill is {pct(share)} of the time to first token",
-                   evidence, where="prefill",
-                   fix=f"shorter prompts; {prefix_caching(a)}; {chunked_prefill(a)}",
-                   impact=e2e_share)
+                   evidence, where="prefill", fix=fix, impact=e2e_share, tries=tries,
+                   metric=("ttft", "p50"))
 
 
 def decode_stalls(a: RunAnalysis) -> Finding | Unevaluated | None:
@@ -101,16 +107,19 @@ def decode_stalls(a: RunAnalysis) -> Finding | Unevaluated | None:
                         f"against {pct(baseline)} of normal gaps")
         coincide = during >= STALL_COINCIDE and during - baseline >= STALL_LIFT
     if coincide:
+        bound = host_bound(a)
+        if bound is not None:
+            evidence += bound.evidence
+        fix, tries = joined(chunked_prefill(a), smaller_batches(a))
         return Finding("decode_stalls", Severity.WARNING,
                        "starts, then stutters: decode stalls while other requests prefill",
                        evidence, where="decode, interrupted by other requests' prefills",
-                       fix=f"{chunked_prefill(a)}; {smaller_batches(a)}",
-                       impact=impact)
+                       fix=fix, impact=impact, tries=tries, metric=("itl", "p99"))
     return Finding("decode_stalls", Severity.INFO,
                    "decode stalls not clearly tied to other requests' prefills", evidence,
                    where="decode, interrupted by something else",
                    fix="look for CPU contention, GC pauses or buffering proxies on the stream",
-                   impact=impact)
+                   impact=impact, metric=("itl", "p99"))
 
 
 def _gap_tokens(t: RequestTable, gaps: Ragged) -> np.ndarray | int:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from latlab.analysis.advice import prefix_caching
+from latlab.analysis.advice import joined, prefix_caching
 from latlab.analysis.findings import Finding, Severity, Unevaluated
 from latlab.analysis.rules.common import uncounted_chunks
 from latlab.records.columns import MISSING, present
@@ -40,13 +40,14 @@ def kv_cache_full(a: RunAnalysis) -> Finding | Unevaluated | None:
     if new_preemptions > 0:
         evidence.append(f"{new_preemptions:.0f} preemptions during the run: running requests "
                         "lost their KV blocks and were recomputed")
+    fix, tries = joined("more KV-cache memory, fewer running sequences or shorter contexts",
+                          prefix_caching(a))
     return Finding("kv_cache_full", Severity.WARNING,
                    "the KV cache filled up: requests waited for memory"
                    + (" and were preempted" if new_preemptions > 0 else ""), evidence,
                    where="queue (waiting for KV-cache blocks) and recomputation after preemption",
-                   fix="more KV-cache memory, fewer running sequences or shorter contexts; "
-                       + prefix_caching(a),
-                   impact=len(full) / len(scrapes))
+                   fix=fix, tries=tries, impact=len(full) / len(scrapes),
+                   metric=("ttft", "p99"))
 
 
 PAUSE_MIN_MS = 50.0
@@ -60,7 +61,12 @@ NEVER = np.iinfo(np.int64).max
 
 def server_pause(a: RunAnalysis) -> Finding | Unevaluated | None:
     """A pause every stream in flight shares at once (a frozen server, a GC or swap stall,
-    a blocked event loop), and requests the server read late (their intake wait)."""
+    a blocked event loop), and requests the server read late (their intake wait). Not in a
+    predicted run: the simulator models no pause, so a stop every simulated stream shares is
+    a long step drawn from the calibration's spread, not something the server did."""
+    if a.config.kind == "predict":
+        return Unevaluated("server_pause", "a measured run: the simulator models no server "
+                                           "pauses (a predicted one would be its spread's)")
     t = a.table
     rows = a.ok & (t.events >= 2)
     intake = a.requests.parts.value("intake")
@@ -75,7 +81,8 @@ def server_pause(a: RunAnalysis) -> Finding | Unevaluated | None:
     if not pauses and not len(late):
         return Unevaluated("server_pause", chunked) if chunked else None
     evidence = [f"{ms(length)} when every one of {n} streams in flight stopped at once, "
-                f"{(start - origin(a)) / 1e9:.1f} s into the run" for start, length, n in pauses[:3]]
+                f"{(start - origin(a)) / 1e9:.1f} s into the run"
+                for start, length, n in pauses[:3]]
     if len(late):
         evidence.append(f"{len(late)} requests waited up to {ms(float(late.max()))} before the "
                         "server read them (server intake: between their arrival and the "

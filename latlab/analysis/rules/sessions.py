@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from latlab.analysis.advice import prefix_caching
+from latlab.analysis.advice import Advice, joined, prefix_caching
 from latlab.analysis.decompose import label
 from latlab.analysis.findings import Finding, Severity, Unevaluated
 from latlab.units import ms, pct
@@ -59,9 +59,15 @@ def ttft_grows_with_turns(a: RunAnalysis) -> Finding | Unevaluated | None:
                    f"TTFT grows {growth:.1f}× by {turn} {last.turn}: the history is "
                    "re-prefilled",
                    evidence, where="prefill of the conversation's history, again every turn",
-                   fix=prefix_caching(a, "the history (its KV blocks kept between "
-                                             "turns)") + "; or shorter histories",
-                   impact=1 - 1 / growth)
+                   impact=1 - 1 / growth, metric=("ttft", "p50"),
+                   **_fix(prefix_caching(a, "the history (its KV blocks kept between turns)"),
+                          "shorter histories (or more KV-cache memory, so the cached history "
+                          "stays)"))
+
+
+def _fix(*parts: Advice | str | None) -> dict[str, object]:
+    fix, tries = joined(*parts)
+    return {"fix": fix, "tries": tries}
 
 
 def _prefill_by_turn(a: RunAnalysis, first: int, last: int) -> tuple[float, float] | None:

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from latlab.analysis.requests import in_flight_at
-from latlab.analysis.advice import fair_queueing
+from latlab.analysis.advice import fair_queueing, joined
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
+from latlab.analysis.requests import in_flight_at
 from latlab.metrics.stats import percentile
 from latlab.records.columns import present
 from latlab.units import ms
@@ -44,11 +44,13 @@ def noisy_neighbour(a: RunAnalysis) -> Finding | Unevaluated | None:
         return None
     evidence = [f"{light!r} TTFT p50: {ms(quiet)} alone, {ms(busy)} while {heavy!r} has requests "
                 f"in flight ({busy / quiet:.1f}×)",
-                f"mean tokens per request: {heavy!r} {size[heavy]:.0f}, {light!r} {size[light]:.0f}"]
+                f"mean tokens per request: {heavy!r} {size[heavy]:.0f}, "
+                f"{light!r} {size[light]:.0f}"]
     evidence += [f"tenant {g.label!r}: TTFT p50 {ms(g.ttft['p50'])}, p99 {ms(g.ttft['p99'])}"
                  for g in a.by_tenant if g.ttft.n]
+    fix, tries = joined(fair_queueing(a))
     return Finding("noisy_neighbour", Severity.WARNING,
                    f"heavy tenant {heavy!r} slows light tenant {light!r}", evidence,
                    where="queue and batching: head-of-line blocking behind big requests",
-                   fix=fair_queueing(a),
+                   fix=fix, tries=tries, metric=("ttft", "p50"),
                    impact=len(crowded) / len(t))

@@ -14,6 +14,7 @@ so a Ctrl-C in the terminal reaches latlab, which stops the whole group by its l
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from latlab.load import BenchError
+from latlab.records.bench import TargetConfig
 
 READY_POLL_S = 0.2
 LOG_TAIL_LINES = 20
@@ -56,6 +58,28 @@ class ServerLaunch:
         command = (sys.executable, "-m", "latlab", "serve", "--host", host, "--port", str(port),
                    *serve_args)
         return cls(command, url, url + "/ready", name)
+
+    @classmethod
+    def templated(cls, template: str, args: Sequence[str] = (), *, host: str = "127.0.0.1",
+                  ready_path: str = "/health", name: str | None = None) -> ServerLaunch:
+        """Any server command, `template` with `{port}` (a free port of `host`), `{host}` and
+        `{args}` (`args`, as separate arguments) filled in; ready once `ready_path` answers
+        200."""
+        port = free_port(host)
+        command: list[str] = []
+        try:
+            tokens = shlex.split(template)
+        except ValueError as e:
+            raise EngineError(f"--launch {template!r}: {e}") from None
+        for token in tokens:
+            if token == "{args}":
+                command += args
+                continue
+            command.append(token.replace("{port}", str(port)).replace("{host}", host)
+                           .replace("{args}", shlex.join(args)))
+        url = f"http://{host}:{port}"
+        return cls(tuple(command), url, url + ready_path,
+                   name or Path(command[0]).name if command else "the --launch server")
 
 
 @dataclass
@@ -208,6 +232,19 @@ def embedded_engine(serve_args: Sequence[str] = (), *, log_path: Path | None = N
     `name` is what its errors call it."""
     return launched(ServerLaunch.embedded(serve_args, host=host, name=name), log_path=log_path,
                     ready_timeout_s=ready_timeout_s, poll_s=poll_s)
+
+
+def target_server(target: TargetConfig, log_path: Path, *, name: str | None = None,
+                  engine_args: Sequence[str] = ()) -> AbstractContextManager[ServerProcess]:
+    """The server a bench config without a URL measures, started for the block: its
+    `--launch` command with `--serve-args` as its `{args}`, else latlab serve with them (and
+    `engine_args`)."""
+    if target.launch is not None:
+        return launched(ServerLaunch.templated(target.launch, target.serve_args,
+                                               ready_path=target.launch_ready, name=name),
+                        log_path=log_path, ready_timeout_s=target.launch_timeout_s)
+    return embedded_engine([*target.serve_args, *engine_args], log_path=log_path,
+                           name=name or "latlab serve")
 
 
 def start_server(launch: ServerLaunch, *, log_path: Path | None = None,

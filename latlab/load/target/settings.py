@@ -1,13 +1,14 @@
 """The server's own settings, asked before the load from whatever it exposes: latlab serve's
-and vLLM's `/server_info`, SGLang's `/get_server_info`, llama.cpp's `/props`, and the info
-gauges of `/metrics` (vLLM's `vllm:cache_config_info`, latlab's `latlab_engine_config_info`).
+and vLLM's `/server_info`, SGLang's `/get_server_info`, llama.cpp's `/props`, TGI's `/info`,
+and the info gauges of `/metrics` (vLLM's `vllm:cache_config_info`, latlab's
+`latlab_engine_config_info`).
 Each source fills what it knows; none answering is no error (the advice then hedges)."""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable
 from ssl import SSLContext
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 import orjson
@@ -49,7 +50,9 @@ def _latlab(data: dict[str, Any]) -> dict[str, Any]:
             "prefix_caching": _flag(engine.get("enable_prefix_caching")),
             "max_num_seqs": _int(engine.get("max_num_seqs")),
             "speculative": engine.get("speculative_method") or "",
-            "scheduling": "fair_share" if engine.get("fair_share") else engine.get("scheduling_policy")}
+            "scheduling": ("fair_share" if engine.get("fair_share")
+                           else engine.get("scheduling_policy")),
+            "device": engine.get("device_type")}
 
 
 def _sglang(data: dict[str, Any]) -> dict[str, Any]:
@@ -76,6 +79,16 @@ def _llamacpp(data: dict[str, Any]) -> dict[str, Any]:
             "prefix_caching": _flag(params.get("cache_prompt"))}
 
 
+def _tgi(data: dict[str, Any]) -> dict[str, Any]:
+    """TGI's router `/info`: its batch limits (the fields differ between versions)."""
+    if "model_id" not in data or "max_concurrent_requests" not in data:
+        return {}
+    return {"version": data.get("version"),
+            "step_tokens": _int(data.get("max_batch_prefill_tokens")),
+            "max_num_seqs": _int(data.get("max_batch_size")),
+            "device": data.get("model_device_type")}
+
+
 def _info_gauges(text: str) -> dict[str, Any]:
     """The labels of `*_info` gauges: vLLM's cache config, latlab's engine config."""
     labels: dict[str, str] = {}
@@ -94,7 +107,7 @@ def _info_gauges(text: str) -> dict[str, Any]:
 
 SOURCES: tuple[tuple[str, Callable[[Any], dict[str, Any]], bool], ...] = (
     ("/server_info", _latlab, True), ("/get_server_info", _sglang, True),
-    ("/props", _llamacpp, True), ("/metrics", _info_gauges, False))
+    ("/props", _llamacpp, True), ("/info", _tgi, True), ("/metrics", _info_gauges, False))
 
 
 async def server_settings(url: str, api_key: str | None = None,
@@ -112,7 +125,7 @@ async def server_settings(url: str, api_key: str | None = None,
                     raw = await read_at_most(resp, MAX_BYTES)
                 body = orjson.loads(raw) if is_json else raw.decode("utf-8", "replace")
                 found = read(body) if isinstance(body, (dict, str)) else {}
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, StreamFault):
+            except (TimeoutError, aiohttp.ClientError, OSError, ValueError, StreamFault):
                 continue
             if not any(v is not None for v in found.values()):
                 continue

@@ -1,0 +1,222 @@
+"""Each "try first" that names a setting, tested before it is given: the run's own
+calibration (a predicted run's, or one fitted from the measured run itself) simulates the run
+again with the setting changed, both sides in the same drawn worlds, so the change's effect
+on the finding's metric has its own interval; a suggestion predicted to make that metric or
+the output rate worse is taken out of the fix, and every one that stays carries its
+predicted effect and the `latlab ab` command that measures it (one predicted to change
+nothing is left out too).
+
+    annotate(analysis, cal)     # cal None: fitted from the run folder, when it can be
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from latlab.analysis.advice import joined, with_args
+from latlab.analysis.capacity import RunColumns
+from latlab.analysis.findings import Advice, Change, Finding
+from latlab.analysis.run_analysis import RunAnalysis
+from latlab.records.calibration import Calibration
+from latlab.records.config import RunConfig
+from latlab.records.engine import SHAPE_FIELDS
+from latlab.records.simulation import Fleet
+from latlab.services.predict_intervals import Intervals, reseeded, run_draws
+from latlab.sim import calibration as calibrations
+from latlab.sim.calibrate_run import CalibrationError
+from latlab.units import ms
+
+DRAWS = 8
+REQUESTS = 2_000  # at most, per draw and side: enough for a p99, quick to simulate
+LEVEL = 0.9
+OUTPUT_WORSE = 0.05  # a predicted loss of output tokens/s beyond this share rules a change out
+KNOB_FIELDS = {"step_tokens": "max_num_batched_tokens", "prefix_caching": "enable_prefix_caching",
+               "max_num_seqs": "max_num_seqs", "fair_share": "fair_share"}
+BUSY_HOST = ("the host was busy with other work during the run: the calibration carries it, so "
+             "the prediction may not hold; measure on a quiet host")
+Verdict = Literal["better", "worse", "no effect", "can't tell"]
+NO_EFFECT = 0.01  # of the metric: a predicted difference within it, both ends, is none
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A change's predicted effect on `metric` (ms; `before` and `after` are the medians of
+    the draws) with the interval of the paired difference, and on the output rate."""
+
+    change: Change
+    metric: tuple[str, str]
+    before: float
+    after: float
+    lo: float  # the difference (after − before), its interval's ends
+    hi: float
+    output_change: float  # relative change of output tokens/s (median of the draws)
+    output_lo: float
+    draws: int
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.output_lo < -OUTPUT_WORSE and self.output_change < -OUTPUT_WORSE:
+            return "worse"
+        if self.lo > 0:
+            return "worse"
+        if self.hi < 0:
+            return "better"
+        if max(abs(self.lo), abs(self.hi)) <= NO_EFFECT * self.before:
+            return "no effect"
+        return "can't tell"
+
+    def line(self) -> str:
+        name = f"{self.metric[0].upper()} {self.metric[1]}"
+        share = (self.after - self.before) / self.before if self.before > 0 else math.nan
+        interval = f"difference {_signed(self.lo)} to {_signed(self.hi)}"
+        out = f", output tokens/s {_percent(self.output_change)}" \
+            if abs(self.output_change) >= 0.01 else ""
+        return (f"predicted for `{self.change.args}`: {name} {ms(self.before)} → "
+                f"{ms(self.after)} ({_percent(share)}; {100 * LEVEL:.0f}% {interval}, "
+                f"{self.draws} paired draws){out}: {self.verdict}")
+
+
+def _percent(share: float) -> str:
+    return "–" if math.isnan(share) else f"{100 * share:+.0f}%".replace("-", "−")
+
+
+def _signed(value: float) -> str:
+    return ("+" if value > 0 else "−" if value < 0 else "") + ms(abs(value))
+
+
+def changed(cal: Calibration, change: Change) -> Calibration:
+    """`cal` with the setting `change` names set in its engine shape."""
+    field = KNOB_FIELDS[change.knob]
+    update: dict[str, object] = {field: change.value}
+    if change.knob == "step_tokens":
+        update |= {"enable_chunked_prefill": True}
+        if cal.engine.max_prefill_tokens is not None:
+            update["max_prefill_tokens"] = change.value
+    return cal.model_copy(update={"engine": cal.engine.model_copy(update=update)})
+
+
+def run_calibration(analysis: RunAnalysis) -> Calibration:
+    """The run's own calibration: its requests fitted, with the server's settings as the
+    engine shape (latlab serve tells all of them; others what they tell)."""
+    settings = analysis.config.target.settings
+    shape: dict[str, object] = {}
+    if settings is not None:
+        engine = settings.raw.get("/server_info", {}).get("engine") \
+            if isinstance(settings.raw.get("/server_info"), dict) else None
+        if isinstance(engine, dict):
+            shape = {k: engine.get(k) for k in (*SHAPE_FIELDS, "num_kv_blocks")}
+        else:
+            shape = {"max_num_seqs": settings.max_num_seqs,
+                     "max_num_batched_tokens": settings.step_tokens,
+                     "enable_chunked_prefill": settings.chunked_prefill,
+                     "enable_prefix_caching": settings.prefix_caching}
+    return calibrations.run_calibration([analysis.run.path], shape)
+
+
+def predict_effect(cal: Calibration, config: RunConfig, fleet: Fleet, change: Change,
+                   metric: tuple[str, str], draws: int = DRAWS) -> Effect | None:
+    """Simulate the run's workload with and without `change` in the same `draws` worlds;
+    None when the simulation gives the metric no value."""
+    bench = config.bench
+    if bench is None:
+        return None
+    intervals = Intervals(draws=draws, level=LEVEL, requests=REQUESTS)
+    workload_for = reseeded(bench, intervals.requests)
+
+    def judge(run: RunColumns) -> tuple[float, float]:
+        summary = run.summary
+        value = summary.percentile(*metric)
+        rate = summary.throughput.output_tokens_per_s if summary.throughput else math.nan
+        return (math.nan if value is None else value), rate
+
+    sides = [run_draws(c, workload_for, fleet, config, intervals, judge)
+             for c in (cal, changed(cal, change))]
+    a = np.array([o.judged for o in sides[0]], dtype=float)
+    b = np.array([o.judged for o in sides[1]], dtype=float)
+    both = ~np.isnan(a[:, 0]) & ~np.isnan(b[:, 0])
+    if not both.any():
+        return None
+    diff = b[both, 0] - a[both, 0]
+    rates = (b[:, 1] - a[:, 1]) / np.where(a[:, 1] > 0, a[:, 1], np.nan)
+    rates = rates[~np.isnan(rates)]
+    tail = (1 - LEVEL) / 2
+    return Effect(change, metric, before=float(np.median(a[both, 0])),
+                  after=float(np.median(b[both, 0])),
+                  lo=float(np.quantile(diff, tail)), hi=float(np.quantile(diff, 1 - tail)),
+                  output_change=float(np.median(rates)) if len(rates) else 0.0,
+                  output_lo=float(np.quantile(rates, tail)) if len(rates) else 0.0,
+                  draws=int(both.sum()))
+
+
+def ab_command(analysis: RunAnalysis, change: Change) -> str:
+    """The `latlab ab` that measures `change` on the run's own workload: the server's
+    arguments as they were and with the change — latlab serve's, or those of the run's
+    `--launch` template; a server latlab did not start, through a template to fill in (its
+    command with `{port}` and `{args}`)."""
+    config, target, bench = analysis.config, analysis.config.target, analysis.config.bench
+    folder = shlex.quote(str(analysis.run.path))
+    started = target.embedded or target.launch is not None or (
+        config.kind == "predict" and target.server_kind == "latlab")
+    a = shlex.join(bench.serve_args) if started and bench is not None else ""
+    b = with_args(a, change.args)
+    launch = "" if target.launch is None and started else " --launch " + shlex.quote(
+        target.launch or "SERVER-COMMAND --port {port} {args}")
+    return f"latlab ab --config {folder}{launch} --a {shlex.quote(a)} --b {shlex.quote(b)}"
+
+
+def annotate(analysis: RunAnalysis, cal: Calibration | None = None, fleet: Fleet | None = None,
+             draws: int = DRAWS) -> list[str]:
+    """Test each finding's suggested changes (`Finding.notes` get each one's predicted
+    effect and its `latlab ab`; one predicted worse leaves the fix); returns what could not
+    be predicted, and why."""
+    findings = [f for f in analysis.findings if f.changes and f.metric]
+    if not findings:
+        return []
+    if cal is None:
+        try:
+            cal = run_calibration(analysis)
+        except CalibrationError as e:
+            note = f"no predicted effect: the run cannot calibrate the simulator ({e})"
+            for f in findings:
+                f.notes += [note] + [f"measure it: {ab_command(analysis, c)}"
+                                     for c in f.changes]
+            return [note]
+    fleet = fleet or (analysis.config.simulation.fleet if analysis.config.simulation
+                      else Fleet())
+    for f in findings:
+        _test(f, analysis, cal, fleet, draws)
+        if analysis.client is not None and analysis.client.host_busy:
+            f.notes.append(BUSY_HOST)
+    return []
+
+
+def _test(f: Finding, analysis: RunAnalysis, cal: Calibration, fleet: Fleet,
+          draws: int) -> None:
+    kept: list[Advice] = []
+    notes: list[str] = []
+    for advice in f.tries:
+        if advice.change is None:
+            kept.append(advice)
+            continue
+        effect = predict_effect(cal, analysis.config, fleet, advice.change, f.metric, draws)
+        if effect is not None and effect.verdict in ("worse", "no effect"):
+            notes.append(f"not advised: {effect.line()}")
+            continue
+        kept.append(advice)
+        notes.append(effect.line() if effect is not None else
+                     f"no predicted effect for `{advice.change.args}`: the simulation gives "
+                     f"no {f.metric[0]} {f.metric[1]}")
+        notes.append(f"measure it: {ab_command(analysis, advice.change)}")
+    f.fix, f.tries = joined(*kept)
+    f.notes += notes
+
+
+def predicted(findings: Sequence[Finding]) -> bool:
+    """Whether any finding's advice was tested."""
+    return any(n.startswith(("predicted", "not advised")) for f in findings for n in f.notes)

@@ -1,0 +1,99 @@
+"""The replica counts `predict --replicas-for` tries: a count's goal values (`Count`), the
+search that finds the fewest meeting a rule (steps of 1, 2, 4, … then bisection), and the
+plateau where more replicas stop helping (`Plateau`: a latency floor, not capacity,
+decides)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from latlab.records.predict import Goal
+from latlab.services.predict_intervals import quantile
+
+MAX_REPLICAS = 4096
+PLATEAU_CHANGE = 0.02  # of the draws' median: more replicas moved it less
+
+
+@dataclass
+class Count:
+    """One replica count tried: the goal's value at the point estimate and, once drawn, in
+    each draw."""
+
+    value: float
+    draws: list[float] = field(default_factory=list)
+
+    def met(self, limit: float) -> float:
+        """The share of the draws that meet the goal."""
+        return sum(v <= limit for v in self.draws) / len(self.draws) if self.draws else math.nan
+
+
+def fewest(fails: int, meets: int, ok: Callable[[int], bool]) -> int:
+    """The fewest count in (`fails`, `meets`] for which `ok` holds, by bisection (`ok` is
+    false at `fails`, true at `meets`, and stays true as the count grows)."""
+    while meets - fails > 1:
+        mid = (fails + meets) // 2
+        fails, meets = (fails, mid) if ok(mid) else (mid, meets)
+    return meets
+
+
+def fewest_below(meets: int, ok: Callable[[int], bool]) -> int:
+    """The fewest count up to `meets` (where `ok` holds) for which `ok` holds: steps of 1, 2,
+    4, … down until it fails, then bisected (the answer is usually near)."""
+    step = 1
+    while meets - step >= 1 and ok(meets - step):
+        meets, step = meets - step, 2 * step
+    return fewest(max(meets - step, 0), meets, ok)
+
+
+def provisioned(point: int, enough: Callable[[int], bool], drawn: Callable[[int], Count],
+                 goal: Goal, tail: float) -> tuple[int, Plateau | None]:
+    """The fewest replicas that meet the goal in all but the draws' unfavourable tail: steps
+    of 1, 2, 4, … up from `point` until it does, then bisected; or, when a step of two or
+    more changes neither the drawn latencies nor the share of draws that meet the goal, the
+    plateau where more replicas stop helping."""
+    if enough(point):
+        return point, None
+    fails, step = point, 1
+    while fails < MAX_REPLICAS:
+        more = min(fails + step, MAX_REPLICAS)
+        if enough(more):
+            return fewest(fails, more, enough), None
+        if more - fails >= 2 and _flat(drawn(fails), drawn(more), goal.limit_ms):
+            return fails, Plateau.of(fails, drawn(fails), goal, tail)
+        fails, step = more, 2 * step
+    return fails, Plateau.of(fails, drawn(fails), goal, tail)
+
+
+def _flat(fewer: Count, more: Count, limit: float) -> bool:
+    """More replicas, the same latency: the share of draws that meet the goal moved by at
+    most one draw, and the draws' median by under `PLATEAU_CHANGE`."""
+    same_share = abs(more.met(limit) - fewer.met(limit)) <= 1 / max(len(fewer.draws), 1)
+    return same_share and same_latency(float(np.median(fewer.draws)), float(np.median(more.draws)))
+
+
+def same_latency(fewer: float, more: float) -> bool:
+    """Whether a latency with more replicas is the one with fewer (within `PLATEAU_CHANGE`;
+    an infinite one, a queue that grows, is no floor)."""
+    return math.isfinite(fewer) and abs(more - fewer) <= PLATEAU_CHANGE * fewer
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """From `replicas` on, more replicas leave the goal's percentile where it is: a latency
+    floor (a request's own time, not capacity) decides. `met` is the share of the drawn
+    worlds that meet the goal there, `floor` the draws' median, and `limit_needed` the
+    limit that all but the unfavourable tail of them would meet."""
+
+    replicas: int
+    met: float
+    floor: float
+    limit_needed: float
+
+    @classmethod
+    def of(cls, replicas: int, count: Count, goal: Goal, tail: float) -> Plateau:
+        return cls(replicas, count.met(goal.limit_ms), float(np.median(count.draws)),
+                   quantile(count.draws, 1 - tail))

@@ -1,0 +1,81 @@
+"""Advice tested before it is given: each suggested setting is simulated with the run's own
+calibration, on paired draws; one predicted to hurt is left out of the fix, and every one kept
+carries its predicted effect and a `latlab ab` that measures it."""
+
+import shlex
+
+import pytest
+
+from latlab.analysis import analyze
+from latlab.analysis.advice import with_args
+from latlab.analysis.findings import Advice, Change, Finding, Severity
+from latlab.records.bench import BenchConfig
+from latlab.services.advice_effects import Effect, annotate, changed, run_calibration
+from latlab.services.bench import run_bench
+
+
+def test_a_change_replaces_the_options_it_names_under_either_spelling():
+    assert with_args("-m M --batch-size 2048 -ub 512 -t 1", "-b 64 -ub 64") == \
+        "-m M -t 1 -b 64 -ub 64"
+    assert with_args("--model tiny --max-num-batched-tokens=512", "--max-num-batched-tokens 128"
+                     ) == "--model tiny --max-num-batched-tokens 128"
+    assert with_args("", "--enable-prefix-caching") == "--enable-prefix-caching"
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """A short run of latlab serve (tiny) batching 2 sequences for 4 users: half wait."""
+    out = tmp_path_factory.mktemp("runs")
+    config = BenchConfig(serve_args="--model tiny --max-num-seqs 2 --max-num-batched-tokens 256",
+                         users=4,
+                         requests=60, out=out,
+                         workload={"prompt_tokens": 600, "output_tokens": "fixed:32"})
+    result = run_bench(config)
+    assert not result.failed, result.message
+    return result.run
+
+
+def test_the_runs_own_calibration_knows_the_servers_settings(measured):
+    cal = run_calibration(analyze(measured))
+    assert cal.engine.max_num_batched_tokens == 256 and cal.engine.max_num_seqs == 2
+    fewer = changed(cal, Change("max_num_seqs", 1, "latlab", "--max-num-seqs 1"))
+    assert fewer.engine.max_num_seqs == 1 and cal.engine.max_num_seqs == 2
+
+
+def test_a_change_predicted_to_hurt_is_not_advised_and_one_kept_says_how_to_measure(measured):
+    a = analyze(measured)
+    one = Advice("one sequence at a time",
+                 Change("max_num_seqs", 1, "latlab", "--max-num-seqs 1"))
+    # every user's request in the batch at once: none waits in the queue for its first token
+    bigger = Advice("a bigger batch", Change("max_num_seqs", 8, "latlab", "--max-num-seqs 8"))
+    f = Finding("test", Severity.INFO, "t", [], "w", "", 0.5,
+                tries=[one, Advice("shorter prompts"), bigger], metric=("ttft", "p50"))
+    a.findings = [f]
+    assert annotate(a, draws=4) == []
+    # four users queued behind one sequence: TTFT and the output rate both suffer
+    assert "one sequence" not in f.fix and "shorter prompts" in f.fix
+    assert any(n.startswith("not advised: predicted for `--max-num-seqs 1`") for n in f.notes)
+    assert one not in f.tries and bigger in f.tries
+    measure = [n for n in f.notes if n.startswith("measure it: ")]
+    assert len(measure) == 1
+    words = shlex.split(measure[0].removeprefix("measure it: "))
+    assert words[:4] == ["latlab", "ab", "--config", str(measured.path)]
+    a_args = "--model tiny --max-num-seqs 2 --max-num-batched-tokens 256"
+    assert words[words.index("--a") + 1] == a_args
+    assert words[words.index("--b") + 1] == \
+        "--model tiny --max-num-batched-tokens 256 --max-num-seqs 8"
+    assert any(n.startswith("predicted for `--max-num-seqs 8`: TTFT p50")
+               and n.endswith("better") for n in f.notes)
+
+
+def test_a_predicted_effect_is_judged_on_its_interval_and_the_output_rate():
+    change = Change("step_tokens", 128, "latlab", "--max-num-batched-tokens 128")
+
+    def effect(lo, hi, output=0.0):
+        return Effect(change, ("itl", "p99"), 100.0, 100.0 + (lo + hi) / 2, lo, hi, output,
+                      output, 8)
+
+    assert effect(-40, -5).verdict == "better" and effect(5, 40).verdict == "worse"
+    assert effect(-40, 10).verdict == "can't tell" and effect(0, 0).verdict == "no effect"
+    # a shorter stall bought with a fifth of the output rate is no improvement
+    assert effect(-40, -5, output=-0.2).verdict == "worse"

@@ -1,0 +1,38 @@
+"""`predict --check` compares like with like: a run that did not stream is checked on E2E
+only (its measured TTFT is the whole answer's time), and an interval that reaches ∞ decides
+nothing (it counts neither way in the coverage)."""
+
+import math
+
+from latlab.records.bench import BenchConfig
+from latlab.records.simulation import Fleet
+from latlab.services.bench import run_bench
+from latlab.services.predict_check import Checked, check_run, coverage
+from latlab.services.predict_intervals import Intervals
+from latlab.sim import calibration as calibrations
+
+
+def checked(measured: float, hi: float) -> Checked:
+    return Checked("run", "4 users", "ttft", "p99", measured, 100.0, 50.0, hi)
+
+
+def test_an_interval_that_reaches_infinity_decides_nothing():
+    checks = [checked(80, 200), checked(900, 200), checked(5000, math.inf)]
+    assert [c.decides for c in checks] == [True, True, False]
+    assert checks[2].inside  # ∞ holds anything: that is why it cannot count
+    assert coverage(checks) == 0.5
+    assert math.isnan(coverage([checked(1, math.inf)]))
+
+
+def test_a_run_that_did_not_stream_is_checked_on_e2e_only(tmp_path):
+    common = dict(serve_args="--model tiny", users=2, requests=40, out=tmp_path,
+                  workload={"prompt_tokens": 200, "output_tokens": "fixed:24"})
+    streamed = run_bench(BenchConfig(**common))
+    unstreamed = run_bench(BenchConfig(**common, stream=False))
+    assert not streamed.failed and not unstreamed.failed
+    cal = calibrations.run_calibration([streamed.run.path])
+    intervals = Intervals(draws=3, requests=200)
+    assert {c.metric for c in check_run(streamed.run, cal, Fleet(), intervals)} == \
+        {"ttft", "tpot", "e2e"}
+    checks = check_run(unstreamed.run, cal, Fleet(), intervals)
+    assert checks and {c.metric for c in checks} == {"e2e"}
