@@ -208,6 +208,16 @@ class LazySteps:
             seq.last_step = steps - 1
             seq.sync, seq.sync_step = self.decode_steps, steps
 
+    def hand_over(self, steps: int) -> None:
+        """The scheduler decides the next step: every running sequence brought up to date, and
+        the decode-run state dropped until `restabilize` finds it again."""
+        self.sync_running(steps)
+        self.stable = False
+
+    def drop(self) -> None:
+        """Nothing runs: no decode-run state holds."""
+        self.stable = False
+
     def sync_running(self, steps: int) -> None:
         """Every running sequence up to date, before the scheduler looks at them."""
         if self.stable:

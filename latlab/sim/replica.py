@@ -170,7 +170,7 @@ class SimReplica:
             seq.token_ids = []
         if not sched.running and not sched.waiting:
             self.step_end = None
-            lazy.stable = False
+            lazy.drop()
             return
         if self.runs and lazy.stable and sched.running:
             if not may_admit(sched):
@@ -178,8 +178,7 @@ class SimReplica:
                     return
             elif n := admits_alone(sched, lazy.owed):
                 return self._admit(now, n)
-        lazy.sync_running(self.steps)
-        lazy.stable = False
+        lazy.hand_over(self.steps)
         speculative = self.techniques.speculative
         if speculative:
             self.technique_steps.propose()
