@@ -111,3 +111,16 @@ def test_ab_of_two_llama_server_settings(tmp_path):
     folder = Path(record["folder"])
     assert "-b 64" in (folder / "server-B.log").read_text(errors="replace") or \
         (folder / "server-B.log").stat().st_size > 0
+
+
+def test_a_log_in_a_folder_not_made_yet_is_made_and_a_missing_binary_named(tmp_path):
+    from latlab.load.target.launch import EngineError, launched
+
+    launch = ServerLaunch.templated(TEMPLATE, [], ready_path="/health")
+    with launched(launch, log_path=tmp_path / "new" / "server.log") as server:
+        assert server.process.poll() is None
+    assert (tmp_path / "new" / "server.log").is_file()
+    missing = ServerLaunch.templated(f"{tmp_path}/no-such-server --port {{port}}", [])
+    with pytest.raises(EngineError, match="cannot start .*no-such-server"):
+        with launched(missing, log_path=tmp_path / "x.log"):
+            pass

@@ -258,7 +258,13 @@ def start_server(launch: ServerLaunch, *, log_path: Path | None = None,
         log_path = Path(temp)
     started = time.monotonic()
     try:
-        with open(log_path, "wb") as log:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "wb")
+    except OSError as e:
+        raise EngineError(f"{launch.name}: cannot write its log {log_path}: "
+                          f"{e.strerror or e}") from None
+    try:
+        with log:
             process = subprocess.Popen(list(launch.command), stdin=subprocess.DEVNULL,
                                        stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True)
