@@ -69,6 +69,9 @@ def test_bad_ab_options_are_usage_errors(tmp_path):
     most = cli.invoke(app, ["ab", "--a", "http://127.0.0.1:1", "--b", "http://127.0.0.1:2",
                             "--rounds", "4", "--max-rounds", "2", "--out", str(tmp_path)])
     assert most.exit_code == 2 and "--max-rounds 2 is below --rounds 4" in most.output
+    from latlab.records.ab import ABConfig
+    assert ABConfig(a="", b="", rounds=12).most_rounds == 12  # not refused: 10 is a default
+    assert ABConfig(a="", b="").most_rounds == 10
 
 
 def test_rounds_pool_their_rates_by_window():

@@ -135,7 +135,7 @@ def test_ab_replays_the_same_trace_against_both_sides(tmp_path):
     with Server(answer) as a, Server(answer) as b:
         result = invoke("ab", "--a", a.url, "--b", b.url, "--trace", MOONCAKE, "--requests", 6,
                         "--trace-speed", 50, "--length-scale", 1 / 256, "--rounds", 1,
-                        "--out", tmp_path, "--json")
+                        "--max-rounds", 1, "--warmup-rounds", 0, "--out", tmp_path, "--json")
         prompts = [[r["body"]["prompt"] for r in s.received] for s in (a, b)]
     assert result.exit_code == 0, result.output
     lengths = [sorted(len(p.split()) for p in side) for side in prompts]

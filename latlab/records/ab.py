@@ -13,6 +13,7 @@ from latlab.records.summary import Record
 from latlab.records.verdict import Verdict, VerdictConfig
 
 AB_JSON = "ab.json"
+DEFAULT_MOST = 10  # A/B pairs at most, unless --rounds asks for more
 SIDES = ("A", "B")
 
 
@@ -25,10 +26,11 @@ class ABConfig(VerdictConfig):
     b: str = setting(..., "Setting B, the same way.", "--b", group=AB)
     rounds: int = setting(3, "A/B pairs to run first, alternating (each a full bench run per "
                           "side).", group=AB, ge=1, le=50)
-    max_rounds: int = setting(10, "A/B pairs at most: while a headline metric (TTFT p50/p99, "
-                              "TPOT p50, E2E p99, output tok/s) is \"can't tell\", another pair "
-                              "is run, up to this many (= --rounds: no more).", group=AB,
-                              ge=1, le=50)
+    max_rounds: int | None = setting(None, "A/B pairs at most: while a headline metric (TTFT "
+                                     "p50/p99, TPOT p50, E2E p99, output tok/s) is \"can't "
+                                     "tell\", another pair is run, up to this many (= --rounds: "
+                                     "no more; default: 10, or --rounds if more).", group=AB,
+                                     ge=1, le=50)
     warmup_rounds: int = setting(1, "Rounds each side runs first and leaves out of the "
                                  "comparison: what a cold server does (kernels compiled, "
                                  "caches filled, graphs captured) in its first minutes.",
@@ -37,9 +39,14 @@ class ABConfig(VerdictConfig):
                               group=AB, gt=0, metavar="SECONDS")
     bench: BenchConfig = BenchConfig()
 
+    @property
+    def most_rounds(self) -> int:
+        """The A/B pairs at most (`--max-rounds`, else 10 or `--rounds` if more)."""
+        return self.max_rounds if self.max_rounds is not None else max(DEFAULT_MOST, self.rounds)
+
     @model_validator(mode="after")
     def _rounds_within_most(self) -> ABConfig:
-        if self.max_rounds < self.rounds:
+        if self.max_rounds is not None and self.max_rounds < self.rounds:
             raise ValueError(f"--max-rounds {self.max_rounds} is below --rounds {self.rounds}")
         urls = [s for s in (self.a, self.b) if s.startswith(("http://", "https://"))]
         if self.bench.launch is not None and urls:

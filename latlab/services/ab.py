@@ -56,7 +56,7 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
     out = config.bench.out
     folder = RunFolder.create(out, "ab").path
     done = ABRuns(folder, ABRecord(created=time.time(), a=config.a, b=config.b),
-                  Sequential(config, config.max_rounds))
+                  Sequential(config, config.most_rounds))
     record = done.record
     started = time.monotonic()
     with ExitStack() as stack:
@@ -78,11 +78,11 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
                     _round(done, configs[side], side, 0, config)
                     if pressed():
                         raise KeyboardInterrupt
-            for i in range(1, config.max_rounds + 1):
+            for i in range(1, config.most_rounds + 1):
                 for side in SIDES if i % 2 else SIDES[::-1]:  # ABBA: order effects cancel
                     if err is not None:
                         err.print(f"round {i} (of {config.rounds}, at most "
-                                  f"{config.max_rounds}): {side}", style="dim")
+                                  f"{config.most_rounds}): {side}", style="dim")
                     _round(done, configs[side], side, i, config)
                     if pressed():  # a Ctrl-C Python swallowed during the round: stop now
                         raise KeyboardInterrupt
@@ -98,7 +98,7 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
                     err.print(look, style="dim", highlight=False)
                 if not open_:
                     break
-                if time.monotonic() - started > config.max_time and i < config.max_rounds:
+                if time.monotonic() - started > config.max_time and i < config.most_rounds:
                     record.looks.append(f"stopped after round {i}: --max-time "
                                         f"{config.max_time:g} s reached")
                     break

@@ -23,7 +23,6 @@ from latlab.records.spans import SPANS
 from latlab.records.summary import RunSummary
 from latlab.records.window import run_window
 from latlab.report.html import write_html
-from latlab.services.advice_effects import annotate
 from latlab.store import RunStore, key_numbers
 
 NOTHING_MEASURED = ("no successful request landed in the measurement window: nothing was "
@@ -79,6 +78,10 @@ def _explain(run: RunFolder, err: Console | None, test_advice: bool = False
             if err is not None:
                 err.print("testing the advice in the simulator (--no-test-advice skips it)…",
                           style="dim")
+            # the simulator and the engine's scheduler load only when there is advice to test:
+            # measuring a remote fleet imports no engine (test_bench_runner)
+            from latlab.services.advice_effects import annotate
+
             annotate(analysis)
         write_html(run, analysis)
     except Exception as e:  # noqa: BLE001 - the measurement is safe on disk; say what failed
