@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 import torch
 
-from latlab.records.engine import EngineConfig
 from latlab.engine.engine import LLMEngine
 from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.sequence import Sequence
 from latlab.metrics.stats import percentile
+from latlab.records.engine import EngineConfig
 
 PROMPT_LENGTHS = (16, 32, 64, 128, 256)
 

@@ -22,11 +22,11 @@ import time
 
 import torch
 
-from latlab.records.engine import EngineConfig
 from latlab.engine.engine import LLMEngine
 from latlab.engine.intra_op import IntraOpThreads
 from latlab.engine.sampling_params import SamplingParams
 from latlab.metrics.stats import percentile
+from latlab.records.engine import EngineConfig
 
 PROMPT_TOKENS = 128
 PREFILL_CHUNK = 512

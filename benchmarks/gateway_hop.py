@@ -30,20 +30,25 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests")]
-from gateways import (LITELLM_KEY, litellm_binary, litellm_proxy, nginx_binary,  # noqa: E402
-                      nginx_proxy, openssl_binary)
+from gateways import (  # noqa: E402
+    LITELLM_KEY,
+    litellm_binary,
+    litellm_proxy,
+    nginx_binary,
+    nginx_proxy,
+    openssl_binary,
+)
 
-from latlab.load.target.launch import (ServerLaunch, embedded_engine, free_port,  # noqa: E402
-                                       launched)
+from latlab.load.target.launch import ServerLaunch, embedded_engine, free_port, launched  # noqa: E402
 from latlab.load.telemetry.otlp import read_spans  # noqa: E402
 from latlab.load.telemetry.spans import is_model_span  # noqa: E402
 from latlab.load.telemetry.upstream import join, with_hop  # noqa: E402

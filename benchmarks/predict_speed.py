@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.simulation import Fleet
-from latlab.records.arrivals import ArrivalConfig
 from latlab.records.workload import WorkloadConfig
 from latlab.sim import calibration as calibrations
 from latlab.sim.fleet import simulate

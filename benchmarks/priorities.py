@@ -20,9 +20,9 @@ import random
 
 from replay import Request, ms, output_tokens_per_s, replay, ttft_ms
 
-from latlab.records.engine import EngineConfig
 from latlab.engine.engine import LLMEngine
 from latlab.engine.sampling_params import SamplingParams
+from latlab.records.engine import EngineConfig
 
 SETTINGS = {
     "fcfs": {},

@@ -21,8 +21,8 @@ import argparse
 import torch
 from engine_step import decode_steps
 
-from latlab.records.engine import EngineConfig
 from latlab.engine.engine import LLMEngine
+from latlab.records.engine import EngineConfig
 
 SETTINGS = {"float32": {}, "bfloat16": {"dtype": "bfloat16"}, "int8": {"quantization": "int8"},
             "int8+bf16": {"quantization": "int8", "dtype": "bfloat16"}}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
 from pydoc_data.topics import topics
+
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 VOCAB_SIZE = 8192

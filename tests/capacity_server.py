@@ -8,7 +8,6 @@ import asyncio
 import time
 
 from aiohttp import web
-
 from sse_server import DONE, Handler, completion, usage_only
 
 

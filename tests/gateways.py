@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from latlab.load.target.launch import ServerLaunch, free_port, launched
 

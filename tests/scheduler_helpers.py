@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from latlab.engine.block_manager import BlockManager
-from latlab.records.engine import EngineConfig
 from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.scheduler import Scheduler, SchedulerOutput
 from latlab.engine.sequence import Sequence, StageTimes
+from latlab.records.engine import EngineConfig
 
 
 def seq(name: str, prompt_len: int, priority: int = 0, tenant: str | None = None,

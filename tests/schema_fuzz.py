@@ -18,7 +18,6 @@ import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase
 
-
 HOOKS = Path(__file__).with_name("schema_hooks.py")
 
 

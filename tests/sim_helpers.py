@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from latlab.records.arrivals import ArrivalConfig
 from latlab.records.calibration import Calibration, FitError, RequestCosts, StepCost
 from latlab.records.engine import EngineShape
-from latlab.records.arrivals import ArrivalConfig
 from latlab.records.lengths import LengthDistribution
 from latlab.records.workload import WorkloadConfig
 from latlab.sim.workload import Lengths, SimWorkload, build

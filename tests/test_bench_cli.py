@@ -5,12 +5,12 @@ import subprocess
 import sys
 
 import pytest
+from sse_server import DONE, Server, Step, completion, status, stream, usage_only
 from typer.testing import CliRunner
 
 from latlab.cli import app
 from latlab.records.folder import RunFolder
 from latlab.store import RunStore
-from sse_server import DONE, Server, Step, completion, status, stream, usage_only
 
 STEPS = [Step(0.005, completion("a", {"prompt_tokens": 8, "completion_tokens": 1})),
          Step(0.002, completion("b", {"prompt_tokens": 8, "completion_tokens": 2})),

@@ -9,17 +9,17 @@ import time
 
 import orjson
 import pytest
+from sse_server import DONE, Server, Step, completion, status, stream, usage_only
 
 from latlab.load import BenchError
-from latlab.services.bench import run_bench
-from latlab.records.bench import BenchConfig
-from latlab.records.window import run_window
 from latlab.records.arrivals import ArrivalConfig
-from latlab.records.lengths import LengthDistribution
-from latlab.records.workload import WorkloadConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder
+from latlab.records.lengths import LengthDistribution
 from latlab.records.timeline import Outcome
-from sse_server import DONE, Server, Step, completion, status, stream, usage_only
+from latlab.records.window import run_window
+from latlab.records.workload import WorkloadConfig
+from latlab.services.bench import run_bench
 
 SMALL = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=8),
                        output_tokens=LengthDistribution(kind="fixed", a=3))

@@ -4,18 +4,18 @@ against a stalled server, an empty answer is a failure, Ctrl-C says so in the ex
 import time
 
 import pytest
+from processes import interrupted
+from sse_server import DONE, Server, Step, completion, stream, usage_only
 from typer.testing import CliRunner
 
 from latlab.cli import app
-from latlab.services.bench import run_bench
+from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
+from latlab.records.lengths import LengthDistribution
 from latlab.records.target import redact
 from latlab.records.timeline import Outcome
-from latlab.records.arrivals import ArrivalConfig
-from latlab.records.lengths import LengthDistribution
 from latlab.records.workload import WorkloadConfig
-from processes import interrupted
-from sse_server import DONE, Server, Step, completion, stream, usage_only
+from latlab.services.bench import run_bench
 
 SMALL = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=8),
                        output_tokens=LengthDistribution(kind="fixed", a=2))

@@ -10,14 +10,14 @@ import sys
 import pytest
 import torch
 
-from latlab.records.engine import ConfigError, EngineConfig
-from latlab.engine.cuda_graphs import StaticDecode, capture_sizes, capture_widths, padded
 from latlab.engine import intra_op
 from latlab.engine.config import PRESETS
+from latlab.engine.cuda_graphs import StaticDecode, capture_sizes, capture_widths, padded
 from latlab.engine.device import resolve_device
 from latlab.engine.engine import LLMEngine
 from latlab.engine.model_runner import ModelRunner
 from latlab.engine.sampling_params import SamplingParams
+from latlab.records.engine import ConfigError, EngineConfig
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
 SAMPLED = SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, top_k=50, seed=5)

@@ -6,14 +6,20 @@ tested without them on recorded fixtures (test_gateway.py)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+from gateways import (
+    LITELLM_KEY,
+    litellm_binary,
+    litellm_proxy,
+    nginx_binary,
+    nginx_proxy,
+    openssl_binary,
+)
 
-from gateways import (LITELLM_KEY, litellm_binary, litellm_proxy, nginx_binary, nginx_proxy,
-                      openssl_binary)
 from latlab.load import BenchError
 from latlab.load.target.launch import ServerLaunch, free_port, launched
 from latlab.records.arrivals import ArrivalConfig

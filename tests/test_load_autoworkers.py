@@ -2,12 +2,11 @@
 
 import os
 
-
 from latlab.load.workers import auto as autoworkers
 from latlab.load.workers.auto import auto_workers, offered_events_per_s, parse_ns_per_event
 from latlab.load.workload.requests import Workload
-from latlab.records.bench import BenchConfig
 from latlab.records.arrivals import ArrivalConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.lengths import LengthDistribution
 from latlab.records.workload import WorkloadConfig
 

@@ -8,8 +8,8 @@ from time import perf_counter_ns
 
 from latlab.load.workers.loop import ScheduleLoop
 from latlab.load.workers.selfcheck import HealthSampler
-from latlab.records.bench import BenchConfig
 from latlab.records.arrivals import ArrivalConfig
+from latlab.records.bench import BenchConfig
 
 CAP = 2
 

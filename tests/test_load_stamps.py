@@ -6,11 +6,12 @@ import time
 from collections import deque
 from contextlib import contextmanager
 
+from sse_server import DONE, Server, Step, completion, stream
+from test_load_client import send, spec
+
 from latlab.load.request import stamps
 from latlab.load.request.sse import StreamParser
 from latlab.load.request.stamps import split_at_reads
-from sse_server import DONE, Server, Step, completion, stream
-from test_load_client import send, spec
 
 MS = 1_000_000
 

@@ -9,8 +9,8 @@ from latlab.metrics.slo import meets_slos
 from latlab.metrics.stats import binomial_quantile, distribution, percentile, percentile_ci
 from latlab.metrics.summary import summarize
 from latlab.records.slo import parse_slo
-from latlab.records.window import Window
 from latlab.records.timeline import Outcome, RequestTimeline, ServerTiming
+from latlab.records.window import Window
 
 MS = 1_000_000
 

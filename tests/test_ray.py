@@ -12,15 +12,15 @@ import threading
 import time
 
 import pytest
-
-from latlab.services.bench import run_bench
-from latlab.load import BenchError
-from latlab.records.bench import BenchConfig
-from latlab.records.timeline import Outcome
-from latlab.records.arrivals import ArrivalConfig
-from latlab.records.lengths import LengthDistribution
-from latlab.records.workload import WorkloadConfig
 from sse_server import DONE, Server, Step, completion, stream, usage_only
+
+from latlab.load import BenchError
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.bench import BenchConfig
+from latlab.records.lengths import LengthDistribution
+from latlab.records.timeline import Outcome
+from latlab.records.workload import WorkloadConfig
+from latlab.services.bench import run_bench
 
 # Ray's processes talk over loopback only (by default they use the machine's address): Ray
 # reads this when imported, in this process and in those it starts.

@@ -12,6 +12,8 @@ import sys
 import orjson
 import pytest
 from aiohttp import web
+from processes import interrupted, wait_until
+from sse_server import DONE, Server, Step, completion, status, stream, usage_only
 from typer.testing import CliRunner
 
 from latlab.analysis.analyze import analyze
@@ -25,8 +27,6 @@ from latlab.records.folder import RunFolder
 from latlab.records.lengths import LengthDistribution
 from latlab.records.workload import WorkloadConfig
 from latlab.services.bench import run_bench
-from processes import interrupted, wait_until
-from sse_server import DONE, Server, Step, completion, status, stream, usage_only
 
 SMALL = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=8),
                        output_tokens=LengthDistribution(kind="fixed", a=2))

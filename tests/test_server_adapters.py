@@ -8,10 +8,15 @@ from multidict import CIMultiDict
 
 from latlab.analysis.decompose import Quality, decompose
 from latlab.load.request.ollama import NdjsonParser
-from latlab.load.telemetry.scrape import parse
-from latlab.load.request.server_timing import (ServerKind, context_length, detect, from_event,
-                                       from_headers)
+from latlab.load.request.server_timing import (
+    ServerKind,
+    context_length,
+    detect,
+    from_event,
+    from_headers,
+)
 from latlab.load.request.sse import StreamParser
+from latlab.load.telemetry.scrape import parse
 from latlab.records.timeline import RequestTimeline
 
 SERVERS = Path(__file__).parent / "fixtures" / "servers"

@@ -14,14 +14,14 @@ from sse_server import DONE, Server, chat, usage_only
 from typer.testing import CliRunner
 
 from latlab.cli import app
-from latlab.services.bench import run_bench
 from latlab.load.workload.conversation import Conversation
 from latlab.load.workload.datasets import load_dataset
 from latlab.load.workload.requests import Workload
-from latlab.records.bench import BenchConfig
 from latlab.records.arrivals import ArrivalConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.lengths import LengthDistribution
 from latlab.records.workload import SessionConfig, WorkloadConfig
+from latlab.services.bench import run_bench
 from latlab.tokenizer import Tokenizer
 
 FIXED = LengthDistribution.parse

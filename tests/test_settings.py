@@ -5,6 +5,7 @@ import re
 
 import pytest
 import yaml
+from sse_server import DONE, Server, Step, completion, stream, usage_only
 from typer.testing import CliRunner
 
 from latlab.cli import app
@@ -13,7 +14,6 @@ from latlab.records.bench import BenchConfig
 from latlab.records.engine import EngineConfig, ServeConfig
 from latlab.records.folder import RunFolder
 from latlab.records.settings import option, specs
-from sse_server import DONE, Server, Step, completion, stream, usage_only
 
 STEPS = [Step(0.002, completion("a", {"prompt_tokens": 8, "completion_tokens": 1})),
          Step(0, completion("b", {"prompt_tokens": 8, "completion_tokens": 2})),

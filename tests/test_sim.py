@@ -8,18 +8,18 @@ import sys
 
 import numpy as np
 import pytest
+from sim_helpers import STEP, calibration, fixed, open_loop
 
-from latlab.records.simulation import Autoscale, Fleet
+from latlab.load.workload.arrivals import arrival_times
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.lengths import LengthDistribution
+from latlab.records.simulation import Autoscale, Fleet
 from latlab.records.workload import WorkloadConfig
-from latlab.load.workload.arrivals import arrival_times
 from latlab.sim import replica as replica_module
 from latlab.sim.fleet import Simulation, simulate
 from latlab.sim.results import OK, REJECTED, TOO_LONG
 from latlab.sim.stepcost import FEATURES, StepCostModel, design, features, fit
 from latlab.sim.workload import build
-from sim_helpers import STEP, calibration, fixed, open_loop
 
 
 def done_times(result) -> np.ndarray:
@@ -205,10 +205,11 @@ def test_the_simulator_needs_no_torch():
 
 
 def test_a_run_whose_tokens_came_in_one_chunk_calibrates_without_those_decodes():
+    from timelines import timeline
+
     from latlab.records.calibration import RequestCosts
     from latlab.records.engine import EngineShape
     from latlab.sim.calibrate_run import rows
-    from timelines import timeline
 
     records = [timeline(i, 1000.0 * i, tokens=12, itl=4.0) for i in range(8)]
     burst = [timeline(8 + i, 9000.0 + 1000 * i, tokens=12, itl=0.0) for i in range(3)]
@@ -218,10 +219,11 @@ def test_a_run_whose_tokens_came_in_one_chunk_calibrates_without_those_decodes()
 
 
 def test_prompt_tokens_the_server_found_in_its_cache_are_not_prefilled():
+    from timelines import timeline
+
     from latlab.records.calibration import RequestCosts
     from latlab.records.engine import EngineShape
     from latlab.sim.calibrate_run import rows
-    from timelines import timeline
 
     records = [timeline(i, 1000.0 * i, tokens=12, itl=4.0, prompt=200) for i in range(8)]
     for r in records[4:]:

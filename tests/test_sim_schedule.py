@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from latlab.engine.batching import step_features
-from latlab.records.engine import EngineConfig, EngineShape
 from latlab.engine.engine import LLMEngine
 from latlab.engine.sampling_params import SamplingParams
-from latlab.records.calibration import Calibration, FitError, StepCost
-from latlab.records.simulation import Fleet
 from latlab.records.arrivals import ArrivalConfig
+from latlab.records.calibration import Calibration, FitError, StepCost
+from latlab.records.engine import EngineConfig, EngineShape
+from latlab.records.simulation import Fleet
 from latlab.records.workload import WorkloadConfig
 from latlab.sim.fleet import Simulation
 from latlab.sim.sequence import new_sequence

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sim_helpers import calibration, fixed, open_loop
 
 from latlab.metrics.summary import summarize
 from latlab.records.arrivals import ArrivalConfig
@@ -16,7 +17,6 @@ from latlab.sim.results import OK, QUEUE_TIMEOUT
 from latlab.sim.spread import Draw, estimate
 from latlab.sim.table import request_table
 from latlab.sim.workload import build
-from sim_helpers import calibration, fixed, open_loop
 
 FIXED = {"prompt_tokens": LengthDistribution(kind="fixed", a=40),
          "output_tokens": LengthDistribution(kind="fixed", a=12)}

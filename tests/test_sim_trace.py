@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+from sim_helpers import calibration
 
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.simulation import Fleet
@@ -15,7 +16,6 @@ from latlab.sim.fleet import simulate
 from latlab.sim.results import OK
 from latlab.sim.sequence import block_ids
 from latlab.sim.workload import build
-from sim_helpers import calibration
 
 MOONCAKE = Path(__file__).parent / "fixtures" / "traces" / "mooncake.jsonl"
 

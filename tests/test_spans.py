@@ -15,18 +15,18 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from typer.testing import CliRunner
 
 from latlab.cli import app
-from latlab.services.bench import run_bench
 from latlab.load.telemetry.otlp import SpanReceiver, read_spans
 from latlab.load.telemetry.spans import clock_offset, join_run, timing_of
 from latlab.load.telemetry.upstream import Joined, JoinedBy, join
+from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.config import Clock
 from latlab.records.folder import RunFolder
+from latlab.records.lengths import LengthDistribution
 from latlab.records.spans import SERVER_TIMINGS, SPANS, Span
 from latlab.records.timeline import RequestTimeline
-from latlab.records.arrivals import ArrivalConfig
-from latlab.records.lengths import LengthDistribution
 from latlab.records.workload import WorkloadConfig
+from latlab.services.bench import run_bench
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SMALL = WorkloadConfig(prompt_tokens=LengthDistribution(kind="fixed", a=16),

@@ -7,9 +7,9 @@ from urllib.parse import urlparse
 
 import orjson
 import pytest
+from processes import interrupted
 
 from latlab.records.folder import RunFolder
-from processes import interrupted
 
 pytest.importorskip("torch")
 

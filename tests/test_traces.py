@@ -13,8 +13,14 @@ import pytest
 
 from latlab.load.workload import traces
 from latlab.load.workload.arrivals import arrival_times
-from latlab.load.workload.traces import (Trace, TraceCursor, TraceError, replay_window, survey,
-                                         window)
+from latlab.load.workload.traces import (
+    Trace,
+    TraceCursor,
+    TraceError,
+    replay_window,
+    survey,
+    window,
+)
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.folder import RunFolder
 from latlab.records.timeline import RequestTimeline, SessionStep, TraceStep

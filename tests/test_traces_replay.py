@@ -8,6 +8,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from sse_server import DONE, Server, Step, completion, stream, usage_only
 
 from latlab.load.workload.requests import Workload
 from latlab.load.workload.traces import TraceError
@@ -16,7 +17,6 @@ from latlab.records.bench import BenchConfig
 from latlab.records.lengths import LengthDistribution, WorkloadError
 from latlab.records.workload import SessionConfig, WorkloadConfig
 from latlab.services.bench import run_bench
-from sse_server import DONE, Server, Step, completion, stream, usage_only
 
 MOONCAKE = Path(__file__).parent / "fixtures" / "traces" / "mooncake.jsonl"
 SHARING = (42, 49)  # rows 42 and 49 of the fixture share their first 57 blocks

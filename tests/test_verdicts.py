@@ -6,8 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from latlab.analysis.verdicts import (FAMILY_ALPHA, alpha, judge, look_share, ratio_interval,
-                                      spent)
+from latlab.analysis.verdicts import FAMILY_ALPHA, alpha, judge, look_share, ratio_interval, spent
 from latlab.records.verdict import HEADLINE
 
 HEADLINE_ALPHA = FAMILY_ALPHA / len(HEADLINE)

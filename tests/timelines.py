@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from latlab.metrics.summary import summarize
 from latlab.records.config import RunConfig
-from latlab.records.summary import ClientCheck
-from latlab.records.window import Window
 from latlab.records.folder import RunFolder
+from latlab.records.summary import ClientCheck
 from latlab.records.timeline import ConnectionTiming, Outcome, RequestTimeline, ServerTiming
+from latlab.records.window import Window
 
 MS = 1_000_000
 

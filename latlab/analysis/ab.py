@@ -17,8 +17,8 @@ import numpy as np
 from latlab.analysis.analyze import assemble, judge_requests
 from latlab.analysis.compare import Change, Comparison, compare
 from latlab.analysis.replicates import from_rounds
-from latlab.analysis.verdicts import look_share
 from latlab.analysis.run_analysis import RunAnalysis
+from latlab.analysis.verdicts import look_share
 from latlab.metrics.summary import summarize
 from latlab.records.columns import concat, take
 from latlab.records.scrape import Scrape

@@ -3,13 +3,22 @@ it, the requests after idle gaps, and the spread over the starts (`coldstart.jso
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from latlab.metrics.request import request_metrics
-from latlab.records.coldstart import (ColdstartRecord, Excess, FirstRequest, IdleProbe,
-                                      IdleSpread, Spread, Start, WarmBaseline)
+from latlab.records.coldstart import (
+    ColdstartRecord,
+    Excess,
+    FirstRequest,
+    IdleProbe,
+    IdleSpread,
+    Spread,
+    Start,
+    WarmBaseline,
+)
 from latlab.records.timeline import RequestTimeline
 
 

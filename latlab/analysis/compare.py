@@ -15,12 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.budget import Budget, budget
 from latlab.analysis.replicates import Replicates, from_blocks
+from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.significance import fisher_test, statistic
-from latlab.analysis.verdicts import (FAMILY_ALPHA, RatioInterval, alpha, judge,
-                                      ratio_interval)
+from latlab.analysis.verdicts import FAMILY_ALPHA, RatioInterval, alpha, judge, ratio_interval
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary

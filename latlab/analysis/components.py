@@ -4,9 +4,9 @@ each measurement."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Iterable
 
 
 class Quality(StrEnum):

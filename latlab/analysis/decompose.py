@@ -53,11 +53,24 @@ from dataclasses import dataclass, field
 import numpy as np
 
 # The vocabulary, read from here by the reports and rules too.
-from latlab.analysis.components import (APP, BEFORE_FIRST_TOKEN, BUCKETS, COMPONENTS,  # noqa: F401
-                                        DERIVED, ESTIMATED, EXACT, GATEWAY, LABELS, QUALITIES,
-                                        SERVER_STAGES, UNAVAILABLE, Component, Quality, label,
-                                        members)
-
+from latlab.analysis.components import (  # noqa: F401
+    APP,
+    BEFORE_FIRST_TOKEN,
+    BUCKETS,
+    COMPONENTS,
+    DERIVED,
+    ESTIMATED,
+    EXACT,
+    GATEWAY,
+    LABELS,
+    QUALITIES,
+    SERVER_STAGES,
+    UNAVAILABLE,
+    Component,
+    Quality,
+    label,
+    members,
+)
 from latlab.records.columns import ms_between, present
 from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import NS_PER_MS, RequestTimeline

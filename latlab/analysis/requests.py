@@ -3,8 +3,9 @@ request at a time where a report or a test wants one (`Row`, `Rows`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence, overload
+from typing import overload
 
 import numpy as np
 

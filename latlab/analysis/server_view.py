@@ -13,8 +13,8 @@ server, requests it never finished, a restart).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 

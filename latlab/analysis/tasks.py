@@ -13,6 +13,7 @@ step's mean over the tasks that have that step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from latlab.analysis.budget import Budget, budget

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from latlab.commands.options import ConfigFile
 from latlab.commands.common import EXIT_INTERRUPTED, RunFailed, console, print_json
+from latlab.commands.options import ConfigFile
 from latlab.load.target.launch import interrupt_on_sigterm
 from latlab.records.coldstart import ColdstartConfig
 from latlab.report.coldstart import print_coldstart

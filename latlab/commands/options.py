@@ -12,8 +12,9 @@ does not validate is a usage error led by the flag at fault.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import typer
 import typer.core
@@ -21,8 +22,18 @@ from pydantic import BaseModel, ValidationError
 
 from latlab.commands.common import UsageError, run_command
 from latlab.commands.config_files import read_config_file, read_workload
-from latlab.records.settings import (GROUPS, OUTPUT, Spec, flag_of, merge, nest, option, setting,
-                                     specs, sub_config)
+from latlab.records.settings import (
+    GROUPS,
+    OUTPUT,
+    Spec,
+    flag_of,
+    merge,
+    nest,
+    option,
+    setting,
+    specs,
+    sub_config,
+)
 
 Argument = tuple[str, Any, Any]  # name, type, typer.Argument(...)
 

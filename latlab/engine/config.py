@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 
 
-
 @dataclass(frozen=True)
 class ModelConfig:
     """The shape of a Llama-family decoder (Llama, Mistral, Qwen2)."""

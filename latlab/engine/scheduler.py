@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from heapq import merge
 
 from latlab.engine.block_manager import BlockManager
-from latlab.records.engine import EngineConfig
 from latlab.engine.request_queue import RequestQueue
 from latlab.engine.sequence import FinishReason, Sequence, SequenceStatus
+from latlab.records.engine import EngineConfig
 
 
 @dataclass

@@ -13,15 +13,14 @@ workers would only add load: the advice is to rerun on a quiet host.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from latlab.metrics.stats import tail_exceeds
 from latlab.metrics.throughput import zero_gap_share
 from latlab.records.health import WorkerHealth
-from latlab.records.summary import (ClientCheck, CpuPercent, HostLoad, LoopLag, Machine,
-                                    WorkerCpu)
+from latlab.records.summary import ClientCheck, CpuPercent, HostLoad, LoopLag, Machine, WorkerCpu
 from latlab.records.timeline import RequestTimeline
 from latlab.records.window import Window
 

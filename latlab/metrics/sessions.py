@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from latlab.metrics.stats import distribution
-from latlab.records.summary import ReasoningSummary, SessionSummary, TurnStats
 from latlab.records.columns import ms_between, present
+from latlab.records.summary import ReasoningSummary, SessionSummary, TurnStats
 from latlab.records.table import RequestTable
 
 

@@ -4,8 +4,8 @@ order statistics (binomial ranks); one with fewer than 10 samples beyond it is u
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
-from typing import Iterable, Sequence
 
 import numpy as np
 

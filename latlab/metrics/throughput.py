@@ -4,12 +4,12 @@ whether the target fell behind (see `records.summary.Throughput`)."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from latlab.records.summary import Throughput
 from latlab.records.columns import MISSING, per_request, present
+from latlab.records.summary import Throughput
 from latlab.records.table import OUTCOMES, RequestTable, as_table
 from latlab.records.timeline import Outcome, RequestTimeline
 from latlab.records.window import Window

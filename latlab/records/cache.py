@@ -16,9 +16,10 @@ import itertools
 import mmap
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import orjson

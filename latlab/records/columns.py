@@ -5,8 +5,9 @@ flat array (`Ragged`), taking some requests of such columns and joining several 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa

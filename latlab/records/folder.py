@@ -15,21 +15,21 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Protocol
 
 import orjson
 import pyarrow as pa
 
-from latlab.records.cache import (CACHED_FROM, COLUMNS, load_columns, save_columns,
-                                  source_key)
+from latlab.records.cache import CACHED_FROM, COLUMNS, load_columns, save_columns, source_key
 from latlab.records.config import RunConfig
 from latlab.records.files import RunFolderError, read_json, write_json
 from latlab.records.reader import read_requests
-from latlab.records.summary import RunSummary
 from latlab.records.scrape import METRICS, Scrape
 from latlab.records.spans import SERVER_TIMINGS
+from latlab.records.summary import RunSummary
 from latlab.records.table import RequestTable
 from latlab.records.timeline import RequestTimeline, ServerTiming
 

@@ -18,8 +18,8 @@ from latlab.records import SCHEMA_VERSION
 from latlab.records.ab import ABRecord
 from latlab.records.calibration import Calibration
 from latlab.records.coldstart import ColdstartRecord
-from latlab.records.observe import ObservedWindow, ObserveRecord
 from latlab.records.config import RunConfig
+from latlab.records.observe import ObservedWindow, ObserveRecord
 from latlab.records.steps import StepRecord
 from latlab.records.summary import RunSummary
 from latlab.records.sweep import SweepRecord

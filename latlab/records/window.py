@@ -3,13 +3,13 @@ after warmup and before cooldown."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from latlab.records.config import RunConfig
 from latlab.records.columns import present
+from latlab.records.config import RunConfig
 from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
 

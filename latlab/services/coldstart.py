@@ -10,9 +10,9 @@ from __future__ import annotations
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from time import perf_counter_ns
-from typing import Sequence
 
 from rich.console import Console
 

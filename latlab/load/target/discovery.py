@@ -78,7 +78,7 @@ async def discover(url: str, api_key: str | None = None, timeout_s: float = 10.0
                          f"({getattr(e.certificate_error, 'verify_message', None) or 'unverified'})"
                          ": give --ca-cert FILE, the certificate to trust, or --insecure"
                          ) from None
-    except (aiohttp.ClientConnectorError, asyncio.TimeoutError) as e:
+    except (TimeoutError, aiohttp.ClientConnectorError) as e:
         error = Unreachable if isinstance(e, aiohttp.ClientConnectorError) else BenchError
         raise error(f"cannot reach {url} ({describe(e)}): is the server up and the "
                     "URL right (http://HOST:PORT)?") from None
@@ -147,7 +147,7 @@ async def probe(url: str, api_key: str | None = None, probes: int = 5,
                     await read_at_most(resp, MODELS_MAX_BYTES)
                     seen = dict(resp.headers)
                 times.append((perf_counter_ns() - start) / 1e6)
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, StreamFault):
+    except (TimeoutError, aiohttp.ClientError, OSError, StreamFault):
         pass
     return Probe(min(times[1:]) if len(times) > 1 else None, seen)
 
@@ -162,7 +162,7 @@ async def models_headers(url: str, api_key: str | None = None, timeout_s: float 
                              ssl=for_aiohttp(tls)) as resp:
                 await read_at_most(resp, MODELS_MAX_BYTES)
                 return dict(resp.headers)
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, StreamFault):
+    except (TimeoutError, aiohttp.ClientError, OSError, StreamFault):
         return {}
 
 

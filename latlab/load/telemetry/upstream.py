@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Sequence
 
 from latlab.records.spans import Span
 from latlab.records.timeline import NS_PER_MS, RequestTimeline, ServerTiming

@@ -18,8 +18,8 @@ import os
 import time
 
 from latlab.load.request.sse import StreamParser
-from latlab.load.workload.traces import survey
 from latlab.load.workload.requests import Workload
+from latlab.load.workload.traces import survey
 from latlab.records.bench import BenchConfig
 from latlab.records.timeline import RequestTimeline
 

@@ -9,9 +9,9 @@ round trips, the one with the smallest delay gives the tightest bound.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from time import perf_counter_ns
-from typing import Callable
 
 from latlab.records.health import WorkerHealth
 from latlab.records.timeline import RequestTimeline

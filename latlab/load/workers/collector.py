@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Awaitable, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 PILE_UP = 100_000  # tracked objects allocated and not freed since the last collection
 SWEEP_INTERVAL_S = 0.5

@@ -14,7 +14,8 @@ import queue as queue_module
 import signal
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from latlab.load import BenchError
 from latlab.load.workers.snapshot import WorkerSnapshot

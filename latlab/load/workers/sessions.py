@@ -114,7 +114,7 @@ class Sessions:
         else:
             try:
                 output, error = await self._call_tool(conv, turn, answer)
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 error = describe(e)
         return start, perf_counter_ns(), error, output
 

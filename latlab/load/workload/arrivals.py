@@ -9,8 +9,8 @@ Poisson stays Poisson and gamma keeps its burstiness while the rate grows.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from time import perf_counter_ns
-from typing import Iterator
 
 import numpy as np
 

@@ -12,9 +12,10 @@ dataset gives it), which sessions (`--turns all`) replay whole.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 

@@ -11,7 +11,7 @@ other words. The tokens a row's blocks do not cover are its own, drawn from its 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from latlab.load.workload import trace_formats as formats
-from latlab.load.workload.trace_rows import (BLOCK_TOKENS, TraceError, TraceRow, TraceSource,
-                                             scaled)
+from latlab.load.workload.trace_rows import BLOCK_TOKENS, TraceError, TraceRow, TraceSource, scaled
 from latlab.load.workload.trace_runs import run_rows
 from latlab.records.arrivals import ArrivalConfig
 
