@@ -170,7 +170,7 @@ def main() -> None:
             if litellm_binary() is None:
                 raise SystemExit("the gateway case needs LiteLLM (see tests/gateways.py)")
             engine = stack.enter_context(embedded_engine(
-                "--model tiny --threads 1 --no-warmup", log_path=out / "engine.log"))
+                ["--model", "tiny", "--threads", "1", "--no-warmup"], log_path=out / "engine.log"))
             proxy = stack.enter_context(litellm_proxy(engine.url, out / "litellm", "tiny"))
             cases["gateway"] = Case("direct → through LiteLLM", engine.url, proxy,
                                     [*WORK, "--model", "tiny", "--api-key", LITELLM_KEY],
