@@ -106,6 +106,8 @@ def test_gates(tmp_path):
     assert Gate.parse("p50_ttft>+500%").check(c).status == "passed"
     assert Gate.parse("p50_ttft>+0.01s").check(c).status == "tripped"  # absolute, seconds
     assert Gate.parse("p50_tpot>+10%").check(c).status == "passed"
+    assert c.change("error_rate").a == 0  # no relative change from 0 to 0: it passes
+    assert Gate.parse("error_rate>+10%").check(c).status == "passed"
 
 
 def test_a_gate_the_interval_reaches_cannot_tell(tmp_path):

@@ -14,6 +14,7 @@ reaches past VALUE; else it passes.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -63,10 +64,12 @@ class Gate:
             missing = " and ".join(n for n, v in (("A", change.a), ("B", change.b)) if v is None)
             raise GateError(f"--fail-if {self.text!r}: {change.label} was not measured in "
                             f"run {missing}")
-        observed = change.relative * 100 if self.relative else change.delta
-        if observed is None:
-            return GateResult(self, "inconclusive", f"{self.text}: {change.label} is 0 in the "
-                              "first run: a relative change is undefined")
+        if not self.relative:
+            observed = change.delta
+        elif change.a:
+            observed = 100 * change.delta / change.a
+        else:  # from 0 (an error rate): none is no change, any is past every relative gate
+            observed = math.copysign(math.inf, change.delta) if change.delta else 0.0
         unit = "%" if self.relative else f" {change.unit}"
         moved = (f"{change.label} changed by {observed:+.1f}{unit} ({number(change.a, '{:.4g}')}"
                  f" → {number(change.b, '{:.4g}')} {change.unit})")
