@@ -44,3 +44,37 @@ def test_tune_needs_slos_and_a_server_it_can_restart(tmp_path):
     assert r.exit_code != 0 and "--slo" in r.output and "Traceback" not in r.output
     r = invoke("tune", "--url", "http://127.0.0.1:9", "--slo", "ttft=1s", "--out", tmp_path)
     assert r.exit_code != 0 and "--url" in r.output
+
+
+def test_a_ctrl_c_before_abs_first_round_stops_tune_without_a_traceback(tmp_path, monkeypatch):
+    import time
+
+    from rich.console import Console
+
+    from latlab.analysis.ab import Sequential
+    from latlab.records.ab import ABRecord
+    from latlab.records.tune import Candidate, TuneConfig
+    from latlab.records.verdict import VerdictConfig
+    from latlab.services import tune
+    from latlab.services.ab import ABRuns
+
+    def interrupted(config, err):  # Ctrl-C in round 1: no side has a round to compare
+        done = ABRuns(tmp_path, ABRecord(created=0.0, a=config.a, b=config.b),
+                      Sequential(VerdictConfig(), 2))
+        done.record.interrupted = True
+        return done
+
+    monkeypatch.setattr(tune, "run_ab", interrupted)
+    config = TuneConfig.model_validate({"bench": {"serve_args": "--model tiny",
+                                                  "slos": {"ttft": 300.0}}})
+    candidate = Candidate(args="--model tiny --max-num-seqs 8", knobs={"max_num_seqs": 8},
+                          predicted=2, predicted_lo=1, predicted_hi=3, change=1, change_lo=0.5,
+                          change_hi=1.5)
+    record = TuneRecord(created=0.0, start="--model tiny", candidates=[candidate])
+    try:
+        tune._verify(record, config, Console(quiet=True), 0.0, time.monotonic(), tmp_path)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the interrupt was not passed on")
+    assert candidate.ab_folder == str(tmp_path) and candidate.verdict is None

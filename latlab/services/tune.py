@@ -29,7 +29,7 @@ from latlab.analysis.advice import FLAGS, server_of, shares_prefixes, with_args
 from latlab.analysis.findings import Change, Knob
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.load.target.launch import remembered_interrupts
-from latlab.records.ab import ABConfig
+from latlab.records.ab import SIDES, ABConfig
 from latlab.records.calibration import Calibration
 from latlab.records.folder import RunFolder, write_json
 from latlab.records.simulation import Fleet
@@ -246,6 +246,9 @@ def _verify(record: TuneRecord, config: TuneConfig, err: Console, base_wall: flo
                       max_time=max(left - per_ab, 1.0), bench=config.bench)
         try:
             done = run_ab(ab, err)
+            if not all(done.analyses[side] for side in SIDES):  # Ctrl-C before a whole round
+                c.ab_folder = str(done.folder)
+                raise KeyboardInterrupt
             comparison = compare_sides(done)
         except (ServiceFailed, ValueError) as e:
             record.notes.append(f"{c.args}: ab failed ({e})")
