@@ -52,6 +52,20 @@ def vllm_span(provider: TracerProvider, trace_id: str, request_id: str) -> None:
             span.set_attribute(key, value)
 
 
+def test_a_request_id_joins_only_the_span_that_holds_it_whole():
+    def span(rid: str) -> Span:
+        return Span("1" * 32, rid, "llm_request", 0, 1, attributes={"gen_ai.request.id": rid})
+
+    later = span("cmpl-ab12cd-10-0")  # request 10's span came first: it holds "ab12cd-1" too
+    first = span("cmpl-ab12cd-1-0")
+    joined = join([RequestTimeline(id="ab12cd-1", index=1),
+                   RequestTimeline(id="ab12cd-2", index=2)], [later, first], None)
+    assert joined == {"ab12cd-1": Joined([first], JoinedBy.REQUEST_ID)}
+    named = RequestTimeline(id="x", index=0, server_request_id="chatcmpl-engine-12345678")
+    assert join([named], [span("engine-1234567"), span("engine-12345678")],
+                None)["x"].spans[0].span_id == "engine-12345678"
+
+
 def test_vllm_spans_over_otlp_protobuf_join_by_trace_id(tmp_path):
     with SpanReceiver(tmp_path / SPANS) as receiver:
         provider = TracerProvider(resource=Resource.create({"service.name": "vllm"}))

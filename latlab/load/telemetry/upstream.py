@@ -23,6 +23,7 @@ elsewhere NTP's error enters the hop (the join says so). The hop, per joined req
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
@@ -38,6 +39,8 @@ CLOCK_SLACK_NS = 2_000_000
 ID = "gen_ai.request.id"
 PROMPT, OUTPUT = "gen_ai.usage.prompt_tokens", "gen_ai.usage.completion_tokens"
 TTFT = "gen_ai.latency.time_to_first_token"  # seconds
+_WORD = re.compile(r"[0-9A-Za-z]+")
+MAX_WORDS = 16  # of a request id searched for ids inside it
 
 
 class JoinedBy(StrEnum):
@@ -67,10 +70,14 @@ def join(records: Sequence[RequestTimeline], spans: Sequence[Span], anchor_ns: i
         if isinstance(rid, str):
             by_id[rid].append(s)
     out: dict[str, Joined] = {}
+    within: dict[str, list[Span]] = {}  # each run of whole words of a span's request id
+    for rid, found in by_id.items():
+        for piece in _pieces(rid):
+            within.setdefault(piece, found)
     for r in records:
         if r.trace_id and r.trace_id in by_trace:
             out[r.id] = Joined(by_trace[r.trace_id], JoinedBy.TRACE)
-        elif found := by_id.get(r.id) or next((v for k, v in by_id.items() if r.id in k), None):
+        elif found := by_id.get(r.id) or within.get(r.id):
             out[r.id] = Joined(found, JoinedBy.REQUEST_ID)  # vLLM's `cmpl-<id>-0`
         elif r.server_request_id and (found := _named_in(r.server_request_id, by_id)):
             out[r.id] = Joined(found, JoinedBy.RESPONSE_ID)
@@ -83,9 +90,20 @@ def join(records: Sequence[RequestTimeline], spans: Sequence[Span], anchor_ns: i
 
 
 def _named_in(response_id: str, by_id: dict[str, list[Span]]) -> list[Span] | None:
-    """The spans whose request id is the response's id, or inside it (`chatcmpl-<id>`)."""
-    return by_id.get(response_id) or next(
-        (v for k, v in by_id.items() if len(k) >= 8 and k in response_id), None)
+    """The spans whose request id is the response's id, or whole words inside it
+    (`chatcmpl-<id>`; the longest such)."""
+    if found := by_id.get(response_id):
+        return found
+    inside = [p for p in _pieces(response_id) if len(p) >= 8 and p in by_id]
+    return by_id[max(inside, key=len)] if inside else None
+
+
+def _pieces(rid: str) -> list[str]:
+    """Every run of whole words in `rid` (`cmpl-ab12-3-0`: `ab12-3`, `3-0`, ...): an id found
+    inside another is found whole, never `ab12-1` inside `ab12-10`."""
+    words = [m.span() for m in _WORD.finditer(rid)][:MAX_WORDS]
+    return [rid[words[i][0]:words[j][1]] for i in range(len(words))
+            for j in range(i, len(words))]
 
 
 def _by_order(records: Sequence[RequestTimeline], spans: Sequence[Span], anchor_ns: int
