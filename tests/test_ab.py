@@ -96,6 +96,15 @@ def test_counters_explain_with_ratios_of_their_growth():
                                                "preemptions": 2.0}
 
 
+def test_behind_a_gateway_ab_reads_the_engines_counters_not_the_gateways():
+    from latlab.records.bench import BenchConfig
+    from latlab.services.ab import _scrape
+
+    with Server(answer(0.001), metrics=counters) as engine, Server(answer(0.001)) as gateway:
+        scraped = _scrape(BenchConfig(url=gateway.url, server_url=engine.url))
+    assert scraped is not None and scraped.values["prefix_cache_queries"] == 0
+
+
 def ab_json(tmp_path, url: str, *more: str) -> dict:
     result = CliRunner().invoke(app, [
         "ab", "--a", url, "--b", url, "--requests", "12", "--users", "2", "--rounds", "3",

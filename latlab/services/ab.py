@@ -19,6 +19,7 @@ from latlab.analysis import analyze
 from latlab.analysis.ab import Sequential, counter_deltas, explain
 from latlab.analysis.compare import Comparison
 from latlab.analysis.run_analysis import RunAnalysis
+from latlab.load.request.tls import ssl_context
 from latlab.load.target.launch import remembered_interrupts, target_server
 from latlab.load.telemetry.scrape import scrape_once
 from latlab.records.ab import AB_JSON, SIDES, ABChange, ABConfig, ABRecord, ABRound
@@ -129,11 +130,13 @@ def _round(done: ABRuns, bench: BenchConfig, side: str, i: int, config: ABConfig
 
 
 def _scrape(config: BenchConfig) -> Scrape | None:
-    """The target's /metrics now, or None when it has none."""
-    key = config.key()
+    """The target's /metrics now (the engine's behind a gateway, as bench scrapes it), or
+    None when it has none."""
+    key = None if config.server_url else config.key()  # a gateway's key stays with it
     try:
-        return scrape_once(config.url.rstrip("/") + "/metrics",
-                           {"Authorization": f"Bearer {key}"} if key else None)
+        tls = ssl_context(str(config.ca_cert) if config.ca_cert else None, config.insecure)
+        return scrape_once((config.server_url or config.url).rstrip("/") + "/metrics",
+                           {"Authorization": f"Bearer {key}"} if key else None, tls)
     except Exception:  # noqa: BLE001 - a server without /metrics has no counters to show
         return None
 
