@@ -8,7 +8,8 @@ simulating first and measuring the best few.
 3. Verify the best `verify` predicted gains with `ab` on the real server (the start against
    the candidate), within the time budget, and say where simulation and measurement disagree.
 
-vLLM's benchmarks/auto_tune.sh runs the whole grid for real; this measures 1 + 2·verify runs.
+vLLM's benchmarks/auto_tune.sh runs the whole grid for real; this measures
+1 + 2·verify·(rounds + 1) runs (each ab's warm-up round a side included).
 
     result = run_tune(TuneConfig(bench=BenchConfig(serve_args="--model tiny", slos=...)), err)
 """
@@ -229,7 +230,8 @@ def _screen(candidates: list[tuple[dict[Knob, int | bool], str]], cal: Calibrati
 def _verify(record: TuneRecord, config: TuneConfig, err: Console, base_wall: float,
             started: float, folder: Path) -> None:
     """`ab` of the start against each of the best predicted gains, while the budget lasts."""
-    per_ab = base_wall * 2 * config.rounds * AB_OVERHEAD
+    warmup = ABConfig.model_fields["warmup_rounds"].default  # ab's warm-up round a side
+    per_ab = base_wall * 2 * (config.rounds + warmup) * AB_OVERHEAD
     chosen = [c for c in record.candidates if c.change > 0][:config.verify]
     if len(chosen) < config.verify:
         record.notes.append(f"{config.verify - len(chosen)} fewer verified than asked: no "
