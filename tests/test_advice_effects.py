@@ -20,6 +20,8 @@ def test_a_change_replaces_the_options_it_names_under_either_spelling():
     assert with_args("--model tiny --max-num-batched-tokens=512", "--max-num-batched-tokens 128"
                      ) == "--model tiny --max-num-batched-tokens 128"
     assert with_args("", "--enable-prefix-caching") == "--enable-prefix-caching"
+    assert with_args("--model-path M --chunked-prefill-size -1", "--chunked-prefill-size 512"
+                     ) == "--model-path M --chunked-prefill-size 512"
 
 
 @pytest.fixture(scope="module")

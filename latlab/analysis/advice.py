@@ -12,6 +12,7 @@ does not know gets "if not already on"."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -121,11 +122,17 @@ def with_args(base: str, change: str) -> str:
         token = tokens[i]
         i += 1
         if token.startswith("-") and name(token) in names:
-            if "=" not in token and i < len(tokens) and not tokens[i].startswith("-"):
+            if "=" not in token and i < len(tokens) and _a_value(tokens[i]):
                 i += 1  # its value
             continue
         out.append(token)
     return shlex.join(out + new)
+
+
+def _a_value(token: str) -> bool:
+    """Whether `token` after a flag is its value: not a flag, or a negative number (SGLang's
+    `--chunked-prefill-size -1`)."""
+    return not token.startswith("-") or re.fullmatch(r"-\d+(\.\d*)?", token) is not None
 
 
 def server_of(a: RunAnalysis) -> tuple[ServerSettings | None, str | None]:
