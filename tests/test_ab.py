@@ -128,7 +128,7 @@ def test_an_a_a_ab_against_a_caching_server_finds_no_change(tmp_path):
     assert not called
     assert "rounds" in fresh["evidence"]
     ttft = next(c for c in cached["changes"] if c["key"] == "mean_ttft")
-    assert ttft["b"] < 0.6 * ttft["a"]  # the cache flattered B ...
+    assert ttft["b"] < ttft["a"]  # the cache flattered B (A's first round alone was cold) ...
     assert ttft["verdict"] == "can't tell" and ttft["low"] < 0 < ttft["high"]  # ... A's spread
 
 
