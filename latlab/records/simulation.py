@@ -101,7 +101,7 @@ def reload_time(value: Any) -> Any:
         raise ValueError(f"{value!r}: seconds or a coldstart folder ({e})") from None
     longest = max(record.idle, key=lambda gap: gap.gap_s, default=None)
     if longest is None or longest.excess_ttft.median is None:
-        raise ValueError(f"{value!r}: the coldstart run probed no idle gap (--idle)")
+        raise ValueError(f"{value!r}: the coldstart run probed no idle gap (--idle-gaps)")
     return max(0.0, float(longest.excess_ttft.median) / 1e3)
 
 
