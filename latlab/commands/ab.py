@@ -36,7 +36,8 @@ def ab(config: ABConfig, options: NamedWorkload) -> None:
         print_json(record.model_dump(mode="json") | {"folder": str(folder)})
     else:
         out = console()
-        label = {side: f"{setting or 'latlab serve defaults'}  ({len(runs[side])} runs)"
+        defaults = "--launch's defaults" if config.bench.launch else "latlab serve defaults"
+        label = {side: f"{setting or defaults}  ({len(runs[side])} runs)"
                  for side, setting in (("A", config.a), ("B", config.b))}
         print_comparison(out, comparison, label["A"], label["B"])
         out.print("rounds: " + " · ".join(_round(r) for r in record.rounds), highlight=False)
