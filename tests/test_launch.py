@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from latlab.cli import app
-from latlab.load.target.launch import ServerLaunch
+from latlab.load.target.launch import EngineError, ServerLaunch
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder
 from latlab.services.bench import run_bench
@@ -46,6 +46,9 @@ def test_a_template_gets_a_free_port_and_the_sides_arguments():
     assert launch.command == ("srv", "--port", port, "--flag", "-b", "64", "-ub", "64",
                               "--log", f"x-{port}.log")
     assert launch.ready_url == f"{launch.url}/health" and launch.name == "srv"
+    with pytest.raises(EngineError, match="has no {args}"):  # the sides would be the same
+        ServerLaunch.templated("srv --port {port}", ["-np", "4"])
+    assert ServerLaunch.templated("srv --port {port}", []).command[0] == "srv"
 
 
 def test_bench_measures_a_launched_server_keeps_its_log_and_stops_it(tmp_path):
@@ -124,3 +127,20 @@ def test_a_log_in_a_folder_not_made_yet_is_made_and_a_missing_binary_named(tmp_p
     with pytest.raises(EngineError, match="cannot start .*no-such-server"):
         with launched(missing, log_path=tmp_path / "x.log"):
             pass
+
+
+def test_a_swallowed_ctrl_c_ends_the_wait_for_readiness(tmp_path):
+    """A Ctrl-C Python swallowed (remembered, not raised) still ends a wait on a server that
+    never gets ready, well before its ready timeout, and the server is stopped."""
+    from latlab.load.target import launch as launching
+
+    never = ServerLaunch.templated(f"{shlex.quote(sys.executable)} -c "
+                                   "'import time; time.sleep(60)' {port}", [])
+    started = time.monotonic()
+    with launching.remembered_interrupts() as pressed:
+        launching._PRESSED.append(2)  # as the handler records one whose raise was swallowed
+        assert pressed()
+        with pytest.raises(KeyboardInterrupt):
+            with launching.launched(never, log_path=tmp_path / "s.log", ready_timeout_s=60):
+                pass
+    assert time.monotonic() - started < 30 and not launching._PRESSED  # the outermost forgets

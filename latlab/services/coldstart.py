@@ -18,6 +18,7 @@ from rich.console import Console
 
 from latlab import __version__
 from latlab.analysis.coldstart import coldstart_record, summarize_start
+from latlab.load.target.launch import remembered_interrupts
 from latlab.load.target.probe import start_and_probe
 from latlab.load.workload.prompts import with_salt
 from latlab.load.workload.requests import Workload
@@ -56,7 +57,7 @@ def run_coldstart(config: ColdstartConfig, *, console: Console | None = None,
     starts: list[Start] = []
     interrupted = False
     try:
-        with run.record_writer() as writer:
+        with run.record_writer() as writer, remembered_interrupts() as pressed:
             for i in range(config.runs):
                 if console is not None:
                     console.print(f"[bold]start {i + 1} of {config.runs}[/]", highlight=False)
@@ -67,6 +68,8 @@ def run_coldstart(config: ColdstartConfig, *, console: Console | None = None,
                 if console is not None:
                     console.print(_line(starts[-1]), style="dim", highlight=False)
                 _write(run, settings, starts, config, interrupted)
+                if pressed():  # a Ctrl-C Python swallowed during the start: stop now
+                    raise KeyboardInterrupt
     except KeyboardInterrupt:
         interrupted = True
     except BaseException as e:

@@ -32,6 +32,7 @@ from latlab.load import BenchError
 from latlab.records.bench import TargetConfig
 
 READY_POLL_S = 0.2
+_PRESSED: list[int] = []  # Ctrl-Cs seen under `remembered_interrupts`
 LOG_TAIL_LINES = 20
 
 
@@ -71,6 +72,10 @@ class ServerLaunch:
             tokens = shlex.split(template)
         except ValueError as e:
             raise EngineError(f"--launch {template!r}: {e}") from None
+        if args and not any("{args}" in token for token in tokens):
+            raise EngineError(f"--launch {template!r} has no {{args}}: the arguments "
+                              f"{shlex.join(args)!r} would be left out (both sides of an ab "
+                              "alike); put {args} where the server takes them")
         for token in tokens:
             if token == "{args}":
                 command += args
@@ -134,6 +139,8 @@ class ServerProcess:
             if responds_ok(ready_url):
                 self.ready_s = time.monotonic() - self.started_s
                 return
+            if _PRESSED:  # a Ctrl-C that Python swallowed: waiting on would outlast it
+                raise KeyboardInterrupt
             time.sleep(poll_s)
         raise EngineError(f"{self.name} was not ready after {timeout_s:g} s ({ready_url} "
                           f"never answered 200); its log ({self.log_path}):\n{self.log_tail()}")
@@ -181,8 +188,9 @@ def interrupt_on_sigterm() -> None:
 def remembered_interrupts() -> Iterator[Callable[[], bool]]:
     """Ctrl-C raises KeyboardInterrupt as always, and is remembered: one that Python swallowed
     (raised inside a weakref callback or a `__del__`, which can only print it) is found by
-    `pressed()` at the next point where stopping is safe. Main thread only."""
-    pressed: list[int] = []
+    `pressed()` at the next point where stopping is safe, and ends a server's wait for
+    readiness. Main thread only."""
+    pressed = _PRESSED
 
     def interrupt(signum: int, frame: object) -> None:
         pressed.append(signum)
@@ -193,10 +201,13 @@ def remembered_interrupts() -> Iterator[Callable[[], bool]]:
     except ValueError:  # not the main thread
         yield lambda: False
         return
+    interrupt.remembers = True  # type: ignore[attr-defined]
     try:
         yield lambda: bool(pressed)
     finally:
         signal.signal(signal.SIGINT, previous)
+        if not getattr(previous, "remembers", False):  # the outermost forgets them
+            pressed.clear()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
