@@ -115,9 +115,9 @@ class ObserveRecord(Record):
     `unseen_model`: calls whose model server's spans never came (their model time is the
     client's, unsplit); `rejected`: request bodies or file lines that held no spans latlab
     could read, with the first reason; `throttled`: export requests refused (503, retried by
-    the exporter) while --max-pending-spans spans waited; `late`: calls that arrived more than
-    --max-lateness after their window ended; `lag_s`: how long the last window waited past its
-    end for late spans."""
+    the exporter) while --max-pending-spans spans waited; `late`: calls that arrived after
+    their window was written (later than the calls before them had been, or than
+    --max-lateness); `lag_s`: how long the last window waited past its end for late spans."""
 
     source: str
     spans: int = 0

@@ -22,9 +22,9 @@ def notes_on(r: ObserveRecord) -> list[str]:
         notes.append(f"{r.unseen_model:,} calls without their model server's spans: their model "
                      "time is the client's, unsplit (export the model server's spans too)")
     if r.late:
-        notes.append(f"{r.late:,} calls arrived more than --max-lateness after their window "
-                     "ended: in requests.jsonl, in no window (a stalled exporter, or clocks "
-                     "apart?)")
+        notes.append(f"{r.late:,} calls arrived after their window was written (later than "
+                     "the calls before them had been, or than --max-lateness): in "
+                     "requests.jsonl, in no window (a stalled exporter, or clocks apart?)")
     if r.split_traces:
         notes.append(f"{r.split_traces:,} traces had spans arrive after they were explained "
                      f"(split: the rest counted apart); the trace wait grew to "

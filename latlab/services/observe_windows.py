@@ -3,7 +3,8 @@ aligned to the clock, so a minute's window is that minute, each call in its own 
 window however late it arrives), each analysed and appended to windows.jsonl once the
 watermark (`load.telemetry.watermark`: every call that started before it is in) has passed
 its end; until then the live view shows it as provisional. A call that arrives after its
-window was written (later than --max-lateness) is counted late. A rolling window of the last
+window was written (later than the calls before it had been, or than --max-lateness) is
+counted late. A rolling window of the last
 `window_s` seconds before the watermark for the live view.
 
 An open window's calls wait on disk (their JSON lines, requests.jsonl's, appended to a scratch
