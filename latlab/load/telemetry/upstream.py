@@ -70,10 +70,13 @@ def join(records: Sequence[RequestTimeline], spans: Sequence[Span], anchor_ns: i
         if isinstance(rid, str):
             by_id[rid].append(s)
     out: dict[str, Joined] = {}
-    within: dict[str, list[Span]] = {}  # each run of whole words of a span's request id
-    for rid, found in by_id.items():
+    wanted = {r.id for r in records if r.id not in by_id
+              and not (r.trace_id and r.trace_id in by_trace)}
+    within: dict[str, list[Span]] = {}  # a wanted id as whole words of a span's request id
+    for rid, found in by_id.items() if wanted else ():
         for piece in _pieces(rid):
-            within.setdefault(piece, found)
+            if piece in wanted:
+                within.setdefault(piece, found)
     for r in records:
         if r.trace_id and r.trace_id in by_trace:
             out[r.id] = Joined(by_trace[r.trace_id], JoinedBy.TRACE)
