@@ -78,3 +78,27 @@ def test_a_ctrl_c_before_abs_first_round_stops_tune_without_a_traceback(tmp_path
     else:
         raise AssertionError("the interrupt was not passed on")
     assert candidate.ab_folder == str(tmp_path) and candidate.verdict is None
+
+
+def test_a_candidate_whose_server_will_not_start_fails_alone(tmp_path, monkeypatch):
+    import time
+
+    from rich.console import Console
+
+    from latlab.load.target.launch import EngineError
+    from latlab.records.tune import Candidate, TuneConfig
+    from latlab.services import tune
+
+    def refused(config, err):  # the server exits at once with the candidate's flags
+        raise EngineError("latlab serve exited with code 2 before it was ready")
+
+    monkeypatch.setattr(tune, "run_ab", refused)
+    config = TuneConfig.model_validate({"bench": {"serve_args": "--model tiny",
+                                                  "slos": {"ttft": 300.0}}, "verify": 2})
+    candidates = [Candidate(args=f"--model tiny --max-num-seqs {n}", knobs={"max_num_seqs": n},
+                            predicted=2, predicted_lo=1, predicted_hi=3, change=1,
+                            change_lo=0.5, change_hi=1.5) for n in (8, 16)]
+    record = TuneRecord(created=0.0, start="--model tiny", candidates=candidates)
+    tune._verify(record, config, Console(quiet=True), 0.0, time.monotonic(), tmp_path)
+    assert [c.verdict for c in candidates] == ["failed", "failed"]
+    assert "exited with code 2" in record.notes[0]

@@ -29,6 +29,7 @@ from latlab.analysis import analyze
 from latlab.analysis.advice import FLAGS, server_of, shares_prefixes, with_args
 from latlab.analysis.findings import Change, Knob
 from latlab.analysis.run_analysis import RunAnalysis
+from latlab.load import BenchError
 from latlab.load.target.launch import remembered_interrupts
 from latlab.records.ab import SIDES, ABConfig
 from latlab.records.calibration import Calibration
@@ -252,7 +253,7 @@ def _verify(record: TuneRecord, config: TuneConfig, err: Console, base_wall: flo
                 c.ab_folder = str(done.folder)
                 raise KeyboardInterrupt
             comparison = compare_sides(done)
-        except (ServiceFailed, ValueError) as e:
+        except (ServiceFailed, BenchError, ValueError) as e:  # BenchError: it would not start
             record.notes.append(f"{c.args}: ab failed ({e})")
             c.verdict = "failed"
             write_json(folder / TUNE_JSON, record)
