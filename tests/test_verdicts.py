@@ -104,3 +104,14 @@ def test_a_side_of_zeros_still_gets_a_verdict():
     assert found.verdict == "worse"
     unsure = judge(ratio_interval([2.0, 0.1, 3.9], [0.0, 0.0, 0.1], 0.99), 0.05, False, False)
     assert unsure.verdict == "can't tell" and unsure.why
+
+
+def test_from_nothing_to_something_is_a_change():
+    """Goodput 0 in every A round and clearly more in B's (a tune whose start met no SLO)."""
+    grew = ratio_interval([0.0, 0.0, 0.0], [4.8, 5.1, 5.3], 0.99)
+    assert grew.low == math.inf
+    assert judge(grew, 0.05, lower_is_better=False, strict=False).verdict == "better"
+    unsure = ratio_interval([0.0, 0.0], [0.0, 3.0], 0.99)
+    assert unsure.low == 0 and judge(unsure, 0.05, False, False).verdict == "can't tell"
+    nothing = ratio_interval([0.0, 0.0], [0.0, 0.0], 0.99)
+    assert judge(nothing, 0.05, False, False).verdict == "same"

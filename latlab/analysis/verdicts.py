@@ -76,7 +76,7 @@ class RatioInterval:
         else:
             d, bound = abs(self.estimate), min_effect
         room = d if d >= bound else bound - d  # to exclude no change, or to fit inside ±δ
-        if room <= 0 or self.half_width <= 0:
+        if room <= 0 or not 0 < self.half_width < math.inf or not math.isfinite(room):
             return None
         n = max(self.units)
         needed = math.ceil(n * (self.half_width / room) ** 2) - n
@@ -86,8 +86,9 @@ class RatioInterval:
 def ratio_interval(a: Sequence[float], b: Sequence[float],
                    confidence: float) -> RatioInterval | None:
     """The t interval of B / A − 1 from each side's replicate values: on their logs, or
-    where a replicate is 0 (a rate), on the values relative to A's mean. None with fewer
-    than three replicates in all, one a side."""
+    where a replicate is 0 (a rate), on the values relative to A's mean; where A is 0 in
+    every replicate, infinite if B's excess over it is significant, else from 0 to
+    infinity. None with fewer than three replicates in all, one a side, or a negative one."""
     va, vb = np.asarray(a, float), np.asarray(b, float)
     if len(va) < 1 or len(vb) < 1 or len(va) + len(vb) < 3 \
             or not (np.isfinite(va).all() and np.isfinite(vb).all()):
@@ -96,9 +97,14 @@ def ratio_interval(a: Sequence[float], b: Sequence[float],
         d, half = _t_difference(np.log(va), np.log(vb), confidence)
         return RatioInterval(math.expm1(d), math.expm1(d - half), math.expm1(d + half),
                              confidence, (len(va), len(vb)), half)
-    scale = float(va.mean())
-    if scale <= 0 or (va < 0).any() or (vb < 0).any():
+    if (va < 0).any() or (vb < 0).any():
         return None
+    scale = float(va.mean())
+    if scale == 0:  # goodput 0 → 5 req/s: no ratio, but B's excess can still be shown
+        d, half = _t_difference(va, vb, confidence)
+        low = math.inf if d - half > 0 else 0.0
+        return RatioInterval(math.inf if d > 0 else 0.0, low, math.inf if d > 0 else 0.0,
+                             confidence, (len(va), len(vb)), math.inf, logs=False)
     d, half = _t_difference(va / scale, vb / scale, confidence)
     return RatioInterval(d, d - half, d + half, confidence, (len(va), len(vb)), half,
                          logs=False)
