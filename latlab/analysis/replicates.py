@@ -67,9 +67,6 @@ def values(a: RunAnalysis, rows: np.ndarray | None = None) -> dict[str, float]:
         if a.summary.goodput is not None:
             met = ok & meets_slos(m, a.summary.goodput.slos)
             out["goodput"] = float(met.sum()) / span_s
-    judged = int(rows.sum())
-    if judged:
-        out["error_rate"] = 100.0 * (judged - int((rows & t.ok).sum())) / judged
     return out
 
 
