@@ -39,7 +39,7 @@ class Hop:
     engine_ttft_ms: float
     forward_ms: float
     tail_ms: float
-    engine_ms: float
+    engine_ms: float | None
 
     @property
     def coverage(self) -> float:
@@ -59,9 +59,12 @@ def hop(t: RequestTable, ok: np.ndarray, gateway: Gateway | None, join: SpanJoin
     def mean(v: np.ndarray) -> float:
         return float(np.mean(v[joined]))
 
+    totals = s["total"][joined]
+    totals = totals[~np.isnan(totals)]  # an engine span may lack its total
+
     return Hop(gateway=gateway, requests=int(ok.sum()), joined=int(joined.sum()),
                joined_by=dict(join.joined_by) if join is not None else {},
                client_ttft_ms=mean(ms_between(t.first_token_ns, t.sent_ns)),
                intake_ms=mean(s["gateway_intake"]), engine_ttft_ms=mean(engine_ttft),
                forward_ms=mean(s["gateway_forward"]), tail_ms=mean(s["gateway_tail"]),
-               engine_ms=mean(s["total"]))
+               engine_ms=float(totals.mean()) if len(totals) else None)

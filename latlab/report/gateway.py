@@ -55,5 +55,6 @@ def hop_lines(h: Hop) -> list[str]:
             f"+ engine {h.engine_ttft_ms:,.1f} (queue, prefill) + forwarding "
             f"{h.forward_ms:,.1f}",
             f"after the engine's last byte: gateway tail {h.tail_ms:,.1f} ms "
-            f"(the engine's whole request {h.engine_ms:,.1f} ms)",
+            + (f"(the engine's whole request {h.engine_ms:,.1f} ms)"
+               if h.engine_ms is not None else "(the engine's whole request: not reported)"),
             f"engine spans joined by {ways or 'nothing recorded'}"]

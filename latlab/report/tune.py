@@ -31,6 +31,9 @@ def print_tune(out: Console, r: TuneRecord) -> None:
                                 f"{_rate(best.measured)}"
                                 + (f" ({100 * gain:+.0f}%)" if gain is not None else "")
                                 + " measured with ab"), highlight=False)
+    elif not any(c.verdict is not None for c in r.candidates):
+        out.print(Text("no setting was measured (--verify 0, or the budget ran out): the "
+                       "predictions below are untested", style="bold"))
     else:
         unsure = [c for c in r.candidates if c.verdict == "can't tell"]
         out.print(Text("no setting measured better than the start: keep it"
