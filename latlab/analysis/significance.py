@@ -7,15 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def statistic(values: np.ndarray, stat: str) -> np.ndarray:
-    """`mean` or a percentile `pNN` along the last axis (linear interpolation)."""
-    if stat == "mean":
-        return values.mean(axis=-1)
-    return np.percentile(values, float(stat[1:]), axis=-1)
-
-
 def statistics(values: np.ndarray, stats: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """`statistic` of each of `stats` along the last axis, the percentiles in one pass."""
+    """Each of `stats` (`mean` or a percentile `pNN`, linear interpolation) along the last
+    axis, the percentiles in one pass."""
     quantiles = [float(s[1:]) for s in stats if s != "mean"]
     found = dict(zip([s for s in stats if s != "mean"],
                      np.percentile(values, quantiles, axis=-1))) if quantiles else {}

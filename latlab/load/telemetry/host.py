@@ -7,6 +7,7 @@ process. What lets the self-check tell a saturated client from a busy host."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any
@@ -87,12 +88,13 @@ class HostSampler:
         listeners = {c.laddr.port: c.pid for c in connections
                      if c.status == psutil.CONN_LISTEN and c.pid}
         serving = set(self._serving())
+        me = os.getpid()  # latlab's own listeners (an OTLP receiver) are not a backend
         for _ in range(4):  # gateway → router → engine, at most
             added = {listeners[c.raddr.port] for c in connections
                      if c.pid in serving and c.raddr and c.raddr.ip in LOOPBACK
                      and c.status == psutil.CONN_ESTABLISHED and c.raddr.port in listeners
                      and listeners[c.raddr.port] not in serving
-                     and listeners[c.raddr.port] != psutil.Process().pid}
+                     and listeners[c.raddr.port] != me}
             if not added:
                 return
             for pid in added:
