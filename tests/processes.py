@@ -7,7 +7,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 
 def wait_until(condition, timeout_s: float = 20.0, what: str = "condition") -> None:
@@ -41,3 +43,32 @@ def interrupted(args: list[str], ready: Callable[[], object], what: str,
         out.seek(0)
         err.seek(0)
         return proc.returncode, out.read(), err.read()
+
+
+@dataclass
+class Running:
+    """`python -m latlab ARGS` in its own session (`running`): its process, and once the
+    block has ended its exit code, stdout and stderr."""
+
+    process: subprocess.Popen
+    returncode: int | None = None
+    out: bytes = b""
+    err: bytes = b""
+
+
+@contextmanager
+def running(args: list[str], timeout_s: float = 120.0) -> Iterator[Running]:
+    """latlab running for the block, sent Ctrl-C when the block ends and waited for (killed,
+    by its PID, if the block fails or it outlives `timeout_s`)."""
+    process = subprocess.Popen([sys.executable, "-m", "latlab", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, start_new_session=True)
+    run = Running(process)
+    try:
+        yield run
+        process.send_signal(signal.SIGINT)
+        run.out, run.err = process.communicate(timeout=timeout_s)
+        run.returncode = process.returncode
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)

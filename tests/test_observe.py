@@ -4,16 +4,15 @@ peak, with a line it cannot read; the observed folder read by report, runs, comp
 predict --replay; bad bodies and a port in use."""
 
 import gzip
-import signal
 import socket
 import subprocess
-import sys
 import time
 
 import httpx
 import openai
 import orjson
 import pytest
+from processes import running
 from sim_helpers import calibration
 from typer.testing import CliRunner
 
@@ -48,13 +47,10 @@ def wait_listening(port: int, process: subprocess.Popen) -> None:
 
 def test_a_plain_openai_clients_requests_are_all_explained_from_the_servers_spans(tmp_path):
     port = free_port()
-    observe = subprocess.Popen(
-        [sys.executable, "-m", "latlab", "observe", "--otlp-port", str(port), "--out",
-         str(tmp_path), "--window", "2", "--trace-wait", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     in_band = {}
-    try:
-        wait_listening(port, observe)
+    with running(["observe", "--otlp-port", str(port), "--out", str(tmp_path), "--window",
+                  "2", "--trace-wait", "1"]) as observe:
+        wait_listening(port, observe.process)
         with embedded_engine(["--model", "tiny", "--otlp-endpoint",
                            f"http://127.0.0.1:{port}/v1/traces"]) as engine:
             client = openai.OpenAI(base_url=f"{engine.url}/v1", api_key="unused")
@@ -65,15 +61,9 @@ def test_a_plain_openai_clients_requests_are_all_explained_from_the_servers_span
                 for chunk in stream:  # latlab serve's own timings ride on the usage chunk
                     if chunk.usage is not None:
                         in_band[chunk.id] = chunk.model_extra["server_timing"]
-        # the server's exporter flushed its spans as it stopped
-        observe.send_signal(signal.SIGINT)
-        out, err = observe.communicate(timeout=120)
-    finally:
-        if observe.poll() is None:
-            observe.kill()
-            observe.wait(10)
-    assert observe.returncode == 0, err.decode()
-    assert b"30 LLM calls" in out and b"Where the time goes" in out
+        # the server's exporter flushed its spans as it stopped; Ctrl-C as the block ends
+    assert observe.returncode == 0, observe.err.decode()
+    assert b"30 LLM calls" in observe.out and b"Where the time goes" in observe.out
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     run = RunFolder.open(folder)
     assert run.read_config().kind == "observed"
@@ -176,12 +166,9 @@ def test_a_collectors_file_of_a_day_with_a_peak(tmp_path):
 
 def test_bad_bodies_gzip_and_a_port_in_use(tmp_path):
     port = free_port()
-    observe = subprocess.Popen(
-        [sys.executable, "-m", "latlab", "observe", "--otlp-port", str(port), "--out",
-         str(tmp_path), "--trace-wait", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        wait_listening(port, observe)
+    with running(["observe", "--otlp-port", str(port), "--out", str(tmp_path),
+                  "--trace-wait", "0"], timeout_s=60) as observe:
+        wait_listening(port, observe.process)
         url = f"http://127.0.0.1:{port}/v1/traces"
         line = llm_line(time.time_ns(), [("ab" * 16, 0, 0.01, 0.2)])
         ok = httpx.post(url, content=gzip.compress(line), timeout=10,
@@ -189,17 +176,11 @@ def test_bad_bodies_gzip_and_a_port_in_use(tmp_path):
         garbage = httpx.post(url, content=b"\x00garbage", timeout=10,
                              headers={"Content-Type": "application/x-protobuf"})
         busy = invoke("observe", "--otlp-port", port, "--out", tmp_path / "second")
-        observe.send_signal(signal.SIGINT)
-        out, err = observe.communicate(timeout=60)
-    finally:
-        if observe.poll() is None:
-            observe.kill()
-            observe.wait(10)
     assert ok.status_code == 200 and garbage.status_code == 400
     assert busy.exit_code == 2 and "--otlp-port" in busy.output and "Traceback" not in busy.output
-    assert observe.returncode == 0, err.decode()
+    assert observe.returncode == 0, observe.err.decode()
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir() and p.name != "second"]
     record = read_json(folder / OBSERVE_JSON, ObserveRecord)
     assert (record.calls, record.rejected) == (1, 1)
     assert "not an OTLP trace export" in record.first_rejection
-    assert b"1 bodies or lines held no spans" in out
+    assert b"1 bodies or lines held no spans" in observe.out

@@ -13,8 +13,6 @@ the rest of the suite on its spans without it.
 import importlib.util
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -23,6 +21,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from processes import running
 
 from latlab.load.target.launch import ServerLaunch, embedded_engine, free_port, launched
 from latlab.records.files import read_json
@@ -77,13 +76,10 @@ def chat(url: str, stop_at: float, user: int, sent: list) -> None:
 def test_the_genai_instrumentations_calls_each_in_its_window_live_as_from_the_file(tmp_path):
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}/v1/traces"
-    observe = subprocess.Popen(
-        [sys.executable, "-m", "latlab", "observe", "--otlp-port", str(port), "--out",
-         str(tmp_path / "live"), "--window", str(WINDOW_S), "--keep-spans"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     sent: list[str] = []
     joined_port, alone_port = free_port(), free_port()
-    try:
+    with running(["observe", "--otlp-port", str(port), "--out", str(tmp_path / "live"),
+                  "--window", str(WINDOW_S), "--keep-spans"]) as observe:
         with embedded_engine(["--model", "tiny", "--otlp-endpoint", endpoint]) as traced, \
                 embedded_engine(["--model", "tiny"]) as silent, \
                 launched(rag_app(traced.url, joined_port, endpoint, "joined"),
@@ -106,13 +102,7 @@ def test_the_genai_instrumentations_calls_each_in_its_window_live_as_from_the_fi
                 time.sleep(0.5)
             written_live = windows(folder)  # before the stop: closed by the watermark
             time.sleep(EXPORT_S)  # the applications' last batch, before they stop
-        observe.send_signal(signal.SIGINT)
-        out, err = observe.communicate(timeout=120)
-    finally:
-        if observe.poll() is None:
-            observe.kill()
-            observe.wait(10)
-    assert observe.returncode == 0, err.decode()[-2000:]
+    assert observe.returncode == 0, observe.err.decode()[-2000:]
     assert written_live, "no window was written while observe ran"
     assert all(w["calls"] for w in written_live)
     record = read_json(folder / OBSERVE_JSON, ObserveRecord)
