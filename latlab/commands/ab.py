@@ -25,7 +25,7 @@ def ab(config: ABConfig, options: NamedWorkload) -> None:
     interrupt_on_sigterm()
     err = console(stderr=True)
     done = run_ab(config, err)
-    record, runs, folder = done.record, done.runs, done.folder
+    record, folder = done.record, done.folder
     if not all(done.analyses[side] for side in SIDES):
         raise Interrupted("interrupted before both sides ran")
     try:
@@ -37,7 +37,7 @@ def ab(config: ABConfig, options: NamedWorkload) -> None:
     else:
         out = console()
         defaults = "--launch's defaults" if config.bench.launch else "latlab serve defaults"
-        label = {side: f"{setting or defaults}  ({len(runs[side])} runs)"
+        label = {side: f"{setting or defaults}  ({len(done.analyses[side])} runs)"
                  for side, setting in (("A", config.a), ("B", config.b))}
         print_comparison(out, comparison, label["A"], label["B"])
         out.print("rounds: " + " · ".join(_round(r) for r in record.rounds), highlight=False)

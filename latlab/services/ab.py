@@ -32,13 +32,12 @@ from latlab.services.errors import ServiceFailed
 
 @dataclass
 class ABRuns:
-    """What the rounds left: each side's run folders, its /metrics before and after each,
-    and the looks' verdicts."""
+    """What the rounds left: each side's analysed rounds (their run folders), its /metrics
+    before and after each, and the looks' verdicts."""
 
     folder: Path
     record: ABRecord
     sequential: Sequential
-    runs: dict[str, list[RunFolder]] = field(default_factory=lambda: {s: [] for s in SIDES})
     scrapes: dict[str, list[tuple[Scrape, Scrape]]] = field(
         default_factory=lambda: {s: [] for s in SIDES})
     analyses: dict[str, list[RunAnalysis]] = field(
@@ -124,7 +123,6 @@ def _round(done: ABRuns, bench: BenchConfig, side: str, i: int, config: ABConfig
     if result.failed and i:  # a cold server's warm-up may fail: that is what it is for
         raise ServiceFailed(f"{side}, round {i}: {result.message}")
     if i:
-        done.runs[side].append(result.run)
         done.analyses[side].append(analyze(result.run, config.bench.slos or None,
                                            diagnosis=False))
 
