@@ -108,7 +108,7 @@ def test_behind_a_gateway_ab_reads_the_engines_counters_not_the_gateways():
 def ab_json(tmp_path, url: str, *more: str) -> dict:
     result = CliRunner().invoke(app, [
         "ab", "--a", url, "--b", url, "--requests", "12", "--users", "2", "--rounds", "3",
-        "--max-rounds", "3", "--warmup-rounds", "0",
+        "--max-rounds", "3",
         "--prompt-tokens", "16", "--output-tokens", "2", "--out", str(tmp_path), "--json",
         *more])
     assert result.exit_code == 0, result.output
@@ -117,12 +117,15 @@ def ab_json(tmp_path, url: str, *more: str) -> dict:
 
 def test_an_a_a_ab_against_a_caching_server_finds_no_change(tmp_path):
     """One server against itself, with a prefix cache its usage never reports: fresh prompts
-    keep every round cold, and no verdict says better or worse. With the seed's prompts
-    every round but A's first is served from the cache: B looks faster, but A's rounds
-    disagree (cold, then warm), and that spread keeps it from a false 'better'."""
+    keep every round cold, and after a warm-up round a side (whatever runs first pays for
+    it) no verdict says better or worse. With the seed's prompts and no warm-up every round
+    but A's first is served from the cache: B looks faster, but A's rounds disagree (cold,
+    then warm), and that spread keeps it from a false 'better'."""
     with Server(caching(cold_s=0.040, warm_s=0.002)) as server:
         fresh = ab_json(tmp_path / "fresh", server.url)
-        cached = ab_json(tmp_path / "seed", server.url, "--prompts", "seed")
+        # no warm-up: it would take the one cold round the cache gives
+        cached = ab_json(tmp_path / "seed", server.url, "--prompts", "seed", "--warmup-rounds",
+                         "0")
     called = [(c["key"], c["a"], c["b"], c["low"], c["high"]) for c in fresh["changes"]
               if c["verdict"] in ("better", "worse")]
     assert not called
@@ -152,9 +155,8 @@ def test_a_real_prefix_cache_effect_is_found_and_attributed(tmp_path):
     engine = "--model default --max-model-len 512 --num-kv-blocks 256 --no-warmup"
     result = CliRunner().invoke(app, [
         "ab", "--a", engine, "--b", f"{engine} --enable-prefix-caching", "--rounds", "2",
-        "--max-rounds", "4", "--warmup-rounds", "0",
-        "--requests", "24", "--users", "1", "--prefix-tokens", "448", "--prompt-tokens", "16",
-        "--output-tokens", "4", "--out", str(tmp_path), "--json"])
+        "--max-rounds", "4", "--requests", "24", "--users", "1", "--prefix-tokens", "448",
+        "--prompt-tokens", "16", "--output-tokens", "4", "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
     ttft = next(c for c in record["changes"] if c["key"] == "p50_ttft")
