@@ -9,7 +9,7 @@ from sse_server import DONE, Server, Step, chat, completion, sse, status, stream
 from latlab.load.request.client import Client
 from latlab.load.request.config import ClientConfig
 from latlab.load.request.errors import error_message
-from latlab.load.target.discovery import list_models
+from latlab.load.target.discovery import discover
 from latlab.load.workload.requests import RequestSpec
 from latlab.metrics.request import request_metrics
 from latlab.records.timeline import Outcome, RequestTimeline
@@ -277,6 +277,7 @@ async def test_cancel_records_cancelled():
     assert r.outcome == Outcome.CANCELLED and r.done_ns is not None
 
 
-async def test_list_models():
+async def test_discover_takes_the_first_listed_model():
     with Server(status(200), model="m-1") as server:
-        assert await list_models(server.url) == ["m-1"]
+        model, _, _ = await discover(server.url)
+    assert model == "m-1"

@@ -82,9 +82,6 @@ class EngineConfig(BaseModel):
     idle_unload: float | None = setting(None, "Unload the model after this many idle seconds; "
                                         "the next request loads it again.", group=TECHNIQUES)
 
-    def with_overrides(self, **changes: Any) -> EngineConfig:
-        return self.model_copy(update={k: v for k, v in changes.items() if v is not None})
-
     def resolve_max_model_len(self, model: Any) -> int:
         """The context: as given, else the model's positions (at most 2048)."""
         if self.max_model_len is not None:

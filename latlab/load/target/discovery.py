@@ -60,11 +60,6 @@ async def fetch_models(url: str, api_key: str | None = None, timeout_s: float = 
     return data
 
 
-async def list_models(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:
-    """The model ids a server lists at /v1/models (raises aiohttp/OS errors, ValueError)."""
-    return _ids(await fetch_models(url, api_key, timeout_s))
-
-
 async def discover(url: str, api_key: str | None = None, timeout_s: float = 10.0,
                    model: str | None = None, tls: SSLContext | None = None
                    ) -> tuple[str, ServerKind, int | None]:

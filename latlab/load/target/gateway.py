@@ -18,8 +18,7 @@ from latlab.records.config import Gateway
 
 PREFIXED = (("x-litellm-", "LiteLLM"), ("x-envoy-", "Envoy"), ("x-kong-", "Kong"))
 VERSIONS = {"LiteLLM": "x-litellm-version"}
-SERVERS = (("envoy", "Envoy"), ("nginx", "nginx"), ("openresty", "OpenResty"),
-           ("caddy", "Caddy"), ("traefik", "Traefik"), ("kong", "Kong"))
+SERVERS = ("envoy", "nginx", "openresty", "caddy", "traefik", "kong")  # `server:` header prefixes
 
 
 def detect(headers: Mapping[str, str]) -> Gateway | None:
@@ -32,7 +31,7 @@ def detect(headers: Mapping[str, str]) -> Gateway | None:
             return Gateway(name=f"{name} {version}" if version else name,
                            evidence=f"its answers carry {', '.join(found[:3])}")
     server = lower.get("server", "")
-    for token, _ in SERVERS:
+    for token in SERVERS:
         if server.lower().startswith(token):
             return Gateway(name=server, evidence=f"server: {server}")
     if "via" in lower:
