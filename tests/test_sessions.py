@@ -106,7 +106,7 @@ def test_requests_bound_whole_sessions_and_the_started_ones_finish(tmp_path):
 
 
 def test_ttft_that_grows_with_turns_is_found(tmp_path):
-    with Server(answering(per_message_ms=15)) as server:
+    with Server(answering(per_message_ms=40)) as server:
         result = run_bench(session_config(
             server.url, tmp_path, SessionConfig(turns=FIXED("4", "t")), requests=16,
             duration_s=None, arrivals=ArrivalConfig(users=2)))
@@ -114,7 +114,7 @@ def test_ttft_that_grows_with_turns_is_found(tmp_path):
     assert turns[-1].ttft["p50"] > 3 * turns[0].ttft["p50"]
     finding = next(f for f in result.analysis.findings if f.rule == "ttft_grows_with_turns")
     assert "re-prefilled" in finding.title and "prefix caching" in finding.fix
-    with Server(answering(per_message_ms=15, cached=True)) as server:
+    with Server(answering(per_message_ms=40, cached=True)) as server:
         cached = run_bench(session_config(
             server.url, tmp_path, SessionConfig(turns=FIXED("4", "t")), requests=16,
             duration_s=None, arrivals=ArrivalConfig(users=2)))
