@@ -166,4 +166,5 @@ class ModelRunner:
         keys = torch.arange(width * self.block_size, device=self.device)
         allowed = keys <= last + torch.arange(nq, device=self.device).view(1, -1, 1)
         bias = torch.zeros(allowed.shape, device=self.device).masked_fill_(~allowed, -torch.inf)
-        return QueryGroup(row, row + len(members) * nq, nq, tables, bias[:, None])
+        return QueryGroup(row, row + len(members) * nq, nq, tables, bias[:, None],
+                          last.view(-1) + nq)

@@ -58,6 +58,11 @@ class EngineConfig(BaseModel):
                           "CPU.", group=ENGINE)
     enforce_eager: bool = setting(False, "On CUDA, run decode steps eagerly (no CUDA graphs).",
                                   group=ENGINE)
+    attention: Literal["auto", "gather", "triton"] = setting(
+        "auto", "Decode attention over the paged KV cache: `triton`, a kernel reading the "
+        "blocks in place (CUDA, with triton installed); `gather`, the blocks copied per "
+        "sequence then two matmuls (any device); `auto`: triton where it runs.", group=ENGINE,
+        cli_type=str)
     warmup: bool = setting(True, "Warm up before reporting ready.", group=ENGINE)
     enable_prefix_caching: bool = setting(False, "Share the cached KV blocks of common prompt "
                                           "prefixes.", group=TECHNIQUES)
