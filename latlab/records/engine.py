@@ -50,8 +50,9 @@ class EngineConfig(BaseModel):
     max_waiting: int = setting(256, "Waiting-queue limit; beyond it requests get 429.",
                                group=BATCHING)
     threads: int = setting(1, "Torch intra-op threads, for the steps big enough to split "
-                           "(a small model's prefill chunks, a large one's every step); the "
-                           "others run on one.", group=ENGINE)
+                           "(a small model's prefill chunks, a large one's every step); a "
+                           "smaller step runs on one or all, whichever was faster lately.",
+                           group=ENGINE)
     seed: int = setting(0, "Seed of the preset weights and of unseeded sampling.", group=ENGINE)
     dtype: str = setting("float32", "float32, bfloat16 or float16.", group=ENGINE)
     device: str = setting("auto", "cpu, cuda, or auto: CUDA when torch sees a GPU, else the "
