@@ -1,6 +1,7 @@
-"""Decode attention over the paged KV cache: the engine's (the blocks gathered into one tensor
-per sequence, then two batched matmuls) against a Triton kernel that reads the blocks where
-they lie, one program per (sequence, KV head), an online softmax over 64 keys at a time.
+"""Decode attention over the paged KV cache: the engine's two paths side by side, the blocks
+gathered into one tensor per sequence then two batched matmuls (`--attention gather`), and
+the Triton kernel that reads the blocks where they lie (`--attention triton`,
+`latlab.engine.paged_attention`).
 
     python benchmarks/engine_attention.py                         # 1B shape, batch 64, CUDA
     TRITON_INTERPRET=1 python benchmarks/engine_attention.py --device cpu --batch 4 --check
@@ -25,15 +26,9 @@ import torch
 
 from latlab.engine.config import ModelConfig
 from latlab.engine.model import Attention, QueryGroup
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # the CPU wheels of torch come without it
-    triton = None
+from latlab.engine.paged_attention import interpreted, paged_decode, triton_installed
 
 BLOCK_SIZE = 16
-KEYS_PER_ITERATION = 64
 
 
 @dataclass
@@ -69,7 +64,7 @@ def make_case(shape: ModelConfig, batch: int, dtype: torch.dtype, device: torch.
     keys = torch.arange(width * BLOCK_SIZE)
     bias = torch.zeros(batch, 1, 1, width * BLOCK_SIZE)
     bias.masked_fill_(keys >= lengths.view(-1, 1, 1, 1), -torch.inf)
-    group = QueryGroup(0, batch, 1, tables.to(device), bias.to(device))
+    group = QueryGroup(0, batch, 1, tables.to(device), bias.to(device), lengths.to(device))
     return Case(attention, q.to(device=device, dtype=dtype), tables.to(device),
                 lengths.to(device), group)
 
@@ -79,63 +74,10 @@ def gathered(case: Case) -> torch.Tensor:
     return case.attention._grouped(case.q, case.group)
 
 
-if triton is not None:
-    @triton.jit
-    def _paged_decode(q_ptr, k_ptr, v_ptr, tables_ptr, lengths_ptr, out_ptr,
-                      stride_q_seq, stride_q_head, stride_c_head, stride_c_block,
-                      stride_c_token, stride_t_seq, scale,
-                      PER_KV: tl.constexpr, HEADS: tl.constexpr, DIM: tl.constexpr,
-                      BLOCK: tl.constexpr, KEYS: tl.constexpr):
-        # HEADS: PER_KV (the query heads of one KV head) rounded up to a power of two.
-        seq = tl.program_id(0)
-        kv_head = tl.program_id(1)
-        length = tl.load(lengths_ptr + seq)
-        local = tl.arange(0, HEADS)
-        heads = kv_head * PER_KV + local
-        dims = tl.arange(0, DIM)
-        rows = q_ptr + seq * stride_q_seq + heads[:, None] * stride_q_head + dims[None, :]
-        q = tl.load(rows, mask=local[:, None] < PER_KV, other=0.0).to(tl.float32) * scale
-        best = tl.full([HEADS], float("-inf"), tl.float32)
-        total = tl.zeros([HEADS], tl.float32)
-        acc = tl.zeros([HEADS, DIM], tl.float32)
-        offsets = tl.arange(0, KEYS)
-        for start in range(0, length, KEYS):
-            position = start + offsets
-            valid = position < length
-            block = tl.load(tables_ptr + seq * stride_t_seq + position // BLOCK, mask=valid,
-                            other=0)
-            where = (kv_head * stride_c_head + block * stride_c_block
-                     + (position % BLOCK) * stride_c_token)
-            k = tl.load(k_ptr + where[:, None] + dims[None, :], mask=valid[:, None],
-                        other=0.0).to(tl.float32)
-            v = tl.load(v_ptr + where[:, None] + dims[None, :], mask=valid[:, None],
-                        other=0.0).to(tl.float32)
-            scores = tl.sum(q[:, None, :] * k[None, :, :], axis=2)
-            scores = tl.where(valid[None, :], scores, float("-inf"))
-            new_best = tl.maximum(best, tl.max(scores, axis=1))
-            rescale = tl.exp(best - new_best)
-            probs = tl.exp(scores - new_best[:, None])
-            total = total * rescale + tl.sum(probs, axis=1)
-            acc = acc * rescale[:, None] + tl.sum(probs[:, :, None] * v[None, :, :], axis=1)
-            best = new_best
-        out = acc / total[:, None]
-        tl.store(out_ptr + seq * stride_q_seq + heads[:, None] * stride_q_head + dims[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=local[:, None] < PER_KV)
-
-
 def in_place(case: Case) -> torch.Tensor:
-    """The Triton kernel: each sequence's keys and values read from their blocks."""
-    a, q = case.attention, case.q.contiguous()
-    out = torch.empty_like(q)
-    per_kv = a.num_heads // a.num_kv_heads
-    cache = a.k_cache
-    _paged_decode[(q.shape[0], a.num_kv_heads)](
-        q, a.k_cache, a.v_cache, case.tables, case.lengths, out,
-        q.stride(0), q.stride(1), cache.stride(0), cache.stride(1), cache.stride(2),
-        case.tables.stride(0), a.head_dim ** -0.5,
-        PER_KV=per_kv, HEADS=triton.next_power_of_2(per_kv), DIM=a.head_dim, BLOCK=BLOCK_SIZE,
-        KEYS=KEYS_PER_ITERATION)
-    return out
+    """The engine's Triton kernel (`--attention triton`): the blocks read where they lie."""
+    a = case.attention
+    return paged_decode(case.q, a.k_cache, a.v_cache, case.tables, case.lengths)
 
 
 def timed_ms(run, device: torch.device, replays: int = 200) -> float:
@@ -168,7 +110,7 @@ def compare(shape: ModelConfig, batch: int, dtype: torch.dtype, device: torch.de
     with torch.inference_mode():
         reference = gathered(case)
         variants = {"gathered (the engine's)": gathered}
-        if triton is not None and (device.type == "cuda" or _interpreted()):
+        if triton_installed() and (device.type == "cuda" or interpreted()):
             variants["in place (Triton)"] = in_place
         print(f"\ndecode attention of one layer, batch {batch}, contexts 128-384 tokens "
               f"({case.kv_bytes / 1e6:.1f} MB of KV), {dtype}; "
@@ -185,12 +127,6 @@ def compare(shape: ModelConfig, batch: int, dtype: torch.dtype, device: torch.de
             print(f"{name:>24} {ms * 1e3:>9.1f} {case.kv_bytes / ms / 1e6:>8.0f} {diff:>11.4f}")
         if len(variants) == 1:
             print("(in place: needs Triton and CUDA, or TRITON_INTERPRET=1)")
-
-
-def _interpreted() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def main() -> None:

@@ -11,10 +11,11 @@ tokens/s against Hugging Face transformers' `generate`, on the same weights in o
   cache of every sequence's context) over that bandwidth.
 * Decode step time: the median of `--steps` whole `LLMEngine.step()` calls while `batch`
   sequences of 128-token prompts decode greedily (`engine_step.decode_steps`), for each of
-  `--batches`; on CUDA both with CUDA graphs and with `enforce_eager`.
-* Decode attention of one layer (`engine_attention.py`): the engine's, which gathers each
-  sequence's KV blocks, against a Triton kernel that reads them in place, at
-  `--attention-batch`.
+  `--batches`; on CUDA three ways: with CUDA graphs and the engine's default attention (the
+  Triton kernel reading the paged KV in place, where triton is installed), with graphs and
+  `--attention gather`, and with `enforce_eager`. A mode reads `graphs/triton` and so on.
+* Decode attention of one layer (`engine_attention.py`): the gather against the Triton
+  kernel, at `--attention-batch`.
 * Output tokens/s: `batch` prompts of 128 random tokens, `--output` tokens each
   (prefill included), through `LLMEngine.generate` and through transformers'
   `LlamaForCausalLM.generate` (eager PyTorch: no compile, its default dynamic KV cache and
@@ -135,10 +136,15 @@ def main() -> None:
                             max_num_seqs=max(args.batches), max_num_batched_tokens=2048,
                             max_model_len=max_model_len, threads=args.threads,
                             num_kv_blocks=max(args.batches) * -(-max_model_len // 16) + 1)
-        modes = ["graphs", "eager"] if device.type == "cuda" else ["eager"]
+        # On CUDA: graphs with the default attention (the Triton kernel where it runs), graphs
+        # with the gather, eager steps; on a CPU eager steps with the gather.
+        updates = ([{}, {"attention": "gather"}, {"enforce_eager": True}]
+                   if device.type == "cuda" else [{}])
         results = {}
-        for mode in modes:
-            engine = LLMEngine(base.model_copy(update={"enforce_eager": mode == "eager"}))
+        for update in updates:
+            engine = LLMEngine(base.model_copy(update=update))
+            mode = ("eager" if engine.runner.static_decode is None else "graphs") + "/" \
+                + engine.attention
             steps = {b: decode_steps(engine, None, b, args.steps, temperature=0.0)[0]
                      for b in args.batches}
             runs = {b: engine_generate(engine, prompts(b, shape.vocab_size), args.output)
@@ -146,20 +152,21 @@ def main() -> None:
             results[mode] = steps, runs
             del engine
             gc.collect()
+        modes = list(results)
         hf = hf_runs(folder, dtype, device, args)
 
     kv_per_token = shape.kv_bytes_per_token(dtype.itemsize)
     print(f"\ndecode step, median of {args.steps} ({PROMPT_TOKENS}-token prompts); roofline = "
           "(weights + the KV of every context) / copy bandwidth")
-    print(f"{'mode':>7} {'batch':>6} {'step ms':>9} {'roofline ms':>12} {'of roofline':>12}")
+    print(f"{'mode':>13} {'batch':>6} {'step ms':>9} {'roofline ms':>12} {'of roofline':>12}")
     for mode, (steps, _) in results.items():
         for b, ms in steps.items():
             context = PROMPT_TOKENS + args.steps / 2
             roofline = (weight_bytes + b * context * kv_per_token) / bytes_per_s * 1e3
-            print(f"{mode:>7} {b:>6} {ms:>9.2f} {roofline:>12.3f} {roofline / ms:>11.1%}")
+            print(f"{mode:>13} {b:>6} {ms:>9.2f} {roofline:>12.3f} {roofline / ms:>11.1%}")
     print(f"\noutput tokens/s, {PROMPT_TOKENS}-token prompts, {args.output} tokens each "
           "(prefill included)")
-    print(f"{'batch':>6} " + " ".join(f"{'engine ' + m:>14}" for m in results)
+    print(f"{'batch':>6} " + " ".join(f"{'engine ' + m:>20}" for m in results)
           + f" {'HF generate':>12} {'x HF':>6} {'same tokens':>12}")
     for b in args.batches:
         tps = [results[m][1][b][0] for m in results]
@@ -170,7 +177,7 @@ def main() -> None:
             hf_tps, hf_out = hf[b]
             same = "yes" if hf_out[0][:AGREE_TOKENS] == ours else "no"
             hf_cells = f"{hf_tps:>12.0f} {tps[0] / hf_tps:>5.1f}x {same:>12}"
-        print(f"{b:>6} " + " ".join(f"{t:>14.0f}" for t in tps) + " " + hf_cells)
+        print(f"{b:>6} " + " ".join(f"{t:>20.0f}" for t in tps) + " " + hf_cells)
     print(f"(x HF: engine {modes[0]} over HF generate. The goals: batch 64 at 50 % or more of "
           "the roofline, batch 1 at 3x HF generate or more)")
     compare_attention(shape, args.attention_batch, dtype, device)

@@ -168,15 +168,56 @@ def test_capturing_graphs_needs_cuda():
 
 
 
-def test_only_steps_with_big_enough_products_split_over_the_threads():
+def test_big_steps_split_over_every_thread_and_one_thread_never_splits():
     default = PRESETS["default"]
     small = intra_op.IntraOpThreads(2, default.hidden_size, default.intermediate_size)
-    assert [small.for_tokens(n) for n in (1, 16, 42, 43, 512)] == [1, 1, 1, 2, 2]
+    assert small.min_tokens == 43
+    assert [small.for_tokens(n) for n in (43, 512)] == [2, 2]
     assert intra_op.IntraOpThreads(4, 2048, 8192).for_tokens(1) == 4  # a 1B Llama's MLP
-    assert intra_op.IntraOpThreads(1, 384, 1024).for_tokens(512) == 1
+    assert intra_op.IntraOpThreads(1, 384, 1024).for_tokens(16) == 1
+    assert small.choices == {}  # nothing to learn for those
 
 
-def test_a_prefill_step_runs_on_the_threads_and_a_small_decode_on_one(monkeypatch):
+class StepClock:
+    """A step's time as the threads it ran on make it: `cost[threads]` ns."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+    def steps(self, threads: intra_op.IntraOpThreads, cost: dict[int, int], n: int,
+              tokens: int = 16) -> list[int]:
+        chosen = []
+        try:
+            for _ in range(n):
+                threads.use(tokens)
+                chosen.append(torch.get_num_threads())
+                self.now += cost[chosen[-1]]
+                threads.done()
+        finally:
+            torch.set_num_threads(1)
+        return chosen
+
+
+def test_small_steps_run_on_whichever_choice_was_faster_and_trials_get_rarer():
+    clock = StepClock()
+    threads = intra_op.IntraOpThreads(2, 384, 1024, clock=clock)
+    calm = clock.steps(threads, {1: 10_000, 2: 6_000}, 300)
+    assert calm[:6] == [1, 2, 1, 2, 1, 2]  # each choice timed first
+    assert calm[-100:].count(2) >= 90  # then the faster, one thread only on trial
+    threads = intra_op.IntraOpThreads(2, 384, 1024, clock=clock)
+    busy = clock.steps(threads, {1: 10_000, 2: 100_000}, 3000)
+    assert busy[:100].count(2) > busy[-1000:].count(2)
+    assert busy[-1000:].count(2) <= 8  # a trial of 4 steps at most every 1024 steps
+    # the host calms down: the split comes back at the next trial
+    after = clock.steps(threads, {1: 10_000, 2: 6_000}, 1200)
+    assert after[-100:].count(2) >= 90
+    assert set(threads.choices) == {5}  # 16 tokens: the bucket of 16 to 31
+
+
+def test_steps_learn_their_threads_from_their_own_times_in_the_engine(monkeypatch):
     monkeypatch.setattr(intra_op, "PARALLEL_MIN_MACS", 16 * 64 * 128)  # 16 tokens of tiny
     engine = LLMEngine(EngineConfig(**BASE, threads=2))
     model, seen = engine.runner.model, []
@@ -184,11 +225,14 @@ def test_a_prefill_step_runs_on_the_threads_and_a_small_decode_on_one(monkeypatc
     monkeypatch.setattr(model, "forward", lambda ids, *rest: seen.append(
         (len(ids), torch.get_num_threads())) or forward(ids, *rest))
     try:
-        engine.generate(prompts([20, 3]), SamplingParams(max_tokens=3, temperature=0.0,
+        engine.generate(prompts([20, 3]), SamplingParams(max_tokens=8, temperature=0.0,
                                                          ignore_eos=True))
     finally:
         torch.set_num_threads(1)
-    assert seen == [(23, 2), (2, 1), (2, 1)]
+    assert seen[0] == (23, 2)  # the prefill: big enough for both threads
+    assert seen[1:7] == [(2, 1), (2, 2)] * 3  # decodes: each choice timed in turn
+    assert engine.runner.threads.choices[2].samples == {1: 4, 2: 3}
+
 
 @cuda
 def test_on_cuda_graph_replays_give_the_eager_output(monkeypatch):

@@ -87,7 +87,7 @@ class StaticDecode:
         keys = self.key_positions[: width * self.block_size]
         bias = torch.zeros(size, 1, 1, keys.numel(), device=self.device)
         bias.masked_fill_(keys > positions.view(-1, 1, 1, 1), -torch.inf)
-        group = QueryGroup(0, size, 1, self.block_tables[:size, :width], bias)
+        group = QueryGroup(0, size, 1, self.block_tables[:size, :width], bias, positions + 1)
         meta = AttentionMetadata(self.inputs[SLOTS, :size], [group], [])
         return self.model(self.inputs[IDS, :size], positions, meta)
 

@@ -22,6 +22,7 @@ from latlab.engine.intra_op import IntraOpThreads
 from latlab.engine.loader import LoadedModel, load_model
 from latlab.engine.model_runner import ModelRunner
 from latlab.engine.outputs import EngineStats, RequestOutput
+from latlab.engine.paged_attention import resolve_backend
 from latlab.engine.sampling import Sampler
 from latlab.engine.sampling_params import SamplingParams
 from latlab.engine.scheduler import Scheduler
@@ -45,6 +46,8 @@ class LLMEngine:
             update={"max_model_len": config.resolve_max_model_len(loaded.config)})
         self.config = config
         self.model_config = loaded.config
+        self.attention = resolve_backend(config.attention, self.device,
+                                         loaded.config.attention_head_dim)
         self.tokenizer = loaded.tokenizer
         self.stop_token_ids = set(loaded.stop_token_ids)
         num_blocks = config.resolve_kv_blocks(loaded.config, self.dtype.itemsize)
@@ -73,6 +76,7 @@ class LLMEngine:
         shape = loaded.config
         threads = (IntraOpThreads(config.threads, shape.hidden_size, shape.intermediate_size)
                    if self.device.type == "cpu" else None)
+        loaded.model.set_attention(self.attention)
         return ModelRunner(loaded.model, Sampler(config.seed, loaded.stop_token_ids),
                            num_blocks, config.block_size, proposer,
                            static_decode=self.device.type == "cuda" and not config.enforce_eager,

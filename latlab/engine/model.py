@@ -3,7 +3,9 @@
 Tokens of a step arrive flattened, `[num_tokens, hidden]`, so every linear layer runs once per
 step whatever the mix of prefills and decodes. Attention reads and writes a paged KV cache
 described by `AttentionMetadata`; with no metadata the model runs a plain dense causal pass
-over one sequence (the reference the paged path is tested against).
+over one sequence (the reference the paged path is tested against). Decodes attend either
+over their blocks gathered into one tensor (`gather`, any device) or with a kernel that reads
+the blocks in place (`triton`, `paged_attention`; `CausalLM.set_attention` picks).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from latlab.engine.config import ModelConfig
+from latlab.engine.paged_attention import Backend, paged_decode
 
 
 @dataclass
@@ -42,6 +45,7 @@ class QueryGroup:
     num_queries: int
     block_tables: torch.Tensor  # [seqs, max_blocks]
     bias: torch.Tensor  # [seqs, 1, num_queries, max_blocks * block_size]: 0 or -inf, float32
+    lengths: torch.Tensor  # [seqs]: the keys of each sequence, its new tokens' included
 
 
 @dataclass
@@ -92,6 +96,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
         self.k_cache = torch.empty(0)
         self.v_cache = torch.empty(0)
+        self.backend: Backend = "gather"
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 meta: AttentionMetadata | None) -> torch.Tensor:
@@ -114,7 +119,12 @@ class Attention(nn.Module):
         self.v_cache.view_as(slots).index_copy_(1, meta.slot_mapping, v.transpose(0, 1))
         out = torch.empty_like(q)
         for group in meta.groups:
-            out[group.start : group.end] = self._grouped(q[group.start : group.end], group)
+            rows = q[group.start : group.end]
+            if self.backend == "triton" and group.num_queries == 1:
+                out[group.start : group.end] = paged_decode(
+                    rows, self.k_cache, self.v_cache, group.block_tables, group.lengths)
+            else:
+                out[group.start : group.end] = self._grouped(rows, group)
         for chunk in meta.prefills:
             if chunk.mask is None:  # the chunk is the whole context: its keys, no gather
                 keys = k[chunk.start : chunk.end].transpose(0, 1)
@@ -219,6 +229,11 @@ class CausalLM(nn.Module):
                 else:
                     param.normal_(0.0, 1.0 / math.sqrt(param.shape[-1]), generator=generator)
         return model.to(dtype).eval()
+
+    def set_attention(self, backend: Backend) -> None:
+        """How decodes attend over the paged cache (`paged_attention.resolve_backend`)."""
+        for layer in self.layers:
+            layer.self_attn.backend = backend
 
     def allocate_kv_cache(self, num_blocks: int, block_size: int) -> None:
         weight = self.embed_tokens.weight

@@ -25,7 +25,8 @@ class ModelRunner:
     With `static_decode` (`max_num_seqs`, `max_model_len` then bound its buffers) pure decode
     steps go through `StaticDecode`, replayed from CUDA graphs when the model is on CUDA
     (eagerly elsewhere); the KV cache then gets one scratch block more for its padding rows.
-    With `threads` (on the CPU) each step runs on as many intra-op threads as pay for its size.
+    With `threads` (on the CPU) each step runs on as many intra-op threads as pay for its size
+    (learnt from the steps' times for the small ones).
     """
 
     def __init__(self, model: CausalLM, sampler: Sampler, num_kv_blocks: int,
@@ -92,6 +93,8 @@ class ModelRunner:
         if done:
             logits = self.model.compute_logits(hidden if every_row else hidden[rows])
             new = self._tokens(logits, done)
+        if self.threads is not None:
+            self.threads.done()
         return [new.get(id(seq), []) for seq, _ in scheduled]
 
     def _tensor(self, values: list) -> torch.Tensor:
@@ -166,4 +169,5 @@ class ModelRunner:
         keys = torch.arange(width * self.block_size, device=self.device)
         allowed = keys <= last + torch.arange(nq, device=self.device).view(1, -1, 1)
         bias = torch.zeros(allowed.shape, device=self.device).masked_fill_(~allowed, -torch.inf)
-        return QueryGroup(row, row + len(members) * nq, nq, tables, bias[:, None])
+        return QueryGroup(row, row + len(members) * nq, nq, tables, bias[:, None],
+                          last.view(-1) + nq)

@@ -50,14 +50,20 @@ class EngineConfig(BaseModel):
     max_waiting: int = setting(256, "Waiting-queue limit; beyond it requests get 429.",
                                group=BATCHING)
     threads: int = setting(1, "Torch intra-op threads, for the steps big enough to split "
-                           "(a small model's prefill chunks, a large one's every step); the "
-                           "others run on one.", group=ENGINE)
+                           "(a small model's prefill chunks, a large one's every step); a "
+                           "smaller step runs on one or all, whichever was faster lately.",
+                           group=ENGINE)
     seed: int = setting(0, "Seed of the preset weights and of unseeded sampling.", group=ENGINE)
     dtype: str = setting("float32", "float32, bfloat16 or float16.", group=ENGINE)
     device: str = setting("auto", "cpu, cuda, or auto: CUDA when torch sees a GPU, else the "
                           "CPU.", group=ENGINE)
     enforce_eager: bool = setting(False, "On CUDA, run decode steps eagerly (no CUDA graphs).",
                                   group=ENGINE)
+    attention: Literal["auto", "gather", "triton"] = setting(
+        "auto", "Decode attention over the paged KV cache: `triton`, a kernel reading the "
+        "blocks in place (CUDA, with triton installed); `gather`, the blocks copied per "
+        "sequence then two matmuls (any device); `auto`: triton where it runs.", group=ENGINE,
+        cli_type=str)
     warmup: bool = setting(True, "Warm up before reporting ready.", group=ENGINE)
     enable_prefix_caching: bool = setting(False, "Share the cached KV blocks of common prompt "
                                           "prefixes.", group=TECHNIQUES)

@@ -82,6 +82,19 @@ class RequestStream:
         self.finished = item.finished
         return item
 
+    def next_ready(self) -> RequestOutput | None:
+        """The next output if it is queued already, else None (no wait); raises as
+        `__anext__` does. A streaming response sends what a step's wakeup finds queued in
+        one write, so that a server behind the engine catches up with fewer writes."""
+        if self.finished or (self._first is None and self._queue.empty()):
+            return None
+        item, self._first = self._first or self._queue.get_nowait(), None
+        if isinstance(item, Exception):
+            self.finished = True
+            raise item
+        self.finished = item.finished
+        return item
+
     def abort(self) -> None:
         """Stop generating and free the request's KV blocks (a no-op once it has finished)."""
         if not self.finished:

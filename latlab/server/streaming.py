@@ -1,8 +1,9 @@
 """Server-sent events of a streamed completion or chat completion.
 
 One event per engine step that adds text (an event may carry several tokens when text was
-held back); chat streams open with a role-only delta; with `stream_options.include_usage` a
-final event carries `usage` and the `server_timing` object; `continuous_usage_stats` puts the
+held back); the events of the steps that came while the response was writing go out in one
+write. Chat streams open with a role-only delta; with `stream_options.include_usage` a final
+event carries `usage` and the `server_timing` object; `continuous_usage_stats` puts the
 cumulative usage in every event. The stream ends with `data: [DONE]`.
 """
 
@@ -57,15 +58,22 @@ class StreamEvents:
             if self.api == "chat":
                 yield self._chunk({"role": "assistant"}, None, 0)
             previous_ns = last = None
-            async for last in self.stream:
-                if previous_ns is not None:
-                    self.telemetry.itl.observe((last.token_time_ns - previous_ns) / 1e9)
-                previous_ns = last.token_time_ns
-                if last.text or last.finished:
-                    text = last.text
-                    reason = str(last.finish_reason) if last.finished else None
-                    content = ({"content": text} if text else {}) if self.api == "chat" else text
-                    yield self._chunk(content, reason, last.num_output_tokens)
+            async for out in self.stream:
+                events, error = [], None
+                while out is not None:  # and the outputs queued meanwhile: one write
+                    if previous_ns is not None:
+                        self.telemetry.itl.observe((out.token_time_ns - previous_ns) / 1e9)
+                    previous_ns, last = out.token_time_ns, out
+                    if out.text or out.finished:
+                        events.append(self._event(out))
+                    try:
+                        out = self.stream.next_ready()
+                    except (EngineRequestError, EngineNotReady, RequestFailed) as e:
+                        error, out = e, None  # after the text before it
+                if events:
+                    yield b"".join(events)
+                if error is not None:
+                    raise error
             last.times.completed = time.perf_counter_ns()
             if self.include_usage:
                 yield _sse({**self.head, "choices": [], "usage": usage_of(last),
@@ -84,6 +92,11 @@ class StreamEvents:
             if not self.stream.finished:
                 self.stream.abort()
                 self.telemetry.requests.labels("abort").inc()
+
+    def _event(self, out: RequestOutput) -> bytes:
+        reason = str(out.finish_reason) if out.finished else None
+        content = ({"content": out.text} if out.text else {}) if self.api == "chat" else out.text
+        return self._chunk(content, reason, out.num_output_tokens)
 
     def _chunk(self, content: dict[str, str] | str, finish_reason: str | None,
                completion_tokens: int) -> bytes:
