@@ -29,6 +29,7 @@ from latlab.services.predict_intervals import (
     run_draws,
     runs_for,
 )
+from latlab.services.replica_search import decided
 from latlab.sim import calibration as calibrations
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import on_clock
@@ -148,3 +149,17 @@ def test_a_changes_effect_is_a_paired_difference_narrower_than_either_side(calm)
     assert width(b - a) < min(width(a), width(b))
     assert np.all(b > a)  # fewer sequences at once: the first token waits longer, every world
 
+
+
+def test_a_replica_count_is_decided_from_as_few_worlds_as_it_takes():
+    read: list[float] = []
+
+    def values(*v: float):
+        for x in v:
+            read.append(x)
+            yield x
+
+    assert not decided(values(5, 5, 1, 1, 1), limit=2, worlds=5, needed=4)
+    assert read == [5, 5]  # two of five miss: four cannot meet it
+    read.clear()
+    assert decided(values(1, 5, 1, 5, 5), limit=2, worlds=5, needed=1) and read == [1]

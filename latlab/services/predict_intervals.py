@@ -114,15 +114,15 @@ def runs_for(workload: SimWorkload, intervals: Intervals) -> int:
 
 def run_draws(cal: Calibration, workload_for: Callable[[int], SimWorkload], fleet: Fleet,
               config: RunConfig, intervals: Intervals, judge: Judge | None = None,
-              runs: int = 1) -> list[DrawOutcome]:
+              runs: int = 1, worlds: Sequence[int] | None = None) -> list[DrawOutcome]:
     """Each draw's summary (over the window of `config`), and what `judge` reads off it: in
     each world `runs` runs (each its own workload seed), world after world. The same draw
     index gives the same world whatever the load, the fleet or the setting — a sweep's
     points, the replica counts tried, the two sides of a change share their worlds, their
-    drift and their requests' costs included."""
+    drift and their requests' costs included. `worlds`: only those draws (from 1)."""
     spread, _ = spread_of(cal)
     out = []
-    for d in range(1, intervals.draws + 1):
+    for d in worlds if worlds is not None else range(1, intervals.draws + 1):
         for k in range(runs):
             draw = Draw.make(spread, [DRAW_SEED, d, k], intervals.stratum(d))
             workload = workload_for(d + k * intervals.draws)
