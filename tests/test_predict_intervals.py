@@ -95,10 +95,10 @@ def test_a_world_gives_both_sides_of_a_change_the_same_drift_and_requests_costs(
 
 
 def test_a_short_run_is_simulated_again_in_each_world():
-    intervals = Intervals(draws=20, world_requests=2000)
+    intervals = Intervals(draws=20, world_requests=1000)
     short = reseeded(BenchConfig(arrivals=ArrivalConfig(process="poisson", rate=3.0),
                                  duration_s=45.0), intervals.requests)(0)
-    assert runs_for(short, intervals) == math.ceil(2000 / len(short.arrival))
+    assert runs_for(short, intervals) == math.ceil(1000 / len(short.arrival))
     long = reseeded(BenchConfig(arrivals=ArrivalConfig(process="poisson", rate=3.0),
                                 requests=10_000, duration_s=None), intervals.requests)(0)
     assert runs_for(long, intervals) == 1

@@ -55,7 +55,7 @@ DRAW_SEED = 25
 Judge = Callable[[RunColumns], Any]  # what a draw's columns are read for
 
 
-MAX_RUNS = 16  # runs of a short prediction simulated in each world, at most
+MAX_RUNS = 8  # runs of a short prediction simulated in each world, at most
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class Intervals:
     draws: int = 20
     level: float = 0.9
     requests: int = 20_000
-    world_requests: int = 2_000
+    world_requests: int = 1_000
 
     @property
     def tail(self) -> float:
