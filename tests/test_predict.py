@@ -302,3 +302,5 @@ def test_replicas_for_a_goal_below_the_latency_floor_stops_at_the_plateau(tmp_pa
     plateau = answer["plateau"]
     assert plateau is not None and plateau["met"] < 0.95 and answer["high"] == plateau["replicas"]
     assert plateau["limit_needed_ms"] > limit and len(answer["counts"]) <= 4
+    # a count's worlds are drawn until its answer is decided: the plateau's are all drawn
+    assert len(answer["counts"][str(plateau["replicas"])]["worlds"]) == answer["worlds"] == 8

@@ -14,6 +14,7 @@ from rich.text import Text
 from latlab.services.predict_check import Checked, coverage
 from latlab.services.predict_intervals import Intervals, quantile
 from latlab.services.predict_plans import Sizing
+from latlab.services.replica_search import Count
 from latlab.units import interval, number
 
 
@@ -26,15 +27,16 @@ def print_sizing(out: Console, s: Sizing) -> None:
     out.print(Text.assemble((f"{span} replicas", "bold"), f" ({s.fleet.router}) for {goal}: "
                             f"provision {s.high}"), highlight=False)
     why = [f"{s.point} meet it at the point estimate ({s.counts[s.point].value:.0f} ms)"]
-    drawn = s.counts[s.high].draws
-    if drawn:
-        why.append(f"{s.high} meet it in {100 * s.counts[s.high].met(g.limit_ms):.0f}% of "
-                   f"{len(drawn)} worlds drawn from the calibration's spread (at least "
+    if s.counts[s.high].draws:
+        why.append(f"{s.high} meet it in {_met(s.counts[s.high], g.limit_ms, s.worlds)} "
+                   f"worlds drawn from the calibration's spread (at least "
                    f"{100 * (1 - tail):g}%: the {level:g}% interval's upper end is within the "
                    "goal)")
         if s.point < s.high:
-            why.append(f"with {s.point} the goal is missed in "
-                       f"{100 * (1 - s.counts[s.point].met(g.limit_ms)):.0f}% of them")
+            c = s.counts[s.point]
+            missed = sum(v > g.limit_ms for v in c.draws)
+            why.append(f"with {s.point} the goal is missed in {missed} of "
+                       f"{len(c.draws)} worlds tried")
         if s.low < s.point:
             why.append(f"{s.low} would do in the most favourable {100 * tail:g}%")
     out.print("  " + "; ".join(why), highlight=False)
@@ -55,12 +57,23 @@ def print_sizing(out: Console, s: Sizing) -> None:
     for n in sorted(s.counts):
         c = s.counts[n]
         ok = c.value <= g.limit_ms
-        span = interval(quantile(c.draws, tail), quantile(c.draws, 1 - tail)) if c.draws else "–"
-        met = f"{100 * c.met(g.limit_ms):.0f}% of draws" if c.draws else "–"
+        whole = len(c.draws) == s.worlds
+        span = (interval(quantile(c.draws, tail), quantile(c.draws, 1 - tail)) if whole
+                else "–")
+        met = _met(c, g.limit_ms, s.worlds) if c.draws else "–"
         table.add_row(str(n), Text(f"{number(c.value)} {'✓' if ok else '✗'}",
                                    style="green" if ok else "red"), span, met)
     out.print(table)
     out.print(f"run folder: {s.run.run.path} ({s.high} replicas)", highlight=False)
+
+
+def _met(c: Count, limit: float, worlds: int) -> str:
+    """How many drawn worlds meet the goal: a share of all of them, or, where the search
+    stopped early (the answer was decided), of those it tried."""
+    if len(c.draws) == worlds:
+        return f"{100 * c.met(limit):.0f}% of {worlds}"
+    meets = sum(v <= limit for v in c.draws)
+    return f"{meets} of {len(c.draws)} tried (of {worlds})"
 
 
 def sizing_json(s: Sizing) -> dict:
@@ -71,8 +84,10 @@ def sizing_json(s: Sizing) -> dict:
             "plateau": plateau,
             "point_estimate": s.point, "level": s.level, "router": s.fleet.router,
             "run": str(s.run.run.path),
+            "worlds": s.worlds,
             "counts": {str(n): {"value": c.value, "draws": c.draws,
-                           "met": None if not c.draws else c.met(s.goal.limit_ms)}
+                                "worlds": sorted(c.by_world),
+                                "met": None if not c.draws else c.met(s.goal.limit_ms)}
                        for n, c in sorted(s.counts.items())}}
 
 

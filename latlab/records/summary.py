@@ -218,14 +218,16 @@ class ReasoningSummary(Record):
 class Prediction(Record):
     """How far to trust a predicted run's percentiles: the simulation ran again in `draws`
     worlds drawn from the calibration's spread (its step costs' level and drift, each
-    request's costs outside the engine) and workload seeds, `requests` each; every
-    percentile's `lo`–`hi` is the central `level` of what they gave. `fell_behind` draws (and
+    request's costs outside the engine), `runs` runs in each (their own workload seeds: a
+    short run's percentile varies from run to run), `requests` each; every percentile's
+    `lo`–`hi` is the central `level` of what they gave. `fell_behind` draws (and
     the point estimate, when `point_fell_behind`) had a queue that grew: where those reach
     the interval's upper end, `hi` is infinite."""
 
     level: float
     draws: int
     requests: int
+    runs: int = 1  # in each world
     fell_behind: int = 0
     point_fell_behind: bool = False
     spread: str = ""  # the calibration's spread, in words

@@ -223,9 +223,10 @@ def _summary_row(table: Table, label: str, dist: Distribution | None, style: str
 def prediction_lines(p: Prediction) -> list[Text]:
     """How a predicted run's intervals were made, and what they say beyond the numbers."""
     took = f" in {p.wall_s:.1f} s" if p.wall_s is not None else ""
+    runs = f" ({p.runs} runs in each)" if p.runs > 1 else ""
     lines = [Text(f"intervals   {100 * p.level:g}% of {p.draws} draws of {p.requests:,} requests"
-                  f"{took}, each in a world drawn from the calibration's spread: {p.spread}",
-                  style="dim")]
+                  f"{runs}{took}, each in a world drawn from the calibration's spread: "
+                  f"{p.spread}", style="dim")]
     return lines + [Text(f"! {note}", style="yellow") for note in p.notes]
 
 

@@ -9,6 +9,7 @@ they measured.
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -27,11 +28,10 @@ from latlab.sim import calibration as calibrations
 from latlab.sim.calibrate_run import CalibrationError, request_costs, request_spread
 from latlab.sim.validate import compare
 
-PROBE_REQUESTS = 16
-LOADED_USERS = 4
+PROBE_REQUESTS = 8  # one at a time: the per-request costs
+PROBE_OUTPUT = 16  # their output tokens (a few decodes each: the costs are per request)
 PROBE_LOAD = 0.5  # the open-loop probe's rate, as a share of the predicted capacity
-PROBE_OPEN_S = 20.0  # and about how long it runs
-
+PROBE_OPEN_S = 12.0  # and about how long it runs
 
 # latlab serve options that change when requests run, not what a step costs: a calibration
 # is made without them (`calibration_args`), the simulator applies them (`records.simulation.
@@ -89,35 +89,45 @@ def calibrate_engine(config: EngineConfig, serve: list[str], err: Console,
 
 
 def _probe(cal: Calibration, serve: list[str], err: Console) -> Calibration:
-    """Short benches through one latlab serve writing its steps (`--step-log`): one request
-    at a time (the per-request costs), a few users, as many users as the engine batches,
-    and Poisson arrivals at half the capacity the in-process calibration predicts. The
-    step cost is then fitted to the steps served under those arrivals
-    (`calibration.as_served`): the engine's steps cost more while its HTTP server takes in
-    and streams requests as they come than in a closed loop or in process. How well the
-    result replays each probe is noted."""
-
+    """Short benches through one latlab serve writing its steps (`--step-log`), each a line
+    on `err` as it starts and ends: one request at a time (the per-request costs), as many
+    users as the engine batches, and Poisson arrivals at half the capacity the in-process
+    calibration predicts. The step cost is then fitted to the steps served under those
+    arrivals (`calibration.as_served`): the engine's steps cost more while its HTTP server
+    takes in and streams requests as they come than in a closed loop or in process. How
+    well the result replays each probe is noted."""
     batch = cal.engine.max_num_seqs
     rate = round(PROBE_LOAD * calibrations.capacity(cal, 2 * batch), 2)
-    plan = [(ArrivalConfig(process="closed", users=1), PROBE_REQUESTS),
-            (ArrivalConfig(process="closed", users=LOADED_USERS), 8 * LOADED_USERS),
-            (ArrivalConfig(process="closed", users=batch), 3 * batch),
-            (ArrivalConfig(process="poisson", rate=rate), round(rate * PROBE_OPEN_S))]
-    err.print("probing latlab serve: " + ", ".join(
-        f"{n} requests from {a.users} user" + ("s" if a.users > 1 else "")
-        if not a.open_loop else f"{n} at {a.rate:g}/s (Poisson)" for a, n in plan)
-        + "…", style="dim", highlight=False)
+    short = WorkloadConfig(output_tokens=f"fixed:{PROBE_OUTPUT}")
+    plan = [(ArrivalConfig(process="closed", users=1), PROBE_REQUESTS, short,
+             "one at a time (the per-request costs)"),
+            (ArrivalConfig(process="closed", users=batch), batch, WorkloadConfig(),
+             "a full batch"),
+            (ArrivalConfig(process="poisson", rate=rate), round(rate * PROBE_OPEN_S),
+             WorkloadConfig(), "the step costs as served")]
+    err.print("probing latlab serve…", style="dim", highlight=False)
     with tempfile.TemporaryDirectory(prefix="latlab-calibrate-") as tmp:
         steps = Path(tmp) / "steps.jsonl"
         runs = []
+        started = time.perf_counter()
         with embedded_engine([*serve, "--step-log", str(steps)],
                              log_path=Path(tmp) / "engine.log",
                              name="the probe's latlab serve") as engine:
-            for arrivals, requests in plan:
-                bench = BenchConfig(url=engine.url, workload=WorkloadConfig(),
-                                    arrivals=arrivals, duration_s=None, requests=requests,
-                                    out=Path(tmp), name="calibrate-probe")
+            err.print(f"  latlab serve ready in {time.perf_counter() - started:.1f} s",
+                      style="dim", highlight=False)
+            for i, (arrivals, requests, workload, why) in enumerate(plan, 1):
+                load = (f"{requests} requests from {arrivals.users} user"
+                        + ("s" if arrivals.users > 1 else "") if not arrivals.open_loop
+                        else f"{requests} at {arrivals.rate:g}/s (Poisson)")
+                err.print(f"  probe {i}/{len(plan)}: {load}, {why}…", style="dim",
+                          highlight=False)
+                started = time.perf_counter()
+                bench = BenchConfig(url=engine.url, workload=workload, arrivals=arrivals,
+                                    duration_s=None, requests=requests, out=Path(tmp),
+                                    name="calibrate-probe")
                 runs.append(RunFolder(run_bench(bench).run.path))
+                err.print(f"  probe {i}/{len(plan)} done in {time.perf_counter() - started:.1f} s",
+                          style="dim", highlight=False)
         first = runs[0].read_records()
         cal = calibrations.with_request_costs(cal, request_costs(first),
                                               "a probe through latlab serve",

@@ -23,7 +23,13 @@ from latlab.records.simulation import Fleet
 from latlab.records.window import run_window
 from latlab.services.errors import InputError
 from latlab.services.predict import settings
-from latlab.services.predict_intervals import Intervals, attach, reseeded, run_draws
+from latlab.services.predict_intervals import (
+    Intervals,
+    attach,
+    reseeded,
+    run_draws,
+    runs_for,
+)
 from latlab.sim.calibrate_run import CalibrationError, run_folders
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import on_clock
@@ -92,8 +98,9 @@ def check_run(run: RunFolder, cal: Calibration, fleet: Fleet, intervals: Interva
     result = simulate(workload, cal, fleet)
     table = request_table(result, workload.ensure(len(result)), workload.config.api)
     summary = summarize(table, run_window(predicted, table), bench.slos or None)
-    summary = attach(summary, run_draws(cal, workload_for, fleet, predicted, intervals),
-                     intervals, cal)
+    outcomes = run_draws(cal, workload_for, fleet, predicted, intervals,
+                         runs=runs_for(workload, intervals))
+    summary = attach(summary, outcomes, intervals, cal)
     a = bench.arrivals
     load = f"{a.rate:g} req/s" if a.open_loop and a.rate else (
         "trace" if a.open_loop else f"{a.users} users")

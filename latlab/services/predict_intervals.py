@@ -7,6 +7,14 @@ interval those draws span.
     draws = run_draws(cal, reseeded(bench, intervals.requests), fleet, config, intervals)
     attach(summary, draws, intervals, cal)   # lo/hi on every percentile
 
+Two things make a measured percentile differ from the point estimate, and the draws keep
+them apart: what the calibration does not know (the level of the step costs: world d's sits
+at the middle of the d-th of `draws` equal strata of the levels its spread allows, so the
+worlds cover that distribution evenly and none lies beyond its last stratum), and how much
+the percentile of a run of that length varies from one run to the next (a short run is
+simulated again in each world, `runs_for`, until its runs hold `Intervals.world_requests`
+requests together).
+
 Near saturation a draw's server may fall behind its offered rate: its queue grows for as long
 as the run lasts, and a latency that includes the queue has no bound. When more draws than
 the interval's upper tail do (or the point estimate does), those percentiles' `hi` is
@@ -47,18 +55,28 @@ DRAW_SEED = 25
 Judge = Callable[[RunColumns], Any]  # what a draw's columns are read for
 
 
+MAX_RUNS = 8  # runs of a short prediction simulated in each world, at most
+
+
 @dataclass(frozen=True)
 class Intervals:
-    """`draws` simulations (0: the point estimate alone) of at most `requests` each, and the
-    central share of them an interval spans (`level`)."""
+    """`draws` worlds (0: the point estimate alone), simulations of at most `requests` each,
+    a short run simulated again in each world until its runs hold `world_requests` requests
+    together, and the central share of them an interval spans (`level`)."""
 
     draws: int = 20
     level: float = 0.9
     requests: int = 20_000
+    world_requests: int = 1_000
 
     @property
     def tail(self) -> float:
         return (1 - self.level) / 2
+
+    def stratum(self, d: int) -> float:
+        """Where world `d` (from 1) sits among the levels the spread allows (the share of
+        them below it): the middle of its stratum."""
+        return (d - 0.5) / self.draws
 
 
 @dataclass
@@ -66,6 +84,7 @@ class DrawOutcome:
     summary: RunSummary
     judged: Any  # what the judge read off it, when there is one
     fell_behind: bool
+    world: int = 0  # the draw (from 1) whose world it ran in
 
 
 def reseeded(bench: BenchConfig, cap: int) -> Callable[[int], SimWorkload]:
@@ -83,26 +102,40 @@ def reseeded(bench: BenchConfig, cap: int) -> Callable[[int], SimWorkload]:
     return workload
 
 
+def runs_for(workload: SimWorkload, intervals: Intervals) -> int:
+    """Runs of `workload`'s length to simulate in each world: enough to hold
+    `world_requests` requests together (a short run's percentile varies from run to run),
+    at most `MAX_RUNS`; one for a closed loop's run of no set length."""
+    size = workload.requests if workload.arrival is None else len(workload.arrival)
+    if not size:
+        return 1
+    return max(1, min(MAX_RUNS, math.ceil(intervals.world_requests / size)))
+
+
 def run_draws(cal: Calibration, workload_for: Callable[[int], SimWorkload], fleet: Fleet,
-              config: RunConfig, intervals: Intervals, judge: Judge | None = None
-              ) -> list[DrawOutcome]:
-    """Each draw's summary (over the window of `config`), and what `judge` reads off it (the
-    same draw index gives the same world whatever the load or the fleet: a sweep's points,
-    or the replica counts tried, share their worlds)."""
+              config: RunConfig, intervals: Intervals, judge: Judge | None = None,
+              runs: int = 1, worlds: Sequence[int] | None = None) -> list[DrawOutcome]:
+    """Each draw's summary (over the window of `config`), and what `judge` reads off it: in
+    each world `runs` runs (each its own workload seed), world after world. The same draw
+    index gives the same world whatever the load, the fleet or the setting — a sweep's
+    points, the replica counts tried, the two sides of a change share their worlds, their
+    drift and their requests' costs included. `worlds`: only those draws (from 1)."""
     spread, _ = spread_of(cal)
     out = []
-    for d in range(1, intervals.draws + 1):
-        draw = Draw.make(spread, np.random.default_rng([DRAW_SEED, d]))
-        workload = workload_for(d)
-        result = simulate(workload, cal, fleet, draw)
-        table = request_table(result, workload.ensure(len(result)), workload.config.api)
-        window = run_window(on_clock(config.model_copy(deep=True), workload), table)
-        metrics = metric_columns(table)
-        summary = summarize(table, window, config.slos or None, metrics=metrics)
-        chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)
-        t = summary.throughput
-        judged = judge(RunColumns(summary, table, metrics, chosen)) if judge else None
-        out.append(DrawOutcome(summary, judged, bool(t and t.fell_behind)))
+    for d in worlds if worlds is not None else range(1, intervals.draws + 1):
+        for k in range(runs):
+            draw = Draw.make(spread, [DRAW_SEED, d, k], intervals.stratum(d))
+            workload = workload_for(d + k * intervals.draws)
+            result = simulate(workload, cal, fleet, draw)
+            table = request_table(result, workload.ensure(len(result)), workload.config.api)
+            window = run_window(on_clock(config.model_copy(deep=True), workload), table)
+            metrics = metric_columns(table)
+            summary = summarize(table, window, config.slos or None, metrics=metrics)
+            chosen = (np.ones(len(table), bool) if window is None
+                      else inside(table.origin_ns, window))
+            t = summary.throughput
+            judged = judge(RunColumns(summary, table, metrics, chosen)) if judge else None
+            out.append(DrawOutcome(summary, judged, bool(t and t.fell_behind), d))
     return out
 
 
@@ -126,12 +159,24 @@ def span(values: Sequence[float], value: float, intervals: Intervals, grows: boo
     return min(lo, value), max(hi, value)
 
 
+def worlds_behind(outcomes: Sequence[DrawOutcome]) -> tuple[int, int]:
+    """(worlds whose server fell behind the offered rate, worlds): one falls behind when
+    more than half its runs do — a short run may end with a backlog that is only the
+    arrivals' chance bunching, which another run of the same world does not have."""
+    runs: dict[int, list[bool]] = {}
+    for o in outcomes:
+        runs.setdefault(o.world, []).append(o.fell_behind)
+    return sum(2 * sum(v) > len(v) for v in runs.values()), len(runs)
+
+
 def queue_grows(outcomes: Sequence[DrawOutcome], intervals: Intervals,
                 point_fell_behind: bool = False) -> bool:
-    """Whether the interval's upper end is a growing queue: more draws fell behind than its
-    upper tail holds, or the point estimate did."""
-    behind = sum(o.fell_behind for o in outcomes)
-    return point_fell_behind or behind > intervals.tail * len(outcomes)
+    """Whether the interval's upper end is a growing queue: more worlds fell behind than
+    its upper tail holds. (The point estimate is the median world, one run of it: it
+    decides nothing the worlds do not; `point_fell_behind` is kept for the callers that
+    pass it.)"""
+    behind, worlds = worlds_behind(outcomes)
+    return behind > intervals.tail * worlds
 
 
 def attach(summary: RunSummary, outcomes: Sequence[DrawOutcome], intervals: Intervals,
@@ -155,13 +200,13 @@ def attach(summary: RunSummary, outcomes: Sequence[DrawOutcome], intervals: Inte
     spread, note = spread_of(cal)
     notes = [note] if note else []
     if grows:
-        behind = sum(o.fell_behind for o in outcomes)
-        notes.append(f"the server fell behind the offered rate in {behind} of {len(outcomes)} "
-                     "draws" + (" and in the point estimate" if point_behind else "")
-                     + ": its queue may grow for as long as the load lasts, so the latencies "
-                     "that include the queue have no upper bound (hi = ∞)")
+        behind, worlds = worlds_behind(outcomes)
+        notes.append(f"the server fell behind the offered rate in {behind} of {worlds} "
+                     "drawn worlds: its queue may grow for as long as the load lasts, so the "
+                     "latencies that include the queue have no upper bound (hi = ∞)")
     summary.prediction = Prediction(
-        level=intervals.level, draws=len(outcomes),
+        level=intervals.level, draws=intervals.draws,
+        runs=max(1, len(outcomes) // max(intervals.draws, 1)),
         requests=max(o.summary.requests for o in outcomes),
         fell_behind=sum(o.fell_behind for o in outcomes), point_fell_behind=point_behind,
         spread=spread.describe(), wall_s=wall_s, notes=notes)
@@ -177,9 +222,10 @@ def _value(s: RunSummary, group: str, name: str, pname: str) -> float | None:
 def predicted_intervals(cal: Calibration, summary: RunSummary,
                         workload_for: Callable[[int], SimWorkload], fleet: Fleet,
                         config: RunConfig, intervals: Intervals) -> RunSummary:
-    """`summary` with the intervals of `intervals.draws` draws (timed)."""
+    """`summary` with the intervals of `intervals.draws` worlds (timed)."""
     if intervals.draws < 1:
         return summary
     started = time.perf_counter()
-    outcomes = run_draws(cal, workload_for, fleet, config, intervals)
+    runs = runs_for(workload_for(0), intervals)
+    outcomes = run_draws(cal, workload_for, fleet, config, intervals, runs=runs)
     return attach(summary, outcomes, intervals, cal, time.perf_counter() - started)

@@ -42,6 +42,7 @@ from latlab.services.replica_search import (
     MAX_REPLICAS,
     Count,
     Plateau,
+    decided,
     fewest_below,
     provisioned,
     same_latency,
@@ -50,6 +51,10 @@ from latlab.services.sweep import Step, Sweep, trace_speed_per_rate
 from latlab.sim.fleet import simulate
 from latlab.sim.table import request_table
 from latlab.sim.workload import build
+
+# Requests in each draw of a replica count: enough for the goal's percentile in each world
+# (a p99 from 20 beyond it), few enough that the counts a search tries answer in seconds.
+SIZING_REQUESTS = 2_000
 
 
 class PredictedSweep(Sweep):
@@ -167,6 +172,7 @@ class Sizing:
     fleet: Fleet
     run: Predicted
     plateau: Plateau | None = None  # more replicas stop helping: a latency floor decides
+    worlds: int = 0  # drawn worlds (a count's may be tried in fewer: its answer was decided)
 
 
 def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Console,
@@ -186,6 +192,7 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
     bench = bench.model_copy(update={"arrivals": arrivals})
     counts: dict[int, Count] = {}
     run_config = settings(bench, cal, where, fleet)
+    drawn_requests = min(intervals.requests, SIZING_REQUESTS)
 
     def sized(n: int) -> Fleet:
         return fleet.model_copy(update={"replicas": n, "autoscale": None})
@@ -203,16 +210,38 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
                   style="dim", highlight=False)
         return counts[n].value <= goal.limit_ms
 
-    def drawn(n: int) -> Count:
+    def world(n: int, d: int) -> float:
+        """The goal's value with `n` replicas in drawn world `d`."""
         if n not in counts:
             meets(n)
-        if intervals.draws and not counts[n].draws:
-            outcomes = run_draws(cal, reseeded(bench, intervals.requests), sized(n),
-                                 run_config, intervals, judge)
-            counts[n].draws = [o.judged for o in outcomes]
-            err.print(f"  {n} replicas: the goal met in {100 * counts[n].met(goal.limit_ms):.0f}%"
-                      f" of {len(outcomes)} draws", style="dim", highlight=False)
+        c = counts[n]
+        if d not in c.by_world:
+            (o,) = run_draws(cal, reseeded(bench, drawn_requests), sized(n), run_config,
+                             intervals, judge, worlds=[d])
+            c.by_world[d] = o.judged
+        return c.by_world[d]
+
+    def drawn(n: int) -> Count:
+        """`n` replicas in every world."""
+        if n in counts and len(counts[n].by_world) == intervals.draws:
+            return counts[n]
+        for d in range(1, intervals.draws + 1):
+            world(n, d)
+        err.print(f"  {n} replicas: the goal met in {100 * counts[n].met(goal.limit_ms):.0f}%"
+                  f" of {intervals.draws} draws", style="dim", highlight=False)
         return counts[n]
+
+    def share(n: int, needed: int, slowest_first: bool) -> bool:
+        """Whether `needed` worlds meet the goal with `n` replicas, trying the worlds where
+        the answer is likeliest to be decided first (world d's step costs are the d-th
+        slowest)."""
+        order = range(intervals.draws, 0, -1) if slowest_first else range(1, intervals.draws + 1)
+        ok = decided((world(n, d) for d in order), goal.limit_ms, intervals.draws, needed)
+        tried = len(counts[n].by_world)
+        err.print(f"  {n} replicas: {needed} of {intervals.draws} worlds meet the goal? "
+                  f"{'yes' if ok else 'no'} ({tried} simulated)", style="dim",
+                  highlight=False)
+        return ok
 
     low, high = 0, max(1, fleet.replicas)
     while not meets(high):
@@ -233,11 +262,14 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
     point = safe = optimistic = high
     plateau = None
     if intervals.draws:
+        allowed = math.floor(intervals.tail * intervals.draws + 1e-9)  # worlds that may miss
+
         def safe_enough(n: int) -> bool:
-            return drawn(n).met(goal.limit_ms) >= 1 - intervals.tail
+            return share(n, intervals.draws - allowed, slowest_first=True)
 
         def may_do(n: int) -> bool:
-            return n > 0 and drawn(n).met(goal.limit_ms) >= intervals.tail
+            return n > 0 and share(n, max(1, math.ceil(intervals.tail * intervals.draws - 1e-9)),
+                                   slowest_first=False)
 
         safe, plateau = provisioned(point, safe_enough, drawn, goal, intervals.tail)
         optimistic = fewest_below(point, may_do) if may_do(point) else point
@@ -245,6 +277,7 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
     workload = build(bench.workload, arrivals, bench.requests, bench.duration_s)
     run = predict_point(cal, workload, best, settings(bench, cal, where, best), bench.out,
                         f"{bench.name}-{safe}-replicas", config.records, intervals=intervals,
-                        workload_for=reseeded(bench, intervals.requests))
-    return Sizing(goal, point, optimistic, safe, counts, intervals.level, best, run, plateau)
+                        workload_for=reseeded(bench, drawn_requests))
+    return Sizing(goal, point, optimistic, safe, counts, intervals.level, best, run, plateau,
+                  intervals.draws)
 

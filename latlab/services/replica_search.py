@@ -6,7 +6,7 @@ decides)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,15 +20,37 @@ PLATEAU_CHANGE = 0.02  # of the draws' median: more replicas moved it less
 
 @dataclass
 class Count:
-    """One replica count tried: the goal's value at the point estimate and, once drawn, in
-    each draw."""
+    """One replica count tried: the goal's value at the point estimate and in each drawn
+    world tried so far (`by_world`: world → value; a search stops drawing a count's worlds
+    once its answer is decided)."""
 
     value: float
-    draws: list[float] = field(default_factory=list)
+    by_world: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def draws(self) -> list[float]:
+        return [self.by_world[d] for d in sorted(self.by_world)]
 
     def met(self, limit: float) -> float:
-        """The share of the draws that meet the goal."""
-        return sum(v <= limit for v in self.draws) / len(self.draws) if self.draws else math.nan
+        """The share of the worlds tried that meet the goal."""
+        v = self.draws
+        return sum(x <= limit for x in v) / len(v) if v else math.nan
+
+
+def decided(values: Iterator[float], limit: float, worlds: int, needed: int) -> bool:
+    """Whether at least `needed` of `worlds` values meet `limit`, reading no more of
+    `values` than it takes to know."""
+    meets = misses = 0
+    for v in values:
+        if v <= limit:
+            meets += 1
+        else:
+            misses += 1
+        if meets >= needed:
+            return True
+        if misses > worlds - needed:
+            return False
+    return meets >= needed
 
 
 def fewest(fails: int, meets: int, ok: Callable[[int], bool]) -> int:

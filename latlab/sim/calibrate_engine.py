@@ -1,11 +1,12 @@
 """Calibrate the step-cost model on latlab's own engine: time `LLMEngine.step()` in process
 over a grid of batch shapes and fit (as `benchmarks/engine_step.py` times steps).
 
-For each context length and decode batch: the batch's prompts are prefilled (those steps are
-samples too: several prefill chunks at once, chunked continuations), a few pure decode steps
-are timed, then prompts of several lengths join the decoding batch one at a time (a step of
-decodes plus one prefill chunk). Every timed step is the whole `step()`: the model, the
-scheduler, sampling, detokenization. torch is imported here only.
+For each context length the decode batch grows through `BATCHES`: the new requests' prompts
+are prefilled beside the batch's decodes (those steps are samples too: several prefill chunks
+at once, chunked continuations), a few pure decode steps are timed, then prompts of several
+lengths join the decoding batch one at a time (a step of decodes plus one prefill chunk).
+Every timed step is the whole `step()`: the model, the scheduler, sampling, detokenization.
+torch is imported here only.
 
 The *reference* (`REFERENCE`) is a fixed set of steps (decodes at batch 1 and 16, a prefill),
 timed right after the grid and kept in the calibration; `reference_ms` times it again on a
@@ -25,11 +26,11 @@ from latlab.records.engine import EngineShape
 from latlab.sim.stepcost import features
 
 CONTEXTS = (64, 320, 960)
-BATCHES = (1, 2, 4, 8, 16, 31, 32)
-LONG_CONTEXT_BATCH = 8  # at the longest context, batches up to this (the prefills are slow)
+BATCHES = (1, 2, 4, 8, 16, 31)
+LONG_CONTEXT_BATCH = 4  # at the longest context, batches up to this (the prefills are slow)
 PREFILLS = (16, 64, 192, 448)
-DECODE_STEPS = 12
-REPEATS = 2
+DECODE_STEPS = 8
+REPEATS = 1
 REFERENCE = ((1, 20), (16, 10), (0, 256))  # (decode batch, steps), then one prefill of 256
 REFERENCE_REPEATS = 3
 
@@ -76,37 +77,46 @@ def time_engine(config, progress: Progress | None = None
             started.append((start - t0) / 1e9)
 
     gc.collect()
-    grid = [(context, batch, False) for context in CONTEXTS for batch in BATCHES
-            if not (context == CONTEXTS[-1] and batch > LONG_CONTEXT_BATCH)]
-    grid += [(CONTEXTS[len(CONTEXTS) // 2], batch, True) for batch in BATCHES if batch > 1]
-    for context, batch, spread in grid:
-        # spread: contexts from a quarter to twice and a half the mean (more decode groups)
-        contexts = (np.geomspace(context / 4, context * 2.5, batch).astype(int) if spread
-                    else np.full(batch, context))
-        longest = int(contexts.max()) + DECODE_STEPS + len(PREFILLS) * REPEATS + 2
-        if (batch > c.max_num_seqs or longest >= c.max_model_len
-                or batch * longest > shape.num_kv_blocks * c.block_size):
+    # Each pass grows one batch through BATCHES: the requests of the batch before keep
+    # decoding (their contexts a few steps longer), so each prompt is prefilled once a pass.
+    # A spread pass draws its prompts from a quarter to twice and a half the context (more
+    # decode groups, mixed contexts).
+    passes = [(context, False) for context in CONTEXTS]
+    passes.append((CONTEXTS[len(CONTEXTS) // 2], True))
+    one = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+    for context, spread in passes:
+        sizes = [b for b in BATCHES if b <= c.max_num_seqs
+                 and not (context == CONTEXTS[-1] and b > LONG_CONTEXT_BATCH)]
+        steps = len(sizes) * (DECODE_STEPS + len(PREFILLS) * REPEATS + 2)
+        longest = int(context * (2.5 if spread else 1)) + steps
+        if longest >= c.max_model_len:
             continue
-        if progress:
-            progress(f"batch {batch} at context {context}" + (" (spread)" if spread else ""))
+        sizes = [b for b in sizes if b * longest <= shape.num_kv_blocks * c.block_size]
         params = SamplingParams(max_tokens=c.max_model_len - longest, temperature=0.0,
                                 ignore_eos=True)
-        running = [f"c{next(ids)}" for _ in range(batch)]
-        for rid, n in zip(running, contexts):
-            engine.add_request(rid, prompt(max(1, int(n))), params)
-        while engine.scheduler.waiting or any(
-                s.num_computed_tokens < s.num_prompt_tokens for s in engine.scheduler.running):
-            step()
-        for _ in range(DECODE_STEPS):
-            step()
-        one = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
-        for _ in range(REPEATS if batch < c.max_num_seqs else 0):  # room to join
-            for n in PREFILLS:
-                if n + batch > c.max_num_batched_tokens and not c.enable_chunked_prefill:
-                    continue
-                engine.add_request(f"p{next(ids)}", prompt(min(n, c.max_model_len - 1)), one)
-                while engine.scheduler.waiting or len(engine.scheduler.running) > batch:
-                    step()
+        running: list[str] = []
+        for batch in sizes:
+            if progress:
+                progress(f"batch {batch} at context {context}" + (" (spread)" if spread else ""))
+            new = batch - len(running)
+            contexts = (np.geomspace(context / 4, context * 2.5, new).astype(int)
+                        if spread and new > 1 else np.full(new, context))
+            for n in contexts:
+                running.append(f"c{next(ids)}")
+                engine.add_request(running[-1], prompt(max(1, int(n))), params)
+            while engine.scheduler.waiting or any(
+                    s.num_computed_tokens < s.num_prompt_tokens for s in engine.scheduler.running):
+                step()
+            for _ in range(DECODE_STEPS):
+                step()
+            for _ in range(REPEATS if batch < c.max_num_seqs else 0):  # room to join
+                for n in PREFILLS:
+                    if n + batch > c.max_num_batched_tokens and not c.enable_chunked_prefill:
+                        continue
+                    engine.add_request(f"p{next(ids)}", prompt(min(n, c.max_model_len - 1)),
+                                       one)
+                    while engine.scheduler.waiting or len(engine.scheduler.running) > batch:
+                        step()
         for rid in running:
             engine.abort(rid)
     engine.scheduler.schedule = schedule

@@ -223,7 +223,7 @@ class Simulation:
         """The draw's extra preprocess (with the network's spread) and postprocess of a
         request (s)."""
         if index >= len(self._extra):
-            self._extra = np.vstack([self._extra, self.draw.overheads(max(4096, index + 1))])
+            self._extra = self.draw.overheads(max(4096, 2 * len(self._extra), index + 1))
         return self._extra[index]
 
     def _refused(self, seq: SimSequence, now: float) -> None:

@@ -106,10 +106,27 @@ def level_sd(spread: Spread) -> float:
 
 
 def level_dof(spread: Spread) -> float:
-    """The Student t's degrees of freedom for the level: the runs it was measured over, else
-    its windows (normal when neither)."""
-    units = spread.runs if spread.between is not None else spread.windows
-    return float(units - 1) if units >= 3 else (2.0 if units else math.inf)
+    """The Student t's degrees of freedom for the level: its two variances' (across step
+    sizes: `SHAPE_GROUPS` groups; between runs, else between windows), combined as
+    Welch–Satterthwaite does; normal when neither was measured more than twice."""
+    between, units = ((spread.between, spread.runs) if spread.between is not None
+                      else (spread.drift, spread.windows))
+    parts = [(spread.shape ** 2, SHAPE_GROUPS - 1), (between ** 2, units - 1)]
+    total = sum(v for v, _ in parts)
+    if total <= 0:
+        return math.inf
+    if any(v > 0 and dof < 1 for v, dof in parts):
+        return 2.0  # a variance from one sample: wide tails
+    return max(2.0, total ** 2 / sum(v ** 2 / dof for v, dof in parts if v > 0))
+
+
+def level_quantile(spread: Spread, q: float) -> float:
+    """The level (log of the step costs' factor) a share `q` of the worlds stay below."""
+    from scipy.stats import norm, t
+
+    dof = level_dof(spread)
+    z = t.ppf(q, dof) if math.isfinite(dof) else norm.ppf(q)
+    return float(z * level_sd(spread))
 
 
 def drift_limit(spread: Spread, level: float = 0.9) -> float:
@@ -125,24 +142,38 @@ def drift_limit(spread: Spread, level: float = 0.9) -> float:
 @dataclass
 class Draw:
     """One possible world for a simulation: step costs × `exp(level + drift of the window)`,
-    each request's costs outside the engine off the calibration's by its own draw."""
+    each request's costs outside the engine off the calibration's by its own draw.
+
+    The windows' drift comes from `rng`, the requests' costs from `requests_rng` (`rng` when
+    not given): two simulations of the same world (a setting and its change) see the same
+    drift and the same requests' costs whatever order they ask for them in."""
 
     level: float
     drift: float
     window_s: float
     request_sd: tuple[float, float]  # preprocess (with the network's), postprocess (s)
     rng: np.random.Generator
+    requests_rng: np.random.Generator | None = None
     _windows: list[float] = field(default_factory=list)
+    _overheads: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
 
     @classmethod
-    def make(cls, spread: Spread, rng: np.random.Generator) -> Draw:
-        dof = level_dof(spread)
-        z = rng.standard_t(dof) if math.isfinite(dof) else rng.standard_normal()
+    def make(cls, spread: Spread, seed: int | list[int], quantile: float | None = None) -> Draw:
+        """A world from `seed`: its level at the `quantile` of the levels the spread allows
+        (drawn at random when None), its drift and requests' costs from the seed's
+        streams."""
+        windows, requests = (np.random.default_rng(s)
+                             for s in np.random.SeedSequence(seed).spawn(2))
+        if quantile is None:
+            dof = level_dof(spread)
+            z = windows.standard_t(dof) if math.isfinite(dof) else windows.standard_normal()
+            level = float(z * level_sd(spread))
+        else:
+            level = level_quantile(spread, quantile)
         r = spread.request
-        return cls(level=float(z * level_sd(spread)), drift=spread.drift,
-                   window_s=spread.window_s,
+        return cls(level=level, drift=spread.drift, window_s=spread.window_s,
                    request_sd=(math.hypot(r.preprocess, r.network) / 1e3, r.postprocess / 1e3),
-                   rng=rng)
+                   rng=windows, requests_rng=requests)
 
     def speed(self, t: float) -> float:
         """How many times the calibrated cost a step starting at `t` (s) takes."""
@@ -152,6 +183,12 @@ class Draw:
         return self._windows[w]
 
     def overheads(self, n: int) -> np.ndarray:
-        """`[n, 2]` seconds added to each request's preprocess (the network's spread with
-        it, on the way in) and postprocess; the simulator keeps each cost at zero or more."""
-        return self.rng.standard_normal((n, 2)) * np.asarray(self.request_sd)
+        """`[n, 2]` seconds added to the preprocess (the network's spread with it, on the
+        way in) and postprocess of the first `n` requests; the simulator keeps each cost at
+        zero or more."""
+        if len(self._overheads) < n:
+            rng = self.requests_rng if self.requests_rng is not None else self.rng
+            more = rng.standard_normal((n - len(self._overheads), 2)) * np.asarray(
+                self.request_sd)
+            self._overheads = np.vstack([self._overheads, more])
+        return self._overheads[:n]

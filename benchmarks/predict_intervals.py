@@ -1,0 +1,200 @@
+"""Whether `latlab predict`'s intervals decide anything: calibrate latlab's engine, measure
+held-out runs of one latlab serve (CPU) at three shares of its measured capacity, and check
+each against the intervals of two versions of latlab side by side (`latlab predict --check
+RUN --calibration CAL`, the same calibration): this checkout's, and `--baseline-src`'s (a
+source tree of an older latlab, e.g. `git archive` of main before the change).
+
+    python benchmarks/predict_intervals.py --baseline-src /tmp/latlab-before   # ≤ 10 min
+    python benchmarks/predict_intervals.py --measured runs/…-intervals --calibration C \
+        --baseline-src /tmp/latlab-before                        # check again, no load
+
+Per run, metric and percentile (TTFT, TPOT, E2E at p50, p90, p99): measured, each version's
+interval, its width (hi/lo) and whether the measurement falls inside. Then per version: the
+coverage (goal ≥ 85%), the intervals that end at ∞, and those at most 1.5× wide below 70% of
+capacity. The runs are held out: the calibration (made first, or given) never saw them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from latlab.commands.common import console
+from latlab.load.target.launch import ServerLaunch, interrupt_on_sigterm, start_server
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.bench import BenchConfig
+from latlab.records.engine import EngineConfig
+from latlab.records.folder import RunFolder
+from latlab.services.bench import run_bench
+from latlab.services.calibrate import calibrate_engine
+from latlab.sim import calibration as calibrations
+
+ROOT = Path(__file__).resolve().parent.parent
+WIDE = 1.5  # hi/lo: the most an interval below NARROW_BELOW of capacity may span
+NARROW_BELOW = 0.7
+CAPACITY_S = 15.0
+
+
+def load_average() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def measure(args, cal, err) -> Path:
+    """`args.repeats` runs at each of `args.fractions` of the capacity (measured: a closed
+    loop of twice the engine's batch for `CAPACITY_S`) against one latlab serve."""
+    folder = RunFolder.create(Path(args.out), "intervals").path
+    engine = start_server(ServerLaunch.embedded([]), log_path=folder / "engine.log")
+    runs = []
+    try:
+        probe = run_bench(BenchConfig(
+            url=engine.url, arrivals=ArrivalConfig(process="closed",
+                                                   users=2 * cal.engine.max_num_seqs),
+            duration_s=CAPACITY_S, warmup_s=5.0, cooldown_s=0.0, out=folder, name="capacity"),
+            console=err)
+        capacity = probe.summary.throughput.achieved_rate
+        err.print(f"  capacity {capacity:.2f} req/s (simulated: "
+                  f"{calibrations.capacity(cal, 2 * cal.engine.max_num_seqs):.2f})")
+        for fraction in args.fractions:
+            rate = round(fraction * capacity, 2)
+            for repeat in range(args.repeats):
+                load = load_average()
+                result = run_bench(BenchConfig(
+                    url=engine.url, arrivals=ArrivalConfig(process="poisson", rate=rate,
+                                                           seed=repeat),
+                    duration_s=args.duration, warmup_s=5.0, cooldown_s=2.0, out=folder,
+                    name=f"rate-{rate:g}-{repeat}"), console=err)
+                runs.append({"run": str(result.run.path), "fraction": fraction, "rate": rate,
+                             "achieved": result.summary.throughput.achieved_rate,
+                             "load_average": [load, load_average()]})
+                err.print(f"  {fraction:.0%} ({rate:g} req/s) run {repeat + 1}: achieved "
+                          f"{runs[-1]['achieved']:.2f} req/s, load {load} → {load_average()}")
+    finally:
+        engine.stop()
+    (folder / "measured.json").write_text(json.dumps({"capacity": capacity, "runs": runs},
+                                                     indent=2))
+    return folder
+
+
+def checked(src: Path, runs: list[dict], calibration: Path, draws: int) -> tuple[dict, float]:
+    """`latlab predict --check` of every run with the latlab in `src`: (run, metric,
+    percentile) → the check, and the seconds it took."""
+    env = os.environ | {"PYTHONPATH": str(src)}
+    started = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "latlab", "predict", "--calibration", str(calibration),
+         "--no-probe", "--draws", str(draws), "--json",
+         *[a for r in runs for a in ("--check", r["run"])]],
+        env=env, capture_output=True, text=True, cwd=src, timeout=1200)
+    if out.returncode != 0:
+        raise SystemExit(f"latlab predict --check ({src}) failed:\n{out.stderr[-2000:]}")
+    data = json.loads(out.stdout[out.stdout.index("{"):])
+    return ({(c["run"], c["metric"], c["percentile"]): c for c in data["checks"]},
+            time.perf_counter() - started)
+
+
+def upper(c: dict) -> float:
+    """The interval's upper end (JSON writes ∞ as null)."""
+    return math.inf if c["hi"] is None else float(c["hi"])
+
+
+def width(c: dict) -> float:
+    hi, lo = upper(c), float(c["lo"])
+    return math.inf if math.isinf(hi) or lo <= 0 else hi / lo
+
+
+def cell(c: dict | None) -> str:
+    if c is None:
+        return f"{'–':>22}"
+    hi = "∞" if math.isinf(upper(c)) else f"{upper(c):.0f}"
+    w = width(c)
+    return (f"{float(c['lo']):>6.0f}–{hi:<6} {'∞' if math.isinf(w) else f'{w:.2f}':>5}× "
+            f"{'in ' if c['inside'] else 'OUT'}")
+
+
+def verdict(name: str, checks: dict, runs: list[dict]) -> dict:
+    fraction = {r["run"]: r["fraction"] for r in runs}
+    values = list(checks.values())
+    inside = [c["inside"] for c in values]
+    below = [c for c in values if fraction[c["run"]] < NARROW_BELOW]
+    infinite = sum(math.isinf(upper(c)) for c in values)
+    narrow = sum(width(c) <= WIDE for c in below)
+    finite = [width(c) for c in below if math.isfinite(width(c))]
+    summary = {"coverage": float(np.mean(inside)), "inside": sum(inside), "checks": len(inside),
+               "infinite": infinite, "below": len(below), "narrow": narrow,
+               "median_width_below": float(np.median(finite)) if finite else math.inf}
+    print(f"{name}: {sum(inside)} of {len(inside)} inside ({100 * summary['coverage']:.0f}%; "
+          f"goal ≥ 85%), {infinite} end at ∞; below {NARROW_BELOW:.0%} of capacity "
+          f"{narrow} of {len(below)} at most {WIDE}× wide (median "
+          f"{summary['median_width_below']:.2f}×)")
+    for f in sorted({r["fraction"] for r in runs}):
+        mine = [c for c in values if fraction[c["run"]] == f]
+        ws = [width(c) for c in mine]
+        print(f"  at {f:.0%}: {sum(c['inside'] for c in mine)} of {len(mine)} inside, width "
+              f"median {np.median(ws):.2f}×, max {max(ws):.2f}×")
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline-src", type=Path, help="an older latlab's source tree")
+    parser.add_argument("--fractions", default="0.3,0.5,0.7")
+    parser.add_argument("--repeats", type=int, default=2, help="runs at each load")
+    parser.add_argument("--duration", type=float, default=40.0, help="seconds a run")
+    parser.add_argument("--draws", type=int, default=20)
+    parser.add_argument("--calibration", type=Path, help="reuse a calibration file")
+    parser.add_argument("--measured", type=Path, help="a folder of an earlier run: check only")
+    parser.add_argument("--out", default="runs")
+    parser.add_argument("--json", type=Path, help="write the numbers here")
+    args = parser.parse_args()
+    interrupt_on_sigterm()  # SIGTERM stops the server this script started, as Ctrl-C does
+    args.fractions = [float(f) for f in args.fractions.split(",")]
+    err = console(stderr=True)
+    print(f"load average {load_average()} at the start")
+    if args.calibration:
+        cal = calibrations.load(args.calibration)
+    else:
+        started = time.perf_counter()
+        cal = calibrate_engine(EngineConfig(), [], err)
+        args.calibration = calibrations.save(cal, Path(args.out) / "intervals-calibration.json")
+        print(f"calibrated in {time.perf_counter() - started:.0f} s")
+    print(f"calibration {args.calibration}: {cal.headline()}")
+    print(f"  spread: {cal.spread.describe() if cal.spread else 'none'}")
+    folder = args.measured or measure(args, cal, err)
+    measured = json.loads((folder / "measured.json").read_text())
+    runs = measured["runs"]
+    print(f"measured capacity {measured['capacity']:.2f} req/s; runs (achieved, load average "
+          "before/after):")
+    for r in runs:
+        print(f"  {Path(r['run']).name}: {r['fraction']:.0%}, achieved {r['achieved']:.2f} "
+              f"req/s, load {' → '.join(r['load_average'])}")
+    versions = {"new": ROOT} | ({"old": args.baseline_src} if args.baseline_src else {})
+    checks, took = {}, {}
+    for name, src in versions.items():
+        checks[name], took[name] = checked(src, runs, args.calibration, args.draws)
+        print(f"{name} ({src}): checked in {took[name]:.0f} s, load average {load_average()}")
+    names = list(versions)[::-1]
+    print(f"\n{'load':>4} {'run':>3} {'metric':<9} {'measured':>8}  "
+          + "  ".join(f"{n + ': interval, hi/lo':<28}" for n in names))
+    for i, r in enumerate(runs):
+        for key in [k for k in checks["new"] if k[0] == r["run"]]:
+            c = checks["new"][key]
+            print(f"{r['fraction']:>4.0%} {i % args.repeats + 1:>3} "
+                  f"{key[1] + ' ' + key[2]:<9} {c['measured']:>8.0f}  "
+                  + "  ".join(f"{cell(checks[n].get(key)):<28}" for n in names))
+    print()
+    result = {name: verdict(name, checks[name], runs) for name in names}
+    if args.json:
+        args.json.write_text(json.dumps({"calibration": cal.headline(), "measured": measured,
+                                         "verdict": result, "seconds": took}, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Intervals narrow enough to decide with (seeded, on the test calibration with the spread of
+a calm host): the worlds cover the level's distribution evenly, a short run is simulated
+again in each world, a queue counts as growing only where worlds (not single short runs)
+fall behind, and a change's effect is a paired difference narrower than either side."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import t as student_t
+from sim_helpers import calibration
+
+from latlab.analysis.findings import Change
+from latlab.metrics.summary import summarize
+from latlab.records.arrivals import ArrivalConfig
+from latlab.records.bench import BenchConfig
+from latlab.records.calibration import RequestSpread, Spread
+from latlab.records.simulation import Fleet
+from latlab.records.window import run_window
+from latlab.records.workload import WorkloadConfig
+from latlab.services.advice_effects import changed
+from latlab.services.predict import settings
+from latlab.services.predict_intervals import (
+    Intervals,
+    attach,
+    reseeded,
+    run_draws,
+    runs_for,
+)
+from latlab.services.replica_search import decided
+from latlab.sim import calibration as calibrations
+from latlab.sim.fleet import simulate
+from latlab.sim.folder import on_clock
+from latlab.sim.spread import Draw, level_dof, level_quantile
+from latlab.sim.table import request_table
+
+# A calibration on a quiet host: steps ±5% across step sizes, 4 probes whose
+# levels agree, the level drifting ±2% between 10 s windows.
+CALM = Spread(step=0.1, shape=0.05, drift=0.02, between=0.0, windows=20, runs=4,
+              request=RequestSpread(preprocess=0.5, network=0.2, postprocess=0.3))
+METRICS = ("ttft", "tpot", "e2e")
+PERCENTILES = ("p50", "p90", "p99")
+
+
+@pytest.fixture(scope="module")
+def calm():
+    cal = calibration().model_copy(update={"spread": CALM})
+    return cal, calibrations.capacity(cal, cal.engine.max_num_seqs)
+
+
+def predicted(cal, rate: float, duration_s: float | None, requests: int | None,
+              intervals: Intervals):
+    """A predicted run's summary with its intervals, as `latlab predict` makes it."""
+    bench = BenchConfig(workload=WorkloadConfig(), duration_s=duration_s, requests=requests,
+                        arrivals=ArrivalConfig(process="poisson", rate=round(rate, 2)),
+                        warmup_s=5.0 if duration_s else 0.0,
+                        cooldown_s=2.0 if duration_s else 0.0)
+    workload_for = reseeded(bench, intervals.requests)
+    workload = workload_for(0)
+    config = on_clock(settings(bench, cal, "test", Fleet()), workload)
+    result = simulate(workload, cal)
+    table = request_table(result, workload.ensure(len(result)), workload.config.api)
+    summary = summarize(table, run_window(config, table))
+    outcomes = run_draws(cal, workload_for, Fleet(), config, intervals,
+                         runs=runs_for(workload, intervals))
+    return attach(summary, outcomes, intervals, cal)
+
+
+def widths(summary) -> dict[str, float]:
+    return {f"{m} {q}": p.hi / p.lo for m in METRICS
+            for q, p in summary.latency[m].percentiles.items() if q in PERCENTILES}
+
+
+def test_the_worlds_cover_the_levels_evenly_with_the_dof_of_both_variances():
+    # the level's variance is the shapes' (9 dof) alone: the probes agreed; not t with 3
+    assert level_dof(CALM) == pytest.approx(9.0)
+    one_sided = CALM.model_copy(update={"between": 0.08})
+    assert 3.0 < level_dof(one_sided) < 9.0  # Welch–Satterthwaite: between the two
+    assert math.isinf(level_dof(CALM.model_copy(update={"shape": 0.0})))  # nothing varies
+    intervals = Intervals(draws=10)
+    levels = [Draw.make(CALM, [1, d], intervals.stratum(d)).level for d in range(1, 11)]
+    assert levels == sorted(levels) and levels[0] == pytest.approx(-levels[-1])
+    assert levels[-1] == pytest.approx(student_t.ppf(0.95, 9) * 0.05)
+    assert levels[-1] == pytest.approx(level_quantile(CALM, 0.95))
+
+
+def test_a_world_gives_both_sides_of_a_change_the_same_drift_and_requests_costs():
+    a, b = Draw.make(CALM, [25, 3]), Draw.make(CALM, [25, 3])
+    b.overheads(5000)  # asked in another order: the other side's simulation ran differently
+    assert [a.speed(t) for t in (0.0, 15.0, 35.0)] == [b.speed(t) for t in (35.0, 15.0, 0.0)][
+        ::-1]
+    assert np.array_equal(a.overheads(100), b.overheads(100))
+
+
+def test_a_short_run_is_simulated_again_in_each_world():
+    intervals = Intervals(draws=20, world_requests=1000)
+    short = reseeded(BenchConfig(arrivals=ArrivalConfig(process="poisson", rate=3.0),
+                                 duration_s=45.0), intervals.requests)(0)
+    assert runs_for(short, intervals) == math.ceil(1000 / len(short.arrival))
+    long = reseeded(BenchConfig(arrivals=ArrivalConfig(process="poisson", rate=3.0),
+                                requests=10_000, duration_s=None), intervals.requests)(0)
+    assert runs_for(long, intervals) == 1
+
+
+def test_where_the_worlds_keep_up_the_interval_is_finite(calm):
+    """45 s at 70% of capacity: a short run now and then ends with a backlog (the arrivals
+    bunched), which made hi = ∞ when any two of them did; the worlds keep up."""
+    cal, capacity = calm
+    summary = predicted(cal, 0.7 * capacity, 45.0, None, Intervals(draws=20))
+    assert summary.prediction.runs > 1
+    for m in METRICS:
+        for q in PERCENTILES:
+            assert math.isfinite(summary.latency[m].percentiles[q].hi), (m, q)
+    past = predicted(cal, 1.3 * capacity, 45.0, None, Intervals(draws=8))
+    assert math.isinf(past.latency["ttft"].percentiles["p99"].hi)  # every world falls behind
+
+
+def test_on_a_calm_host_the_intervals_below_capacity_are_narrow(calm):
+    cal, capacity = calm
+    summary = predicted(cal, 0.25 * capacity, None, 3000, Intervals(draws=20))
+    for name, width in widths(summary).items():
+        assert width <= 1.5, (name, width)
+    for m in METRICS:
+        p = summary.latency[m].percentiles["p50"]
+        assert p.lo <= p.value <= p.hi
+
+
+def test_a_changes_effect_is_a_paired_difference_narrower_than_either_side(calm):
+    cal, capacity = calm
+    bench = BenchConfig(workload=WorkloadConfig(), requests=800, duration_s=None,
+                        arrivals=ArrivalConfig(process="poisson",
+                                               rate=round(0.5 * capacity, 2)))
+    intervals = Intervals(draws=10, requests=800)
+    config = settings(bench, cal, "test", Fleet())
+    fewer = changed(cal, Change("max_num_seqs", 8, "latlab", "--max-num-seqs 8"))
+
+    def ttft(c) -> np.ndarray:
+        outcomes = run_draws(c, reseeded(bench, intervals.requests), Fleet(), config,
+                             intervals, lambda run: run.summary.percentile("ttft", "p50"))
+        return np.array([o.judged for o in outcomes])
+
+    a, b = ttft(cal), ttft(fewer)
+
+    def width(v: np.ndarray) -> float:
+        return float(np.quantile(v, 0.95) - np.quantile(v, 0.05))
+
+    assert width(b - a) < min(width(a), width(b))
+    assert np.all(b > a)  # fewer sequences at once: the first token waits longer, every world
+
+
+
+def test_a_replica_count_is_decided_from_as_few_worlds_as_it_takes():
+    read: list[float] = []
+
+    def values(*v: float):
+        for x in v:
+            read.append(x)
+            yield x
+
+    assert not decided(values(5, 5, 1, 1, 1), limit=2, worlds=5, needed=4)
+    assert read == [5, 5]  # two of five miss: four cannot meet it
+    read.clear()
+    assert decided(values(1, 5, 1, 5, 5), limit=2, worlds=5, needed=1) and read == [1]
