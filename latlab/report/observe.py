@@ -93,6 +93,10 @@ def print_observed(console: Console, result: Any) -> None:
                       f"(their spans do not say): {r.stream_unknown:,}", highlight=False)
     for note in r.notes:
         console.print(f"note: {note}", style="yellow", highlight=False)
+    for folder in result.cleared:
+        console.print(f"note: removed the open windows' scratch files an observe killed before "
+                      f"its end left in {folder} (its calls are all in its requests.jsonl)",
+                      style="yellow", highlight=False)
     if result.analysis is None:
         return
     print_summary(console, result.summary, result.run.path)

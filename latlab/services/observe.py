@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -56,6 +56,7 @@ from latlab.records.window import run_window
 from latlab.report.html import write_html
 from latlab.services.errors import InputError
 from latlab.services.observe_notes import notes_on
+from latlab.services.observe_scratch import clear_stale
 from latlab.services.observe_windows import Provisional, Rolling, Windows
 from latlab.store import RunStore, key_numbers
 
@@ -71,6 +72,7 @@ class ObserveResult:
     analysis: RunAnalysis | None
     windows: list[ObservedWindow]
     peak: Finding | None = None  # latency against rate over the windows
+    cleared: list[Path] = field(default_factory=list)  # run folders a killed observe left
 
 
 @dataclass
@@ -162,6 +164,7 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
     spans = _Spans(Observer(wait, config.max_pending_spans, mark))
     receiver = None if config.from_file is not None else _listen(config, spans)
     try:
+        cleared = clear_stale(config.out)
         run = RunFolder.create(config.out, config.name)
         settings = RunConfig(
             kind="observed", latlab_version=__version__,
@@ -172,8 +175,8 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
         run.write_config(settings)
         windows = Windows(run, settings, int(config.window_s * 1e9), mark.bound_ns,
                           since_ns=None if receiver is None else time.time_ns())
-        with run.record_writer() as writer, (open(run.path / SPANS, "ab") if config.keep_spans
-                                             else nullcontext()) as kept:
+        with windows, run.record_writer() as writer, \
+                (open(run.path / SPANS, "ab") if config.keep_spans else nullcontext()) as kept:
             spans.file = kept
             session = _Session(run, settings, config, spans, windows, writer, stop)
             if receiver is None:
@@ -188,15 +191,17 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
             receiver.__exit__(None, None, None)
     stopped = ("stopped" if stop.is_set() else
                "end of file" if config.from_file is not None else "duration")
-    return _finish(session, stopped, store)
+    result = _finish(session, stopped, store)
+    result.cleared = cleared
+    return result
 
 
 def _listen(config: ObserveConfig, spans: _Spans) -> SpanReceiver:
     ci_ranks(100, 50.0)  # its scipy import costs seconds: paid now, not at the first window
     receiver = SpanReceiver(None, config.host, config.otlp_port,
                             on_spans=lambda batch: spans.add(batch, time.time_ns()),
-                            accepting=lambda: spans.observer.pending_spans
-                            < config.max_pending_spans, events=config.keep_spans)
+                            accepting=lambda: spans.observer.accepting(time.time_ns()),
+                            events=config.keep_spans)
     try:
         return receiver.__enter__()
     except OSError as e:

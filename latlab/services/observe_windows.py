@@ -7,17 +7,20 @@ window was written (later than the calls before it had been, or than --max-laten
 counted late. A rolling window of the last
 `window_s` seconds before the watermark for the live view.
 
-An open window's calls wait on disk (their JSON lines, requests.jsonl's, appended to a scratch
-file of the window's as they come): memory holds a count per open window, the rolling
+An open window's calls wait on disk (their JSON lines, requests.jsonl's, in the run folder's
+scratch directory, `observe_scratch`): memory holds a count per open window, the rolling
 window's numbers and the kept windows' one-line summaries, whatever the intake rate or the
-run's length; a window's calls are read (as columns, by DuckDB) only to analyse it.
+run's length; a window's calls are read (as columns, a segment at a time) only to analyse it.
+
+    with Windows(run, config, window_ns, bound_ns) as windows:
+        windows.add(records, lines)         # the calls complete now
+        windows.close(watermark_ns)         # the windows the watermark passed, analysed
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import orjson
@@ -27,11 +30,9 @@ from latlab.analysis.windows import analyze_window, peak_over, quantiles
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.observe import WINDOWS, ObservedWindow, Quantiles
-from latlab.records.reader import read_requests
 from latlab.records.table import RequestTable
 from latlab.records.timeline import RequestTimeline
-
-SCRATCH = ".window-{key}.jsonl"  # an open window's calls, in the run folder
+from latlab.services.observe_scratch import Scratch
 
 
 @dataclass
@@ -55,14 +56,6 @@ class Provisional:
     calls: int
 
 
-@dataclass(slots=True)
-class _Open:
-    """A window's calls so far: how many, in its scratch file."""
-
-    path: Path
-    calls: int = 0
-
-
 @dataclass
 class Windows:
     run: RunFolder
@@ -73,11 +66,22 @@ class Windows:
     kept: list[ObservedWindow] = field(default_factory=list)
     peak: Finding | None = None
     late: int = 0  # calls that came after their window was written
-    _open: dict[int, _Open] = field(default_factory=dict)
+    _open: dict[int, int] = field(default_factory=dict)  # the open windows' calls so far
     _closed_before: int | None = None  # every window starting before this is written
     _first: int | None = None  # the window of the first call seen
     _recent: deque = field(default_factory=deque)  # (start, ttft, e2e, ok) of the last calls
     _newest: int = 0
+    _scratch: Scratch = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._scratch = Scratch(self.run.path)
+
+    def __enter__(self) -> Windows:
+        self._scratch.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._scratch.__exit__(*exc)
 
     def add(self, records: list[RequestTimeline], lines: list[bytes]) -> None:
         """The calls complete now, and each one's JSON line (requests.jsonl's)."""
@@ -97,12 +101,8 @@ class Windows:
             self._recent.append((start, ttft, e2e, r.ok))
             self._newest = max(self._newest, start)
         for key, window_lines in by_window.items():
-            window = self._open.get(key)
-            if window is None:
-                window = self._open[key] = _Open(self.run.path / SCRATCH.format(key=key))
-            with open(window.path, "ab") as f:
-                f.write(b"".join(window_lines))
-            window.calls += len(window_lines)
+            self._scratch.append(key, window_lines)
+            self._open[key] = self._open.get(key, 0) + len(window_lines)
         horizon = self._newest - self.bound_ns - 2 * self.window_ns  # what `rolling` may show
         while self._recent and self._recent[0][0] < horizon:
             self._recent.popleft()
@@ -141,18 +141,13 @@ class Windows:
         if not ended:
             return None
         key = max(ended)
-        return Provisional(key * self.window_ns, (key + 1) * self.window_ns,
-                           self._open[key].calls)
+        return Provisional(key * self.window_ns, (key + 1) * self.window_ns, self._open[key])
 
     def _table(self, key: int) -> RequestTable:
-        """A window's calls as columns, parsed by the run's own reader (DuckDB) from its
-        scratch file, in start order: the window is the same whatever order its calls
-        arrived in."""
-        scratch = self._open.pop(key).path
-        try:
-            table = read_requests(scratch)
-        finally:
-            scratch.unlink()
+        """A window's calls as columns, in start order: the window is the same whatever order
+        its calls arrived in."""
+        del self._open[key]
+        table = self._scratch.take(key)
         return table.take(np.argsort(table.origin_ns, kind="stable"))
 
     def rolling(self, watermark_ns: int) -> Rolling:

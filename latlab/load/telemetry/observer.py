@@ -16,6 +16,7 @@ waiting give the `watermark`: the start time before which every call is in (`wat
     observer.add(spans, now_ns)            # from the receiver's thread
     records = observer.ready(now_ns)       # complete calls, from the main thread
     observer.watermark(now_ns)             # calls that started before it are all in
+    observer.accepting(now_ns)             # False: refuse the export (503), it comes again
     records += observer.finish()           # at the end: everything still waiting
 
 `now_ns` is the clock traces are quiet by: the arrival time live; a file's span end times.
@@ -100,12 +101,21 @@ class Observer:
                 self._held += 1
                 self.spans += 1
 
+    def accepting(self, now_ns: int) -> bool:
+        """Whether to take more spans at `now_ns`: not while `max_spans` wait (the exporter is
+        asked to send them again later, and the watermark waits for them)."""
+        if self._held < self.max_spans:
+            return True
+        with self._lock:
+            self.mark.refused(now_ns)
+        return False
+
     def watermark(self, now_ns: int) -> int:
         """The start time before which every call is in, at `now_ns` (`Watermark.at`)."""
         with self._lock:
             starts = [w.start_ns for w in self._pending.values()]
-        starts += [half.start_ns for half in self._halves.values()]
-        return self.mark.at(now_ns, min(starts, default=None))
+            starts += [half.start_ns for half in self._halves.values()]
+            return self.mark.at(now_ns, min(starts, default=None))
 
     def ready(self, now_ns: int) -> list[RequestTimeline]:
         """The calls of every trace quiet for the trace wait (and of the oldest beyond the
