@@ -28,7 +28,7 @@ from latlab.services.observe_windows import Windows
 
 S = 10**9
 MS = 10**6
-T0 = 1_790_000_000 * S  # a minute boundary (unix ns)
+T0 = 1_790_000_000 * S  # unix ns
 
 
 def test_the_watermark_waits_for_the_latest_call_seen_and_what_is_still_waiting():
@@ -248,3 +248,33 @@ def test_calls_whose_export_was_refused_land_in_their_own_window(tmp_path):
         windows.close()
     assert exports == {} and observer.calls == 5
     assert windows.late == 0 and [w.calls for w in windows.kept] == [5]
+
+
+def test_a_window_finding_not_supported_by_all_calls_is_left_out(tmp_path, monkeypatch):
+    """Six minutes at 1 call/s, every tenth call 3 s long. In minutes 1 and 2 an exporter
+    stalled: half their calls, the slow ones among them, reach the file minutes later, past
+    --max-lateness, so they are late and those two windows read half the rate and a quarter
+    of the p99: the windows alone say "latency explodes at peak hours". Over all calls every
+    minute is alike, so the finding is left out."""
+    calls, stalled = [], []
+    minute = T0 - T0 % (60 * S) + 60 * S
+    for i in range(360):
+        call = genai_call(f"{i + 1:032x}", minute + i * S, 3000 if i % 10 == 0 else 500)
+        (stalled if 60 <= i < 180 and i % 2 == 0 else calls).append(call)
+    spans = tmp_path / "spans.jsonl"
+    ordered = sorted((s for c in calls for s in c), key=lambda s: s.end_ns)
+    ordered += [s for c in stalled for s in c]
+    spans.write_bytes(b"".join(orjson.dumps(s.to_json()) + b"\n" for s in ordered))
+    monkeypatch.setattr("latlab.services.observe.FILE_BATCH", 6)  # a second's spans a batch
+    result = run_observe(ObserveConfig(from_file=spans, out=tmp_path, max_lateness_s=30))
+    assert result.record.late == len(stalled) == 60
+    assert [(w.calls, w.late) for w in result.windows] == \
+        [(60, 0), (30, 30), (30, 30), (60, 0), (60, 0), (60, 0)]
+    assert result.unsupported_peak is not None and result.peak is None
+    assert "peak hours" in result.unsupported_peak.title
+    written = [orjson.loads(line) for line in
+               (result.run.path / WINDOWS).read_bytes().splitlines()]
+    assert [w["late"] for w in written] == [0, 30, 30, 0, 0, 0]
+    # The same windows with every call in them: no peak, as over all calls.
+    every = [window(m, 60, 1.0, 3000.0) for m in range(1, 5)]
+    assert peak_over(every) is None

@@ -72,6 +72,7 @@ class ObserveResult:
     analysis: RunAnalysis | None
     windows: list[ObservedWindow]
     peak: Finding | None = None  # latency against rate over the windows
+    unsupported_peak: Finding | None = None  # ... found over the windows, not over all calls
     cleared: list[Path] = field(default_factory=list)  # run folders a killed observe left
 
 
@@ -256,6 +257,7 @@ def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
     trace.jsonl, observe.json, report.html, the run store."""
     run, settings, o = s.run, s.settings, s.observer
     table = run.read_table()
+    s.windows.check(table)
     starts, ends = table.origin_ns[present(table.origin_ns)], table.end_ns[present(table.end_ns)]
     record = s.record()
     if len(starts):
@@ -283,7 +285,8 @@ def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
     if len(table):
         analysis = analyze(run)
         write_html(run, analysis)
-    return ObserveResult(run, record, summary, analysis, s.windows.kept, s.windows.peak)
+    return ObserveResult(run, record, summary, analysis, s.windows.kept, s.windows.peak,
+                         s.windows.unsupported_peak)
 
 
 def _source(config: ObserveConfig) -> str:

@@ -7,6 +7,12 @@ window was written (later than the calls before it had been, or than --max-laten
 counted late. A rolling window of the last
 `window_s` seconds before the watermark for the live view.
 
+At the end the windows written are checked against every call observed (`check`): a window
+whose late calls were left out is analysed again over all of its calls, and keeps only the
+findings that analysis also makes; the peak-hours rule is kept only if it holds over the
+windows so corrected. So an undercounted window (the slowest calls are the late ones) cannot
+make a finding that the calls themselves do not support.
+
 An open window's calls wait on disk (their JSON lines, requests.jsonl's, in the run folder's
 scratch directory, `observe_scratch`): memory holds a count per open window, the rolling
 window's numbers and the kept windows' one-line summaries, whatever the intake rate or the
@@ -65,6 +71,7 @@ class Windows:
     since_ns: int | None = None  # when observe began listening (None: a file)
     kept: list[ObservedWindow] = field(default_factory=list)
     peak: Finding | None = None
+    unsupported_peak: Finding | None = None  # the windows' peak, not held over all calls
     late: int = 0  # calls that came after their window was written
     _open: dict[int, int] = field(default_factory=dict)  # the open windows' calls so far
     _closed_before: int | None = None  # every window starting before this is written
@@ -130,10 +137,36 @@ class Windows:
             self._closed_before = max(last + 1, self._closed_before or 0)
             self.kept += closed
             with open(self.run.path / WINDOWS, "ab") as f:
-                f.write(b"".join(orjson.dumps(w.model_dump(mode="json"),
-                                              option=orjson.OPT_APPEND_NEWLINE) for w in closed))
+                f.write(_lines(closed))
             self.peak = peak_over(self.kept)
         return closed
+
+    def check(self, table: RequestTable) -> None:
+        """Check the windows written against `table`, every call observed (requests.jsonl,
+        the late ones included), and rewrite windows.jsonl with what holds."""
+        order = np.argsort(table.origin_ns, kind="stable")
+        starts = table.origin_ns[order]
+        every = []  # each window over all of its calls
+        for w in self.kept:
+            first, end = np.searchsorted(starts, [w.start_ns, w.end_ns])
+            w.late = max(0, int(end - first) - w.calls)
+            if not w.late:
+                every.append(w)
+                continue
+            full, _ = analyze_window(self.run, self.config, table.take(order[first:end]),
+                                     w.start_ns, w.end_ns)
+            full.partial = w.partial
+            held = {f.rule for f in full.findings}
+            w.unsupported = [f for f in w.findings if f.rule not in held]
+            w.findings = [f for f in w.findings if f.rule in held]
+            every.append(full)
+        if self.peak is not None and peak_over(every) is None:
+            self.unsupported_peak, self.peak = self.peak, None
+        written = self.run.path / WINDOWS
+        if self.kept:
+            scratch = written.with_name(WINDOWS + ".checked")
+            scratch.write_bytes(_lines(self.kept))
+            scratch.replace(written)
 
     def provisional(self, now_ns: int) -> Provisional | None:
         """The latest window that has ended by `now_ns` and is not written yet."""
@@ -164,3 +197,8 @@ class Windows:
 
         return Rolling(seconds, len(rows), len(rows) - len(ok), len(rows) / seconds,
                        quantiles(ms(1)), quantiles(ms(2)))
+
+
+def _lines(windows: list[ObservedWindow]) -> bytes:
+    return b"".join(orjson.dumps(w.model_dump(mode="json"), option=orjson.OPT_APPEND_NEWLINE)
+                    for w in windows)
