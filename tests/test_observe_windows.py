@@ -278,3 +278,21 @@ def test_a_window_finding_not_supported_by_all_calls_is_left_out(tmp_path, monke
     # The same windows with every call in them: no peak, as over all calls.
     every = [window(m, 60, 1.0, 3000.0) for m in range(1, 5)]
     assert peak_over(every) is None
+
+
+def test_the_rolling_window_is_the_calls_that_started_in_the_last_window_length(tmp_path):
+    run, config = run_folder(tmp_path)
+    observer = Observer(1 * S, 100_000)
+    observer.add([s for i in range(30) for s in
+                  genai_call(f"{i + 1:032x}", T0 + i * S, 100 * (i + 1), ttfc_s=0.05)], T0)
+    records = observer.finish()
+    with Windows(run, config, 10 * S, 30 * S) as windows:
+        take(records[:10], windows)
+        take(records[10:], windows)  # two batches
+        roll = windows.rolling(T0 + 25 * S)  # the calls that started at 15 s to 24 s
+    assert (roll.calls, roll.failed, roll.rate) == (10, 0, 1.0)
+    shown = [r for r in records if T0 + 15 * S <= r.origin_ns < T0 + 25 * S]
+    e2e = np.array([(r.done_ns - r.sent_ns) / 1e6 for r in shown])
+    ttft = np.array([(r.first_token_ns - r.sent_ns) / 1e6 for r in shown])
+    assert roll.e2e.p50 == pytest.approx(np.percentile(e2e, 50), rel=0.02)
+    assert roll.ttft.p99 == pytest.approx(np.percentile(ttft, 99), rel=0.02)

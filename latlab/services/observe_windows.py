@@ -62,6 +62,26 @@ class Provisional:
     calls: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Recent:
+    """The numbers of a batch of calls, as they completed, for the rolling window."""
+
+    start: np.ndarray  # ns
+    ttft: np.ndarray  # ms, NaN where none (failed calls too)
+    e2e: np.ndarray
+    ok: np.ndarray
+
+    @classmethod
+    def of(cls, records: list[RequestTimeline]) -> _Recent:
+        def ms(first: int | None, last: int | None, ok: bool) -> float:
+            return (last - first) / 1e6 if ok and first and last else np.nan
+
+        return cls(np.array([r.origin_ns for r in records], dtype=np.int64),
+                   np.array([ms(r.sent_ns, r.first_token_ns, r.ok) for r in records]),
+                   np.array([ms(r.sent_ns, r.done_ns, r.ok) for r in records]),
+                   np.array([r.ok for r in records], dtype=bool))
+
+
 @dataclass
 class Windows:
     run: RunFolder
@@ -76,7 +96,7 @@ class Windows:
     _open: dict[int, int] = field(default_factory=dict)  # the open windows' calls so far
     _closed_before: int | None = None  # every window starting before this is written
     _first: int | None = None  # the window of the first call seen
-    _recent: deque = field(default_factory=deque)  # (start, ttft, e2e, ok) of the last calls
+    _recent: deque[_Recent] = field(default_factory=deque)  # the last calls' numbers
     _newest: int = 0
     _scratch: Scratch = field(init=False)
 
@@ -93,6 +113,7 @@ class Windows:
     def add(self, records: list[RequestTimeline], lines: list[bytes]) -> None:
         """The calls complete now, and each one's JSON line (requests.jsonl's)."""
         by_window: dict[int, list[bytes]] = {}
+        timed = [r for r in records if r.origin_ns is not None]
         for r, line in zip(records, lines):
             start = r.origin_ns
             if start is None:
@@ -103,23 +124,20 @@ class Windows:
             else:
                 by_window.setdefault(key, []).append(line)
                 self._first = key if self._first is None else min(self._first, key)
-            ttft = r.first_token_ns - r.sent_ns if r.first_token_ns and r.sent_ns else None
-            e2e = r.done_ns - r.sent_ns if r.done_ns and r.sent_ns else None
-            self._recent.append((start, ttft, e2e, r.ok))
-            self._newest = max(self._newest, start)
         for key, window_lines in by_window.items():
             self._scratch.append(key, window_lines)
             self._open[key] = self._open.get(key, 0) + len(window_lines)
-        horizon = self._newest - self.bound_ns - 2 * self.window_ns  # what `rolling` may show
-        while self._recent and self._recent[0][0] < horizon:
-            self._recent.popleft()
+        if timed:
+            recent = _Recent.of(timed)
+            self._recent.append(recent)
+            self._newest = max(self._newest, int(recent.start.max()))
+        self._forget(self._newest - self.bound_ns - 2 * self.window_ns)  # what `rolling` shows
 
     def close(self, watermark_ns: int | None = None) -> list[ObservedWindow]:
         """Analyse and keep every window with calls that ends by `watermark_ns` (all without
         it: the observation's end), in order."""
         if watermark_ns is not None:  # what `rolling` may show from now on
-            while self._recent and self._recent[0][0] < watermark_ns - self.window_ns:
-                self._recent.popleft()
+            self._forget(watermark_ns - self.window_ns)
         if not self._open:
             return []
         last = max(self._open) if watermark_ns is None else \
@@ -186,17 +204,22 @@ class Windows:
     def rolling(self, watermark_ns: int) -> Rolling:
         """The calls that started in the window's length before the watermark."""
         start = watermark_ns - self.window_ns
-        while self._recent and self._recent[0][0] < start - self.window_ns:
-            self._recent.popleft()
-        rows = [row for row in self._recent if start <= row[0] < watermark_ns]
-        ok = [row for row in rows if row[3]]
+        self._forget(start - self.window_ns)
         seconds = self.window_ns / 1e9
+        if not self._recent:
+            return Rolling(seconds, 0, 0, 0.0, Quantiles(), Quantiles())
+        batches = list(self._recent)
+        starts = np.concatenate([b.start for b in batches])
+        chosen = (starts >= start) & (starts < watermark_ns)
+        calls, ok = int(chosen.sum()), int((chosen & np.concatenate([b.ok for b in batches])).sum())
+        return Rolling(seconds, calls, calls - ok, calls / seconds,
+                       quantiles(np.concatenate([b.ttft for b in batches])[chosen]),
+                       quantiles(np.concatenate([b.e2e for b in batches])[chosen]))
 
-        def ms(i: int) -> np.ndarray:
-            return np.asarray([row[i] / 1e6 for row in ok if row[i] is not None], dtype=float)
-
-        return Rolling(seconds, len(rows), len(rows) - len(ok), len(rows) / seconds,
-                       quantiles(ms(1)), quantiles(ms(2)))
+    def _forget(self, before_ns: int) -> None:
+        """Drop the batches of calls that all started before `before_ns`."""
+        while self._recent and self._recent[0].start.max() < before_ns:
+            self._recent.popleft()
 
 
 def _lines(windows: list[ObservedWindow]) -> bytes:
