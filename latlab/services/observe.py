@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 import orjson
@@ -62,6 +63,7 @@ from latlab.store import RunStore, key_numbers
 
 REFRESH_S = 1.0
 FILE_BATCH = 5000  # spans read from a file between two looks at the complete traces
+TAKE_CALLS = 2000  # calls made into records, written and put in their windows at a time
 
 
 @dataclass
@@ -127,10 +129,12 @@ class _Session:
     def take(self, now_ns: int, final: bool = False) -> None:
         """Write the calls complete by `now_ns` (all when `final`); close the windows the
         watermark has passed."""
-        records = self.observer.finish() if final else self.observer.ready(now_ns)
-        lines = [orjson.dumps(r.to_json(), option=orjson.OPT_APPEND_NEWLINE) for r in records]
-        self.writer.write_lines(lines)
-        self.windows.add(records, lines)
+        complete = self.observer.remaining() if final else self.observer.complete(now_ns)
+        while records := list(islice(complete, TAKE_CALLS)):
+            lines = [orjson.dumps(r.to_json(), option=orjson.OPT_APPEND_NEWLINE)
+                     for r in records]
+            self.writer.write_lines(lines)
+            self.windows.add(records, lines)
         self.windows.close(None if final else self.observer.watermark(now_ns))
 
     def record(self) -> ObserveRecord:
