@@ -3,14 +3,13 @@ time before which every call is believed to be in.
 
 A call's spans reach latlab well after it started: the call runs, the exporters batch its
 spans (the OpenTelemetry SDK's BatchSpanProcessor sends them up to 5 s after they end), and a
-trace is complete only once quiet (`--trace-wait`). The watermark is the earlier of
+trace is complete only once quiet (`--trace-wait`). The watermark is the earliest of
 
 * the clock less the lag: how late a call's first span has been seen to arrive after the
   call's start (the largest lateness so far, with a margin), at least an exporter's batch
-  delay; and
+  delay;
 * the earliest start of what is still waiting (a trace not yet quiet, a call waiting for its
-  other half), whose calls are known to be coming;
-
+  other half), whose calls are known to be coming; and
 * while observe refuses exports (503: too many spans waiting) and for `RETRY_GAP_NS` after the
   last refusal, where it was when the refusals began: a refused export's calls are sent again
   (OTLP exporters retry, backing off up to about 30 s), and started at most the lag before
