@@ -23,6 +23,7 @@ from latlab.records.observe import (
     Quantiles,
 )
 from latlab.records.spans import Span
+from latlab.records.table import as_table
 from latlab.services.observe import run_observe
 from latlab.services.observe_windows import Windows
 
@@ -210,6 +211,9 @@ def test_peak_hours_only_over_whole_windows_with_calls_enough():
     cut = [window(0, 12, 0.2, 2500.0, partial=True), window(10, 30, 0.5, 3000.0, partial=True)]
     sparse = [window(m, MIN_WINDOW_CALLS - 1, 0.3, 3000.0) for m in range(11, 14)]
     assert peak_over(steady + cut + sparse) is None
+    short = window(14, 60, 1.0, 250.0)  # undercounted: its slowest calls came late
+    short.late = 60
+    assert peak_over(steady + [short, short.model_copy()]) is None
 
 
 def test_the_watermark_waits_while_exports_are_refused_and_until_they_may_come_again():
@@ -254,8 +258,8 @@ def test_a_window_finding_not_supported_by_all_calls_is_left_out(tmp_path, monke
     """Six minutes at 1 call/s, every tenth call 3 s long. In minutes 1 and 2 an exporter
     stalled: half their calls, the slow ones among them, reach the file minutes later, past
     --max-lateness, so they are late and those two windows read half the rate and a quarter
-    of the p99: the windows alone say "latency explodes at peak hours". Over all calls every
-    minute is alike, so the finding is left out."""
+    of the p99: the windows as written say "latency explodes at peak hours". Over all calls
+    every minute is alike, so there is no such finding."""
     calls, stalled = [], []
     minute = T0 - T0 % (60 * S) + 60 * S
     for i in range(360):
@@ -270,14 +274,12 @@ def test_a_window_finding_not_supported_by_all_calls_is_left_out(tmp_path, monke
     assert result.record.late == len(stalled) == 60
     assert [(w.calls, w.late) for w in result.windows] == \
         [(60, 0), (30, 30), (30, 30), (60, 0), (60, 0), (60, 0)]
-    assert result.unsupported_peak is not None and result.peak is None
-    assert "peak hours" in result.unsupported_peak.title
+    as_written = [w.model_copy(update={"late": 0}) for w in result.windows]
+    assert "peak hours" in peak_over(as_written).title  # before their late calls came
+    assert result.peak is None and result.unsupported_peak is None  # over all calls
     written = [orjson.loads(line) for line in
                (result.run.path / WINDOWS).read_bytes().splitlines()]
     assert [w["late"] for w in written] == [0, 30, 30, 0, 0, 0]
-    # The same windows with every call in them: no peak, as over all calls.
-    every = [window(m, 60, 1.0, 3000.0) for m in range(1, 5)]
-    assert peak_over(every) is None
 
 
 def test_the_rolling_window_is_the_calls_that_started_in_the_last_window_length(tmp_path):
@@ -296,3 +298,20 @@ def test_the_rolling_window_is_the_calls_that_started_in_the_last_window_length(
     ttft = np.array([(r.first_token_ns - r.sent_ns) / 1e6 for r in shown])
     assert roll.e2e.p50 == pytest.approx(np.percentile(e2e, 50), rel=0.02)
     assert roll.ttft.p99 == pytest.approx(np.percentile(ttft, 99), rel=0.02)
+
+
+def test_the_check_drops_a_peak_the_windows_read_that_all_their_calls_do_not(tmp_path):
+    observer = Observer(1 * S, 100_000)
+    observer.add([s for i in range(240) for s in genai_call(  # the windows' (minutes 1 to 4)
+        f"{i + 1:032x}", T0 + (60 + i) * S, 3000 if i % 10 == 0 else 500)], T0)
+    table = as_table(observer.finish())
+    run, config = run_folder(tmp_path)
+    with Windows(run, config, 60 * S, 120 * S) as windows:
+        # As written while two minutes' slow half had not come (and was not seen late).
+        windows.kept = [window(m, 30, 0.5, 600.0) for m in (1, 2)] + \
+            [window(m, 60, 1.0, 3000.0) for m in (3, 4)]
+        windows.peak = peak_over(windows.kept)
+        assert windows.peak is not None
+        windows.check(table)
+    assert [w.late for w in windows.kept] == [30, 30, 0, 0]
+    assert windows.peak is None and "peak hours" in windows.unsupported_peak.title

@@ -9,9 +9,10 @@ counted late. A rolling window of the last
 
 At the end the windows written are checked against every call observed (`check`): a window
 whose late calls were left out is analysed again over all of its calls, and keeps only the
-findings that analysis also makes; the peak-hours rule is kept only if it holds over the
-windows so corrected. So an undercounted window (the slowest calls are the late ones) cannot
-make a finding that the calls themselves do not support.
+findings that analysis also makes; the peak-hours finding is the rule's over the windows so
+corrected. So an undercounted window (the slowest calls are the late ones) cannot make a
+finding that the calls themselves do not support; live, the peak rule leaves out the windows
+that late calls are known to have left short.
 
 An open window's calls wait on disk (their JSON lines, requests.jsonl's, in the run folder's
 scratch directory, `observe_scratch`): memory holds a count per open window, the rolling
@@ -94,6 +95,7 @@ class Windows:
     unsupported_peak: Finding | None = None  # the windows' peak, not held over all calls
     late: int = 0  # calls that came after their window was written
     _open: dict[int, int] = field(default_factory=dict)  # the open windows' calls so far
+    _written: dict[int, ObservedWindow] = field(default_factory=dict)  # `kept`, by key
     _closed_before: int | None = None  # every window starting before this is written
     _first: int | None = None  # the window of the first call seen
     _recent: deque[_Recent] = field(default_factory=deque)  # the last calls' numbers
@@ -113,6 +115,7 @@ class Windows:
     def add(self, records: list[RequestTimeline], lines: list[bytes]) -> None:
         """The calls complete now, and each one's JSON line (requests.jsonl's)."""
         by_window: dict[int, list[bytes]] = {}
+        undercounted = False
         timed = [r for r in records if r.origin_ns is not None]
         for r, line in zip(records, lines):
             start = r.origin_ns
@@ -121,12 +124,18 @@ class Windows:
             key = start // self.window_ns
             if self._closed_before is not None and key < self._closed_before:
                 self.late += 1
+                written = self._written.get(key)
+                if written is not None:  # it undercounts: the peak rule leaves it out
+                    written.late += 1
+                    undercounted = True
             else:
                 by_window.setdefault(key, []).append(line)
                 self._first = key if self._first is None else min(self._first, key)
         for key, window_lines in by_window.items():
             self._scratch.append(key, window_lines)
             self._open[key] = self._open.get(key, 0) + len(window_lines)
+        if undercounted:
+            self.peak = peak_over(self.kept)
         if timed:
             recent = _Recent.of(timed)
             self._recent.append(recent)
@@ -151,6 +160,7 @@ class Windows:
                                        start + self.window_ns)
             window.partial = partial
             closed.append(window)
+            self._written[key] = window
         if closed:
             self._closed_before = max(last + 1, self._closed_before or 0)
             self.kept += closed
@@ -178,8 +188,10 @@ class Windows:
             w.unsupported = [f for f in w.findings if f.rule not in held]
             w.findings = [f for f in w.findings if f.rule in held]
             every.append(full)
-        if self.peak is not None and peak_over(every) is None:
-            self.unsupported_peak, self.peak = self.peak, None
+        found = peak_over(every)
+        if self.peak is not None and found is None:
+            self.unsupported_peak = self.peak
+        self.peak = found
         written = self.run.path / WINDOWS
         if self.kept:
             scratch = written.with_name(WINDOWS + ".checked")
