@@ -76,7 +76,10 @@ class Observer:
         self._pending: OrderedDict[str, _Waiting] = OrderedDict()  # the quiet longest first
         self._held = 0
         self._halves: OrderedDict[str, _Half] = OrderedDict()
-        self._explained: OrderedDict[str, int] = OrderedDict()  # trace → its last arrival
+        # Trace → its last arrival, by the id's hash: the id's own string was made with its
+        # spans, and keeping it would keep their memory pages from being reused (two ids of one
+        # 64-bit hash would at worst count a split too many).
+        self._explained: OrderedDict[int, int] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -90,7 +93,7 @@ class Observer:
                 entry = self._pending.pop(s.trace_id, None)
                 if entry is None:
                     entry = _Waiting([], now_ns, now_ns, s.start_ns)
-                    explained = self._explained.pop(s.trace_id, None)
+                    explained = self._explained.pop(hash(s.trace_id), None)
                     if explained is not None:
                         self.wait.split(now_ns - explained)
                 else:
@@ -162,7 +165,7 @@ class Observer:
             if not quiet:
                 self.forced += 1  # its later spans are the memory bound's, not the wait's
                 return waiting
-            self._explained[trace_id] = waiting.last_ns
+            self._explained[hash(trace_id)] = waiting.last_ns
             if len(self._explained) > EXPLAINED_KEPT:
                 self._explained.popitem(last=False)
             return waiting
