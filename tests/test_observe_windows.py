@@ -12,7 +12,7 @@ from latlab.analysis.windows import peak_over
 from latlab.load.telemetry.calls import calls_of, record_of, streamed
 from latlab.load.telemetry.observer import Observer
 from latlab.load.telemetry.trace_wait import INITIAL_NS, LEARNING_TRACES, TraceWait
-from latlab.load.telemetry.watermark import Watermark
+from latlab.load.telemetry.watermark import RETRY_GAP_NS, Watermark
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.observe import (
@@ -23,12 +23,13 @@ from latlab.records.observe import (
     Quantiles,
 )
 from latlab.records.spans import Span
+from latlab.records.table import as_table
 from latlab.services.observe import run_observe
 from latlab.services.observe_windows import Windows
 
 S = 10**9
 MS = 10**6
-T0 = 1_790_000_000 * S  # a minute boundary (unix ns)
+T0 = 1_790_000_000 * S  # unix ns
 
 
 def test_the_watermark_waits_for_the_latest_call_seen_and_what_is_still_waiting():
@@ -120,21 +121,24 @@ def live(tmp_path, batches, window_s: float) -> tuple[Windows, Observer]:
     they arrive, then the calls complete and the windows the watermark passed."""
     run, config = run_folder(tmp_path)
     observer = Observer(TraceWait(), 100_000)  # the trace wait learnt, as by default
-    windows = Windows(run, config, int(window_s * S), observer.mark.bound_ns, since_ns=T0 - S)
-    pending = list(batches)
-    now = T0
-    while pending or observer.pending_spans:
-        now += S
-        while pending and pending[0][0] <= now:
-            arrival, batch = pending.pop(0)
-            observer.add(batch, arrival)
-        records = observer.ready(now)
-        windows.add(records, [orjson.dumps(r.to_json()) + b"\n" for r in records])
-        windows.close(observer.watermark(now))
-    records = observer.finish()
-    windows.add(records, [orjson.dumps(r.to_json()) + b"\n" for r in records])
-    windows.close()
+    with Windows(run, config, int(window_s * S), observer.mark.bound_ns,
+                 since_ns=T0 - S) as windows:
+        pending = list(batches)
+        now = T0
+        while pending or observer.pending_spans:
+            now += S
+            while pending and pending[0][0] <= now:
+                arrival, batch = pending.pop(0)
+                observer.add(batch, arrival)
+            take(observer.ready(now), windows)
+            windows.close(observer.watermark(now))
+        take(observer.finish(), windows)
+        windows.close()
     return windows, observer
+
+
+def take(records, windows: Windows) -> None:
+    windows.add(records, [orjson.dumps(r.to_json()) + b"\n" for r in records])
 
 
 @pytest.mark.parametrize("window_s", [10, 60])
@@ -166,17 +170,15 @@ def test_every_call_lands_in_its_own_window_live_as_from_the_file(tmp_path, wind
 def test_a_call_later_than_the_bound_is_counted_late_not_in_a_wrong_window(tmp_path):
     run, config = run_folder(tmp_path)
     observer = Observer(1 * S, 100_000, Watermark(5 * S, 30 * S))
-    windows = Windows(run, config, 10 * S, 30 * S)
     early, stalled = genai_call("a" * 32, T0 + S, 500), genai_call("b" * 32, T0 + 2 * S, 500)
     observer.add(early, T0 + 3 * S)
-    for now in range(4, 60):  # the stalled exporter's batch comes 60 s late
-        records = observer.ready(T0 + now * S)
-        windows.add(records, [orjson.dumps(r.to_json()) + b"\n" for r in records])
-        windows.close(observer.watermark(T0 + now * S))
-    assert [w.calls for w in windows.kept] == [1]
-    observer.add(stalled, T0 + 62 * S)
-    records = observer.ready(T0 + 70 * S) + observer.ready(T0 + 80 * S)  # its other half
-    windows.add(records, [orjson.dumps(r.to_json()) + b"\n" for r in records])
+    with Windows(run, config, 10 * S, 30 * S) as windows:
+        for now in range(4, 60):  # the stalled exporter's batch comes 60 s late
+            take(observer.ready(T0 + now * S), windows)
+            windows.close(observer.watermark(T0 + now * S))
+        assert [w.calls for w in windows.kept] == [1]
+        observer.add(stalled, T0 + 62 * S)
+        take(observer.ready(T0 + 70 * S) + observer.ready(T0 + 80 * S), windows)  # other half
     assert windows.late == 1 and [w.calls for w in windows.kept] == [1]
 
 
@@ -209,3 +211,107 @@ def test_peak_hours_only_over_whole_windows_with_calls_enough():
     cut = [window(0, 12, 0.2, 2500.0, partial=True), window(10, 30, 0.5, 3000.0, partial=True)]
     sparse = [window(m, MIN_WINDOW_CALLS - 1, 0.3, 3000.0) for m in range(11, 14)]
     assert peak_over(steady + cut + sparse) is None
+    short = window(14, 60, 1.0, 250.0)  # undercounted: its slowest calls came late
+    short.late = 60
+    assert peak_over(steady + [short, short.model_copy()]) is None
+
+
+def test_the_watermark_waits_while_exports_are_refused_and_until_they_may_come_again():
+    mark = Watermark(floor_ns=5 * S, bound_ns=120 * S)
+    mark.refused(T0 + 100 * S)  # refused: its calls started at most the lag before
+    mark.refused(T0 + 110 * S)  # ... still refusing: where the refusals began
+    for now in (T0 + 110 * S, T0 + 110 * S + RETRY_GAP_NS):
+        assert mark.at(now, None) == T0 + 95 * S
+    after = T0 + 111 * S + RETRY_GAP_NS  # the retries are in (or given up): it moves on
+    assert mark.at(after, None) == after - 5 * S
+    mark.refused(T0 + 300 * S)
+    assert mark.at(T0 + 300 * S, None) == T0 + 295 * S  # a new refusal, from where it is
+    for now in range(330, 430, 30):  # refused without end: at most the bound behind
+        mark.refused(T0 + now * S)
+    assert mark.at(T0 + 420 * S, None) == T0 + 300 * S
+
+
+def test_calls_whose_export_was_refused_land_in_their_own_window(tmp_path):
+    """The receiver refuses an export while spans wait (503); the exporter sends it again 20 s
+    later. Its calls' window waits for them instead of closing without them."""
+    run, config = run_folder(tmp_path)
+    observer = Observer(8 * S, max_spans=6)  # two calls' spans wait at most
+    first = [genai_call(f"{i:032x}", T0 + i * S, 500) for i in (1, 2)]
+    refused = [genai_call(f"{i:032x}", T0 + i * S, 500) for i in (3, 4, 5)]
+    exports = {10: [s for c in first for s in c], 11: [s for c in refused for s in c]}
+    with Windows(run, config, 10 * S, observer.mark.bound_ns) as windows:
+        for now in range(10, 120):
+            batch = exports.pop(now, None)
+            if batch is not None and not observer.accepting(T0 + now * S):
+                exports[now + 20] = batch  # the exporter's retry
+            elif batch is not None:
+                observer.add(batch, T0 + now * S)
+            take(observer.ready(T0 + now * S), windows)
+            windows.close(observer.watermark(T0 + now * S))
+        take(observer.finish(), windows)
+        windows.close()
+    assert exports == {} and observer.calls == 5
+    assert windows.late == 0 and [w.calls for w in windows.kept] == [5]
+
+
+def test_a_window_finding_not_supported_by_all_calls_is_left_out(tmp_path, monkeypatch):
+    """Six minutes at 1 call/s, every tenth call 3 s long. In minutes 1 and 2 an exporter
+    stalled: half their calls, the slow ones among them, reach the file minutes later, past
+    --max-lateness, so they are late and those two windows read half the rate and a quarter
+    of the p99: the windows as written say "latency explodes at peak hours". Over all calls
+    every minute is alike, so there is no such finding."""
+    calls, stalled = [], []
+    minute = T0 - T0 % (60 * S) + 60 * S
+    for i in range(360):
+        call = genai_call(f"{i + 1:032x}", minute + i * S, 3000 if i % 10 == 0 else 500)
+        (stalled if 60 <= i < 180 and i % 2 == 0 else calls).append(call)
+    spans = tmp_path / "spans.jsonl"
+    ordered = sorted((s for c in calls for s in c), key=lambda s: s.end_ns)
+    ordered += [s for c in stalled for s in c]
+    spans.write_bytes(b"".join(orjson.dumps(s.to_json()) + b"\n" for s in ordered))
+    monkeypatch.setattr("latlab.services.observe.FILE_BATCH", 6)  # a second's spans a batch
+    result = run_observe(ObserveConfig(from_file=spans, out=tmp_path, max_lateness_s=30))
+    assert result.record.late == len(stalled) == 60
+    assert [(w.calls, w.late) for w in result.windows] == \
+        [(60, 0), (30, 30), (30, 30), (60, 0), (60, 0), (60, 0)]
+    as_written = [w.model_copy(update={"late": 0}) for w in result.windows]
+    assert "peak hours" in peak_over(as_written).title  # before their late calls came
+    assert result.peak is None and result.unsupported_peak is None  # over all calls
+    written = [orjson.loads(line) for line in
+               (result.run.path / WINDOWS).read_bytes().splitlines()]
+    assert [w["late"] for w in written] == [0, 30, 30, 0, 0, 0]
+
+
+def test_the_rolling_window_is_the_calls_that_started_in_the_last_window_length(tmp_path):
+    run, config = run_folder(tmp_path)
+    observer = Observer(1 * S, 100_000)
+    observer.add([s for i in range(30) for s in
+                  genai_call(f"{i + 1:032x}", T0 + i * S, 100 * (i + 1), ttfc_s=0.05)], T0)
+    records = observer.finish()
+    with Windows(run, config, 10 * S, 30 * S) as windows:
+        take(records[:10], windows)
+        take(records[10:], windows)  # two batches
+        roll = windows.rolling(T0 + 25 * S)  # the calls that started at 15 s to 24 s
+    assert (roll.calls, roll.failed, roll.rate) == (10, 0, 1.0)
+    shown = [r for r in records if T0 + 15 * S <= r.origin_ns < T0 + 25 * S]
+    e2e = np.array([(r.done_ns - r.sent_ns) / 1e6 for r in shown])
+    ttft = np.array([(r.first_token_ns - r.sent_ns) / 1e6 for r in shown])
+    assert roll.e2e.p50 == pytest.approx(np.percentile(e2e, 50), rel=0.02)
+    assert roll.ttft.p99 == pytest.approx(np.percentile(ttft, 99), rel=0.02)
+
+
+def test_the_check_drops_a_peak_the_windows_read_that_all_their_calls_do_not(tmp_path):
+    observer = Observer(1 * S, 100_000)
+    observer.add([s for i in range(240) for s in genai_call(  # the windows' (minutes 1 to 4)
+        f"{i + 1:032x}", T0 + (60 + i) * S, 3000 if i % 10 == 0 else 500)], T0)
+    table = as_table(observer.finish())
+    run, config = run_folder(tmp_path)
+    with Windows(run, config, 60 * S, 120 * S) as windows:
+        # As written while two minutes' slow half had not come (and was not seen late).
+        windows.kept = [window(m, 30, 0.5, 600.0) for m in (1, 2)] + \
+            [window(m, 60, 1.0, 3000.0) for m in (3, 4)]
+        windows.peak = peak_over(windows.kept)
+        assert windows.peak is not None
+        windows.check(table)
+    assert [w.late for w in windows.kept] == [30, 30, 0, 0]
+    assert windows.peak is None and "peak hours" in windows.unsupported_peak.title

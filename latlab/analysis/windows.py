@@ -68,10 +68,12 @@ def quantiles(values: np.ndarray) -> Quantiles:
 
 
 def peak_over(windows: Sequence[ObservedWindow]) -> Finding | None:
-    """The peak-hours finding over the windows kept: those whole (not `partial`: their rate
-    is every call's) with `MIN_WINDOW_CALLS` calls and an E2E p99."""
+    """The peak-hours finding over the windows kept: those whole (not `partial`, no `late`
+    calls left out: their rate and p99 are every call's) with `MIN_WINDOW_CALLS` calls and an
+    E2E p99."""
     slices = [Slice(_clock(w.start_ns), w.rate, w.e2e.p99, w.shares) for w in windows
-              if not w.partial and w.calls >= MIN_WINDOW_CALLS and w.e2e.p99 is not None]
+              if not w.partial and not w.late and w.calls >= MIN_WINDOW_CALLS
+              and w.e2e.p99 is not None]
     found = peak_finding(slices)
     return found if isinstance(found, Finding) else None
 

@@ -58,7 +58,7 @@ class ObserveConfig(SloConfig, OutputConfig):
                                     "in requests.jsonl but in no window.", "--max-lateness",
                                     group=TELEMETRY, gt=0)
     max_pending_spans: int = setting(100_000, "Spans held for traces not yet complete (about "
-                                     "2 KB each); at it, exporters are asked to retry later "
+                                     "1 KB each); at it, exporters are asked to retry later "
                                      "(503), and a file's oldest traces are explained with the "
                                      "spans they have (counted).", group=TELEMETRY, ge=1)
     keep_spans: bool = setting(False, "Also keep every span in the folder (spans.jsonl; it "
@@ -92,7 +92,10 @@ class ObservedWindow(Record):
     held in it. `partial`: the window holds the first or the last call observed, or began
     before observe did, so its count may be cut by where the observation began or ended: its
     rate is not compared with other windows'. A window with fewer than `MIN_WINDOW_CALLS`
-    calls has no findings (`findings_skipped`)."""
+    calls has no findings (`findings_skipped`). At the end each window is checked against
+    every call observed: `late`, the calls that started in it but came after it was written
+    (in requests.jsonl, in no window); `unsupported`, its findings that the same rules over
+    all its calls do not find (moved out of `findings`)."""
 
     start_ns: int
     end_ns: int
@@ -105,6 +108,8 @@ class ObservedWindow(Record):
     findings: list[WindowFinding] = []
     partial: bool = False
     findings_skipped: bool = False
+    late: int = 0
+    unsupported: list[WindowFinding] = []
 
 
 class ObserveRecord(Record):

@@ -67,7 +67,8 @@ def render(state: Any) -> Group:
 
 def window_line(w: ObservedWindow) -> str:
     """One window in a line: its calls, rate, TTFT and E2E, budget and findings."""
-    line = (f"{_clock(w)} {w.calls:,} calls ({w.rate:.3g}/s{', partial' if w.partial else ''}) "
+    marks = (", partial" if w.partial else "") + (f", {w.late:,} late" if w.late else "")
+    line = (f"{_clock(w)} {w.calls:,} calls ({w.rate:.3g}/s{marks}) "
             f"· TTFT p50 {ms(w.ttft.p50)} p99 {ms(w.ttft.p99)} · E2E p50 {ms(w.e2e.p50)} "
             f"p99 {ms(w.e2e.p99)}")
     if w.shares:
@@ -93,6 +94,10 @@ def print_observed(console: Console, result: Any) -> None:
                       f"(their spans do not say): {r.stream_unknown:,}", highlight=False)
     for note in r.notes:
         console.print(f"note: {note}", style="yellow", highlight=False)
+    for folder in result.cleared:
+        console.print(f"note: removed the open windows' scratch files an observe killed before "
+                      f"its end left in {folder} (its calls are all in its requests.jsonl)",
+                      style="yellow", highlight=False)
     if result.analysis is None:
         return
     print_summary(console, result.summary, result.run.path)
@@ -102,6 +107,10 @@ def print_observed(console: Console, result: Any) -> None:
     print_findings(console, result.analysis, unevaluated=False)
     if result.peak is not None and all(f.rule != "peak_hours" for f in result.analysis.findings):
         console.print(_finding(str(result.peak.severity), result.peak.title + " (by window)"))
+    if result.unsupported_peak is not None:
+        console.print(f"  (the windows as written read \"{result.unsupported_peak.title}\", but "
+                      "not over all their calls, the late ones included: left out)",
+                      style="dim", highlight=False)
     if result.windows:
         console.print()
         console.print(Text(f"Windows ({len(result.windows)}, windows.jsonl)", style="bold"))

@@ -22,7 +22,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 import orjson
@@ -56,11 +57,13 @@ from latlab.records.window import run_window
 from latlab.report.html import write_html
 from latlab.services.errors import InputError
 from latlab.services.observe_notes import notes_on
+from latlab.services.observe_scratch import clear_stale
 from latlab.services.observe_windows import Provisional, Rolling, Windows
 from latlab.store import RunStore, key_numbers
 
 REFRESH_S = 1.0
 FILE_BATCH = 5000  # spans read from a file between two looks at the complete traces
+TAKE_CALLS = 2000  # calls made into records, written and put in their windows at a time
 
 
 @dataclass
@@ -71,6 +74,8 @@ class ObserveResult:
     analysis: RunAnalysis | None
     windows: list[ObservedWindow]
     peak: Finding | None = None  # latency against rate over the windows
+    unsupported_peak: Finding | None = None  # ... found over the windows, not over all calls
+    cleared: list[Path] = field(default_factory=list)  # run folders a killed observe left
 
 
 @dataclass
@@ -124,10 +129,12 @@ class _Session:
     def take(self, now_ns: int, final: bool = False) -> None:
         """Write the calls complete by `now_ns` (all when `final`); close the windows the
         watermark has passed."""
-        records = self.observer.finish() if final else self.observer.ready(now_ns)
-        lines = [orjson.dumps(r.to_json(), option=orjson.OPT_APPEND_NEWLINE) for r in records]
-        self.writer.write_lines(lines)
-        self.windows.add(records, lines)
+        complete = self.observer.remaining() if final else self.observer.complete(now_ns)
+        while records := list(islice(complete, TAKE_CALLS)):
+            lines = [orjson.dumps(r.to_json(), option=orjson.OPT_APPEND_NEWLINE)
+                     for r in records]
+            self.writer.write_lines(lines)
+            self.windows.add(records, lines)
         self.windows.close(None if final else self.observer.watermark(now_ns))
 
     def record(self) -> ObserveRecord:
@@ -162,6 +169,7 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
     spans = _Spans(Observer(wait, config.max_pending_spans, mark))
     receiver = None if config.from_file is not None else _listen(config, spans)
     try:
+        cleared = clear_stale(config.out)
         run = RunFolder.create(config.out, config.name)
         settings = RunConfig(
             kind="observed", latlab_version=__version__,
@@ -172,8 +180,8 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
         run.write_config(settings)
         windows = Windows(run, settings, int(config.window_s * 1e9), mark.bound_ns,
                           since_ns=None if receiver is None else time.time_ns())
-        with run.record_writer() as writer, (open(run.path / SPANS, "ab") if config.keep_spans
-                                             else nullcontext()) as kept:
+        with windows, run.record_writer() as writer, \
+                (open(run.path / SPANS, "ab") if config.keep_spans else nullcontext()) as kept:
             spans.file = kept
             session = _Session(run, settings, config, spans, windows, writer, stop)
             if receiver is None:
@@ -188,15 +196,17 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
             receiver.__exit__(None, None, None)
     stopped = ("stopped" if stop.is_set() else
                "end of file" if config.from_file is not None else "duration")
-    return _finish(session, stopped, store)
+    result = _finish(session, stopped, store)
+    result.cleared = cleared
+    return result
 
 
 def _listen(config: ObserveConfig, spans: _Spans) -> SpanReceiver:
     ci_ranks(100, 50.0)  # its scipy import costs seconds: paid now, not at the first window
     receiver = SpanReceiver(None, config.host, config.otlp_port,
                             on_spans=lambda batch: spans.add(batch, time.time_ns()),
-                            accepting=lambda: spans.observer.pending_spans
-                            < config.max_pending_spans, events=config.keep_spans)
+                            accepting=lambda: spans.observer.accepting(time.time_ns()),
+                            events=config.keep_spans)
     try:
         return receiver.__enter__()
     except OSError as e:
@@ -251,6 +261,7 @@ def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
     trace.jsonl, observe.json, report.html, the run store."""
     run, settings, o = s.run, s.settings, s.observer
     table = run.read_table()
+    s.windows.check(table)
     starts, ends = table.origin_ns[present(table.origin_ns)], table.end_ns[present(table.end_ns)]
     record = s.record()
     if len(starts):
@@ -278,7 +289,8 @@ def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
     if len(table):
         analysis = analyze(run)
         write_html(run, analysis)
-    return ObserveResult(run, record, summary, analysis, s.windows.kept, s.windows.peak)
+    return ObserveResult(run, record, summary, analysis, s.windows.kept, s.windows.peak,
+                         s.windows.unsupported_peak)
 
 
 def _source(config: ObserveConfig) -> str:

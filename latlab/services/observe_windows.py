@@ -7,17 +7,27 @@ window was written (later than the calls before it had been, or than --max-laten
 counted late. A rolling window of the last
 `window_s` seconds before the watermark for the live view.
 
-An open window's calls wait on disk (their JSON lines, requests.jsonl's, appended to a scratch
-file of the window's as they come): memory holds a count per open window, the rolling
+At the end the windows written are checked against every call observed (`check`): a window
+whose late calls were left out is analysed again over all of its calls, and keeps only the
+findings that analysis also makes; the peak-hours finding is the rule's over the windows so
+corrected. So an undercounted window (the slowest calls are the late ones) cannot make a
+finding that the calls themselves do not support; live, the peak rule leaves out the windows
+that late calls are known to have left short.
+
+An open window's calls wait on disk (their JSON lines, requests.jsonl's, in the run folder's
+scratch directory, `observe_scratch`): memory holds a count per open window, the rolling
 window's numbers and the kept windows' one-line summaries, whatever the intake rate or the
-run's length; a window's calls are read (as columns, by DuckDB) only to analyse it.
+run's length; a window's calls are read (as columns, a segment at a time) only to analyse it.
+
+    with Windows(run, config, window_ns, bound_ns) as windows:
+        windows.add(records, lines)         # the calls complete now
+        windows.close(watermark_ns)         # the windows the watermark passed, analysed
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import orjson
@@ -27,11 +37,9 @@ from latlab.analysis.windows import analyze_window, peak_over, quantiles
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.observe import WINDOWS, ObservedWindow, Quantiles
-from latlab.records.reader import read_requests
 from latlab.records.table import RequestTable
 from latlab.records.timeline import RequestTimeline
-
-SCRATCH = ".window-{key}.jsonl"  # an open window's calls, in the run folder
+from latlab.services.observe_scratch import Scratch
 
 
 @dataclass
@@ -55,12 +63,24 @@ class Provisional:
     calls: int
 
 
-@dataclass(slots=True)
-class _Open:
-    """A window's calls so far: how many, in its scratch file."""
+@dataclass(frozen=True, slots=True)
+class _Recent:
+    """The numbers of a batch of calls, as they completed, for the rolling window."""
 
-    path: Path
-    calls: int = 0
+    start: np.ndarray  # ns
+    ttft: np.ndarray  # ms, NaN where none (failed calls too)
+    e2e: np.ndarray
+    ok: np.ndarray
+
+    @classmethod
+    def of(cls, records: list[RequestTimeline]) -> _Recent:
+        def ms(first: int | None, last: int | None, ok: bool) -> float:
+            return (last - first) / 1e6 if ok and first and last else np.nan
+
+        return cls(np.array([r.origin_ns for r in records], dtype=np.int64),
+                   np.array([ms(r.sent_ns, r.first_token_ns, r.ok) for r in records]),
+                   np.array([ms(r.sent_ns, r.done_ns, r.ok) for r in records]),
+                   np.array([r.ok for r in records], dtype=bool))
 
 
 @dataclass
@@ -72,16 +92,31 @@ class Windows:
     since_ns: int | None = None  # when observe began listening (None: a file)
     kept: list[ObservedWindow] = field(default_factory=list)
     peak: Finding | None = None
+    unsupported_peak: Finding | None = None  # the windows' peak, not held over all calls
     late: int = 0  # calls that came after their window was written
-    _open: dict[int, _Open] = field(default_factory=dict)
+    _open: dict[int, int] = field(default_factory=dict)  # the open windows' calls so far
+    _written: dict[int, ObservedWindow] = field(default_factory=dict)  # `kept`, by key
     _closed_before: int | None = None  # every window starting before this is written
     _first: int | None = None  # the window of the first call seen
-    _recent: deque = field(default_factory=deque)  # (start, ttft, e2e, ok) of the last calls
+    _recent: deque[_Recent] = field(default_factory=deque)  # the last calls' numbers
     _newest: int = 0
+    _scratch: Scratch = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._scratch = Scratch(self.run.path)
+
+    def __enter__(self) -> Windows:
+        self._scratch.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._scratch.__exit__(*exc)
 
     def add(self, records: list[RequestTimeline], lines: list[bytes]) -> None:
         """The calls complete now, and each one's JSON line (requests.jsonl's)."""
         by_window: dict[int, list[bytes]] = {}
+        undercounted = False
+        timed = [r for r in records if r.origin_ns is not None]
         for r, line in zip(records, lines):
             start = r.origin_ns
             if start is None:
@@ -89,30 +124,29 @@ class Windows:
             key = start // self.window_ns
             if self._closed_before is not None and key < self._closed_before:
                 self.late += 1
+                written = self._written.get(key)
+                if written is not None:  # it undercounts: the peak rule leaves it out
+                    written.late += 1
+                    undercounted = True
             else:
                 by_window.setdefault(key, []).append(line)
                 self._first = key if self._first is None else min(self._first, key)
-            ttft = r.first_token_ns - r.sent_ns if r.first_token_ns and r.sent_ns else None
-            e2e = r.done_ns - r.sent_ns if r.done_ns and r.sent_ns else None
-            self._recent.append((start, ttft, e2e, r.ok))
-            self._newest = max(self._newest, start)
         for key, window_lines in by_window.items():
-            window = self._open.get(key)
-            if window is None:
-                window = self._open[key] = _Open(self.run.path / SCRATCH.format(key=key))
-            with open(window.path, "ab") as f:
-                f.write(b"".join(window_lines))
-            window.calls += len(window_lines)
-        horizon = self._newest - self.bound_ns - 2 * self.window_ns  # what `rolling` may show
-        while self._recent and self._recent[0][0] < horizon:
-            self._recent.popleft()
+            self._scratch.append(key, window_lines)
+            self._open[key] = self._open.get(key, 0) + len(window_lines)
+        if undercounted:
+            self.peak = peak_over(self.kept)
+        if timed:
+            recent = _Recent.of(timed)
+            self._recent.append(recent)
+            self._newest = max(self._newest, int(recent.start.max()))
+        self._forget(self._newest - self.bound_ns - 2 * self.window_ns)  # what `rolling` shows
 
     def close(self, watermark_ns: int | None = None) -> list[ObservedWindow]:
         """Analyse and keep every window with calls that ends by `watermark_ns` (all without
         it: the observation's end), in order."""
         if watermark_ns is not None:  # what `rolling` may show from now on
-            while self._recent and self._recent[0][0] < watermark_ns - self.window_ns:
-                self._recent.popleft()
+            self._forget(watermark_ns - self.window_ns)
         if not self._open:
             return []
         last = max(self._open) if watermark_ns is None else \
@@ -126,14 +160,43 @@ class Windows:
                                        start + self.window_ns)
             window.partial = partial
             closed.append(window)
+            self._written[key] = window
         if closed:
             self._closed_before = max(last + 1, self._closed_before or 0)
             self.kept += closed
             with open(self.run.path / WINDOWS, "ab") as f:
-                f.write(b"".join(orjson.dumps(w.model_dump(mode="json"),
-                                              option=orjson.OPT_APPEND_NEWLINE) for w in closed))
+                f.write(_lines(closed))
             self.peak = peak_over(self.kept)
         return closed
+
+    def check(self, table: RequestTable) -> None:
+        """Check the windows written against `table`, every call observed (requests.jsonl,
+        the late ones included), and rewrite windows.jsonl with what holds."""
+        order = np.argsort(table.origin_ns, kind="stable")
+        starts = table.origin_ns[order]
+        every = []  # each window over all of its calls
+        for w in self.kept:
+            first, end = np.searchsorted(starts, [w.start_ns, w.end_ns])
+            w.late = max(0, int(end - first) - w.calls)
+            if not w.late:
+                every.append(w)
+                continue
+            full, _ = analyze_window(self.run, self.config, table.take(order[first:end]),
+                                     w.start_ns, w.end_ns)
+            full.partial = w.partial
+            held = {f.rule for f in full.findings}
+            w.unsupported = [f for f in w.findings if f.rule not in held]
+            w.findings = [f for f in w.findings if f.rule in held]
+            every.append(full)
+        found = peak_over(every)
+        if self.peak is not None and found is None:
+            self.unsupported_peak = self.peak
+        self.peak = found
+        written = self.run.path / WINDOWS
+        if self.kept:
+            scratch = written.with_name(WINDOWS + ".checked")
+            scratch.write_bytes(_lines(self.kept))
+            scratch.replace(written)
 
     def provisional(self, now_ns: int) -> Provisional | None:
         """The latest window that has ended by `now_ns` and is not written yet."""
@@ -141,31 +204,36 @@ class Windows:
         if not ended:
             return None
         key = max(ended)
-        return Provisional(key * self.window_ns, (key + 1) * self.window_ns,
-                           self._open[key].calls)
+        return Provisional(key * self.window_ns, (key + 1) * self.window_ns, self._open[key])
 
     def _table(self, key: int) -> RequestTable:
-        """A window's calls as columns, parsed by the run's own reader (DuckDB) from its
-        scratch file, in start order: the window is the same whatever order its calls
-        arrived in."""
-        scratch = self._open.pop(key).path
-        try:
-            table = read_requests(scratch)
-        finally:
-            scratch.unlink()
+        """A window's calls as columns, in start order: the window is the same whatever order
+        its calls arrived in."""
+        del self._open[key]
+        table = self._scratch.take(key)
         return table.take(np.argsort(table.origin_ns, kind="stable"))
 
     def rolling(self, watermark_ns: int) -> Rolling:
         """The calls that started in the window's length before the watermark."""
         start = watermark_ns - self.window_ns
-        while self._recent and self._recent[0][0] < start - self.window_ns:
-            self._recent.popleft()
-        rows = [row for row in self._recent if start <= row[0] < watermark_ns]
-        ok = [row for row in rows if row[3]]
+        self._forget(start - self.window_ns)
         seconds = self.window_ns / 1e9
+        if not self._recent:
+            return Rolling(seconds, 0, 0, 0.0, Quantiles(), Quantiles())
+        batches = list(self._recent)
+        starts = np.concatenate([b.start for b in batches])
+        chosen = (starts >= start) & (starts < watermark_ns)
+        calls, ok = int(chosen.sum()), int((chosen & np.concatenate([b.ok for b in batches])).sum())
+        return Rolling(seconds, calls, calls - ok, calls / seconds,
+                       quantiles(np.concatenate([b.ttft for b in batches])[chosen]),
+                       quantiles(np.concatenate([b.e2e for b in batches])[chosen]))
 
-        def ms(i: int) -> np.ndarray:
-            return np.asarray([row[i] / 1e6 for row in ok if row[i] is not None], dtype=float)
+    def _forget(self, before_ns: int) -> None:
+        """Drop the batches of calls that all started before `before_ns`."""
+        while self._recent and self._recent[0].start.max() < before_ns:
+            self._recent.popleft()
 
-        return Rolling(seconds, len(rows), len(rows) - len(ok), len(rows) / seconds,
-                       quantiles(ms(1)), quantiles(ms(2)))
+
+def _lines(windows: list[ObservedWindow]) -> bytes:
+    return b"".join(orjson.dumps(w.model_dump(mode="json"), option=orjson.OPT_APPEND_NEWLINE)
+                    for w in windows)

@@ -15,7 +15,9 @@ waiting give the `watermark`: the start time before which every call is in (`wat
     observer = Observer(TraceWait(), max_spans=200_000, mark=Watermark(5e9, 120e9))
     observer.add(spans, now_ns)            # from the receiver's thread
     records = observer.ready(now_ns)       # complete calls, from the main thread
+    for record in observer.complete(now_ns): ...   # ... or one at a time
     observer.watermark(now_ns)             # calls that started before it are all in
+    observer.accepting(now_ns)             # False: refuse the export (503), it comes again
     records += observer.finish()           # at the end: everything still waiting
 
 `now_ns` is the clock traces are quiet by: the arrival time live; a file's span end times.
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from latlab.load.telemetry.calls import Call, calls_of, joined, record_of, steps_of, streamed
@@ -74,7 +76,10 @@ class Observer:
         self._pending: OrderedDict[str, _Waiting] = OrderedDict()  # the quiet longest first
         self._held = 0
         self._halves: OrderedDict[str, _Half] = OrderedDict()
-        self._explained: OrderedDict[str, int] = OrderedDict()  # trace → its last arrival
+        # Trace → its last arrival, by the id's hash: the id's own string was made with its
+        # spans, and keeping it would keep their memory pages from being reused (two ids of one
+        # 64-bit hash would at worst count a split too many).
+        self._explained: OrderedDict[int, int] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -88,7 +93,7 @@ class Observer:
                 entry = self._pending.pop(s.trace_id, None)
                 if entry is None:
                     entry = _Waiting([], now_ns, now_ns, s.start_ns)
-                    explained = self._explained.pop(s.trace_id, None)
+                    explained = self._explained.pop(hash(s.trace_id), None)
                     if explained is not None:
                         self.wait.split(now_ns - explained)
                 else:
@@ -100,50 +105,70 @@ class Observer:
                 self._held += 1
                 self.spans += 1
 
+    def accepting(self, now_ns: int) -> bool:
+        """Whether to take more spans at `now_ns`: not while `max_spans` wait (the exporter is
+        asked to send them again later, and the watermark waits for them)."""
+        if self._held < self.max_spans:
+            return True
+        with self._lock:
+            self.mark.refused(now_ns)
+        return False
+
     def watermark(self, now_ns: int) -> int:
         """The start time before which every call is in, at `now_ns` (`Watermark.at`)."""
         with self._lock:
             starts = [w.start_ns for w in self._pending.values()]
-        starts += [half.start_ns for half in self._halves.values()]
-        return self.mark.at(now_ns, min(starts, default=None))
+            starts += [half.start_ns for half in self._halves.values()]
+            return self.mark.at(now_ns, min(starts, default=None))
 
     def ready(self, now_ns: int) -> list[RequestTimeline]:
         """The calls of every trace quiet for the trace wait (and of the oldest beyond the
         memory bound), and the halves that waited long enough for their other half."""
-        complete = []
-        wait = self.wait.ns
-        with self._lock:
-            while self._pending:
-                trace_id, waiting = next(iter(self._pending.items()))
-                over = self._held > self.max_spans
-                if waiting.last_ns + wait > now_ns and not over:
-                    break
-                del self._pending[trace_id]
-                self._held -= len(waiting.spans)
-                complete.append(waiting)
-                if waiting.last_ns + wait > now_ns:
-                    self.forced += 1  # its later spans are the memory bound's, not the wait's
-                    continue
-                self._explained[trace_id] = waiting.last_ns
-                if len(self._explained) > EXPLAINED_KEPT:
-                    self._explained.popitem(last=False)
-            self.wait.traces += len(complete)
-        out = [r for waiting in complete for r in self._trace(waiting, now_ns)]
+        return list(self.complete(now_ns))
+
+    def finish(self) -> list[RequestTimeline]:
+        """Every call still waiting, with the spans it has."""
+        return list(self.remaining())
+
+    def complete(self, now_ns: int) -> Iterator[RequestTimeline]:
+        """`ready`'s calls a trace at a time: each trace's spans are let go as its calls are
+        made, so a backlog (the first traces wait 10 s) is never held twice."""
+        while (waiting := self._quiet(now_ns)) is not None:
+            yield from self._trace(waiting, now_ns)
         while self._halves:
             key, half = next(iter(self._halves.items()))
             if half.due_ns > now_ns:
                 break
             del self._halves[key]
-            out.append(self._record(half.call, half.first_ns))
-        return out
+            yield self._record(half.call, half.first_ns)
 
-    def finish(self) -> list[RequestTimeline]:
-        """Every call still waiting, with the spans it has."""
-        far = 1 << 62
-        out = self.ready(far)
-        out += [self._record(half.call, half.first_ns) for half in self._halves.values()]
-        self._halves.clear()
-        return out
+    def remaining(self) -> Iterator[RequestTimeline]:
+        """`finish`'s calls, a trace at a time."""
+        yield from self.complete(1 << 62)
+        while self._halves:
+            _, half = self._halves.popitem(last=False)
+            yield self._record(half.call, half.first_ns)
+
+    def _quiet(self, now_ns: int) -> _Waiting | None:
+        """The trace quiet the longest, taken out, if it has been quiet for the trace wait
+        (or the memory bound is passed)."""
+        with self._lock:
+            if not self._pending:
+                return None
+            trace_id, waiting = next(iter(self._pending.items()))
+            quiet = waiting.last_ns + self.wait.ns <= now_ns
+            if not quiet and self._held <= self.max_spans:
+                return None
+            del self._pending[trace_id]
+            self._held -= len(waiting.spans)
+            self.wait.traces += 1
+            if not quiet:
+                self.forced += 1  # its later spans are the memory bound's, not the wait's
+                return waiting
+            self._explained[hash(trace_id)] = waiting.last_ns
+            if len(self._explained) > EXPLAINED_KEPT:
+                self._explained.popitem(last=False)
+            return waiting
 
     def _trace(self, waiting: _Waiting, now_ns: int) -> list[RequestTimeline]:
         self.traces += 1

@@ -146,8 +146,9 @@ def spans_of(message: ExportTraceServiceRequest, events: bool = True) -> Iterato
         service = str(service) if service is not None else None
         for scope_spans in resource_spans.scope_spans:
             for s in scope_spans.spans:
-                yield Span(s.trace_id.hex(), s.span_id.hex(), s.name, s.start_time_unix_nano,
-                           s.end_time_unix_nano, s.parent_span_id.hex() or None,
+                yield Span(s.trace_id.hex(), s.span_id.hex(), _shared(s.name),
+                           s.start_time_unix_nano, s.end_time_unix_nano,
+                           s.parent_span_id.hex() or None,
                            KINDS.get(s.kind), _attributes(s.attributes),
                            [SpanEvent(e.name, e.time_unix_nano, _attributes(e.attributes))
                             for e in s.events] if events else [], service,
@@ -159,11 +160,22 @@ def _attributes(pairs: Any) -> dict[str, Any]:
     for kv in pairs:
         v = kv.value
         which = v.WhichOneof("value")
-        out[kv.key] = getattr(v, which) if which in _SCALARS else _value(v)
+        out[_shared(kv.key)] = getattr(v, which) if which in _SCALARS else _value(v)
     return out
 
 
 _SCALARS = frozenset({"string_value", "int_value", "double_value", "bool_value"})
+_NAMES: dict[str, str] = {}
+MAX_NAMES = 10_000
+
+
+def _shared(name: str) -> str:
+    """One string object per attribute key or span name (protobuf gives a new one each time:
+    a span waiting in `latlab observe` held its keys' copies, a third of its memory); at most
+    `MAX_NAMES` kept, for a sender whose names never repeat."""
+    if len(_NAMES) < MAX_NAMES:
+        return _NAMES.setdefault(name, name)
+    return _NAMES.get(name, name)
 
 
 def _value(v: AnyValue) -> Any:

@@ -1,0 +1,103 @@
+"""Where `latlab observe` keeps its open windows' calls until they close: on disk, in the run
+folder's `.open-windows/`, so that memory does not grow with the calls a window holds.
+
+Each window's calls (their JSON lines, requests.jsonl's) are appended to segment files of at
+most `SEGMENT_CALLS` calls; a closing window is read back a segment at a time (by the run's
+own reader, DuckDB), so that parsing never holds more than a segment's text, and its files
+are removed. The directory goes when observe ends (the duration, Ctrl-C, SIGTERM, an
+error). A process killed outright (SIGKILL, out of memory) leaves it: the next observe with
+the same --out removes what a dead observe left (`clear_stale`; it holds no call that is not
+in its run's requests.jsonl). A live observe holds a lock on its directory's `lock` file,
+which the system releases when its process dies, so only a dead one's is removed.
+
+    with Scratch(run.path) as scratch:
+        scratch.append(key, lines)          # the calls of window `key`, as they come
+        table = scratch.take(key)           # its calls as columns; its files removed
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from latlab.records.reader import read_requests
+from latlab.records.table import RequestTable
+
+DIRECTORY = ".open-windows"
+LOCK = "lock"
+SEGMENT_CALLS = 10_000  # calls per file: what one parse holds (about 9 MB of JSON lines)
+
+
+@dataclass(slots=True)
+class _Segments:
+    files: list[Path] = field(default_factory=list)
+    in_last: int = 0  # calls in the last file
+
+
+class Scratch:
+    def __init__(self, run_path: Path) -> None:
+        self.path = run_path / DIRECTORY
+        self._windows: dict[int, _Segments] = {}
+        self._lock: int | None = None
+
+    def __enter__(self) -> Scratch:
+        # Locked before it has its name: `clear_stale` never sees it unlocked.
+        making = self.path.with_name(f"{DIRECTORY}.{os.getpid()}")
+        making.mkdir()
+        self._lock = os.open(making / LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        making.rename(self.path)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+        if self._lock is not None:
+            os.close(self._lock)  # releases the lock
+            self._lock = None
+        self._windows.clear()
+
+    def append(self, key: int, lines: list[bytes]) -> None:
+        """The calls `lines` (JSON lines) of window `key`."""
+        segments = self._windows.setdefault(key, _Segments())
+        while lines:
+            if not segments.files or segments.in_last >= SEGMENT_CALLS:
+                segments.files.append(self.path / f"{key}-{len(segments.files)}.jsonl")
+                segments.in_last = 0
+            room = SEGMENT_CALLS - segments.in_last
+            with open(segments.files[-1], "ab") as f:
+                f.write(b"".join(lines[:room]))
+            segments.in_last += len(lines[:room])
+            lines = lines[room:]
+
+    def take(self, key: int) -> RequestTable:
+        """Window `key`'s calls as columns, in the order they came; its files removed."""
+        files = self._windows.pop(key).files
+        try:
+            tables = [read_requests(path) for path in files]
+        finally:
+            for path in files:
+                path.unlink(missing_ok=True)
+        return tables[0] if len(tables) == 1 else RequestTable.concat(tables)
+
+
+def clear_stale(out: Path) -> list[Path]:
+    """Remove the open-window directories that observes no longer running left in the run
+    folders of `out`; the run folders they were in."""
+    cleared = []
+    for directory in sorted(out.glob(f"*/{DIRECTORY}")):
+        try:
+            lock = os.open(directory / LOCK, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # its observe is running
+            continue
+        finally:
+            os.close(lock)
+        shutil.rmtree(directory, ignore_errors=True)
+        cleared.append(directory.parent)
+    return cleared
