@@ -2,6 +2,8 @@
 settings are screened on paired draws, the best predicted gain is verified with ab, and
 tune.json says what was predicted, measured, and whether the two agree."""
 
+from pathlib import Path
+
 import orjson
 from typer.testing import CliRunner
 
@@ -26,14 +28,22 @@ def test_tune_screens_in_the_simulator_and_measures_the_best_predicted_gain(tmp_
     args = {c.args for c in record.candidates}
     assert "--model tiny --max-num-seqs 8" in args and "--model tiny --max-num-seqs 1" in args
     assert "--model tiny --max-num-seqs 2 --max-num-batched-tokens 64" in args
-    predicted = [c.predicted for c in record.candidates]
-    assert predicted == sorted(predicted, reverse=True)  # best predicted first
+    shares = [c.share for c in record.candidates]
+    assert shares == sorted(shares, reverse=True)  # the best gain first
     assert all(c.predicted_lo <= c.predicted <= c.predicted_hi for c in record.candidates)
+    # 8 sequences where the run only ever batched 2: steps the calibration never timed, so
+    # one real run screens it instead of the simulator
+    eight = next(c for c in record.candidates if c.args == "--model tiny --max-num-seqs 8")
+    assert eight.screened == "run" and "never timed" in eight.unseen
+    assert (Path(eight.screen_run) / "summary.json").is_file()
+    one = next(c for c in record.candidates if c.args == "--model tiny --max-num-seqs 1")
+    assert one.screened == "simulation" and one.unseen is None
     gains = [c for c in record.candidates if c.change > 0]
-    if gains:  # the best predicted gain is measured, and set against its prediction
+    if gains:  # the best gain is measured with ab, and set against its prediction
         best = gains[0]
         assert best.ab_folder is not None and best.measured is not None
-        assert best.agrees is not None and best.verdict is not None
+        assert best.verdict is not None
+        assert (best.agrees is not None) == (best.screened == "simulation")
     assert all(c.ab_folder is None for c in record.candidates if c.change <= 0)
     assert record.baseline_run and record.start_goodput is not None
     assert record.start_predicted is not None

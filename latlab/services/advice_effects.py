@@ -4,7 +4,8 @@ again with the setting changed, both sides in the same drawn worlds, so the chan
 on the finding's metric has its own interval; a suggestion predicted to make that metric or
 the output rate worse is taken out of the fix, and every one that stays carries its
 predicted effect and the `latlab ab` command that measures it (one predicted to change
-nothing is left out too).
+nothing is left out too). A setting that would make the server run steps its calibration
+never timed (`calibration_reach`) is not predicted: it carries the `latlab ab` alone.
 
     annotate(analysis, cal)     # cal None: fitted from the run folder, when it can be
 """
@@ -27,6 +28,7 @@ from latlab.records.calibration import Calibration
 from latlab.records.config import RunConfig
 from latlab.records.engine import SHAPE_FIELDS
 from latlab.records.simulation import Fleet
+from latlab.services.calibration_reach import unseen
 from latlab.services.predict_intervals import Intervals, reseeded, run_draws
 from latlab.sim import calibration as calibrations
 from latlab.sim.calibrate_run import CalibrationError
@@ -204,14 +206,19 @@ def _test(f: Finding, analysis: RunAnalysis, cal: Calibration, fleet: Fleet,
         if advice.change is None:
             kept.append(advice)
             continue
-        effect = predict_effect(cal, analysis.config, fleet, advice.change, f.metric, draws)
+        reason = unseen(cal, analysis, advice.change)
+        effect = None if reason is not None else predict_effect(
+            cal, analysis.config, fleet, advice.change, f.metric, draws)
         if effect is not None and effect.verdict in ("worse", "no effect"):
             notes.append(f"not advised: {effect.line()}")
             continue
         kept.append(advice)
-        notes.append(effect.line() if effect is not None else
-                     f"no predicted effect for `{advice.change.args}`: the simulation gives "
-                     f"no {f.metric[0]} {f.metric[1]}")
+        if reason is not None:  # the simulator would extrapolate: measure, do not guess
+            notes.append(f"not predicted for `{advice.change.args}`: {reason}")
+        else:
+            notes.append(effect.line() if effect is not None else
+                         f"not predicted for `{advice.change.args}`: the simulation gives "
+                         f"no {f.metric[0]} {f.metric[1]}")
         notes.append(f"measure it: {ab_command(analysis, advice.change)}")
     f.fix, f.tries = joined(*kept)
     f.notes += notes
@@ -219,4 +226,5 @@ def _test(f: Finding, analysis: RunAnalysis, cal: Calibration, fleet: Fleet,
 
 def predicted(findings: Sequence[Finding]) -> bool:
     """Whether any finding's advice was tested."""
-    return any(n.startswith(("predicted", "not advised")) for f in findings for n in f.notes)
+    return any(n.startswith(("predicted", "not advised", "not predicted"))
+               for f in findings for n in f.notes)
