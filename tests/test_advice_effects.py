@@ -2,7 +2,11 @@
 calibration, on paired draws; one predicted to hurt is left out of the fix, and every one kept
 carries its predicted effect and a `latlab ab` that measures it."""
 
+import os
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +16,7 @@ from latlab.analysis.findings import Advice, Change, Finding, Severity
 from latlab.records.bench import BenchConfig
 from latlab.services.advice_effects import Effect, annotate, changed, run_calibration
 from latlab.services.bench import run_bench
+from latlab.services.calibration_reach import unseen
 
 
 def test_a_change_replaces_the_options_it_names_under_either_spelling():
@@ -104,3 +109,44 @@ def test_a_predicted_effect_is_judged_on_its_interval_and_the_output_rate():
     assert effect(-40, 10).verdict == "can't tell" and effect(0, 0).verdict == "no effect"
     # a shorter stall bought with a fifth of the output rate is no improvement
     assert effect(-40, -5, output=-0.2).verdict == "worse"
+
+
+LLAMA_SERVER = Path(os.environ.get("LATLAB_LLAMA_SERVER", "/work/build/llama-server"))
+
+
+@pytest.mark.skipif(not LLAMA_SERVER.is_file(), reason=f"no llama-server at {LLAMA_SERVER} "
+                    "(build it as scripts/llamacpp.sh says, or set LATLAB_LLAMA_SERVER)")
+def test_on_llama_server_a_batch_its_run_never_timed_is_measured_not_predicted(tmp_path):
+    """Last session `-b 64 -ub 64` was predicted +7 % output tokens/s on llama-server and
+    measured −71 %: a calibration fitted at the default -b 2048 never timed a 64-token batch."""
+    model = tmp_path / "model"
+    subprocess.run([sys.executable, "-m", "latlab", "model", "export", str(model), "--model",
+                    "tiny", "--gguf"], check=True, capture_output=True, timeout=300)
+    launch = (f"{LLAMA_SERVER} -m {model / 'model.gguf'} --host 127.0.0.1 --port {{port}} "
+              "-t 1 -c 2048 {args}")
+    result = run_bench(BenchConfig(launch=launch, serve_args="-np 2", users=4, requests=24,
+                                   out=tmp_path / "runs",
+                                   workload={"prompt_tokens": 400, "output_tokens": "fixed:16"}))
+    assert not result.failed, result.message
+    a = analyze(result.run)
+    cal = run_calibration(a)
+    assert cal.source == "run" and cal.engine.max_num_seqs == 2  # its /props: 2 slots
+
+    def change(knob, value, args):
+        return Change(knob, value, "llamacpp", args)
+
+    assert "a step of 64" in unseen(cal, a, change("step_tokens", 64, "-b 64 -ub 64"))
+    assert unseen(cal, a, change("step_tokens", 256, "-b 256 -ub 256")) is None
+    assert "at most 2" in unseen(cal, a, change("max_num_seqs", 4, "-np 4"))
+    assert unseen(cal, a, change("max_num_seqs", 1, "-np 1")) is None
+    small = Advice("a smaller batch", change("step_tokens", 64, "-b 64 -ub 64"))
+    f = Finding("test", Severity.INFO, "t", [], "w", "", 0.5, tries=[small],
+                metric=("itl", "p99"))
+    a.findings = [f]
+    annotate(a, draws=2)
+    assert small in f.tries  # kept, with no number: the ab that measures it instead
+    assert f.notes[0].startswith("not predicted for `-b 64 -ub 64`")
+    words = shlex.split(f.notes[1].removeprefix("measure it: "))
+    assert words[words.index("--launch") + 1] == launch
+    assert words[words.index("--a") + 1] == "-np 2"
+    assert words[words.index("--b") + 1] == "-np 2 -b 64 -ub 64"

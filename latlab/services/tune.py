@@ -29,7 +29,7 @@ import numpy as np
 from rich.console import Console
 
 from latlab.analysis import analyze
-from latlab.analysis.advice import FLAGS, server_of, shares_prefixes, with_args
+from latlab.analysis.advice import FLAGS, launch_option, server_of, shares_prefixes, with_args
 from latlab.analysis.findings import Change, Knob
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.load import BenchError
@@ -53,7 +53,6 @@ COMBINED = 2  # the best values of each knob combined with each other's
 LEVEL = 0.9
 AB_OVERHEAD = 1.3  # an ab round's runs against the baseline run's wall time (server starts)
 START_SLACK = 0.1  # beyond the start's predicted interval, the measured start disagrees
-CONTEXT_FLAGS = ("-c", "--ctx-size")  # llama.cpp's whole context, split between its slots
 
 Knobs = dict[Knob, int | bool]
 
@@ -144,7 +143,7 @@ def _candidates(config: TuneConfig, a: RunAnalysis, kind: str | None, start: str
                 ) -> list[tuple[Knobs, str]]:
     """Every value of each knob the server has a flag for, one knob at a time."""
     now = _now(a, kind)
-    context = _context(a, kind, start)
+    context = _context(a, kind)
     values: dict[Knob, list[int | bool]] = {
         "max_num_seqs": [n for n in config.max_num_seqs if _fits(n, a, context)],
         "step_tokens": list(config.step_tokens),
@@ -183,17 +182,15 @@ def _valid(knobs: Knobs, now: dict[Knob, int | bool | None], kind: str | None) -
                                     and budget < seqs)
 
 
-def _context(a: RunAnalysis, kind: str | None, start: str) -> int | None:
-    """llama.cpp's whole context (tokens), which its slots split: `-c` in the launch command
-    or the starting arguments, else the slots the server said times each one's context (None:
-    another server, or one that did not say)."""
+def _context(a: RunAnalysis, kind: str | None) -> int | None:
+    """llama.cpp's whole context (tokens), which its slots split: `-c` on the command it was
+    launched with, else the slots the server said times each one's context (None: another
+    server, or one that did not say)."""
     if kind != "llamacpp":
         return None
-    launch = a.config.target.launch or ""
-    tokens = shlex.split(launch.replace("{args}", "")) + shlex.split(start)
-    given = [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t in CONTEXT_FLAGS]
-    if given and given[-1].isdigit() and int(given[-1]) > 0:
-        return int(given[-1])
+    given = launch_option(a, "-c")
+    if given is not None and given.isdigit() and int(given) > 0:
+        return int(given)
     settings = a.config.target.settings
     props = settings.raw.get("/props") if settings is not None else None
     if not isinstance(props, dict) or not settings.max_num_seqs:
