@@ -3,8 +3,7 @@ real `latlab ab` of every "try first" it printed that names a setting: the start
 start with that setting. Prints, side by side, what was predicted (or why it was not) and
 what ab measured of the finding's metric and of output tokens/s, with the host's load.
 
-    python benchmarks/advice_holds.py --serve-args "--model tiny --max-num-seqs 4" \
-        --users 4 --prompt-tokens 1024 --output-tokens fixed:64
+    python benchmarks/advice_holds.py --users 4           # latlab serve, as `latlab bench`
     python benchmarks/advice_holds.py \
         --launch "/work/build/llama-server -m M -t 1 -c 8192 --port {port} {args}" \
         --serve-args "-np 4" --users 4 --prompt-tokens 1024 --output-tokens fixed:64
@@ -94,9 +93,12 @@ def measure(tried: Tried, start: str, bench: BenchConfig, args: argparse.Namespa
                     min(len(done.analyses[s]) for s in ("A", "B")), str(done.folder))
 
 
-def holds(tried: Tried, m: Measured) -> bool:
-    """A printed suggestion holds when its metric got better; one left out, when it did not."""
-    return m.metric_verdict == "better" if tried.printed else m.metric_verdict != "better"
+def holds(tried: Tried, m: Measured) -> str:
+    """"yes" when a printed suggestion made its metric better (one left out: when it did
+    not), "undecided" when ab could not tell, else "no"."""
+    if m.metric_verdict == "can't tell":
+        return "undecided"
+    return "yes" if (m.metric_verdict == "better") == tried.printed else "no"
 
 
 def main() -> None:
@@ -105,8 +107,8 @@ def main() -> None:
     parser.add_argument("--serve-args", default="", help="the start: latlab serve's "
                         "arguments, or the --launch command's {args}")
     parser.add_argument("--users", type=int, default=4)
-    parser.add_argument("--prompt-tokens", default="1024")
-    parser.add_argument("--output-tokens", default="fixed:64")
+    parser.add_argument("--prompt-tokens", help="default: bench's")
+    parser.add_argument("--output-tokens", help="default: bench's")
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-rounds", type=int, default=3)
@@ -116,11 +118,11 @@ def main() -> None:
     args = parser.parse_args()
     interrupt_on_sigterm()
     started, load_before = time.monotonic(), load()
+    workload = {k: v for k, v in (("prompt_tokens", args.prompt_tokens),
+                                  ("output_tokens", args.output_tokens)) if v is not None}
     bench = BenchConfig.model_validate({
         "serve_args": args.serve_args, "launch": args.launch, "duration_s": args.duration,
-        "out": args.out, "arrivals": {"users": args.users},
-        "workload": {"prompt_tokens": args.prompt_tokens,
-                     "output_tokens": args.output_tokens}})
+        "out": args.out, "arrivals": {"users": args.users}, "workload": workload})
     result = run_bench(bench.model_copy(update={"name": "advice"}), console=console(stderr=True),
                        test_advice=True)
     if result.analysis is None:
@@ -142,10 +144,11 @@ def main() -> None:
         print(f"  measured: {name} {_ms(m.metric_a)} → {_ms(m.metric_b)} ({m.metric_verdict}); "
               f"output tok/s {_n(m.output_a)} → {_n(m.output_b)} ({m.output_verdict}); "
               f"{m.rounds} rounds a side; {m.folder}")
-        print(f"  holds:    {'yes' if holds(t, m) else 'NO'}; load {load()}")
-    held = sum(holds(t, m) for t, m in rows)
-    print(f"\n{held} of {len(rows)} hold; {time.monotonic() - started:.0f} s; load "
-          f"{load_before} before, {load()} after")
+        print(f"  holds:    {holds(t, m)}; load {load()}")
+    told = [holds(t, m) for t, m in rows]
+    print(f"\n{told.count('yes')} of {len(rows)} hold, {told.count('undecided')} undecided "
+          f"(ab could not tell), {told.count('no')} do not; {time.monotonic() - started:.0f} s; "
+          f"load {load_before} before, {load()} after")
 
 
 def _ms(value: float | None) -> str:

@@ -154,10 +154,10 @@ def test_tune_on_llama_server_measures_what_its_calibration_has_not_seen(tmp_pat
     # -c 2048 split 16 ways leaves 128 tokens a slot: less than a request needs, not tried
     assert "-np 16" not in by_args and "-np 1" in by_args
     assert by_args["-np 1"].screened == "simulation"
-    for args in ("-np 4", "-b 32 -ub 32"):
+    for args in ("-np 4", "-np 2 -b 32 -ub 32"):
         c = by_args[args]
         assert c.screened == "run" and c.unseen, args
         assert (Path(c.screen_run) / "server.log").is_file()  # a real llama-server run
-    assert by_args["-b 256 -ub 256"].screened == "simulation"
+    assert by_args["-np 2 -b 256 -ub 256"].screened == "simulation"
     verified = [c for c in record.candidates if c.verdict is not None]
     assert len(verified) <= 1 and all(c.ab_folder for c in verified)
