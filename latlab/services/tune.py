@@ -331,7 +331,8 @@ def _verify(record: TuneRecord, config: TuneConfig, err: Console, base_wall: flo
         err.print(f"verifying with ab: {c.args}", style="dim", highlight=False, markup=False)
         ab = ABConfig(a=record.start, b=c.args, rounds=config.rounds,
                       max_rounds=max(config.rounds, config.max_rounds),
-                      max_time=max(left - per_ab, 1.0), bench=config.bench)
+                      max_time=max(left - per_ab, 1.0), bench=config.bench,
+                      decide_on=("goodput",))  # more rounds only while goodput is open
         try:
             done = run_ab(ab, err)
             if not all(done.analyses[side] for side in SIDES):  # Ctrl-C before a whole round
