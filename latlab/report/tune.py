@@ -32,6 +32,8 @@ def print_tune(out: Console, r: TuneRecord) -> None:
                                 f"{_rate(best.measured)}"
                                 + (f" ({100 * gain:+.0f}%)" if gain is not None else "")
                                 + " measured with ab"), highlight=False)
+    elif not any(c.change > 0 for c in r.candidates):
+        out.print(Text("no setting gained goodput in screening: keep the start", style="bold"))
     elif not any(c.verdict is not None for c in r.candidates):
         out.print(Text("no setting was measured (--verify 0, or the budget ran out): the "
                        "predictions below are untested", style="bold"))
