@@ -110,29 +110,33 @@ def run_tune(config: TuneConfig, err: Console) -> TuneResult:
                           base_wall, started, err)
     with remembered_interrupts() as pressed:
         try:
-            start_draws = _screen(record, candidates, screening, folder)
-            tail = (1 - LEVEL) / 2
-            record.start_predicted = float(np.median(start_draws))
-            lo, hi = np.quantile(start_draws, tail), np.quantile(start_draws, 1 - tail)
-            measured = record.start_goodput or 0.0
-            if not lo * (1 - START_SLACK) <= measured <= hi * (1 + START_SLACK):
-                record.notes.append(
-                    f"the simulation disagrees with the start itself: it predicts {lo:.2f}–"
-                    f"{hi:.2f} req/s of goodput, {measured:.2f} was measured; its ranking is a "
-                    "guess here (a busy host, or a server the calibration does not describe): "
-                    "go by what ab measured")
+            _check_start(record, _screen(record, candidates, screening, folder))
             write_json(folder / TUNE_JSON, record)
             _verify(record, config, err, base_wall, started, folder)
         except KeyboardInterrupt:
             record.interrupted = True
         if pressed():
             record.interrupted = True
-    measured = [c for c in record.candidates if c.verdict == "better"]
-    if measured:
-        record.best = max(measured, key=lambda c: c.measured or 0.0).args
+    better = [c for c in record.candidates if c.verdict == "better"]
+    if better:
+        record.best = max(better, key=lambda c: c.measured or 0.0).args
     record.wall_s = time.monotonic() - started
     write_json(folder / TUNE_JSON, record)
     return TuneResult(folder, record)
+
+
+def _check_start(record: TuneRecord, start_draws: np.ndarray) -> None:
+    """The simulated start against the measured one: a note where they disagree."""
+    tail = (1 - LEVEL) / 2
+    record.start_predicted = float(np.median(start_draws))
+    lo, hi = np.quantile(start_draws, tail), np.quantile(start_draws, 1 - tail)
+    measured = record.start_goodput or 0.0
+    if not lo * (1 - START_SLACK) <= measured <= hi * (1 + START_SLACK):
+        record.notes.append(
+            f"the simulation disagrees with the start itself: it predicts {lo:.2f}–{hi:.2f} "
+            f"req/s of goodput, {measured:.2f} was measured; its ranking is a guess here (a "
+            "busy host, or a server the calibration does not describe): go by what ab "
+            "measured")
 
 
 def _goodput(summary: RunSummary) -> float | None:
