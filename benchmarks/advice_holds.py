@@ -52,6 +52,7 @@ class Measured:
     output_a: float | None
     output_b: float | None
     output_verdict: str
+    ttft: str  # TTFT p50 A → B (verdict): the trade beside a metric of the decode
     rounds: int
     folder: str
 
@@ -87,9 +88,11 @@ def measure(tried: Tried, start: str, bench: BenchConfig, args: argparse.Namespa
     key = f"{tried.metric[1]}_{tried.metric[0]}"
     metric = comparison.change(key)
     output = comparison.change("output_tokens_per_s")
+    ttft = comparison.change("p50_ttft")
     return Measured(metric.a if metric else None, metric.b if metric else None,
                     metric.verdict if metric else "–", output.a if output else None,
                     output.b if output else None, output.verdict if output else "–",
+                    f"{_ms(ttft.a)} → {_ms(ttft.b)} ({ttft.verdict})" if ttft else "–",
                     min(len(done.analyses[s]) for s in ("A", "B")), str(done.folder))
 
 
@@ -143,7 +146,7 @@ def main() -> None:
         print(f"  said:     {t.said or '(nothing)'}")
         print(f"  measured: {name} {_ms(m.metric_a)} → {_ms(m.metric_b)} ({m.metric_verdict}); "
               f"output tok/s {_n(m.output_a)} → {_n(m.output_b)} ({m.output_verdict}); "
-              f"{m.rounds} rounds a side; {m.folder}")
+              f"TTFT p50 {m.ttft}; {m.rounds} rounds a side; {m.folder}")
         print(f"  holds:    {holds(t, m)}; load {load()}")
     told = [holds(t, m) for t, m in rows]
     print(f"\n{told.count('yes')} of {len(rows)} hold, {told.count('undecided')} undecided "

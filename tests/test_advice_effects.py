@@ -109,6 +109,11 @@ def test_a_predicted_effect_is_judged_on_its_interval_and_the_output_rate():
     assert effect(-40, 10).verdict == "can't tell" and effect(0, 0).verdict == "no effect"
     # a shorter stall bought with a fifth of the output rate is no improvement
     assert effect(-40, -5, output=-0.2).verdict == "worse"
+    # one bought with a longer wait for the first token is a trade: said beside it
+    traded = Effect(change, ("itl", "p99"), 100.0, 80.0, -30, -10, 0.0, 0.0, 8,
+                    ttft_change=1.9)
+    assert traded.verdict == "better" and traded.line().endswith("TTFT p50 +190%: better")
+    assert "TTFT" not in effect(-40, -5).line()
 
 
 LLAMA_SERVER = Path(os.environ.get("LATLAB_LLAMA_SERVER", "/work/build/llama-server"))

@@ -44,6 +44,7 @@ BUSY_HOST = ("the host was busy with other work during the run: the calibration 
              "the prediction may not hold; measure on a quiet host")
 Verdict = Literal["better", "worse", "no effect", "can't tell"]
 NO_EFFECT = 0.01  # of the metric: a predicted difference within it, both ends, is none
+TRADE = 0.05  # a predicted change of TTFT p50 beyond this share is said beside another metric
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class Effect:
     output_change: float  # relative change of output tokens/s (median of the draws)
     output_lo: float
     draws: int
+    ttft_change: float = 0.0  # relative change of TTFT p50 (median): the trade, when not the metric
 
     @property
     def verdict(self) -> Verdict:
@@ -79,6 +81,8 @@ class Effect:
         interval = f"difference {_signed(self.lo)} to {_signed(self.hi)}"
         out = f", output tokens/s {_percent(self.output_change)}" \
             if abs(self.output_change) >= 0.01 else ""
+        if self.metric[0] != "ttft" and abs(self.ttft_change) >= TRADE:
+            out += f", TTFT p50 {_percent(self.ttft_change)}"
         return (f"predicted for `{self.change.args}`: {name} {ms(self.before)} → "
                 f"{ms(self.after)} ({_percent(share)}; {100 * LEVEL:.0f}% {interval}, "
                 f"{self.draws} paired draws){out}: {self.verdict}")
@@ -131,11 +135,12 @@ def predict_effect(cal: Calibration, config: RunConfig, fleet: Fleet, change: Ch
     intervals = Intervals(draws=draws, level=LEVEL, requests=REQUESTS)
     workload_for = reseeded(bench, intervals.requests)
 
-    def judge(run: RunColumns) -> tuple[float, float]:
+    def judge(run: RunColumns) -> tuple[float, float, float]:
         summary = run.summary
-        value = summary.percentile(*metric)
+        value, ttft = summary.percentile(*metric), summary.percentile("ttft", "p50")
         rate = summary.throughput.output_tokens_per_s if summary.throughput else math.nan
-        return (math.nan if value is None else value), rate
+        return (math.nan if value is None else value), rate, (
+            math.nan if ttft is None else ttft)
 
     sides = [run_draws(c, workload_for, fleet, config, intervals, judge)
              for c in (cal, changed(cal, change))]
@@ -147,13 +152,16 @@ def predict_effect(cal: Calibration, config: RunConfig, fleet: Fleet, change: Ch
     diff = b[both, 0] - a[both, 0]
     rates = (b[:, 1] - a[:, 1]) / np.where(a[:, 1] > 0, a[:, 1], np.nan)
     rates = rates[~np.isnan(rates)]
+    ttfts = (b[:, 2] - a[:, 2]) / np.where(a[:, 2] > 0, a[:, 2], np.nan)
+    ttfts = ttfts[~np.isnan(ttfts)]
     tail = (1 - LEVEL) / 2
     return Effect(change, metric, before=float(np.median(a[both, 0])),
                   after=float(np.median(b[both, 0])),
                   lo=float(np.quantile(diff, tail)), hi=float(np.quantile(diff, 1 - tail)),
                   output_change=float(np.median(rates)) if len(rates) else 0.0,
                   output_lo=float(np.quantile(rates, tail)) if len(rates) else 0.0,
-                  draws=int(both.sum()))
+                  draws=int(both.sum()),
+                  ttft_change=float(np.median(ttfts)) if len(ttfts) else 0.0)
 
 
 def ab_command(analysis: RunAnalysis, change: Change) -> str:
