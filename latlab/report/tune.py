@@ -11,7 +11,6 @@ from rich.table import Table
 from rich.text import Text
 
 from latlab.records.tune import Candidate, TuneRecord
-from latlab.units import number
 
 SHOWN = 12  # candidates in the table, best predicted first
 
@@ -48,9 +47,9 @@ def print_tune(out: Console, r: TuneRecord) -> None:
         table.add_column(column, justify="left" if i in (0, 5) else "right")
     for c in r.candidates[:SHOWN]:
         if c.screened == "run":
-            screened, gain = f"{number(c.predicted)} (run)", f"{c.change:+.2f} (one run)"
+            screened, gain = f"{c.predicted:.2f} (run)", f"{c.change:+.2f} (one run)"
         else:
-            screened = number(c.predicted)
+            screened = f"{c.predicted:.2f}"
             gain = f"{c.change:+.2f} ({c.change_lo:+.2f}…{c.change_hi:+.2f})"
         table.add_row(c.args, screened, gain, _measured(c), c.verdict or "–", _agreement(c))
     out.print(table)
@@ -75,7 +74,7 @@ def _rate(value: float | None) -> str:
 def _measured(c: Candidate) -> str:
     if c.measured is None:
         return "–"
-    return f"{number(c.measured_start)} → {number(c.measured)}"
+    return f"{c.measured_start or 0:.2f} → {c.measured:.2f}"
 
 
 def _agreement(c: Candidate) -> Text:
