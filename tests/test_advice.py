@@ -18,11 +18,12 @@ from latlab.records.summary import CacheUse, HostLoad, Usage
 
 def run(kind: str | None, embedded: bool = False, cache: float | None = None,
         prefix_tokens: int = 256, server_cores: float | None = None, in_flight: float = 64,
-        **told):
+        launch: str | None = None, serve_args: str = "", **told):
     settings = ServerSettings(sources=["/test"], **told) if told else None
-    bench = BenchConfig(url="http://127.0.0.1:8000", workload={"prefix_tokens": prefix_tokens})
-    config = RunConfig(bench=bench,
-                       target=Target(server_kind=kind, embedded=embedded, settings=settings))
+    bench = BenchConfig(url="http://127.0.0.1:8000", workload={"prefix_tokens": prefix_tokens},
+                        serve_args=serve_args)
+    config = RunConfig(bench=bench, target=Target(server_kind=kind, embedded=embedded,
+                                                  settings=settings, launch=launch))
     summary = SimpleNamespace(cache=CacheUse(share=cache, source="per request", cached_tokens=1,
                                              prompt_tokens=1) if cache is not None else None,
                               throughput=SimpleNamespace(mean_concurrency=in_flight))
@@ -47,11 +48,17 @@ def test_chunked_prefill_already_on_is_advised_as_a_change_of_its_budget():
 
 
 def test_llamacpp_stalls_are_fixed_with_the_batch_not_the_ubatch():
-    llama = advice.chunked_prefill(run("llamacpp", max_num_seqs=4))
-    assert llama.change.args == "-b 64 -ub 64" and "-b 64 -ub 64" in llama.text
+    llama = advice.chunked_prefill(run("llamacpp", max_num_seqs=4))  # its default -b 2048
+    assert llama.change.args == "-b 512 -ub 512" and "-b 512 -ub 512" in llama.text
     assert "-ub alone" in llama.text and "turn on" not in llama.text
     told = advice.chunked_prefill(run("llamacpp", step_tokens=512))
     assert told.change.args == "-b 128 -ub 128"
+    # /props does not tell -b: the command latlab launched it with does (either spelling)
+    template = "llama-server -m M --port {port} --batch-size=1024 {args}"
+    launched = advice.chunked_prefill(run("llamacpp", launch=template))
+    assert launched.change.args == "-b 256 -ub 256"
+    assert advice.chunked_prefill(run("llamacpp", launch=template, serve_args="-np 4 -b 256")
+                                  ).change.args == "-b 64 -ub 64"  # the side's {args} last
 
 
 def test_advice_in_effect_or_contradicted_by_the_run_is_not_given():

@@ -2,7 +2,11 @@
 calibration, on paired draws; one predicted to hurt is left out of the fix, and every one kept
 carries its predicted effect and a `latlab ab` that measures it."""
 
+import os
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +16,7 @@ from latlab.analysis.findings import Advice, Change, Finding, Severity
 from latlab.records.bench import BenchConfig
 from latlab.services.advice_effects import Effect, annotate, changed, run_calibration
 from latlab.services.bench import run_bench
+from latlab.services.calibration_reach import unseen
 
 
 def test_a_change_replaces_the_options_it_names_under_either_spelling():
@@ -59,15 +64,38 @@ def test_a_change_predicted_to_hurt_is_not_advised_and_one_kept_says_how_to_meas
     assert any(n.startswith("not advised: predicted for `--max-num-seqs 1`") for n in f.notes)
     assert one not in f.tries and bigger in f.tries
     measure = [n for n in f.notes if n.startswith("measure it: ")]
-    assert len(measure) == 1
+    assert len(measure) == 1  # the one setting kept
     words = shlex.split(measure[0].removeprefix("measure it: "))
     assert words[:4] == ["latlab", "ab", "--config", str(measured.path)]
     a_args = "--model tiny --max-num-seqs 2 --max-num-batched-tokens 256"
     assert words[words.index("--a") + 1] == a_args
     assert words[words.index("--b") + 1] == \
         "--model tiny --max-num-batched-tokens 256 --max-num-seqs 8"
-    assert any(n.startswith("predicted for `--max-num-seqs 8`: TTFT p50")
-               and n.endswith("better") for n in f.notes)
+    # the run only ever batched 2: a batch of 4 is a step its calibration never timed, so it
+    # is not predicted (no number made up) but kept, with the ab that measures it
+    assert any(n.startswith("not predicted for `--max-num-seqs 8`: the run timed decode "
+                            "batches of at most 2") for n in f.notes)
+    assert not any(n.startswith("predicted for `--max-num-seqs 8`") for n in f.notes)
+
+
+def test_a_budget_far_below_the_chunks_the_run_timed_is_measured_not_predicted(measured):
+    a = analyze(measured)  # 600-token prompts in chunks of 256
+    tiny = Advice("a tiny budget", Change("step_tokens", 32, "latlab",
+                                          "--max-num-batched-tokens 32"))
+    half = Advice("half the budget", Change("step_tokens", 128, "latlab",
+                                            "--max-num-batched-tokens 128"))
+    f = Finding("test", Severity.INFO, "t", [], "w", "", 0.5, tries=[tiny, half],
+                metric=("itl", "p99"))
+    a.findings = [f]
+    annotate(a, draws=3)
+    assert tiny in f.tries and any(
+        n.startswith("not predicted for `--max-num-batched-tokens 32`: the run timed prefills "
+                     "in steps of about 256 prompt tokens") for n in f.notes)
+    # half the chunk it timed is within reach: simulated (advised or left out, but predicted)
+    assert any(n.startswith(("predicted for `--max-num-batched-tokens 128`",
+                             "not advised: predicted for `--max-num-batched-tokens 128`"))
+               for n in f.notes)
+    assert len([n for n in f.notes if n.startswith("measure it: ")]) == len(f.tries)
 
 
 def test_a_predicted_effect_is_judged_on_its_interval_and_the_output_rate():
@@ -81,3 +109,49 @@ def test_a_predicted_effect_is_judged_on_its_interval_and_the_output_rate():
     assert effect(-40, 10).verdict == "can't tell" and effect(0, 0).verdict == "no effect"
     # a shorter stall bought with a fifth of the output rate is no improvement
     assert effect(-40, -5, output=-0.2).verdict == "worse"
+    # one bought with a longer wait for the first token is a trade: said beside it
+    traded = Effect(change, ("itl", "p99"), 100.0, 80.0, -30, -10, 0.0, 0.0, 8,
+                    ttft_change=1.9)
+    assert traded.verdict == "better" and traded.line().endswith("TTFT p50 +190%: better")
+    assert "TTFT" not in effect(-40, -5).line()
+
+
+LLAMA_SERVER = Path(os.environ.get("LATLAB_LLAMA_SERVER", "/work/build/llama-server"))
+
+
+@pytest.mark.skipif(not LLAMA_SERVER.is_file(), reason=f"no llama-server at {LLAMA_SERVER} "
+                    "(build it as scripts/llamacpp.sh says, or set LATLAB_LLAMA_SERVER)")
+def test_on_llama_server_a_batch_its_run_never_timed_is_measured_not_predicted(tmp_path):
+    """Last session `-b 64 -ub 64` was predicted +7 % output tokens/s on llama-server and
+    measured −71 %: a calibration fitted at the default -b 2048 never timed a 64-token batch."""
+    model = tmp_path / "model"
+    subprocess.run([sys.executable, "-m", "latlab", "model", "export", str(model), "--model",
+                    "tiny", "--gguf"], check=True, capture_output=True, timeout=300)
+    launch = (f"{LLAMA_SERVER} -m {model / 'model.gguf'} --host 127.0.0.1 --port {{port}} "
+              "-t 1 -c 2048 {args}")
+    result = run_bench(BenchConfig(launch=launch, serve_args="-np 2", users=4, requests=24,
+                                   out=tmp_path / "runs",
+                                   workload={"prompt_tokens": 400, "output_tokens": "fixed:16"}))
+    assert not result.failed, result.message
+    a = analyze(result.run)
+    cal = run_calibration(a)
+    assert cal.source == "run" and cal.engine.max_num_seqs == 2  # its /props: 2 slots
+
+    def change(knob, value, args):
+        return Change(knob, value, "llamacpp", args)
+
+    assert "a step of 64" in unseen(cal, a, change("step_tokens", 64, "-b 64 -ub 64"))
+    assert unseen(cal, a, change("step_tokens", 256, "-b 256 -ub 256")) is None
+    assert "at most 2" in unseen(cal, a, change("max_num_seqs", 4, "-np 4"))
+    assert unseen(cal, a, change("max_num_seqs", 1, "-np 1")) is None
+    small = Advice("a smaller batch", change("step_tokens", 64, "-b 64 -ub 64"))
+    f = Finding("test", Severity.INFO, "t", [], "w", "", 0.5, tries=[small],
+                metric=("itl", "p99"))
+    a.findings = [f]
+    annotate(a, draws=2)
+    assert small in f.tries  # kept, with no number: the ab that measures it instead
+    assert f.notes[0].startswith("not predicted for `-b 64 -ub 64`")
+    words = shlex.split(f.notes[1].removeprefix("measure it: "))
+    assert words[words.index("--launch") + 1] == launch
+    assert words[words.index("--a") + 1] == "-np 2"
+    assert words[words.index("--b") + 1] == "-np 2 -b 64 -ub 64"

@@ -2,7 +2,13 @@
 settings are screened on paired draws, the best predicted gain is verified with ab, and
 tune.json says what was predicted, measured, and whether the two agree."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import orjson
+import pytest
 from typer.testing import CliRunner
 
 from latlab.cli import app
@@ -26,14 +32,22 @@ def test_tune_screens_in_the_simulator_and_measures_the_best_predicted_gain(tmp_
     args = {c.args for c in record.candidates}
     assert "--model tiny --max-num-seqs 8" in args and "--model tiny --max-num-seqs 1" in args
     assert "--model tiny --max-num-seqs 2 --max-num-batched-tokens 64" in args
-    predicted = [c.predicted for c in record.candidates]
-    assert predicted == sorted(predicted, reverse=True)  # best predicted first
+    shares = [c.share for c in record.candidates]
+    assert shares == sorted(shares, reverse=True)  # the best gain first
     assert all(c.predicted_lo <= c.predicted <= c.predicted_hi for c in record.candidates)
+    # 8 sequences where the run only ever batched 2: steps the calibration never timed, so
+    # one real run screens it instead of the simulator
+    eight = next(c for c in record.candidates if c.args == "--model tiny --max-num-seqs 8")
+    assert eight.screened == "run" and "never timed" in eight.unseen
+    assert (Path(eight.screen_run) / "summary.json").is_file()
+    one = next(c for c in record.candidates if c.args == "--model tiny --max-num-seqs 1")
+    assert one.screened == "simulation" and one.unseen is None
     gains = [c for c in record.candidates if c.change > 0]
-    if gains:  # the best predicted gain is measured, and set against its prediction
+    if gains:  # the best gain is measured with ab, and set against its prediction
         best = gains[0]
         assert best.ab_folder is not None and best.measured is not None
-        assert best.agrees is not None and best.verdict is not None
+        assert best.verdict is not None
+        assert (best.agrees is not None) == (best.screened == "simulation")
     assert all(c.ab_folder is None for c in record.candidates if c.change <= 0)
     assert record.baseline_run and record.start_goodput is not None
     assert record.start_predicted is not None
@@ -102,3 +116,48 @@ def test_a_candidate_whose_server_will_not_start_fails_alone(tmp_path, monkeypat
     tune._verify(record, config, Console(quiet=True), 0.0, time.monotonic(), tmp_path)
     assert [c.verdict for c in candidates] == ["failed", "failed"]
     assert "exited with code 2" in record.notes[0]
+
+
+LLAMA_SERVER = Path(os.environ.get("LATLAB_LLAMA_SERVER", "/work/build/llama-server"))
+needs_llama = pytest.mark.skipif(
+    not LLAMA_SERVER.is_file(), reason=f"no llama-server at {LLAMA_SERVER} (build it as "
+    "scripts/llamacpp.sh says, or set LATLAB_LLAMA_SERVER)")
+
+
+@pytest.fixture(scope="module")
+def gguf(tmp_path_factory):
+    model = tmp_path_factory.mktemp("model")
+    subprocess.run([sys.executable, "-m", "latlab", "model", "export", str(model), "--model",
+                    "tiny", "--gguf"], check=True, capture_output=True, timeout=300)
+    return model / "model.gguf"
+
+
+def llama_template(gguf: Path) -> str:
+    return (f"{LLAMA_SERVER} -m {gguf} --host 127.0.0.1 --port {{port}} -t 1 -c 2048 "
+            "{args}")
+
+
+@needs_llama
+@pytest.mark.timeout(600)
+def test_tune_on_llama_server_measures_what_its_calibration_has_not_seen(tmp_path, gguf):
+    # two slots for four users: more slots make decode batches the start never ran, and a
+    # 32-token batch is far below the 400-token prompts it prefilled: both screened by a run
+    r = invoke("tune", "--launch", llama_template(gguf), "--serve-args", "-np 2",
+               "--users", 4, "--requests", 24, "--prompt-tokens", 400, "--output-tokens",
+               "fixed:16", "--slo", "ttft=2s", "--max-num-seqs", "1,4,16",
+               "--step-tokens", "32,256", "--verify", 1, "--rounds", 1, "--max-rounds", 1,
+               "--draws", 2, "--out", tmp_path, "--json")
+    assert r.exit_code == 0, r.output
+    record = TuneRecord.model_validate(orjson.loads(r.stdout[r.stdout.index("{"):]))
+    assert record.server == "llamacpp"
+    by_args = {c.args: c for c in record.candidates}
+    # -c 2048 split 16 ways leaves 128 tokens a slot: less than a request needs, not tried
+    assert "-np 16" not in by_args and "-np 1" in by_args
+    assert by_args["-np 1"].screened == "simulation"
+    for args in ("-np 4", "-np 2 -b 32 -ub 32"):
+        c = by_args[args]
+        assert c.screened == "run" and c.unseen, args
+        assert (Path(c.screen_run) / "server.log").is_file()  # a real llama-server run
+    assert by_args["-np 2 -b 256 -ub 256"].screened == "simulation"
+    verified = [c for c in record.candidates if c.verdict is not None]
+    assert len(verified) <= 1 and all(c.ab_folder for c in verified)

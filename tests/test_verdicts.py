@@ -115,3 +115,17 @@ def test_from_nothing_to_something_is_a_change():
     assert unsure.low == 0 and judge(unsure, 0.05, False, False).verdict == "can't tell"
     nothing = ratio_interval([0.0, 0.0], [0.0, 0.0], 0.99)
     assert judge(nothing, 0.05, False, False).verdict == "same"
+
+
+def test_an_ab_stops_on_the_metrics_it_decides_on():
+    from types import SimpleNamespace
+
+    from latlab.analysis.ab import Sequential
+    from latlab.analysis.compare import Change
+
+    ttft = Change("p50_ttft", "TTFT p50", "ms", 900.0, 450.0)  # can't tell yet
+    goodput = Change("goodput", "goodput", "req/s", 1.0, 2.0, lower_is_better=False,
+                     verdict="better")
+    looked = SimpleNamespace(changes=[ttft, goodput])
+    assert Sequential.undecided(looked) == [ttft]  # the headline metrics: one more round
+    assert Sequential.undecided(looked, ("goodput",)) == []  # tune's: done

@@ -156,7 +156,8 @@ class Sequential:
         return found[0] if found else None
 
     @staticmethod
-    def undecided(comparison: Comparison) -> list[Change]:
-        """The headline metrics still "can't tell" (and measured on both sides)."""
+    def undecided(comparison: Comparison, keys: Sequence[str] = HEADLINE) -> list[Change]:
+        """The metrics of `keys` (the headline ones) still "can't tell" (and measured on both
+        sides)."""
         return [c for c in comparison.changes
-                if c.key in HEADLINE and not c.decided and c.delta is not None]
+                if c.key in keys and not c.decided and c.delta is not None]

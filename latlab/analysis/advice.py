@@ -90,9 +90,6 @@ FLAGS: dict[Knob, dict[str, Flag]] = {
 # Where a server can be told a setting on its command line, `latlab ab` can measure it.
 MEASURABLE: tuple[Where, ...] = ("option",)
 SMALLEST_BUDGET = 16
-# llama.cpp's -b when it is not known: -b 64 -ub 64 cut ITL p99 from 150 to 52 ms (latlab's
-# default model on one CPU thread, 4 slots; `-ub 64` alone made it worse: 160 → 180 ms).
-LLAMACPP_SMALL_BATCH = 64
 
 
 def joined(*parts: Advice | str | None) -> tuple[str, list[Advice]]:
@@ -104,7 +101,8 @@ def joined(*parts: Advice | str | None) -> tuple[str, list[Advice]]:
 
 
 # Options that are one option under two spellings (llama.cpp's short and long forms).
-ALIASES = {"-b": "--batch-size", "-ub": "--ubatch-size", "-np": "--parallel"}
+ALIASES = {"-b": "--batch-size", "-ub": "--ubatch-size", "-np": "--parallel",
+           "-c": "--ctx-size"}
 
 
 def with_args(base: str, change: str) -> str:
@@ -127,6 +125,22 @@ def with_args(base: str, change: str) -> str:
             continue
         out.append(token)
     return shlex.join(out + new)
+
+
+def launch_option(a: RunAnalysis, name: str) -> str | None:
+    """The value of option `name` (either spelling) on the command latlab launched the server
+    with (`--launch`, its `{args}` filled in), the last one given; None when not given."""
+    target, bench = a.config.target, a.config.bench
+    if target.launch is None:
+        return None
+    args = shlex.join(bench.serve_args) if bench is not None else ""
+    tokens = shlex.split(target.launch.replace("{args}", args))
+    wanted, value = ALIASES.get(name, name), None
+    for i, token in enumerate(tokens):
+        flag, equals, inline = token.partition("=")
+        if ALIASES.get(flag, flag) == wanted:
+            value = inline if equals else (tokens[i + 1] if i + 1 < len(tokens) else None)
+    return value
 
 
 def _a_value(token: str) -> bool:
@@ -181,9 +195,12 @@ def chunked_prefill(a: RunAnalysis) -> Advice | None:
     bound = host_bound(a)
     if bound is not None:
         return host_bound_advice(bound, kind)
-    if kind == "llamacpp":
-        batch = s.step_tokens if s is not None and s.step_tokens else None
-        smaller = max(SMALLEST_BUDGET, batch // 4) if batch else LLAMACPP_SMALL_BATCH
+    if kind == "llamacpp":  # /props does not tell -b: the launch command, else the default
+        given = launch_option(a, "-b")
+        batch = (s.step_tokens if s is not None and s.step_tokens else None) or (
+            int(given) if given is not None and given.isdigit() else None) or _state(
+            "step_tokens", None, kind)
+        smaller = max(SMALLEST_BUDGET, int(batch) // 4)
         return Advice(f"a smaller prompt batch{_named('step_tokens', kind, smaller)}: "
                       "llama.cpp fills a batch with prompt tokens up to -b and sends tokens "
                       "only after each batch (-ub alone does not shorten it)",

@@ -10,7 +10,7 @@ from pydantic import model_validator
 from latlab.records.bench import BenchConfig
 from latlab.records.settings import AB, setting
 from latlab.records.summary import Record
-from latlab.records.verdict import Verdict, VerdictConfig
+from latlab.records.verdict import HEADLINE, Verdict, VerdictConfig
 
 AB_JSON = "ab.json"
 DEFAULT_MOST = 10  # A/B pairs at most, unless --rounds asks for more
@@ -38,6 +38,9 @@ class ABConfig(VerdictConfig):
     max_time: float = setting(900.0, "Seconds after which no further pair is started.",
                               group=AB, gt=0, metavar="SECONDS")
     bench: BenchConfig = BenchConfig()
+    # the metrics whose verdicts end the rounds early (not an option: `latlab tune` decides
+    # on goodput alone)
+    decide_on: tuple[str, ...] = HEADLINE
 
     @property
     def most_rounds(self) -> int:

@@ -4,6 +4,8 @@ the simulator screened, and the few `ab` then measured against the server as it 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, field_validator
 
 from latlab.records.bench import BenchConfig
@@ -62,9 +64,10 @@ class TuneConfig(BaseModel):
 
 
 class Candidate(Record):
-    """One setting: its arguments, what the simulator predicted (goodput, req/s: the median
-    of the draws and their interval; the change against the start, paired draw by draw), and
-    what `ab` measured when it was verified."""
+    """One setting: its arguments, what screening found (goodput, req/s: the simulator's
+    median of the draws and their interval, the change against the start paired draw by
+    draw; or, for a setting the calibration has not seen, one real run's, against the
+    measured start), and what `ab` measured when it was verified."""
 
     args: str
     knobs: dict[str, int | bool]
@@ -74,6 +77,10 @@ class Candidate(Record):
     change: float  # the paired difference against the starting settings (req/s): median
     change_lo: float
     change_hi: float
+    share: float = 0.0  # the change as a share of the start's goodput (what ranks them)
+    screened: Literal["simulation", "run"] = "simulation"
+    unseen: str | None = None  # why the simulation was not trusted with it
+    screen_run: str | None = None  # the run folder that screened it (or why it failed)
     measured_start: float | None = None  # goodput (req/s) ab measured, the start's side
     measured: float | None = None
     ab_folder: str | None = None

@@ -1,6 +1,7 @@
 """What `latlab tune` prints: the setting to use with its measured effect, every candidate
-screened (predicted goodput and its gain's interval), what ab measured of the verified ones,
-and where the simulation and the measurement disagree."""
+screened (predicted goodput and its gain's interval, or one real run's for a setting the
+simulation has not seen), what ab measured of the verified ones, and where the simulation and
+the measurement disagree."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from rich.table import Table
 from rich.text import Text
 
 from latlab.records.tune import Candidate, TuneRecord
-from latlab.units import number
 
 SHOWN = 12  # candidates in the table, best predicted first
 
@@ -31,6 +31,8 @@ def print_tune(out: Console, r: TuneRecord) -> None:
                                 f"{_rate(best.measured)}"
                                 + (f" ({100 * gain:+.0f}%)" if gain is not None else "")
                                 + " measured with ab"), highlight=False)
+    elif not any(c.change > 0 for c in r.candidates):
+        out.print(Text("no setting gained goodput in screening: keep the start", style="bold"))
     elif not any(c.verdict is not None for c in r.candidates):
         out.print(Text("no setting was measured (--verify 0, or the budget ran out): the "
                        "predictions below are untested", style="bold"))
@@ -40,16 +42,24 @@ def print_tune(out: Console, r: TuneRecord) -> None:
                        + (f" (ab could not tell for {len(unsure)}: more --rounds would)"
                           if unsure else ""), style="bold"))
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-    for i, column in enumerate(("setting", "predicted req/s", "gain (90% interval)",
+    for i, column in enumerate(("setting", "screened req/s", "gain (90% interval)",
                                 "measured start → it", "ab", "")):
         table.add_column(column, justify="left" if i in (0, 5) else "right")
     for c in r.candidates[:SHOWN]:
-        table.add_row(c.args, f"{number(c.predicted)}",
-                      f"{c.change:+.2f} ({c.change_lo:+.2f}…{c.change_hi:+.2f})",
-                      _measured(c), c.verdict or "–", _agreement(c))
+        if c.screened == "run":
+            screened, gain = f"{c.predicted:.2f} (run)", f"{c.change:+.2f} (one run)"
+        else:
+            screened = f"{c.predicted:.2f}"
+            gain = f"{c.change:+.2f} ({c.change_lo:+.2f}…{c.change_hi:+.2f})"
+        table.add_row(c.args, screened, gain, _measured(c), c.verdict or "–", _agreement(c))
     out.print(table)
     if len(r.candidates) > SHOWN:
         out.print(f"  … {len(r.candidates) - SHOWN} more in tune.json", style="dim")
+    unseen = [c for c in r.candidates if c.screened == "run"]
+    if unseen:
+        out.print(f"  (run): not simulated — {unseen[0].unseen}; measured in one run of the "
+                  "workload instead, against the measured start", style="dim", highlight=False,
+                  markup=False)
     for note in r.notes:
         out.print(f"  note: {note}", style="dim", highlight=False, markup=False)
     out.print(f"screened {len(r.candidates)} settings, verified "
@@ -64,7 +74,7 @@ def _rate(value: float | None) -> str:
 def _measured(c: Candidate) -> str:
     if c.measured is None:
         return "–"
-    return f"{number(c.measured_start)} → {number(c.measured)}"
+    return f"{c.measured_start or 0:.2f} → {c.measured:.2f}"
 
 
 def _agreement(c: Candidate) -> Text:

@@ -4,7 +4,8 @@ again with the setting changed, both sides in the same drawn worlds, so the chan
 on the finding's metric has its own interval; a suggestion predicted to make that metric or
 the output rate worse is taken out of the fix, and every one that stays carries its
 predicted effect and the `latlab ab` command that measures it (one predicted to change
-nothing is left out too).
+nothing is left out too). A setting that would make the server run steps its calibration
+never timed (`calibration_reach`) is not predicted: it carries the `latlab ab` alone.
 
     annotate(analysis, cal)     # cal None: fitted from the run folder, when it can be
 """
@@ -27,6 +28,7 @@ from latlab.records.calibration import Calibration
 from latlab.records.config import RunConfig
 from latlab.records.engine import SHAPE_FIELDS
 from latlab.records.simulation import Fleet
+from latlab.services.calibration_reach import unseen
 from latlab.services.predict_intervals import Intervals, reseeded, run_draws
 from latlab.sim import calibration as calibrations
 from latlab.sim.calibrate_run import CalibrationError
@@ -42,6 +44,7 @@ BUSY_HOST = ("the host was busy with other work during the run: the calibration 
              "the prediction may not hold; measure on a quiet host")
 Verdict = Literal["better", "worse", "no effect", "can't tell"]
 NO_EFFECT = 0.01  # of the metric: a predicted difference within it, both ends, is none
+TRADE = 0.05  # a predicted change of TTFT p50 beyond this share is said beside another metric
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class Effect:
     output_change: float  # relative change of output tokens/s (median of the draws)
     output_lo: float
     draws: int
+    ttft_change: float = 0.0  # relative change of TTFT p50 (median): the trade, when not the metric
 
     @property
     def verdict(self) -> Verdict:
@@ -77,6 +81,8 @@ class Effect:
         interval = f"difference {_signed(self.lo)} to {_signed(self.hi)}"
         out = f", output tokens/s {_percent(self.output_change)}" \
             if abs(self.output_change) >= 0.01 else ""
+        if self.metric[0] != "ttft" and abs(self.ttft_change) >= TRADE:
+            out += f", TTFT p50 {_percent(self.ttft_change)}"
         return (f"predicted for `{self.change.args}`: {name} {ms(self.before)} → "
                 f"{ms(self.after)} ({_percent(share)}; {100 * LEVEL:.0f}% {interval}, "
                 f"{self.draws} paired draws){out}: {self.verdict}")
@@ -129,11 +135,12 @@ def predict_effect(cal: Calibration, config: RunConfig, fleet: Fleet, change: Ch
     intervals = Intervals(draws=draws, level=LEVEL, requests=REQUESTS)
     workload_for = reseeded(bench, intervals.requests)
 
-    def judge(run: RunColumns) -> tuple[float, float]:
+    def judge(run: RunColumns) -> tuple[float, float, float]:
         summary = run.summary
-        value = summary.percentile(*metric)
+        value, ttft = summary.percentile(*metric), summary.percentile("ttft", "p50")
         rate = summary.throughput.output_tokens_per_s if summary.throughput else math.nan
-        return (math.nan if value is None else value), rate
+        return (math.nan if value is None else value), rate, (
+            math.nan if ttft is None else ttft)
 
     sides = [run_draws(c, workload_for, fleet, config, intervals, judge)
              for c in (cal, changed(cal, change))]
@@ -145,13 +152,16 @@ def predict_effect(cal: Calibration, config: RunConfig, fleet: Fleet, change: Ch
     diff = b[both, 0] - a[both, 0]
     rates = (b[:, 1] - a[:, 1]) / np.where(a[:, 1] > 0, a[:, 1], np.nan)
     rates = rates[~np.isnan(rates)]
+    ttfts = (b[:, 2] - a[:, 2]) / np.where(a[:, 2] > 0, a[:, 2], np.nan)
+    ttfts = ttfts[~np.isnan(ttfts)]
     tail = (1 - LEVEL) / 2
     return Effect(change, metric, before=float(np.median(a[both, 0])),
                   after=float(np.median(b[both, 0])),
                   lo=float(np.quantile(diff, tail)), hi=float(np.quantile(diff, 1 - tail)),
                   output_change=float(np.median(rates)) if len(rates) else 0.0,
                   output_lo=float(np.quantile(rates, tail)) if len(rates) else 0.0,
-                  draws=int(both.sum()))
+                  draws=int(both.sum()),
+                  ttft_change=float(np.median(ttfts)) if len(ttfts) else 0.0)
 
 
 def ab_command(analysis: RunAnalysis, change: Change) -> str:
@@ -204,14 +214,19 @@ def _test(f: Finding, analysis: RunAnalysis, cal: Calibration, fleet: Fleet,
         if advice.change is None:
             kept.append(advice)
             continue
-        effect = predict_effect(cal, analysis.config, fleet, advice.change, f.metric, draws)
+        reason = unseen(cal, analysis, advice.change)
+        effect = None if reason is not None else predict_effect(
+            cal, analysis.config, fleet, advice.change, f.metric, draws)
         if effect is not None and effect.verdict in ("worse", "no effect"):
             notes.append(f"not advised: {effect.line()}")
             continue
         kept.append(advice)
-        notes.append(effect.line() if effect is not None else
-                     f"no predicted effect for `{advice.change.args}`: the simulation gives "
-                     f"no {f.metric[0]} {f.metric[1]}")
+        if reason is not None:  # the simulator would extrapolate: measure, do not guess
+            notes.append(f"not predicted for `{advice.change.args}`: {reason}")
+        else:
+            notes.append(effect.line() if effect is not None else
+                         f"not predicted for `{advice.change.args}`: the simulation gives "
+                         f"no {f.metric[0]} {f.metric[1]}")
         notes.append(f"measure it: {ab_command(analysis, advice.change)}")
     f.fix, f.tries = joined(*kept)
     f.notes += notes
@@ -219,4 +234,5 @@ def _test(f: Finding, analysis: RunAnalysis, cal: Calibration, fleet: Fleet,
 
 def predicted(findings: Sequence[Finding]) -> bool:
     """Whether any finding's advice was tested."""
-    return any(n.startswith(("predicted", "not advised")) for f in findings for n in f.notes)
+    return any(n.startswith(("predicted", "not advised", "not predicted"))
+               for f in findings for n in f.notes)

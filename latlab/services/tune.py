@@ -2,14 +2,18 @@
 simulating first and measuring the best few.
 
 1. Measure the server as it is (one bench run of the workload); fit the run's own calibration.
-2. Screen: every value of each knob alone (max sequences, token budget, prefix caching), then
-   the best values of each combined, all simulated in the same drawn worlds as the start, so
-   each candidate's gain over the start has its own interval.
-3. Verify the best `verify` predicted gains with `ab` on the real server (the start against
-   the candidate), within the time budget, and say where simulation and measurement disagree.
+2. Screen (`tune_screen`): every value of each knob alone (max sequences, token budget,
+   prefix caching), then the best values of each combined, all simulated in the same drawn
+   worlds as the start, so each candidate's gain over the start has its own interval. A
+   candidate whose steps the calibration never timed (`calibration_reach`: a much smaller
+   prefill chunk, a larger batch) is not simulated but screened by one real run of the
+   workload, and says so.
+3. Verify the best `verify` gains (as a share of the start: the simulated ones against the
+   simulated start, the measured against the measured) with `ab` on the real server, within
+   the time budget, and say where simulation and measurement disagree.
 
 vLLM's benchmarks/auto_tune.sh runs the whole grid for real; this measures
-1 + 2·verify·(rounds + 1) runs (each ab's warm-up round a side included).
+1 + screened-by-run + 2·verify·(rounds + 1) runs (each ab's warm-up round a side included).
 
     result = run_tune(TuneConfig(bench=BenchConfig(serve_args="--model tiny", slos=...)), err)
 """
@@ -19,35 +23,25 @@ from __future__ import annotations
 import shlex
 import time
 from dataclasses import dataclass
-from itertools import product
 from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 
 from latlab.analysis import analyze
-from latlab.analysis.advice import FLAGS, server_of, shares_prefixes, with_args
-from latlab.analysis.findings import Change, Knob
-from latlab.analysis.run_analysis import RunAnalysis
+from latlab.analysis.advice import server_of
 from latlab.load import BenchError
 from latlab.load.target.launch import remembered_interrupts
 from latlab.records.ab import SIDES, ABConfig
-from latlab.records.calibration import Calibration
 from latlab.records.folder import RunFolder, write_json
-from latlab.records.simulation import Fleet
-from latlab.records.summary import RunSummary
-from latlab.records.tune import TUNE_JSON, Candidate, TuneConfig, TuneRecord
+from latlab.records.tune import TUNE_JSON, TuneConfig, TuneRecord
 from latlab.services.ab import compare_sides, run_ab
-from latlab.services.advice_effects import changed, run_calibration
+from latlab.services.advice_effects import run_calibration
 from latlab.services.bench import run_bench
 from latlab.services.errors import InputError, ServiceFailed
-from latlab.services.predict_intervals import Intervals, reseeded, run_draws
+from latlab.services.tune_screen import AB_OVERHEAD, LEVEL, Screening, candidates, goodput, screen
 from latlab.sim.calibrate_run import CalibrationError
 
-REQUESTS = 1_000  # at most, per simulated draw
-COMBINED = 2  # the best values of each knob combined with each other's
-LEVEL = 0.9
-AB_OVERHEAD = 1.3  # an ab round's runs against the baseline run's wall time (server starts)
 START_SLACK = 0.1  # beyond the start's predicted interval, the measured start disagrees
 
 
@@ -75,18 +69,38 @@ def run_tune(config: TuneConfig, err: Console) -> TuneResult:
     base_wall = time.monotonic() - started
     analysis = base.analysis or analyze(base.run)
     record.baseline_run, record.server = str(base.run.path), server_of(analysis)[1]
-    record.start_goodput = _goodput(base.summary)
+    record.start_goodput = goodput(base.summary)
     try:
         cal = run_calibration(analysis)
     except CalibrationError as e:
         raise ServiceFailed(f"the starting run cannot calibrate the simulator: {e}") from None
-    candidates = _candidates(config, analysis, record.server, start)
-    if not candidates:
+    tried = candidates(config, analysis, record.server, start)
+    if not tried:
         raise InputError(f"latlab tune: latlab knows no flag of {record.server or 'this server'}"
                          " for max sequences, the token budget or prefix caching")
-    err.print(f"screening {len(candidates)} settings in the simulator ({config.draws} draws "
-              "each)…", style="dim")
-    record.candidates, start_draws = _screen(candidates, cal, analysis, config)
+    err.print(f"screening {len(tried)} settings ({config.draws} simulated draws each; "
+              "a run each for those the calibration has not seen)…", style="dim")
+    screening = Screening(config, cal, analysis, record.server, record.start_goodput or 0.0,
+                          base_wall, started, err)
+    with remembered_interrupts() as pressed:
+        try:
+            _check_start(record, screen(record, tried, screening, folder))
+            write_json(folder / TUNE_JSON, record)
+            _verify(record, config, err, base_wall, started, folder)
+        except KeyboardInterrupt:
+            record.interrupted = True
+        if pressed():
+            record.interrupted = True
+    better = [c for c in record.candidates if c.verdict == "better"]
+    if better:
+        record.best = max(better, key=lambda c: c.measured or 0.0).args
+    record.wall_s = time.monotonic() - started
+    write_json(folder / TUNE_JSON, record)
+    return TuneResult(folder, record)
+
+
+def _check_start(record: TuneRecord, start_draws: np.ndarray) -> None:
+    """The simulated start against the measured one: a note where they disagree."""
     tail = (1 - LEVEL) / 2
     record.start_predicted = float(np.median(start_draws))
     lo, hi = np.quantile(start_draws, tail), np.quantile(start_draws, 1 - tail)
@@ -94,138 +108,9 @@ def run_tune(config: TuneConfig, err: Console) -> TuneResult:
     if not lo * (1 - START_SLACK) <= measured <= hi * (1 + START_SLACK):
         record.notes.append(
             f"the simulation disagrees with the start itself: it predicts {lo:.2f}–{hi:.2f} "
-            f"req/s of goodput, {measured:.2f} was measured; its ranking is a guess here "
-            "(a busy host, or a server the calibration does not describe): go by what ab "
+            f"req/s of goodput, {measured:.2f} was measured; its ranking is a guess here (a "
+            "busy host, or a server the calibration does not describe): go by what ab "
             "measured")
-    write_json(folder / TUNE_JSON, record)
-    with remembered_interrupts() as pressed:
-        try:
-            _verify(record, config, err, base_wall, started, folder)
-        except KeyboardInterrupt:
-            record.interrupted = True
-        if pressed():
-            record.interrupted = True
-    measured = [c for c in record.candidates if c.verdict == "better"]
-    if measured:
-        record.best = max(measured, key=lambda c: c.measured or 0.0).args
-    record.wall_s = time.monotonic() - started
-    write_json(folder / TUNE_JSON, record)
-    return TuneResult(folder, record)
-
-
-def _goodput(summary: RunSummary) -> float | None:
-    return summary.goodput.requests_per_s if summary.goodput else None
-
-
-def _candidates(config: TuneConfig, a: RunAnalysis, kind: str | None, start: str
-                ) -> list[tuple[dict[Knob, int | bool], str]]:
-    """Every value of each knob the server has a flag for, one knob at a time."""
-    now = _now(a)
-    values: dict[Knob, list[int | bool]] = {
-        "max_num_seqs": [n for n in config.max_num_seqs if _fits(n, a, kind)],
-        "step_tokens": list(config.step_tokens),
-        "prefix_caching": [True] if config.prefix_caching and now["prefix_caching"] is False
-        and shares_prefixes(a) else []}
-    out = []
-    for knob, tried in values.items():
-        flag = FLAGS[knob].get(kind or "")
-        if flag is None or flag.where != "option" or not flag.spelling.startswith("-"):
-            continue
-        for value in tried:
-            if value != now[knob] and _valid({knob: value}, now, kind):
-                out.append(({knob: value}, with_args(start, flag.written(value))))
-    return out
-
-
-def _now(a: RunAnalysis) -> dict[Knob, int | bool | None]:
-    """The knobs as the server said they were set."""
-    s = a.config.target.settings
-    return {"max_num_seqs": s.max_num_seqs if s else None,
-            "step_tokens": s.step_tokens if s else None,
-            "prefix_caching": s.prefix_caching if s else None}
-
-
-def _valid(knobs: dict[Knob, int | bool], now: dict[Knob, int | bool | None],
-           kind: str | None) -> bool:
-    """Whether the server takes the settings: latlab's budget holds a step's sequences."""
-    merged = {**now, **knobs}
-    seqs, budget = merged.get("max_num_seqs"), merged.get("step_tokens")
-    return kind != "latlab" or not (isinstance(seqs, int) and isinstance(budget, int)
-                                    and budget < seqs)
-
-
-def _fits(slots: int, a: RunAnalysis, kind: str | None) -> bool:
-    """Whether `slots` sequences leave each the context the run's longest request needed
-    (llama.cpp splits its context between its slots)."""
-    settings = a.config.target.settings
-    props = settings.raw.get("/props") if settings is not None else None
-    if kind != "llamacpp" or not isinstance(props, dict) or not settings.max_num_seqs:
-        return True
-    per_slot = (props.get("default_generation_settings") or {}).get("n_ctx")
-    if not isinstance(per_slot, int):
-        return True
-    t = a.table
-    longest = float(np.nanmax(np.nan_to_num(a.requests.prompt_tokens)
-                              + np.nan_to_num(t.output_tokens))) if len(t) else 0.0
-    return per_slot * settings.max_num_seqs / slots >= longest
-
-
-def _simulated(cal: Calibration, knobs: dict[Knob, int | bool], kind: str | None) -> Calibration:
-    for knob, value in knobs.items():
-        cal = changed(cal, Change(knob, value, kind or "", ""))
-    return cal
-
-
-def _screen(candidates: list[tuple[dict[Knob, int | bool], str]], cal: Calibration,
-            a: RunAnalysis, config: TuneConfig) -> tuple[list[Candidate], np.ndarray]:
-    """Each candidate's goodput in the same draws as the start's, best predicted first (the
-    best values of each knob are combined and screened too), and the start's draws."""
-    intervals = Intervals(draws=config.draws, level=LEVEL, requests=REQUESTS)
-    bench = config.bench
-    workload_for = reseeded(bench, intervals.requests)
-    run_config, fleet = a.config, Fleet()
-    kind, now = server_of(a)[1], _now(a)
-
-    def goodput(c: Calibration) -> np.ndarray:
-        outcomes = run_draws(c, workload_for, fleet, run_config, intervals,
-                             lambda run: _goodput(run.summary) or 0.0)
-        return np.array([o.judged for o in outcomes], dtype=float)
-
-    start = goodput(cal)
-    screened: list[Candidate] = []
-
-    def screen(knobs: dict[Knob, int | bool], args: str) -> None:
-        drawn = goodput(_simulated(cal, knobs, kind))
-        gain = drawn - start
-        tail = (1 - LEVEL) / 2
-        screened.append(Candidate(
-            args=args, knobs=dict(knobs), predicted=float(np.median(drawn)),
-            predicted_lo=float(np.quantile(drawn, tail)),
-            predicted_hi=float(np.quantile(drawn, 1 - tail)),
-            change=float(np.median(gain)), change_lo=float(np.quantile(gain, tail)),
-            change_hi=float(np.quantile(gain, 1 - tail))))
-
-    for knobs, args in candidates:
-        screen(knobs, args)
-    best: dict[Knob, list[Candidate]] = {}
-    for c in sorted(screened, key=lambda c: -c.predicted):
-        (knob,) = c.knobs
-        if c.change > 0 and len(best.setdefault(knob, [])) < COMBINED:
-            best[knob].append(c)
-    start_args = shlex.join(bench.serve_args)
-    for combo in product(*best.values()):
-        merged = {k: v for c in combo for k, v in c.knobs.items()}
-        if len(combo) < 2 or not _valid(merged, now, kind):
-            continue
-        knobs: dict[Knob, int | bool] = {}
-        args = start_args
-        for c in combo:
-            knobs |= c.knobs  # type: ignore[arg-type]
-            (knob,) = c.knobs
-            flag = FLAGS[knob][kind or ""]
-            args = with_args(args, flag.written(c.knobs[knob]))
-        screen(knobs, args)
-    return sorted(screened, key=lambda c: -c.predicted), start
 
 
 def _verify(record: TuneRecord, config: TuneConfig, err: Console, base_wall: float,
@@ -246,7 +131,8 @@ def _verify(record: TuneRecord, config: TuneConfig, err: Console, base_wall: flo
         err.print(f"verifying with ab: {c.args}", style="dim", highlight=False, markup=False)
         ab = ABConfig(a=record.start, b=c.args, rounds=config.rounds,
                       max_rounds=max(config.rounds, config.max_rounds),
-                      max_time=max(left - per_ab, 1.0), bench=config.bench)
+                      max_time=max(left - per_ab, 1.0), bench=config.bench,
+                      decide_on=("goodput",))  # more rounds only while goodput is open
         try:
             done = run_ab(ab, err)
             if not all(done.analyses[side] for side in SIDES):  # Ctrl-C before a whole round
@@ -263,7 +149,8 @@ def _verify(record: TuneRecord, config: TuneConfig, err: Console, base_wall: flo
         if change is not None and change.a is not None and change.b is not None:
             c.measured_start, c.measured, c.verdict = change.a, change.b, change.verdict
             gain = change.b - change.a
-            c.agrees = c.change_lo <= gain <= c.change_hi
+            if c.screened == "simulation":  # a screening run is a measurement, not a claim
+                c.agrees = c.change_lo <= gain <= c.change_hi
         write_json(folder / TUNE_JSON, record)
         if done.record.interrupted:
             raise KeyboardInterrupt
