@@ -163,3 +163,26 @@ def test_a_replica_count_is_decided_from_as_few_worlds_as_it_takes():
     assert read == [5, 5]  # two of five miss: four cannot meet it
     read.clear()
     assert decided(values(1, 5, 1, 5, 5), limit=2, worlds=5, needed=1) and read == [1]
+
+
+def test_runs_of_worlds_the_spread_allows_fall_inside_the_intervals(calm):
+    """Held-out "measured" runs: 45 s each at half the capacity, each in a world drawn at
+    random from the calibration's spread with a workload seed the prediction never used."""
+    cal, capacity = calm
+    rate = round(0.5 * capacity, 2)
+    summary = predicted(cal, rate, 45.0, None, Intervals(draws=20))
+    inside = []
+    for k in range(20):
+        bench = BenchConfig(workload=WorkloadConfig(seed=1000 + k), duration_s=45.0,
+                            arrivals=ArrivalConfig(process="poisson", rate=rate, seed=1000 + k),
+                            warmup_s=5.0, cooldown_s=2.0)
+        workload = reseeded(bench, 20_000)(0)
+        config = on_clock(settings(bench, cal, "test", Fleet()), workload)
+        result = simulate(workload, cal, Fleet(), Draw.make(CALM, [77, k]))
+        table = request_table(result, workload.ensure(len(result)), workload.config.api)
+        measured = summarize(table, run_window(config, table))
+        for m in METRICS:
+            for q in PERCENTILES:
+                p = summary.latency[m].percentiles[q]
+                inside.append(p.lo <= measured.latency[m].percentiles[q].value <= p.hi)
+    assert np.mean(inside) >= 0.85, np.mean(inside)

@@ -1,0 +1,134 @@
+"""Intervals old against new where the truth is known: a calibration with the spread of a
+quiet host (the test calibration's step costs; ±5% across step sizes, probes that agree,
+±2% drift), "measured" 45 s runs simulated in worlds drawn at random from that spread (a
+level from a normal of the spread's level deviation, held-out workload seeds), and the 90%
+intervals `latlab predict` gives for a 45 s run at the same rate: their coverage and width
+(hi/lo), for this checkout and `--baseline-src`'s (each run in its own process).
+
+    python benchmarks/predict_intervals_sim.py --baseline-src /tmp/latlab-before
+
+No server runs: a few minutes of simulation, no timing in the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+METRICS = ("ttft", "tpot", "e2e")
+PERCENTILES = ("p50", "p90", "p99")
+
+
+def one(fractions: list[float], truths: int, draws: int) -> dict:
+    """This process's latlab: per load, each check's (inside, hi/lo)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from sim_helpers import calibration
+
+    from latlab.metrics.summary import summarize
+    from latlab.records.arrivals import ArrivalConfig
+    from latlab.records.bench import BenchConfig
+    from latlab.records.calibration import RequestSpread, Spread
+    from latlab.records.simulation import Fleet
+    from latlab.records.window import run_window
+    from latlab.records.workload import WorkloadConfig
+    from latlab.services import predict_intervals as pi
+    from latlab.services.predict import settings
+    from latlab.sim import calibration as calibrations
+    from latlab.sim.fleet import simulate
+    from latlab.sim.folder import on_clock
+    from latlab.sim.spread import Draw, level_sd
+    from latlab.sim.table import request_table
+
+    calm = Spread(step=0.1, shape=0.05, drift=0.02, between=0.0, windows=20, runs=4,
+                  request=RequestSpread(preprocess=0.5, network=0.2, postprocess=0.3))
+    cal = calibration().model_copy(update={"spread": calm})
+    capacity = calibrations.capacity(cal, cal.engine.max_num_seqs)
+
+    def run(bench, draw=None):
+        workload = pi.reseeded(bench, 20_000)(0)
+        config = on_clock(settings(bench, cal, "sim", Fleet()), workload)
+        result = simulate(workload, cal, Fleet(), draw)
+        table = request_table(result, workload.ensure(len(result)), workload.config.api)
+        return workload, config, summarize(table, run_window(config, table))
+
+    def bench_at(rate, seed):
+        return BenchConfig(workload=WorkloadConfig(seed=seed), duration_s=45.0,
+                           arrivals=ArrivalConfig(process="poisson", rate=rate, seed=seed),
+                           warmup_s=5.0, cooldown_s=2.0)
+
+    out = {}
+    for fraction in fractions:
+        rate = round(fraction * capacity, 2)
+        bench = bench_at(rate, 0)
+        workload, config, summary = run(bench)
+        intervals = pi.Intervals(draws=draws)
+        extra = ({"runs": pi.runs_for(workload, intervals)}
+                 if "runs" in inspect.signature(pi.run_draws).parameters else {})
+        outcomes = pi.run_draws(cal, pi.reseeded(bench, intervals.requests), Fleet(), config,
+                                intervals, **extra)
+        summary = pi.attach(summary, outcomes, intervals, cal)
+        checks = []
+        rng = np.random.default_rng(2026)
+        for k in range(truths):
+            truth = Draw(level=float(rng.normal(0, level_sd(calm))), drift=calm.drift,
+                         window_s=calm.window_s, request_sd=(0.0005, 0.0003),
+                         rng=np.random.default_rng([77, k]))
+            measured = run(bench_at(rate, 1000 + k), truth)[2]
+            for m in METRICS:
+                for q in PERCENTILES:
+                    p = summary.latency[m].percentiles[q]
+                    v = measured.latency[m].percentiles[q].value
+                    checks.append([p.lo <= v <= p.hi, p.hi / p.lo if p.lo else math.inf])
+        out[str(fraction)] = checks
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline-src", type=Path)
+    parser.add_argument("--fractions", default="0.3,0.5,0.7")
+    parser.add_argument("--truths", type=int, default=30)
+    parser.add_argument("--draws", type=int, default=20)
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    fractions = [float(f) for f in args.fractions.split(",")]
+    if args.one:
+        print(json.dumps(one(fractions, args.truths, args.draws), default=str))
+        return
+    versions = {"new": ROOT} | ({"old": args.baseline_src} if args.baseline_src else {})
+    results = {}
+    for name, src in versions.items():
+        done = subprocess.run(
+            [sys.executable, __file__, "--one", "--fractions", args.fractions, "--truths",
+             str(args.truths), "--draws", str(args.draws)],
+            env=os.environ | {"PYTHONPATH": str(src)}, capture_output=True, text=True,
+            timeout=1800)
+        if done.returncode != 0:
+            raise SystemExit(f"{name} ({src}) failed:\n{done.stderr[-2000:]}")
+        results[name] = json.loads(done.stdout.splitlines()[-1])
+    print(f"{args.truths} simulated 45 s runs a load, 9 percentiles each; 90% intervals of "
+          f"{args.draws} draws")
+    print(f"{'load':>5} " + " ".join(f"{n + ': inside, ∞, hi/lo median p50 p90 p99':>40}"
+                                     for n in versions))
+    for f in fractions:
+        cells = []
+        for name in versions:
+            checks = results[name][str(f)]
+            inside = [c[0] for c in checks]
+            widths = np.array([float(c[1]) for c in checks])
+            by_q = [np.median(widths[i::len(PERCENTILES)]) for i in range(len(PERCENTILES))]
+            cells.append(f"{100 * np.mean(inside):>4.0f}% {int(np.isinf(widths).sum()):>3} ∞ "
+                         + " ".join(f"{w:>5.2f}" for w in by_q))
+        print(f"{f:>5.0%} " + " ".join(f"{c:>40}" for c in cells))
+
+if __name__ == "__main__":
+    sys.exit(main())
