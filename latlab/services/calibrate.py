@@ -31,7 +31,7 @@ from latlab.sim.validate import compare
 PROBE_REQUESTS = 8  # one at a time: the per-request costs
 PROBE_OUTPUT = 16  # their output tokens (a few decodes each: the costs are per request)
 PROBE_LOAD = 0.5  # the open-loop probe's rate, as a share of the predicted capacity
-PROBE_OPEN_S = 12.0  # and about how long it runs
+PROBE_OPEN_S = 10.0  # and about how long it runs
 
 # latlab serve options that change when requests run, not what a step costs: a calibration
 # is made without them (`calibration_args`), the simulator applies them (`records.simulation.

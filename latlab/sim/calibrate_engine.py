@@ -79,10 +79,9 @@ def time_engine(config, progress: Progress | None = None
     gc.collect()
     # Each pass grows one batch through BATCHES: the requests of the batch before keep
     # decoding (their contexts a few steps longer), so each prompt is prefilled once a pass.
-    # A spread pass draws its prompts from a quarter to twice and a half the context (more
-    # decode groups, mixed contexts).
-    passes = [(context, False) for context in CONTEXTS]
-    passes.append((CONTEXTS[len(CONTEXTS) // 2], True))
+    # The middle context's pass draws its prompts from a quarter to twice and a half of it
+    # (more decode groups, mixed contexts).
+    passes = [(context, i == len(CONTEXTS) // 2) for i, context in enumerate(CONTEXTS)]
     one = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
     for context, spread in passes:
         sizes = [b for b in BATCHES if b <= c.max_num_seqs
