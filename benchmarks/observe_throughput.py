@@ -1,7 +1,7 @@
 """How many spans a second `latlab observe` takes on one core, and its memory, flat out and over
 a steady run.
 
-    .venv/bin/python benchmarks/observe_throughput.py          # 75 s flat out, 120 s steady
+    .venv/bin/python benchmarks/observe_throughput.py          # 135 s flat out, 120 s steady
     .venv/bin/python benchmarks/observe_throughput.py --max-s 60 --steady-s 600 --rate 5000
 
 `latlab observe` runs as its own process pinned to one CPU (`os.sched_setaffinity`); sender
@@ -16,7 +16,9 @@ backoff doubling from 1 s to 32 s, at most 6 times; what is given up is counted.
 
 1. **Flat out** (`--max-s`, observe's defaults: 60 s windows, the trace wait learnt; after
    15 s of warm-up): the senders send as fast as observe takes the batches; the measured
-   stretch includes a window's close (its analysis and findings). Spans per CPU second = the
+   stretch (120 s by default) includes the close of a whole window (a minute's calls, not
+   the partial first one: its analysis and findings), and the windows closed meanwhile are
+   printed with their calls. Spans per CPU second = the
    spans observe took / the CPU seconds its process used meanwhile (user + system, from
    /proc), so a busy machine's stolen time does not count against it; per wall second and the
    peak resident memory (sampled each second) beside it.
@@ -45,11 +47,12 @@ import time
 from pathlib import Path
 
 import httpx
+import orjson
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from latlab.records.files import read_json
-from latlab.records.observe import OBSERVE_JSON, ObserveRecord
+from latlab.records.observe import OBSERVE_JSON, WINDOWS, ObserveRecord
 
 BATCH_CALLS = 512 // 5 + 1  # about the SDK's batch of 512 spans
 RETRIES, MAX_BACKOFF_S = 6, 32.0  # as the OTLP exporters retry a refused export
@@ -217,6 +220,8 @@ def phase(latlab: Path, seconds: float, rate: float | None, senders: int, cpu: i
             time.sleep(10 if steady else 1)
             samples.append((time.monotonic() - t0, counter.value, rss_mib(observe.pid)))
         used, wall, sent = cpu_s(observe.pid) - cpu0, time.monotonic() - t0, counter.value - sent0
+        closed = [orjson.loads(line) for path in out.glob(f"*/{WINDOWS}")
+                  for line in path.read_bytes().splitlines()]
         for w in workers:
             w.join(60)
         if steady:
@@ -229,6 +234,8 @@ def phase(latlab: Path, seconds: float, rate: float | None, senders: int, cpu: i
                   f"wall second); peak resident {max(r for _, _, r in samples):.0f} MiB; "
                   f"{counters[1].value:,} exports refused (503) and retried, "
                   f"{counters[2].value:,} spans given up")
+        print("  windows analysed meanwhile (calls): " + ", ".join(
+            f"{w['calls']:,}{' partial' if w['partial'] else ''}" for w in closed))
     finally:
         observe.send_signal(signal.SIGINT)
         try:
@@ -246,7 +253,7 @@ def phase(latlab: Path, seconds: float, rate: float | None, senders: int, cpu: i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max-s", type=float, default=75.0)
+    parser.add_argument("--max-s", type=float, default=120.0)
     parser.add_argument("--steady-s", type=float, default=120.0)
     parser.add_argument("--rate", type=float, default=5000.0, help="spans/s of the steady phase")
     parser.add_argument("--senders", type=int, default=2)
