@@ -3,12 +3,20 @@ call in its own start time's window however late its spans arrive, the same wind
 from the spans' file, client-only calls (the model's time unsplit, streaming unknown unless
 the span says), and the peak-hours rule only over whole windows with calls enough."""
 
+import socket
+import threading
+import time
+
+import httpx
 import numpy as np
 import orjson
 import pytest
+from otlp_export import export
+from processes import wait_until
 
 from latlab.analysis.decompose import decompose
 from latlab.analysis.windows import peak_over
+from latlab.load.target.launch import free_port
 from latlab.load.telemetry.calls import calls_of, record_of, streamed
 from latlab.load.telemetry.observer import Observer
 from latlab.load.telemetry.trace_wait import INITIAL_NS, LEARNING_TRACES, TraceWait
@@ -315,3 +323,28 @@ def test_the_check_drops_a_peak_the_windows_read_that_all_their_calls_do_not(tmp
         windows.check(table)
     assert [w.late for w in windows.kept] == [30, 30, 0, 0]
     assert windows.peak is None and "peak hours" in windows.unsupported_peak.title
+
+
+def test_observe_answers_503_with_retry_after_while_spans_wait(tmp_path):
+    port = free_port()
+    stop, done = threading.Event(), {}
+    config = ObserveConfig(otlp_port=port, out=tmp_path, max_pending_spans=1, trace_wait_s=60)
+    thread = threading.Thread(target=lambda: done.update(result=run_observe(config, stop=stop)))
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{port}/v1/traces"
+        wait_until(lambda: _listening(port), 60, "observe listening")
+        answers = [httpx.post(url, content=export([trace], time.time_ns() - S), timeout=10,
+                              headers={"Content-Type": "application/json"})
+                   for trace in ("a" * 32, "b" * 32)]
+    finally:
+        stop.set()
+        thread.join(120)
+    assert [a.status_code for a in answers] == [200, 503]
+    assert answers[1].headers["Retry-After"] == "1"
+    assert done["result"].record.throttled == 1
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
