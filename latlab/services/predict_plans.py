@@ -231,12 +231,14 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
                   f" of {intervals.draws} draws", style="dim", highlight=False)
         return counts[n]
 
-    def share(n: int, needed: int, slowest_first: bool) -> bool:
-        """Whether `needed` worlds meet the goal with `n` replicas, trying the worlds where
-        the answer is likeliest to be decided first (world d's step costs are the d-th
-        slowest)."""
+    def share(n: int, needed: int, slowest_first: bool, within: int | None = None) -> bool:
+        """Whether `needed` worlds meet the goal with `n` replicas (of the first `within` in
+        that order), trying the worlds where the answer is likeliest to be decided first
+        (world d's step costs are the d-th slowest)."""
         order = range(intervals.draws, 0, -1) if slowest_first else range(1, intervals.draws + 1)
-        ok = decided((world(n, d) for d in order), goal.limit_ms, intervals.draws, needed)
+        worlds = min(within or intervals.draws, intervals.draws)
+        ok = decided((world(n, d) for d in list(order)[:worlds]), goal.limit_ms, worlds,
+                     needed)
         tried = len(counts[n].by_world)
         err.print(f"  {n} replicas: {needed} of {intervals.draws} worlds meet the goal? "
                   f"{'yes' if ok else 'no'} ({tried} simulated)", style="dim",
@@ -267,11 +269,15 @@ def replicas_for(config: PredictConfig, cal: Calibration, where: str, err: Conso
         def safe_enough(n: int) -> bool:
             return share(n, intervals.draws - allowed, slowest_first=True)
 
-        def may_do(n: int) -> bool:
-            return n > 0 and share(n, max(1, math.ceil(intervals.tail * intervals.draws - 1e-9)),
-                                   slowest_first=False)
+        needed = max(1, math.ceil(intervals.tail * intervals.draws - 1e-9))
 
-        safe, plateau = provisioned(point, safe_enough, drawn, goal, intervals.tail)
+        def may_do(n: int) -> bool:
+            """Whether the favourable tail meets it: `needed` of the fastest 2 × `needed`
+            worlds (the fastest strata; beyond them a world is slower still)."""
+            return n > 0 and share(n, needed, slowest_first=False, within=2 * needed)
+
+        safe, plateau = provisioned(point, safe_enough, drawn, goal, intervals.tail,
+                                    tried=lambda n: counts[n])
         optimistic = fewest_below(point, may_do) if may_do(point) else point
     best = sized(safe)
     workload = build(bench.workload, arrivals, bench.requests, bench.duration_s)

@@ -72,11 +72,14 @@ def fewest_below(meets: int, ok: Callable[[int], bool]) -> int:
 
 
 def provisioned(point: int, enough: Callable[[int], bool], drawn: Callable[[int], Count],
-                 goal: Goal, tail: float) -> tuple[int, Plateau | None]:
+                 goal: Goal, tail: float, tried: Callable[[int], Count] | None = None
+                 ) -> tuple[int, Plateau | None]:
     """The fewest replicas that meet the goal in all but the draws' unfavourable tail: steps
     of 1, 2, 4, … up from `point` until it does, then bisected; or, when a step of two or
-    more changes neither the drawn latencies nor the share of draws that meet the goal, the
-    plateau where more replicas stop helping."""
+    more changes neither the latencies of the worlds both were tried in (`tried`: a count
+    as far as `enough` drew it; `drawn` when not given) nor how many of them meet the goal,
+    the plateau where more replicas stop helping (its count drawn in every world)."""
+    tried = tried or drawn
     if enough(point):
         return point, None
     fails, step = point, 1
@@ -84,17 +87,23 @@ def provisioned(point: int, enough: Callable[[int], bool], drawn: Callable[[int]
         more = min(fails + step, MAX_REPLICAS)
         if enough(more):
             return fewest(fails, more, enough), None
-        if more - fails >= 2 and _flat(drawn(fails), drawn(more), goal.limit_ms):
+        if more - fails >= 2 and _flat(tried(fails), tried(more), goal.limit_ms):
             return fails, Plateau.of(fails, drawn(fails), goal, tail)
         fails, step = more, 2 * step
     return fails, Plateau.of(fails, drawn(fails), goal, tail)
 
 
 def _flat(fewer: Count, more: Count, limit: float) -> bool:
-    """More replicas, the same latency: the share of draws that meet the goal moved by at
-    most one draw, and the draws' median by under `PLATEAU_CHANGE`."""
-    same_share = abs(more.met(limit) - fewer.met(limit)) <= 1 / max(len(fewer.draws), 1)
-    return same_share and same_latency(float(np.median(fewer.draws)), float(np.median(more.draws)))
+    """More replicas, the same latency in the worlds both counts were tried in (the slowest,
+    which decide what to provision): the number of them that meet the goal moved by at most
+    one, and their median by under `PLATEAU_CHANGE`."""
+    common = sorted(set(fewer.by_world) & set(more.by_world))
+    if not common:
+        return False
+    a = [fewer.by_world[d] for d in common]
+    b = [more.by_world[d] for d in common]
+    same_share = abs(sum(v <= limit for v in a) - sum(v <= limit for v in b)) <= 1
+    return same_share and same_latency(float(np.median(a)), float(np.median(b)))
 
 
 def same_latency(fewer: float, more: float) -> bool:
