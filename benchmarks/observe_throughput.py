@@ -16,9 +16,11 @@ backoff doubling from 1 s to 32 s, at most 6 times; what is given up is counted.
 
 1. **Flat out** (`--max-s`, observe's defaults: 60 s windows, the trace wait learnt; after
    15 s of warm-up): the senders send as fast as observe takes the batches; the measured
-   stretch (120 s by default) includes the close of a whole window (a minute's calls, not
-   the partial first one: its analysis and findings), and the windows closed meanwhile are
-   printed with their calls. Spans per CPU second = the
+   stretch (120 s by default) is long enough for a whole window (a minute's calls, not the
+   partial first one) to close in it, unless observe refuses exports meanwhile (the
+   watermark then waits for them, up to --max-lateness past a window's end: a longer
+   --max-s); the windows closed in the stretch are printed with their calls, so a peak
+   without a window's analysis in it is seen as such. Spans per CPU second = the
    spans observe took / the CPU seconds its process used meanwhile (user + system, from
    /proc), so a busy machine's stolen time does not count against it; per wall second and the
    peak resident memory (sampled each second) beside it.
