@@ -14,7 +14,15 @@ from latlab.analysis import analyze
 from latlab.analysis.advice import with_args
 from latlab.analysis.findings import Advice, Change, Finding, Severity
 from latlab.records.bench import BenchConfig
-from latlab.services.advice_effects import Effect, annotate, changed, run_calibration
+from latlab.records.calibration import Spread
+from latlab.records.simulation import Fleet
+from latlab.services.advice_effects import (
+    Effect,
+    annotate,
+    changed,
+    predict_effect,
+    run_calibration,
+)
 from latlab.services.bench import run_bench
 from latlab.services.calibration_reach import unseen
 
@@ -49,6 +57,13 @@ def test_the_runs_own_calibration_knows_the_servers_settings(measured):
     assert fewer.engine.max_num_seqs == 1 and cal.engine.max_num_seqs == 2
 
 
+def apart(cal):
+    """`cal` with worlds its spread sets apart: a short run's own may have no level spread
+    and one window's drift (none), and then no interval decides anything."""
+    s = cal.spread
+    return cal.model_copy(update={"spread": s.model_copy(update={"shape": max(s.shape, 0.1)})})
+
+
 def test_a_change_predicted_to_hurt_is_not_advised_and_one_kept_says_how_to_measure(measured):
     a = analyze(measured)
     one = Advice("one sequence at a time",
@@ -58,7 +73,7 @@ def test_a_change_predicted_to_hurt_is_not_advised_and_one_kept_says_how_to_meas
     f = Finding("test", Severity.INFO, "t", [], "w", "", 0.5,
                 tries=[one, Advice("shorter prompts"), bigger], metric=("ttft", "p50"))
     a.findings = [f]
-    assert annotate(a, draws=4) == []
+    assert annotate(a, apart(run_calibration(a)), draws=4) == []
     # four users queued behind one sequence: TTFT and the output rate both suffer
     assert "one sequence" not in f.fix and "shorter prompts" in f.fix
     assert any(n.startswith("not advised: predicted for `--max-num-seqs 1`") for n in f.notes)
@@ -114,6 +129,25 @@ def test_a_predicted_effect_is_judged_on_its_interval_and_the_output_rate():
                     ttft_change=1.9)
     assert traded.verdict == "better" and traded.line().endswith("TTFT p50 +190%: better")
     assert "TTFT" not in effect(-40, -5).line()
+
+
+def test_worlds_the_spread_does_not_set_apart_give_no_interval_and_decide_nothing(measured):
+    """llama-server's advice once printed "difference −624.3 ms to −624.3 ms": a calibration
+    whose spread has no level and no drift draws the same world eight times, and a fixed
+    workload then gives the same difference in each — a span of width zero, not an
+    interval."""
+    a = analyze(measured)
+    cal = run_calibration(a)
+    flat = cal.model_copy(update={"spread": Spread(step=0.3)})  # noisy steps, no level/drift
+    half = Change("step_tokens", 128, "latlab", "--max-num-batched-tokens 128")
+    e = predict_effect(flat, a.config, Fleet(), half, ("itl", "p99"), draws=3)
+    assert e is not None and e.draws == 3
+    assert not e.interval and e.verdict == "can't tell"
+    assert "no interval" in e.line() and "difference" not in e.line()
+    # the same change in worlds the spread does set apart: an interval of some width
+    apart = cal.model_copy(update={"spread": Spread(step=0.3, shape=0.2, drift=0.1)})
+    e = predict_effect(apart, a.config, Fleet(), half, ("itl", "p99"), draws=3)
+    assert e is not None and e.interval and e.lo < e.hi and "% difference" in e.line()
 
 
 LLAMA_SERVER = Path(os.environ.get("LATLAB_LLAMA_SERVER", "/work/build/llama-server"))

@@ -35,6 +35,9 @@ def test_tune_screens_in_the_simulator_and_measures_the_best_predicted_gain(tmp_
     shares = [c.share for c in record.candidates]
     assert shares == sorted(shares, reverse=True)  # the best gain first
     assert all(c.predicted_lo <= c.predicted <= c.predicted_hi for c in record.candidates)
+    # a gain's interval spans the paired draws, or there is none (worlds not set apart)
+    assert all(c.change_lo < c.change_hi for c in record.candidates
+               if c.screened == "simulation" and c.change_lo is not None)
     # 8 sequences where the run only ever batched 2: steps the calibration never timed, so
     # one real run screens it instead of the simulator
     eight = next(c for c in record.candidates if c.args == "--model tiny --max-num-seqs 8")
@@ -47,7 +50,8 @@ def test_tune_screens_in_the_simulator_and_measures_the_best_predicted_gain(tmp_
         best = gains[0]
         assert best.ab_folder is not None and best.measured is not None
         assert best.verdict is not None
-        assert (best.agrees is not None) == (best.screened == "simulation")
+        assert (best.agrees is not None) == (best.screened == "simulation"
+                                             and best.change_lo is not None)
     assert all(c.ab_folder is None for c in record.candidates if c.change <= 0)
     assert record.baseline_run and record.start_goodput is not None
     assert record.start_predicted is not None
@@ -161,3 +165,20 @@ def test_tune_on_llama_server_measures_what_its_calibration_has_not_seen(tmp_pat
     assert by_args["-np 2 -b 256 -ub 256"].screened == "simulation"
     verified = [c for c in record.candidates if c.verdict is not None]
     assert len(verified) <= 1 and all(c.ab_folder for c in verified)
+
+
+def test_a_gain_without_an_interval_is_printed_without_one():
+    """A zero-width span is not an interval: the table says there is none."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from latlab.records.tune import Candidate
+    from latlab.report.tune import print_tune
+
+    c = Candidate(args="-np 8", knobs={"max_num_seqs": 8}, predicted=2.0, predicted_lo=2.0,
+                  predicted_hi=2.0, change=1.0, change_lo=None, change_hi=None, share=1.0)
+    out = StringIO()
+    print_tune(Console(file=out, width=200), TuneRecord(created=0.0, start="-np 4",
+                                                        candidates=[c]))
+    assert "+1.00 (no interval)" in out.getvalue() and "…" not in out.getvalue()

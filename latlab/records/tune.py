@@ -75,8 +75,8 @@ class Candidate(Record):
     predicted_lo: float
     predicted_hi: float
     change: float  # the paired difference against the starting settings (req/s): median
-    change_lo: float
-    change_hi: float
+    change_lo: float | None  # its interval (None: the drawn worlds did not set it apart)
+    change_hi: float | None
     share: float = 0.0  # the change as a share of the start's goodput (what ranks them)
     screened: Literal["simulation", "run"] = "simulation"
     unseen: str | None = None  # why the simulation was not trusted with it

@@ -50,7 +50,9 @@ def print_tune(out: Console, r: TuneRecord) -> None:
             screened, gain = f"{c.predicted:.2f} (run)", f"{c.change:+.2f} (one run)"
         else:
             screened = f"{c.predicted:.2f}"
-            gain = f"{c.change:+.2f} ({c.change_lo:+.2f}…{c.change_hi:+.2f})"
+            gain = (f"{c.change:+.2f} ({c.change_lo:+.2f}…{c.change_hi:+.2f})"
+                    if c.change_lo is not None and c.change_hi is not None
+                    else f"{c.change:+.2f} (no interval)")
         table.add_row(c.args, screened, gain, _measured(c), c.verdict or "–", _agreement(c))
     out.print(table)
     if len(r.candidates) > SHOWN:
@@ -83,6 +85,6 @@ def _agreement(c: Candidate) -> Text:
     if c.agrees:
         return Text("as predicted", style="green")
     gain = (c.measured or 0) - (c.measured_start or 0)
-    side = "more" if gain > c.change_hi else "less"
+    side = "more" if gain > (c.change_hi or 0.0) else "less"
     return Text(f"simulation disagrees: measured {gain:+.2f} req/s, {side} than predicted",
                 style="yellow")

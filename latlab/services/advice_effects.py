@@ -29,7 +29,7 @@ from latlab.records.config import RunConfig
 from latlab.records.engine import SHAPE_FIELDS
 from latlab.records.simulation import Fleet
 from latlab.services.calibration_reach import unseen
-from latlab.services.predict_intervals import Intervals, reseeded, run_draws
+from latlab.services.predict_intervals import Intervals, paired_interval, reseeded, run_draws
 from latlab.sim import calibration as calibrations
 from latlab.sim.calibrate_run import CalibrationError
 from latlab.units import ms
@@ -50,7 +50,9 @@ TRADE = 0.05  # a predicted change of TTFT p50 beyond this share is said beside 
 @dataclass(frozen=True)
 class Effect:
     """A change's predicted effect on `metric` (ms; `before` and `after` are the medians of
-    the draws) with the interval of the paired difference, and on the output rate."""
+    the draws) with the interval of the paired difference, and on the output rate. An effect
+    without an honest interval (`interval` False: `paired_interval` says when) prints none,
+    and decides nothing: "can't tell"."""
 
     change: Change
     metric: tuple[str, str]
@@ -62,9 +64,12 @@ class Effect:
     output_lo: float
     draws: int
     ttft_change: float = 0.0  # relative change of TTFT p50 (median): the trade, when not the metric
+    interval: bool = True  # lo/hi span the drawn worlds (False: they did not set them apart)
 
     @property
     def verdict(self) -> Verdict:
+        if not self.interval:
+            return "can't tell"
         if self.output_lo < -OUTPUT_WORSE and self.output_change < -OUTPUT_WORSE:
             return "worse"
         if self.lo > 0:
@@ -78,13 +83,15 @@ class Effect:
     def line(self) -> str:
         name = f"{self.metric[0].upper()} {self.metric[1]}"
         share = (self.after - self.before) / self.before if self.before > 0 else math.nan
-        interval = f"difference {_signed(self.lo)} to {_signed(self.hi)}"
+        interval = (f"{100 * LEVEL:.0f}% difference {_signed(self.lo)} to {_signed(self.hi)}"
+                    if self.interval else
+                    "no interval: the drawn worlds did not set the sides apart")
         out = f", output tokens/s {_percent(self.output_change)}" \
             if abs(self.output_change) >= 0.01 else ""
         if self.metric[0] != "ttft" and abs(self.ttft_change) >= TRADE:
             out += f", TTFT p50 {_percent(self.ttft_change)}"
         return (f"predicted for `{self.change.args}`: {name} {ms(self.before)} → "
-                f"{ms(self.after)} ({_percent(share)}; {100 * LEVEL:.0f}% {interval}, "
+                f"{ms(self.after)} ({_percent(share)}; {interval}, "
                 f"{self.draws} paired draws){out}: {self.verdict}")
 
 
@@ -155,13 +162,16 @@ def predict_effect(cal: Calibration, config: RunConfig, fleet: Fleet, change: Ch
     ttfts = (b[:, 2] - a[:, 2]) / np.where(a[:, 2] > 0, a[:, 2], np.nan)
     ttfts = ttfts[~np.isnan(ttfts)]
     tail = (1 - LEVEL) / 2
+    span = paired_interval(cal, diff, intervals)
+    median = float(np.median(diff))
+    lo, hi = span if span is not None else (median, median)
     return Effect(change, metric, before=float(np.median(a[both, 0])),
-                  after=float(np.median(b[both, 0])),
-                  lo=float(np.quantile(diff, tail)), hi=float(np.quantile(diff, 1 - tail)),
+                  after=float(np.median(b[both, 0])), lo=lo, hi=hi,
                   output_change=float(np.median(rates)) if len(rates) else 0.0,
                   output_lo=float(np.quantile(rates, tail)) if len(rates) else 0.0,
                   draws=int(both.sum()),
-                  ttft_change=float(np.median(ttfts)) if len(ttfts) else 0.0)
+                  ttft_change=float(np.median(ttfts)) if len(ttfts) else 0.0,
+                  interval=span is not None)
 
 
 def ab_command(analysis: RunAnalysis, change: Change) -> str:

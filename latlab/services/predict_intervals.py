@@ -43,7 +43,7 @@ from latlab.records.summary import Prediction, RunSummary
 from latlab.records.window import run_window
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import on_clock
-from latlab.sim.spread import Draw, spread_of
+from latlab.sim.spread import Draw, level_sd, spread_of
 from latlab.sim.table import request_table
 from latlab.sim.workload import SimWorkload, build
 
@@ -148,6 +148,22 @@ def quantile(values: Sequence[float], q: float) -> float:
     if math.isinf(v[hi]) or math.isinf(v[lo]):
         return math.inf if math.isinf(v[hi]) else float(v[lo])
     return float(v[lo] + (v[hi] - v[lo]) * (at - lo))
+
+
+def paired_interval(cal: Calibration, diffs: Sequence[float], intervals: Intervals
+                    ) -> tuple[float, float] | None:
+    """The interval of a change's paired differences `diffs` (one a drawn world), or None
+    where it would not be one: fewer than two worlds, worlds the calibration's spread does not
+    set apart (no level, no drift: they differ by their workload's seed alone), or one
+    nonzero difference in every world (a zero-width span says nothing about how far to trust
+    it; none in every world is the change doing nothing, whatever the world)."""
+    d = np.asarray(diffs, dtype=float)
+    d = d[np.isfinite(d)]
+    spread, _ = spread_of(cal)
+    if len(d) < 2 or (level_sd(spread) <= 0 and spread.drift <= 0) or (
+            np.ptp(d) <= 0 and d[0] != 0):
+        return None
+    return quantile(d, intervals.tail), quantile(d, 1 - intervals.tail)
 
 
 def span(values: Sequence[float], value: float, intervals: Intervals, grows: bool = False

@@ -149,7 +149,8 @@ def _verify(record: TuneRecord, config: TuneConfig, err: Console, base_wall: flo
         if change is not None and change.a is not None and change.b is not None:
             c.measured_start, c.measured, c.verdict = change.a, change.b, change.verdict
             gain = change.b - change.a
-            if c.screened == "simulation":  # a screening run is a measurement, not a claim
+            if c.screened == "simulation" and c.change_lo is not None \
+                    and c.change_hi is not None:  # a run is a measurement, not a claim
                 c.agrees = c.change_lo <= gain <= c.change_hi
         write_json(folder / TUNE_JSON, record)
         if done.record.interrupted:

@@ -31,7 +31,7 @@ from latlab.services.advice_effects import changed
 from latlab.services.bench import run_bench
 from latlab.services.calibration_reach import unseen
 from latlab.services.errors import ServiceFailed
-from latlab.services.predict_intervals import Intervals, reseeded, run_draws
+from latlab.services.predict_intervals import Intervals, paired_interval, reseeded, run_draws
 
 REQUESTS = 1_000  # at most, per simulated draw
 COMBINED = 2  # the best values of each knob combined with each other's
@@ -168,12 +168,13 @@ def screen(record: TuneRecord, candidates: list[tuple[Knobs, str]], s: Screening
             drawn = drawn_goodput(_simulated(s.cal, knobs, s.kind))
             gain = drawn - start
             tail = (1 - LEVEL) / 2
+            span = paired_interval(s.cal, gain, intervals)
             c = Candidate(
                 args=args, knobs=dict(knobs), predicted=float(np.median(drawn)),
                 predicted_lo=float(np.quantile(drawn, tail)),
                 predicted_hi=float(np.quantile(drawn, 1 - tail)),
-                change=float(np.median(gain)), change_lo=float(np.quantile(gain, tail)),
-                change_hi=float(np.quantile(gain, 1 - tail)))
+                change=float(np.median(gain)), change_lo=span[0] if span else None,
+                change_hi=span[1] if span else None)
             c.share = _share(c.change, start_predicted)
         if c is None:
             record.notes.append(f"not screened: {args} (not simulated: {reason}; a run of it "
