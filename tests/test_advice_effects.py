@@ -150,6 +150,37 @@ def test_worlds_the_spread_does_not_set_apart_give_no_interval_and_decide_nothin
     assert e is not None and e.interval and e.lo < e.hi and "% difference" in e.line()
 
 
+def test_the_changes_predicted_better_come_first_the_largest_paired_gain_first(measured,
+                                                                              monkeypatch):
+    """Ranked by the paired differences' median, not by the medians' difference: a change
+    whose sides' medians differ most may gain less draw by draw."""
+    from latlab.services import advice_effects
+
+    a = analyze(measured)
+    small = Change("step_tokens", 128, "latlab", "--max-num-batched-tokens 128")
+    large = Change("step_tokens", 192, "latlab", "--max-num-batched-tokens 192")
+    unsure = Change("max_num_seqs", 1, "latlab", "--max-num-seqs 1")
+    predicted = {  # before, after (medians), lo, hi, the paired differences' median
+        small: (100.0, 60.0, -30.0, -5.0, -10.0),   # medians 40 apart, 10 a draw
+        large: (100.0, 80.0, -40.0, -20.0, -30.0),  # medians 20 apart, 30 a draw
+        unsure: (100.0, 50.0, -60.0, 10.0, -50.0)}  # the largest, but can't tell
+
+    def effect(cal, config, fleet, change, metric, draws):
+        before, after, lo, hi, d = predicted[change]
+        return Effect(change, metric, before, after, lo, hi, 0.0, 0.0, draws, difference=d)
+
+    monkeypatch.setattr(advice_effects, "predict_effect", effect)
+    monkeypatch.setattr(advice_effects, "unseen", lambda cal, a, change: None)
+    tries = [Advice("shorter prompts"), Advice("unsure", unsure), Advice("small", small),
+             Advice("large", large)]
+    f = Finding("test", Severity.INFO, "t", [], "w", "", 0.5, tries=list(tries),
+                metric=("itl", "p99"))
+    a.findings = [f]
+    annotate(a, run_calibration(a), draws=3)
+    assert [t.text for t in f.tries] == ["large", "small", "shorter prompts", "unsure"]
+    assert f.fix == "large; small; shorter prompts; unsure"
+
+
 LLAMA_SERVER = Path(os.environ.get("LATLAB_LLAMA_SERVER", "/work/build/llama-server"))
 
 

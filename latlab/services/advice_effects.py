@@ -4,7 +4,8 @@ again with the setting changed, both sides in the same drawn worlds, so the chan
 on the finding's metric has its own interval; a suggestion predicted to make that metric or
 the output rate worse is taken out of the fix, and every one that stays carries its
 predicted effect and the `latlab ab` command that measures it (one predicted to change
-nothing is left out too). A setting that would make the server run steps its calibration
+nothing is left out too); those predicted better come first, the largest predicted gain
+first. A setting that would make the server run steps its calibration
 never timed (`calibration_reach`) is not predicted: it carries the `latlab ab` alone.
 
     annotate(analysis, cal)     # cal None: fitted from the run folder, when it can be
@@ -65,6 +66,14 @@ class Effect:
     draws: int
     ttft_change: float = 0.0  # relative change of TTFT p50 (median): the trade, when not the metric
     interval: bool = True  # lo/hi span the drawn worlds (False: they did not set them apart)
+    difference: float | None = None  # the paired differences' median (None: after − before)
+
+    @property
+    def gain(self) -> float:
+        """The predicted improvement as a share of `before` (the paired differences' median;
+        positive: the metric shorter), what the changes kept are ranked by."""
+        d = self.difference if self.difference is not None else self.after - self.before
+        return -d / self.before if self.before > 0 else -d
 
     @property
     def verdict(self) -> Verdict:
@@ -171,7 +180,7 @@ def predict_effect(cal: Calibration, config: RunConfig, fleet: Fleet, change: Ch
                   output_lo=float(np.quantile(rates, tail)) if len(rates) else 0.0,
                   draws=int(both.sum()),
                   ttft_change=float(np.median(ttfts)) if len(ttfts) else 0.0,
-                  interval=span is not None)
+                  interval=span is not None, difference=median)
 
 
 def ab_command(analysis: RunAnalysis, change: Change) -> str:
@@ -220,6 +229,7 @@ def _test(f: Finding, analysis: RunAnalysis, cal: Calibration, fleet: Fleet,
           draws: int) -> None:
     kept: list[Advice] = []
     notes: list[str] = []
+    gains: dict[int, float] = {}  # by id of the advice: those predicted better
     for advice in f.tries:
         if advice.change is None:
             kept.append(advice)
@@ -231,6 +241,8 @@ def _test(f: Finding, analysis: RunAnalysis, cal: Calibration, fleet: Fleet,
             notes.append(f"not advised: {effect.line()}")
             continue
         kept.append(advice)
+        if effect is not None and effect.verdict == "better":
+            gains[id(advice)] = effect.gain
         if reason is not None:  # the simulator would extrapolate: measure, do not guess
             notes.append(f"not predicted for `{advice.change.args}`: {reason}")
         else:
@@ -238,6 +250,9 @@ def _test(f: Finding, analysis: RunAnalysis, cal: Calibration, fleet: Fleet,
                          f"not predicted for `{advice.change.args}`: the simulation gives "
                          f"no {f.metric[0]} {f.metric[1]}")
         notes.append(f"measure it: {ab_command(analysis, advice.change)}")
+    # those predicted better first, the largest predicted gain (paired) first; the rest as
+    # the finding put them
+    kept.sort(key=lambda a: (0, -gains[id(a)]) if id(a) in gains else (1, 0.0))
     f.fix, f.tries = joined(*kept)
     f.notes += notes
 

@@ -185,12 +185,10 @@ def worlds_behind(outcomes: Sequence[DrawOutcome]) -> tuple[int, int]:
     return sum(2 * sum(v) > len(v) for v in runs.values()), len(runs)
 
 
-def queue_grows(outcomes: Sequence[DrawOutcome], intervals: Intervals,
-                point_fell_behind: bool = False) -> bool:
+def queue_grows(outcomes: Sequence[DrawOutcome], intervals: Intervals) -> bool:
     """Whether the interval's upper end is a growing queue: more worlds fell behind than
     its upper tail holds. (The point estimate is the median world, one run of it: it
-    decides nothing the worlds do not; `point_fell_behind` is kept for the callers that
-    pass it.)"""
+    decides nothing the worlds do not.)"""
     behind, worlds = worlds_behind(outcomes)
     return behind > intervals.tail * worlds
 
@@ -203,7 +201,7 @@ def attach(summary: RunSummary, outcomes: Sequence[DrawOutcome], intervals: Inte
         return summary
     t = summary.throughput
     point_behind = bool(t and t.fell_behind)
-    grows = queue_grows(outcomes, intervals, point_behind)
+    grows = queue_grows(outcomes, intervals)
     for group in ("latency", "failure_adjusted"):
         for name, dist in getattr(summary, group).items():
             for pname, p in dist.percentiles.items():

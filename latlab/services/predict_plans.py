@@ -84,7 +84,7 @@ class PredictedSweep(Sweep):
         draws = self.draws[step.point.label] = [o.judged for o in outcomes]
         run = RunFolder(Path(point.run))  # the point's own summary.json gets its intervals
         run.write_summary(attach(run.read_summary(), outcomes, self.intervals, self.calibration))
-        grows = queue_grows(outcomes, self.intervals, point.fell_behind)
+        grows = queue_grows(outcomes, self.intervals)
         point.latency_intervals = {
             m: {q: span([d.latencies[m][q] for d in draws], v, self.intervals,
                         grows and m in QUEUED)
