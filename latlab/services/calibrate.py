@@ -8,6 +8,7 @@ they measured.
 
 from __future__ import annotations
 
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -88,6 +89,17 @@ def calibrate_engine(config: EngineConfig, serve: list[str], err: Console,
     return cal
 
 
+def open_probe(capacity: float) -> tuple[float, int]:
+    """The open-loop probe's rate (`PROBE_LOAD` of `capacity`, req/s, to two significant
+    figures: never rounded to none) and its requests (about `PROBE_OPEN_S` seconds of them,
+    two at least: a slow server's probe runs longer rather than not at all)."""
+    if not (math.isfinite(capacity) and capacity > 0):
+        raise ServiceFailed(f"the in-process calibration predicts a capacity of {capacity:g} "
+                            "req/s: nothing to probe at half of it")
+    rate = float(f"{PROBE_LOAD * capacity:.2g}")
+    return rate, max(2, round(rate * PROBE_OPEN_S))
+
+
 def _probe(cal: Calibration, serve: list[str], err: Console) -> Calibration:
     """Short benches through one latlab serve writing its steps (`--step-log`), each a line
     on `err` as it starts and ends: one request at a time (the per-request costs), as many
@@ -97,13 +109,13 @@ def _probe(cal: Calibration, serve: list[str], err: Console) -> Calibration:
     takes in and streams requests as they come than in a closed loop or in process. How
     well the result replays each probe is noted."""
     batch = cal.engine.max_num_seqs
-    rate = round(PROBE_LOAD * calibrations.capacity(cal, 2 * batch), 2)
+    rate, opened = open_probe(calibrations.capacity(cal, 2 * batch))
     short = WorkloadConfig(output_tokens=f"fixed:{PROBE_OUTPUT}")
     plan = [(ArrivalConfig(process="closed", users=1), PROBE_REQUESTS, short,
              "one at a time (the per-request costs)"),
             (ArrivalConfig(process="closed", users=batch), batch, WorkloadConfig(),
              "a full batch"),
-            (ArrivalConfig(process="poisson", rate=rate), round(rate * PROBE_OPEN_S),
+            (ArrivalConfig(process="poisson", rate=rate), opened,
              WorkloadConfig(), "the step costs as served")]
     err.print("probing latlab serve…", style="dim", highlight=False)
     with tempfile.TemporaryDirectory(prefix="latlab-calibrate-") as tmp:
