@@ -182,3 +182,19 @@ def test_a_gain_without_an_interval_is_printed_without_one():
     print_tune(Console(file=out, width=200), TuneRecord(created=0.0, start="-np 4",
                                                         candidates=[c]))
     assert "+1.00 (no interval)" in out.getvalue() and "…" not in out.getvalue()
+
+
+def test_the_setting_to_use_is_the_largest_gain_ab_measured_beside_its_own_start():
+    """Two abs, two starts: a busy host measured the start at 1.0 req/s in one and 3.0 in
+    the other; the one that doubled its start is better than the one with more req/s."""
+    from latlab.records.tune import Candidate
+    from latlab.services.tune import _measured_gain
+
+    def verified(args, start, measured):
+        return Candidate(args=args, knobs={}, predicted=2.0, predicted_lo=1.0,
+                         predicted_hi=3.0, change=1.0, change_lo=0.5, change_hi=1.5,
+                         measured_start=start, measured=measured, verdict="better")
+
+    doubled, more = verified("-np 8", 1.0, 2.0), verified("-np 16", 3.0, 3.5)
+    assert max([more, doubled], key=_measured_gain) is doubled
+    assert _measured_gain(verified("-np 2", None, None)) == float("-inf")

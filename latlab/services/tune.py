@@ -20,6 +20,7 @@ vLLM's benchmarks/auto_tune.sh runs the whole grid for real; this measures
 
 from __future__ import annotations
 
+import math
 import shlex
 import time
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from latlab.load import BenchError
 from latlab.load.target.launch import remembered_interrupts
 from latlab.records.ab import SIDES, ABConfig
 from latlab.records.folder import RunFolder, write_json
-from latlab.records.tune import TUNE_JSON, TuneConfig, TuneRecord
+from latlab.records.tune import TUNE_JSON, Candidate, TuneConfig, TuneRecord
 from latlab.services.ab import compare_sides, run_ab
 from latlab.services.advice_effects import run_calibration
 from latlab.services.bench import run_bench
@@ -92,11 +93,20 @@ def run_tune(config: TuneConfig, err: Console) -> TuneResult:
         if pressed():
             record.interrupted = True
     better = [c for c in record.candidates if c.verdict == "better"]
-    if better:
-        record.best = max(better, key=lambda c: c.measured or 0.0).args
+    if better:  # each measured against the start in its own ab: by that gain, paired
+        record.best = max(better, key=_measured_gain).args
     record.wall_s = time.monotonic() - started
     write_json(folder / TUNE_JSON, record)
     return TuneResult(folder, record)
+
+
+def _measured_gain(c: Candidate) -> float:
+    """What ab measured `c` to gain over the start it ran beside, as a share of that start
+    (separate abs' starts differ on a busy host: their B sides alone do not compare)."""
+    if c.measured is None or c.measured_start is None:
+        return -math.inf
+    gain = c.measured - c.measured_start
+    return gain / c.measured_start if c.measured_start > 0 else gain
 
 
 def _check_start(record: TuneRecord, start_draws: np.ndarray) -> None:
