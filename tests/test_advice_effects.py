@@ -181,6 +181,20 @@ def test_the_changes_predicted_better_come_first_the_largest_paired_gain_first(m
     assert f.fix == "large; small; shorter prompts; unsure"
 
 
+def test_a_run_with_no_workload_to_simulate_says_so_not_that_the_metric_had_none(measured):
+    a = analyze(measured)
+    cal = run_calibration(a)
+    a.config = a.config.model_copy(update={"bench": None})  # as an observed run's
+    half = Advice("half", Change("step_tokens", 128, "latlab", "--max-num-batched-tokens 128"))
+    f = Finding("test", Severity.INFO, "t", [], "w", "", 0.5, tries=[half],
+                metric=("itl", "p99"))
+    a.findings = [f]
+    annotate(a, cal, draws=2)
+    assert half in f.tries and any(n.startswith(
+        "not predicted for `--max-num-batched-tokens 128`: the run has no workload")
+        for n in f.notes)
+
+
 LLAMA_SERVER = Path(os.environ.get("LATLAB_LLAMA_SERVER", "/work/build/llama-server"))
 
 

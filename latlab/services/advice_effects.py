@@ -43,6 +43,8 @@ KNOB_FIELDS = {"step_tokens": "max_num_batched_tokens", "prefix_caching": "enabl
                "max_num_seqs": "max_num_seqs", "fair_share": "fair_share"}
 BUSY_HOST = ("the host was busy with other work during the run: the calibration carries it, so "
              "the prediction may not hold; measure on a quiet host")
+NO_WORKLOAD = ("the run has no workload latlab can simulate again (it was observed, not "
+               "generated)")
 Verdict = Literal["better", "worse", "no effect", "can't tell"]
 NO_EFFECT = 0.01  # of the metric: a predicted difference within it, both ends, is none
 TRADE = 0.05  # a predicted change of TTFT p50 beyond this share is said beside another metric
@@ -234,7 +236,8 @@ def _test(f: Finding, analysis: RunAnalysis, cal: Calibration, fleet: Fleet,
         if advice.change is None:
             kept.append(advice)
             continue
-        reason = unseen(cal, analysis, advice.change)
+        reason = NO_WORKLOAD if analysis.config.bench is None else unseen(
+            cal, analysis, advice.change)
         effect = None if reason is not None else predict_effect(
             cal, analysis.config, fleet, advice.change, f.metric, draws)
         if effect is not None and effect.verdict in ("worse", "no effect"):
