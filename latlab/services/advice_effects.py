@@ -37,7 +37,6 @@ from latlab.units import ms
 
 DRAWS = 8
 REQUESTS = 2_000  # at most, per draw and side: enough for a p99, quick to simulate
-LEVEL = 0.9
 OUTPUT_WORSE = 0.05  # a predicted loss of output tokens/s beyond this share rules a change out
 KNOB_FIELDS = {"step_tokens": "max_num_batched_tokens", "prefix_caching": "enable_prefix_caching",
                "max_num_seqs": "max_num_seqs", "fair_share": "fair_share"}
@@ -94,8 +93,8 @@ class Effect:
     def line(self) -> str:
         name = f"{self.metric[0].upper()} {self.metric[1]}"
         share = (self.after - self.before) / self.before if self.before > 0 else math.nan
-        interval = (f"{100 * LEVEL:.0f}% difference {_signed(self.lo)} to {_signed(self.hi)}"
-                    if self.interval else
+        interval = (f"{100 * Intervals.level:.0f}% difference {_signed(self.lo)} to "
+                    f"{_signed(self.hi)}" if self.interval else
                     "no interval: the drawn worlds did not set the sides apart")
         out = f", output tokens/s {_percent(self.output_change)}" \
             if abs(self.output_change) >= 0.01 else ""
@@ -150,7 +149,7 @@ def predict_effect(cal: Calibration, config: RunConfig, fleet: Fleet, change: Ch
     bench = config.bench
     if bench is None:
         return None
-    intervals = Intervals(draws=draws, level=LEVEL, requests=REQUESTS)
+    intervals = Intervals(draws=draws, requests=REQUESTS)
     workload_for = reseeded(bench, intervals.requests)
 
     def judge(run: RunColumns) -> tuple[float, float, float]:
@@ -172,7 +171,7 @@ def predict_effect(cal: Calibration, config: RunConfig, fleet: Fleet, change: Ch
     rates = rates[~np.isnan(rates)]
     ttfts = (b[:, 2] - a[:, 2]) / np.where(a[:, 2] > 0, a[:, 2], np.nan)
     ttfts = ttfts[~np.isnan(ttfts)]
-    tail = (1 - LEVEL) / 2
+    tail = intervals.tail
     span = paired_interval(cal, diff, intervals)
     median = float(np.median(diff))
     lo, hi = span if span is not None else (median, median)

@@ -40,7 +40,8 @@ from latlab.services.ab import compare_sides, run_ab
 from latlab.services.advice_effects import run_calibration
 from latlab.services.bench import run_bench
 from latlab.services.errors import InputError, ServiceFailed
-from latlab.services.tune_screen import AB_OVERHEAD, LEVEL, Screening, candidates, goodput, screen
+from latlab.services.predict_intervals import Intervals
+from latlab.services.tune_screen import AB_OVERHEAD, Screening, candidates, goodput, screen
 from latlab.sim.calibrate_run import CalibrationError
 
 START_SLACK = 0.1  # beyond the start's predicted interval, the measured start disagrees
@@ -111,7 +112,7 @@ def _measured_gain(c: Candidate) -> float:
 
 def _check_start(record: TuneRecord, start_draws: np.ndarray) -> None:
     """The simulated start against the measured one: a note where they disagree."""
-    tail = (1 - LEVEL) / 2
+    tail = Intervals().tail
     record.start_predicted = float(np.median(start_draws))
     lo, hi = np.quantile(start_draws, tail), np.quantile(start_draws, 1 - tail)
     measured = record.start_goodput or 0.0

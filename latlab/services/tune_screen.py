@@ -35,7 +35,6 @@ from latlab.services.predict_intervals import Intervals, paired_interval, reseed
 
 REQUESTS = 1_000  # at most, per simulated draw
 COMBINED = 2  # the best values of each knob combined with each other's
-LEVEL = 0.9
 AB_OVERHEAD = 1.3  # an ab round's runs against the baseline run's wall time (server starts)
 
 Knobs = dict[Knob, int | bool]
@@ -148,7 +147,7 @@ def screen(record: TuneRecord, candidates: list[tuple[Knobs, str]], s: Screening
     draws as the start, or, where the calibration has not seen its steps, measured in one
     run; the best values of each knob combined and screened too. Returns the start's draws."""
     config = s.config
-    intervals = Intervals(draws=config.draws, level=LEVEL, requests=REQUESTS)
+    intervals = Intervals(draws=config.draws, requests=REQUESTS)
     workload_for = reseeded(config.bench, intervals.requests)
     now = _now(s.analysis, s.kind)
 
@@ -167,7 +166,7 @@ def screen(record: TuneRecord, candidates: list[tuple[Knobs, str]], s: Screening
         else:
             drawn = drawn_goodput(_simulated(s.cal, knobs, s.kind))
             gain = drawn - start
-            tail = (1 - LEVEL) / 2
+            tail = intervals.tail
             span = paired_interval(s.cal, gain, intervals)
             c = Candidate(
                 args=args, knobs=dict(knobs), predicted=float(np.median(drawn)),
