@@ -31,7 +31,7 @@ def test_a_run_that_did_not_stream_is_checked_on_e2e_only(tmp_path):
     unstreamed = run_bench(BenchConfig(**common, stream=False))
     assert not streamed.failed and not unstreamed.failed
     cal = calibrations.run_calibration([streamed.run.path])
-    intervals = Intervals(draws=3, requests=200)
+    intervals = Intervals(draws=3, requests=200, world_requests=200)
     assert {c.metric for c in check_run(streamed.run, cal, Fleet(), intervals)} == \
         {"ttft", "tpot", "e2e"}
     checks = check_run(unstreamed.run, cal, Fleet(), intervals)
