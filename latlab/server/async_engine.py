@@ -75,12 +75,7 @@ class RequestStream:
     async def __anext__(self) -> RequestOutput:
         if self.finished:
             raise StopAsyncIteration
-        item, self._first = self._first or await self._queue.get(), None
-        if isinstance(item, Exception):
-            self.finished = True
-            raise item
-        self.finished = item.finished
-        return item
+        return self._take(self._first or await self._queue.get())
 
     def next_ready(self) -> RequestOutput | None:
         """The next output if it is queued already, else None (no wait); raises as
@@ -88,7 +83,11 @@ class RequestStream:
         one write, so that a server behind the engine catches up with fewer writes."""
         if self.finished or (self._first is None and self._queue.empty()):
             return None
-        item, self._first = self._first or self._queue.get_nowait(), None
+        return self._take(self._first or self._queue.get_nowait())
+
+    def _take(self, item: RequestOutput | Exception) -> RequestOutput:
+        """`item`, the next output (the first one consumed); an error ends the stream."""
+        self._first = None
         if isinstance(item, Exception):
             self.finished = True
             raise item
