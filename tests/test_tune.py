@@ -186,6 +186,23 @@ def test_a_gain_without_an_interval_is_printed_without_one():
     assert "+1.00 (no interval)" in out.getvalue() and "…" not in out.getvalue()
 
 
+def test_where_no_request_met_the_slos_tune_does_not_say_keep_the_start():
+    """Goodput 0 everywhere decides nothing: not a "keep the start"."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from latlab.records.tune import Candidate
+    from latlab.report.tune import print_tune
+
+    c = Candidate(args="-np 8", knobs={"max_num_seqs": 8}, predicted=0.0, predicted_lo=0.0,
+                  predicted_hi=0.0, change=0.0, change_lo=None, change_hi=None)
+    out = StringIO()
+    print_tune(Console(file=out, width=200), TuneRecord(created=0.0, start="", candidates=[c],
+                                                        start_goodput=0.0))
+    assert "nothing to rank" in out.getvalue() and "keep the start" not in out.getvalue()
+
+
 def test_the_setting_to_use_is_the_largest_gain_ab_measured_beside_its_own_start():
     """Two abs, two starts: a busy host measured the start at 1.0 req/s in one and 3.0 in
     the other; the one that doubled its start is better than the one with more req/s."""

@@ -31,6 +31,9 @@ def print_tune(out: Console, r: TuneRecord) -> None:
                                 f"{_rate(best.measured)}"
                                 + (f" ({100 * gain:+.0f}%)" if gain is not None else "")
                                 + " measured with ab"), highlight=False)
+    elif not r.start_goodput and not any(c.predicted > 0 for c in r.candidates):
+        out.print(Text("no request met the SLOs, at the start or in screening: nothing to rank "
+                       "(a longer --duration, or SLOs the server can meet)", style="bold"))
     elif not any(c.change > 0 for c in r.candidates):
         out.print(Text("no setting gained goodput in screening: keep the start", style="bold"))
     elif not any(c.verdict is not None for c in r.candidates):
