@@ -28,8 +28,11 @@ METRICS = ("ttft", "tpot", "e2e")
 PERCENTILES = ("p50", "p90", "p99")
 
 
-def one(fractions: list[float], truths: int, draws: int) -> dict:
-    """This process's latlab: per load, each check's (inside, hi/lo)."""
+def one(fractions: list[float], truths: int, draws: int, duration: float) -> dict:
+    """This process's latlab: per load, each check's (inside, hi/lo), and the floor: each
+    percentile's 90% range (hi/lo) over `truths` runs of one world at the fit's own level
+    with no drift — how much a run of `duration` seconds varies by its arrivals and lengths
+    alone, the narrowest an interval can be and still hold 90% of them."""
     sys.path.insert(0, str(ROOT / "tests"))
     from sim_helpers import calibration
 
@@ -61,7 +64,7 @@ def one(fractions: list[float], truths: int, draws: int) -> dict:
         return workload, config, summarize(table, run_window(config, table))
 
     def bench_at(rate, seed):
-        return BenchConfig(workload=WorkloadConfig(seed=seed), duration_s=45.0,
+        return BenchConfig(workload=WorkloadConfig(seed=seed), duration_s=duration,
                            arrivals=ArrivalConfig(process="poisson", rate=rate, seed=seed),
                            warmup_s=5.0, cooldown_s=2.0)
 
@@ -88,7 +91,17 @@ def one(fractions: list[float], truths: int, draws: int) -> dict:
                     p = summary.latency[m].percentiles[q]
                     v = measured.latency[m].percentiles[q].value
                     checks.append([p.lo <= v <= p.hi, p.hi / p.lo if p.lo else math.inf])
-        out[str(fraction)] = checks
+        floor = []
+        for k in range(truths):
+            same = Draw(level=0.0, drift=0.0, window_s=calm.window_s,
+                        request_sd=(0.0005, 0.0003), rng=np.random.default_rng([78, k]))
+            measured = run(bench_at(rate, 2000 + k), same)[2]
+            floor.append([measured.latency[m].percentiles[q].value for m in METRICS
+                          for q in PERCENTILES])
+        v = np.array(floor)
+        ranges = (np.quantile(v, 0.95, axis=0) / np.quantile(v, 0.05, axis=0)).tolist()
+        out[str(fraction)] = {"checks": checks, "floor": ranges,
+                              "requests": len(workload.arrival)}
     return out
 
 
@@ -98,37 +111,45 @@ def main() -> None:
     parser.add_argument("--fractions", default="0.3,0.5,0.7")
     parser.add_argument("--truths", type=int, default=30)
     parser.add_argument("--draws", type=int, default=20)
+    parser.add_argument("--duration", type=float, default=45.0, help="seconds a run")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     fractions = [float(f) for f in args.fractions.split(",")]
     if args.one:
-        print(json.dumps(one(fractions, args.truths, args.draws), default=str))
+        print(json.dumps(one(fractions, args.truths, args.draws, args.duration), default=str))
         return
     versions = {"new": ROOT} | ({"old": args.baseline_src} if args.baseline_src else {})
     results = {}
     for name, src in versions.items():
         done = subprocess.run(
             [sys.executable, __file__, "--one", "--fractions", args.fractions, "--truths",
-             str(args.truths), "--draws", str(args.draws)],
+             str(args.truths), "--draws", str(args.draws), "--duration", str(args.duration)],
             env=os.environ | {"PYTHONPATH": str(src)}, capture_output=True, text=True,
             timeout=1800)
         if done.returncode != 0:
             raise SystemExit(f"{name} ({src}) failed:\n{done.stderr[-2000:]}")
         results[name] = json.loads(done.stdout.splitlines()[-1])
-    print(f"{args.truths} simulated 45 s runs a load, 9 percentiles each; 90% intervals of "
-          f"{args.draws} draws")
-    print(f"{'load':>5} " + " ".join(f"{n + ': inside, ∞, hi/lo median p50 p90 p99':>40}"
-                                     for n in versions))
+    print(f"{args.truths} simulated {args.duration:g} s runs a load, 9 percentiles each; 90% "
+          f"intervals of {args.draws} draws; the floor: a percentile's 90% range over "
+          f"{args.truths} runs of one world (its arrivals and lengths alone), median over "
+          "TTFT, TPOT, E2E")
+    print(f"{'load':>5} {'requests':>8} {'floor p50 p90 p99':>18} "
+          + " ".join(f"{n + ': inside, ∞, hi/lo median p50 p90 p99':>40}" for n in versions))
     for f in fractions:
         cells = []
+        first = results[next(iter(versions))][str(f)]
+        floor = np.array(first["floor"])
+        cells.append(f"{first['requests']:>8} "
+                     + " ".join(f"{np.median(floor[i::len(PERCENTILES)]):>5.2f}"
+                                for i in range(len(PERCENTILES))))
         for name in versions:
-            checks = results[name][str(f)]
+            checks = results[name][str(f)]["checks"]
             inside = [c[0] for c in checks]
             widths = np.array([float(c[1]) for c in checks])
             by_q = [np.median(widths[i::len(PERCENTILES)]) for i in range(len(PERCENTILES))]
             cells.append(f"{100 * np.mean(inside):>4.0f}% {int(np.isinf(widths).sum()):>3} ∞ "
                          + " ".join(f"{w:>5.2f}" for w in by_q))
-        print(f"{f:>5.0%} " + " ".join(f"{c:>40}" for c in cells))
+        print(f"{f:>5.0%} {cells[0]} " + " ".join(f"{c:>40}" for c in cells[1:]))
 
 if __name__ == "__main__":
     sys.exit(main())
