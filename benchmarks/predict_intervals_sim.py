@@ -6,6 +6,8 @@ intervals `latlab predict` gives for a 45 s run at the same rate: their coverage
 (hi/lo), for this checkout and `--baseline-src`'s (each run in its own process).
 
     python benchmarks/predict_intervals_sim.py --baseline-src /tmp/latlab-before
+    python benchmarks/predict_intervals_sim.py --duration 180       # the floor of longer runs
+    python benchmarks/predict_intervals_sim.py --paired --fractions 0.3,0.5   # a change
 
 No server runs: a few minutes of simulation, no timing in the figures.
 """
@@ -105,6 +107,53 @@ def one(fractions: list[float], truths: int, draws: int, duration: float) -> dic
     return out
 
 
+def paired(fractions: list[float], draws: int) -> list[str]:
+    """A change's effect as both sides of it give it in the same worlds (what advice and tune
+    rank by): each side's 90% range (hi/lo) of E2E p50 and p99 and the range of their ratio,
+    `--max-num-seqs` 32 → 8, 1,000 and 200 requests at each load."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from sim_helpers import calibration
+
+    from latlab.analysis.findings import Change
+    from latlab.records.arrivals import ArrivalConfig
+    from latlab.records.bench import BenchConfig
+    from latlab.records.calibration import RequestSpread, Spread
+    from latlab.records.simulation import Fleet
+    from latlab.records.workload import WorkloadConfig
+    from latlab.services.advice_effects import changed
+    from latlab.services.predict import settings
+    from latlab.services.predict_intervals import Intervals, reseeded, run_draws
+    from latlab.sim import calibration as calibrations
+
+    calm = Spread(step=0.1, shape=0.05, drift=0.02, between=0.0, windows=20, runs=4,
+                  request=RequestSpread(preprocess=0.5, network=0.2, postprocess=0.3))
+    cal = calibration().model_copy(update={"spread": calm})
+    capacity = calibrations.capacity(cal, cal.engine.max_num_seqs)
+    other = changed(cal, Change("max_num_seqs", 8, "latlab", "--max-num-seqs 8"))
+    lines = []
+    for fraction in fractions:
+        for requests in (1000, 200):
+            bench = BenchConfig(workload=WorkloadConfig(), requests=requests, duration_s=None,
+                                arrivals=ArrivalConfig(process="poisson",
+                                                       rate=round(fraction * capacity, 2)))
+            intervals = Intervals(draws=draws, requests=requests)
+            config = settings(bench, cal, "sim", Fleet())
+            for q in ("p50", "p99"):
+                a, b = (np.array([o.judged for o in run_draws(
+                    c, reseeded(bench, requests), Fleet(), config, intervals,
+                    lambda run, q=q: run.summary.percentile("e2e", q))]) for c in (cal, other))
+
+                def span(v: np.ndarray) -> tuple[float, float]:
+                    return float(np.quantile(v, 0.05)), float(np.quantile(v, 0.95))
+
+                (alo, ahi), (blo, bhi), (rlo, rhi) = span(a), span(b), span(b / a)
+                lines.append(f"{fraction:>5.0%} {requests:>6} e2e {q}: each side "
+                             f"{ahi / alo:.2f}× / {bhi / blo:.2f}× wide; the effect (8 over "
+                             f"32) {rlo:.3f}–{rhi:.3f} ({rhi / rlo:.2f}× wide) paired, "
+                             f"{blo / ahi:.2f}–{bhi / alo:.2f} from the sides apart")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline-src", type=Path)
@@ -112,9 +161,15 @@ def main() -> None:
     parser.add_argument("--truths", type=int, default=30)
     parser.add_argument("--draws", type=int, default=20)
     parser.add_argument("--duration", type=float, default=45.0, help="seconds a run")
+    parser.add_argument("--paired", action="store_true",
+                        help="instead: a change's effect, paired, against its sides' widths")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     fractions = [float(f) for f in args.fractions.split(",")]
+    if args.paired:
+        print(f"{args.draws} worlds, the calm calibration; 90% ranges")
+        print("\n".join(paired(fractions, args.draws)))
+        return
     if args.one:
         print(json.dumps(one(fractions, args.truths, args.draws, args.duration), default=str))
         return
