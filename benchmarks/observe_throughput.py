@@ -23,7 +23,9 @@ backoff doubling from 1 s to 32 s, at most 6 times; what is given up is counted.
    without a window's analysis in it is seen as such. Spans per CPU second = the
    spans observe took / the CPU seconds its process used meanwhile (user + system, from
    /proc), so a busy machine's stolen time does not count against it; per wall second and the
-   peak resident memory (sampled each second) beside it.
+   peak resident memory (sampled each second) beside it, the most in each 20 s (a window's
+   close shows as a jump), and the peak while observe ends (its last windows, the check
+   over every call, summary and report: they read the whole run).
 2. **Steady** (`--steady-s` at `--rate` spans/s, `--window 10`): the resident memory of the
    observe process every 10 s. It holds the spans of traces not yet complete (bounded by the
    trace wait and --max-pending-spans), the calls of the open windows (the window and the
