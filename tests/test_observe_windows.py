@@ -3,6 +3,7 @@ call in its own start time's window however late its spans arrive, the same wind
 from the spans' file, client-only calls (the model's time unsplit, streaming unknown unless
 the span says), and the peak-hours rule only over whole windows with calls enough."""
 
+import gc
 import socket
 import threading
 import time
@@ -173,6 +174,20 @@ def test_every_call_lands_in_its_own_window_live_as_from_the_file(tmp_path, wind
         [[f.title for f in w.findings] for w in windows.kept]
     assert (result.peak is None) == (windows.peak is None)
     assert result.record.late == 0 and result.record.streamed == len(calls[::2])
+
+
+def test_the_collector_is_paused_while_spans_come_in_and_given_back_after(tmp_path,
+                                                                         monkeypatch):
+    spans = tmp_path / "spans.jsonl"
+    spans.write_bytes(b"".join(orjson.dumps(s.to_json()) + b"\n" for _, b in
+                               exported(traffic()) for s in b))
+    seen, add = [], Observer.add
+    monkeypatch.setattr(Observer, "add", lambda self, batch, now_ns: (
+        seen.append(gc.isenabled()), add(self, batch, now_ns)))
+    assert gc.isenabled()
+    result = run_observe(ObserveConfig(from_file=spans, out=tmp_path / "out"))
+    assert result.record.calls and seen and not any(seen)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
 def test_a_call_later_than_the_bound_is_counted_late_not_in_a_wrong_window(tmp_path):
