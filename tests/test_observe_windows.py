@@ -133,21 +133,23 @@ def live(tmp_path, batches, window_s: float) -> tuple[Windows, Observer]:
     with Windows(run, config, int(window_s * S), observer.mark.bound_ns,
                  since_ns=T0 - S) as windows:
         pending = list(batches)
-        now = T0
+        now, seen = T0, []
         while pending or observer.pending_spans:
             now += S
             while pending and pending[0][0] <= now:
                 arrival, batch = pending.pop(0)
                 observer.add(batch, arrival)
-            take(observer.ready(now), windows)
+            seen += take(observer.ready(now), windows)
             windows.close(observer.watermark(now))
-        take(observer.finish(), windows)
+        seen += take(observer.finish(), windows)
         windows.close()
+        windows.check(as_table(seen))  # at the end, over every call observed
     return windows, observer
 
 
-def take(records, windows: Windows) -> None:
+def take(records, windows: Windows) -> list:
     windows.add(records, [orjson.dumps(r.to_json()) + b"\n" for r in records])
+    return records
 
 
 @pytest.mark.parametrize("window_s", [10, 60])
@@ -168,8 +170,9 @@ def test_every_call_lands_in_its_own_window_live_as_from_the_file(tmp_path, wind
                                        window_s=window_s))
     written = [orjson.loads(line) for line in
                (result.run.path / WINDOWS).read_bytes().splitlines()]
-    assert [(w["start_ns"], w["calls"]) for w in written] == \
-        [(w.start_ns, w.calls) for w in windows.kept]
+    assert [(w["start_ns"], w["calls"], w["partial"]) for w in written] == \
+        [(w.start_ns, w.calls, w.partial) for w in windows.kept]
+    assert windows.kept[-1].partial  # the last call's: cut where the observation ended
     assert [[f["title"] for f in w["findings"]] for w in written] == \
         [[f.title for f in w.findings] for w in windows.kept]
     assert (result.peak is None) == (windows.peak is None)
@@ -338,6 +341,8 @@ def test_the_check_drops_a_peak_the_windows_read_that_all_their_calls_do_not(tmp
         windows.check(table)
     assert [w.late for w in windows.kept] == [30, 30, 0, 0]
     assert windows.peak is None and "peak hours" in windows.unsupported_peak.title
+    # Minute 4, written by the watermark, holds the last call: cut by the end, as --from says.
+    assert [w.partial for w in windows.kept] == [False, False, False, True]
 
 
 def test_observe_answers_503_with_retry_after_while_spans_wait(tmp_path):

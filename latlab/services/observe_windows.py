@@ -178,6 +178,10 @@ class Windows:
         starts = table.origin_ns[order]
         every = []  # each window over all of its calls
         for w in self.kept:
+            # The last call's window was cut where the observation ended, though live it
+            # may have been written before the end: partial either way, as from the file.
+            w.partial = w.partial or (len(starts) > 0
+                                      and w.start_ns <= int(starts[-1]) < w.end_ns)
             first, end = np.searchsorted(starts, [w.start_ns, w.end_ns])
             w.late = max(0, int(end - first) - w.calls)
             if not w.late:
