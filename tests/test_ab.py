@@ -154,8 +154,8 @@ def test_a_real_prefix_cache_effect_is_found_and_attributed(tmp_path):
     and B's cache share and counters say why."""
     engine = "--model default --max-model-len 512 --num-kv-blocks 256 --no-warmup"
     result = CliRunner().invoke(app, [
-        "ab", "--a", engine, "--b", f"{engine} --enable-prefix-caching", "--rounds", "2",
-        "--max-rounds", "4", "--requests", "24", "--users", "1", "--prefix-tokens", "448",
+        "ab", "--a", engine, "--b", f"{engine} --enable-prefix-caching", "--rounds", "3",
+        "--max-rounds", "3", "--requests", "12", "--users", "1", "--prefix-tokens", "448",
         "--prompt-tokens", "16", "--output-tokens", "4", "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)

@@ -70,7 +70,8 @@ def test_bench_measures_a_launched_server_keeps_its_log_and_stops_it(tmp_path):
 
 def test_ab_compares_two_settings_of_one_launched_command(tmp_path):
     r = invoke("ab", "--launch", TEMPLATE, "--a", "", "--b", "--idle-after 0 --idle-ms 80",
-               "--requests", 12, "--users", 1, "--rounds", 1, "--out", tmp_path, "--json")
+               "--requests", 12, "--users", 1, "--rounds", 1, "--max-rounds", 1, "--out", tmp_path,
+               "--json")
     assert r.exit_code in (0, 1), r.output
     record = orjson.loads(r.stdout[r.stdout.index("{"):])
     folder = Path(record["folder"])
@@ -107,7 +108,8 @@ def test_ab_of_two_llama_server_settings(tmp_path):
                 "-t 1 -c 2048 -np 2 --metrics {args}")
     r = invoke("ab", "--launch", template, "--a", "-b 2048 -ub 512", "--b", "-b 64 -ub 64",
                "--requests", 16, "--users", 2, "--prompt-tokens", 400,
-               "--output-tokens", "fixed:16", "--rounds", 1, "--out", tmp_path, "--json")
+               "--output-tokens", "fixed:16", "--rounds", 1, "--max-rounds", 1, "--out", tmp_path,
+               "--json")
     assert r.exit_code in (0, 1), r.output
     record = orjson.loads(r.stdout[r.stdout.index("{"):])
     assert {c["key"] for c in record["changes"]} >= {"p50_ttft", "p99_itl"}

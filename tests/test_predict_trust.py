@@ -72,7 +72,7 @@ def test_every_predicted_percentile_has_an_interval_around_it(tmp_path, cal_file
 
 
 def test_past_capacity_the_interval_says_the_queue_grows(tmp_path, cal_file):
-    r = invoke("predict", "--calibration", cal_file, "--rate", 80, "--requests", 1500,
+    r = invoke("predict", "--calibration", cal_file, "--rate", 80, "--requests", 500,
                "--draws", 4, "--max-waiting", 100000, "--out", tmp_path, "--json")
     assert r.exit_code == 0, r.output
     summary = json_of(r)
