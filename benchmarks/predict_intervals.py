@@ -35,6 +35,7 @@ from latlab.records.bench import BenchConfig
 from latlab.records.calibration import RequestSpread
 from latlab.records.engine import EngineConfig
 from latlab.records.folder import RunFolder
+from latlab.records.steps import read_step_log
 from latlab.services.bench import run_bench
 from latlab.services.calibrate import calibrate_engine
 from latlab.sim import calibration as calibrations
@@ -141,6 +142,25 @@ def parts(runs: list[dict], calibration: Path, draws: int, out: Path) -> dict:
     return result
 
 
+def served_levels(folder: Path, runs: list[dict], calibration: Path) -> list[float] | None:
+    """How far each run's served steps (the server's `--step-log`) sat off what the
+    calibration charges for them: the mean of log(served / charged) over the steps served
+    while the run's requests were in flight. None without a step log."""
+    if not (folder / "steps.jsonl").exists():
+        return None
+    cal = calibrations.load(calibration)
+    steps = read_step_log(folder / "steps.jsonl")
+    levels = []
+    for r in runs:
+        records = [x for x in RunFolder(Path(r["run"])).read_records()
+                   if x.origin_ns and x.end_ns]
+        start, end = min(x.origin_ns for x in records), max(x.end_ns for x in records)
+        served = [s for s in steps if start <= s.start_ns <= end]
+        charged = calibrations.charged_ms(cal.step, served)
+        levels.append(float(np.mean(np.log(np.array([s.ms for s in served]) / charged))))
+    return levels
+
+
 def probed(src: Path, runs: list[dict], calibration: Path, draws: int, out: Path) -> dict:
     """The checks `latlab predict --on-drift rescale` would have given just before each run:
     the calibration's reference steps were timed then (`reference_ms`), and where they took
@@ -149,17 +169,20 @@ def probed(src: Path, runs: list[dict], calibration: Path, draws: int, out: Path
     cal = calibrations.load(calibration)
     limit = drift_limit(spread_of(cal)[0])
     out.mkdir(parents=True, exist_ok=True)
-    checks = {}
+    by_file: dict[Path, list[dict]] = {}
     for i, r in enumerate(runs):
         ratio = r["reference_ms"] / sum(cal.reference.ms)
         path = calibration
         if not 1 / limit <= ratio <= limit:
             path = calibrations.save(calibrations.rescaled(cal, ratio, "the machine probe"),
                                      out / f"{calibration.stem}-run{i}.json")
-        checks |= checked(src, [r], path, draws)[0]
+        by_file.setdefault(path, []).append(r)
         print(f"  {Path(r['run']).name}: reference steps {ratio:.2f}× the calibration's "
               f"(limit ×{1 / limit:.2f}–{limit:.2f}): "
               + ("rescaled" if path != calibration else "as calibrated"))
+    checks = {}
+    for path, mine in by_file.items():
+        checks |= checked(src, mine, path, draws)[0]
     return checks
 
 
@@ -287,6 +310,12 @@ def main() -> None:
     for r in runs:
         print(f"  {Path(r['run']).name}: {r['fraction']:.0%}, achieved {r['achieved']:.2f} "
               f"req/s, load {' → '.join(r['load_average'])}")
+    for name, calibration in (("this version", args.calibration),
+                              ("the baseline", args.baseline_calibration)):
+        levels = served_levels(folder, runs, calibration) if calibration else None
+        if levels:
+            print(f"the runs' served steps against {name}'s calibration (log(served / "
+                  "charged), mean): " + ", ".join(f"{v:+.2f}" for v in levels))
     versions = {"new": (ROOT, args.calibration)} | (
         {"old": (args.baseline_src, args.baseline_calibration)} if args.baseline_src else {})
     checks, took = {}, {}
