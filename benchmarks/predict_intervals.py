@@ -8,6 +8,8 @@ archive` of main before the change).
     python benchmarks/predict_intervals.py --baseline-src /tmp/latlab-before   # ≤ 10 min
     python benchmarks/predict_intervals.py --measured runs/…-intervals --calibration C \
         --baseline-src /tmp/latlab-before                        # check again, no load
+    python benchmarks/predict_intervals.py --measured runs/…-intervals \
+        --recalibrate runs/calibration-samples     # this checkout's fit of the same timings
 
 Per run, metric and percentile (TTFT, TPOT, E2E at p50, p90, p99): measured, each version's
 interval, its width (hi/lo) and whether the measurement falls inside. Then per version: the
@@ -35,6 +37,7 @@ from latlab.records.bench import BenchConfig
 from latlab.records.calibration import RequestSpread
 from latlab.records.engine import EngineConfig
 from latlab.records.folder import RunFolder
+from latlab.records.steps import read_step_log
 from latlab.services.bench import run_bench
 from latlab.services.calibrate import calibrate_engine
 from latlab.sim import calibration as calibrations
@@ -47,6 +50,58 @@ NARROW_BELOW = 0.7
 # Long enough for each user's requests to finish several times: a window shorter than a
 # few E2E counts too few completions (15 s of 64 users measured 2.70 req/s of 4.4).
 CAPACITY_S = 30.0
+
+
+def keeping_samples(out: Path) -> None:
+    """From now on, an engine calibration made in this process keeps what it fitted under
+    `out`: the in-process grid's steps (`grid.npz`), the calibration before the served fit
+    (`in-process.json`) and each probe's served steps (`probes.jsonl`) — so that a later
+    latlab can fit the same samples again (`recalibrated`)."""
+    import latlab.sim.calibrate_engine as engine_module
+
+    out.mkdir(parents=True, exist_ok=True)
+    time_engine, as_served = engine_module.time_engine, calibrations.as_served
+
+    def timed(*args, **kwargs):
+        x, ms, when, shape, reference = time_engine(*args, **kwargs)
+        np.savez(out / "grid.npz", x=x, ms=ms, when=when)
+        return x, ms, when, shape, reference
+
+    def served(cal, steps, probes=()):
+        (out / "in-process.json").write_text(cal.model_dump_json(indent=1))
+        (out / "probes.jsonl").write_text("".join(
+            json.dumps({"probe": i, **s.model_dump()}) + "\n"
+            for i, probe in enumerate(probes) for s in probe))
+        return as_served(cal, steps, probes)
+
+    engine_module.time_engine, calibrations.as_served = timed, served
+
+
+def recalibrated(samples: Path, out: Path) -> Path:
+    """The calibration this checkout fits to samples an earlier one kept (`keeping_samples`):
+    the same timings, this checkout's fit and spread."""
+    from latlab.records.calibration import Calibration
+    from latlab.records.steps import StepRecord
+    from latlab.sim.spread import estimate, misfit
+    from latlab.sim.stepcost import fit
+
+    grid = np.load(samples / "grid.npz")
+    x, ms, when = grid["x"], grid["ms"], grid["when"]
+    before = Calibration.model_validate_json((samples / "in-process.json").read_text())
+    step, error = fit(x, ms, calibrations.ENGINE_KNOTS)
+    spread, by_size = estimate(*misfit(step, x, ms), when, np.zeros(len(ms)))
+    before = before.model_copy(update={
+        "step": step.model_copy(update={"by_size": by_size}), "fit": error,
+        "spread": spread.model_copy(update={"request": before.spread.request})})
+    probes: dict[int, list[StepRecord]] = {}
+    for line in (samples / "probes.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        probes.setdefault(row.pop("probe"), []).append(StepRecord(**row))
+    served = [probes[i] for i in sorted(probes)]
+    cal = calibrations.as_served(before, served[-1], served)
+    path = calibrations.save(cal, out / "intervals-calibration-recomputed.json")
+    print(f"recomputed from {samples}: {cal.spread.describe()}")
+    return path
 
 
 def load_average() -> str:
@@ -141,6 +196,25 @@ def parts(runs: list[dict], calibration: Path, draws: int, out: Path) -> dict:
     return result
 
 
+def served_levels(folder: Path, runs: list[dict], calibration: Path) -> list[float] | None:
+    """How far each run's served steps (the server's `--step-log`) sat off what the
+    calibration charges for them: the mean of log(served / charged) over the steps served
+    while the run's requests were in flight. None without a step log."""
+    if not (folder / "steps.jsonl").exists():
+        return None
+    cal = calibrations.load(calibration)
+    steps = read_step_log(folder / "steps.jsonl")
+    levels = []
+    for r in runs:
+        records = [x for x in RunFolder(Path(r["run"])).read_records()
+                   if x.origin_ns and x.end_ns]
+        start, end = min(x.origin_ns for x in records), max(x.end_ns for x in records)
+        served = [s for s in steps if start <= s.start_ns <= end]
+        charged = calibrations.charged_ms(cal.step, served)
+        levels.append(float(np.mean(np.log(np.array([s.ms for s in served]) / charged))))
+    return levels
+
+
 def probed(src: Path, runs: list[dict], calibration: Path, draws: int, out: Path) -> dict:
     """The checks `latlab predict --on-drift rescale` would have given just before each run:
     the calibration's reference steps were timed then (`reference_ms`), and where they took
@@ -149,17 +223,20 @@ def probed(src: Path, runs: list[dict], calibration: Path, draws: int, out: Path
     cal = calibrations.load(calibration)
     limit = drift_limit(spread_of(cal)[0])
     out.mkdir(parents=True, exist_ok=True)
-    checks = {}
+    by_file: dict[Path, list[dict]] = {}
     for i, r in enumerate(runs):
         ratio = r["reference_ms"] / sum(cal.reference.ms)
         path = calibration
         if not 1 / limit <= ratio <= limit:
             path = calibrations.save(calibrations.rescaled(cal, ratio, "the machine probe"),
                                      out / f"{calibration.stem}-run{i}.json")
-        checks |= checked(src, [r], path, draws)[0]
+        by_file.setdefault(path, []).append(r)
         print(f"  {Path(r['run']).name}: reference steps {ratio:.2f}× the calibration's "
               f"(limit ×{1 / limit:.2f}–{limit:.2f}): "
               + ("rescaled" if path != calibration else "as calibrated"))
+    checks = {}
+    for path, mine in by_file.items():
+        checks |= checked(src, mine, path, draws)[0]
     return checks
 
 
@@ -252,6 +329,9 @@ def main() -> None:
     parser.add_argument("--measured", type=Path, help="a folder of an earlier run: check only")
     parser.add_argument("--out", default="runs")
     parser.add_argument("--json", type=Path, help="write the numbers here")
+    parser.add_argument("--recalibrate", type=Path, metavar="SAMPLES",
+                        help="instead of --calibration: fit the samples an earlier run kept "
+                             "(its calibration-samples folder) with this checkout")
     parser.add_argument("--measure-only", action="store_true",
                         help="calibrate and measure, then stop: check later with --measured "
                              "(outside a benchmark lock: the checks time nothing)")
@@ -262,9 +342,12 @@ def main() -> None:
     args.fractions = [float(f) for f in args.fractions.split(",")]
     err = console(stderr=True)
     print(f"load average {load_average()} at the start")
+    if args.recalibrate:
+        args.calibration = recalibrated(args.recalibrate, Path(args.out))
     if args.calibration:
         cal = calibrations.load(args.calibration)
     else:
+        keeping_samples(Path(args.out) / "calibration-samples")
         started = time.perf_counter()
         cal = calibrate_engine(EngineConfig(), [], err)
         args.calibration = calibrations.save(cal, Path(args.out) / "intervals-calibration.json")
@@ -287,6 +370,12 @@ def main() -> None:
     for r in runs:
         print(f"  {Path(r['run']).name}: {r['fraction']:.0%}, achieved {r['achieved']:.2f} "
               f"req/s, load {' → '.join(r['load_average'])}")
+    for name, calibration in (("this version", args.calibration),
+                              ("the baseline", args.baseline_calibration)):
+        levels = served_levels(folder, runs, calibration) if calibration else None
+        if levels:
+            print(f"the runs' served steps against {name}'s calibration (log(served / "
+                  "charged), mean): " + ", ".join(f"{v:+.2f}" for v in levels))
     versions = {"new": (ROOT, args.calibration)} | (
         {"old": (args.baseline_src, args.baseline_calibration)} if args.baseline_src else {})
     checks, took = {}, {}

@@ -201,6 +201,22 @@ def test_a_misfit_by_the_size_of_step_is_charged_not_drawn_as_a_level():
     assert level_sd(spread) < level_sd(before) / 5
 
 
+def test_a_probe_slow_at_sizes_no_other_run_has_is_a_runs_level_not_a_factor():
+    """Two runs share the step sizes 10–50 ms and sit on the fit; a third (lone decodes, all
+    at 5 ms) ran 1.5× slower. Slow for their size, or for the moment they were timed? The
+    data cannot say, so it is no factor by size but a level between runs, drawn."""
+    rng = np.random.default_rng(5)
+    fitted = np.r_[rng.uniform(10, 50, 4000), np.full(1000, 5.0)]
+    run = np.r_[np.zeros(2000), np.ones(2000), np.full(1000, 2)]
+    r = np.r_[rng.normal(0, 0.05, 4000), rng.normal(np.log(1.5), 0.05, 1000)]
+    times = np.r_[np.arange(2000), np.arange(2000), np.arange(1000)] * 0.05
+    spread, factors = estimate(r, fitted, times, run)
+    assert min(f.ms for f in factors) >= 10.0  # no factor of the lone decodes' own
+    assert StepCostModel(STEP.model_copy(update={"by_size": factors})).factor(0.005) \
+        == pytest.approx(1.0, abs=0.02)
+    assert spread.between > 0.15 and spread.runs == 3
+
+
 def test_the_acceptance_a_speculating_server_showed_is_read_from_its_scrapes(tmp_path):
     import orjson
 

@@ -34,6 +34,7 @@ from latlab.sim.stepcost import FEATURES, design
 WINDOW_S = 10.0
 SHAPE_GROUPS = 10
 MIN_WINDOW = 5  # samples a window needs to count
+ONE_RUN = 0.9  # a group by size whose samples are more than this share one run's: no factor
 
 
 def fitted_ms(cost: StepCost, x: np.ndarray) -> np.ndarray:
@@ -75,23 +76,43 @@ class BySize:
     dof: float
 
 
-def size_factors(r: np.ndarray, fitted: np.ndarray) -> BySize:
-    """The misfits `r` (of samples the linear model charged `fitted` ms) in `SHAPE_GROUPS`
-    groups by fitted time: each group's mean time over its fitted (the log of it), shrunk
-    towards the others' by its own noise (a group that differs by no more than chance gets
-    no factor of its own: empirical Bayes), at the group's median fitted time. A systematic
-    misfit across step sizes is charged this way, not drawn as a whole run's level; what
-    stays uncertain is each factor's own error."""
+def size_factors(r: np.ndarray, fitted: np.ndarray, runs: np.ndarray) -> BySize:
+    """The misfits `r` (of samples the linear model charged `fitted` ms, timed in `runs`)
+    in `SHAPE_GROUPS` groups by fitted time: each group's factor, fitted together with each
+    run's own level, as the mean time over the fitted (the log of it), shrunk towards the
+    others' by its own noise (a group that differs by no more than chance gets no factor of
+    its own: empirical Bayes), at the group's median fitted time. A systematic misfit across
+    step sizes is charged this way, not drawn as a whole run's level; what stays uncertain
+    is each factor's own error. A group of one run's samples alone (a probe of lone
+    decodes, say) gets no factor: whether its steps were slow for their size or for the
+    moment they were timed is not in the data, and that is left to the level between
+    runs."""
+    runs = np.asarray(runs)
+    several = len(np.unique(runs)) > 1
     order = np.argsort(fitted)
     groups = [g for g in np.array_split(order, SHAPE_GROUPS) if len(g) >= MIN_WINDOW]
+    groups = [g for g in groups if not several or max(
+        np.unique(runs[g], return_counts=True)[1]) <= ONE_RUN * len(g)]
     if len(groups) < 2:
         return BySize([], r, 0.0, math.inf)
     noise = robust_sd(np.concatenate([r[g] - np.median(r[g]) for g in groups])) ** 2
     cut = 3 * math.sqrt(noise)  # a step another process slowed: counted, not decisive
+    rows = np.concatenate(groups)
+    group = np.repeat(np.arange(len(groups)), [len(g) for g in groups])
+    kept = np.concatenate([np.clip(r[g], np.median(r[g]) - cut, np.median(r[g]) + cut)
+                           for g in groups])
+    _, run = np.unique(runs[rows], return_inverse=True)
+    columns = np.zeros((len(rows), len(groups) + run.max()))
+    columns[np.arange(len(rows)), group] = 1.0
+    others = np.flatnonzero(run > 0)  # the first run's level is the reference
+    columns[others, len(groups) + run[others] - 1] = 1.0
+    coef = np.linalg.lstsq(columns, kept, rcond=None)[0]
+    shift = float(np.r_[0.0, coef[len(groups):]][run].mean())  # the average sample's run
+    residual = kept - columns @ coef
     means, errors = [], []
-    for g in groups:
-        kept = np.clip(r[g], np.median(r[g]) - cut, np.median(r[g]) + cut)
-        means.append(float(np.log(np.mean(np.exp(kept)))))  # the mean time: what queues see
+    for j, g in enumerate(groups):
+        # the mean time, not the median: what queues see
+        means.append(float(coef[j] + shift + np.log(np.mean(np.exp(residual[group == j])))))
         errors.append(noise / len(g))
     centre = float(np.average(means, weights=[1 / e for e in errors]))
     apart = max(0.0, float(np.var(means, ddof=1)) - float(np.mean(errors)))  # beyond noise
@@ -101,7 +122,7 @@ def size_factors(r: np.ndarray, fitted: np.ndarray) -> BySize:
     factors = [SizeFactor(ms=ms, factor=math.exp(m)) for ms, m in zip(at, shrunk)]
     left = r - np.interp(np.log(fitted), np.log(at), shrunk)
     return BySize(factors, left, math.sqrt(float(np.mean(left_var))),
-                  float(len(r) - len(groups)))
+                  float(len(rows) - len(groups) - run.max()))
 
 
 def estimate(r: np.ndarray, fitted: np.ndarray, times: np.ndarray, runs: np.ndarray,
@@ -114,7 +135,7 @@ def estimate(r: np.ndarray, fitted: np.ndarray, times: np.ndarray, runs: np.ndar
     r, fitted = np.asarray(r, dtype=float), np.asarray(fitted, dtype=float)
     times, runs = np.asarray(times, dtype=float), np.asarray(runs)
     step = robust_sd(r)
-    by_size = size_factors(r, fitted)
+    by_size = size_factors(r, fitted, runs)
     r = by_size.left
     noise = robust_sd(r) ** 2
     per_run = []  # each run's windows: (mean misfit, samples)
