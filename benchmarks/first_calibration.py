@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -39,6 +40,7 @@ class Run:
     loads: list[float] = field(default_factory=list)  # 1-minute load averages sampled
     calibration: dict | None = None
     returncode: int | None = None
+    cpu_s: float = 0.0  # user + system seconds of the command and its children (latlab serve)
 
     def first(self, pattern: str) -> float | None:
         return next((t for t, line in self.lines if re.search(pattern, line)), None)
@@ -59,6 +61,7 @@ class Run:
         out.append(("calibration to prediction", _s(_minus(self.wall_s, self.first(
             r"^calibration: ")))))
         out.append(("first answer", f"{self.wall_s:.1f} s"))
+        out.append(("CPU seconds (all its processes)", f"{self.cpu_s:.1f} s"))
         return out
 
     def fit(self) -> list[tuple[str, str]]:
@@ -105,6 +108,7 @@ def run_once(src: Path, python: str) -> Run:
                 run.loads.append(os.getloadavg()[0])
 
         sampler = threading.Thread(target=sample, daemon=True)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         sampler.start()
         proc = subprocess.Popen([python, "-m", "latlab", *COMMAND], env=env, cwd=cache,
@@ -123,6 +127,8 @@ def run_once(src: Path, python: str) -> Run:
             stop.set()
             sampler.join()
         run.wall_s = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        run.cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         found = sorted(Path(cache).glob("calibration-engine-*.json"))
         if found:
             import json

@@ -12,8 +12,9 @@ without its warm-up (one untimed request instead: the grid's first steps warm it
 and the fit trims those that stay slow). torch is imported here only.
 
 The *reference* (`REFERENCE`) is a fixed set of steps (decodes at batch 1 and 16, a prefill),
-timed right after the grid and kept in the calibration; `reference_ms` times it again on a
-fresh engine (a few seconds) to tell whether the machine has become slower since.
+timed right after the grid (on the engine the grid warmed) and kept in the calibration;
+`reference_ms` times it again on a fresh engine (a few seconds) to tell whether the machine
+has become slower since.
 """
 
 from __future__ import annotations
@@ -129,17 +130,19 @@ def time_engine(config, progress: Progress | None = None,
         for rid in running:
             engine.abort(rid)
     engine.scheduler.schedule = schedule
-    return features(rows), np.asarray(ms), np.asarray(started), shape, time_reference(engine)
+    reference = time_reference(engine, warm=True)
+    return features(rows), np.asarray(ms), np.asarray(started), shape, reference
 
 
-def time_reference(engine) -> list[float]:
+def time_reference(engine, warm: bool = False) -> list[float]:
     """Each step of `REFERENCE` on `engine` (ms: the repeat of median total among
-    `REFERENCE_REPEATS`, after one untimed), within the engine's limits."""
+    `REFERENCE_REPEATS`, after one untimed unless the engine is `warm`: it has just run the
+    grid), within the engine's limits."""
     from latlab.engine.sampling_params import SamplingParams
 
     c, vocab = engine.config, engine.model_config.vocab_size
     repeats = []
-    for repeat in range(REFERENCE_REPEATS + 1):
+    for repeat in range(1 if warm else 0, REFERENCE_REPEATS + 1):
         rng = np.random.default_rng([1, repeat])  # the same prompts in every engine timed
         ms = []
         for batch, n in REFERENCE:
@@ -153,8 +156,9 @@ def time_reference(engine) -> list[float]:
                 start = time.perf_counter_ns()
                 engine.step()
                 ms.append((time.perf_counter_ns() - start) / 1e6)
-        repeats.append(ms)
-    timed = sorted(repeats[1:], key=sum)
+        if repeat:
+            repeats.append(ms)
+    timed = sorted(repeats, key=sum)
     return timed[len(timed) // 2]
 
 
