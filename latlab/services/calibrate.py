@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from latlab.load.generator import run_load
 from latlab.load.target.launch import ServerLaunch, ServerProcess, spawn_server
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
@@ -26,7 +27,6 @@ from latlab.records.engine import ConfigError, EngineConfig
 from latlab.records.folder import RunFolder
 from latlab.records.steps import StepLogError, StepRecord, read_step_log
 from latlab.records.workload import WorkloadConfig
-from latlab.services.bench import run_bench
 from latlab.services.errors import InputError, ServiceFailed
 from latlab.sim import calibration as calibrations
 from latlab.sim.calibrate_run import CalibrationError, request_costs, request_spread
@@ -150,7 +150,11 @@ def _probe(cal: Calibration, engine: ServerProcess, steps: Path, err: Console) -
             bench = BenchConfig(url=engine.url, workload=workload, arrivals=arrivals,
                                 duration_s=None, requests=requests, out=Path(tmp),
                                 name="calibrate-probe")
-            runs.append(RunFolder(run_bench(bench).run.path))
+            load = run_load(bench)  # the records only: no summary, analysis or report
+            if load.failed:
+                raise ServiceFailed(f"probe {i}/{len(plan)} through latlab serve failed: "
+                                    f"{load.message}")
+            runs.append(load.run)
             err.print(f"  probe {i}/{len(plan)} done in {time.perf_counter() - started:.1f} s",
                       style="dim", highlight=False)
         first = runs[0].read_records()
