@@ -1,8 +1,9 @@
 """Whether `latlab predict`'s intervals decide anything: calibrate latlab's engine, measure
 held-out runs of one latlab serve (CPU) at three shares of its measured capacity, and check
 each against the intervals of two versions of latlab side by side (`latlab predict --check
-RUN --calibration CAL`, the same calibration): this checkout's, and `--baseline-src`'s (a
-source tree of an older latlab, e.g. `git archive` of main before the change).
+RUN --calibration CAL`, each version with the calibration it makes itself, both before the
+runs): this checkout's, and `--baseline-src`'s (a source tree of an older latlab, e.g. `git
+archive` of main before the change).
 
     python benchmarks/predict_intervals.py --baseline-src /tmp/latlab-before   # ≤ 10 min
     python benchmarks/predict_intervals.py --measured runs/…-intervals --calibration C \
@@ -31,11 +32,14 @@ from latlab.commands.common import console
 from latlab.load.target.launch import ServerLaunch, interrupt_on_sigterm, start_server
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
+from latlab.records.calibration import RequestSpread
 from latlab.records.engine import EngineConfig
 from latlab.records.folder import RunFolder
 from latlab.services.bench import run_bench
 from latlab.services.calibrate import calibrate_engine
 from latlab.sim import calibration as calibrations
+from latlab.sim.calibrate_engine import reference_ms
+from latlab.sim.spread import drift_limit, spread_of
 
 ROOT = Path(__file__).resolve().parent.parent
 WIDE = 1.5  # hi/lo: the most an interval below NARROW_BELOW of capacity may span
@@ -53,7 +57,10 @@ def measure(args, cal, err) -> Path:
     """`args.repeats` runs at each of `args.fractions` of the capacity (measured: a closed
     loop of the engine's batch for `CAPACITY_S`) against one latlab serve."""
     folder = RunFolder.create(Path(args.out), "intervals").path
-    engine = start_server(ServerLaunch.embedded([]), log_path=folder / "engine.log")
+    # The served steps, as the calibration's probes log theirs: how far each held-out run's
+    # steps sit off the calibrated cost (its level) is in them.
+    engine = start_server(ServerLaunch.embedded(["--step-log", str(folder / "steps.jsonl")]),
+                          log_path=folder / "engine.log")
     runs = []
     try:
         probe = run_bench(BenchConfig(
@@ -68,12 +75,14 @@ def measure(args, cal, err) -> Path:
             rate = round(fraction * capacity, 2)
             for repeat in range(args.repeats):
                 load = load_average()
+                reference = sum(reference_ms(EngineConfig()))  # the machine's speed now
                 result = run_bench(BenchConfig(
                     url=engine.url, arrivals=ArrivalConfig(process="poisson", rate=rate,
                                                            seed=repeat),
                     duration_s=args.duration, warmup_s=5.0, cooldown_s=2.0, out=folder,
                     name=f"rate-{rate:g}-{repeat}"), console=err)
                 runs.append({"run": str(result.run.path), "fraction": fraction, "rate": rate,
+                             "reference_ms": reference,
                              "achieved": result.summary.throughput.achieved_rate,
                              "load_average": [load, load_average()]})
                 err.print(f"  {fraction:.0%} ({rate:g} req/s) run {repeat + 1}: achieved "
@@ -83,6 +92,91 @@ def measure(args, cal, err) -> Path:
     (folder / "measured.json").write_text(json.dumps({"capacity": capacity, "runs": runs},
                                                      indent=2))
     return folder
+
+
+# Each part of the spread turned off alone, then all of them: what is left of the width is the
+# runs' own sampling (a short run's percentile varies from run to run).
+PARTS = {
+    "as calibrated": {},
+    "no level across step sizes (shape 0)": {"shape": 0.0},
+    "no level between runs (between 0)": {"between": 0.0},
+    "no level (shape, between 0)": {"shape": 0.0, "between": 0.0},
+    "no drift (drift 0)": {"drift": 0.0},
+    "no request costs' spread": {"request": RequestSpread()},
+    "nothing: the runs' sampling alone": {"shape": 0.0, "between": 0.0, "drift": 0.0,
+                                          "request": RequestSpread()},
+}
+
+
+def parts(runs: list[dict], calibration: Path, draws: int, out: Path) -> dict:
+    """The intervals of this checkout with each part of the calibration's spread turned off
+    (`PARTS`): per part, the coverage and the median width below `NARROW_BELOW` of capacity
+    and at each load."""
+    cal = calibrations.load(calibration)
+    fraction = {r["run"]: r["fraction"] for r in runs}
+    print("\nthe width, part by part (this checkout; each line a calibration with that part "
+          "of its spread set to zero):")
+    result = {}
+    for name, update in PARTS.items():
+        path = out / f"parts-{len(result)}.json"
+        calibrations.save(cal.model_copy(update={"spread": cal.spread.model_copy(
+            update=update)}), path)
+        checks, _ = checked(ROOT, runs, path, draws)
+        values = list(checks.values())
+        by_load = {f: float(np.median([width(c) for c in values
+                                       if fraction[c["run"]] == f]))
+                   for f in sorted(set(fraction.values()))}
+        by_percentile = {q: float(np.median([width(c) for c in values
+                                             if c["percentile"] == q]))
+                         for q in sorted({c["percentile"] for c in values})}
+        inside = float(np.mean([c["inside"] for c in values]))
+        result[name] = {"coverage": inside, "median_width": by_load,
+                        "median_width_by_percentile": by_percentile,
+                        "checks": [{k: c[k] for k in ("run", "metric", "percentile",
+                                                      "measured", "predicted", "lo", "hi",
+                                                      "inside")} for c in values]}
+        print(f"  {name:<40} {100 * inside:>4.0f}% inside; hi/lo median "
+              + ", ".join(f"{w:.2f}× at {f:.0%}" for f, w in by_load.items()) + "; "
+              + ", ".join(f"{q} {w:.2f}×" for q, w in by_percentile.items()))
+    return result
+
+
+def probed(src: Path, runs: list[dict], calibration: Path, draws: int, out: Path) -> dict:
+    """The checks `latlab predict --on-drift rescale` would have given just before each run:
+    the calibration's reference steps were timed then (`reference_ms`), and where they took
+    longer or shorter than the calibration's spread allows, the step costs are scaled by
+    that ratio (`calibration.rescaled`) for that run's check."""
+    cal = calibrations.load(calibration)
+    limit = drift_limit(spread_of(cal)[0])
+    out.mkdir(parents=True, exist_ok=True)
+    checks = {}
+    for i, r in enumerate(runs):
+        ratio = r["reference_ms"] / sum(cal.reference.ms)
+        path = calibration
+        if not 1 / limit <= ratio <= limit:
+            path = calibrations.save(calibrations.rescaled(cal, ratio, "the machine probe"),
+                                     out / f"{calibration.stem}-run{i}.json")
+        checks |= checked(src, [r], path, draws)[0]
+        print(f"  {Path(r['run']).name}: reference steps {ratio:.2f}× the calibration's "
+              f"(limit ×{1 / limit:.2f}–{limit:.2f}): "
+              + ("rescaled" if path != calibration else "as calibrated"))
+    return checks
+
+
+def baseline_calibration(src: Path, out: Path) -> Path:
+    """The baseline's own calibration of the engine (`latlab calibrate`, with the latlab in
+    `src`): each version's intervals are checked on the calibration it makes itself."""
+    path = out / "intervals-calibration-baseline.json"
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "latlab", "calibrate", "--out", str(path)],
+                          env=os.environ | {"PYTHONPATH": str(src)}, cwd=src, timeout=600,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"latlab calibrate ({src}) failed:\n{done.stderr[-2000:]}")
+    cal = calibrations.load(path)
+    print(f"baseline calibrated in {time.perf_counter() - started:.0f} s: {cal.headline()}")
+    print(f"  spread: {cal.spread.describe() if cal.spread else 'none'}")
+    return path
 
 
 def checked(src: Path, runs: list[dict], calibration: Path, draws: int) -> tuple[dict, float]:
@@ -152,9 +246,17 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=40.0, help="seconds a run")
     parser.add_argument("--draws", type=int, default=20)
     parser.add_argument("--calibration", type=Path, help="reuse a calibration file")
+    parser.add_argument("--baseline-calibration", type=Path,
+                        help="the baseline's calibration file (default: --calibration, else "
+                             "the baseline calibrates too, before the runs)")
     parser.add_argument("--measured", type=Path, help="a folder of an earlier run: check only")
     parser.add_argument("--out", default="runs")
     parser.add_argument("--json", type=Path, help="write the numbers here")
+    parser.add_argument("--measure-only", action="store_true",
+                        help="calibrate and measure, then stop: check later with --measured "
+                             "(outside a benchmark lock: the checks time nothing)")
+    parser.add_argument("--parts", action="store_true",
+                        help="also the width with each part of the spread turned off")
     args = parser.parse_args()
     interrupt_on_sigterm()  # SIGTERM stops the server this script started, as Ctrl-C does
     args.fractions = [float(f) for f in args.fractions.split(",")]
@@ -169,7 +271,15 @@ def main() -> None:
         print(f"calibrated in {time.perf_counter() - started:.0f} s")
     print(f"calibration {args.calibration}: {cal.headline()}")
     print(f"  spread: {cal.spread.describe() if cal.spread else 'none'}")
+    if args.baseline_src and not args.baseline_calibration:
+        args.baseline_calibration = (args.calibration if args.measured else
+                                     baseline_calibration(args.baseline_src, Path(args.out)))
     folder = args.measured or measure(args, cal, err)
+    if args.measure_only:
+        print(f"measured: {folder}; check with --measured {folder} --calibration "
+              f"{args.calibration}" + (f" --baseline-calibration {args.baseline_calibration}"
+                                       if args.baseline_src else ""))
+        return
     measured = json.loads((folder / "measured.json").read_text())
     runs = measured["runs"]
     print(f"measured capacity {measured['capacity']:.2f} req/s; runs (achieved, load average "
@@ -177,11 +287,18 @@ def main() -> None:
     for r in runs:
         print(f"  {Path(r['run']).name}: {r['fraction']:.0%}, achieved {r['achieved']:.2f} "
               f"req/s, load {' → '.join(r['load_average'])}")
-    versions = {"new": ROOT} | ({"old": args.baseline_src} if args.baseline_src else {})
+    versions = {"new": (ROOT, args.calibration)} | (
+        {"old": (args.baseline_src, args.baseline_calibration)} if args.baseline_src else {})
     checks, took = {}, {}
-    for name, src in versions.items():
-        checks[name], took[name] = checked(src, runs, args.calibration, args.draws)
+    for name, (src, calibration) in versions.items():
+        checks[name], took[name] = checked(src, runs, calibration, args.draws)
         print(f"{name} ({src}): checked in {took[name]:.0f} s, load average {load_average()}")
+    if all("reference_ms" in r for r in runs):  # what the machine probe would have done
+        for name, (src, calibration) in list(versions.items()):
+            print(f"{name} with the machine probe before each run (--on-drift rescale):")
+            checks[f"{name}+probe"] = probed(src, runs, calibration, args.draws,
+                                             Path(args.out) / "probed")
+            versions[f"{name}+probe"] = versions[name]
     names = list(versions)[::-1]
     print(f"\n{'load':>4} {'run':>3} {'metric':<9} {'measured':>8}  "
           + "  ".join(f"{n + ': interval, hi/lo':<28}" for n in names))
@@ -193,9 +310,11 @@ def main() -> None:
                   + "  ".join(f"{cell(checks[n].get(key)):<28}" for n in names))
     print()
     result = {name: verdict(name, checks[name], runs) for name in names}
+    split = parts(runs, args.calibration, args.draws, Path(args.out)) if args.parts else None
     if args.json:
         args.json.write_text(json.dumps({"calibration": cal.headline(), "measured": measured,
-                                         "verdict": result, "seconds": took}, indent=2))
+                                         "verdict": result, "seconds": took, "parts": split},
+                                        indent=2))
 
 
 if __name__ == "__main__":

@@ -185,7 +185,7 @@ def test_a_bucket_no_request_measured_prints_as_unknown_not_zero(tmp_path):
     """Without the server's timings its stages are unknown: '–', not '0.0 ms 0%'."""
     from rich.console import Console
 
-    from latlab.report.console import print_budget
+    from latlab.report.budget_bars import print_budget
 
     run = analyze(write_run(tmp_path, [timeline(i, i * 100, server=False) for i in range(20)],
                             config=BENCH))

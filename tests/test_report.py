@@ -19,7 +19,8 @@ from latlab.cli import app
 from latlab.records.folder import read_json
 from latlab.records.sweep import SWEEP_JSON, SweepRecord
 from latlab.records.timeline import Outcome
-from latlab.report.console import print_budget, print_findings
+from latlab.report.budget_bars import print_budget
+from latlab.report.console import print_findings
 from latlab.report.export import request_table, write_csv, write_parquet
 from latlab.report.html import write_html
 from latlab.report.sweep_html import write_sweep_html

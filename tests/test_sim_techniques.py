@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sim_helpers import calibration, fixed, open_loop
+from sim_helpers import STEP, calibration, fixed, open_loop
 
 from latlab.metrics.summary import summarize
 from latlab.records.arrivals import ArrivalConfig
+from latlab.records.calibration import SizeFactor, Spread
 from latlab.records.lengths import LengthDistribution
 from latlab.records.simulation import Fleet
 from latlab.records.workload import SessionConfig, WorkloadConfig
 from latlab.sim.fleet import simulate
 from latlab.sim.results import OK, QUEUE_TIMEOUT
-from latlab.sim.spread import Draw, estimate
+from latlab.sim.spread import Draw, estimate, level_sd
+from latlab.sim.stepcost import StepCostModel
 from latlab.sim.table import request_table
 from latlab.sim.workload import build
 
@@ -153,20 +155,50 @@ def test_a_drawn_world_charges_its_level_and_each_window_its_drift():
     assert factors[0] == factors[1] != factors[2] != factors[3]
 
 
+def test_the_step_cost_charges_its_factors_by_size_in_steps_and_decode_runs():
+    work = fixed([0.0, 30.0], [40, 40], [12, 12])
+    slower = calibration()
+    slower.step = slower.step.model_copy(update={"by_size": [SizeFactor(ms=1.0, factor=1.25)]})
+    plain, scaled = simulate(work, calibration()), simulate(work, slower)
+    for r in (plain, scaled):
+        r.busy = r.columns.done - r.columns.engine_in - 0.3e-3 - 0.5e-3  # less post, network
+    assert scaled.busy == pytest.approx(1.25 * plain.busy, rel=1e-9)
+    model = StepCostModel(STEP.model_copy(update={"by_size": [
+        SizeFactor(ms=2.0, factor=1.0), SizeFactor(ms=8.0, factor=2.0)]}))
+    assert model.factor(0.001) == 1.0 and model.factor(0.016) == 2.0  # the nearest beyond
+    assert model.factor(0.004) == pytest.approx(np.sqrt(2.0))  # linear in log ms
+
+
 def test_the_spread_separates_drift_between_windows_from_the_noise_of_steps():
     rng = np.random.default_rng(3)
     times = np.arange(6000) * 0.05  # 300 s of steps, 20 a second
     level = np.repeat(rng.normal(0, 0.1, 30), 200)  # each 10 s window its own level
     fitted = rng.uniform(5, 50, 6000)
     r = level + rng.normal(0, 0.05, 6000)
-    spread = estimate(r, fitted, times, np.zeros(6000))
+    spread, _ = estimate(r, fitted, times, np.zeros(6000))
     assert spread.step == pytest.approx(np.hypot(0.1, 0.05), rel=0.2)
     assert spread.drift == pytest.approx(0.1, rel=0.3) and spread.windows == 30
-    steady = estimate(rng.normal(0, 0.05, 6000), fitted, times, np.zeros(6000))
+    steady, factors = estimate(rng.normal(0, 0.05, 6000), fitted, times, np.zeros(6000))
     assert steady.drift < 0.02 and steady.shape < 0.02
-    misfit = estimate(np.log(fitted) / 10 + rng.normal(0, 0.05, 6000), fitted, times,
-                      np.zeros(6000))
-    assert misfit.shape > 0.05  # the big steps are off more than the small
+    assert all(f.factor == pytest.approx(1.0, abs=0.01) for f in factors)
+
+
+def test_a_misfit_by_the_size_of_step_is_charged_not_drawn_as_a_level():
+    """The big steps took longer than the linear model charged, the same way in every run:
+    the factors by size charge it, and the level's uncertainty across step sizes is only
+    the factors' own error — not the misfit itself."""
+    rng = np.random.default_rng(4)
+    times = np.arange(6000) * 0.05
+    fitted = rng.uniform(5, 50, 6000)
+    off = 0.3 * (np.log(fitted) - np.log(5)) / np.log(10)  # 0 at 5 ms, +0.3 at 50 ms
+    spread, factors = estimate(off + rng.normal(0, 0.05, 6000), fitted, times, np.zeros(6000))
+    assert spread.shape < 0.01 and spread.shape_dof > 1000
+    model = StepCostModel(STEP.model_copy(update={"by_size": factors}))
+    for ms in (8.0, 20.0, 40.0):
+        expected = np.exp(0.3 * np.log(ms / 5) / np.log(10) + 0.05 ** 2 / 2)  # the mean
+        assert model.factor(ms / 1e3) == pytest.approx(expected, rel=0.03), ms
+    before = Spread(step=0.1, shape=0.09, drift=0.02, between=0.0, runs=4)
+    assert level_sd(spread) < level_sd(before) / 5
 
 
 def test_the_acceptance_a_speculating_server_showed_is_read_from_its_scrapes(tmp_path):

@@ -12,7 +12,8 @@ from latlab.load.telemetry.otlp import read_spans
 from latlab.load.telemetry.spans import join_run
 from latlab.records.folder import RunFolder, RunFolderError
 from latlab.records.settings import setting
-from latlab.report.console import print_budget, print_findings, print_server_view, print_summary
+from latlab.report.budget_bars import print_budget
+from latlab.report.console import print_findings, print_server_view, print_summary
 from latlab.report.export import write_csv, write_parquet
 from latlab.report.html import write_html
 

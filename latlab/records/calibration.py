@@ -37,17 +37,31 @@ STEP_FEATURES: dict[str, str] = {
 }
 
 
+class SizeFactor(Record):
+    """Steps the linear model charges about `ms` took `factor` times that when they were
+    timed: the model's misfit at that size of step (`latlab.sim.spread.size_factors`)."""
+
+    ms: float = Field(gt=0)
+    factor: float = Field(gt=0)
+
+
 class StepCost(Record):
-    """Step time (ms) = Σ coefficient × feature, plus hinge × max(0, tokens − knot)."""
+    """Step time (ms) = Σ coefficient × feature, plus hinge × max(0, tokens − knot); times
+    the factor `by_size` gives at that time (between its points: linear in log ms; beyond
+    them: the nearest), where the calibration measured one."""
 
     coefficients: dict[str, float]
     knots: list[float] = []
     hinges: list[float] = []
+    by_size: list[SizeFactor] = []  # by ms, ascending
 
     def describe(self) -> str:
         parts = [f"{v:.4g}×{k}" for k, v in self.coefficients.items() if v]
         parts += [f"{h:+.4g}×(tokens−{k:g})₊" for k, h in zip(self.knots, self.hinges) if h]
-        return " + ".join(parts) + " ms"
+        line = " + ".join(parts) + " ms"
+        if self.by_size:
+            line += ", × " + ", ".join(f"{f.factor:.2f} at {f.ms:.3g}" for f in self.by_size)
+        return line
 
 
 class RequestCosts(Record):
@@ -74,15 +88,19 @@ class Spread(Record):
     predict` draws its intervals from (`latlab.sim.spread`). All but `request` are standard
     deviations of log(measured / fitted).
 
-    `step`: of one sample (a step, or one request's mean step). `shape`: of the mean misfit
-    across the sizes of step (the samples in groups by their fitted time): a workload of
-    other steps may sit off by this much. `drift`: of the level (a window's mean misfit)
+    `step`: of one sample (a step, or one request's mean step). `shape`: how far a workload
+    of other steps than the calibration's may sit off the step cost: the uncertainty of its
+    factors by size (`StepCost.by_size`), with `shape_dof` degrees of freedom; a calibration
+    without those factors (None: made before latlab kept them) has the spread of the mean
+    misfit across the sizes of step itself. `drift`: of the level (a window's mean misfit)
     between windows of `window_s` seconds, the noise of single steps taken out: how much the
     machine's speed moves within a run. `between`: of the level between the `runs` timed
-    apart (probes, run folders), beyond the windows' drift; unknown (None) from one run."""
+    apart (probes, run folders), beyond the windows' drift; unknown (None) from one run. The
+    drift and `between` are of the misfits left after the factors by size."""
 
     step: float = Field(ge=0)
     shape: float = Field(default=0.0, ge=0)
+    shape_dof: float | None = Field(default=None, gt=0)
     drift: float = Field(default=0.0, ge=0)
     between: float | None = Field(default=None, ge=0)
     windows: int = Field(default=0, ge=0)
@@ -93,8 +111,10 @@ class Spread(Record):
     def describe(self) -> str:
         between = (f", {100 * self.between:.1f}% between its {self.runs} runs"
                    if self.between is not None else "")
+        sizes = " (the error of its factors by size)" if self.shape_dof is not None else ""
         return (f"step costs ±{100 * self.step:.1f}% a sample, ±{100 * self.shape:.1f}% across "
-                f"step sizes, the level ±{100 * self.drift:.1f}% from one {self.window_s:g} s "
+                f"step sizes{sizes}, the level ±{100 * self.drift:.1f}% from one "
+                f"{self.window_s:g} s "
                 f"window to the next ({self.windows} windows){between}")
 
 

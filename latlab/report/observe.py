@@ -12,7 +12,8 @@ from rich.text import Text
 
 from latlab.analysis.findings import Finding
 from latlab.records.observe import TRACE_JSONL, ObservedWindow
-from latlab.report.console import print_budget, print_findings, print_summary
+from latlab.report.budget_bars import print_budget
+from latlab.report.console import print_findings, print_summary
 from latlab.report.palette import SEVERITY_COLORS
 from latlab.units import ms, pct
 

@@ -30,6 +30,7 @@ from latlab.records.calibration import (
     Reference,
     RequestCosts,
     RequestSpread,
+    SizeFactor,
     Spread,
     StepCost,
 )
@@ -90,13 +91,14 @@ def engine_calibration(config, progress: Callable[[str], None] | None = None,
     started = time.perf_counter()
     x, ms, when, shape, reference = time_engine(config, progress, before_timing)
     step, error = fit(x, ms, ENGINE_KNOTS)
+    spread, by_size = estimate(*misfit(step, x, ms), when, np.zeros(len(ms)))
     return Calibration(
         latlab_version=__version__, source="engine",
         server=describe or f"latlab engine ({config.model} preset, {config.threads} thread)",
         target={"model": config.model, "threads": config.threads, "dtype": config.dtype,
                 "host": platform.node()},
-        engine=shape, step=step, fit=error,
-        spread=estimate(*misfit(step, x, ms), when, np.zeros(len(ms))),
+        engine=shape, step=step.model_copy(update={"by_size": by_size}), fit=error,
+        spread=spread,
         reference=Reference(ms=reference, load_average=os.getloadavg()[0],
                             cpus=os.cpu_count()),
         notes=[f"{len(ms)} engine steps timed in process in {time.perf_counter() - started:.0f} "
@@ -180,14 +182,18 @@ def as_served(calibration: Calibration, steps: Sequence[StepRecord],
 
     if len(steps) < MIN_ROWS:
         raise CalibrationError(f"{len(steps)} served steps: too few to fit")
-    charged = charged_ms(calibration.step, steps)
+    linear = calibration.step.model_copy(update={"by_size": []})
+    charged = charged_ms(linear, steps)
     served = np.array([s.ms for s in steps])
     a = np.column_stack([charged / served, 1 / served])
     scale, extra = lsq_linear(a, np.ones(len(served)), bounds=(0.0, np.inf)).x
     before = float(np.mean(np.abs(charged / served - 1)))
     after = float(np.mean(np.abs((scale * charged + extra) / served - 1)))
-    step = scaled_step(calibration.step, float(scale), float(extra))
-    spread = served_spread(step, probes, calibration.spread) if probes else calibration.spread
+    step = scaled_step(linear if probes else calibration.step, float(scale), float(extra))
+    spread = calibration.spread
+    if probes:  # the factors by size, too, are the served steps' (`served_spread`)
+        spread, by_size = served_spread(step, probes, calibration.spread)
+        step = step.model_copy(update={"by_size": by_size})
     note = (f"step costs fitted to {len(steps)} steps served through latlab serve: "
             f"{scale:.3f} × the steps timed in process + {extra:.3f} ms a step (mean error on "
             f"the served steps {before:.1%} before, {after:.1%} after)")
@@ -196,21 +202,22 @@ def as_served(calibration: Calibration, steps: Sequence[StepRecord],
 
 
 def served_spread(step: StepCost, probes: Sequence[Sequence[StepRecord]],
-                  timed: Spread | None) -> Spread:
-    """The spread of each probe's served steps around `step` (each probe a run), its drift
-    pooled with the drift of the steps `timed` in process (over their windows)."""
+                  timed: Spread | None) -> tuple[Spread, list[SizeFactor]]:
+    """The spread of each probe's served steps around `step`'s linear model (each probe a
+    run), its drift pooled with the drift of the steps `timed` in process (over their
+    windows), and the factors by size of the served steps."""
     chosen = [(i, s) for i, probe in enumerate(probes) for s in probe]
     x = features([s.features() for _, s in chosen])
     ms = np.array([s.ms for _, s in chosen])
     when = np.array([s.start_ns / 1e9 for _, s in chosen])
-    spread = estimate(*misfit(step, x, ms), when, np.array([i for i, _ in chosen]),
-                      request=timed.request if timed else RequestSpread())
+    spread, by_size = estimate(*misfit(step, x, ms), when, np.array([i for i, _ in chosen]),
+                               request=timed.request if timed else RequestSpread())
     if timed is None or not timed.windows:
-        return spread
+        return spread, by_size
     windows = spread.windows + timed.windows
     drift = math.sqrt((spread.windows * spread.drift ** 2 + timed.windows * timed.drift ** 2)
                       / windows)
-    return spread.model_copy(update={"drift": drift, "windows": windows})
+    return spread.model_copy(update={"drift": drift, "windows": windows}), by_size
 
 
 def rescaled(calibration: Calibration, factor: float, why: str) -> Calibration:
@@ -227,10 +234,12 @@ def charged_ms(cost: StepCost, steps: Sequence[StepRecord]) -> np.ndarray:
 
 
 def scaled_step(step: StepCost, scale: float, extra_ms: float = 0.0) -> StepCost:
-    """`step` with every cost times `scale`, plus `extra_ms` a step."""
+    """`step` with every cost times `scale`, plus `extra_ms` a step (its factors by size
+    where the linear model's times moved to)."""
     coefficients = {k: v * scale for k, v in step.coefficients.items()}
     coefficients["step"] = coefficients.get("step", 0.0) + extra_ms
-    return step.model_copy(update={"coefficients": coefficients,
+    by_size = [f.model_copy(update={"ms": f.ms * scale + extra_ms}) for f in step.by_size]
+    return step.model_copy(update={"coefficients": coefficients, "by_size": by_size,
                                    "hinges": [h * scale for h in step.hinges]})
 
 
@@ -270,16 +279,17 @@ def run_calibration(paths: Sequence[Path], shape: dict | None = None) -> Calibra
                                f"in flight) in {len(records)} requests; run a sweep or a bench "
                                "with more requests, some at low load")
     step, error = fit(x, y, use=RUN_FEATURES, what="request prefill time and TPOT")
+    spread, by_size = estimate(*misfit(step, x, y), np.concatenate(whens),
+                               np.repeat(np.arange(len(ys)), [len(v) for v in ys]),
+                               request=request_spread(records))
     target = configs[0].target
     server = " ".join(str(v) for v in (target.server_kind, target.url, target.model) if v)
     timed = sum(1 for r in records if r.ok and r.server is not None)
     return Calibration(
         latlab_version=__version__, source="run", server=server or "the server measured",
-        target=target.model_dump(mode="json"), engine=engine, step=step, request=costs,
-        fit=error, runs=[str(run.path) for run in runs],
-        spread=estimate(*misfit(step, x, y), np.concatenate(whens),
-                        np.repeat(np.arange(len(ys)), [len(v) for v in ys]),
-                        request=request_spread(records)),
+        target=target.model_dump(mode="json"), engine=engine,
+        step=step.model_copy(update={"by_size": by_size}), request=costs,
+        fit=error, runs=[str(run.path) for run in runs], spread=spread,
         notes=[f"fitted from {decodes} decodes and {prefills} prefills of {len(records)} "
                f"requests in {len(runs)} run folders ({timed} with server timings)",
                "engine limits (max_num_seqs, max_num_batched_tokens, KV blocks) are "

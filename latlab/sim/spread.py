@@ -1,15 +1,18 @@
 """How far a calibration's timings strayed from its fit (`Spread`), and the possible worlds a
 prediction draws from it (`Draw`).
 
-    spread = estimate(*misfit(cost, x, ms), times, runs)  # the samples the fit was made on
+    spread, by_size = estimate(*misfit(cost, x, ms), times, runs)  # the fit's samples
     draw = Draw.make(spread, rng)   # one world: the step costs' level, its drift
     dt *= draw.speed(now)           # a step starting at `now` (s) costs this many times more
 
-A world's step costs sit at a *level* off the fit (the machine faster or slower than when it
-was timed, a workload of other steps than the calibration's), drawn from a Student t over the
-level's spread between runs and across step sizes (few runs: wide tails), and drift around
-it from one window of `window_s` seconds to the next (the machine's speed moving within a
-run). Each request's costs outside the engine vary by their own spread.
+Where the linear model is off by the size of step the same way in every run, that is no
+uncertainty: the step cost charges it (`by_size`, `size_factors`). What is left varies: a
+world's step costs sit at a *level* off the fit (the machine faster or slower than when it
+was timed; a workload of other steps, as far as the factors by size are themselves
+uncertain), drawn from a Student t over the level's spread between runs and the factors'
+error (few runs: wide tails), and drift around it from one window of `window_s` seconds to
+the next (the machine's speed moving within a run). Each request's costs outside the engine
+vary by their own spread.
 """
 
 from __future__ import annotations
@@ -19,7 +22,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from latlab.records.calibration import Calibration, RequestSpread, Spread, StepCost
+from latlab.records.calibration import (
+    Calibration,
+    RequestSpread,
+    SizeFactor,
+    Spread,
+    StepCost,
+)
 from latlab.sim.stepcost import FEATURES, design
 
 WINDOW_S = 10.0
@@ -48,23 +57,66 @@ def _beyond_noise(means: list[float], noise: list[float]) -> float:
 
 
 def misfit(cost: StepCost, x: np.ndarray, ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """log(measured / fitted) of timings `ms` against what `cost` charges for their features
-    `x`, and what it charges."""
+    """log(measured / fitted) of timings `ms` against what `cost`'s linear model charges for
+    their features `x`, and what it charges a step (a sample may sum several)."""
     fitted = fitted_ms(cost, x)
-    return np.log(np.asarray(ms, dtype=float) / fitted), fitted
+    return np.log(np.asarray(ms, dtype=float) / fitted), fitted / np.maximum(x[:, 0], 1.0)
+
+
+@dataclass(frozen=True)
+class BySize:
+    """The linear model's misfit by the size of step (`size_factors`): the `factors` to
+    charge, what is left of the misfits after them (`left`, one a sample), and how far a
+    workload of other steps may still sit off (`sd`, with `dof` degrees of freedom)."""
+
+    factors: list[SizeFactor]
+    left: np.ndarray
+    sd: float
+    dof: float
+
+
+def size_factors(r: np.ndarray, fitted: np.ndarray) -> BySize:
+    """The misfits `r` (of samples the linear model charged `fitted` ms) in `SHAPE_GROUPS`
+    groups by fitted time: each group's mean time over its fitted (the log of it), shrunk
+    towards the others' by its own noise (a group that differs by no more than chance gets
+    no factor of its own: empirical Bayes), at the group's median fitted time. A systematic
+    misfit across step sizes is charged this way, not drawn as a whole run's level; what
+    stays uncertain is each factor's own error."""
+    order = np.argsort(fitted)
+    groups = [g for g in np.array_split(order, SHAPE_GROUPS) if len(g) >= MIN_WINDOW]
+    if len(groups) < 2:
+        return BySize([], r, 0.0, math.inf)
+    noise = robust_sd(np.concatenate([r[g] - np.median(r[g]) for g in groups])) ** 2
+    cut = 3 * math.sqrt(noise)  # a step another process slowed: counted, not decisive
+    means, errors = [], []
+    for g in groups:
+        kept = np.clip(r[g], np.median(r[g]) - cut, np.median(r[g]) + cut)
+        means.append(float(np.log(np.mean(np.exp(kept)))))  # the mean time: what queues see
+        errors.append(noise / len(g))
+    centre = float(np.average(means, weights=[1 / e for e in errors]))
+    apart = max(0.0, float(np.var(means, ddof=1)) - float(np.mean(errors)))  # beyond noise
+    shrunk = [centre + (m - centre) * apart / (apart + e) for m, e in zip(means, errors)]
+    left_var = [apart * e / (apart + e) if apart > 0 else e / len(groups) for e in errors]
+    at = [float(np.median(fitted[g])) for g in groups]
+    factors = [SizeFactor(ms=ms, factor=math.exp(m)) for ms, m in zip(at, shrunk)]
+    left = r - np.interp(np.log(fitted), np.log(at), shrunk)
+    return BySize(factors, left, math.sqrt(float(np.mean(left_var))),
+                  float(len(r) - len(groups)))
 
 
 def estimate(r: np.ndarray, fitted: np.ndarray, times: np.ndarray, runs: np.ndarray,
-             window_s: float = WINDOW_S, request: RequestSpread | None = None) -> Spread:
-    """The spread of the misfits `r` (`misfit`; the fit charged `fitted`) of samples timed at
-    `times` (seconds) in the `runs` they belong to."""
+             window_s: float = WINDOW_S, request: RequestSpread | None = None
+             ) -> tuple[Spread, list[SizeFactor]]:
+    """The spread of the misfits `r` (`misfit`; the linear model charged `fitted`) of
+    samples timed at `times` (seconds) in the `runs` they belong to, and the factors by size
+    that take the systematic part of it (`size_factors`: the step cost's `by_size`); the
+    drift and the level between runs are those of what the factors leave."""
     r, fitted = np.asarray(r, dtype=float), np.asarray(fitted, dtype=float)
     times, runs = np.asarray(times, dtype=float), np.asarray(runs)
     step = robust_sd(r)
-    noise = step ** 2
-    groups = [g for g in np.array_split(r[np.argsort(fitted)], SHAPE_GROUPS)
-              if len(g) >= MIN_WINDOW]
-    shape = _beyond_noise([float(g.mean()) for g in groups], [noise / len(g) for g in groups])
+    by_size = size_factors(r, fitted)
+    r = by_size.left
+    noise = robust_sd(r) ** 2
     per_run = []  # each run's windows: (mean misfit, samples)
     for run in np.unique(runs):
         rr, tt = r[runs == run], times[runs == run]
@@ -81,9 +133,11 @@ def estimate(r: np.ndarray, fitted: np.ndarray, times: np.ndarray, runs: np.ndar
     levels = [float(np.mean([w[0] for w in run])) for run in per_run]
     between = (_beyond_noise(levels, [drift ** 2 / len(run) for run in per_run])
                if len(levels) >= 2 else None)
-    return Spread(step=step, shape=shape, drift=drift, between=between,
-                  windows=len(deviations), runs=len(per_run), window_s=window_s,
-                  request=request if request is not None else RequestSpread())
+    spread = Spread(step=step, shape=by_size.sd, shape_dof=by_size.dof, drift=drift,
+                    between=between, windows=len(deviations), runs=len(per_run),
+                    window_s=window_s,
+                    request=request if request is not None else RequestSpread())
+    return spread, by_size.factors
 
 
 def spread_of(cal: Calibration) -> tuple[Spread, str | None]:
@@ -99,19 +153,21 @@ def spread_of(cal: Calibration) -> tuple[Spread, str | None]:
 
 
 def level_sd(spread: Spread) -> float:
-    """The standard deviation of a new run's level: across step sizes and between runs (from
-    one run: as far as its windows drifted)."""
+    """The standard deviation of a new run's level: the factors by size's error (across step
+    sizes) and between runs (from one run: as far as its windows drifted)."""
     between = spread.between if spread.between is not None else spread.drift
     return math.sqrt(spread.shape ** 2 + between ** 2)
 
 
 def level_dof(spread: Spread) -> float:
     """The Student t's degrees of freedom for the level: its two variances' (across step
-    sizes: `SHAPE_GROUPS` groups; between runs, else between windows), combined as
-    Welch–Satterthwaite does; normal when neither was measured more than twice."""
+    sizes: the factors' own, else `SHAPE_GROUPS` groups; between runs, else between
+    windows), combined as Welch–Satterthwaite does; normal when neither was measured more
+    than twice."""
     between, units = ((spread.between, spread.runs) if spread.between is not None
                       else (spread.drift, spread.windows))
-    parts = [(spread.shape ** 2, SHAPE_GROUPS - 1), (between ** 2, units - 1)]
+    shape_dof = spread.shape_dof if spread.shape_dof is not None else SHAPE_GROUPS - 1
+    parts = [(spread.shape ** 2, shape_dof), (between ** 2, units - 1)]
     total = sum(v for v, _ in parts)
     if total <= 0:
         return math.inf

@@ -4,11 +4,16 @@ Features (`latlab.records.calibration.STEP_FEATURES`): the step itself, its toke
 prefill chunks, rows sampled, the context the decodes attend and the prefill chunks' attention
 area; plus hinges `max(0, tokens − knot)` that make the cost piecewise linear in the tokens (a
 CPU or GPU gets more efficient, or saturates, as the batch grows). Fitted by least squares on
-relative error (`fit`), non-negative except the hinges, with numpy and scipy.
+relative error (`fit`), non-negative except the hinges, with numpy and scipy. Where the
+calibration found the linear model off by the size of step (`StepCost.by_size`, learnt from
+its misfits: `latlab.sim.spread.size_factors`), each step's time is scaled by the factor at
+its size.
 """
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
 from collections.abc import Sequence
 
 import numpy as np
@@ -41,10 +46,20 @@ class StepCostModel:
         self.c_ctx = c["decode_context"] / 1e6  # per context token
         self.c_attn = c["prefill_attention"] / 1e9  # per token × context
         self.hinges = [(float(k), float(h) / 1e3) for k, h in zip(cost.knots, cost.hinges) if h]
+        sizes = sorted(cost.by_size, key=lambda f: f.ms)
+        self._log_s = [math.log(f.ms / 1e3) for f in sizes]
+        self._log_factor = [math.log(f.factor) for f in sizes]
 
     def seconds(self, tokens: int, decodes: int, prefills: int, sampled: int, groups: int,
                 decode_context: int, prefill_attention: int) -> float:
         """One step's time in seconds (context and attention in tokens, not thousands)."""
+        t = self.linear(tokens, decodes, prefills, sampled, groups, decode_context,
+                        prefill_attention)
+        return t * self.factor(t) if self._log_s else t
+
+    def linear(self, tokens: int, decodes: int, prefills: int, sampled: int, groups: int,
+               decode_context: int, prefill_attention: int) -> float:
+        """What the linear model alone charges for the step (s)."""
         t = (self.c_step + self.c_tokens * tokens + self.c_decodes * decodes
              + self.c_prefills * prefills + self.c_sampled * sampled + self.c_groups * groups
              + self.c_ctx * decode_context + self.c_attn * prefill_attention)
@@ -53,11 +68,27 @@ class StepCostModel:
                 t += hinge * (tokens - knot)
         return max(t, 1e-7)
 
+    def factor(self, linear_s: float) -> float:
+        """The factor by size at a step the linear model charges `linear_s` seconds."""
+        points, logs = self._log_s, self._log_factor
+        if not points:
+            return 1.0
+        x = math.log(linear_s)
+        i = bisect_right(points, x)
+        if i == 0:
+            return math.exp(logs[0])
+        if i == len(points):
+            return math.exp(logs[-1])
+        w = (x - points[i - 1]) / (points[i] - points[i - 1])
+        return math.exp(logs[i - 1] + w * (logs[i] - logs[i - 1]))
+
     def decode_run(self, batch: int, context: int, groups: int) -> tuple[float, float]:
         """Steps of `batch` decodes only, attending `context` tokens in the first: step j
-        (from 0) takes `a + b·j` seconds, since every decode's context grows by one a step."""
-        a = self.seconds(batch, batch, 0, batch, groups, context, 0)
-        return a, self.c_ctx * batch
+        (from 0) takes `a + b·j` seconds, since every decode's context grows by one a step
+        (the factor by size held at the first step's)."""
+        a = self.linear(batch, batch, 0, batch, groups, context, 0)
+        f = self.factor(a)
+        return a * f, self.c_ctx * batch * f
 
 
 def features(rows: Sequence[Sequence[float]], steps: Sequence[float] | None = None
