@@ -16,6 +16,7 @@ first answer, and the calibration's fit error, held-out error and probe replays.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import resource
@@ -96,8 +97,9 @@ def _s(x: float | None) -> str:
     return "–" if x is None else f"{x:.1f} s"
 
 
-def run_once(src: Path, python: str) -> Run:
-    """`latlab predict` from `src` with an empty cache, its stderr lines timed."""
+def run_once(src: Path, python: str, keep: Path | None = None) -> Run:
+    """`latlab predict` from `src` with an empty cache, its stderr lines timed; the
+    calibration it made copied to `keep` (a file) if given."""
     run = Run(src)
     with tempfile.TemporaryDirectory(prefix="latlab-first-cal-") as cache:
         env = os.environ | {"LATLAB_CACHE": cache, "PYTHONPATH": str(src)}
@@ -131,9 +133,10 @@ def run_once(src: Path, python: str) -> Run:
         run.cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         found = sorted(Path(cache).glob("calibration-engine-*.json"))
         if found:
-            import json
-
             run.calibration = json.loads(found[0].read_text())
+            if keep is not None:
+                keep.parent.mkdir(parents=True, exist_ok=True)
+                keep.write_text(found[0].read_text())
     return run
 
 
@@ -150,6 +153,7 @@ def main() -> None:
                         help="seconds the burners run before the first version")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--log", action="store_true", help="print each run's stderr lines")
+    parser.add_argument("--keep", type=Path, help="a folder to keep each run's calibration in")
     args = parser.parse_args()
     sources = [p.resolve() for p in (args.src or [ROOT])]
     print(f"uptime at the start: {uptime()}")
@@ -160,7 +164,8 @@ def main() -> None:
         time.sleep(args.warm_s if burners else 0)
         for src in sources:
             print(f"{src}: uptime {uptime()}", flush=True)
-            runs.append(run_once(src, args.python))
+            keep = (args.keep / f"{len(runs) + 1}-{src.name}.json") if args.keep else None
+            runs.append(run_once(src, args.python, keep))
             r = runs[-1]
             print(f"  first answer in {r.wall_s:.1f} s (exit {r.returncode}), load average "
                   f"{min(r.loads, default=0):.1f}–{max(r.loads, default=0):.1f}", flush=True)

@@ -36,7 +36,9 @@ PROBE_REQUESTS = 8  # one at a time: the per-request costs
 PROBE_OUTPUT = 16  # their output tokens (a few decodes each: the costs are per request)
 BATCH_OUTPUT = 32  # the full batch's output tokens: enough decodes at every size it shrinks by
 PROBE_LOAD = 0.5  # the open-loop probe's rate, as a share of the predicted capacity
-PROBE_OPEN_S = 6.0  # and about how long it runs
+PROBE_OPEN_S = 6.0  # and about how long it runs,
+PROBE_OPEN_MIN = 8  # with this many requests at least if they fit in
+PROBE_OPEN_LONGEST_S = 18.0  # this long (a busy host's lower rate: a longer probe)
 READY_TIMEOUT_S = 120.0
 
 # latlab serve options that change when requests run, not what a step costs: a calibration
@@ -112,13 +114,16 @@ def _wait_ready(server: ServerProcess, err: Console) -> None:
 
 def open_probe(capacity: float) -> tuple[float, int]:
     """The open-loop probe's rate (`PROBE_LOAD` of `capacity`, req/s, to two significant
-    figures: never rounded to none) and its requests (about `PROBE_OPEN_S` seconds of them,
-    two at least: a slow server's probe runs longer rather than not at all)."""
+    figures: never rounded to none) and its requests: about `PROBE_OPEN_S` seconds of them,
+    or `PROBE_OPEN_MIN` where they fit in `PROBE_OPEN_LONGEST_S` (on a busy host the steps
+    of 3 or 4 requests fitted the served costs badly), two at least (a slow server's probe
+    runs longer rather than not at all)."""
     if not (math.isfinite(capacity) and capacity > 0):
         raise ServiceFailed(f"the in-process calibration predicts a capacity of {capacity:g} "
                             "req/s: nothing to probe at half of it")
     rate = float(f"{PROBE_LOAD * capacity:.2g}")
-    return rate, max(2, round(rate * PROBE_OPEN_S))
+    return rate, max(2, round(rate * PROBE_OPEN_S),
+                     min(PROBE_OPEN_MIN, round(rate * PROBE_OPEN_LONGEST_S)))
 
 
 def _probe(cal: Calibration, engine: ServerProcess, steps: Path, err: Console) -> Calibration:
