@@ -23,7 +23,9 @@ backoff doubling from 1 s to 32 s, at most 6 times; what is given up is counted.
    without a window's analysis in it is seen as such. Spans per CPU second = the
    spans observe took / the CPU seconds its process used meanwhile (user + system, from
    /proc), so a busy machine's stolen time does not count against it; per wall second and the
-   peak resident memory (sampled each second) beside it.
+   peak resident memory (sampled each second) beside it, the most in each 20 s (a window's
+   close shows as a jump), and the peak while observe ends (its last windows, the check
+   over every call, summary and report: they read the whole run).
 2. **Steady** (`--steady-s` at `--rate` spans/s, `--window 10`): the resident memory of the
    observe process every 10 s. It holds the spans of traces not yet complete (bounded by the
    trace wait and --max-pending-spans), the calls of the open windows (the window and the
@@ -195,6 +197,21 @@ def start_observe(latlab: Path, out: Path, port: int, cpu: int, options: list[st
     raise SystemExit("latlab observe did not start listening")
 
 
+def finish_peak(observe: subprocess.Popen, limit_s: float = 600) -> float:
+    """Wait for observe to end (killed past `limit_s`); its peak resident memory meanwhile."""
+    peak, deadline = 0.0, time.monotonic() + limit_s
+    while observe.poll() is None and time.monotonic() < deadline:
+        try:
+            peak = max(peak, rss_mib(observe.pid))
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        time.sleep(0.2)
+    if observe.poll() is None:
+        observe.kill()
+        observe.wait(10)
+    return peak
+
+
 WARMUP_S = 15.0
 
 
@@ -238,13 +255,14 @@ def phase(latlab: Path, seconds: float, rate: float | None, senders: int, cpu: i
                   f"{counters[2].value:,} spans given up")
         print("  windows analysed meanwhile (calls): " + ", ".join(
             f"{w['calls']:,}{' partial' if w['partial'] else ''}" for w in closed))
+        if not steady:
+            print("  resident memory, the most in each 20 s (MiB): " + ", ".join(
+                f"{max(r for a, _, r in samples if lo <= a < lo + 20):.0f}"
+                for lo in range(0, int(seconds), 20)))
     finally:
         observe.send_signal(signal.SIGINT)
-        try:
-            observe.wait(600)
-        except subprocess.TimeoutExpired:
-            observe.kill()
-            observe.wait(10)
+        print(f"  observe's end (the last windows, the check over every call, summary, "
+              f"report): peak resident {finish_peak(observe):.0f} MiB")
         for record in out.glob(f"*/{OBSERVE_JSON}"):
             r = read_json(record, ObserveRecord)
             print(f"  observe.json: {r.spans:,} spans, {r.calls:,} calls, {r.forced:,} traces "

@@ -15,7 +15,7 @@ from latlab.records.cache import COLUMNS, drop_pages
 from latlab.records.folder import RunFolder, RunFolderError
 from latlab.records.reader import read_requests
 from latlab.records.spans import SERVER_TIMINGS
-from latlab.records.table import as_table
+from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import Outcome, SessionStep
 
 
@@ -46,6 +46,16 @@ def test_the_columns_give_back_every_record(tmp_path):
     assert table.tenant.names == ("a", "b") and table.source.names == ("otel",)
     assert table.ok.tolist() == [r.ok for r in records]
     assert as_table(records).record(7) == records[7]
+
+
+def test_tables_merged_in_an_order_are_their_concatenation_taken_in_it():
+    records = mixed()
+    parts = [as_table(records[:9]), as_table(records[9:15]), as_table(records[15:])]
+    order = np.random.default_rng(3).permutation(len(records))
+    merged = RequestTable.merge(parts, order)
+    assert not parts  # their columns let go
+    assert [merged.record(i) for i in range(len(merged))] == [records[i] for i in order]
+    assert merged.tenant.names and merged.session.names == ("s1",)
 
 
 def test_a_torn_last_line_is_left_out_and_a_bad_line_is_an_error(tmp_path):

@@ -48,7 +48,7 @@ folded away.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -127,13 +127,11 @@ class Parts:
     quality: dict[str, np.ndarray]
     has_server: np.ndarray
     decomposed: np.ndarray
-    _values: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)
 
     def value(self, name: str) -> np.ndarray:
-        """The component's time per request, 0 when unavailable or not applicable."""
-        if name not in self._values:
-            self._values[name] = np.nan_to_num(self.ms[name])
-        return self._values[name]
+        """The component's time per request, 0 when unavailable or not applicable (made at
+        each call, not kept: a second copy of every column)."""
+        return np.nan_to_num(self.ms[name])
 
     def bucket(self, name: str) -> np.ndarray:
         return sum(self.value(c) for c in members(name, self.ms))

@@ -168,6 +168,27 @@ class RequestTable:
                       for f in fields(cls) if f.name not in TOKENS},
                    token_ns=tokens.values, token_counts=counts, token_offsets=tokens.offsets)
 
+    @classmethod
+    def merge(cls, tables: list[RequestTable], order: np.ndarray) -> RequestTable:
+        """`concat(tables).take(order)` holding little more than one copy: each field is
+        copied in `order` and then let go of in `tables`, which are emptied (`tables` is
+        cleared)."""
+        lengths = [len(t) for t in tables]
+        tokens = Ragged.concat([Ragged(t.token_ns, t.token_offsets) for t in tables])
+        counts = Ragged(np.concatenate([t.token_counts for t in tables]), tokens.offsets)
+        taken = tokens.take(order)
+        merged: dict[str, Any] = {"token_ns": taken.values, "token_offsets": taken.offsets,
+                                  "token_counts": counts.take(order).values}
+        del tokens, counts, taken
+        for f in fields(cls):
+            if f.name in TOKENS:
+                continue
+            merged[f.name] = take(concat([getattr(t, f.name) for t in tables], lengths), order)
+            for t in tables:
+                setattr(t, f.name, None)
+        tables.clear()
+        return cls(**merged)
+
     def record(self, i: int) -> RequestTimeline:
         """Request `i` as a `RequestTimeline` (for the few a report shows one by one)."""
         data: dict[str, Any] = {name: value_of(column[i]) for name, column in

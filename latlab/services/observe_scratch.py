@@ -12,7 +12,7 @@ which the system releases when its process dies, so only a dead one's is removed
 
     with Scratch(run.path) as scratch:
         scratch.append(key, lines)          # the calls of window `key`, as they come
-        table = scratch.take(key)           # its calls as columns; its files removed
+        table = scratch.take(key)           # its calls as columns in start order; files removed
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from latlab.records.reader import read_requests
 from latlab.records.table import RequestTable
@@ -73,14 +75,17 @@ class Scratch:
             lines = lines[room:]
 
     def take(self, key: int) -> RequestTable:
-        """Window `key`'s calls as columns, in the order they came; its files removed."""
+        """Window `key`'s calls as columns, in start order (the window is the same whatever
+        order its calls arrived in); its files removed. The segments' columns are merged
+        into the window's a field at a time: one copy of the window's calls, not two."""
         files = self._windows.pop(key).files
         try:
             tables = [read_requests(path) for path in files]
         finally:
             for path in files:
                 path.unlink(missing_ok=True)
-        return tables[0] if len(tables) == 1 else RequestTable.concat(tables)
+        order = np.argsort(np.concatenate([t.origin_ns for t in tables]), kind="stable")
+        return RequestTable.merge(tables, order)
 
 
 def clear_stale(out: Path) -> list[Path]:

@@ -39,6 +39,7 @@ from latlab.records.folder import RunFolder
 from latlab.records.observe import WINDOWS, ObservedWindow, Quantiles
 from latlab.records.table import RequestTable
 from latlab.records.timeline import RequestTimeline
+from latlab.services.observe_memory import release
 from latlab.services.observe_scratch import Scratch
 
 
@@ -156,11 +157,12 @@ class Windows:
             start = key * self.window_ns
             partial = (key == self._first or (watermark_ns is None and key == last)
                        or (self.since_ns is not None and start < self.since_ns))
-            window, _ = analyze_window(self.run, self.config, self._table(key), start,
-                                       start + self.window_ns)
+            window = analyze_window(self.run, self.config, self._table(key), start,
+                                    start + self.window_ns)[0]  # its analysis let go
             window.partial = partial
             closed.append(window)
             self._written[key] = window
+            release()
         if closed:
             self._closed_before = max(last + 1, self._closed_before or 0)
             self.kept += closed
@@ -176,6 +178,10 @@ class Windows:
         starts = table.origin_ns[order]
         every = []  # each window over all of its calls
         for w in self.kept:
+            # The last call's window was cut where the observation ended, though live it
+            # may have been written before the end: partial either way, as from the file.
+            w.partial = w.partial or (len(starts) > 0
+                                      and w.start_ns <= int(starts[-1]) < w.end_ns)
             first, end = np.searchsorted(starts, [w.start_ns, w.end_ns])
             w.late = max(0, int(end - first) - w.calls)
             if not w.late:
@@ -207,11 +213,9 @@ class Windows:
         return Provisional(key * self.window_ns, (key + 1) * self.window_ns, self._open[key])
 
     def _table(self, key: int) -> RequestTable:
-        """A window's calls as columns, in start order: the window is the same whatever order
-        its calls arrived in."""
+        """A window's calls as columns, in start order."""
         del self._open[key]
-        table = self._scratch.take(key)
-        return table.take(np.argsort(table.origin_ns, kind="stable"))
+        return self._scratch.take(key)
 
     def rolling(self, watermark_ns: int) -> Rolling:
         """The calls that started in the window's length before the watermark."""
