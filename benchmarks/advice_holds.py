@@ -8,6 +8,7 @@ what ab measured of the finding's metric and of output tokens/s, with the host's
         --launch "/work/build/llama-server -m M -t 1 -c 8192 --port {port} {args}" \
         --serve-args "-np 4" --users 4 --prompt-tokens 1024 --output-tokens fixed:64
     python benchmarks/advice_holds.py ... --ruled-out     # ab the advice left out too
+    python benchmarks/advice_holds.py ... --only "-b 512 -ub 512" --max-rounds 8  # just one
 
 The advice holds when every printed suggestion ab measures makes its metric better, and
 (with --ruled-out) no suggestion left out as predicted worse is measured better.
@@ -117,6 +118,9 @@ def main() -> None:
     parser.add_argument("--max-rounds", type=int, default=3)
     parser.add_argument("--ruled-out", action="store_true",
                         help="also ab the suggestions left out as predicted worse")
+    parser.add_argument("--only", metavar="ARGS",
+                        help="ab only the suggestion with these arguments (e.g. \"-b 512 "
+                             "-ub 512\"): one left undecided, measured with more rounds")
     parser.add_argument("--out", type=Path, default=Path("runs"))
     args = parser.parse_args()
     interrupt_on_sigterm()
@@ -131,6 +135,12 @@ def main() -> None:
     if result.analysis is None:
         raise SystemExit(f"the run could not be analysed: {result.message}")
     tried = [t for t in suggestions(result.analysis.findings) if t.printed or args.ruled_out]
+    if args.only is not None:
+        named = [t for t in suggestions(result.analysis.findings) if t.args == args.only]
+        if not named:
+            raise SystemExit(f"--only {args.only}: not among this run's suggestions ("
+                             + ", ".join(t.args for t in tried) + ")")
+        tried = named[:1]
     start = shlex.join(bench.serve_args)
     print(f"start: {start or '(defaults)'}; run {result.run.path}; load {load_before}")
     for f in result.analysis.findings:

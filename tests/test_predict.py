@@ -247,6 +247,43 @@ def test_calibrating_the_engine_times_a_grid_and_fits(monkeypatch):
     assert cal.step.coefficients["step"] > 0 and "fit error" in cal.headline()
 
 
+def test_the_probes_server_starts_beside_the_grid_and_is_stopped(monkeypatch):
+    """First-use calibration: latlab serve for the probes starts before the in-process grid,
+    which waits for it to be ready before it times a step; the probes run through it, and it
+    is stopped (by PID) when the calibration ends."""
+    import io
+
+    from rich.console import Console
+
+    from latlab.commands.options import parse_args
+    from latlab.records.engine import ServeConfig
+    from latlab.services import calibrate as service
+    from latlab.sim import calibrate_engine
+
+    monkeypatch.setattr(calibrate_engine, "CONTEXTS", (16, 48))
+    monkeypatch.setattr(calibrate_engine, "BATCHES", (1, 2, 4))
+    monkeypatch.setattr(calibrate_engine, "PREFILLS", (8, 32))
+    monkeypatch.setattr(service, "PROBE_REQUESTS", 3)
+    monkeypatch.setattr(service, "BATCH_OUTPUT", 4)
+    monkeypatch.setattr(service, "PROBE_OPEN_S", 2.0)
+    started = []
+    spawn = service.spawn_server
+    monkeypatch.setattr(service, "spawn_server",
+                        lambda *a, **k: started.append(spawn(*a, **k)) or started[-1])
+    serve = ["--model", "tiny", "--max-num-seqs", "4"]
+    err = io.StringIO()
+    cal = service.calibrate_engine(parse_args(ServeConfig, serve, "--serve-args").engine,
+                                   serve, Console(file=err, width=200))
+    lines = err.getvalue().splitlines()
+    ready = next(i for i, line in enumerate(lines) if "latlab serve for the probes ready" in line)
+    first_shape = next(i for i, line in enumerate(lines) if "batch 1 at context" in line)
+    assert ready < first_shape < lines.index("probing latlab serve…")
+    assert len(started) == 1 and not started[0].alive
+    assert sum(note.startswith("probe replayed") for note in cal.notes) == 3
+    assert any("steps served through latlab serve" in note for note in cal.notes)
+    assert cal.request.network > 0 and cal.spread.runs == 3
+
+
 def test_an_unsteady_engine_calibration_is_flagged_where_it_is_used(tmp_path):
     steady = calibration()
     assert calibrations.fit_warning(steady) is None

@@ -187,12 +187,15 @@ def test_a_calibration_file_that_cannot_be_read_is_a_usage_error(tmp_path):
 def test_the_open_loop_probe_of_a_slow_server_still_runs():
     """Half a capacity of 0.06 req/s once rounded to 0.03 req/s and 0 requests (and under
     0.01 req/s to a rate of 0): neither a bench latlab can run."""
-    from latlab.services.calibrate import open_probe
+    from latlab.services.calibrate import PROBE_OPEN_MIN, PROBE_OPEN_S, open_probe
     from latlab.services.errors import ServiceFailed
 
     assert open_probe(0.06) == (0.03, 2)
     assert open_probe(0.004) == (0.002, 2)
     rate, requests = open_probe(40.0)
-    assert rate == 20.0 and requests == 200
+    assert rate == 20.0 and requests == round(20.0 * PROBE_OPEN_S)
+    # a busy host's lower rate: as many requests as a quiet one's minimum, over longer
+    rate, requests = open_probe(1.4)
+    assert requests == PROBE_OPEN_MIN > round(rate * PROBE_OPEN_S)
     with pytest.raises(ServiceFailed):
         open_probe(float("nan"))

@@ -1,9 +1,11 @@
 """Calibration: fit the step-cost model `latlab predict` simulates a server with.
 
 Without `--from`, latlab's own engine: its steps timed in process over a grid of batch
-shapes, then a short probe through `latlab serve` for the per-request costs (preprocess,
-postprocess, network). With `--from RUN_DIR` (bench runs or sweep folders), whatever server
-they measured.
+shapes, then short probes through `latlab serve` for the per-request costs (preprocess,
+postprocess, network) and the step costs as served. The probes' latlab serve starts first and
+loads beside the in-process engine; the grid waits for it to be ready, so no step is timed
+while it starts. With `--from RUN_DIR` (bench runs or sweep folders), whatever server they
+measured.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from __future__ import annotations
 import math
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from rich.console import Console
 
-from latlab.load.target.launch import embedded_engine
+from latlab.load.generator import run_load
+from latlab.load.target.launch import ServerLaunch, ServerProcess, spawn_server
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.calibration import Calibration
@@ -23,7 +27,6 @@ from latlab.records.engine import ConfigError, EngineConfig
 from latlab.records.folder import RunFolder
 from latlab.records.steps import StepLogError, StepRecord, read_step_log
 from latlab.records.workload import WorkloadConfig
-from latlab.services.bench import run_bench
 from latlab.services.errors import InputError, ServiceFailed
 from latlab.sim import calibration as calibrations
 from latlab.sim.calibrate_run import CalibrationError, request_costs, request_spread
@@ -31,8 +34,12 @@ from latlab.sim.validate import compare
 
 PROBE_REQUESTS = 8  # one at a time: the per-request costs
 PROBE_OUTPUT = 16  # their output tokens (a few decodes each: the costs are per request)
+BATCH_OUTPUT = 32  # the full batch's output tokens: enough decodes at every size it shrinks by
 PROBE_LOAD = 0.5  # the open-loop probe's rate, as a share of the predicted capacity
-PROBE_OPEN_S = 10.0  # and about how long it runs
+PROBE_OPEN_S = 10.0  # and about how long it runs (what the served step costs are fitted to),
+PROBE_OPEN_MIN = 8  # with this many requests at least if they fit in
+PROBE_OPEN_LONGEST_S = 18.0  # this long (a busy host's lower rate: a longer probe)
+READY_TIMEOUT_S = 120.0
 
 # latlab serve options that change when requests run, not what a step costs: a calibration
 # is made without them (`calibration_args`), the simulator applies them (`records.simulation.
@@ -78,68 +85,83 @@ def calibrate_engine(config: EngineConfig, serve: list[str], err: Console,
                   highlight=False)
     err.print("calibrating latlab's engine: timing its steps over a grid of batch shapes…",
               style="dim", highlight=False)
-    try:
-        cal = calibrations.engine_calibration(
-            config, lambda m: err.print(f"  {m}", style="dim", highlight=False),
-            describe=" ".join(["latlab serve", *serve]) if serve else "")
-    except (ConfigError, ModelLoadError) as e:
-        raise InputError(f"--serve-args: {e}") from None
-    if probe:
-        cal = _probe(cal, serve, err)
+    with tempfile.TemporaryDirectory(prefix="latlab-calibrate-") as tmp:
+        steps = Path(tmp) / "steps.jsonl"
+        server = (spawn_server(ServerLaunch.embedded([*serve, "--step-log", str(steps)],
+                                                     name="the probe's latlab serve"),
+                               log_path=Path(tmp) / "engine.log") if probe else nullcontext())
+        with server:
+            try:
+                cal = calibrations.engine_calibration(
+                    config, lambda m: err.print(f"  {m}", style="dim", highlight=False),
+                    describe=" ".join(["latlab serve", *serve]) if serve else "",
+                    before_timing=(lambda: _wait_ready(server, err)) if probe else None)
+            except (ConfigError, ModelLoadError) as e:
+                raise InputError(f"--serve-args: {e}") from None
+            if probe:
+                cal = _probe(cal, server, steps, err)
     return cal
+
+
+def _wait_ready(server: ServerProcess, err: Console) -> None:
+    """Wait for the probes' latlab serve, started beside the engine's build; say how long."""
+    waited = time.perf_counter()
+    server.wait_ready(READY_TIMEOUT_S)
+    err.print(f"  latlab serve for the probes ready {server.ready_s:.1f} s after its start "
+              f"(waited {time.perf_counter() - waited:.1f} s for it)", style="dim",
+              highlight=False)
 
 
 def open_probe(capacity: float) -> tuple[float, int]:
     """The open-loop probe's rate (`PROBE_LOAD` of `capacity`, req/s, to two significant
-    figures: never rounded to none) and its requests (about `PROBE_OPEN_S` seconds of them,
-    two at least: a slow server's probe runs longer rather than not at all)."""
+    figures: never rounded to none) and its requests: about `PROBE_OPEN_S` seconds of them,
+    or `PROBE_OPEN_MIN` where they fit in `PROBE_OPEN_LONGEST_S` (on a busy host the steps
+    of 3 or 4 requests fitted the served costs badly), two at least (a slow server's probe
+    runs longer rather than not at all)."""
     if not (math.isfinite(capacity) and capacity > 0):
         raise ServiceFailed(f"the in-process calibration predicts a capacity of {capacity:g} "
                             "req/s: nothing to probe at half of it")
     rate = float(f"{PROBE_LOAD * capacity:.2g}")
-    return rate, max(2, round(rate * PROBE_OPEN_S))
+    return rate, max(2, round(rate * PROBE_OPEN_S),
+                     min(PROBE_OPEN_MIN, round(rate * PROBE_OPEN_LONGEST_S)))
 
 
-def _probe(cal: Calibration, serve: list[str], err: Console) -> Calibration:
-    """Short benches through one latlab serve writing its steps (`--step-log`), each a line
-    on `err` as it starts and ends: one request at a time (the per-request costs), as many
-    users as the engine batches, and Poisson arrivals at half the capacity the in-process
-    calibration predicts. The step cost is then fitted to the steps served under those
-    arrivals (`calibration.as_served`): the engine's steps cost more while its HTTP server
-    takes in and streams requests as they come than in a closed loop or in process. How
-    well the result replays each probe is noted."""
+def _probe(cal: Calibration, engine: ServerProcess, steps: Path, err: Console) -> Calibration:
+    """Short benches through `engine`, a latlab serve writing its steps to `steps`, each a
+    line on `err` as it starts and ends: one request at a time (the per-request costs), a
+    full batch (as many users as the engine batches, one request each), and Poisson arrivals
+    at half the capacity the in-process calibration predicts. The step cost is then fitted
+    to the steps served under those arrivals (`calibration.as_served`): the engine's steps
+    cost more while its HTTP server takes in and streams requests as they come than in a
+    closed loop or in process. How well the result replays each probe is noted."""
     batch = cal.engine.max_num_seqs
     rate, opened = open_probe(calibrations.capacity(cal, 2 * batch))
     short = WorkloadConfig(output_tokens=f"fixed:{PROBE_OUTPUT}")
     plan = [(ArrivalConfig(process="closed", users=1), PROBE_REQUESTS, short,
              "one at a time (the per-request costs)"),
-            (ArrivalConfig(process="closed", users=batch), batch, WorkloadConfig(),
-             "a full batch"),
+            (ArrivalConfig(process="closed", users=batch), batch,
+             WorkloadConfig(output_tokens=f"fixed:{BATCH_OUTPUT}"), "a full batch"),
             (ArrivalConfig(process="poisson", rate=rate), opened,
              WorkloadConfig(), "the step costs as served")]
     err.print("probing latlab serve…", style="dim", highlight=False)
-    with tempfile.TemporaryDirectory(prefix="latlab-calibrate-") as tmp:
-        steps = Path(tmp) / "steps.jsonl"
+    with tempfile.TemporaryDirectory(prefix="latlab-calibrate-probes-") as tmp:
         runs = []
-        started = time.perf_counter()
-        with embedded_engine([*serve, "--step-log", str(steps)],
-                             log_path=Path(tmp) / "engine.log",
-                             name="the probe's latlab serve") as engine:
-            err.print(f"  latlab serve ready in {time.perf_counter() - started:.1f} s",
+        for i, (arrivals, requests, workload, why) in enumerate(plan, 1):
+            load = (f"{requests} requests from {arrivals.users} user"
+                    + ("s" if arrivals.users > 1 else "") if not arrivals.open_loop
+                    else f"{requests} at {arrivals.rate:g}/s (Poisson)")
+            err.print(f"  probe {i}/{len(plan)}: {load}, {why}…", style="dim", highlight=False)
+            started = time.perf_counter()
+            bench = BenchConfig(url=engine.url, workload=workload, arrivals=arrivals,
+                                duration_s=None, requests=requests, out=Path(tmp),
+                                name="calibrate-probe")
+            load = run_load(bench)  # the records only: no summary, analysis or report
+            if load.failed:
+                raise ServiceFailed(f"probe {i}/{len(plan)} through latlab serve failed: "
+                                    f"{load.message}")
+            runs.append(load.run)
+            err.print(f"  probe {i}/{len(plan)} done in {time.perf_counter() - started:.1f} s",
                       style="dim", highlight=False)
-            for i, (arrivals, requests, workload, why) in enumerate(plan, 1):
-                load = (f"{requests} requests from {arrivals.users} user"
-                        + ("s" if arrivals.users > 1 else "") if not arrivals.open_loop
-                        else f"{requests} at {arrivals.rate:g}/s (Poisson)")
-                err.print(f"  probe {i}/{len(plan)}: {load}, {why}…", style="dim",
-                          highlight=False)
-                started = time.perf_counter()
-                bench = BenchConfig(url=engine.url, workload=workload, arrivals=arrivals,
-                                    duration_s=None, requests=requests, out=Path(tmp),
-                                    name="calibrate-probe")
-                runs.append(RunFolder(run_bench(bench).run.path))
-                err.print(f"  probe {i}/{len(plan)} done in {time.perf_counter() - started:.1f} s",
-                          style="dim", highlight=False)
         first = runs[0].read_records()
         cal = calibrations.with_request_costs(cal, request_costs(first),
                                               "a probe through latlab serve",

@@ -3,14 +3,18 @@ over a grid of batch shapes and fit (as `benchmarks/engine_step.py` times steps)
 
 For each context length the decode batch grows through `BATCHES`: the new requests' prompts
 are prefilled beside the batch's decodes (those steps are samples too: several prefill chunks
-at once, chunked continuations), a few pure decode steps are timed, then prompts of several
-lengths join the decoding batch one at a time (a step of decodes plus one prefill chunk).
-Every timed step is the whole `step()`: the model, the scheduler, sampling, detokenization.
-torch is imported here only.
+at once, chunked continuations), a few pure decode steps are timed, then prompts join the
+decoding batch one at a time (a step of decodes plus one prefill chunk): half of `PREFILLS`'
+lengths at a batch size, the other half at the next, so each pass joins every length (a full
+set at every size cost a third of the grid's time and fitted no better). Every timed step is
+the whole `step()`: the model, the scheduler, sampling, detokenization. The engine is built
+without its warm-up (one untimed request instead: the grid's first steps warm it further,
+and the fit trims those that stay slow). torch is imported here only.
 
 The *reference* (`REFERENCE`) is a fixed set of steps (decodes at batch 1 and 16, a prefill),
-timed right after the grid and kept in the calibration; `reference_ms` times it again on a
-fresh engine (a few seconds) to tell whether the machine has become slower since.
+timed right after the grid (on the engine the grid warmed) and kept in the calibration;
+`reference_ms` times it again on a fresh engine (a few seconds) to tell whether the machine
+has become slower since.
 """
 
 from __future__ import annotations
@@ -37,16 +41,24 @@ REFERENCE_REPEATS = 3
 Progress = Callable[[str], None]
 
 
-def time_engine(config, progress: Progress | None = None
+def time_engine(config, progress: Progress | None = None,
+                before_timing: Callable[[], None] | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, EngineShape, list[float]]:
     """(features, step ms, when each step started (s), the engine's shape, the reference's
-    step ms) over the grid, for an `EngineConfig`."""
+    step ms) over the grid, for an `EngineConfig`. `before_timing` is called once the engine
+    is built, before the first step is timed (whatever starts beside the calibration, e.g.
+    the probe's server, waits there to be done, so no step is timed beside it)."""
     from latlab.engine.engine import LLMEngine
     from latlab.engine.sampling_params import SamplingParams
 
-    engine = LLMEngine(config)
-    t0 = time.perf_counter_ns()
+    engine = LLMEngine(config.model_copy(update={"warmup": False}))
     c = engine.config
+    vocab = engine.model_config.vocab_size
+    engine.generate([np.random.default_rng(1).integers(0, vocab, c.block_size).tolist()],
+                    SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))
+    if before_timing:
+        before_timing()
+    t0 = time.perf_counter_ns()
     shape = EngineShape.of(c, engine.block_manager.num_blocks)
     rows: list[list[int]] = []
     ms: list[float] = []
@@ -61,7 +73,6 @@ def time_engine(config, progress: Progress | None = None
 
     engine.scheduler.schedule = spy
     rng = np.random.default_rng(0)
-    vocab = engine.model_config.vocab_size
     ids = iter(range(10**9))
 
     def prompt(n: int) -> list[int]:
@@ -86,7 +97,7 @@ def time_engine(config, progress: Progress | None = None
     for context, spread in passes:
         sizes = [b for b in BATCHES if b <= c.max_num_seqs
                  and not (context == CONTEXTS[-1] and b > LONG_CONTEXT_BATCH)]
-        steps = len(sizes) * (DECODE_STEPS + len(PREFILLS) * REPEATS + 2)
+        steps = len(sizes) * (DECODE_STEPS + (len(PREFILLS) + 1) // 2 * REPEATS + 2)
         longest = int(context * (2.5 if spread else 1)) + steps
         if longest >= c.max_model_len:
             continue
@@ -94,7 +105,7 @@ def time_engine(config, progress: Progress | None = None
         params = SamplingParams(max_tokens=c.max_model_len - longest, temperature=0.0,
                                 ignore_eos=True)
         running: list[str] = []
-        for batch in sizes:
+        for size, batch in enumerate(sizes):
             if progress:
                 progress(f"batch {batch} at context {context}" + (" (spread)" if spread else ""))
             new = batch - len(running)
@@ -109,7 +120,7 @@ def time_engine(config, progress: Progress | None = None
             for _ in range(DECODE_STEPS):
                 step()
             for _ in range(REPEATS if batch < c.max_num_seqs else 0):  # room to join
-                for n in PREFILLS:
+                for n in PREFILLS[size % 2::2]:
                     if n + batch > c.max_num_batched_tokens and not c.enable_chunked_prefill:
                         continue
                     engine.add_request(f"p{next(ids)}", prompt(min(n, c.max_model_len - 1)),
@@ -119,17 +130,19 @@ def time_engine(config, progress: Progress | None = None
         for rid in running:
             engine.abort(rid)
     engine.scheduler.schedule = schedule
-    return features(rows), np.asarray(ms), np.asarray(started), shape, time_reference(engine)
+    reference = time_reference(engine, warm=True)
+    return features(rows), np.asarray(ms), np.asarray(started), shape, reference
 
 
-def time_reference(engine) -> list[float]:
+def time_reference(engine, warm: bool = False) -> list[float]:
     """Each step of `REFERENCE` on `engine` (ms: the repeat of median total among
-    `REFERENCE_REPEATS`, after one untimed), within the engine's limits."""
+    `REFERENCE_REPEATS`, after one untimed unless the engine is `warm`: it has just run the
+    grid), within the engine's limits."""
     from latlab.engine.sampling_params import SamplingParams
 
     c, vocab = engine.config, engine.model_config.vocab_size
     repeats = []
-    for repeat in range(REFERENCE_REPEATS + 1):
+    for repeat in range(1 if warm else 0, REFERENCE_REPEATS + 1):
         rng = np.random.default_rng([1, repeat])  # the same prompts in every engine timed
         ms = []
         for batch, n in REFERENCE:
@@ -143,8 +156,9 @@ def time_reference(engine) -> list[float]:
                 start = time.perf_counter_ns()
                 engine.step()
                 ms.append((time.perf_counter_ns() - start) / 1e6)
-        repeats.append(ms)
-    timed = sorted(repeats[1:], key=sum)
+        if repeat:
+            repeats.append(ms)
+    timed = sorted(repeats, key=sum)
     return timed[len(timed) // 2]
 
 

@@ -82,12 +82,14 @@ def save(calibration: Calibration, path: Path) -> Path:
 
 
 def engine_calibration(config, progress: Callable[[str], None] | None = None,
-                       describe: str = "") -> Calibration:
-    """Time latlab's engine (an `EngineConfig`) over the grid and fit the step costs."""
+                       describe: str = "", before_timing: Callable[[], None] | None = None
+                       ) -> Calibration:
+    """Time latlab's engine (an `EngineConfig`) over the grid and fit the step costs
+    (`before_timing`: see `time_engine`)."""
     from latlab.sim.calibrate_engine import time_engine
 
     started = time.perf_counter()
-    x, ms, when, shape, reference = time_engine(config, progress)
+    x, ms, when, shape, reference = time_engine(config, progress, before_timing)
     step, error = fit(x, ms, ENGINE_KNOTS)
     spread, by_size = estimate(*misfit(step, x, ms), when, np.zeros(len(ms)))
     return Calibration(

@@ -263,6 +263,19 @@ def start_server(launch: ServerLaunch, *, log_path: Path | None = None,
     """Start `launch` in a new process group (output to `log_path`, a temporary file if None)
     and wait until it is ready; on any failure (Ctrl-C too) the group is stopped. The caller
     stops it (`stop()`, or `with`); `launched` is the block that does."""
+    server = spawn_server(launch, log_path=log_path)
+    try:
+        server.wait_ready(ready_timeout_s, poll_s)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def spawn_server(launch: ServerLaunch, *, log_path: Path | None = None) -> ServerProcess:
+    """Start `launch` in a new process group (output to `log_path`, a temporary file if None)
+    without waiting for it: the caller does other work meanwhile, then `wait_ready()`, and
+    stops it on every way out (`with`)."""
     if log_path is None:
         fd, temp = tempfile.mkstemp(prefix="latlab-server-", suffix=".log")
         os.close(fd)
@@ -282,10 +295,4 @@ def start_server(launch: ServerLaunch, *, log_path: Path | None = None,
     except OSError as e:
         raise EngineError(f"{launch.name}: cannot start {launch.command[0]!r}: "
                           f"{e.strerror or e}") from None
-    server = ServerProcess(launch, process, log_path, started)
-    try:
-        server.wait_ready(ready_timeout_s, poll_s)
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    return ServerProcess(launch, process, log_path, started)
