@@ -217,6 +217,19 @@ def test_a_probe_slow_at_sizes_no_other_run_has_is_a_runs_level_not_a_factor():
     assert spread.between > 0.15 and spread.runs == 3
 
 
+def test_misfits_that_tie_or_too_few_samples_a_run_give_a_spread_not_an_error():
+    """Timings that tie within each size of step (no noise to weigh the groups by), and
+    samples each from a run of its own (no degrees of freedom left for the factors)."""
+    fitted = np.linspace(1.0, 100.0, 200)
+    tied = np.where(fitted < 50, 0.0, 0.2)
+    spread, factors = estimate(tied, fitted, np.arange(200) * 0.1, np.zeros(200))
+    assert [round(f.factor, 3) for f in factors] == [1.0] * 5 + [round(np.exp(0.2), 3)] * 5
+    assert spread.shape < 1e-3
+    lone = np.random.default_rng(6).normal(0, 0.1, 50)
+    spread, factors = estimate(lone, fitted[:50], np.arange(50.0), np.arange(50))
+    assert factors == [] and spread.shape == 0.0 and spread.runs == 0
+
+
 def test_the_acceptance_a_speculating_server_showed_is_read_from_its_scrapes(tmp_path):
     import orjson
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 def _malloc_trim() -> Callable[[int], int] | None:
     try:
         return ctypes.CDLL(None).malloc_trim  # the process's own C library
-    except (OSError, AttributeError):  # not glibc
+    except (OSError, AttributeError, TypeError):  # not glibc (TypeError: no CDLL(None))
         return None
 
 

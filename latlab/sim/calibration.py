@@ -55,7 +55,7 @@ RUN_FEATURES = ("step", "tokens", "decodes", "decode_context", "prefill_attentio
 # through the others: the hinges at 1 and 2 tokens let the fit step there.
 ENGINE_KNOTS = (1.0, 2.0)
 MIN_ROWS = 8
-METHOD = "served-steps"  # how the engine is calibrated: a change makes cached ones stale
+METHOD = "served-steps-by-size"  # how the engine is calibrated: a change makes cached ones stale
 NOISY_FIT = 0.10  # a mean step-time error above this: the steps were not steady
 
 

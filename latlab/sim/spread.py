@@ -35,6 +35,7 @@ WINDOW_S = 10.0
 SHAPE_GROUPS = 10
 MIN_WINDOW = 5  # samples a window needs to count
 ONE_RUN = 0.9  # a group by size whose samples are more than this share one run's: no factor
+NOISE_FLOOR = 1e-6  # the least sd of a misfit: timings that tie (quantized) are not exact
 
 
 def fitted_ms(cost: StepCost, x: np.ndarray) -> np.ndarray:
@@ -93,15 +94,17 @@ def size_factors(r: np.ndarray, fitted: np.ndarray, runs: np.ndarray) -> BySize:
     groups = [g for g in np.array_split(order, SHAPE_GROUPS) if len(g) >= MIN_WINDOW]
     groups = [g for g in groups if not several or max(
         np.unique(runs[g], return_counts=True)[1]) <= ONE_RUN * len(g)]
-    if len(groups) < 2:
+    rows = np.concatenate(groups) if groups else np.zeros(0, dtype=int)
+    _, run = np.unique(runs[rows], return_inverse=True)
+    dof = len(rows) - len(groups) - (run.max() if len(run) else 0)
+    if len(groups) < 2 or dof < 1:  # too few samples for the groups and the runs' levels
         return BySize([], r, 0.0, math.inf)
-    noise = robust_sd(np.concatenate([r[g] - np.median(r[g]) for g in groups])) ** 2
+    noise = max(NOISE_FLOOR, robust_sd(np.concatenate([r[g] - np.median(r[g])
+                                                       for g in groups]))) ** 2
     cut = 3 * math.sqrt(noise)  # a step another process slowed: counted, not decisive
-    rows = np.concatenate(groups)
     group = np.repeat(np.arange(len(groups)), [len(g) for g in groups])
     kept = np.concatenate([np.clip(r[g], np.median(r[g]) - cut, np.median(r[g]) + cut)
                            for g in groups])
-    _, run = np.unique(runs[rows], return_inverse=True)
     columns = np.zeros((len(rows), len(groups) + run.max()))
     columns[np.arange(len(rows)), group] = 1.0
     others = np.flatnonzero(run > 0)  # the first run's level is the reference
@@ -121,8 +124,7 @@ def size_factors(r: np.ndarray, fitted: np.ndarray, runs: np.ndarray) -> BySize:
     at = [float(np.median(fitted[g])) for g in groups]
     factors = [SizeFactor(ms=ms, factor=math.exp(m)) for ms, m in zip(at, shrunk)]
     left = r - np.interp(np.log(fitted), np.log(at), shrunk)
-    return BySize(factors, left, math.sqrt(float(np.mean(left_var))),
-                  float(len(rows) - len(groups) - run.max()))
+    return BySize(factors, left, math.sqrt(float(np.mean(left_var))), float(dof))
 
 
 def estimate(r: np.ndarray, fitted: np.ndarray, times: np.ndarray, runs: np.ndarray,
