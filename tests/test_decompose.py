@@ -1,5 +1,6 @@
 import copy
 
+import numpy as np
 import pytest
 from timelines import MS, steady, timeline, write_run
 
@@ -121,6 +122,16 @@ def test_tail_budget_shows_what_makes_slow_requests_slow():
     assert mean.components["queue"] == pytest.approx(5)
     assert tail.share("queue & overhead") > 0.8 > 0.2 > mean.share("queue & overhead")
     assert mean.buckets().keys() == {"network", "queue & overhead", "prefill", "decode"}
+
+
+def test_a_budget_of_some_requests_is_theirs_given_as_rows_or_a_mask():
+    parts = decompose_all(as_table([timeline(i, i * 1000, queue=10 * i) for i in range(10)]))
+    rows = np.array([1, 4, 7])
+    mask = np.isin(np.arange(10), rows)
+    by_rows, by_mask = budget(parts, rows), budget(parts, mask)
+    assert by_rows.n == 3 and by_rows.components["queue"] == pytest.approx(40)
+    assert by_rows.components == pytest.approx(by_mask.components)
+    assert (parts.value("queue", rows) == parts.value("queue")[rows]).all()
 
 
 def test_mixed_runs_report_coverage():

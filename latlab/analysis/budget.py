@@ -87,7 +87,7 @@ def budget(parts: Parts, which: np.ndarray | None = None) -> Budget | None:
     return Budget(
         n=n,
         total=float(parts.total[chosen].sum()) / n,
-        components={c: float(parts.value(c)[chosen].sum()) / n for c in names},
+        components={c: float(parts.value(c, chosen).sum()) / n for c in names},
         coverage={c: int(counts[c].sum() - counts[c][UNAVAILABLE]) / n for c in names},
         quality={c: _most_common(counts[c], codes[c]) for c in names},
     )

@@ -128,10 +128,12 @@ class Parts:
     has_server: np.ndarray
     decomposed: np.ndarray
 
-    def value(self, name: str) -> np.ndarray:
-        """The component's time per request, 0 when unavailable or not applicable (made at
-        each call, not kept: a second copy of every column)."""
-        return np.nan_to_num(self.ms[name])
+    def value(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """The component's time per request (of `rows` only, when given), 0 when unavailable
+        or not applicable (made at each call, not kept: a second copy of every column; a
+        caller that wants a few rows many times gives them, not the whole column each)."""
+        column = self.ms[name] if rows is None else self.ms[name][rows]
+        return np.nan_to_num(column)
 
     def bucket(self, name: str) -> np.ndarray:
         return sum(self.value(c) for c in members(name, self.ms))
