@@ -193,6 +193,21 @@ def test_the_collector_is_paused_while_spans_come_in_and_given_back_after(tmp_pa
     assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
+def test_the_collector_is_given_back_when_the_intake_fails(tmp_path, monkeypatch):
+    spans = tmp_path / "spans.jsonl"
+    spans.write_bytes(b"".join(orjson.dumps(s.to_json()) + b"\n" for _, b in
+                               exported(traffic()) for s in b))
+
+    def broken(self, batch, now_ns):
+        assert not gc.isenabled()
+        raise RuntimeError("the intake broke")
+
+    monkeypatch.setattr(Observer, "add", broken)
+    with pytest.raises(RuntimeError, match="the intake broke"):
+        run_observe(ObserveConfig(from_file=spans, out=tmp_path / "out"))
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
 def test_a_call_later_than_the_bound_is_counted_late_not_in_a_wrong_window(tmp_path):
     run, config = run_folder(tmp_path)
     observer = Observer(1 * S, 100_000, Watermark(5 * S, 30 * S))

@@ -60,7 +60,7 @@ class StepCost(Record):
         parts += [f"{h:+.4g}×(tokens−{k:g})₊" for k, h in zip(self.knots, self.hinges) if h]
         line = " + ".join(parts) + " ms"
         if self.by_size:
-            line += ", × " + ", ".join(f"{f.factor:.2f} at {f.ms:.3g}" for f in self.by_size)
+            line += ", × " + ", ".join(f"{f.factor:.2f} at {f.ms:.3g} ms" for f in self.by_size)
         return line
 
 
