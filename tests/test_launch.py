@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -146,3 +147,41 @@ def test_a_swallowed_ctrl_c_ends_the_wait_for_readiness(tmp_path):
             with launching.launched(never, log_path=tmp_path / "s.log", ready_timeout_s=60):
                 pass
     assert time.monotonic() - started < 30 and not launching._PRESSED  # the outermost forgets
+
+
+def test_sigterm_during_a_first_calibration_stops_the_probes_server(tmp_path):
+    """`latlab calibrate` (as `latlab predict`'s first use) starts the probes' latlab serve
+    beside its in-process grid: SIGTERM while the grid runs stops that server as Ctrl-C
+    does, not leaves it serving."""
+    from latlab.commands.common import EXIT_INTERRUPTED
+
+    env = os.environ | {"TMPDIR": str(tmp_path), "LATLAB_CACHE": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "latlab", "calibrate", "--serve-args", "--model tiny",
+               "--out", str(tmp_path / "calibration.json")]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    servers: list[int] = []
+    try:
+        for line in process.stderr:
+            if b"latlab serve for the probes ready" in line:
+                break
+        servers = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+                   and _cmdline(p).startswith(f"{sys.executable} -m latlab serve ")
+                   and str(tmp_path) in _cmdline(p)]
+        assert len(servers) == 1, "the probes' latlab serve, its step log under TMPDIR"
+        process.send_signal(signal.SIGTERM)
+        err = process.stderr.read()
+        assert process.wait(60) == EXIT_INTERRUPTED, err.decode()
+        assert not alive(servers[0])
+    finally:
+        for pid in [process.pid, *servers]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        process.wait()
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""

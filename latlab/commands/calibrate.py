@@ -9,6 +9,7 @@ from rich.console import Console
 
 from latlab.commands.common import UsageError, console, print_json
 from latlab.commands.options import JsonOutput, parse_args
+from latlab.load.target.launch import interrupt_on_sigterm
 from latlab.records.calibration import CALIBRATION_JSON, Calibration
 from latlab.records.engine import ServeConfig
 from latlab.records.predict import CalibrateConfig
@@ -20,6 +21,7 @@ from latlab.sim.calibrate_run import CalibrationError
 def calibrate(config: CalibrateConfig, options: JsonOutput) -> None:
     """Fit a server's step costs for `latlab predict`: latlab's engine timed directly, or any
     server from its run folders. Writes a calibration JSON stating its fit error and date."""
+    interrupt_on_sigterm()  # the probes' latlab serve stopped on SIGTERM too
     err = console(stderr=True)
     if config.from_runs:
         try:

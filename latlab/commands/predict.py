@@ -20,6 +20,7 @@ from rich.console import Console
 from latlab.commands.common import EXIT_INTERRUPTED, RunFailed, UsageError, console, print_json
 from latlab.commands.options import NamedWorkload, parse_args
 from latlab.commands.predict_output import print_checks, print_sizing, sizing_json
+from latlab.load.target.launch import interrupt_on_sigterm
 from latlab.records.bench import BenchConfig
 from latlab.records.engine import ServeConfig
 from latlab.records.folder import RunFolder, RunFolderError
@@ -55,6 +56,7 @@ def predict(config: PredictConfig, options: NamedWorkload) -> None:
     predicted run folder (marked simulated) with the same summary, budget and findings.
 
     Without --calibration or --from: latlab's engine, calibrated on first use and cached."""
+    interrupt_on_sigterm()  # a first use's probe latlab serve stopped on SIGTERM too
     out, err = console(), console(stderr=True)
     bench = config.bench
     a = bench.arrivals
