@@ -72,8 +72,9 @@ def calibrated_engine(config: EngineConfig) -> EngineConfig:
 def calibrate_engine(config: EngineConfig, serve: list[str], err: Console,
                      probe: bool = True) -> Calibration:
     """Time the engine `latlab serve SERVE` (whose engine is `config`) in process; with
-    `probe`, its per-request costs through a short bench (sequential requests), and how well
-    the calibration replays it. The `RUN_TIME` options are left out of both."""
+    `probe`, short loads through that latlab serve (started first, loading beside the
+    in-process engine) for the per-request costs and the step costs as served, and how well
+    the calibration replays them. The `RUN_TIME` options are left out of both."""
     from latlab.engine.loader import ModelLoadError
 
     dropped = [flag for name, flag in RUN_TIME.items()
