@@ -27,7 +27,13 @@ from latlab.commands import (
     trace,
     tune,
 )
-from latlab.commands.options import ConfigFile, JsonOutput, NamedWorkload, command
+from latlab.commands.options import (
+    ConfigFile,
+    JsonOutput,
+    NamedWorkload,
+    TestedAdvice,
+    command,
+)
 from latlab.records.ab import ABConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.coldstart import ColdstartConfig
@@ -83,7 +89,7 @@ command(app, bench.bench, config=BenchConfig, options=bench.BenchDisplay)
 command(app, sweep.sweep, config=SweepConfig, options=bench.Display, exclude=sweep.NOT_TAKEN)
 command(app, coldstart.coldstart, config=ColdstartConfig, options=ConfigFile,
         exclude=coldstart.NOT_TAKEN)
-command(app, predict.predict, config=PredictConfig, options=NamedWorkload,
+command(app, predict.predict, config=PredictConfig, options=TestedAdvice,
         exclude=predict.NOT_TAKEN)
 command(app, calibrate.calibrate, config=CalibrateConfig, options=JsonOutput)
 command(app, report.report, options=report.ReportOptions, arguments=(RUN_DIR,))

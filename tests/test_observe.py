@@ -155,7 +155,7 @@ def test_a_collectors_file_of_a_day_with_a_peak(tmp_path):
     assert "observed" in invoke("runs", "--runs-dir", out).output
     cal = calibrations.save(calibration(), tmp_path / "cal.json")
     predicted = invoke("predict", "--calibration", cal, "--replay", folder, "--out", out,
-                       "--name", "replayed")
+                       "--name", "replayed", "--no-test-advice")
     assert predicted.exit_code == 0, predicted.output
     (replayed,) = [p for p in out.iterdir() if p.name.endswith("replayed")]
     assert len(RunFolder(replayed).read_records()) == calls

@@ -94,6 +94,7 @@ def test_predict_with_a_calibration_file_prints_and_writes_a_predicted_run(tmp_p
     assert r.exit_code == 0, r.output
     assert "calibration of test server" in r.output and "fit error 2.0%" in r.output
     assert "PREDICTED" in r.output and "Where the time goes" in r.output
+    assert "measure it: latlab ab" in r.output  # its findings' advice, tested
     with RunStore(tmp_path) as store:
         (stored,) = store.list(kind="predict")
     run = RunFolder.open(stored.path)
@@ -101,7 +102,8 @@ def test_predict_with_a_calibration_file_prints_and_writes_a_predicted_run(tmp_p
     report = invoke("report", stored.path)
     assert report.exit_code == 0 and "PREDICTED" in report.output
     other = invoke("predict", "--calibration", cal_file, "--rate", 4, "--requests", 400,
-                   "--out", tmp_path, "--slo", "ttft=500ms", "--replicas", 2, "--draws", 0)
+                   "--out", tmp_path, "--slo", "ttft=500ms", "--replicas", 2, "--draws", 0,
+                   "--no-test-advice")
     runs = sorted(p.path for p in RunStore(tmp_path).list(kind="predict"))
     compared = invoke("compare", *runs)
     assert other.exit_code == 0 and compared.exit_code == 0, compared.output
@@ -109,11 +111,11 @@ def test_predict_with_a_calibration_file_prints_and_writes_a_predicted_run(tmp_p
 
 def test_predict_replays_a_run_and_sizes_a_fleet(tmp_path, cal_file):
     first = invoke("predict", "--calibration", cal_file, "--rate", 6, "--requests", 300,
-                   "--out", tmp_path, "--name", "orig", "--draws", 0)
+                   "--out", tmp_path, "--name", "orig", "--draws", 0, "--no-test-advice")
     (orig,) = [p for p in tmp_path.iterdir() if p.name.endswith("orig")]
     # a predicted run is a bench-shaped run folder: replay its requests
     again = invoke("predict", "--calibration", cal_file, "--replay", orig, "--out", tmp_path,
-                   "--name", "again", "--draws", 0)
+                   "--name", "again", "--draws", 0, "--no-test-advice")
     (copy,) = [p for p in tmp_path.iterdir() if p.name.endswith("again")]
     a, b = RunFolder(orig).read_summary(), RunFolder(copy).read_summary()
     assert first.exit_code == 0 and again.exit_code == 0, again.output
@@ -214,7 +216,7 @@ def test_calibrate_from_a_run_folder_recovers_the_server(tmp_path, cal_file):
     folders = []
     for rate in (1.0, 6.0, 12.0):
         r = invoke("predict", "--calibration", cal_file, "--rate", rate, "--requests", 500,
-                   "--out", tmp_path, "--name", f"m{rate:g}", "--draws", 0)
+                   "--out", tmp_path, "--name", f"m{rate:g}", "--draws", 0, "--no-test-advice")
         assert r.exit_code == 0, r.output
         folders += [p for p in tmp_path.iterdir() if p.name.endswith(f"m{rate:g}")]
     out = tmp_path / "fitted.json"
@@ -292,7 +294,7 @@ def test_an_unsteady_engine_calibration_is_flagged_where_it_is_used(tmp_path):
         noisy.model_copy(update={"source": "run"}))
     path = calibrations.save(noisy, tmp_path / "noisy.json")
     r = invoke("predict", "--calibration", path, "--rate", 4, "--requests", 100,
-               "--out", tmp_path, "--draws", 0)
+               "--out", tmp_path, "--draws", 0, "--no-test-advice")
     assert r.exit_code == 0, r.output
     assert "warning: the fit error is 30%" in r.output
 

@@ -45,7 +45,7 @@ def percentiles(summary: dict):
 
 def test_every_predicted_percentile_has_an_interval_around_it(tmp_path, cal_file):
     r = invoke("predict", "--calibration", cal_file, "--rate", 4, "--requests", 300,
-               "--draws", 5, "--out", tmp_path, "--json")
+               "--draws", 5, "--out", tmp_path, "--json", "--no-test-advice")
     assert r.exit_code == 0, r.output
     summary = json_of(r)
     checked = 0
@@ -64,16 +64,19 @@ def test_every_predicted_percentile_has_an_interval_around_it(tmp_path, cal_file
     page = (RunFolder.open(summary["run"]).path / "report.html").read_text()
     assert "the 90% interval of 5 draws" in page and "predicted " in page
     table = invoke("predict", "--calibration", cal_file, "--rate", 4, "--requests", 300,
-                   "--draws", 5, "--out", tmp_path)
+                   "--draws", 5, "--out", tmp_path, "--no-test-advice")
     e2e = stored.latency["e2e"].percentiles["p50"]
     assert "below: the 90% interval" in table.output and "intervals   90% of 5 draws" in \
         table.output
     assert f"{e2e.lo:.0f}–{e2e.hi:.0f}" in table.output
+    # the finding's advice is given, untested (--no-test-advice): no predicted effect
+    assert "--max-num-batched-tokens" in table.output and "measure it" not in table.output
 
 
 def test_past_capacity_the_interval_says_the_queue_grows(tmp_path, cal_file):
     r = invoke("predict", "--calibration", cal_file, "--rate", 80, "--requests", 500,
-               "--draws", 4, "--max-waiting", 100000, "--out", tmp_path, "--json")
+               "--draws", 4, "--max-waiting", 100000, "--out", tmp_path, "--json",
+               "--no-test-advice")
     assert r.exit_code == 0, r.output
     summary = json_of(r)
     for metric in ("ttft", "e2e", "e2e_sched"):
@@ -111,7 +114,8 @@ def test_check_sets_measured_runs_against_the_intervals(tmp_path, cal_file):
     most of their percentiles fall inside the intervals predicted from their settings."""
     for seed in (7, 8):
         made = invoke("predict", "--calibration", cal_file, "--rate", 6, "--requests", 400,
-                      "--seed", seed, "--draws", 0, "--out", tmp_path, "--name", f"m{seed}")
+                      "--seed", seed, "--draws", 0, "--out", tmp_path, "--name", f"m{seed}",
+                      "--no-test-advice")
         assert made.exit_code == 0, made.output
     runs = sorted(p for p in tmp_path.iterdir() if p.name.endswith(("m7", "m8")))
     r = invoke("predict", "--calibration", cal_file, "--check", runs[0], "--check", runs[1],
@@ -134,7 +138,7 @@ def test_a_run_calibration_keeps_its_spread_and_warns_when_its_fit_is_loose(tmp_
     folders = []
     for rate in (1.0, 6.0, 12.0):
         r = invoke("predict", "--calibration", cal_file, "--rate", rate, "--requests", 400,
-                   "--draws", 0, "--out", tmp_path, "--name", f"m{rate:g}")
+                   "--draws", 0, "--out", tmp_path, "--name", f"m{rate:g}", "--no-test-advice")
         assert r.exit_code == 0, r.output
         folders += [p for p in tmp_path.iterdir() if p.name.endswith(f"m{rate:g}")]
     out = tmp_path / "fitted.json"
@@ -148,7 +152,7 @@ def test_a_run_calibration_keeps_its_spread_and_warns_when_its_fit_is_loose(tmp_
         update={"mape": 0.25})})
     path = calibrations.save(loose, tmp_path / "loose.json")
     predicted = invoke("predict", "--calibration", path, "--rate", 2, "--requests", 100,
-                       "--draws", 0, "--out", tmp_path)
+                       "--draws", 0, "--out", tmp_path, "--no-test-advice")
     assert "the fit error is 25%" in predicted.output and "--check" in predicted.output
     assert calibrations.fit_warning(calibration()) is None
 

@@ -14,7 +14,7 @@ from latlab.commands.common import (
     console,
     print_json,
 )
-from latlab.commands.options import NamedWorkload
+from latlab.commands.options import NamedWorkload, TestedAdvice
 from latlab.records.bench import BenchConfig
 from latlab.records.catalog import formulas
 from latlab.records.settings import OUTPUT, setting
@@ -27,12 +27,8 @@ class Display(NamedWorkload):
                                     "--progress/--no-progress", group=OUTPUT)
 
 
-class BenchDisplay(Display):
+class BenchDisplay(Display, TestedAdvice):
     explain: bool = setting(False, "Print the metric formulas and exit.", group=OUTPUT)
-    test_advice: bool = setting(True, "Predict the effect of each setting a finding suggests "
-                                "(the run's own calibration, a few seconds a suggestion) and "
-                                "leave out those predicted to hurt.",
-                                "--test-advice/--no-test-advice", group=OUTPUT)
 
 
 def bench(config: BenchConfig, options: BenchDisplay) -> None:

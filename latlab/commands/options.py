@@ -62,6 +62,13 @@ class NamedWorkload(ConfigFile):
                                    "--workload", group=OUTPUT)
 
 
+class TestedAdvice(NamedWorkload):
+    test_advice: bool = setting(True, "Predict the effect of each setting a finding suggests "
+                                "(the run's own calibration, a few seconds a suggestion) and "
+                                "leave out those predicted to hurt.",
+                                "--test-advice/--no-test-advice", group=OUTPUT)
+
+
 class GroupedCommand(typer.core.TyperCommand):
     """Plain help with the options in sections by help group, in the groups' order."""
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from rich.console import Console
 
 from latlab.commands.common import EXIT_INTERRUPTED, RunFailed, UsageError, console, print_json
-from latlab.commands.options import NamedWorkload, parse_args
+from latlab.commands.options import NamedWorkload, TestedAdvice, parse_args
 from latlab.commands.predict_output import print_checks, print_sizing, sizing_json
 from latlab.load.target.launch import interrupt_on_sigterm
 from latlab.records.bench import BenchConfig
@@ -50,7 +50,7 @@ NOT_TAKEN = frozenset({
     "server.max_waiting", "plan.shape"})
 
 
-def predict(config: PredictConfig, options: NamedWorkload) -> None:
+def predict(config: PredictConfig, options: TestedAdvice) -> None:
     """Predict the latency a server would show under a load, from its calibration:
     simulated with the engine's own scheduler and a fitted step-cost model, written as a
     predicted run folder (marked simulated) with the same summary, budget and findings.
@@ -110,7 +110,7 @@ def predict(config: PredictConfig, options: NamedWorkload) -> None:
     point = predict_point(cal, workload, config.fleet,
                           settings(bench, cal, where, config.fleet, replayed), bench.out,
                           bench.name, config.records, intervals=intervals_of(config),
-                          workload_for=workload_for, test_advice=True)
+                          workload_for=workload_for, test_advice=options.test_advice)
     _print(options, point, out, err)
 
 
