@@ -115,7 +115,7 @@ def run_once(src: Path, python: str, keep: Path | None = None) -> Run:
         sampler.start()
         proc = subprocess.Popen([python, "-m", "latlab", *COMMAND], env=env, cwd=cache,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        timer = threading.Timer(LIMIT_S, proc.kill)
+        timer = threading.Timer(LIMIT_S, proc.terminate)  # predict stops its probes' serve
         timer.start()
         try:
             for line in proc.stderr:
@@ -124,8 +124,12 @@ def run_once(src: Path, python: str, keep: Path | None = None) -> Run:
         finally:
             timer.cancel()
             if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
             stop.set()
             sampler.join()
         run.wall_s = time.perf_counter() - started

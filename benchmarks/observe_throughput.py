@@ -250,14 +250,15 @@ def phase(latlab: Path, seconds: float, rate: float | None, senders: int, cpu: i
         else:
             print(f"flat out for {seconds:.0f} s: {sent:,} spans taken in {used:.1f} CPU s of "
                   f"observe -> {sent / used:,.0f} spans per CPU second ({sent / wall:,.0f} per "
-                  f"wall second); peak resident {max(r for _, _, r in samples):.0f} MiB; "
+                  f"wall second); peak resident "
+                  f"{max((r for _, _, r in samples), default=0):.0f} MiB; "
                   f"{counters[1].value:,} exports refused (503) and retried, "
                   f"{counters[2].value:,} spans given up")
         print("  windows analysed meanwhile (calls): " + ", ".join(
             f"{w['calls']:,}{' partial' if w['partial'] else ''}" for w in closed))
         if not steady:
             print("  resident memory, the most in each 20 s (MiB): " + ", ".join(
-                f"{max(r for a, _, r in samples if lo <= a < lo + 20):.0f}"
+                f"{max((r for a, _, r in samples if lo <= a < lo + 20), default=0):.0f}"
                 for lo in range(0, int(seconds), 20)))
     finally:
         observe.send_signal(signal.SIGINT)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import orjson
 import pytest
 from rich.console import Console
@@ -203,3 +204,17 @@ def test_the_open_loop_probe_of_a_slow_server_still_runs():
     assert requests == PROBE_OPEN_MIN > round(rate * PROBE_OPEN_S)
     with pytest.raises(ServiceFailed):
         open_probe(float("nan"))
+
+
+def test_the_open_loop_probes_prompts_fit_a_short_context():
+    """A small model (context 1024) probed at its high capacity: hundreds of prompts from the
+    default lengths (mean 256) drew one that left no room for output, and the probe failed."""
+    from latlab.records.workload import WorkloadConfig
+    from latlab.services.calibrate import probe_prompts
+
+    assert probe_prompts(None) == probe_prompts(4096) == \
+        WorkloadConfig.model_fields["prompt_tokens"].default
+    rng = np.random.default_rng(0)
+    for context in (1024, 256):
+        lengths = probe_prompts(context).sample_many(rng, 5_000)  # ten of tiny's probes
+        assert lengths.max() < 0.8 * context  # room for output

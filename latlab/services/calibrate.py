@@ -25,6 +25,7 @@ from latlab.records.bench import BenchConfig
 from latlab.records.calibration import Calibration
 from latlab.records.engine import ConfigError, EngineConfig
 from latlab.records.folder import RunFolder
+from latlab.records.lengths import LengthDistribution
 from latlab.records.steps import StepLogError, StepRecord, read_step_log
 from latlab.records.workload import WorkloadConfig
 from latlab.services.errors import InputError, ServiceFailed
@@ -35,6 +36,7 @@ from latlab.sim.validate import compare
 PROBE_REQUESTS = 8  # one at a time: the per-request costs
 PROBE_OUTPUT = 16  # their output tokens (a few decodes each: the costs are per request)
 BATCH_OUTPUT = 32  # the full batch's output tokens: enough decodes at every size it shrinks by
+PROMPT_ROOM = 8  # the probe's mean prompt at most this share of the context (1 in 8)
 PROBE_LOAD = 0.5  # the open-loop probe's rate, as a share of the predicted capacity
 PROBE_OPEN_S = 10.0  # and about how long it runs (what the served step costs are fitted to),
 PROBE_OPEN_MIN = 8  # with this many requests at least if they fit in
@@ -127,6 +129,17 @@ def open_probe(capacity: float) -> tuple[float, int]:
                      min(PROBE_OPEN_MIN, round(rate * PROBE_OPEN_LONGEST_S)))
 
 
+def probe_prompts(context: int | None) -> LengthDistribution:
+    """The open-loop probe's prompt lengths: a bench's default, scaled down where the
+    engine's context is short enough for its tail to leave no room for output (a probe of
+    hundreds of requests at a small model's high capacity draws that tail)."""
+    default = WorkloadConfig.model_fields["prompt_tokens"].default
+    if context is None or context >= PROMPT_ROOM * default.a:
+        return default
+    mean = max(1, context // PROMPT_ROOM)
+    return LengthDistribution(kind=default.kind, a=mean, b=mean * default.b / default.a)
+
+
 def _probe(cal: Calibration, engine: ServerProcess, steps: Path, err: Console) -> Calibration:
     """Short benches through `engine`, a latlab serve writing its steps to `steps`, each a
     line on `err` as it starts and ends: one request at a time (the per-request costs), a
@@ -143,7 +156,8 @@ def _probe(cal: Calibration, engine: ServerProcess, steps: Path, err: Console) -
             (ArrivalConfig(process="closed", users=batch), batch,
              WorkloadConfig(output_tokens=f"fixed:{BATCH_OUTPUT}"), "a full batch"),
             (ArrivalConfig(process="poisson", rate=rate), opened,
-             WorkloadConfig(), "the step costs as served")]
+             WorkloadConfig(prompt_tokens=probe_prompts(cal.engine.max_model_len)),
+             "the step costs as served")]
     err.print("probing latlab serve…", style="dim", highlight=False)
     with tempfile.TemporaryDirectory(prefix="latlab-calibrate-probes-") as tmp:
         runs = []
