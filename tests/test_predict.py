@@ -249,6 +249,23 @@ def test_calibrating_the_engine_times_a_grid_and_fits(monkeypatch):
     assert cal.step.coefficients["step"] > 0 and "fit error" in cal.headline()
 
 
+@pytest.mark.parametrize("max_num_seqs", [2, 4])
+def test_the_grid_joins_every_prompt_length_into_a_decoding_batch(monkeypatch, max_num_seqs):
+    """Half the lengths join at one batch size and half at the next; with one size only
+    that has room to join (`--max-num-seqs 2`: batch 1), all of them join there."""
+    from latlab.records.engine import EngineConfig
+    from latlab.sim import calibrate_engine
+
+    monkeypatch.setattr(calibrate_engine, "CONTEXTS", (16,))
+    monkeypatch.setattr(calibrate_engine, "BATCHES", (1, 2, 4))
+    monkeypatch.setattr(calibrate_engine, "PREFILLS", (8, 24, 40, 56))
+    x, *_ = calibrate_engine.time_engine(EngineConfig(model="tiny", max_model_len=256,
+                                                      max_num_seqs=max_num_seqs, warmup=False))
+    tokens, decodes, prefills = x[:, 1], x[:, 2], x[:, 3]
+    joined = {int(t - d) for t, d, p in zip(tokens, decodes, prefills) if p == 1 and d >= 1}
+    assert {8, 24, 40, 56} <= joined
+
+
 def test_the_probes_server_starts_beside_the_grid_and_is_stopped(monkeypatch):
     """First-use calibration: latlab serve for the probes starts before the in-process grid,
     which waits for it to be ready before it times a step; the probes run through it, and it

@@ -6,7 +6,8 @@ are prefilled beside the batch's decodes (those steps are samples too: several p
 at once, chunked continuations), a few pure decode steps are timed, then prompts join the
 decoding batch one at a time (a step of decodes plus one prefill chunk): half of `PREFILLS`'
 lengths at a batch size, the other half at the next, so each pass joins every length (a full
-set at every size cost a third of the grid's time and fitted no better). Every timed step is
+set at every size cost a third of the grid's time and fitted no better; all of them where
+only one size has room to join). Every timed step is
 the whole `step()`: the model, the scheduler, sampling, detokenization. The engine is built
 without its warm-up (one untimed request instead: the grid's first steps warm it further,
 and the fit trims those that stay slow). torch is imported here only.
@@ -97,7 +98,9 @@ def time_engine(config, progress: Progress | None = None,
     for context, spread in passes:
         sizes = [b for b in BATCHES if b <= c.max_num_seqs
                  and not (context == CONTEXTS[-1] and b > LONG_CONTEXT_BATCH)]
-        steps = len(sizes) * (DECODE_STEPS + (len(PREFILLS) + 1) // 2 * REPEATS + 2)
+        halves = sum(b < c.max_num_seqs for b in sizes) > 1  # else all lengths at the one
+        joins = (len(PREFILLS) + 1) // 2 if halves else len(PREFILLS)
+        steps = len(sizes) * (DECODE_STEPS + joins * REPEATS + 2)
         longest = int(context * (2.5 if spread else 1)) + steps
         if longest >= c.max_model_len:
             continue
@@ -120,7 +123,7 @@ def time_engine(config, progress: Progress | None = None,
             for _ in range(DECODE_STEPS):
                 step()
             for _ in range(REPEATS if batch < c.max_num_seqs else 0):  # room to join
-                for n in PREFILLS[size % 2::2]:
+                for n in PREFILLS[size % 2::2] if halves else PREFILLS:
                     if n + batch > c.max_num_batched_tokens and not c.enable_chunked_prefill:
                         continue
                     engine.add_request(f"p{next(ids)}", prompt(min(n, c.max_model_len - 1)),

@@ -189,7 +189,7 @@ def as_served(calibration: Calibration, steps: Sequence[StepRecord],
     scale, extra = lsq_linear(a, np.ones(len(served)), bounds=(0.0, np.inf)).x
     before = float(np.mean(np.abs(charged / served - 1)))
     after = float(np.mean(np.abs((scale * charged + extra) / served - 1)))
-    step = scaled_step(linear if probes else calibration.step, float(scale), float(extra))
+    step = scaled_step(linear, float(scale), float(extra))  # in-process factors: replaced
     spread = calibration.spread
     if probes:  # the factors by size, too, are the served steps' (`served_spread`)
         spread, by_size = served_spread(step, probes, calibration.spread)
