@@ -128,10 +128,23 @@ def concat(values: Sequence[Any], lengths: Sequence[int]) -> Any:
 
 
 def _missing(like: np.ndarray, n: int) -> np.ndarray:
-    """`n` missing values of `like`'s kind: NaN, MISSING (times), −1 (codes), False."""
-    fill = {"f": np.nan, "b": False}.get(like.dtype.kind,
-                                        MISSING if like.dtype == np.int64 else -1)
-    return np.full(n, fill, like.dtype)
+    """`n` missing values of `like`'s kind."""
+    return np.full(n, missing_value(like.dtype), like.dtype)
+
+
+def missing_value(dtype: np.dtype) -> Any:
+    """A missing value of `dtype`'s kind: NaN, MISSING (int64: times), −1 (codes), False."""
+    return {"f": np.nan, "b": False}.get(dtype.kind, MISSING if dtype == np.int64 else -1)
+
+
+def one_value(column: np.ndarray) -> np.ndarray:
+    """`column`, or a read-only view of its one value when it holds only that (NaN equal to
+    NaN): no memory a request for a field no request has."""
+    if len(column) and column.strides != (0,) and np.array_equal(
+            column, np.broadcast_to(column[:1], column.shape),
+            equal_nan=column.dtype.kind == "f"):
+        return np.broadcast_to(column[:1].copy(), column.shape)
+    return column
 
 
 def present(values: np.ndarray) -> np.ndarray:
