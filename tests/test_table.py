@@ -164,6 +164,9 @@ def test_a_big_file_parsed_a_batch_at_a_time_gives_the_columns_of_one_parse(tmp_
     assert not streamed.phases["tls_ns"].flags.writeable
     again = RunFolder.open(run.path).read_table()  # mapped, not parsed again
     assert columns_of(again) == columns_of(whole)
+    both = RequestTable.concat([streamed.take(np.arange(3)), whole])  # its strings in chunks
+    assert [both.record(i) for i in range(len(both))] == [
+        whole.record(i) for i in (0, 1, 2, *range(len(whole)))]
 
 
 def test_itl_spreads_an_event_of_k_tokens_over_k_samples():

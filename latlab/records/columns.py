@@ -114,8 +114,12 @@ def concat(values: Sequence[Any], lengths: Sequence[int]) -> Any:
     first = values[0]
     if isinstance(first, np.ndarray):
         return np.concatenate(values)
-    if isinstance(first, pa.Array):
+    if isinstance(first, pa.Array) and all(isinstance(v, pa.Array) for v in values):
         return pa.concat_arrays(values)
+    if isinstance(first, (pa.Array, pa.ChunkedArray)):  # a big run's, a chunk per batch read
+        return pa.chunked_array([c for v in values for c in
+                                 (v.chunks if isinstance(v, pa.ChunkedArray) else [v])],
+                                first.type)
     if isinstance(first, dict):
         keys = list(dict.fromkeys(k for v in values for k in v))
         like = {k: next(v[k] for v in values if k in v) for k in keys}

@@ -95,7 +95,7 @@ class RequestTable:
     token_ns: np.ndarray
     token_counts: np.ndarray
     token_offsets: np.ndarray  # len(self) + 1
-    text: dict[str, pa.Array]  # TEXT
+    text: dict[str, pa.Array]  # TEXT (a big run's mapped: a ChunkedArray, a chunk a batch)
     has_session: np.ndarray
     session: Labels  # the session's id
     step: dict[str, np.ndarray]  # turn, turns (float, NaN) and STEP_TIMES (int64 ns)
