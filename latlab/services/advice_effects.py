@@ -2,12 +2,12 @@
 calibration (a predicted run's, or one fitted from the measured run itself) simulates the run
 again with the setting changed, both sides in the same drawn worlds, so the change's effect
 on the finding's metric has its own interval (with no drawn worlds, `draws=0` as `predict
---draws 0` asks, the two point estimates alone: an effect without an interval); a suggestion predicted to make that metric or
-the output rate worse is taken out of the fix, and every one that stays carries its
-predicted effect and the `latlab ab` command that measures it (one predicted to change
-nothing is left out too); those predicted better come first, the largest predicted gain
-first. A setting that would make the server run steps its calibration
-never timed (`calibration_reach`) is not predicted: it carries the `latlab ab` alone.
+--draws 0` asks, the two point estimates alone: an effect without an interval); a
+suggestion predicted to make that metric or the output rate worse is taken out of the fix,
+and every one that stays carries its predicted effect and the `latlab ab` command that
+measures it (one predicted to change nothing is left out too); those predicted better come
+first, the largest predicted gain first. A setting that would make the server run steps its
+calibration never timed (`calibration_reach`) is not predicted: it carries the `latlab ab` alone.
 
     annotate(analysis, cal)     # cal None: fitted from the run folder, when it can be
 """
