@@ -131,6 +131,23 @@ def test_a_predicted_effect_is_judged_on_its_interval_and_the_output_rate():
     assert "TTFT" not in effect(-40, -5).line()
 
 
+def test_without_draws_the_point_estimates_decide_and_say_they_have_no_interval(measured):
+    a = analyze(measured)
+    half = Change("step_tokens", 128, "latlab", "--max-num-batched-tokens 128")
+    e = predict_effect(run_calibration(a), a.config, Fleet(), half, ("itl", "p99"), draws=0)
+    assert e is not None and e.point and e.draws == 0 and e.lo == e.hi == e.after - e.before
+    assert "a point estimate, no interval" in e.line() and "paired draws" not in e.line()
+
+    def point(before, after, output=0.0):
+        d = after - before
+        return Effect(half, ("itl", "p99"), before, after, d, d, output, output, 0,
+                      interval=False, difference=d)
+
+    assert point(100, 80).verdict == "better" and point(100, 120).verdict == "worse"
+    assert point(100, 100.5).verdict == "no effect"
+    assert point(100, 80, output=-0.2).verdict == "worse"  # bought with the output rate
+
+
 def test_worlds_the_spread_does_not_set_apart_give_no_interval_and_decide_nothing(measured):
     """llama-server's advice once printed "difference −624.3 ms to −624.3 ms": a calibration
     whose spread has no level and no drift draws the same world eight times, and a fixed

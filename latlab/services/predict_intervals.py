@@ -125,18 +125,29 @@ def run_draws(cal: Calibration, workload_for: Callable[[int], SimWorkload], flee
     for d in worlds if worlds is not None else range(1, intervals.draws + 1):
         for k in range(runs):
             draw = Draw.make(spread, [DRAW_SEED, d, k], intervals.stratum(d))
-            workload = workload_for(d + k * intervals.draws)
-            result = simulate(workload, cal, fleet, draw)
-            table = request_table(result, workload.ensure(len(result)), workload.config.api)
-            window = run_window(on_clock(config.model_copy(deep=True), workload), table)
-            metrics = metric_columns(table)
-            summary = summarize(table, window, config.slos or None, metrics=metrics)
-            chosen = (np.ones(len(table), bool) if window is None
-                      else inside(table.origin_ns, window))
-            t = summary.throughput
-            judged = judge(RunColumns(summary, table, metrics, chosen)) if judge else None
-            out.append(DrawOutcome(summary, judged, bool(t and t.fell_behind), d))
+            out.append(_outcome(cal, workload_for(d + k * intervals.draws), fleet, config,
+                                judge, draw, d))
     return out
+
+
+def point_outcome(cal: Calibration, workload: SimWorkload, fleet: Fleet, config: RunConfig,
+                  judge: Judge | None = None) -> DrawOutcome:
+    """The point estimate's summary and what `judge` reads off it: `workload` simulated
+    once, as the calibration fitted it (no drawn world; `world` 0)."""
+    return _outcome(cal, workload, fleet, config, judge, None, 0)
+
+
+def _outcome(cal: Calibration, workload: SimWorkload, fleet: Fleet, config: RunConfig,
+             judge: Judge | None, draw: Draw | None, world: int) -> DrawOutcome:
+    result = simulate(workload, cal, fleet, draw)
+    table = request_table(result, workload.ensure(len(result)), workload.config.api)
+    window = run_window(on_clock(config.model_copy(deep=True), workload), table)
+    metrics = metric_columns(table)
+    summary = summarize(table, window, config.slos or None, metrics=metrics)
+    chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)
+    t = summary.throughput
+    judged = judge(RunColumns(summary, table, metrics, chosen)) if judge else None
+    return DrawOutcome(summary, judged, bool(t and t.fell_behind), world)
 
 
 def quantile(values: Sequence[float], q: float) -> float:
