@@ -23,6 +23,9 @@ HEADLINE = ("p50_ttft", "p99_ttft", "p50_tpot", "p99_e2e", "output_tokens_per_s"
 # Every key a comparison judges: a latency metric's statistics, each rate.
 KEYS = (*(f"{s}_{m}" for m in metrics(compared=True, unit="ms") for s in STATS),
         *(m for m in metrics(compared=True) if not CATALOG[m].latency))
+# The metrics that declare a minimum effect of their own (`records.catalog`).
+OWN_EFFECTS = ", ".join(f"{m.name} {100 * m.min_effect:g}%" for m in CATALOG.values()
+                        if m.min_effect is not None)
 _EFFECT = re.compile(r"^\s*(?:(?P<key>[a-z0-9_]+)\s*=\s*)?(?P<value>[0-9.]+)\s*%\s*$")
 
 
@@ -43,8 +46,8 @@ class VerdictConfig(BaseModel):
     min_effect: dict[str, float] = setting(
         {}, "The smallest change worth a verdict, relative: PCT% for every metric, or "
         "METRIC=PCT% for one (a metric like tpot, or a statistic like p99_ttft) (repeatable; "
-        "default 5%, or the metric's own: itl_max 20%).", group=VERDICT, cli_type=list[str],
-        metavar="[METRIC=]PCT%")
+        f"default 5%, or the metric's own: {OWN_EFFECTS}).", group=VERDICT,
+        cli_type=list[str], metavar="[METRIC=]PCT%")
 
     _effects = field_validator("min_effect", mode="before")(lambda value: effects(value))
 
