@@ -52,7 +52,10 @@ class Distribution(Record):
     percentiles: dict[str, Percentile] = {}
 
     def __getitem__(self, name: str) -> float | None:
-        """The percentile's value (`d["p99"]`), None when there is none."""
+        """The percentile's value (`d["p99"]`) or the mean (`d["mean"]`), None when there is
+        none."""
+        if name == "mean":
+            return self.mean
         p = self.percentiles.get(name)
         return p.value if p is not None else None
 
@@ -267,7 +270,8 @@ class RunSummary(Record):
     prediction: Prediction | None = None  # a predicted run's intervals
 
     def percentile(self, metric: str, name: str) -> float | None:
-        """`summary.percentile("ttft", "p99")`: the value, None when not measured."""
+        """`summary.percentile("ttft", "p99")` (or `"mean"`): the value, None when not
+        measured."""
         d = self.latency.get(metric)
         return d[name] if d is not None else None
 

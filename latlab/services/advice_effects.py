@@ -27,6 +27,7 @@ from latlab.analysis.capacity import RunColumns
 from latlab.analysis.findings import Advice, Change, Finding
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.records.calibration import Calibration
+from latlab.records.catalog import statistic_label
 from latlab.records.config import RunConfig
 from latlab.records.engine import SHAPE_FIELDS
 from latlab.records.simulation import Fleet
@@ -115,7 +116,7 @@ class Effect:
         return "no effect"
 
     def line(self) -> str:
-        name = f"{self.metric[0].upper()} {self.metric[1]}"
+        name = statistic_label(*self.metric)
         share = (self.after - self.before) / self.before if self.before > 0 else math.nan
         if self.point:
             interval = "a point estimate, no interval: no drawn worlds (--draws 0)"
@@ -231,11 +232,11 @@ def _point_effect(a: tuple[float, float, float], b: tuple[float, float, float],
                   ttft_change=relative(2), interval=False, difference=d)
 
 
-def ab_command(analysis: RunAnalysis, change: Change) -> str:
-    """The `latlab ab` that measures `change` on the run's own workload: the server's
-    arguments as they were and with the change — latlab serve's, or those of the run's
-    `--launch` template; a server latlab did not start, through a template to fill in (its
-    command with `{port}` and `{args}`)."""
+def ab_command(analysis: RunAnalysis, change: Change, metric: tuple[str, str]) -> str:
+    """The `latlab ab` that measures `change` on the run's own workload and runs rounds
+    until the finding's `metric` is decided: the server's arguments as they were and with the
+    change — latlab serve's, or those of the run's `--launch` template; a server latlab did
+    not start, through a template to fill in (its command with `{port}` and `{args}`)."""
     config, target, bench = analysis.config, analysis.config.target, analysis.config.bench
     folder = shlex.quote(str(analysis.run.path))
     started = target.embedded or target.launch is not None or (
@@ -244,7 +245,14 @@ def ab_command(analysis: RunAnalysis, change: Change) -> str:
     b = with_args(a, change.args)
     launch = "" if target.launch is None and started else " --launch " + shlex.quote(
         target.launch or "SERVER-COMMAND --port {port} {args}")
-    return f"latlab ab --config {folder}{launch} --a {shlex.quote(a)} --b {shlex.quote(b)}"
+    return (f"latlab ab --config {folder}{launch} --a {shlex.quote(a)} --b {shlex.quote(b)} "
+            f"--decide-on {decision_key(metric)}")
+
+
+def decision_key(metric: tuple[str, str]) -> str:
+    """The comparison key of a finding's `(metric, statistic)`: ("itl_max", "mean") →
+    mean_itl_max."""
+    return f"{metric[1]}_{metric[0]}"
 
 
 def annotate(analysis: RunAnalysis, cal: Calibration | None = None, fleet: Fleet | None = None,
@@ -261,7 +269,7 @@ def annotate(analysis: RunAnalysis, cal: Calibration | None = None, fleet: Fleet
         except CalibrationError as e:
             note = f"no predicted effect: the run cannot calibrate the simulator ({e})"
             for f in findings:
-                f.notes += [note] + [f"measure it: {ab_command(analysis, c)}"
+                f.notes += [note] + [f"measure it: {ab_command(analysis, c, f.metric)}"
                                      for c in f.changes]
             return [note]
     fleet = fleet or (analysis.config.simulation.fleet if analysis.config.simulation
@@ -297,8 +305,8 @@ def _test(f: Finding, analysis: RunAnalysis, cal: Calibration, fleet: Fleet,
         else:
             notes.append(effect.line() if effect is not None else
                          f"not predicted for `{advice.change.args}`: the simulation gives "
-                         f"no {f.metric[0]} {f.metric[1]}")
-        notes.append(f"measure it: {ab_command(analysis, advice.change)}")
+                         f"no {statistic_label(*f.metric)}")
+        notes.append(f"measure it: {ab_command(analysis, advice.change, f.metric)}")
     # those predicted better first, the largest predicted gain (paired) first; the rest as
     # the finding put them
     kept.sort(key=lambda a: (0, -gains[id(a)]) if id(a) in gains else (1, 0.0))
