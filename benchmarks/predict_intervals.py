@@ -118,26 +118,31 @@ def measure(args, cal, err) -> Path:
                           log_path=folder / "engine.log")
     runs = []
     try:
-        probe = run_bench(BenchConfig(
-            url=engine.url, arrivals=ArrivalConfig(process="closed",
-                                                   users=cal.engine.max_num_seqs),
-            duration_s=CAPACITY_S, warmup_s=5.0, cooldown_s=0.0, out=folder, name="capacity"),
-            console=err)
-        capacity = probe.summary.throughput.achieved_rate
+        capacity = args.capacity
+        if capacity is None:
+            probe = run_bench(BenchConfig(
+                url=engine.url, arrivals=ArrivalConfig(process="closed",
+                                                       users=cal.engine.max_num_seqs),
+                duration_s=CAPACITY_S, warmup_s=5.0, cooldown_s=0.0, out=folder,
+                name="capacity"), console=err)
+            capacity = probe.summary.throughput.achieved_rate
         err.print(f"  capacity {capacity:.2f} req/s (simulated: "
                   f"{calibrations.capacity(cal, 2 * cal.engine.max_num_seqs):.2f})")
         for fraction in args.fractions:
             rate = round(fraction * capacity, 2)
-            for repeat in range(args.repeats):
+            # long enough for `--requests` at this rate, at least `--duration`
+            duration = max(args.duration, (args.requests or 0) / rate)
+            for repeat in range(args.first_seed, args.first_seed + args.repeats):
                 load = load_average()
                 reference = sum(reference_ms(EngineConfig()))  # the machine's speed now
                 result = run_bench(BenchConfig(
                     url=engine.url, arrivals=ArrivalConfig(process="poisson", rate=rate,
                                                            seed=repeat),
-                    duration_s=args.duration, warmup_s=5.0, cooldown_s=2.0, out=folder,
+                    duration_s=duration, warmup_s=5.0, cooldown_s=2.0, out=folder,
                     name=f"rate-{rate:g}-{repeat}"), console=err)
                 runs.append({"run": str(result.run.path), "fraction": fraction, "rate": rate,
-                             "reference_ms": reference,
+                             "reference_ms": reference, "requests": result.summary.requests,
+                             "reference_after_ms": sum(reference_ms(EngineConfig())),
                              "achieved": result.summary.throughput.achieved_rate,
                              "load_average": [load, load_average()]})
                 err.print(f"  {fraction:.0%} ({rate:g} req/s) run {repeat + 1}: achieved "
@@ -321,12 +326,20 @@ def main() -> None:
     parser.add_argument("--fractions", default="0.3,0.5,0.7")
     parser.add_argument("--repeats", type=int, default=2, help="runs at each load")
     parser.add_argument("--duration", type=float, default=40.0, help="seconds a run")
+    parser.add_argument("--requests", type=int,
+                        help="at least this many requests a run (its duration from the rate)")
+    parser.add_argument("--capacity", type=float,
+                        help="req/s measured before (skips the capacity probe: runs split over "
+                             "several locked invocations share their rates)")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first run's seed")
     parser.add_argument("--draws", type=int, default=20)
     parser.add_argument("--calibration", type=Path, help="reuse a calibration file")
     parser.add_argument("--baseline-calibration", type=Path,
                         help="the baseline's calibration file (default: --calibration, else "
                              "the baseline calibrates too, before the runs)")
-    parser.add_argument("--measured", type=Path, help="a folder of an earlier run: check only")
+    parser.add_argument("--measured", type=Path, action="append",
+                        help="a folder of an earlier run: check only (again: their runs "
+                             "together)")
     parser.add_argument("--out", default="runs")
     parser.add_argument("--json", type=Path, help="write the numbers here")
     parser.add_argument("--recalibrate", type=Path, metavar="SAMPLES",
@@ -357,13 +370,14 @@ def main() -> None:
     if args.baseline_src and not args.baseline_calibration:
         args.baseline_calibration = (args.calibration if args.measured else
                                      baseline_calibration(args.baseline_src, Path(args.out)))
-    folder = args.measured or measure(args, cal, err)
+    folders = args.measured or [measure(args, cal, err)]
     if args.measure_only:
-        print(f"measured: {folder}; check with --measured {folder} --calibration "
+        print(f"measured: {folders[0]}; check with --measured {folders[0]} --calibration "
               f"{args.calibration}" + (f" --baseline-calibration {args.baseline_calibration}"
                                        if args.baseline_src else ""))
         return
-    measured = json.loads((folder / "measured.json").read_text())
+    each = [json.loads((f / "measured.json").read_text()) for f in folders]
+    measured = {"capacity": each[0]["capacity"], "runs": [r for m in each for r in m["runs"]]}
     runs = measured["runs"]
     print(f"measured capacity {measured['capacity']:.2f} req/s; runs (achieved, load average "
           "before/after):")
@@ -372,7 +386,9 @@ def main() -> None:
               f"req/s, load {' → '.join(r['load_average'])}")
     for name, calibration in (("this version", args.calibration),
                               ("the baseline", args.baseline_calibration)):
-        levels = served_levels(folder, runs, calibration) if calibration else None
+        levels = [v for f, m in zip(folders, each)
+                  for v in (served_levels(f, m["runs"], calibration) or [])
+                  ] if calibration else None
         if levels:
             print(f"the runs' served steps against {name}'s calibration (log(served / "
                   "charged), mean): " + ", ".join(f"{v:+.2f}" for v in levels))
