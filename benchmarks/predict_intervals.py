@@ -433,6 +433,8 @@ def main() -> None:
                                        if args.baseline_src else ""))
         return
     each = [json.loads((f / "measured.json").read_text()) for f in folders]
+    for f, m in zip(folders, each):  # absolute: the checks run in each version's own tree
+        m["runs"] = [r | {"run": str((f / Path(r["run"]).name).resolve())} for r in m["runs"]]
     measured = {"capacity": each[0]["capacity"], "runs": [r for m in each for r in m["runs"]]}
     runs = measured["runs"]
     print(f"measured capacity {measured['capacity']:.2f} req/s; runs (achieved, load average "
