@@ -223,9 +223,13 @@ class Prediction(Record):
     worlds drawn from the calibration's spread (its step costs' level and drift, each
     request's costs outside the engine), `runs` runs in each (their own workload seeds: a
     short run's percentile varies from run to run), `requests` each; every percentile's
-    `lo`–`hi` is the central `level` of what they gave. `fell_behind` draws (and
-    the point estimate, when `point_fell_behind`) had a queue that grew: where those reach
-    the interval's upper end, `hi` is infinite."""
+    `lo`–`hi` is the central `level` of what they gave: where one run of `run_requests`
+    requests (in its window) will measure it. `fell_behind` draws (and the point estimate,
+    when `point_fell_behind`) had a queue that grew: where those reach the interval's upper
+    end, `hi` is infinite. `floor`: the widest (hi/lo) a TTFT, TPOT or E2E p50/p90/p99 moves
+    between runs of one world (the run's own luck, which no calibration narrows);
+    `requests_for_width`: from how many requests a run's every such interval would be 1.5×
+    wide at most (None: not known, or no length gives it)."""
 
     level: float
     draws: int
@@ -236,6 +240,9 @@ class Prediction(Record):
     spread: str = ""  # the calibration's spread, in words
     wall_s: float | None = None
     notes: list[str] = []
+    run_requests: int | None = None
+    floor: float | None = None
+    requests_for_width: int | None = None
 
 
 class RunSummary(Record):
