@@ -10,8 +10,14 @@ what ab measured of the finding's metric and of output tokens/s, with the host's
     python benchmarks/advice_holds.py ... --ruled-out     # ab the advice left out too
     python benchmarks/advice_holds.py ... --only "-b 512 -ub 512" --max-rounds 8  # just one
 
-The advice holds when every printed suggestion ab measures makes its metric better, and
-(with --ruled-out) no suggestion left out as predicted worse is measured better.
+    python benchmarks/advice_holds.py ... --aa           # the start against itself
+
+Each ab runs rounds until the finding's metric is decided (`--decide-on`, as the advice's
+printed command does); ITL p99 is shown beside a decode metric. The advice holds when every
+printed suggestion ab measures makes its metric better, and (with --ruled-out) no suggestion
+left out as predicted worse is measured better. An A/A (`--aa`: no advice run, the start
+against the start, decided on the stall finding's metric unless --aa names another) holds
+when it is "same", and fails when it is "better" or "worse".
 """
 
 from __future__ import annotations
@@ -24,12 +30,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from latlab.analysis.advice import with_args
+from latlab.analysis.compare import Change
 from latlab.analysis.findings import Finding
+from latlab.analysis.rules.compute import STALL_METRIC
 from latlab.commands.common import console
 from latlab.load.target.launch import interrupt_on_sigterm
 from latlab.records.ab import ABConfig
 from latlab.records.bench import BenchConfig
+from latlab.records.catalog import statistic_label
 from latlab.services.ab import compare_sides, run_ab
+from latlab.services.advice_effects import decision_key
 from latlab.services.bench import run_bench
 
 
@@ -50,6 +60,8 @@ class Measured:
     metric_a: float | None
     metric_b: float | None
     metric_verdict: str
+    decided_at: int | None  # the rounds a side when the metric's verdict came
+    itl_p99: str  # ITL p99 A → B (verdict): what the stall finding was judged by before
     output_a: float | None
     output_b: float | None
     output_verdict: str
@@ -81,20 +93,35 @@ def suggestions(findings: list[Finding]) -> list[Tried]:
     return out
 
 
-def measure(tried: Tried, start: str, bench: BenchConfig, args: argparse.Namespace) -> Measured:
-    ab = ABConfig(a=start, b=with_args(start, tried.args), rounds=args.rounds,
-                  max_rounds=args.max_rounds, bench=bench)
+def measure(metric: tuple[str, str], start: str, b: str, bench: BenchConfig,
+            args: argparse.Namespace) -> Measured:
+    """ab of `start` against `b`, rounds until `metric` is decided (or --max-rounds)."""
+    key = decision_key(metric)
+    ab = ABConfig(a=start, b=b, rounds=args.rounds, max_rounds=args.max_rounds, bench=bench,
+                  decide_on=(key,))
     done = run_ab(ab, console(stderr=True))
     comparison = compare_sides(done)
-    key = f"{tried.metric[1]}_{tried.metric[0]}"
-    metric = comparison.change(key)
+    found = comparison.change(key)
     output = comparison.change("output_tokens_per_s")
-    ttft = comparison.change("p50_ttft")
-    return Measured(metric.a if metric else None, metric.b if metric else None,
-                    metric.verdict if metric else "–", output.a if output else None,
+    return Measured(found.a if found else None, found.b if found else None,
+                    found.verdict if found else "–", done.sequential.decided_at(key),
+                    _change(comparison.change("p99_itl")), output.a if output else None,
                     output.b if output else None, output.verdict if output else "–",
-                    f"{_ms(ttft.a)} → {_ms(ttft.b)} ({ttft.verdict})" if ttft else "–",
+                    _change(comparison.change("p50_ttft")),
                     min(len(done.analyses[s]) for s in ("A", "B")), str(done.folder))
+
+
+def _change(c: Change | None) -> str:
+    return f"{_ms(c.a)} → {_ms(c.b)} ({c.verdict})" if c else "–"
+
+
+def said(metric: tuple[str, str], m: Measured) -> str:
+    """What ab measured, in one line."""
+    decided = f", decided after {m.decided_at} rounds" if m.decided_at else ""
+    return (f"{statistic_label(*metric)} {_ms(m.metric_a)} → {_ms(m.metric_b)} "
+            f"({m.metric_verdict}{decided}); ITL p99 {m.itl_p99}; output tok/s "
+            f"{_n(m.output_a)} → {_n(m.output_b)} ({m.output_verdict}); TTFT p50 {m.ttft}; "
+            f"{m.rounds} rounds a side; {m.folder}")
 
 
 def holds(tried: Tried, m: Measured) -> str:
@@ -121,6 +148,9 @@ def main() -> None:
     parser.add_argument("--only", metavar="ARGS",
                         help="ab only the suggestion with these arguments (e.g. \"-b 512 "
                              "-ub 512\"): one left undecided, measured with more rounds")
+    parser.add_argument("--aa", nargs="?", const=decision_key(STALL_METRIC), metavar="KEY",
+                        help="no advice run: ab the start against itself, decided on KEY "
+                             f"(default {decision_key(STALL_METRIC)})")
     parser.add_argument("--out", type=Path, default=Path("runs"))
     args = parser.parse_args()
     interrupt_on_sigterm()
@@ -130,6 +160,9 @@ def main() -> None:
     bench = BenchConfig.model_validate({
         "serve_args": args.serve_args, "launch": args.launch, "duration_s": args.duration,
         "out": args.out, "arrivals": {"users": args.users}, "workload": workload})
+    if args.aa is not None:
+        aa(bench, args, started, load_before)
+        return
     result = run_bench(bench.model_copy(update={"name": "advice"}), console=console(stderr=True),
                        test_advice=True)
     if result.analysis is None:
@@ -149,19 +182,31 @@ def main() -> None:
         print("no suggestion named a setting: nothing to measure")
     rows = []
     for t in tried:
-        m = measure(t, start, bench, args)
+        m = measure(t.metric, start, with_args(start, t.args), bench, args)
         rows.append((t, m))
-        name = f"{t.metric[0].upper()} {t.metric[1]}"
         print(f"\n{t.rule}: {t.args} ({'printed' if t.printed else 'left out'})")
         print(f"  said:     {t.said or '(nothing)'}")
-        print(f"  measured: {name} {_ms(m.metric_a)} → {_ms(m.metric_b)} ({m.metric_verdict}); "
-              f"output tok/s {_n(m.output_a)} → {_n(m.output_b)} ({m.output_verdict}); "
-              f"TTFT p50 {m.ttft}; {m.rounds} rounds a side; {m.folder}")
+        print(f"  measured: {said(t.metric, m)}")
         print(f"  holds:    {holds(t, m)}; load {load()}")
     told = [holds(t, m) for t, m in rows]
     print(f"\n{told.count('yes')} of {len(rows)} hold, {told.count('undecided')} undecided "
           f"(ab could not tell), {told.count('no')} do not; {time.monotonic() - started:.0f} s; "
           f"load {load_before} before, {load()} after")
+
+
+def aa(bench: BenchConfig, args: argparse.Namespace, started: float, load_before: str
+       ) -> None:
+    """The start against itself: "same" holds, "better" or "worse" is noise taken for a
+    change."""
+    stat, _, metric = args.aa.partition("_")
+    start = shlex.join(bench.serve_args)
+    print(f"A/A: {start or '(defaults)'} against itself; load {load_before}")
+    m = measure((metric, stat), start, start, bench, args)
+    told = ("yes" if m.metric_verdict == "same" else
+            "no" if m.metric_verdict in ("better", "worse") else "undecided")
+    print(f"  measured: {said((metric, stat), m)}")
+    print(f"  holds:    {told}; {time.monotonic() - started:.0f} s; load {load_before} before, "
+          f"{load()} after")
 
 
 def _ms(value: float | None) -> str:

@@ -50,6 +50,7 @@ NARROW_BELOW = 0.7
 # Long enough for each user's requests to finish several times: a window shorter than a
 # few E2E counts too few completions (15 s of 64 users measured 2.70 req/s of 4.4).
 CAPACITY_S = 30.0
+WARMUP_S, COOLDOWN_S = 5.0, 2.0  # of each held-out run
 
 
 def keeping_samples(out: Path) -> None:
@@ -118,34 +119,40 @@ def measure(args, cal, err) -> Path:
                           log_path=folder / "engine.log")
     runs = []
     try:
-        probe = run_bench(BenchConfig(
-            url=engine.url, arrivals=ArrivalConfig(process="closed",
-                                                   users=cal.engine.max_num_seqs),
-            duration_s=CAPACITY_S, warmup_s=5.0, cooldown_s=0.0, out=folder, name="capacity"),
-            console=err)
-        capacity = probe.summary.throughput.achieved_rate
+        capacity = args.capacity
+        if capacity is None:
+            probe = run_bench(BenchConfig(
+                url=engine.url, arrivals=ArrivalConfig(process="closed",
+                                                       users=cal.engine.max_num_seqs),
+                duration_s=CAPACITY_S, warmup_s=5.0, cooldown_s=0.0, out=folder,
+                name="capacity"), console=err)
+            capacity = probe.summary.throughput.achieved_rate
         err.print(f"  capacity {capacity:.2f} req/s (simulated: "
                   f"{calibrations.capacity(cal, 2 * cal.engine.max_num_seqs):.2f})")
         for fraction in args.fractions:
             rate = round(fraction * capacity, 2)
-            for repeat in range(args.repeats):
+            # long enough for `--requests` in the window at this rate, at least `--duration`
+            duration = max(args.duration, (args.requests or 0) / rate + WARMUP_S + COOLDOWN_S)
+            for repeat in range(args.first_seed, args.first_seed + args.repeats):
                 load = load_average()
                 reference = sum(reference_ms(EngineConfig()))  # the machine's speed now
                 result = run_bench(BenchConfig(
                     url=engine.url, arrivals=ArrivalConfig(process="poisson", rate=rate,
                                                            seed=repeat),
-                    duration_s=args.duration, warmup_s=5.0, cooldown_s=2.0, out=folder,
+                    duration_s=duration, warmup_s=WARMUP_S, cooldown_s=COOLDOWN_S, out=folder,
                     name=f"rate-{rate:g}-{repeat}"), console=err)
                 runs.append({"run": str(result.run.path), "fraction": fraction, "rate": rate,
-                             "reference_ms": reference,
+                             "reference_ms": reference, "requests": result.summary.requests,
+                             "reference_after_ms": sum(reference_ms(EngineConfig())),
                              "achieved": result.summary.throughput.achieved_rate,
                              "load_average": [load, load_average()]})
+                # after every run: a run cut short (timeout, SIGTERM) loses only itself
+                (folder / "measured.json").write_text(json.dumps(
+                    {"capacity": capacity, "runs": runs}, indent=2))
                 err.print(f"  {fraction:.0%} ({rate:g} req/s) run {repeat + 1}: achieved "
                           f"{runs[-1]['achieved']:.2f} req/s, load {load} → {load_average()}")
     finally:
         engine.stop()
-    (folder / "measured.json").write_text(json.dumps({"capacity": capacity, "runs": runs},
-                                                     indent=2))
     return folder
 
 
@@ -196,10 +203,60 @@ def parts(runs: list[dict], calibration: Path, draws: int, out: Path) -> dict:
     return result
 
 
-def served_levels(folder: Path, runs: list[dict], calibration: Path) -> list[float] | None:
+def summarised(checks: dict, runs: list[dict]) -> dict:
+    """Coverage, and the median width (hi/lo) at each load, of `checks`."""
+    fraction = {r["run"]: r["fraction"] for r in runs}
+    values = list(checks.values())
+    return {"coverage": float(np.mean([c["inside"] for c in values])),
+            "median_width": {f: float(np.median([width(c) for c in values
+                                                 if fraction[c["run"]] == f]))
+                             for f in sorted(set(fraction.values()))},
+            "coverage_by_load": {f: float(np.mean([c["inside"] for c in values
+                                                   if fraction[c["run"]] == f]))
+                                 for f in sorted(set(fraction.values()))}}
+
+
+def level_variants(runs: list[dict], calibration: Path, draws: int, out: Path) -> dict:
+    """The level, known or probed (this checkout, each run checked on its own calibration
+    file): as calibrated; the machine probe's ratio before the run always applied (the step
+    costs × it); without the level between runs (between 0), alone and after the probe; and,
+    as a bound no method reaches, scaled by the run's own served steps' level (the level
+    known exactly)."""
+    cal = calibrations.load(calibration)
+    out.mkdir(parents=True, exist_ok=True)
+    variants = {"as calibrated": (False, {}), "probe: rescaled before each run": (True, {}),
+                "between 0": (False, {"between": 0.0}),
+                "probe + between 0": (True, {"between": 0.0}),
+                "bound: the served level known, between 0": ("served", {"between": 0.0})}
+    print("\nthe level, known or probed (this checkout; coverage, hi/lo median by load):")
+    result = {}
+    for i, (name, (rescale, update)) in enumerate(variants.items()):
+        by_file: dict[Path, list[dict]] = {}
+        for j, r in enumerate(runs):
+            factor = (r["reference_ms"] / sum(cal.reference.ms) if rescale is True
+                      else math.exp(r["served_level"]) if rescale == "served" else 1.0)
+            mine = calibrations.rescaled(cal, factor, name) if factor != 1.0 else cal
+            path = calibrations.save(mine.model_copy(update={"spread": mine.spread.model_copy(
+                update=update)}), out / f"variant-{i}-run{j}.json")
+            by_file.setdefault(path, []).append(r)
+        checks = {}
+        for path, mine in by_file.items():
+            checks |= checked(ROOT, mine, path, draws)[0]
+        result[name] = summarised(checks, runs)
+        s = result[name]
+        print(f"  {name:<42} {100 * s['coverage']:>4.0f}% inside ("
+              + ", ".join(f"{100 * c:.0f}% at {f:.0%}" for f, c in s["coverage_by_load"].items())
+              + "); hi/lo " + ", ".join(f"{w:.2f}× at {f:.0%}"
+                                        for f, w in s["median_width"].items()))
+    return result
+
+
+def served_levels(folder: Path, runs: list[dict], calibration: Path, total: bool = False
+                  ) -> list[float] | None:
     """How far each run's served steps (the server's `--step-log`) sat off what the
     calibration charges for them: the mean of log(served / charged) over the steps served
-    while the run's requests were in flight. None without a step log."""
+    while the run's requests were in flight (`total`: the log of their sums' ratio, what a
+    queue sees). None without a step log."""
     if not (folder / "steps.jsonl").exists():
         return None
     cal = calibrations.load(calibration)
@@ -211,7 +268,9 @@ def served_levels(folder: Path, runs: list[dict], calibration: Path) -> list[flo
         start, end = min(x.origin_ns for x in records), max(x.end_ns for x in records)
         served = [s for s in steps if start <= s.start_ns <= end]
         charged = calibrations.charged_ms(cal.step, served)
-        levels.append(float(np.mean(np.log(np.array([s.ms for s in served]) / charged))))
+        ms = np.array([s.ms for s in served])
+        levels.append(float(np.log(ms.sum() / charged.sum()) if total
+                            else np.mean(np.log(ms / charged))))
     return levels
 
 
@@ -321,12 +380,20 @@ def main() -> None:
     parser.add_argument("--fractions", default="0.3,0.5,0.7")
     parser.add_argument("--repeats", type=int, default=2, help="runs at each load")
     parser.add_argument("--duration", type=float, default=40.0, help="seconds a run")
+    parser.add_argument("--requests", type=int,
+                        help="at least this many requests a run (its duration from the rate)")
+    parser.add_argument("--capacity", type=float,
+                        help="req/s measured before (skips the capacity probe: runs split over "
+                             "several locked invocations share their rates)")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first run's seed")
     parser.add_argument("--draws", type=int, default=20)
     parser.add_argument("--calibration", type=Path, help="reuse a calibration file")
     parser.add_argument("--baseline-calibration", type=Path,
                         help="the baseline's calibration file (default: --calibration, else "
                              "the baseline calibrates too, before the runs)")
-    parser.add_argument("--measured", type=Path, help="a folder of an earlier run: check only")
+    parser.add_argument("--measured", type=Path, action="append",
+                        help="a folder of an earlier run: check only (again: their runs "
+                             "together)")
     parser.add_argument("--out", default="runs")
     parser.add_argument("--json", type=Path, help="write the numbers here")
     parser.add_argument("--recalibrate", type=Path, metavar="SAMPLES",
@@ -335,6 +402,8 @@ def main() -> None:
     parser.add_argument("--measure-only", action="store_true",
                         help="calibrate and measure, then stop: check later with --measured "
                              "(outside a benchmark lock: the checks time nothing)")
+    parser.add_argument("--levels", action="store_true",
+                        help="also the level known or probed (level_variants)")
     parser.add_argument("--parts", action="store_true",
                         help="also the width with each part of the spread turned off")
     args = parser.parse_args()
@@ -357,13 +426,16 @@ def main() -> None:
     if args.baseline_src and not args.baseline_calibration:
         args.baseline_calibration = (args.calibration if args.measured else
                                      baseline_calibration(args.baseline_src, Path(args.out)))
-    folder = args.measured or measure(args, cal, err)
+    folders = args.measured or [measure(args, cal, err)]
     if args.measure_only:
-        print(f"measured: {folder}; check with --measured {folder} --calibration "
+        print(f"measured: {folders[0]}; check with --measured {folders[0]} --calibration "
               f"{args.calibration}" + (f" --baseline-calibration {args.baseline_calibration}"
                                        if args.baseline_src else ""))
         return
-    measured = json.loads((folder / "measured.json").read_text())
+    each = [json.loads((f / "measured.json").read_text()) for f in folders]
+    for f, m in zip(folders, each):  # absolute: the checks run in each version's own tree
+        m["runs"] = [r | {"run": str((f / Path(r["run"]).name).resolve())} for r in m["runs"]]
+    measured = {"capacity": each[0]["capacity"], "runs": [r for m in each for r in m["runs"]]}
     runs = measured["runs"]
     print(f"measured capacity {measured['capacity']:.2f} req/s; runs (achieved, load average "
           "before/after):")
@@ -372,7 +444,9 @@ def main() -> None:
               f"req/s, load {' → '.join(r['load_average'])}")
     for name, calibration in (("this version", args.calibration),
                               ("the baseline", args.baseline_calibration)):
-        levels = served_levels(folder, runs, calibration) if calibration else None
+        levels = [v for f, m in zip(folders, each)
+                  for v in (served_levels(f, m["runs"], calibration) or [])
+                  ] if calibration else None
         if levels:
             print(f"the runs' served steps against {name}'s calibration (log(served / "
                   "charged), mean): " + ", ".join(f"{v:+.2f}" for v in levels))
@@ -400,9 +474,16 @@ def main() -> None:
     print()
     result = {name: verdict(name, checks[name], runs) for name in names}
     split = parts(runs, args.calibration, args.draws, Path(args.out)) if args.parts else None
+    levels = None
+    if args.levels:
+        served = [v for f, m in zip(folders, each)
+                  for v in served_levels(f, m["runs"], args.calibration, total=True)]
+        levels = level_variants([r | {"served_level": v} for r, v in zip(runs, served)],
+                                args.calibration, args.draws, Path(args.out) / "levels")
     if args.json:
         args.json.write_text(json.dumps({"calibration": cal.headline(), "measured": measured,
-                                         "verdict": result, "seconds": took, "parts": split},
+                                         "verdict": result, "seconds": took, "parts": split,
+                                         "levels": levels},
                                         indent=2))
 
 

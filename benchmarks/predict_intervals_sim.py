@@ -102,8 +102,15 @@ def one(fractions: list[float], truths: int, draws: int, duration: float) -> dic
                           for q in PERCENTILES])
         v = np.array(floor)
         ranges = (np.quantile(v, 0.95, axis=0) / np.quantile(v, 0.05, axis=0)).tolist()
+        # what predict says the floor is (its runs within each world), where it says it
+        said = ({(f.metric, f.percentile): f.run for f in pi.run_floors(
+            outcomes, intervals, summary.in_window)} if hasattr(pi, "run_floors") else {})
         out[str(fraction)] = {"checks": checks, "floor": ranges,
-                              "requests": len(workload.arrival)}
+                              "requests": len(workload.arrival),
+                              "said_floor": [said.get((m, q)) for m in METRICS
+                                             for q in PERCENTILES],
+                              "requests_for_width": getattr(summary.prediction,
+                                                            "requests_for_width", None)}
     return out
 
 
@@ -205,6 +212,13 @@ def main() -> None:
             cells.append(f"{100 * np.mean(inside):>4.0f}% {int(np.isinf(widths).sum()):>3} ∞ "
                          + " ".join(f"{w:>5.2f}" for w in by_q))
         print(f"{f:>5.0%} {cells[0]} " + " ".join(f"{c:>40}" for c in cells[1:]))
+        said = first.get("said_floor") or []
+        if said and None not in said:
+            s = np.array(said, dtype=float)
+            print(f"{'':>5} predict's floor (runs within its worlds, drift included) p50 p90 "
+                  "p99: " + " ".join(f"{np.median(s[i::len(PERCENTILES)]):.2f}"
+                                     for i in range(len(PERCENTILES)))
+                  + f"; 1.5× from {first.get('requests_for_width')} requests")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,6 +13,7 @@ import pytest
 from latlab.analysis import analyze
 from latlab.analysis.advice import with_args
 from latlab.analysis.findings import Advice, Change, Finding, Severity
+from latlab.analysis.rules.compute import STALL_METRIC
 from latlab.records.bench import BenchConfig
 from latlab.records.calibration import Spread
 from latlab.records.simulation import Fleet
@@ -86,6 +87,8 @@ def test_a_change_predicted_to_hurt_is_not_advised_and_one_kept_says_how_to_meas
     assert words[words.index("--a") + 1] == a_args
     assert words[words.index("--b") + 1] == \
         "--model tiny --max-num-batched-tokens 256 --max-num-seqs 8"
+    # its rounds go on until the finding's own metric is decided
+    assert words[words.index("--decide-on") + 1] == "p50_ttft"
     # the run only ever batched 2: a batch of 4 is a step its calibration never timed, so it
     # is not predicted (no number made up) but kept, with the ab that measures it
     assert any(n.startswith("not predicted for `--max-num-seqs 8`: the run timed decode "
@@ -100,17 +103,21 @@ def test_a_budget_far_below_the_chunks_the_run_timed_is_measured_not_predicted(m
     half = Advice("half the budget", Change("step_tokens", 128, "latlab",
                                             "--max-num-batched-tokens 128"))
     f = Finding("test", Severity.INFO, "t", [], "w", "", 0.5, tries=[tiny, half],
-                metric=("itl", "p99"))
+                metric=STALL_METRIC)
     a.findings = [f]
     annotate(a, draws=3)
     assert tiny in f.tries and any(
         n.startswith("not predicted for `--max-num-batched-tokens 32`: the run timed prefills "
                      "in steps of about 256 prompt tokens") for n in f.notes)
     # half the chunk it timed is within reach: simulated (advised or left out, but predicted)
-    assert any(n.startswith(("predicted for `--max-num-batched-tokens 128`",
-                             "not advised: predicted for `--max-num-batched-tokens 128`"))
-               for n in f.notes)
-    assert len([n for n in f.notes if n.startswith("measure it: ")]) == len(f.tries)
+    # on the stall finding's metric, which the simulated streams' token times give
+    said = [n for n in f.notes if n.startswith(
+        ("predicted for `--max-num-batched-tokens 128`",
+         "not advised: predicted for `--max-num-batched-tokens 128`"))]
+    assert len(said) == 1 and ": mean ITL per-request max " in said[0]
+    measure = [n for n in f.notes if n.startswith("measure it: ")]
+    assert len(measure) == len(f.tries)
+    assert all(n.endswith("--decide-on mean_itl_max") for n in measure)
 
 
 def test_a_predicted_effect_is_judged_on_its_interval_and_the_output_rate():
@@ -129,6 +136,23 @@ def test_a_predicted_effect_is_judged_on_its_interval_and_the_output_rate():
                     ttft_change=1.9)
     assert traded.verdict == "better" and traded.line().endswith("TTFT p50 +190%: better")
     assert "TTFT" not in effect(-40, -5).line()
+
+
+def test_without_draws_the_point_estimates_decide_and_say_they_have_no_interval(measured):
+    a = analyze(measured)
+    half = Change("step_tokens", 128, "latlab", "--max-num-batched-tokens 128")
+    e = predict_effect(run_calibration(a), a.config, Fleet(), half, ("itl", "p99"), draws=0)
+    assert e is not None and e.point and e.draws == 0 and e.lo == e.hi == e.after - e.before
+    assert "a point estimate, no interval" in e.line() and "paired draws" not in e.line()
+
+    def point(before, after, output=0.0):
+        d = after - before
+        return Effect(half, ("itl", "p99"), before, after, d, d, output, output, 0,
+                      interval=False, difference=d)
+
+    assert point(100, 80).verdict == "better" and point(100, 120).verdict == "worse"
+    assert point(100, 100.5).verdict == "no effect"
+    assert point(100, 80, output=-0.2).verdict == "worse"  # bought with the output rate
 
 
 def test_worlds_the_spread_does_not_set_apart_give_no_interval_and_decide_nothing(measured):

@@ -157,6 +157,9 @@ def test_stutter_when_stalls_coincide_with_other_prefills(diagnosed):
     f = diagnosed(stuttering(14))[0]["decode_stalls"]
     assert f.severity == Severity.WARNING and "prefill" in f.where
     assert "98% of stalls" in f.evidence[2]  # 39 of 40: the last request has no successor
+    # judged by each stream's longest pause: 5 ms a token, and the one 30 ms stall on top
+    assert f.metric == ("itl_max", "mean")
+    assert "longest pause (ITL per-request max) 35.0 ms on average" in f.evidence[1]
 
 
 def test_stutter_not_explained_by_prefills(diagnosed):

@@ -166,7 +166,7 @@ def test_sigterm_during_a_first_calibration_stops_the_probes_server(tmp_path):
             if b"latlab serve for the probes ready" in line:
                 break
         servers = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-                   and _cmdline(p).startswith(f"{sys.executable} -m latlab serve ")
+                   and _cmdline(p).startswith(f"{sys.executable} -m latlab.commands.serve ")
                    and str(tmp_path) in _cmdline(p)]
         assert len(servers) == 1, "the probes' latlab serve, its step log under TMPDIR"
         process.send_signal(signal.SIGTERM)
@@ -185,3 +185,16 @@ def _cmdline(proc: Path) -> str:
         return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def test_the_servers_latlab_starts_run_latlab_serve_without_the_other_commands_imports():
+    """`ServerLaunch.embedded` runs `python -m latlab.commands.serve`: latlab serve's own
+    options, none of the CLI's other commands (their imports cost seconds of every start)."""
+    launch = ServerLaunch.embedded(["--model", "tiny"])
+    assert launch.command[1:3] == ("-m", "latlab.commands.serve")
+    help_run = subprocess.run([sys.executable, "-X", "importtime", *launch.command[1:],
+                               "--help"], capture_output=True, text=True, timeout=120)
+    assert help_run.returncode == 0 and "--max-num-seqs" in help_run.stdout
+    imported = {line.rsplit("|", 1)[-1].strip() for line in help_run.stderr.splitlines()}
+    assert "latlab.commands.options" in imported
+    assert not {"latlab.cli", "latlab.commands.bench", "latlab.services.predict"} & imported

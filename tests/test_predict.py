@@ -137,6 +137,34 @@ def test_predict_replays_a_run_and_sizes_a_fleet(tmp_path, cal_file):
     assert low == 1 or counts[low - 1]["met"] < 0.05
 
 
+def test_predict_without_draws_tests_its_advice_on_point_estimates_alone(tmp_path, cal_file,
+                                                                         monkeypatch):
+    """`--draws 0` asks for no drawn worlds: each advised setting's effect is simulated once a
+    side, as the calibration fitted it, and says it has no interval."""
+    from latlab.services import predict_intervals
+
+    worlds = []
+    simulate_once = predict_intervals.simulate
+
+    def counted(workload, cal, fleet=None, draw=None):
+        worlds.append(draw)
+        return simulate_once(workload, cal, fleet, draw)
+
+    monkeypatch.setattr(predict_intervals, "simulate", counted)
+    r = invoke("predict", "--calibration", cal_file, "--rate", 4, "--requests", 400,
+               "--out", tmp_path, "--slo", "ttft=500ms", "--draws", 0)
+    assert r.exit_code == 0, r.output
+    predicted = r.output.count("predicted for `") - r.output.count("not predicted for `")
+    assert predicted and "a point estimate, no interval" in r.output
+    assert "paired draws" not in r.output
+    assert len(worlds) == 2 * predicted and not any(worlds)  # two sides, no drawn world
+    worlds.clear()
+    r = invoke("predict", "--calibration", cal_file, "--rate", 4, "--requests", 400,
+               "--out", tmp_path, "--slo", "ttft=500ms", "--draws", 2)
+    assert r.exit_code == 0, r.output
+    assert "8 paired draws" in r.output and all(worlds)  # the advice's own 8 worlds
+
+
 def test_predict_sweep_draws_the_curve_and_the_slo_max(tmp_path, cal_file):
     r = invoke("predict", "--calibration", cal_file, "--sweep", "--rates", "2,8,16,40",
                "--requests", 600, "--slo", "ttft=400ms", "--out", tmp_path, "--draws", 0)

@@ -18,16 +18,21 @@ from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.calibration import RequestSpread, Spread
 from latlab.records.simulation import Fleet
+from latlab.records.summary import Distribution, Percentile, RunSummary
 from latlab.records.window import run_window
 from latlab.records.workload import WorkloadConfig
 from latlab.services.advice_effects import changed
 from latlab.services.predict import settings
 from latlab.services.predict_intervals import (
+    WIDE,
+    DrawOutcome,
     Intervals,
     attach,
     reseeded,
     run_draws,
+    run_floors,
     runs_for,
+    too_short,
 )
 from latlab.services.replica_search import decided
 from latlab.sim import calibration as calibrations
@@ -149,6 +154,58 @@ def test_a_changes_effect_is_a_paired_difference_narrower_than_either_side(calm)
     assert width(b - a) < min(width(a), width(b))
     assert np.all(b > a)  # fewer sequences at once: the first token waits longer, every world
 
+
+
+def e2e_p50(ms: float, lo: float | None = None, hi: float | None = None) -> RunSummary:
+    p = Percentile(value=ms, ci_low=None, ci_high=None, reliable=True, lo=lo, hi=hi)
+    return RunSummary(requests=100, in_window=100, ok=100,
+                      latency={"e2e": Distribution(n=100, percentiles={"p50": p})})
+
+
+def test_a_runs_floor_is_its_spread_within_a_world_and_sets_the_length_for_narrow():
+    """Known spreads: E2E p50 off by ±0.20 (sd, log) from run to run of a world of 100
+    requests, the worlds ±0.05 apart; a normal's 90% is ±1.645 sd."""
+    rng = np.random.default_rng(5)
+    within, between, requests, z2 = 0.20, 0.05, 100, 2 * 1.6449
+    outcomes = [DrawOutcome(e2e_p50(float(np.exp(6 + level + within * rng.standard_normal()))),
+                            None, False, d)
+                for d, level in enumerate(between * rng.standard_normal(200), 1)
+                for _ in range(8)]
+    (floor,) = run_floors(outcomes, Intervals(draws=200), requests)
+    assert (floor.metric, floor.percentile) == ("e2e", "p50")
+    assert floor.run == pytest.approx(math.exp(z2 * within), rel=0.05)
+    assert floor.level == pytest.approx(math.exp(z2 * between), rel=0.05)
+    goal = (math.log(WIDE) / z2) ** 2  # the variance a WIDE interval holds
+    expected = requests * within ** 2 / (goal - between ** 2)
+    assert floor.requests_needed == pytest.approx(expected, rel=0.2)
+    # the run's own interval is as wide as both parts together: too short, by the floor
+    line = too_short(e2e_p50(400.0, 300.0, 600.0), [floor], requests, rate=2.0)
+    assert line is not None and f"{floor.run:.2f}×" in line and "E2E p50" in line
+    assert f"{-(-floor.requests_needed // 10) * 10:,} requests" in line  # rounded up
+    assert too_short(e2e_p50(400.0, 350.0, 450.0), [floor], requests) is None  # narrow
+    # worlds alone wider than WIDE: no length narrows it, and the line says so
+    apart = [DrawOutcome(o.summary, None, False, o.world) for o in outcomes]
+    for o in apart:
+        o.summary.latency["e2e"].percentiles["p50"].value *= math.exp(0.3 * (o.world % 2))
+    (stuck,) = run_floors(apart, Intervals(draws=200), requests)
+    assert stuck.requests_needed is None
+    assert "no run length" in too_short(e2e_p50(400.0, 300.0, 600.0), [stuck], requests)
+
+
+def test_a_run_too_short_for_narrow_intervals_is_told_the_length_that_is_not(calm):
+    """45 s at 30% of capacity: its p90/p99 move more than 1.5× from run to run; the length
+    the line names gives a floor that fits in 1.5×, and 3,000 requests need no line."""
+    cal, capacity = calm
+    short = predicted(cal, 0.3 * capacity, 45.0, None, Intervals(draws=20))
+    p = short.prediction
+    assert p.run_requests == short.in_window and p.floor > WIDE
+    assert p.requests_for_width > short.in_window
+    assert any(n.startswith(f"a run of {short.in_window:,} requests is too short")
+               for n in p.notes), p.notes
+    enough = predicted(cal, 0.3 * capacity, None, p.requests_for_width, Intervals(draws=20))
+    assert enough.prediction.floor < p.floor and enough.prediction.floor <= WIDE
+    long = predicted(cal, 0.25 * capacity, None, 3000, Intervals(draws=20))
+    assert not any("too short" in n for n in long.prediction.notes)
 
 
 def test_a_replica_count_is_decided_from_as_few_worlds_as_it_takes():

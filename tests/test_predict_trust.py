@@ -67,8 +67,10 @@ def test_every_predicted_percentile_has_an_interval_around_it(tmp_path, cal_file
     table = invoke("predict", "--calibration", cal_file, "--rate", 4, "--requests", 300,
                    "--draws", 5, "--out", tmp_path, "--no-test-advice")
     e2e = stored.latency["e2e"].percentiles["p50"]
-    assert "below: the 90% interval" in table.output and "intervals   90% of 5 draws" in \
-        table.output
+    assert "below: the 90% interval" in table.output
+    assert (f"intervals   90%: where a run of {stored.in_window:,} requests will measure each "
+            "percentile, its own luck included") in table.output
+    assert "5 draws of 300 requests" in table.output
     assert f"{e2e.lo:.0f}–{e2e.hi:.0f}" in table.output
     # the finding's advice is given, untested (--no-test-advice): no predicted effect
     assert "--max-num-batched-tokens" in table.output and "measure it" not in table.output

@@ -125,13 +125,15 @@ def explain(deltas: dict[str, float]) -> dict[str, float]:
 
 class Sequential:
     """An A/B's looks at its rounds as they come: each look compares the rounds so far at
-    its share of every metric's α (`verdicts.look_share`), and a metric keeps the verdict of
-    the first look that decided it, so the error rates hold over all the looks (a union
-    bound over the shares spent)."""
+    its share of every metric's α (`verdicts.look_share`; `headline`: the keys that share
+    the headline α), and a metric keeps the verdict of the first look that decided it, so
+    the error rates hold over all the looks (a union bound over the shares spent)."""
 
-    def __init__(self, verdicts: VerdictConfig, most: int) -> None:
+    def __init__(self, verdicts: VerdictConfig, most: int,
+                 headline: Sequence[str] = HEADLINE) -> None:
         self.verdicts = verdicts
         self.most = most
+        self.headline = tuple(headline)
         self.previous = 0
         self.decided: dict[str, tuple[int, Change]] = {}
 
@@ -140,7 +142,7 @@ class Sequential:
         rounds = min(len(a), len(b))
         share = look_share(rounds, self.previous, self.most)
         comparison = compare(pool(a[:rounds]), pool(b[:rounds]), from_rounds(a, b, rounds),
-                             self.verdicts, share)
+                             self.verdicts, share, self.headline)
         self.previous = rounds
         for i, change in enumerate(comparison.changes):
             if change.key in self.decided:

@@ -10,6 +10,7 @@ percentile for p90/p99, the p40–p60 band for the median), so "p99 TTFT −38%"
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from latlab.analysis.verdicts import FAMILY_ALPHA, RatioInterval, alpha, judge, 
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
-from latlab.records.verdict import DEFAULT_MIN_EFFECT, Verdict, VerdictConfig
+from latlab.records.verdict import DEFAULT_MIN_EFFECT, HEADLINE, Verdict, VerdictConfig
 
 LATENCY_METRICS = {name: CATALOG[name].label for name in metrics(compared=True, unit="ms")}
 STATS = ("mean", "p50", "p90", "p99")
@@ -127,10 +128,11 @@ class CompareError(ValueError):
 
 
 def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None,
-            verdicts: VerdictConfig | None = None, share: float = 1.0) -> Comparison:
+            verdicts: VerdictConfig | None = None, share: float = 1.0,
+            headline: Sequence[str] = HEADLINE) -> Comparison:
     """B against A: each statistic's values (A's and B's pooled requests), its interval and
     verdict from `replicates` (default: each run's time blocks), tested at `share` of its α
-    (a sequential A/B's look spends part)."""
+    (a sequential A/B's look spends part); the `headline` keys share the headline α."""
     for analysis in (a, b):
         if not analysis.ok.any():
             raise CompareError(f"{analysis.run.path}: no successful request in its window "
@@ -156,7 +158,7 @@ def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None
         if change.delta is None:
             change.why = "not measured on both sides"
             continue
-        confidence = 1 - alpha(change.key, keys) * share
+        confidence = 1 - alpha(change.key, keys, headline) * share
         change.interval = ratio_interval(*replicates.of(change.key), confidence)
         judged = judge(change.interval, change.min_effect, change.lower_is_better,
                        replicates.strict, replicates.unit_name)

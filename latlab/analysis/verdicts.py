@@ -17,10 +17,11 @@ With δ the minimum effect:
   must also lie past δ;
 * can't tell — anything else, with roughly how many more rounds would decide.
 
-Error rates: headline metrics (`HEADLINE`) share the family's α by Bonferroni (each at
-α/5), the other statistics share another α among themselves, so the headline intervals stay
-narrow however many rows are shown; a sequential A/B spends each α over its looks
-(`spent`, a Pocock-type spending function), each look tested at its increment.
+Error rates: headline metrics (`HEADLINE`, with those an A/B decides on) share the family's
+α by Bonferroni (each at α/5), the other statistics share another α among themselves, so the
+headline intervals stay narrow however many rows are shown; a sequential A/B spends each α
+over its looks (`spent`, a Pocock-type spending function), each look tested at its
+increment.
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ FAMILY_ALPHA = 0.05
 MAX_MORE_ROUNDS = 50
 
 
-def alpha(key: str, keys: Sequence[str]) -> float:
-    """The α of `key`'s test among the compared `keys` (Bonferroni within its family)."""
-    if key in HEADLINE:
-        return FAMILY_ALPHA / len(HEADLINE)
-    return FAMILY_ALPHA / max(1, sum(k not in HEADLINE for k in keys))
+def alpha(key: str, keys: Sequence[str], headline: Sequence[str] = HEADLINE) -> float:
+    """The α of `key`'s test among the compared `keys` (Bonferroni within its family: the
+    `headline` keys, or the others)."""
+    if key in headline:
+        return FAMILY_ALPHA / len(headline)
+    return FAMILY_ALPHA / max(1, sum(k not in headline for k in keys))
 
 
 def spent(fraction: float) -> float:

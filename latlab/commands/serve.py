@@ -1,4 +1,9 @@
-"""`latlab serve`: latlab's own OpenAI-compatible inference server (the reference engine)."""
+"""`latlab serve`: latlab's own OpenAI-compatible inference server (the reference engine).
+
+`python -m latlab.commands.serve ARGS` is `latlab serve ARGS` without the rest of the CLI's
+imports (every other command's, about 2-3 s of a start on 2 cores): how latlab starts the
+servers it measures itself (`load.target.launch.ServerLaunch.embedded`).
+"""
 
 from __future__ import annotations
 
@@ -21,3 +26,19 @@ def serve(config: ServeConfig) -> None:
         run_server(config)
     except (ConfigError, ModelLoadError) as e:
         raise UsageError(str(e)) from None
+
+
+def main() -> None:
+    """`latlab serve` alone: its options, none of the other commands' imports."""
+    import typer
+
+    from latlab.commands.options import command
+
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+                      rich_markup_mode=None)
+    command(app, serve, config=ServeConfig)
+    app(prog_name="latlab serve")
+
+
+if __name__ == "__main__":
+    main()

@@ -18,13 +18,15 @@ METRICS = metrics(per_request=True)
 
 @dataclass(slots=True)
 class RequestMetrics:
-    """TTFT, E2E (from send and from schedule), TPOT, ITL and gaps; `None` where undefined."""
+    """TTFT, E2E (from send and from schedule), TPOT, the longest ITL, ITL and gaps; `None`
+    where undefined."""
 
     ttft: float | None
     ttft_sched: float | None
     e2e: float | None
     e2e_sched: float | None
     tpot: float | None
+    itl_max: float | None
     lateness: float | None
     itl: list[float]
     chunk_gaps: list[float]
@@ -33,10 +35,6 @@ class RequestMetrics:
     @property
     def itl_mean(self) -> float | None:
         return sum(self.itl) / len(self.itl) if self.itl else None
-
-    @property
-    def itl_max(self) -> float | None:
-        return max(self.itl, default=None)
 
 
 @dataclass(eq=False)

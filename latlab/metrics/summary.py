@@ -89,6 +89,7 @@ def summarize(records: Sequence[RequestTimeline] | RequestTable, window: Window 
         "tpot": distribution(m.tpot[ok]),
         "itl": itl,
         "itl_request_mean": distribution(m.itl_mean[ok]),
+        "itl_max": distribution(m.itl_max[ok]),
         # one token an event (the common case): the gaps are the ITL samples
         "chunk_gap": itl if m.chunk_gaps is m.itl
         else distribution(m.chunk_gaps.select(ok), scratch=True),

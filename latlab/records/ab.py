@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import field_validator, model_validator
 
 from latlab.records.bench import BenchConfig
 from latlab.records.settings import AB, setting
 from latlab.records.summary import Record
-from latlab.records.verdict import HEADLINE, Verdict, VerdictConfig
+from latlab.records.verdict import HEADLINE, KEYS, Verdict, VerdictConfig
 
 AB_JSON = "ab.json"
 DEFAULT_MOST = 10  # A/B pairs at most, unless --rounds asks for more
@@ -26,10 +26,11 @@ class ABConfig(VerdictConfig):
     b: str = setting(..., "Setting B, the same way.", "--b", group=AB)
     rounds: int = setting(3, "A/B pairs to run first, alternating (each a full bench run per "
                           "side).", group=AB, ge=1, le=50)
-    max_rounds: int | None = setting(None, "A/B pairs at most: while a headline metric (TTFT "
-                                     "p50/p99, TPOT p50, E2E p99, output tok/s) is \"can't "
-                                     "tell\", another pair is run, up to this many (= --rounds: "
-                                     "no more; default: 10, or --rounds if more).", group=AB,
+    max_rounds: int | None = setting(None, "A/B pairs at most: while a metric of --decide-on "
+                                     "(default: TTFT p50/p99, TPOT p50, E2E p99, output "
+                                     "tok/s) is \"can't tell\", another pair is run, up "
+                                     "to this many (= --rounds: no more; default: 10, or "
+                                     "--rounds if more).", group=AB,
                                      ge=1, le=50)
     warmup_rounds: int = setting(1, "Rounds each side runs first and leaves out of the "
                                  "comparison: what a cold server does (kernels compiled, "
@@ -37,10 +38,26 @@ class ABConfig(VerdictConfig):
                                  group=AB, ge=0, le=5)
     max_time: float = setting(900.0, "Seconds after which no further pair is started.",
                               group=AB, gt=0, metavar="SECONDS")
+    decide_on: tuple[str, ...] = setting(
+        HEADLINE, "A statistic whose verdict ends the rounds, as compare keys it (e.g. "
+        "mean_itl_max, p99_ttft, goodput) (repeatable; default: the headline ones); each is "
+        "tested at the headline α.", "--decide-on", group=AB, cli_type=list[str],
+        metavar="KEY", show_default=False)
     bench: BenchConfig = BenchConfig()
-    # the metrics whose verdicts end the rounds early (not an option: `latlab tune` decides
-    # on goodput alone)
-    decide_on: tuple[str, ...] = HEADLINE
+
+    @field_validator("decide_on")
+    @classmethod
+    def _known_keys(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [k for k in keys if k not in KEYS]
+        if unknown or not keys:
+            raise ValueError(f"--decide-on {', '.join(unknown) or '(none)'}: expected one of "
+                             f"{', '.join(KEYS)}")
+        return tuple(dict.fromkeys(keys))
+
+    @property
+    def headline(self) -> tuple[str, ...]:
+        """The keys that share the headline α: the headline ones and those decided on."""
+        return tuple(dict.fromkeys((*HEADLINE, *self.decide_on)))
 
     @property
     def most_rounds(self) -> int:

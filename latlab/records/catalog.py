@@ -28,6 +28,9 @@ class Metric:
     sizing: bool = False  # a goal `--replicas-for` sizes a fleet for
     curve: bool = False  # drawn against the load (sweeps, predictions checked)
     chart: str | None = None  # the distribution chart that shows it (its SLO line too)
+    # the smallest relative change a comparison calls better or worse, where it is not the
+    # default (`records.verdict`); a user's --min-effect overrides it
+    min_effect: float | None = None
 
     @property
     def latency(self) -> bool:
@@ -57,6 +60,11 @@ CATALOG: dict[str, Metric] = {m.name: m for m in (
            "of gap/k; pooled", summary=True, slo=True, compared=True, chart="itl"),
     Metric("itl_request_mean", "ITL per-request mean", "mean of one request's ITL samples, one "
            "value per request", parent="itl", summary=True),
+    # one request's longest pause is the longest prefill that overlapped it: rounds of one
+    # unchanged server differ by 10–30%, so a smaller change is not worth a verdict
+    Metric("itl_max", "ITL per-request max", "largest of one request's ITL samples: the "
+           "longest pause its reader saw between tokens, one value per request",
+           parent="itl", per_request=True, summary=True, compared=True, min_effect=0.2),
     Metric("chunk_gap", "inter-chunk gap", "raw gap between consecutive token-carrying SSE "
            "events (inter-chunk latency)", summary=True),
     Metric("e2e", "E2E", "done − sent: stream closed after [DONE]", per_request=True,
@@ -86,6 +94,12 @@ def metrics(**flags: bool) -> tuple[str, ...]:
     order."""
     return tuple(m.name for m in CATALOG.values()
                  if all(getattr(m, flag) == wanted for flag, wanted in flags.items()))
+
+
+def statistic_label(metric: str, stat: str) -> str:
+    """A statistic of a metric as prose says it: "TTFT p50", "mean ITL per-request max"."""
+    label = CATALOG[metric].label if metric in CATALOG else metric
+    return f"mean {label}" if stat == "mean" else f"{label} {stat}"
 
 
 def charts() -> tuple[str, ...]:

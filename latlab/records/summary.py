@@ -52,7 +52,10 @@ class Distribution(Record):
     percentiles: dict[str, Percentile] = {}
 
     def __getitem__(self, name: str) -> float | None:
-        """The percentile's value (`d["p99"]`), None when there is none."""
+        """The percentile's value (`d["p99"]`) or the mean (`d["mean"]`), None when there is
+        none."""
+        if name == "mean":
+            return self.mean
         p = self.percentiles.get(name)
         return p.value if p is not None else None
 
@@ -220,9 +223,13 @@ class Prediction(Record):
     worlds drawn from the calibration's spread (its step costs' level and drift, each
     request's costs outside the engine), `runs` runs in each (their own workload seeds: a
     short run's percentile varies from run to run), `requests` each; every percentile's
-    `lo`–`hi` is the central `level` of what they gave. `fell_behind` draws (and
-    the point estimate, when `point_fell_behind`) had a queue that grew: where those reach
-    the interval's upper end, `hi` is infinite."""
+    `lo`–`hi` is the central `level` of what they gave: where one run of `run_requests`
+    requests (in its window) will measure it. `fell_behind` draws (and the point estimate,
+    when `point_fell_behind`) had a queue that grew: where those reach the interval's upper
+    end, `hi` is infinite. `floor`: the widest (hi/lo) a TTFT, TPOT or E2E p50/p90/p99 moves
+    between runs of one world (the run's own luck, which no calibration narrows);
+    `requests_for_width`: from how many requests a run's every such interval would be 1.5×
+    wide at most (None: not known, or no length gives it)."""
 
     level: float
     draws: int
@@ -233,6 +240,9 @@ class Prediction(Record):
     spread: str = ""  # the calibration's spread, in words
     wall_s: float | None = None
     notes: list[str] = []
+    run_requests: int | None = None
+    floor: float | None = None
+    requests_for_width: int | None = None
 
 
 class RunSummary(Record):
@@ -267,7 +277,8 @@ class RunSummary(Record):
     prediction: Prediction | None = None  # a predicted run's intervals
 
     def percentile(self, metric: str, name: str) -> float | None:
-        """`summary.percentile("ttft", "p99")`: the value, None when not measured."""
+        """`summary.percentile("ttft", "p99")` (or `"mean"`): the value, None when not
+        measured."""
         d = self.latency.get(metric)
         return d[name] if d is not None else None
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, field_validator
 
 from latlab.records.bench import SloConfig
+from latlab.records.catalog import CATALOG, metrics
 from latlab.records.settings import VERDICT, setting
 
 # Rounds on a shared host move several percent between themselves: a smaller change would
@@ -19,6 +20,12 @@ STATS = ("mean", "p50", "p90", "p99")  # the statistics compared
 Verdict = Literal["better", "worse", "same", "can't tell"]
 # What a comparison is mostly asked about; `ab` adds rounds until these are decided.
 HEADLINE = ("p50_ttft", "p99_ttft", "p50_tpot", "p99_e2e", "output_tokens_per_s")
+# Every key a comparison judges: a latency metric's statistics, each rate.
+KEYS = (*(f"{s}_{m}" for m in metrics(compared=True, unit="ms") for s in STATS),
+        *(m for m in metrics(compared=True) if not CATALOG[m].latency))
+# The metrics that declare a minimum effect of their own (`records.catalog`).
+OWN_EFFECTS = ", ".join(f"{m.name} {100 * m.min_effect:g}%" for m in CATALOG.values()
+                        if m.min_effect is not None)
 _EFFECT = re.compile(r"^\s*(?:(?P<key>[a-z0-9_]+)\s*=\s*)?(?P<value>[0-9.]+)\s*%\s*$")
 
 
@@ -39,18 +46,21 @@ class VerdictConfig(BaseModel):
     min_effect: dict[str, float] = setting(
         {}, "The smallest change worth a verdict, relative: PCT% for every metric, or "
         "METRIC=PCT% for one (a metric like tpot, or a statistic like p99_ttft) (repeatable; "
-        "default 5%).", group=VERDICT, cli_type=list[str], metavar="[METRIC=]PCT%")
+        f"default 5%, or the metric's own: {OWN_EFFECTS}).", group=VERDICT,
+        cli_type=list[str], metavar="[METRIC=]PCT%")
 
     _effects = field_validator("min_effect", mode="before")(lambda value: effects(value))
 
     def effect(self, key: str) -> float:
-        """The minimum effect for the comparison key `key` (e.g. `p99_ttft`)."""
+        """The minimum effect for the comparison key `key` (e.g. `p99_ttft`): the one given
+        for it, else its metric's (given, else the catalog's), else the default."""
         metric = next((key.removeprefix(f"{s}_") for s in STATS if key.startswith(f"{s}_")),
                       key)
         for name in (key, metric, "*"):
             if name in self.min_effect:
                 return self.min_effect[name]
-        return DEFAULT_MIN_EFFECT
+        declared = CATALOG[metric].min_effect if metric in CATALOG else None
+        return declared if declared is not None else DEFAULT_MIN_EFFECT
 
 
 class CompareConfig(SloConfig, VerdictConfig):

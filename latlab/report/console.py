@@ -147,7 +147,11 @@ def prediction_lines(p: Prediction) -> list[Text]:
     """How a predicted run's intervals were made, and what they say beyond the numbers."""
     took = f" in {p.wall_s:.1f} s" if p.wall_s is not None else ""
     runs = f" ({p.runs} runs in each)" if p.runs > 1 else ""
-    lines = [Text(f"intervals   {100 * p.level:g}% of {p.draws} draws of {p.requests:,} requests"
+    run = (f"a run of {p.run_requests:,} requests" if p.run_requests else "a run like this")
+    floor = (f"; from run to run alone up to {p.floor:.2f}× (hi/lo)" if p.floor else "")
+    lines = [Text(f"intervals   {100 * p.level:g}%: where {run} will measure each percentile, "
+                  f"its own luck included{floor}", style="dim"),
+             Text(f"            {p.draws} draws of {p.requests:,} requests"
                   f"{runs}{took}, each in a world drawn from the calibration's spread: "
                   f"{p.spread}", style="dim")]
     return lines + [Text(f"! {note}", style="yellow") for note in p.notes]

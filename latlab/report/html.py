@@ -109,8 +109,11 @@ def _summary_table(summary: RunSummary) -> str:
         cells += [_percentile(d.percentiles.get(q)) for q in QUANTILES]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     predicted = summary.prediction
+    run = (f"a run of {predicted.run_requests:,} requests" if predicted and
+           predicted.run_requests else "a run like this")
     interval = (f"; then, predicted, the {100 * predicted.level:g}% interval of "
-                f"{predicted.draws} draws ({e(predicted.spread)})" if predicted else "")
+                f"{predicted.draws} draws ({e(predicted.spread)}): where {run} will measure "
+                "it, its own luck included" if predicted else "")
     return (f"<table><tr>{head}</tr>{''.join(rows)}</table>"
             "<p class=dim>Under each percentile its 95% confidence interval"
             f"{interval}; * fewer than 10 samples beyond this percentile: unreliable</p>"

@@ -57,7 +57,7 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
     out = config.bench.out
     folder = RunFolder.create(out, "ab").path
     done = ABRuns(folder, ABRecord(created=time.time(), a=config.a, b=config.b),
-                  Sequential(config, config.most_rounds))
+                  Sequential(config, config.most_rounds, config.headline))
     record = done.record
     started = time.monotonic()
     with ExitStack() as stack:

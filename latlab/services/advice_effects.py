@@ -1,12 +1,13 @@
 """Each "try first" that names a setting, tested before it is given: the run's own
 calibration (a predicted run's, or one fitted from the measured run itself) simulates the run
 again with the setting changed, both sides in the same drawn worlds, so the change's effect
-on the finding's metric has its own interval; a suggestion predicted to make that metric or
-the output rate worse is taken out of the fix, and every one that stays carries its
-predicted effect and the `latlab ab` command that measures it (one predicted to change
-nothing is left out too); those predicted better come first, the largest predicted gain
-first. A setting that would make the server run steps its calibration
-never timed (`calibration_reach`) is not predicted: it carries the `latlab ab` alone.
+on the finding's metric has its own interval (with no drawn worlds, `draws=0` as `predict
+--draws 0` asks, the two point estimates alone: an effect without an interval); a
+suggestion predicted to make that metric or the output rate worse is taken out of the fix,
+and every one that stays carries its predicted effect and the `latlab ab` command that
+measures it (one predicted to change nothing is left out too); those predicted better come
+first, the largest predicted gain first. A setting that would make the server run steps its
+calibration never timed (`calibration_reach`) is not predicted: it carries the `latlab ab` alone.
 
     annotate(analysis, cal)     # cal None: fitted from the run folder, when it can be
 """
@@ -26,11 +27,18 @@ from latlab.analysis.capacity import RunColumns
 from latlab.analysis.findings import Advice, Change, Finding
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.records.calibration import Calibration
+from latlab.records.catalog import statistic_label
 from latlab.records.config import RunConfig
 from latlab.records.engine import SHAPE_FIELDS
 from latlab.records.simulation import Fleet
 from latlab.services.calibration_reach import unseen
-from latlab.services.predict_intervals import Intervals, paired_interval, reseeded, run_draws
+from latlab.services.predict_intervals import (
+    Intervals,
+    paired_interval,
+    point_outcome,
+    reseeded,
+    run_draws,
+)
 from latlab.sim import calibration as calibrations
 from latlab.sim.calibrate_run import CalibrationError
 from latlab.units import ms
@@ -54,7 +62,9 @@ class Effect:
     """A change's predicted effect on `metric` (ms; `before` and `after` are the medians of
     the draws) with the interval of the paired difference, and on the output rate. An effect
     without an honest interval (`interval` False: `paired_interval` says when) prints none,
-    and decides nothing: "can't tell"."""
+    and decides nothing: "can't tell". A point estimate (`draws` 0: no drawn worlds, both
+    sides simulated once as the calibration fitted them) has no interval either; its one
+    difference decides, as the prediction's own percentiles are point estimates then."""
 
     change: Change
     metric: tuple[str, str]
@@ -77,7 +87,14 @@ class Effect:
         return -d / self.before if self.before > 0 else -d
 
     @property
+    def point(self) -> bool:
+        """A point estimate: no drawn worlds."""
+        return self.draws == 0
+
+    @property
     def verdict(self) -> Verdict:
+        if self.point:
+            return self._point_verdict()
         if not self.interval:
             return "can't tell"
         if self.output_lo < -OUTPUT_WORSE and self.output_change < -OUTPUT_WORSE:
@@ -90,19 +107,31 @@ class Effect:
             return "no effect"
         return "can't tell"
 
+    def _point_verdict(self) -> Verdict:
+        d = self.after - self.before
+        if self.output_change < -OUTPUT_WORSE or d > NO_EFFECT * self.before:
+            return "worse"
+        if d < -NO_EFFECT * self.before:
+            return "better"
+        return "no effect"
+
     def line(self) -> str:
-        name = f"{self.metric[0].upper()} {self.metric[1]}"
+        name = statistic_label(*self.metric)
         share = (self.after - self.before) / self.before if self.before > 0 else math.nan
-        interval = (f"{100 * Intervals.level:.0f}% difference {_signed(self.lo)} to "
-                    f"{_signed(self.hi)}" if self.interval else
-                    "no interval: the drawn worlds did not set the sides apart")
+        if self.point:
+            interval = "a point estimate, no interval: no drawn worlds (--draws 0)"
+        elif self.interval:
+            interval = (f"{100 * Intervals.level:.0f}% difference {_signed(self.lo)} to "
+                        f"{_signed(self.hi)}, {self.draws} paired draws")
+        else:
+            interval = ("no interval: the drawn worlds did not set the sides apart, "
+                        f"{self.draws} paired draws")
         out = f", output tokens/s {_percent(self.output_change)}" \
             if abs(self.output_change) >= 0.01 else ""
         if self.metric[0] != "ttft" and abs(self.ttft_change) >= TRADE:
             out += f", TTFT p50 {_percent(self.ttft_change)}"
         return (f"predicted for `{self.change.args}`: {name} {ms(self.before)} → "
-                f"{ms(self.after)} ({_percent(share)}; {interval}, "
-                f"{self.draws} paired draws){out}: {self.verdict}")
+                f"{ms(self.after)} ({_percent(share)}; {interval}){out}: {self.verdict}")
 
 
 def _percent(share: float) -> str:
@@ -144,8 +173,9 @@ def run_calibration(analysis: RunAnalysis) -> Calibration:
 
 def predict_effect(cal: Calibration, config: RunConfig, fleet: Fleet, change: Change,
                    metric: tuple[str, str], draws: int = DRAWS) -> Effect | None:
-    """Simulate the run's workload with and without `change` in the same `draws` worlds;
-    None when the simulation gives the metric no value."""
+    """Simulate the run's workload with and without `change` in the same `draws` worlds
+    (0: once each, no drawn world: the point estimates alone); None when the simulation gives
+    the metric no value."""
     bench = config.bench
     if bench is None:
         return None
@@ -159,6 +189,9 @@ def predict_effect(cal: Calibration, config: RunConfig, fleet: Fleet, change: Ch
         return (math.nan if value is None else value), rate, (
             math.nan if ttft is None else ttft)
 
+    if not draws:
+        return _point_effect(*(point_outcome(c, workload_for(0), fleet, config, judge).judged
+                               for c in (cal, changed(cal, change))), change, metric)
     sides = [run_draws(c, workload_for, fleet, config, intervals, judge)
              for c in (cal, changed(cal, change))]
     a = np.array([o.judged for o in sides[0]], dtype=float)
@@ -184,11 +217,26 @@ def predict_effect(cal: Calibration, config: RunConfig, fleet: Fleet, change: Ch
                   interval=span is not None, difference=median)
 
 
-def ab_command(analysis: RunAnalysis, change: Change) -> str:
-    """The `latlab ab` that measures `change` on the run's own workload: the server's
-    arguments as they were and with the change — latlab serve's, or those of the run's
-    `--launch` template; a server latlab did not start, through a template to fill in (its
-    command with `{port}` and `{args}`)."""
+def _point_effect(a: tuple[float, float, float], b: tuple[float, float, float],
+                  change: Change, metric: tuple[str, str]) -> Effect | None:
+    """The effect the two point estimates `a` and `b` (metric, output rate, TTFT p50) give."""
+    if math.isnan(a[0]) or math.isnan(b[0]):
+        return None
+
+    def relative(i: int) -> float:
+        return (b[i] - a[i]) / a[i] if a[i] > 0 and not math.isnan(b[i]) else 0.0
+
+    d = b[0] - a[0]
+    return Effect(change, metric, before=a[0], after=b[0], lo=d, hi=d,
+                  output_change=relative(1), output_lo=relative(1), draws=0,
+                  ttft_change=relative(2), interval=False, difference=d)
+
+
+def ab_command(analysis: RunAnalysis, change: Change, metric: tuple[str, str]) -> str:
+    """The `latlab ab` that measures `change` on the run's own workload and runs rounds
+    until the finding's `metric` is decided: the server's arguments as they were and with the
+    change — latlab serve's, or those of the run's `--launch` template; a server latlab did
+    not start, through a template to fill in (its command with `{port}` and `{args}`)."""
     config, target, bench = analysis.config, analysis.config.target, analysis.config.bench
     folder = shlex.quote(str(analysis.run.path))
     started = target.embedded or target.launch is not None or (
@@ -197,7 +245,14 @@ def ab_command(analysis: RunAnalysis, change: Change) -> str:
     b = with_args(a, change.args)
     launch = "" if target.launch is None and started else " --launch " + shlex.quote(
         target.launch or "SERVER-COMMAND --port {port} {args}")
-    return f"latlab ab --config {folder}{launch} --a {shlex.quote(a)} --b {shlex.quote(b)}"
+    return (f"latlab ab --config {folder}{launch} --a {shlex.quote(a)} --b {shlex.quote(b)} "
+            f"--decide-on {decision_key(metric)}")
+
+
+def decision_key(metric: tuple[str, str]) -> str:
+    """The comparison key of a finding's `(metric, statistic)`: ("itl_max", "mean") →
+    mean_itl_max."""
+    return f"{metric[1]}_{metric[0]}"
 
 
 def annotate(analysis: RunAnalysis, cal: Calibration | None = None, fleet: Fleet | None = None,
@@ -214,7 +269,7 @@ def annotate(analysis: RunAnalysis, cal: Calibration | None = None, fleet: Fleet
         except CalibrationError as e:
             note = f"no predicted effect: the run cannot calibrate the simulator ({e})"
             for f in findings:
-                f.notes += [note] + [f"measure it: {ab_command(analysis, c)}"
+                f.notes += [note] + [f"measure it: {ab_command(analysis, c, f.metric)}"
                                      for c in f.changes]
             return [note]
     fleet = fleet or (analysis.config.simulation.fleet if analysis.config.simulation
@@ -250,8 +305,8 @@ def _test(f: Finding, analysis: RunAnalysis, cal: Calibration, fleet: Fleet,
         else:
             notes.append(effect.line() if effect is not None else
                          f"not predicted for `{advice.change.args}`: the simulation gives "
-                         f"no {f.metric[0]} {f.metric[1]}")
-        notes.append(f"measure it: {ab_command(analysis, advice.change)}")
+                         f"no {statistic_label(*f.metric)}")
+        notes.append(f"measure it: {ab_command(analysis, advice.change, f.metric)}")
     # those predicted better first, the largest predicted gain (paired) first; the rest as
     # the finding put them
     kept.sort(key=lambda a: (0, -gains[id(a)]) if id(a) in gains else (1, 0.0))

@@ -77,8 +77,6 @@ def calibrate_engine(config: EngineConfig, serve: list[str], err: Console,
     `probe`, short loads through that latlab serve (started first, loading beside the
     in-process engine) for the per-request costs and the step costs as served, and how well
     the calibration replays them. The `RUN_TIME` options are left out of both."""
-    from latlab.engine.loader import ModelLoadError
-
     dropped = [flag for name, flag in RUN_TIME.items()
                if getattr(config, name) not in (None, EngineConfig.model_fields[name].default)]
     config, serve = calibrated_engine(config), calibration_args(serve)
@@ -94,6 +92,10 @@ def calibrate_engine(config: EngineConfig, serve: list[str], err: Console,
                                                      name="the probe's latlab serve"),
                                log_path=Path(tmp) / "engine.log") if probe else nullcontext())
         with server:
+            # torch loads here, beside the probes' latlab serve already starting (and so
+            # does it there), not before it
+            from latlab.engine.loader import ModelLoadError
+
             try:
                 cal = calibrations.engine_calibration(
                     config, lambda m: err.print(f"  {m}", style="dim", highlight=False),

@@ -30,7 +30,7 @@ from latlab.records.simulation import Fleet, Simulation
 from latlab.records.summary import RunSummary
 from latlab.records.target import ServerKind
 from latlab.report.html import write_html
-from latlab.services.advice_effects import annotate
+from latlab.services.advice_effects import DRAWS, annotate
 from latlab.services.calibrate import calibrate_engine, calibrated_engine, calibration_args
 from latlab.services.errors import InputError
 from latlab.services.predict_intervals import Intervals, predicted_intervals
@@ -195,8 +195,9 @@ def predict_point(cal: Calibration, workload: SimWorkload, fleet: Fleet, config:
     analysis = None
     if explain:
         analysis = analyze(run)
-        if test_advice:
-            annotate(analysis, cal, fleet)
+        if test_advice:  # no drawn worlds where the prediction has none (--draws 0)
+            annotate(analysis, cal, fleet,
+                     draws=0 if intervals is not None and not intervals.draws else DRAWS)
         write_html(run, analysis)
     with RunStore(store or out) as runs:
         runs.register(run.path, "predict", config, key_numbers(summary))

@@ -15,6 +15,12 @@ the percentile of a run of that length varies from one run to the next (a short 
 simulated again in each world, `runs_for`, until its runs hold `Intervals.world_requests`
 requests together).
 
+So an interval is where the percentile of one run of the asked length will fall, that run's
+own luck included. How much of it is that luck — the percentile's spread between runs of one
+world, which no calibration can take away: its *floor* — the runs of each world say
+(`run_floors`); a run too short for an interval `WIDE` wide gets one line saying so, with
+the length that would give one (`too_short`).
+
 Near saturation a draw's server may fall behind its offered rate: its queue grows for as long
 as the run lasts, and a latency that includes the queue has no bound. When more draws than
 the interval's upper tail do (or the point estimate does), those percentiles' `hi` is
@@ -56,6 +62,8 @@ Judge = Callable[[RunColumns], Any]  # what a draw's columns are read for
 
 
 MAX_RUNS = 8  # runs of a short prediction simulated in each world, at most
+WIDE = 1.5  # hi/lo: an interval narrow enough to decide with
+DECIDING = tuple((m, q) for m in ("ttft", "tpot", "e2e") for q in ("p50", "p90", "p99"))
 
 
 @dataclass(frozen=True)
@@ -125,18 +133,29 @@ def run_draws(cal: Calibration, workload_for: Callable[[int], SimWorkload], flee
     for d in worlds if worlds is not None else range(1, intervals.draws + 1):
         for k in range(runs):
             draw = Draw.make(spread, [DRAW_SEED, d, k], intervals.stratum(d))
-            workload = workload_for(d + k * intervals.draws)
-            result = simulate(workload, cal, fleet, draw)
-            table = request_table(result, workload.ensure(len(result)), workload.config.api)
-            window = run_window(on_clock(config.model_copy(deep=True), workload), table)
-            metrics = metric_columns(table)
-            summary = summarize(table, window, config.slos or None, metrics=metrics)
-            chosen = (np.ones(len(table), bool) if window is None
-                      else inside(table.origin_ns, window))
-            t = summary.throughput
-            judged = judge(RunColumns(summary, table, metrics, chosen)) if judge else None
-            out.append(DrawOutcome(summary, judged, bool(t and t.fell_behind), d))
+            out.append(_outcome(cal, workload_for(d + k * intervals.draws), fleet, config,
+                                judge, draw, d))
     return out
+
+
+def point_outcome(cal: Calibration, workload: SimWorkload, fleet: Fleet, config: RunConfig,
+                  judge: Judge | None = None) -> DrawOutcome:
+    """The point estimate's summary and what `judge` reads off it: `workload` simulated
+    once, as the calibration fitted it (no drawn world; `world` 0)."""
+    return _outcome(cal, workload, fleet, config, judge, None, 0)
+
+
+def _outcome(cal: Calibration, workload: SimWorkload, fleet: Fleet, config: RunConfig,
+             judge: Judge | None, draw: Draw | None, world: int) -> DrawOutcome:
+    result = simulate(workload, cal, fleet, draw)
+    table = request_table(result, workload.ensure(len(result)), workload.config.api)
+    window = run_window(on_clock(config.model_copy(deep=True), workload), table)
+    metrics = metric_columns(table)
+    summary = summarize(table, window, config.slos or None, metrics=metrics)
+    chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)
+    t = summary.throughput
+    judged = judge(RunColumns(summary, table, metrics, chosen)) if judge else None
+    return DrawOutcome(summary, judged, bool(t and t.fell_behind), world)
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -193,10 +212,99 @@ def queue_grows(outcomes: Sequence[DrawOutcome], intervals: Intervals) -> bool:
     return behind > intervals.tail * worlds
 
 
+@dataclass(frozen=True)
+class Floor:
+    """One percentile's width (hi/lo, at the intervals' level) split in two: how far it
+    moves between runs of one world (`run`: the run's own luck, its floor) and how far the
+    worlds differ (`level`), and the requests a run would need for the two together to be at
+    most `WIDE` (None: no length does — the worlds alone are wider)."""
+
+    metric: str
+    percentile: str
+    run: float
+    level: float
+    requests_needed: int | None
+
+
+def run_floors(outcomes: Sequence[DrawOutcome], intervals: Intervals, requests: int
+               ) -> list[Floor]:
+    """The `DECIDING` percentiles' floors, from worlds of several runs (of `requests` each):
+    the variance of log(percentile) within a world (pooled) and between the worlds beyond it,
+    each read as a normal's central `intervals.level`; a percentile's variance from run to
+    run falls as 1/requests, so the length for `WIDE` is where the two add up to it."""
+    from scipy.stats import norm
+
+    z2 = 2 * norm.ppf(1 - intervals.tail)  # a normal's central interval: ±z sd
+    goal = math.log(WIDE) / z2  # the sd that makes an interval WIDE wide
+    floors = []
+    for metric, pname in DECIDING:
+        worlds: dict[int, list[float]] = {}
+        for o in outcomes:
+            v = _value(o.summary, "latency", metric, pname)
+            if v is not None and v > 0 and math.isfinite(v):
+                worlds.setdefault(o.world, []).append(math.log(v))
+        runs = [np.asarray(v) for v in worlds.values() if len(v) >= 2]
+        if len(runs) < 2:
+            continue
+        within = float(sum(((v - v.mean()) ** 2).sum() for v in runs)
+                       / sum(len(v) - 1 for v in runs))
+        means = [float(v.mean()) for v in runs]
+        between = max(0.0, float(np.var(means, ddof=1))
+                      - within * float(np.mean([1 / len(v) for v in runs])))
+        needed = (math.ceil(requests * within / (goal ** 2 - between))
+                  if between < goal ** 2 else None)
+        floors.append(Floor(metric, pname, math.exp(z2 * math.sqrt(within)),
+                            math.exp(z2 * math.sqrt(between)), needed))
+    return floors
+
+
+def too_short(summary: RunSummary, floors: Sequence[Floor], requests: int,
+              rate: float | None = None) -> str | None:
+    """One line where a `DECIDING` percentile's interval (finite) is wider than `WIDE` and a
+    longer run would narrow it: the run's floor and the length for `WIDE` (its time at the
+    offered `rate`, req/s); or where no length would (the worlds alone are wider): what the
+    width comes from then."""
+    wide = []
+    for f in floors:
+        p = summary.latency[f.metric].percentiles.get(f.percentile)
+        if p is not None and p.lo and p.hi is not None and math.isfinite(p.hi) and (
+                p.hi / p.lo > WIDE):
+            wide.append(f)
+    if not wide:
+        return None
+    stuck = [f for f in wide if f.requests_needed is None]
+    if stuck:
+        worst = max(stuck, key=lambda f: f.level)
+        return (f"no run length gives intervals {WIDE:g}× wide: the drawn worlds alone (the "
+                f"calibration's level) span {worst.level:.2f}× at {worst.metric.upper()} "
+                f"{worst.percentile}; calibrate again with the machine as it will be")
+    worst = max(wide, key=lambda f: f.requests_needed or 0)
+    if worst.requests_needed is None or worst.requests_needed <= requests:
+        return None
+    seconds = (f" ({_duration(worst.requests_needed / rate)} at {rate:.2f} req/s)"
+               if rate else "")
+    return (f"a run of {requests:,} requests is too short for intervals {WIDE:g}× wide: its "
+            f"{worst.metric.upper()} {worst.percentile} alone moves {worst.run:.2f}× from one "
+            f"run to the next (its floor); from about {_rounded(worst.requests_needed):,} "
+            f"requests{seconds} every percentile's would be")
+
+
+def _rounded(n: int) -> int:
+    """`n` rounded up to two significant digits."""
+    step = 10 ** max(0, len(str(n)) - 2)
+    return -(-n // step) * step
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
 def attach(summary: RunSummary, outcomes: Sequence[DrawOutcome], intervals: Intervals,
-           cal: Calibration, wall_s: float | None = None) -> RunSummary:
+           cal: Calibration, wall_s: float | None = None, rate: float | None = None
+           ) -> RunSummary:
     """`summary` (the point estimate's) with `lo`/`hi` on every percentile the draws give and
-    the `prediction` that says how they were made."""
+    the `prediction` that says how they were made (and, for a run too short for `WIDE`, the
+    length at the offered `rate` that would give it)."""
     if not outcomes:
         return summary
     t = summary.throughput
@@ -213,6 +321,11 @@ def attach(summary: RunSummary, outcomes: Sequence[DrawOutcome], intervals: Inte
                                   grows and (group == "failure_adjusted" or name in QUEUED))
     spread, note = spread_of(cal)
     notes = [note] if note else []
+    requests = summary.in_window
+    floors = run_floors(outcomes, intervals, requests)
+    short = too_short(summary, floors, requests, rate)
+    if short:
+        notes.append(short)
     if grows:
         behind, worlds = worlds_behind(outcomes)
         notes.append(f"the server fell behind the offered rate in {behind} of {worlds} "
@@ -223,7 +336,10 @@ def attach(summary: RunSummary, outcomes: Sequence[DrawOutcome], intervals: Inte
         runs=max(1, len(outcomes) // max(intervals.draws, 1)),
         requests=max(o.summary.requests for o in outcomes),
         fell_behind=sum(o.fell_behind for o in outcomes), point_fell_behind=point_behind,
-        spread=spread.describe(), wall_s=wall_s, notes=notes)
+        spread=spread.describe(), wall_s=wall_s, notes=notes, run_requests=requests,
+        floor=max((f.run for f in floors), default=None),
+        requests_for_width=(max(f.requests_needed for f in floors)
+                            if floors and all(f.requests_needed for f in floors) else None))
     return summary
 
 
@@ -242,4 +358,7 @@ def predicted_intervals(cal: Calibration, summary: RunSummary,
     started = time.perf_counter()
     runs = runs_for(workload_for(0), intervals)
     outcomes = run_draws(cal, workload_for, fleet, config, intervals, runs=runs)
-    return attach(summary, outcomes, intervals, cal, time.perf_counter() - started)
+    arrivals = config.bench.arrivals if config.bench is not None else None
+    rate = (arrivals.rate if arrivals is not None and arrivals.process not in ("closed", "trace")
+            and arrivals.rate and math.isfinite(arrivals.rate) else None)
+    return attach(summary, outcomes, intervals, cal, time.perf_counter() - started, rate)

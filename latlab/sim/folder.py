@@ -29,7 +29,7 @@ from latlab.sim.table import request_table
 from latlab.sim.workload import SimWorkload
 
 RECORDS = 20_000
-PER_TOKEN = ("itl", "itl_request_mean", "chunk_gap")
+PER_TOKEN = ("itl", "itl_request_mean", "itl_max", "chunk_gap")
 
 
 def write_run(result: SimResult, workload: SimWorkload, config: RunConfig, out: Path,

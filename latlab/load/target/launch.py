@@ -53,11 +53,12 @@ class ServerLaunch:
     @classmethod
     def embedded(cls, serve_args: Sequence[str] = (), *, host: str = "127.0.0.1",
                  name: str = "latlab serve") -> ServerLaunch:
-        """`python -m latlab serve` on a free port of `host`."""
+        """`latlab serve` on a free port of `host`, through its own entry (`python -m
+        latlab.commands.serve`: the CLI's other commands not imported)."""
         port = free_port(host)
         url = f"http://{host}:{port}"
-        command = (sys.executable, "-m", "latlab", "serve", "--host", host, "--port", str(port),
-                   *serve_args)
+        command = (sys.executable, "-m", "latlab.commands.serve", "--host", host, "--port",
+                   str(port), *serve_args)
         return cls(command, url, url + "/ready", name)
 
     @classmethod
