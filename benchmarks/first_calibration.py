@@ -11,6 +11,11 @@ host's load is made, not hoped for; the load average is sampled through each run
 the seconds to the first progress line (imports), to the probes (the in-process grid and
 its reference steps), latlab serve's start and each probe (from the progress lines), the
 first answer, and the calibration's fit error, held-out error and probe replays.
+
+`--calibration FILE` times the answer alone instead: the same `predict` given that
+calibration (`--no-probe`: no machine check), so what follows a calibration — the
+prediction, its findings and the advice effects it simulates — is compared by itself; the
+advice effects it printed are counted.
 """
 
 from __future__ import annotations
@@ -42,6 +47,12 @@ class Run:
     calibration: dict | None = None
     returncode: int | None = None
     cpu_s: float = 0.0  # user + system seconds of the command and its children (latlab serve)
+    output: str = ""  # what it printed on stdout
+
+    @property
+    def advice_effects(self) -> int:
+        """The advised settings whose effect it printed (simulated: not "not predicted")."""
+        return self.output.count("predicted for `") - self.output.count("not predicted for `")
 
     def first(self, pattern: str) -> float | None:
         return next((t for t, line in self.lines if re.search(pattern, line)), None)
@@ -62,6 +73,7 @@ class Run:
         out.append(("calibration to prediction", _s(_minus(self.wall_s, self.first(
             r"^calibration: ")))))
         out.append(("first answer", f"{self.wall_s:.1f} s"))
+        out.append(("advice effects printed", str(self.advice_effects)))
         out.append(("CPU seconds (all its processes)", f"{self.cpu_s:.1f} s"))
         return out
 
@@ -97,9 +109,10 @@ def _s(x: float | None) -> str:
     return "–" if x is None else f"{x:.1f} s"
 
 
-def run_once(src: Path, python: str, keep: Path | None = None) -> Run:
-    """`latlab predict` from `src` with an empty cache, its stderr lines timed; the
-    calibration it made copied to `keep` (a file) if given."""
+def run_once(src: Path, python: str, keep: Path | None = None,
+             calibration: Path | None = None) -> Run:
+    """`latlab predict` from `src` with an empty cache (or given `calibration`), its stderr
+    lines timed; the calibration it made copied to `keep` (a file) if given."""
     run = Run(src)
     with tempfile.TemporaryDirectory(prefix="latlab-first-cal-") as cache:
         env = os.environ | {"LATLAB_CACHE": cache, "PYTHONPATH": str(src)}
@@ -113,8 +126,11 @@ def run_once(src: Path, python: str, keep: Path | None = None) -> Run:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         sampler.start()
-        proc = subprocess.Popen([python, "-m", "latlab", *COMMAND], env=env, cwd=cache,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        given = ["--calibration", str(calibration), "--no-probe"] if calibration else []
+        stdout = Path(cache) / "stdout.txt"
+        with stdout.open("w") as out:
+            proc = subprocess.Popen([python, "-m", "latlab", *COMMAND, *given], env=env,
+                                    cwd=cache, stdout=out, stderr=subprocess.PIPE, text=True)
         timer = threading.Timer(LIMIT_S, proc.terminate)  # predict stops its probes' serve
         timer.start()
         try:
@@ -133,6 +149,7 @@ def run_once(src: Path, python: str, keep: Path | None = None) -> Run:
             stop.set()
             sampler.join()
         run.wall_s = time.perf_counter() - started
+        run.output = stdout.read_text()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         run.cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         found = sorted(Path(cache).glob("calibration-engine-*.json"))
@@ -158,6 +175,8 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--log", action="store_true", help="print each run's stderr lines")
     parser.add_argument("--keep", type=Path, help="a folder to keep each run's calibration in")
+    parser.add_argument("--calibration", type=Path,
+                        help="time predict given this calibration (the answer alone)")
     args = parser.parse_args()
     sources = [p.resolve() for p in (args.src or [ROOT])]
     print(f"uptime at the start: {uptime()}")
@@ -169,7 +188,7 @@ def main() -> None:
         for src in sources:
             print(f"{src}: uptime {uptime()}", flush=True)
             keep = (args.keep / f"{len(runs) + 1}-{src.name}.json") if args.keep else None
-            runs.append(run_once(src, args.python, keep))
+            runs.append(run_once(src, args.python, keep, args.calibration))
             r = runs[-1]
             print(f"  first answer in {r.wall_s:.1f} s (exit {r.returncode}), load average "
                   f"{min(r.loads, default=0):.1f}–{max(r.loads, default=0):.1f}", flush=True)
