@@ -48,6 +48,7 @@ class Run:
     returncode: int | None = None
     cpu_s: float = 0.0  # user + system seconds of the command and its children (latlab serve)
     output: str = ""  # what it printed on stdout
+    cpu: list[tuple[float, float, float]] = field(default_factory=list)  # (s, predict, serve)
 
     @property
     def advice_effects(self) -> int:
@@ -75,7 +76,19 @@ class Run:
         out.append(("first answer", f"{self.wall_s:.1f} s"))
         out.append(("advice effects printed", str(self.advice_effects)))
         out.append(("CPU seconds (all its processes)", f"{self.cpu_s:.1f} s"))
+        bounds = [0.0, imports, probing, self.first(r"^calibration: "), self.wall_s]
+        names = ["imports", "build, grid, reference (serve starts)", "probes", "answer"]
+        for name, start, end in zip(names, bounds, bounds[1:]):
+            if start is not None and end is not None and self.cpu:
+                (m0, s0), (m1, s1) = self.cpu_at(start), self.cpu_at(end)
+                out.append((f"  CPU s in {name} (predict + serve)",
+                            f"{m1 - m0:.1f} + {s1 - s0:.1f}"))
         return out
+
+    def cpu_at(self, t: float) -> tuple[float, float]:
+        """The CPU seconds of predict and of its latlab serve last sampled by `t`."""
+        before = [(m, s) for when, m, s in self.cpu if when <= t]
+        return before[-1] if before else (0.0, 0.0)
 
     def fit(self) -> list[tuple[str, str]]:
         cal = self.calibration
@@ -109,6 +122,25 @@ def _s(x: float | None) -> str:
     return "–" if x is None else f"{x:.1f} s"
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` (None once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def child_pids(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def run_once(src: Path, python: str, keep: Path | None = None,
              calibration: Path | None = None) -> Run:
     """`latlab predict` from `src` with an empty cache (or given `calibration`), its stderr
@@ -122,7 +154,17 @@ def run_once(src: Path, python: str, keep: Path | None = None,
             while not stop.wait(2.0):
                 run.loads.append(os.getloadavg()[0])
 
+        def sample_cpu() -> None:  # predict's and its latlab serve's (its child) CPU seconds
+            main = serve = 0.0
+            server: int | None = None
+            while not stop.wait(0.2):
+                server = server or next(iter(child_pids(proc.pid)), None)
+                main = cpu_s(proc.pid) or main
+                serve = (cpu_s(server) if server else None) or serve
+                run.cpu.append((time.perf_counter() - started, main, serve))
+
         sampler = threading.Thread(target=sample, daemon=True)
+        cpu_sampler = threading.Thread(target=sample_cpu, daemon=True)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         sampler.start()
@@ -131,6 +173,7 @@ def run_once(src: Path, python: str, keep: Path | None = None,
         with stdout.open("w") as out:
             proc = subprocess.Popen([python, "-m", "latlab", *COMMAND, *given], env=env,
                                     cwd=cache, stdout=out, stderr=subprocess.PIPE, text=True)
+        cpu_sampler.start()
         timer = threading.Timer(LIMIT_S, proc.terminate)  # predict stops its probes' serve
         timer.start()
         try:
@@ -148,6 +191,7 @@ def run_once(src: Path, python: str, keep: Path | None = None,
                     proc.wait()
             stop.set()
             sampler.join()
+            cpu_sampler.join()
         run.wall_s = time.perf_counter() - started
         run.output = stdout.read_text()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
