@@ -127,6 +127,29 @@ def concat(values: Sequence[Any], lengths: Sequence[int]) -> Any:
                              for f in fields(first) if f.init and not f.name.startswith("_")})
 
 
+def put(into: Any, value: Any, rows: np.ndarray, n: int) -> Any:
+    """`into`, a column of `n` requests (made with every request missing when None), with
+    the requests of `value` written at `rows`: an array, a dict of columns (one that only
+    some parts have is missing elsewhere) or `Labels` (names joined)."""
+    if isinstance(value, np.ndarray):
+        into = _missing(value, n) if into is None else into
+        into[rows] = value
+        return into
+    if isinstance(value, dict):
+        into = {} if into is None else into
+        for k, v in value.items():
+            into[k] = put(into.get(k), v, rows, n)
+        return into
+    if isinstance(value, Labels):
+        if into is None:
+            into = Labels(np.full(n, -1, np.int32), value.names)
+        names = tuple(dict.fromkeys((*into.names, *value.names)))  # `into`'s codes stay
+        remap = np.array([names.index(name) for name in value.names] + [-1], np.int32)
+        into.codes[rows] = remap[value.codes]
+        return Labels(into.codes, names)
+    raise TypeError(f"cannot write {type(value).__name__} columns in place")
+
+
 def _missing(like: np.ndarray, n: int) -> np.ndarray:
     """`n` missing values of `like`'s kind: NaN, MISSING (times), −1 (codes), False."""
     fill = {"f": np.nan, "b": False}.get(like.dtype.kind,

@@ -115,7 +115,7 @@ class Windows:
 
     def add(self, records: list[RequestTimeline], lines: list[bytes]) -> None:
         """The calls complete now, and each one's JSON line (requests.jsonl's)."""
-        by_window: dict[int, list[bytes]] = {}
+        by_window: dict[int, tuple[list[bytes], list[int]]] = {}
         undercounted = False
         timed = [r for r in records if r.origin_ns is not None]
         for r, line in zip(records, lines):
@@ -130,10 +130,12 @@ class Windows:
                     written.late += 1
                     undercounted = True
             else:
-                by_window.setdefault(key, []).append(line)
+                window_lines, starts = by_window.setdefault(key, ([], []))
+                window_lines.append(line)
+                starts.append(start)
                 self._first = key if self._first is None else min(self._first, key)
-        for key, window_lines in by_window.items():
-            self._scratch.append(key, window_lines)
+        for key, (window_lines, starts) in by_window.items():
+            self._scratch.append(key, window_lines, starts)
             self._open[key] = self._open.get(key, 0) + len(window_lines)
         if undercounted:
             self.peak = peak_over(self.kept)
