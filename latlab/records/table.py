@@ -200,8 +200,8 @@ class RequestTable:
                                 zip(joined.pop("token_ns"), joined.pop("token_offsets"))])
         counts = Ragged(np.concatenate(joined.pop("token_counts")), tokens.offsets)
         taken = tokens.take(order)
-        columns |= {name: take(concat(values, lengths), order)
-                    for name, values in joined.items()}
+        for name in JOINED:  # a column at a time, its parts let go before the next's
+            columns[name] = take(concat(joined.pop(name), lengths), order)
         return cls(**columns, token_ns=taken.values, token_offsets=taken.offsets,
                    token_counts=counts.take(order).values)
 

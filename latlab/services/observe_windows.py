@@ -159,8 +159,11 @@ class Windows:
             start = key * self.window_ns
             partial = (key == self._first or (watermark_ns is None and key == last)
                        or (self.since_ns is not None and start < self.since_ns))
-            window = analyze_window(self.run, self.config, self._table(key), start,
+            table = self._table(key)
+            release()  # the segments' parsing, handed back before the analysis allocates
+            window = analyze_window(self.run, self.config, table, start,
                                     start + self.window_ns)[0]  # its analysis let go
+            del table
             window.partial = partial
             closed.append(window)
             self._written[key] = window
