@@ -200,8 +200,13 @@ class RequestTable:
                                 zip(joined.pop("token_ns"), joined.pop("token_offsets"))])
         counts = Ragged(np.concatenate(joined.pop("token_counts")), tokens.offsets)
         taken = tokens.take(order)
-        for name in JOINED:  # a column at a time, its parts let go before the next's
-            columns[name] = take(concat(joined.pop(name), lengths), order)
+        texts = joined.pop("text")  # each part's {name: Arrow column}
+        joined |= {name: [text.pop(name) for text in texts] for name in TEXT}
+        by_size = sorted(joined, key=lambda name: -sum(c.nbytes for c in joined[name]))
+        text = {}
+        for name in by_size:  # the largest first, each one's parts let go before the next's
+            text[name] = pa.concat_arrays(joined.pop(name)).take(order)
+        columns |= {"tool_error": text.pop("tool_error"), "text": {n: text[n] for n in TEXT}}
         return cls(**columns, token_ns=taken.values, token_offsets=taken.offsets,
                    token_counts=counts.take(order).values)
 
