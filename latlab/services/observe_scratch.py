@@ -26,13 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from latlab.records.reader import read_requests
-from latlab.records.table import RequestTable
+from latlab.records.table import SCHEMA, RequestTable
 
 DIRECTORY = ".open-windows"
 LOCK = "lock"
 SEGMENT_CALLS = 10_000  # calls per file: what one parse holds (about 9 MB of JSON lines)
+# What a window's analysis never reads (a report's rows do: the end reads the whole run),
+# left out of its columns (missing): the bulk of their strings.
+UNREAD = ("id", "server_request_id", "trace_id")
+READ = pa.schema([f for f in SCHEMA if f.name not in UNREAD])
 
 
 @dataclass(slots=True)
@@ -80,12 +85,13 @@ class Scratch:
             lines = lines[room:]
 
     def take(self, key: int) -> RequestTable:
-        """Window `key`'s calls as columns, in start order (the window is the same whatever
-        order its calls arrived in); its files removed."""
+        """Window `key`'s calls as columns (but `UNREAD`), in start order (the window is the
+        same whatever order its calls arrived in); its files removed."""
         segments = self._windows.pop(key)
         order = np.argsort(np.concatenate(segments.starts), kind="stable")
         try:
-            return RequestTable.merge((read_requests(path) for path in segments.files), order)
+            return RequestTable.merge((read_requests(path, schema=READ)
+                                       for path in segments.files), order)
         finally:
             for path in segments.files:
                 path.unlink(missing_ok=True)
