@@ -15,9 +15,11 @@ finding that the calls themselves do not support; live, the peak rule leaves out
 that late calls are known to have left short.
 
 An open window's calls wait on disk (their JSON lines, requests.jsonl's, in the run folder's
-scratch directory, `observe_scratch`): memory holds a count per open window, the rolling
-window's numbers and the kept windows' one-line summaries, whatever the intake rate or the
-run's length; a window's calls are read (as columns, a segment at a time) only to analyse it.
+scratch directory, `observe_scratch`): memory holds each open call's start (8 bytes), the
+rolling window's numbers and the kept windows' one-line summaries, whatever the run's length;
+a window's calls are read (as columns, a segment at a time, each straight to its rows) only
+to analyse it, without what its analysis never reads (the ids), and a column no call has
+costs nothing.
 
     with Windows(run, config, window_ns, bound_ns) as windows:
         windows.add(records, lines)         # the calls complete now
