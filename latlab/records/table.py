@@ -174,8 +174,9 @@ class RequestTable:
     def merge(cls, parts: Iterable[RequestTable], order: np.ndarray) -> RequestTable:
         """`concat(parts).take(order)` made a part at a time: each part's requests are
         written straight to their rows (row i takes the `order[i]`-th request of the parts),
-        so only one part is held beside the result and `parts` may be read one by one. Its
-        Arrow and token columns are joined at the end (a few bytes a request)."""
+        so only one part is held beside the result and `parts` may be read one by one; a
+        column no request has takes no memory (a read-only view, `put`). The Arrow and token
+        columns are joined at the end."""
         n = len(order)
         rows = np.empty(n, np.int64)
         rows[order] = np.arange(n)
