@@ -67,6 +67,9 @@ def test_tables_merged_in_an_order_are_their_concatenation_taken_in_it():
     assert len(alive) == len(cuts)
     assert [merged.record(i) for i in range(len(merged))] == [records[i] for i in order]
     assert merged.tenant.names and merged.session.names == ("s1",)
+    # a column no request has takes no memory; one that some have is one
+    assert merged.phases["tls_ns"].strides == (0,) and np.isnan(merged.phases["tls_ns"]).all()
+    assert merged.phases["connect_ns"].strides == (8,)
     with pytest.raises(ValueError, match="20 rows in order, 22 requests"):
         RequestTable.merge([as_table(records)], np.arange(20))
 
