@@ -25,7 +25,7 @@ backoff doubling from 1 s to 32 s, at most 6 times; what is given up is counted.
    a busy machine's stolen time does not count against it; per wall second and the peak
    resident memory beside it (the kernel's high-water mark, VmHWM, read and reset each
    second: no peak falls between two samples), the most in each 20 s, the peak up to each
-   window's write (its close, and the intake since the window before), and the peak while
+   close's write (its windows, and the intake since the close before), and the peak while
    observe ends (its last windows, the check over every call, summary and report: they read
    the whole run).
 2. **Steady** (`--steady-s` at `--rate` spans/s, `--window 10`): the most resident memory of
@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from itertools import islice
 from pathlib import Path
 
 import httpx
@@ -226,14 +227,17 @@ def finish_peak(observe: subprocess.Popen, limit_s: float = 600) -> float:
     return peak
 
 
-def close_peaks(samples: list[tuple[float, int, float, int]], before: int) -> list[float]:
-    """The peak memory of each window written during `samples` (the windows written so far
-    when sampled): the most since the write before it."""
+def close_peaks(samples: list[tuple[float, int, float, int]], before: int
+                ) -> list[tuple[float, int]]:
+    """Per write of windows.jsonl during `samples` (the windows written so far when
+    sampled): the peak memory since the write before it, and how many windows it wrote (a
+    close analyses every window the watermark passed, one after the other, and writes them
+    together)."""
     peaks, since, written = [], 0.0, before
     for _, _, peak, count in samples:
         since = max(since, peak)
         if count > written:
-            peaks += [since] * (count - written)
+            peaks.append((since, count - written))
             since, written = 0.0, count
     return peaks
 
@@ -288,9 +292,12 @@ def phase(latlab: Path, seconds: float, rate: float | None, senders: int, cpu: i
             print("  resident memory, the most in each 20 s (MiB): " + ", ".join(
                 f"{max((r for a, _, r, _ in samples if lo <= a < lo + 20), default=0):.0f}"
                 for lo in range(0, int(seconds), 20)))
-            print("  the peak up to each window's write (MiB, calls): " + ", ".join(
-                f"{peak:.0f} ({w['calls']:,})" for peak, w in zip(close_peaks(samples, before),
-                                                                  closed)))
+            written, closes = iter(closed), []
+            for peak, count in close_peaks(samples, before):
+                calls = " + ".join(f"{w['calls']:,}" for w in islice(written, count))
+                closes.append(f"{peak:.0f} ({calls})")
+            print("  the peak up to each close's write (MiB, the calls of its windows): "
+                  + ", ".join(closes))
     finally:
         observe.send_signal(signal.SIGINT)
         print(f"  observe's end (the last windows, the check over every call, summary, "
