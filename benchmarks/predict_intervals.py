@@ -424,9 +424,12 @@ def main() -> None:
         print(f"calibrated in {time.perf_counter() - started:.0f} s")
     print(f"calibration {args.calibration}: {cal.headline()}")
     print(f"  spread: {cal.spread.describe() if cal.spread else 'none'}")
+    args.calibration = args.calibration.resolve()  # each version checks in its own tree
     if args.baseline_src and not args.baseline_calibration:
         args.baseline_calibration = (args.calibration if args.measured else
                                      baseline_calibration(args.baseline_src, Path(args.out)))
+    if args.baseline_calibration:
+        args.baseline_calibration = args.baseline_calibration.resolve()
     folders = args.measured or [measure(args, cal, err)]
     if args.measure_only:
         print(f"measured: {folders[0]}; check with --measured {folders[0]} --calibration "
@@ -462,7 +465,7 @@ def main() -> None:
             print(f"{name} with the machine probe before each run (--on-drift rescale):")
             # the baseline's --on-drift rescale acted beyond the spread only
             checks[f"{name}+probe"] = probed(src, runs, calibration, args.draws,
-                                             Path(args.out) / "probed", name == "old")
+                                             Path(args.out).resolve() / "probed", name == "old")
             versions[f"{name}+probe"] = versions[name]
     names = list(versions)[::-1]
     print(f"\n{'load':>4} {'run':>3} {'metric':<9} {'measured':>8}  "
