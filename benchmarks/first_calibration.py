@@ -11,6 +11,11 @@ host's load is made, not hoped for; the load average is sampled through each run
 the seconds to the first progress line (imports), to the probes (the in-process grid and
 its reference steps), latlab serve's start and each probe (from the progress lines), the
 first answer, and the calibration's fit error, held-out error and probe replays.
+
+`--calibration FILE` times the answer alone instead: the same `predict` given that
+calibration (`--no-probe`: no machine check), so what follows a calibration — the
+prediction, its findings and the advice effects it simulates — is compared by itself; the
+advice effects it printed are counted.
 """
 
 from __future__ import annotations
@@ -42,6 +47,13 @@ class Run:
     calibration: dict | None = None
     returncode: int | None = None
     cpu_s: float = 0.0  # user + system seconds of the command and its children (latlab serve)
+    output: str = ""  # what it printed on stdout
+    cpu: list[tuple[float, float, float]] = field(default_factory=list)  # (s, predict, serve)
+
+    @property
+    def advice_effects(self) -> int:
+        """The advised settings whose effect it printed (simulated: not "not predicted")."""
+        return self.output.count("predicted for `") - self.output.count("not predicted for `")
 
     def first(self, pattern: str) -> float | None:
         return next((t for t, line in self.lines if re.search(pattern, line)), None)
@@ -62,8 +74,21 @@ class Run:
         out.append(("calibration to prediction", _s(_minus(self.wall_s, self.first(
             r"^calibration: ")))))
         out.append(("first answer", f"{self.wall_s:.1f} s"))
+        out.append(("advice effects printed", str(self.advice_effects)))
         out.append(("CPU seconds (all its processes)", f"{self.cpu_s:.1f} s"))
+        bounds = [0.0, imports, probing, self.first(r"^calibration: "), self.wall_s]
+        names = ["imports", "build, grid, reference (serve starts)", "probes", "answer"]
+        for name, start, end in zip(names, bounds, bounds[1:]):
+            if start is not None and end is not None and self.cpu:
+                (m0, s0), (m1, s1) = self.cpu_at(start), self.cpu_at(end)
+                out.append((f"  CPU s in {name} (predict + serve)",
+                            f"{m1 - m0:.1f} + {s1 - s0:.1f}"))
         return out
+
+    def cpu_at(self, t: float) -> tuple[float, float]:
+        """The CPU seconds of predict and of its latlab serve last sampled by `t`."""
+        before = [(m, s) for when, m, s in self.cpu if when <= t]
+        return before[-1] if before else (0.0, 0.0)
 
     def fit(self) -> list[tuple[str, str]]:
         cal = self.calibration
@@ -97,9 +122,29 @@ def _s(x: float | None) -> str:
     return "–" if x is None else f"{x:.1f} s"
 
 
-def run_once(src: Path, python: str, keep: Path | None = None) -> Run:
-    """`latlab predict` from `src` with an empty cache, its stderr lines timed; the
-    calibration it made copied to `keep` (a file) if given."""
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` (None once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def child_pids(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def run_once(src: Path, python: str, keep: Path | None = None,
+             calibration: Path | None = None) -> Run:
+    """`latlab predict` from `src` with an empty cache (or given `calibration`), its stderr
+    lines timed; the calibration it made copied to `keep` (a file) if given."""
     run = Run(src)
     with tempfile.TemporaryDirectory(prefix="latlab-first-cal-") as cache:
         env = os.environ | {"LATLAB_CACHE": cache, "PYTHONPATH": str(src)}
@@ -109,12 +154,26 @@ def run_once(src: Path, python: str, keep: Path | None = None) -> Run:
             while not stop.wait(2.0):
                 run.loads.append(os.getloadavg()[0])
 
+        def sample_cpu() -> None:  # predict's and its latlab serve's (its child) CPU seconds
+            main = serve = 0.0
+            server: int | None = None
+            while not stop.wait(0.2):
+                server = server or next(iter(child_pids(proc.pid)), None)
+                main = cpu_s(proc.pid) or main
+                serve = (cpu_s(server) if server else None) or serve
+                run.cpu.append((time.perf_counter() - started, main, serve))
+
         sampler = threading.Thread(target=sample, daemon=True)
+        cpu_sampler = threading.Thread(target=sample_cpu, daemon=True)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         sampler.start()
-        proc = subprocess.Popen([python, "-m", "latlab", *COMMAND], env=env, cwd=cache,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        given = ["--calibration", str(calibration), "--no-probe"] if calibration else []
+        stdout = Path(cache) / "stdout.txt"
+        with stdout.open("w") as out:
+            proc = subprocess.Popen([python, "-m", "latlab", *COMMAND, *given], env=env,
+                                    cwd=cache, stdout=out, stderr=subprocess.PIPE, text=True)
+        cpu_sampler.start()
         timer = threading.Timer(LIMIT_S, proc.terminate)  # predict stops its probes' serve
         timer.start()
         try:
@@ -132,7 +191,9 @@ def run_once(src: Path, python: str, keep: Path | None = None) -> Run:
                     proc.wait()
             stop.set()
             sampler.join()
+            cpu_sampler.join()
         run.wall_s = time.perf_counter() - started
+        run.output = stdout.read_text()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         run.cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         found = sorted(Path(cache).glob("calibration-engine-*.json"))
@@ -158,6 +219,8 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--log", action="store_true", help="print each run's stderr lines")
     parser.add_argument("--keep", type=Path, help="a folder to keep each run's calibration in")
+    parser.add_argument("--calibration", type=Path,
+                        help="time predict given this calibration (the answer alone)")
     args = parser.parse_args()
     sources = [p.resolve() for p in (args.src or [ROOT])]
     print(f"uptime at the start: {uptime()}")
@@ -169,7 +232,7 @@ def main() -> None:
         for src in sources:
             print(f"{src}: uptime {uptime()}", flush=True)
             keep = (args.keep / f"{len(runs) + 1}-{src.name}.json") if args.keep else None
-            runs.append(run_once(src, args.python, keep))
+            runs.append(run_once(src, args.python, keep, args.calibration))
             r = runs[-1]
             print(f"  first answer in {r.wall_s:.1f} s (exit {r.returncode}), load average "
                   f"{min(r.loads, default=0):.1f}–{max(r.loads, default=0):.1f}", flush=True)

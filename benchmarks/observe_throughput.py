@@ -16,25 +16,27 @@ batch refused (503, observe's back-pressure when --max-pending-spans spans wait;
 sent again after its Retry-After, else a backoff doubling from 1 s to 32 s, at most 6 times;
 what is given up is counted.
 
-1. **Flat out** (`--max-s`, observe's defaults: 60 s windows, the trace wait learnt; after
-   15 s of warm-up): the senders send as fast as observe takes the batches; the measured
-   stretch (120 s by default) is long enough for a whole window (a minute's calls, not the
-   partial first one) to close in it, unless observe refuses exports meanwhile (the
-   watermark then waits for them, up to --max-lateness past a window's end: a longer
-   --max-s); the windows closed in the stretch are printed with their calls, so a peak
-   without a window's analysis in it is seen as such. Spans per CPU second = the
-   spans observe took / the CPU seconds its process used meanwhile (user + system, from
-   /proc), so a busy machine's stolen time does not count against it; per wall second and the
-   peak resident memory (sampled each second) beside it, the most in each 20 s (a window's
-   close shows as a jump), and the peak while observe ends, by step (its last windows; the
-   check of the windows over every call and the summary; trace.jsonl, the run store and the
-   report; printing and exit), each step told by the file it leaves in the run folder.
-   `--keep DIR` moves the run folder there (to look into its end afterwards).
-2. **Steady** (`--steady-s` at `--rate` spans/s, `--window 10`): the resident memory of the
-   observe process every 10 s. It holds the spans of traces not yet complete (bounded by the
-   trace wait and --max-pending-spans), the calls of the open windows (the window and the
-   watermark's lag) and one line per closed window, so it levels off after the first windows
-   whatever the run's length.
+1. **Flat out** (`--max-s`, observe's defaults: 60 s windows unless `--window`, the trace
+   wait learnt; after 15 s of warm-up): the senders send as fast as observe takes the
+   batches; the measured stretch (120 s by default) is long enough for a whole window (a
+   minute's calls, not the partial first one) to close in it, unless observe refuses exports
+   meanwhile (the watermark then waits for them, up to --max-lateness past a window's end: a
+   longer --max-s); the windows closed in the stretch are printed with their calls, so a peak
+   without a window's analysis in it is seen as such. Spans per CPU second = the spans
+   observe took / the CPU seconds its process used meanwhile (user + system, from /proc), so
+   a busy machine's stolen time does not count against it; per wall second and the peak
+   resident memory beside it (the kernel's high-water mark, VmHWM, read and reset each
+   second: no peak falls between two samples), the most in each 20 s, the peak up to each
+   close's write (its windows, and the intake since the close before), and the peak while
+   observe ends, by step (its last windows; the check of the windows over every call and the
+   summary; trace.jsonl, the run store and the report; printing and exit), each step told by
+   the file it leaves in the run folder. `--keep DIR` moves the run folder there (to look
+   into its end afterwards: `observe_end.py` measures the end alone).
+2. **Steady** (`--steady-s` at `--rate` spans/s, `--window 10`): the most resident memory of
+   the observe process in each 10 s. It holds the spans of traces not yet complete (bounded
+   by the trace wait and --max-pending-spans), the calls of the open windows (the window and
+   the watermark's lag) and one line per closed window, so it levels off after the first
+   windows whatever the run's length.
 
 The load average before and after is printed with the numbers: the machine is shared.
 """
@@ -53,6 +55,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import httpx
@@ -226,11 +229,23 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def rss_mib(pid: int) -> float:
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def peak_mib(pid: int) -> float:
+    """The most resident memory of `pid` since the last call (its high-water mark, reset)."""
+    peak = rss_mib(pid, "VmHWM")
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+    return peak
+
+
+def windows_written(out: Path) -> list[dict]:
+    return [orjson.loads(line) for path in out.glob(f"*/{WINDOWS}")
+            for line in path.read_bytes().splitlines()]
 
 
 def start_observe(latlab: Path, out: Path, port: int, cpu: int, options: list[str]
@@ -269,8 +284,8 @@ def finish_peaks(observe: subprocess.Popen, out: Path, limit_s: float = 600
     deadline += limit_s
     while observe.poll() is None and time.monotonic() < deadline:
         try:
-            peak = max(peak, rss_mib(observe.pid))
-        except (FileNotFoundError, ProcessLookupError):
+            peak = max(peak, peak_mib(observe.pid))
+        except OSError:  # it has just ended
             break
         runs = [p for p in out.iterdir() if p.is_dir()]
         while step < len(END_STEPS) - 1 and runs and END_STEPS[step][1](runs[0]):
@@ -284,16 +299,33 @@ def finish_peaks(observe: subprocess.Popen, out: Path, limit_s: float = 600
     return steps
 
 
+def close_peaks(samples: list[tuple[float, int, float, int]], before: int
+                ) -> list[tuple[float, int]]:
+    """Per write of windows.jsonl during `samples` (the windows written so far when
+    sampled): the peak memory since the write before it, and how many windows it wrote (a
+    close analyses every window the watermark passed, one after the other, and writes them
+    together)."""
+    peaks, since, written = [], 0.0, before
+    for _, _, peak, count in samples:
+        since = max(since, peak)
+        if count > written:
+            peaks.append((since, count - written))
+            since, written = 0.0, count
+    return peaks
+
+
 WARMUP_S = 15.0
 
 
 def phase(latlab: Path, seconds: float, rate: float | None, senders: int, cpu: int,
-          steady: bool, keep: Path | None = None) -> None:
+          steady: bool, window_s: float | None = None, keep: Path | None = None
+          ) -> None:
     out = Path(tempfile.mkdtemp(prefix="latlab-observe-bench-"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    observe = start_observe(latlab, out, port, cpu, ["--window", "10"] if steady else [])
+    window = ["--window", f"{window_s:g}"] if window_s else []
+    observe = start_observe(latlab, out, port, cpu, ["--window", "10"] if steady else window)
     counters = (mp.Value("q", 0), mp.Value("q", 0), mp.Value("q", 0))
     counter = counters[0]
     try:
@@ -306,32 +338,39 @@ def phase(latlab: Path, seconds: float, rate: float | None, senders: int, cpu: i
             w.start()
         time.sleep(warmup)
         cpu0, t0, sent0 = cpu_s(observe.pid), time.monotonic(), counter.value
-        samples = []
+        samples, before = [], len(windows_written(out))
+        peak_mib(observe.pid)
         while time.monotonic() < until:
             time.sleep(10 if steady else 1)
-            samples.append((time.monotonic() - t0, counter.value, rss_mib(observe.pid)))
+            samples.append((time.monotonic() - t0, counter.value, peak_mib(observe.pid),
+                            len(windows_written(out))))
         used, wall, sent = cpu_s(observe.pid) - cpu0, time.monotonic() - t0, counter.value - sent0
-        closed = [orjson.loads(line) for path in out.glob(f"*/{WINDOWS}")
-                  for line in path.read_bytes().splitlines()]
+        closed = windows_written(out)[before:]
         for w in workers:
             w.join(60)
         if steady:
             print(f"steady {rate:,.0f} spans/s for {seconds:.0f} s (window 10 s): resident memory")
-            for at, n, rss in samples:
+            for at, n, rss, _ in samples:
                 print(f"  {at:6.0f} s  {n:>10,} spans  {rss:7.1f} MiB")
         else:
             print(f"flat out for {seconds:.0f} s: {sent:,} spans taken in {used:.1f} CPU s of "
                   f"observe -> {sent / used:,.0f} spans per CPU second ({sent / wall:,.0f} per "
                   f"wall second); peak resident "
-                  f"{max((r for _, _, r in samples), default=0):.0f} MiB; "
+                  f"{max((r for _, _, r, _ in samples), default=0):.0f} MiB; "
                   f"{counters[1].value:,} exports refused (503) and retried, "
                   f"{counters[2].value:,} spans given up")
         print("  windows analysed meanwhile (calls): " + ", ".join(
             f"{w['calls']:,}{' partial' if w['partial'] else ''}" for w in closed))
         if not steady:
             print("  resident memory, the most in each 20 s (MiB): " + ", ".join(
-                f"{max((r for a, _, r in samples if lo <= a < lo + 20), default=0):.0f}"
+                f"{max((r for a, _, r, _ in samples if lo <= a < lo + 20), default=0):.0f}"
                 for lo in range(0, int(seconds), 20)))
+            written, closes = iter(closed), []
+            for peak, count in close_peaks(samples, before):
+                calls = " + ".join(f"{w['calls']:,}" for w in islice(written, count))
+                closes.append(f"{peak:.0f} ({calls})")
+            print("  the peak up to each close's write (MiB, the calls of its windows): "
+                  + ", ".join(closes))
     finally:
         observe.send_signal(signal.SIGINT)
         steps = finish_peaks(observe, out)
@@ -354,6 +393,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-s", type=float, default=120.0)
     parser.add_argument("--steady-s", type=float, default=120.0)
+    parser.add_argument("--window", type=float, default=None,
+                        help="observe's --window flat out (default: observe's own, 60 s)")
     parser.add_argument("--rate", type=float, default=5000.0, help="spans/s of the steady phase")
     parser.add_argument("--senders", type=int, default=2)
     parser.add_argument("--cpu", type=int, default=0, help="the CPU observe is pinned to")
@@ -365,7 +406,7 @@ def main() -> None:
           f"{args.latlab}")
     if args.max_s:
         phase(args.latlab, args.max_s, None, args.senders, args.cpu, steady=False,
-              keep=args.keep)
+              window_s=args.window, keep=args.keep)
     if args.steady_s:
         phase(args.latlab, args.steady_s, args.rate, args.senders, args.cpu, steady=True)
     print(f"load average after: {os.getloadavg()}")

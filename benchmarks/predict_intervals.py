@@ -274,11 +274,12 @@ def served_levels(folder: Path, runs: list[dict], calibration: Path, total: bool
     return levels
 
 
-def probed(src: Path, runs: list[dict], calibration: Path, draws: int, out: Path) -> dict:
+def probed(src: Path, runs: list[dict], calibration: Path, draws: int, out: Path,
+           beyond_only: bool = False) -> dict:
     """The checks `latlab predict --on-drift rescale` would have given just before each run:
-    the calibration's reference steps were timed then (`reference_ms`), and where they took
-    longer or shorter than the calibration's spread allows, the step costs are scaled by
-    that ratio (`calibration.rescaled`) for that run's check."""
+    the calibration's reference steps were timed then (`reference_ms`), and the step costs
+    are scaled by that ratio (`calibration.rescaled`) for that run's check — within the
+    calibration's spread too (`beyond_only`: only beyond it, as before)."""
     cal = calibrations.load(calibration)
     limit = drift_limit(spread_of(cal)[0])
     out.mkdir(parents=True, exist_ok=True)
@@ -286,7 +287,7 @@ def probed(src: Path, runs: list[dict], calibration: Path, draws: int, out: Path
     for i, r in enumerate(runs):
         ratio = r["reference_ms"] / sum(cal.reference.ms)
         path = calibration
-        if not 1 / limit <= ratio <= limit:
+        if not beyond_only or not 1 / limit <= ratio <= limit:
             path = calibrations.save(calibrations.rescaled(cal, ratio, "the machine probe"),
                                      out / f"{calibration.stem}-run{i}.json")
         by_file.setdefault(path, []).append(r)
@@ -423,9 +424,12 @@ def main() -> None:
         print(f"calibrated in {time.perf_counter() - started:.0f} s")
     print(f"calibration {args.calibration}: {cal.headline()}")
     print(f"  spread: {cal.spread.describe() if cal.spread else 'none'}")
+    args.calibration = args.calibration.resolve()  # each version checks in its own tree
     if args.baseline_src and not args.baseline_calibration:
         args.baseline_calibration = (args.calibration if args.measured else
                                      baseline_calibration(args.baseline_src, Path(args.out)))
+    if args.baseline_calibration:
+        args.baseline_calibration = args.baseline_calibration.resolve()
     folders = args.measured or [measure(args, cal, err)]
     if args.measure_only:
         print(f"measured: {folders[0]}; check with --measured {folders[0]} --calibration "
@@ -459,8 +463,9 @@ def main() -> None:
     if all("reference_ms" in r for r in runs):  # what the machine probe would have done
         for name, (src, calibration) in list(versions.items()):
             print(f"{name} with the machine probe before each run (--on-drift rescale):")
+            # the baseline's --on-drift rescale acted beyond the spread only
             checks[f"{name}+probe"] = probed(src, runs, calibration, args.draws,
-                                             Path(args.out) / "probed")
+                                             Path(args.out).resolve() / "probed", name == "old")
             versions[f"{name}+probe"] = versions[name]
     names = list(versions)[::-1]
     print(f"\n{'load':>4} {'run':>3} {'metric':<9} {'measured':>8}  "

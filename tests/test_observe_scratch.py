@@ -1,6 +1,7 @@
 """`latlab observe`'s open windows wait on disk (`.open-windows/` in the run folder): gone when
 observe ends, SIGTERM included; left by a process killed outright, and then removed by the
-next observe with the same --out, never while the observe that made it runs."""
+next observe with the same --out, never while the observe that made it runs. A window read
+back from its segments is analysed as the calls themselves would be."""
 
 import signal
 import time
@@ -11,6 +12,7 @@ from otlp_export import export
 from processes import interrupted
 from test_observe_windows import T0, genai_call, run_folder, take
 
+from latlab.analysis.windows import analyze_window
 from latlab.load.target.launch import free_port
 from latlab.load.telemetry.observer import Observer
 from latlab.records.observe import WINDOWS, ObserveConfig
@@ -95,3 +97,8 @@ def test_a_window_of_many_segments_reads_back_whole_in_start_order(tmp_path, mon
             (kept[segment],) = windows.close()
             assert not list((run.path / DIRECTORY).glob("*.jsonl"))
     assert kept[4].calls == len(calls) and kept[4] == kept[SEGMENT_CALLS]
+    # the same as the analysis of every field of the calls as they were made
+    whole, _ = analyze_window(run, config, sorted(records, key=lambda r: r.origin_ns), T0,
+                              T0 + 10 * S)
+    whole.partial = kept[4].partial
+    assert kept[4] == whole

@@ -184,6 +184,26 @@ def test_the_machine_probe_flags_a_calibration_the_machine_has_outgrown():
     assert calibrations.check_machine(elsewhere, engine) is None
 
 
+def test_on_drift_rescale_follows_the_machine_within_the_spread_too(monkeypatch):
+    """The probe before each held-out run tracked its served steps on a shared host (the
+    benchmark's --levels): `rescale` scales to the machine now whatever the ratio; the
+    other choices leave a calibration within its spread as it is."""
+    from latlab.services import predict as service
+
+    cal = calibration()
+    within = calibrations.MachineCheck(ratio=0.8, limit=1.5, load_then=4.0, load_now=1.0)
+    monkeypatch.setattr(calibrations, "check_machine", lambda c, e: within)
+    lines = Console(record=True, width=300)
+    engine = EngineConfig(model="tiny")
+    for kept in ("recalibrate", "warn"):
+        assert service._machine(cal, engine, lines, kept, cached=True) is cal
+    scaled = service._machine(cal, engine, lines, "rescale", cached=True)
+    assert scaled.step.coefficients["step"] == pytest.approx(
+        0.8 * cal.step.coefficients["step"])
+    said = lines.export_text()
+    assert "scaled by 0.80" in said and "within the spread" in said
+
+
 def test_a_calibration_file_that_cannot_be_read_is_a_usage_error(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(InputError):

@@ -4,6 +4,7 @@ big file parsed a batch at a time gives the same columns as one parse; and the s
 computed on columns read the same order statistics a full sort would."""
 
 import math
+import weakref
 from dataclasses import fields
 
 import numpy as np
@@ -53,12 +54,27 @@ def test_the_columns_give_back_every_record(tmp_path):
 
 def test_tables_merged_in_an_order_are_their_concatenation_taken_in_it():
     records = mixed()
-    parts = [as_table(records[:9]), as_table(records[9:15]), as_table(records[15:])]
+    cuts = [(0, 9), (9, 15), (15, len(records))]
+    alive = []  # the parts handed out: each is let go before the next is read
+
+    def parts():
+        for lo, hi in cuts:
+            assert all(part() is None for part in alive)
+            part = as_table(records[lo:hi])
+            alive.append(weakref.ref(part))
+            yield part
+            del part
+
     order = np.random.default_rng(3).permutation(len(records))
-    merged = RequestTable.merge(parts, order)
-    assert not parts  # their columns let go
+    merged = RequestTable.merge(parts(), order)
+    assert len(alive) == len(cuts)
     assert [merged.record(i) for i in range(len(merged))] == [records[i] for i in order]
     assert merged.tenant.names and merged.session.names == ("s1",)
+    # a column no request has takes no memory; one that some have is one
+    assert merged.phases["tls_ns"].strides == (0,) and np.isnan(merged.phases["tls_ns"]).all()
+    assert merged.phases["connect_ns"].strides == (8,)
+    with pytest.raises(ValueError, match="20 rows in order, 22 requests"):
+        RequestTable.merge([as_table(records)], np.arange(20))
 
 
 def test_a_torn_last_line_is_left_out_and_a_bad_line_is_an_error(tmp_path):

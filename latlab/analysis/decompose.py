@@ -190,12 +190,17 @@ def _decompose(t: RequestTable, base: NetworkBaseline) -> Parts:
     n = len(t)
     done = t.ok & present(t.sent_ns) & present(t.done_ns)
     names = [*COMPONENTS, *(APP + name for name in t.application)]
-    ms = {c: np.full(n, np.nan) for c in names}
+    unset = np.broadcast_to(np.nan, n)  # a component no request has a time for: no memory
+    ms = dict.fromkeys(names, unset)
     quality = {c: np.full(n, -1, np.int8) for c in names}
 
     def put(name: str, where: np.ndarray, value: np.ndarray | float, code) -> None:
         where = where & done
-        ms[name][where] = value[where] if isinstance(value, np.ndarray) else value
+        values = value[where] if isinstance(value, np.ndarray) else value
+        if ms[name] is unset and not np.isnan(values).all():
+            ms[name] = np.full(n, np.nan)
+        if ms[name] is not unset:
+            ms[name][where] = values
         quality[name][where] = code[where] if isinstance(code, np.ndarray) else code
 
     phases = [np.nan_to_num(t.phases[p]) for p in ("dns_ns", "connect_ns", "tls_ns")]

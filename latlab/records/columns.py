@@ -131,6 +131,32 @@ def concat(values: Sequence[Any], lengths: Sequence[int]) -> Any:
                              for f in fields(first) if f.init and not f.name.startswith("_")})
 
 
+def put(into: Any, value: Any, rows: np.ndarray, n: int) -> Any:
+    """`into`, a column of `n` requests (made with every request missing when None), with
+    the requests of `value` written at `rows`: an array, a dict of columns (one that only
+    some parts have is missing elsewhere) or `Labels` (names joined). An array missing for
+    every request so far is a read-only view of one missing value: no memory."""
+    if isinstance(value, np.ndarray):
+        if into is None or not into.flags.writeable:
+            fill = missing_value(value.dtype)
+            if (np.isnan(value) if fill is np.nan else value == fill).all():
+                return np.broadcast_to(np.array(fill, value.dtype), n)
+            into = np.full(n, fill, value.dtype)
+        into[rows] = value
+        return into
+    if isinstance(value, dict):
+        into = {} if into is None else into
+        for k, v in value.items():
+            into[k] = put(into.get(k), v, rows, n)
+        return into
+    if isinstance(value, Labels):
+        names = tuple(dict.fromkeys((*into.names, *value.names))) if into else value.names
+        remap = np.array([names.index(name) for name in value.names] + [-1], np.int32)
+        codes = put(into.codes if into else None, remap[value.codes], rows, n)
+        return Labels(codes, names)  # `into`'s codes name the same as before
+    raise TypeError(f"cannot write {type(value).__name__} columns in place")
+
+
 def _missing(like: np.ndarray, n: int) -> np.ndarray:
     """`n` missing values of `like`'s kind."""
     return np.full(n, missing_value(like.dtype), like.dtype)

@@ -144,8 +144,9 @@ class PredictConfig(CalibrationSource):
                           group=INTERVALS)
     on_drift: Literal["recalibrate", "rescale", "warn"] = setting(
         "recalibrate", "When the probe finds the machine beyond the calibration's spread: "
-        "calibrate again (a cached calibration; a file's is warned about), scale its step "
-        "costs by what the probe found, or warn.", group=INTERVALS, cli_type=str)
+        "calibrate again (a cached calibration; a file's is warned about), or warn; rescale: "
+        "scale its step costs by what the probe found, within the spread too (the machine "
+        "now).", group=INTERVALS, cli_type=str)
 
     @model_validator(mode="before")
     @classmethod

@@ -41,10 +41,12 @@ class UnreadableRecords(ValueError):
     """A line of a JSON-lines file that is not a record."""
 
 
-def read_requests(path: Path, joined: Path | None = None) -> RequestTable:
-    """The records of `path` (requests.jsonl) with the server timings of `joined`."""
-    table = RequestTable.from_arrow(read_jsonl(path, SCHEMA) if path.is_file()
-                                    else SCHEMA.empty_table())
+def read_requests(path: Path, joined: Path | None = None, schema: pa.Schema = SCHEMA
+                  ) -> RequestTable:
+    """The records of `path` (requests.jsonl) with the server timings of `joined`; only the
+    fields of `schema` (some of `SCHEMA`'s) are read, the others are missing."""
+    table = RequestTable.from_arrow(read_jsonl(path, schema) if path.is_file()
+                                    else schema.empty_table())
     if joined is not None and joined.is_file():
         _join(table, read_jsonl(joined, JOINED))
     return table

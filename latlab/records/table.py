@@ -14,7 +14,7 @@ big ones take one path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any
@@ -35,6 +35,7 @@ from latlab.records.columns import (
     ints,
     lists,
     per_request,
+    put,
     spans,
     take,
     value_of,
@@ -49,6 +50,7 @@ PHASES = ("pool_wait_ns", "dns_ns", "connect_ns", "tls_ns")
 TEXT = ("id", "error", "server_request_id", "trace_id")
 STEP_TIMES = ("after_ns", "tool_start_ns", "tool_end_ns")  # a session step's
 TOKENS = ("token_ns", "token_counts", "token_offsets")  # flat: all requests' events
+JOINED = ("text", "tool_error")  # Arrow columns: joined, never written in place
 OUTCOMES = tuple(str(o) for o in Outcome)  # outcome codes index this; 0 is "ok"
 
 _i64, _f64, _str, _bool = pa.int64(), pa.float64(), pa.string(), pa.bool_()
@@ -186,25 +188,45 @@ class RequestTable:
                    token_ns=tokens.values, token_counts=counts, token_offsets=tokens.offsets)
 
     @classmethod
-    def merge(cls, tables: list[RequestTable], order: np.ndarray) -> RequestTable:
-        """`concat(tables).take(order)` holding little more than one copy: each field is
-        copied in `order` and then let go of in `tables`, which are emptied (`tables` is
-        cleared)."""
-        lengths = [len(t) for t in tables]
-        tokens = Ragged.concat([Ragged(t.token_ns, t.token_offsets) for t in tables])
-        counts = Ragged(np.concatenate([t.token_counts for t in tables]), tokens.offsets)
+    def merge(cls, parts: Iterable[RequestTable], order: np.ndarray) -> RequestTable:
+        """`concat(parts).take(order)` made a part at a time: each part's requests are
+        written straight to their rows (row i takes the `order[i]`-th request of the parts),
+        so only one part is held beside the result and `parts` may be read one by one; a
+        column no request has takes no memory (a read-only view, `put`). The Arrow and token
+        columns are joined at the end."""
+        n = len(order)
+        rows = np.empty(n, np.int64)
+        rows[order] = np.arange(n)
+        columns: dict[str, Any] = {}
+        joined: dict[str, list[Any]] = {name: [] for name in (*JOINED, *TOKENS)}
+        lengths, at = [], 0
+        for part in parts:
+            into, at = rows[at:at + len(part)], at + len(part)
+            lengths.append(len(part))
+            if at > n:
+                break
+            for f in fields(cls):
+                value = getattr(part, f.name)
+                if f.name in joined:
+                    joined[f.name].append(value)
+                else:
+                    columns[f.name] = put(columns.get(f.name), value, into, n)
+            del part, value  # let go before the next part is read
+        if at != n or not lengths:
+            raise ValueError(f"{n} rows in order, {at} requests in {len(lengths)} parts")
+        tokens = Ragged.concat([Ragged(ns, offsets) for ns, offsets in
+                                zip(joined.pop("token_ns"), joined.pop("token_offsets"))])
+        counts = Ragged(np.concatenate(joined.pop("token_counts")), tokens.offsets)
         taken = tokens.take(order)
-        merged: dict[str, Any] = {"token_ns": taken.values, "token_offsets": taken.offsets,
-                                  "token_counts": counts.take(order).values}
-        del tokens, counts, taken
-        for f in fields(cls):
-            if f.name in TOKENS:
-                continue
-            merged[f.name] = take(concat([getattr(t, f.name) for t in tables], lengths), order)
-            for t in tables:
-                setattr(t, f.name, None)
-        tables.clear()
-        return cls(**merged)
+        texts = joined.pop("text")  # each part's {name: Arrow column}
+        joined |= {name: [text.pop(name) for text in texts] for name in TEXT}
+        by_size = sorted(joined, key=lambda name: -sum(c.nbytes for c in joined[name]))
+        text = {}
+        for name in by_size:  # the largest first, each one's parts let go before the next's
+            text[name] = pa.concat_arrays(joined.pop(name)).take(order)
+        columns |= {"tool_error": text.pop("tool_error"), "text": {n: text[n] for n in TEXT}}
+        return cls(**columns, token_ns=taken.values, token_offsets=taken.offsets,
+                   token_counts=counts.take(order).values)
 
     def record(self, i: int) -> RequestTimeline:
         """Request `i` as a `RequestTimeline` (for the few a report shows one by one)."""

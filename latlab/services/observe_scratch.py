@@ -2,16 +2,18 @@
 folder's `.open-windows/`, so that memory does not grow with the calls a window holds.
 
 Each window's calls (their JSON lines, requests.jsonl's) are appended to segment files of at
-most `SEGMENT_CALLS` calls; a closing window is read back a segment at a time (by the run's
-own reader, DuckDB), so that parsing never holds more than a segment's text, and its files
-are removed. The directory goes when observe ends (the duration, Ctrl-C, SIGTERM, an
-error). A process killed outright (SIGKILL, out of memory) leaves it: the next observe with
-the same --out removes what a dead observe left (`clear_stale`; it holds no call that is not
-in its run's requests.jsonl). A live observe holds a lock on its directory's `lock` file,
-which the system releases when its process dies, so only a dead one's is removed.
+most `SEGMENT_CALLS` calls, their start times kept (8 bytes a call); a closing window is read
+back a segment at a time (by the run's own reader, DuckDB), each segment's calls written
+straight to their rows of the window's columns in start order (`RequestTable.merge`), so that
+a close holds the window's columns and one segment; its files are removed. The directory goes
+when observe ends (the duration, Ctrl-C, SIGTERM, an error). A process killed outright
+(SIGKILL, out of memory) leaves it: the next observe with the same --out removes what a dead
+observe left (`clear_stale`; it holds no call that is not in its run's requests.jsonl). A
+live observe holds a lock on its directory's `lock` file, which the system releases when its
+process dies, so only a dead one's is removed.
 
     with Scratch(run.path) as scratch:
-        scratch.append(key, lines)          # the calls of window `key`, as they come
+        scratch.append(key, lines, starts)  # the calls of window `key`, as they come
         table = scratch.take(key)           # its calls as columns in start order; files removed
 """
 
@@ -24,19 +26,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from latlab.records.reader import read_requests
-from latlab.records.table import RequestTable
+from latlab.records.table import SCHEMA, RequestTable
 
 DIRECTORY = ".open-windows"
 LOCK = "lock"
 SEGMENT_CALLS = 10_000  # calls per file: what one parse holds (about 9 MB of JSON lines)
+# What a window's analysis never reads (a report's rows do: the end reads the whole run),
+# left out of its columns (missing): the bulk of their strings.
+UNREAD = ("id", "server_request_id", "trace_id")
+READ = pa.schema([f for f in SCHEMA if f.name not in UNREAD])
 
 
 @dataclass(slots=True)
 class _Segments:
     files: list[Path] = field(default_factory=list)
     in_last: int = 0  # calls in the last file
+    starts: list[np.ndarray] = field(default_factory=list)  # each call's start (ns), in order
 
 
 class Scratch:
@@ -61,9 +69,11 @@ class Scratch:
             self._lock = None
         self._windows.clear()
 
-    def append(self, key: int, lines: list[bytes]) -> None:
-        """The calls `lines` (JSON lines) of window `key`."""
+    def append(self, key: int, lines: list[bytes], starts: list[int]) -> None:
+        """The calls `lines` (JSON lines) of window `key`, and when each started
+        (`origin_ns`)."""
         segments = self._windows.setdefault(key, _Segments())
+        segments.starts.append(np.array(starts, np.int64))
         while lines:
             if not segments.files or segments.in_last >= SEGMENT_CALLS:
                 segments.files.append(self.path / f"{key}-{len(segments.files)}.jsonl")
@@ -75,17 +85,16 @@ class Scratch:
             lines = lines[room:]
 
     def take(self, key: int) -> RequestTable:
-        """Window `key`'s calls as columns, in start order (the window is the same whatever
-        order its calls arrived in); its files removed. The segments' columns are merged
-        into the window's a field at a time: one copy of the window's calls, not two."""
-        files = self._windows.pop(key).files
+        """Window `key`'s calls as columns (but `UNREAD`), in start order (the window is the
+        same whatever order its calls arrived in); its files removed."""
+        segments = self._windows.pop(key)
+        order = np.argsort(np.concatenate(segments.starts), kind="stable")
         try:
-            tables = [read_requests(path) for path in files]
+            return RequestTable.merge((read_requests(path, schema=READ)
+                                       for path in segments.files), order)
         finally:
-            for path in files:
+            for path in segments.files:
                 path.unlink(missing_ok=True)
-        order = np.argsort(np.concatenate([t.origin_ns for t in tables]), kind="stable")
-        return RequestTable.merge(tables, order)
 
 
 def clear_stale(out: Path) -> list[Path]:

@@ -15,9 +15,11 @@ finding that the calls themselves do not support; live, the peak rule leaves out
 that late calls are known to have left short.
 
 An open window's calls wait on disk (their JSON lines, requests.jsonl's, in the run folder's
-scratch directory, `observe_scratch`): memory holds a count per open window, the rolling
-window's numbers and the kept windows' one-line summaries, whatever the intake rate or the
-run's length; a window's calls are read (as columns, a segment at a time) only to analyse it.
+scratch directory, `observe_scratch`): memory holds each open call's start (8 bytes), the
+rolling window's numbers and the kept windows' one-line summaries, whatever the run's length;
+a window's calls are read (as columns, a segment at a time, each straight to its rows) only
+to analyse it, without what its analysis never reads (the ids), and a column no call has
+costs nothing.
 
     with Windows(run, config, window_ns, bound_ns) as windows:
         windows.add(records, lines)         # the calls complete now
@@ -115,7 +117,7 @@ class Windows:
 
     def add(self, records: list[RequestTimeline], lines: list[bytes]) -> None:
         """The calls complete now, and each one's JSON line (requests.jsonl's)."""
-        by_window: dict[int, list[bytes]] = {}
+        by_window: dict[int, tuple[list[bytes], list[int]]] = {}
         undercounted = False
         timed = [r for r in records if r.origin_ns is not None]
         for r, line in zip(records, lines):
@@ -130,10 +132,12 @@ class Windows:
                     written.late += 1
                     undercounted = True
             else:
-                by_window.setdefault(key, []).append(line)
+                window_lines, starts = by_window.setdefault(key, ([], []))
+                window_lines.append(line)
+                starts.append(start)
                 self._first = key if self._first is None else min(self._first, key)
-        for key, window_lines in by_window.items():
-            self._scratch.append(key, window_lines)
+        for key, (window_lines, starts) in by_window.items():
+            self._scratch.append(key, window_lines, starts)
             self._open[key] = self._open.get(key, 0) + len(window_lines)
         if undercounted:
             self.peak = peak_over(self.kept)
@@ -157,8 +161,11 @@ class Windows:
             start = key * self.window_ns
             partial = (key == self._first or (watermark_ns is None and key == last)
                        or (self.since_ns is not None and start < self.since_ns))
-            window = analyze_window(self.run, self.config, self._table(key), start,
+            table = self._table(key)
+            release()  # the segments' parsing, handed back before the analysis allocates
+            window = analyze_window(self.run, self.config, table, start,
                                     start + self.window_ns)[0]  # its analysis let go
+            del table
             window.partial = partial
             closed.append(window)
             self._written[key] = window

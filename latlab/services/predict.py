@@ -51,8 +51,9 @@ def resolve_calibration(source: CalibrationSource, calibration: Path | None,
     now, or latlab's engine (`serve`, whose engine config is `engine`), calibrated on first
     use and cached. With `probe`, a calibration of latlab's engine made on this machine is
     checked first (its reference steps timed again); beyond its spread, `on_drift` says
-    what to do: make a cached one again ("recalibrate"; a file's is warned about), scale its
-    step costs to the machine now ("rescale"), or warn."""
+    what to do: make a cached one again ("recalibrate"; a file's is warned about), or warn;
+    "rescale" scales its step costs to the machine now whatever the probe found (within the
+    spread too: on a shared host the probe tracks how fast the served steps will be)."""
     engine = calibrated_engine(engine or EngineConfig())
     try:
         if calibration is not None:
@@ -97,13 +98,14 @@ def _machine(cal: Calibration, engine: EngineConfig, err: Console, on_drift: str
         return cal  # no torch here: nothing to time the reference steps with
     if check is None:
         return cal
+    if on_drift == "rescale":  # the machine now, within the spread too: the probe tracks it
+        err.print(f"{'warning: ' if check.beyond else 'machine check: '}{check.line()}: its "
+                  f"step costs scaled by {check.ratio:.2f} (--on-drift rescale)",
+                  style="yellow" if check.beyond else "dim", highlight=False)
+        return calibrations.rescaled(cal, check.ratio, "the machine probe")
     if not check.beyond:
         err.print(f"machine check: {check.line()}", style="dim", highlight=False)
         return cal
-    if on_drift == "rescale":
-        err.print(f"warning: {check.line()}: its step costs scaled by {check.ratio:.2f} "
-                  "(--on-drift rescale)", style="yellow", highlight=False)
-        return calibrations.rescaled(cal, check.ratio, "the machine probe")
     recalibrate = on_drift == "recalibrate" and cached
     err.print(f"warning: {check.line()}: "
               + ("calibrating again (--on-drift warn keeps it)" if recalibrate else
