@@ -10,9 +10,11 @@ OpenTelemetry SDK's export batch) of a RAG application's traffic: per call its s
 (7 attributes), a retrieval span, the GenAI client span of
 `opentelemetry-instrumentation-openai-v2` (9), the HTTP client span (4) and the model server's
 `llm_request` (12 attributes, 4 events) — five spans a call, ids fresh, times the sender's
-clock. The senders send as OTLP exporters do: a batch refused (503, observe's back-pressure
-when --max-pending-spans spans wait; or 429) is sent again after its Retry-After, else a
-backoff doubling from 1 s to 32 s, at most 6 times; what is given up is counted.
+clock, each call's lengths and stage times drawn afresh (`Call`: a run's columns vary as a
+real service's do, so none is kept as one value). The senders send as OTLP exporters do: a
+batch refused (503, observe's back-pressure when --max-pending-spans spans wait; or 429) is
+sent again after its Retry-After, else a backoff doubling from 1 s to 32 s, at most 6 times;
+what is given up is counted.
 
 1. **Flat out** (`--max-s`, observe's defaults: 60 s windows unless `--window`, the trace
    wait learnt; after 15 s of warm-up): the senders send as fast as observe takes the
@@ -26,8 +28,10 @@ backoff doubling from 1 s to 32 s, at most 6 times; what is given up is counted.
    resident memory beside it (the kernel's high-water mark, VmHWM, read and reset each
    second: no peak falls between two samples), the most in each 20 s, the peak up to each
    close's write (its windows, and the intake since the close before), and the peak while
-   observe ends (its last windows, the check over every call, summary and report: they read
-   the whole run).
+   observe ends, by step (its last windows; the check of the windows over every call and the
+   summary; trace.jsonl, the run store and the report; printing and exit), each step told by
+   the file it leaves in the run folder. `--keep DIR` moves the run folder there (to look
+   into its end afterwards: `observe_end.py` measures the end alone).
 2. **Steady** (`--steady-s` at `--rate` spans/s, `--window 10`): the most resident memory of
    the observe process in each 10 s. It holds the spans of traces not yet complete (bounded
    by the trace wait and --max-pending-spans), the calls of the open windows (the window and
@@ -50,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
@@ -59,12 +64,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from latlab.records.files import read_json
+from latlab.records.folder import REPORT, SUMMARY
 from latlab.records.observe import OBSERVE_JSON, WINDOWS, ObserveRecord
+from latlab.services.observe_scratch import DIRECTORY
 
 BATCH_CALLS = 512 // 5 + 1  # about the SDK's batch of 512 spans
 RETRIES, MAX_BACKOFF_S = 6, 32.0  # as the OTLP exporters retry a refused export
 SPANS_PER_CALL = 5
 MS = 1_000_000
+S_PER_NS = 1e-9
 
 
 def _attrs(span, **values) -> None:
@@ -79,6 +87,40 @@ def _attrs(span, **values) -> None:
         span.attributes.append(KeyValue(key=key, value=v))
 
 
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call's lengths and stage times, drawn afresh for each (as a real service's vary:
+    no column of the records holds one value throughout)."""
+
+    prompt: int
+    output: int
+    cached: int
+    retrieval_ns: int
+    pre_ns: int
+    queue_ns: int
+    prefill_ns: int
+    decode_ns: int
+    post_ns: int
+
+    @classmethod
+    def drawn(cls) -> Call:
+        prompt, output = random.randint(64, 2048), random.randint(8, 256)
+        return cls(prompt, output, random.randrange(0, prompt // 2, 16),
+                   int(random.uniform(20, 80) * MS), int(random.uniform(1, 3) * MS),
+                   int(random.expovariate(1 / 4) * MS), int(prompt * random.uniform(0.08, 0.1)
+                                                            * MS),
+                   int(output * random.uniform(7, 9) * MS), int(random.uniform(0.5, 1.5) * MS))
+
+    @property
+    def model_ns(self) -> int:
+        return self.pre_ns + self.queue_ns + self.prefill_ns + self.decode_ns + self.post_ns
+
+    @property
+    def total_ns(self) -> int:
+        """The application's request: retrieval, the model call and the gaps around them."""
+        return MS + self.retrieval_ns + 9 * MS + 5 * MS + self.model_ns + 4 * MS + MS
+
+
 def batch(now_ns: int, seq: int) -> bytes:
     """One export request of BATCH_CALLS calls, five spans each, ending around `now_ns`."""
     request = ExportTraceServiceRequest()
@@ -90,43 +132,55 @@ def batch(now_ns: int, seq: int) -> bytes:
     for i in range(BATCH_CALLS):
         trace = os.urandom(16)
         ids = [os.urandom(8) for _ in range(5)]
-        start = now_ns - 400 * MS
         rid = f"chatcmpl-{seq}-{i}"
+        call = Call.drawn()
+        start = now_ns - call.total_ns
         root = app_spans.add(trace_id=trace, span_id=ids[0], name="POST /v1/chat/completions",
                              kind=2, start_time_unix_nano=start, end_time_unix_nano=now_ns)
         _attrs(root, http__method="POST", http__route="/v1/chat/completions",
                http__status_code=200, http__scheme="http", net__host__port=8100,
                http__flavor="1.1", http__target="/v1/chat/completions")
+        retrieved = start + MS + call.retrieval_ns
         retrieval = app_spans.add(trace_id=trace, span_id=ids[1], parent_span_id=ids[0],
                                   name="retrieval", kind=1, start_time_unix_nano=start + MS,
-                                  end_time_unix_nano=start + 60 * MS)
+                                  end_time_unix_nano=retrieved)
         _attrs(retrieval, rag__documents=5000)
-        call = app_spans.add(trace_id=trace, span_id=ids[2], parent_span_id=ids[0],
-                             name="chat tiny", kind=3, start_time_unix_nano=start + 70 * MS,
-                             end_time_unix_nano=now_ns - MS)
-        _attrs(call, gen_ai__operation__name="chat", gen_ai__provider__name="openai",
-               gen_ai__request__model="tiny", gen_ai__request__max_tokens=32,
+        asked = retrieved + 9 * MS
+        llm_start, llm_end = asked + 5 * MS, asked + 5 * MS + call.model_ns
+        client = app_spans.add(trace_id=trace, span_id=ids[2], parent_span_id=ids[0],
+                               name="chat tiny", kind=3, start_time_unix_nano=asked,
+                               end_time_unix_nano=llm_end + 4 * MS)
+        _attrs(client, gen_ai__operation__name="chat", gen_ai__provider__name="openai",
+               gen_ai__request__model="tiny", gen_ai__request__max_tokens=call.output + 16,
                gen_ai__response__model="tiny", gen_ai__response__id=rid,
-               gen_ai__usage__input_tokens=480, gen_ai__usage__output_tokens=32,
+               gen_ai__usage__input_tokens=call.prompt, gen_ai__usage__output_tokens=call.output,
                server__address="127.0.0.1")
         http = app_spans.add(trace_id=trace, span_id=ids[3], parent_span_id=ids[2],
-                             name="POST", kind=3, start_time_unix_nano=start + 71 * MS,
-                             end_time_unix_nano=start + 120 * MS)
+                             name="POST", kind=3, start_time_unix_nano=asked + MS,
+                             end_time_unix_nano=llm_end + 2 * MS)
         _attrs(http, http__method="POST", http__url="http://127.0.0.1:8000/v1/chat/completions",
                http__status_code=200, net__peer__name="127.0.0.1")
         llm = model_spans.add(trace_id=trace, span_id=ids[4], parent_span_id=ids[3],
-                              name="llm_request", kind=2, start_time_unix_nano=start + 75 * MS,
-                              end_time_unix_nano=now_ns - 5 * MS)
-        _attrs(llm, gen_ai__request__id=rid, gen_ai__usage__prompt_tokens=480,
-               gen_ai__usage__completion_tokens=32, gen_ai__usage__cached_tokens=0,
-               latlab__latency__preprocess=0.002, latlab__latency__postprocess=0.001,
-               gen_ai__latency__time_in_queue=0.004, gen_ai__latency__time_to_first_token=0.05,
-               gen_ai__latency__time_in_model_prefill=0.044,
-               gen_ai__latency__time_in_model_decode=0.266,
-               gen_ai__latency__time_in_model_inference=0.31, gen_ai__latency__e2e=0.32)
-        for name, at in (("enqueued", 77), ("scheduled", 81), ("first_token", 125),
-                         ("last_token", 391)):
-            llm.events.add(name=name, time_unix_nano=start + at * MS)
+                              name="llm_request", kind=2, start_time_unix_nano=llm_start,
+                              end_time_unix_nano=llm_end)
+        _attrs(llm, gen_ai__request__id=rid, gen_ai__usage__prompt_tokens=call.prompt,
+               gen_ai__usage__completion_tokens=call.output,
+               gen_ai__usage__cached_tokens=call.cached,
+               latlab__latency__preprocess=call.pre_ns * S_PER_NS,
+               latlab__latency__postprocess=call.post_ns * S_PER_NS,
+               gen_ai__latency__time_in_queue=call.queue_ns * S_PER_NS,
+               gen_ai__latency__time_to_first_token=(call.pre_ns + call.queue_ns
+                                                     + call.prefill_ns) * S_PER_NS,
+               gen_ai__latency__time_in_model_prefill=call.prefill_ns * S_PER_NS,
+               gen_ai__latency__time_in_model_decode=call.decode_ns * S_PER_NS,
+               gen_ai__latency__time_in_model_inference=(call.prefill_ns + call.decode_ns)
+               * S_PER_NS,
+               gen_ai__latency__e2e=call.model_ns * S_PER_NS)
+        at = llm_start + call.pre_ns
+        for name, step in (("enqueued", 0), ("scheduled", call.queue_ns),
+                           ("first_token", call.prefill_ns), ("last_token", call.decode_ns)):
+            at += step
+            llm.events.add(name=name, time_unix_nano=at)
     return request.SerializeToString()
 
 
@@ -212,19 +266,37 @@ def start_observe(latlab: Path, out: Path, port: int, cpu: int, options: list[st
     raise SystemExit("latlab observe did not start listening")
 
 
-def finish_peak(observe: subprocess.Popen, limit_s: float = 600) -> float:
-    """Wait for observe to end (killed past `limit_s`); its peak resident memory meanwhile."""
-    peak, deadline = 0.0, time.monotonic() + limit_s
+# The steps of observe's end, each told by the file its finish leaves in the run folder.
+END_STEPS = (
+    ("the last windows", lambda run: not (run / DIRECTORY).exists()),  # scratch removed
+    ("the check over every call and the summary", lambda run: (run / SUMMARY).exists()),
+    ("trace, store and report", lambda run: (run / REPORT).exists()),
+    ("printing and exit", lambda run: False),
+)
+
+
+def finish_peaks(observe: subprocess.Popen, out: Path, limit_s: float = 600
+                 ) -> list[tuple[str, float, float]]:
+    """Wait for observe to end (killed past `limit_s`); per step of its end (`END_STEPS`,
+    told apart by the files it leaves), its peak resident memory (MiB) and seconds."""
+    steps, step, peak = [], 0, 0.0
+    started = deadline = time.monotonic()
+    deadline += limit_s
     while observe.poll() is None and time.monotonic() < deadline:
         try:
-            peak = max(peak, rss_mib(observe.pid))
-        except (FileNotFoundError, ProcessLookupError):
+            peak = max(peak, peak_mib(observe.pid))
+        except OSError:  # it has just ended
             break
-        time.sleep(0.2)
+        runs = [p for p in out.iterdir() if p.is_dir()]
+        while step < len(END_STEPS) - 1 and runs and END_STEPS[step][1](runs[0]):
+            steps.append((END_STEPS[step][0], peak, time.monotonic() - started))
+            step, peak, started = step + 1, 0.0, time.monotonic()
+        time.sleep(0.1)
+    steps.append((END_STEPS[step][0], peak, time.monotonic() - started))
     if observe.poll() is None:
         observe.kill()
         observe.wait(10)
-    return peak
+    return steps
 
 
 def close_peaks(samples: list[tuple[float, int, float, int]], before: int
@@ -246,7 +318,8 @@ WARMUP_S = 15.0
 
 
 def phase(latlab: Path, seconds: float, rate: float | None, senders: int, cpu: int,
-          steady: bool, window_s: float | None = None) -> None:
+          steady: bool, window_s: float | None = None, keep: Path | None = None
+          ) -> None:
     out = Path(tempfile.mkdtemp(prefix="latlab-observe-bench-"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -300,13 +373,19 @@ def phase(latlab: Path, seconds: float, rate: float | None, senders: int, cpu: i
                   + ", ".join(closes))
     finally:
         observe.send_signal(signal.SIGINT)
-        print(f"  observe's end (the last windows, the check over every call, summary, "
-              f"report): peak resident {finish_peak(observe):.0f} MiB")
+        steps = finish_peaks(observe, out)
+        print(f"  observe's end: peak resident {max(p for _, p, _ in steps):.0f} MiB; "
+              "by step: " + ", ".join(f"{name} {p:.0f} MiB ({s:.0f} s)"
+                                      for name, p, s in steps))
         for record in out.glob(f"*/{OBSERVE_JSON}"):
             r = read_json(record, ObserveRecord)
             print(f"  observe.json: {r.spans:,} spans, {r.calls:,} calls, {r.forced:,} traces "
                   f"explained early (memory bound), {r.rejected} rejected, {r.throttled:,} "
                   f"refused; trace wait {r.trace_wait_s} s, watermark lag {r.lag_s} s")
+        if keep is not None and not steady:
+            for run in (p for p in out.iterdir() if p.is_dir()):
+                shutil.move(run, keep / run.name)
+                print(f"  run folder kept: {keep / run.name}")
         shutil.rmtree(out, ignore_errors=True)
 
 
@@ -321,12 +400,13 @@ def main() -> None:
     parser.add_argument("--cpu", type=int, default=0, help="the CPU observe is pinned to")
     parser.add_argument("--latlab", type=Path, default=Path(__file__).resolve().parents[1],
                         help="the checkout whose observe runs (default: this one)")
+    parser.add_argument("--keep", type=Path, help="move the flat-out run's folder here")
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()}; observe from "
           f"{args.latlab}")
     if args.max_s:
         phase(args.latlab, args.max_s, None, args.senders, args.cpu, steady=False,
-              window_s=args.window)
+              window_s=args.window, keep=args.keep)
     if args.steady_s:
         phase(args.latlab, args.steady_s, args.rate, args.senders, args.cpu, steady=True)
     print(f"load average after: {os.getloadavg()}")

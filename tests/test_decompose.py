@@ -175,3 +175,23 @@ def test_notes_say_when_the_server_reports_nothing_or_leaves_time_unattributed(t
     assert any("no timings" in n for n in client_only.notes)
     leaky = analyze(write_run(tmp_path, steady(20, untimed=30)))
     assert any("unattributed" in n and "not small" in n for n in leaky.notes)
+
+
+def test_a_run_decomposed_a_block_at_a_time_is_decomposed_as_a_whole(monkeypatch):
+    records = [timeline(i, i * 100, server=i % 3 != 0, connect=2.0 if i % 4 == 0 else None,
+                        queue=i % 7, outcome=Outcome.TIMEOUT if i == 5 else Outcome.OK)
+               for i in range(23)]
+    records[10].server.application = {"retrieval": 4.0}
+    table = as_table(records)
+    base = NetworkBaseline(transit_ms=0.4)
+    whole = decompose_all(table, base)
+    monkeypatch.setattr("latlab.analysis.decompose.BLOCK_ROWS", 5)
+    blocks = decompose_all(table, base)
+    assert blocks.ms.keys() == whole.ms.keys()
+    for name in whole.ms:
+        np.testing.assert_array_equal(blocks.ms[name], whole.ms[name])
+        np.testing.assert_array_equal(blocks.quality[name], whole.quality[name])
+    for name in ("total", "has_server", "decomposed"):
+        np.testing.assert_array_equal(getattr(blocks, name), getattr(whole, name))
+    assert whole.ms["tls"].strides == (0,) == blocks.ms["tls"].strides  # no request has one
+    assert [blocks.row(i) for i in range(23)] == [whole.row(i) for i in range(23)]

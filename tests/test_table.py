@@ -1,9 +1,11 @@
 """The columnar records (`RunFolder.read_table`): every field of every record survives, a
-torn last line is left out, a bad line is named, server timings joined from spans fill in;
-and the statistics computed on columns read the same order statistics a full sort would."""
+torn last line is left out, a bad line is named, server timings joined from spans fill in, a
+big file parsed a batch at a time gives the same columns as one parse; and the statistics
+computed on columns read the same order statistics a full sort would."""
 
 import math
 import weakref
+from dataclasses import fields
 
 import numpy as np
 import orjson
@@ -13,6 +15,7 @@ from timelines import steady, timeline, write_run
 from latlab.metrics.request import metric_columns
 from latlab.metrics.stats import PERCENTILES, distribution, percentile, percentile_ci
 from latlab.records.cache import COLUMNS, drop_pages
+from latlab.records.columns import Labels
 from latlab.records.folder import RunFolder, RunFolderError
 from latlab.records.reader import read_requests
 from latlab.records.spans import SERVER_TIMINGS
@@ -139,6 +142,47 @@ def test_a_big_runs_columns_are_kept_and_mapped_until_its_records_change(tmp_pat
     assert run.read_table().record(0).server.prefill == 1.0 and len(parses) == 2
     (run.path / COLUMNS / "manifest.json").write_bytes(b"{")  # broken: parsed again
     assert len(run.read_table()) == len(records) + 1 and len(parses) == 3
+
+
+def columns_of(table: RequestTable) -> dict[str, object]:
+    """Every column of `table` as plain values, to compare two tables."""
+    def plain(value):
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, np.ndarray):  # NaN as None: NaN equals nothing
+            return [None if x != x else x for x in value.tolist()]
+        if isinstance(value, Labels):
+            return [value[i] for i in range(len(value.codes))]
+        return value.to_pylist()
+
+    return {f.name: plain(getattr(table, f.name)) for f in fields(table)}
+
+
+def test_a_big_file_parsed_a_batch_at_a_time_gives_the_columns_of_one_parse(tmp_path,
+                                                                          monkeypatch):
+    records = mixed() + steady(12, tenant="c")  # new span names, labels and tokens later on
+    records[25].server.application = {"embed": 1.0}
+    run = write_run(tmp_path, records)
+    (run.path / SERVER_TIMINGS).write_bytes(orjson.dumps(
+        {"id": records[0].id, "server": {"prefill": 1.0, "source": "otel",
+                                         "application": {"rerank": 2.0}}}) + b"\n")
+    whole = read_requests(run.requests_path, run.path / SERVER_TIMINGS)
+    monkeypatch.setattr("latlab.records.folder.STREAMED_FROM", 0)
+    monkeypatch.setattr("latlab.records.reader.BATCH", 5)
+    monkeypatch.setattr("latlab.records.folder.read_requests", None)  # not parsed at once
+    streamed = run.read_table()
+    assert columns_of(streamed) == columns_of(whole)
+    assert list(streamed.application) == sorted(whole.application)
+    assert [streamed.record(i) for i in range(len(streamed))] == [
+        whole.record(i) for i in range(len(whole))]
+    # a field no record has is one value, held once, read-only
+    assert streamed.phases["tls_ns"].strides == (0,)
+    assert not streamed.phases["tls_ns"].flags.writeable
+    again = RunFolder.open(run.path).read_table()  # mapped, not parsed again
+    assert columns_of(again) == columns_of(whole)
+    both = RequestTable.concat([streamed.take(np.arange(3)), whole])  # its strings in chunks
+    assert [both.record(i) for i in range(len(both))] == [
+        whole.record(i) for i in (0, 1, 2, *range(len(whole)))]
 
 
 def test_itl_spreads_an_event_of_k_tokens_over_k_samples():

@@ -1,22 +1,24 @@
 """A run's columns kept next to its records (`requests.columns/`), so that reading the run
 again maps them from disk instead of parsing `requests.jsonl`.
 
-`requests.jsonl` stays the record: this copy is written after a parse (`RunFolder.read_table`,
-which `bench` calls at the end of every run) and read only while the files it was made from
-are unchanged (their sizes and modification times) and its format is this one's; else the
-records are parsed again. A run of fewer than `CACHED_FROM` records keeps no copy. Each
-numpy column is one `.npy` file, mapped copy-on-write (a column that the analysis changes in
-place changes in memory only); each Arrow column of free-form strings is one Arrow IPC file,
-mapped too. A folder that cannot be written keeps no copy.
+`requests.jsonl` stays the record: this copy is written by a parse (`RunFolder.read_table`,
+which `bench` and `observe` call at the end of every run; a big file's parse writes it a
+batch of records at a time, `ColumnsWriter`, never holding the whole run) and read only while
+the files it was made from are unchanged (their sizes and modification times) and its format
+is this one's; else the records are parsed again. A run of fewer than `CACHED_FROM` records
+keeps no copy. Each numpy column is one raw file, mapped copy-on-write (a column that the
+analysis changes in place changes in memory only), except a column holding one value
+throughout (a field no record has, a count every record shares): that is written as its
+value and read back as a read-only view of it, no memory a request. Each Arrow column of
+free-form strings is one Arrow IPC file, a batch per batch of records, mapped too. A folder
+that cannot be written keeps no copy.
 """
 
 from __future__ import annotations
 
-import itertools
 import mmap
 import os
 import shutil
-from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -25,12 +27,12 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from latlab.records.columns import Labels
-from latlab.records.table import RequestTable
+from latlab.records.columns import Labels, missing_value
+from latlab.records.table import TOKENS, RequestTable
 
 COLUMNS = "requests.columns"
 CACHED_FROM = 10_000  # records: a smaller run parses in a fraction of a second
-VERSION = 2  # of the layout below and of `RequestTable`'s fields: a change makes a new copy
+VERSION = 3  # of the layout below and of `RequestTable`'s fields: a change makes a new copy
 MANIFEST = "manifest.json"
 
 
@@ -60,18 +62,12 @@ def load_columns(folder: Path, key: list[Any]) -> RequestTable | None:
 
 def save_columns(table: RequestTable, folder: Path, key: list[Any]) -> None:
     """Write `table` to `folder` (replacing an older copy); nothing where it cannot."""
-    scratch = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
     try:
-        shutil.rmtree(scratch, ignore_errors=True)
-        scratch.mkdir()
-        files = itertools.count()
-        specs = {f.name: _save(scratch, getattr(table, f.name), files) for f in fields(table)}
-        (scratch / MANIFEST).write_bytes(orjson.dumps({"version": VERSION, "key": key,
-                                                       "fields": specs}))
-        shutil.rmtree(folder, ignore_errors=True)
-        scratch.rename(folder)
+        with ColumnsWriter(folder, key) as writer:
+            writer.append(table)
+            writer.finish()
     except OSError:
-        shutil.rmtree(scratch, ignore_errors=True)
+        pass
 
 
 def drop_pages(*columns: np.ndarray) -> None:
@@ -84,28 +80,185 @@ def drop_pages(*columns: np.ndarray) -> None:
             mapped.madvise(mmap.MADV_DONTNEED)
 
 
-def _save(folder: Path, value: Any, files: Iterator[int]) -> dict[str, Any]:
-    if isinstance(value, np.ndarray):
-        name = f"{next(files)}.npy"
-        np.save(folder / name, value, allow_pickle=False)
-        return {"npy": name}
-    if isinstance(value, Labels):
-        return {"labels": _save(folder, value.codes, files), "names": list(value.names)}
-    if isinstance(value, dict):
-        return {"dict": {k: _save(folder, v, files) for k, v in value.items()}}
-    name = f"{next(files)}.arrow"
-    with pa.OSFile(str(folder / name), "wb") as sink, \
-            pa.ipc.new_file(sink, pa.schema([("values", value.type)])) as writer:
-        writer.write_table(pa.table({"values": value}))
-    return {"arrow": name}
+class ColumnsWriter:
+    """A copy written a batch of records at a time (`append` each batch's table in order,
+    then `finish`); on an error, or without `finish`, nothing is left in `folder`.
+
+        with ColumnsWriter(folder, key) as writer:
+            for batch in batches:
+                writer.append(batch)
+            writer.finish()
+    """
+
+    def __init__(self, folder: Path, key: list[Any]) -> None:
+        self.folder, self.key = folder, key
+        self.scratch = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
+        self.rows = 0  # requests so far
+        self._tokens = 0  # token events so far
+        self._spec: dict[str, Any] = {}  # the manifest's fields, its leaves the writers below
+        self._files: list[_Column | _Text] = []
+
+    def __enter__(self) -> ColumnsWriter:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        self.scratch.mkdir()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def append(self, table: RequestTable) -> None:
+        """The next requests, after those appended before."""
+        for f in fields(table):
+            if f.name not in TOKENS:
+                self._add(self._spec, f.name, getattr(table, f.name), len(table))
+        self._add(self._spec, "token_ns", table.token_ns, None)
+        self._add(self._spec, "token_counts", table.token_counts, None)
+        ends = table.token_offsets[1:] + (self._tokens - table.token_offsets[0])
+        if not self.rows:
+            ends = np.concatenate([np.zeros(1, ends.dtype), ends])
+        self._add(self._spec, "token_offsets", ends, None)
+        self._tokens += len(table.token_ns)
+        self.rows += len(table)
+
+    def finish(self) -> None:
+        """The copy complete: its manifest written, the scratch folder put in `folder`'s
+        place (replacing an older copy)."""
+        self._close()
+        application = self._spec["application"]["dict"]  # span names, as `columns.spans` sorts
+        self._spec["application"]["dict"] = {k: application[k] for k in sorted(application)}
+        manifest = {"version": VERSION, "key": self.key, "fields": _specs(self._spec)}
+        (self.scratch / MANIFEST).write_bytes(orjson.dumps(manifest))
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.scratch.rename(self.folder)
+
+    def _add(self, node: dict[str, Any], name: str, value: Any, rows: int | None) -> None:
+        """`value` (of `rows` requests; None: per token) appended to the column `name` of
+        `node`: a numpy array, a dict of them, `Labels` or Arrow strings."""
+        if isinstance(value, dict):
+            columns = node.setdefault(name, {"dict": {}})["dict"]
+            for key, column in value.items():
+                self._add(columns, key, column, rows)
+            for key in columns.keys() - value.keys():  # a span name these requests lack
+                column = columns[key]
+                self._add(columns, key, np.full(rows, column.missing, column.dtype), rows)
+        elif isinstance(value, Labels):
+            labels = node.setdefault(name, {"labels": {}, "names": {}})
+            names = labels["names"]
+            remap = np.array([names.setdefault(x, len(names)) for x in value.names] + [-1],
+                             dtype=value.codes.dtype)
+            self._add(labels["labels"], "codes", remap[value.codes], rows)
+        elif isinstance(value, np.ndarray):
+            column = node.get(name)
+            if column is None:
+                column = node[name] = _Column(self.scratch / f"{len(self._files)}.raw",
+                                              value.dtype)
+                self._files.append(column)
+                if rows is not None and self.rows:  # a span name first seen now
+                    column.write(np.full(self.rows, column.missing, column.dtype))
+            column.write(value)
+        else:
+            if name not in node:
+                node[name] = _Text(self.scratch / f"{len(self._files)}.arrow", value.type)
+                self._files.append(node[name])
+            node[name].write(value)
+
+    def _close(self) -> None:
+        for file in self._files:
+            file.close()
+
+
+def _specs(node: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's fields of the writers in `node`."""
+    specs: dict[str, Any] = {}
+    for name, value in node.items():
+        if isinstance(value, (_Column, _Text)):
+            specs[name] = value.spec()
+        elif "dict" in value:
+            specs[name] = {"dict": _specs(value["dict"])}
+        else:
+            specs[name] = {"labels": value["labels"]["codes"].spec(),
+                           "names": list(value["names"])}
+    return specs
+
+
+class _Text:
+    """One Arrow column of free-form strings, a batch per batch of records."""
+
+    def __init__(self, path: Path, type: pa.DataType) -> None:
+        self.path = path
+        self.sink = pa.OSFile(str(path), "wb")
+        self.writer = pa.ipc.new_file(self.sink, pa.schema([("values", type)]))
+
+    def write(self, values: pa.Array | pa.ChunkedArray) -> None:
+        self.writer.write_table(pa.table({"values": values}))
+
+    def close(self) -> None:
+        if not self.sink.closed:
+            self.writer.close()
+            self.sink.close()
+
+    def spec(self) -> dict[str, Any]:
+        return {"arrow": self.path.name}
+
+
+class _Column:
+    """One numpy column of a copy being written: held as its one value while every value
+    written is that value; written out to its raw file from the first that is not."""
+
+    def __init__(self, path: Path, dtype: np.dtype) -> None:
+        self.path, self.dtype = path, np.dtype(dtype)
+        self.missing = missing_value(self.dtype)  # what a request without it holds
+        self.length, self.value, self.file = 0, None, None
+
+    def write(self, values: np.ndarray) -> None:
+        values = np.asarray(values, self.dtype)
+        if self.file is None and len(values):
+            first = values[:1]
+            if (self.length == 0 or _same(first, np.asarray([self.value], self.dtype))) \
+                    and _same(values, np.broadcast_to(first, values.shape)):
+                self.value = first[0]
+                self.length += len(values)
+                return
+            self.file = open(self.path, "wb")
+            if self.length:
+                self.file.write(np.full(self.length, self.value, self.dtype).tobytes())
+        if self.file is not None:
+            self.file.write(np.ascontiguousarray(values).data)
+        self.length += len(values)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+    def spec(self) -> dict[str, Any]:
+        if self.file is None:
+            value = None if self.value is None else self.value.item()
+            if isinstance(value, float) and np.isnan(value):
+                value = "NaN"
+            return {"constant": value, "dtype": self.dtype.str, "length": self.length}
+        return {"raw": self.path.name, "dtype": self.dtype.str, "length": self.length}
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether `a` and `b` hold the same values (NaN equal to NaN)."""
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
 
 
 def _load(folder: Path, spec: dict[str, Any]) -> Any:
-    if "npy" in spec:  # a plain array over the mapping: np.memmap's indexing costs per call
-        return np.load(folder / spec["npy"], mmap_mode="c", allow_pickle=False).view(np.ndarray)
+    if "constant" in spec:  # one value throughout: a read-only view of it
+        value = float("nan") if spec["constant"] == "NaN" else spec["constant"]
+        dtype = np.dtype(spec["dtype"])
+        return np.broadcast_to(np.array(0 if value is None else value, dtype),
+                               (spec["length"],))
+    if "raw" in spec:  # a plain array over the mapping: np.memmap's indexing costs per call
+        if not spec["length"]:
+            return np.empty(0, np.dtype(spec["dtype"]))
+        return np.memmap(folder / spec["raw"], np.dtype(spec["dtype"]), mode="c",
+                         shape=(spec["length"],)).view(np.ndarray)
     if "labels" in spec:
         return Labels(_load(folder, spec["labels"]), tuple(spec["names"]))
     if "dict" in spec:
         return {k: _load(folder, v) for k, v in spec["dict"].items()}
     column = pa.ipc.open_file(pa.memory_map(str(folder / spec["arrow"]))).read_all()["values"]
-    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return column.chunk(0) if column.num_chunks == 1 else column

@@ -114,8 +114,12 @@ def concat(values: Sequence[Any], lengths: Sequence[int]) -> Any:
     first = values[0]
     if isinstance(first, np.ndarray):
         return np.concatenate(values)
-    if isinstance(first, pa.Array):
+    if isinstance(first, pa.Array) and all(isinstance(v, pa.Array) for v in values):
         return pa.concat_arrays(values)
+    if isinstance(first, (pa.Array, pa.ChunkedArray)):  # a big run's, a chunk per batch read
+        return pa.chunked_array([c for v in values for c in
+                                 (v.chunks if isinstance(v, pa.ChunkedArray) else [v])],
+                                first.type)
     if isinstance(first, dict):
         keys = list(dict.fromkeys(k for v in values for k in v))
         like = {k: next(v[k] for v in values if k in v) for k in keys}
@@ -134,7 +138,7 @@ def put(into: Any, value: Any, rows: np.ndarray, n: int) -> Any:
     every request so far is a read-only view of one missing value: no memory."""
     if isinstance(value, np.ndarray):
         if into is None or not into.flags.writeable:
-            fill = _fill(value.dtype)
+            fill = missing_value(value.dtype)
             if (np.isnan(value) if fill is np.nan else value == fill).all():
                 return np.broadcast_to(np.array(fill, value.dtype), n)
             into = np.full(n, fill, value.dtype)
@@ -155,12 +159,22 @@ def put(into: Any, value: Any, rows: np.ndarray, n: int) -> Any:
 
 def _missing(like: np.ndarray, n: int) -> np.ndarray:
     """`n` missing values of `like`'s kind."""
-    return np.full(n, _fill(like.dtype), like.dtype)
+    return np.full(n, missing_value(like.dtype), like.dtype)
 
 
-def _fill(dtype: np.dtype) -> Any:
-    """A missing value of `dtype`: NaN, MISSING (times), −1 (codes), False."""
+def missing_value(dtype: np.dtype) -> Any:
+    """A missing value of `dtype`'s kind: NaN, MISSING (int64: times), −1 (codes), False."""
     return {"f": np.nan, "b": False}.get(dtype.kind, MISSING if dtype == np.int64 else -1)
+
+
+def one_value(column: np.ndarray) -> np.ndarray:
+    """`column`, or a read-only view of its one value when it holds only that (NaN equal to
+    NaN): no memory a request for a field no request has."""
+    if len(column) and column.strides != (0,) and np.array_equal(
+            column, np.broadcast_to(column[:1], column.shape),
+            equal_nan=column.dtype.kind == "f"):
+        return np.broadcast_to(column[:1].copy(), column.shape)
+    return column
 
 
 def present(values: np.ndarray) -> np.ndarray:

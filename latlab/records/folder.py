@@ -26,7 +26,7 @@ import pyarrow as pa
 from latlab.records.cache import CACHED_FROM, COLUMNS, load_columns, save_columns, source_key
 from latlab.records.config import RunConfig
 from latlab.records.files import RunFolderError, read_json, write_json
-from latlab.records.reader import read_requests
+from latlab.records.reader import read_requests, stream_requests
 from latlab.records.scrape import METRICS, Scrape
 from latlab.records.spans import SERVER_TIMINGS
 from latlab.records.summary import RunSummary
@@ -37,6 +37,7 @@ CONFIG = "config.json"
 REQUESTS = "requests.jsonl"
 SUMMARY = "summary.json"
 REPORT = "report.html"
+STREAMED_FROM = 16 << 20  # bytes of requests.jsonl: about 10,000 records (`CACHED_FROM`) or more
 
 
 @dataclass(frozen=True)
@@ -148,13 +149,19 @@ class RunFolder:
     def read_table(self) -> RequestTable:
         """Every complete record as columns (`records.table`), with the server timings its
         spans gave: what the analysis reads, whatever the size of the run. A big run's
-        columns are kept in the folder (`records.cache`) and mapped on the next read."""
+        columns are kept in the folder (`records.cache`) and mapped on the next read; a
+        file of `STREAMED_FROM` bytes or more is parsed into them a batch at a time."""
         joined, copy = self.path / SERVER_TIMINGS, self.path / COLUMNS
         key = source_key(self.requests_path, joined)  # before the parse: lines may follow
         table = load_columns(copy, key)
         if table is not None:
             return table
         try:
+            if (key[0][1] or 0) >= STREAMED_FROM:
+                try:
+                    return stream_requests(self.requests_path, joined, copy, key)
+                except OSError:  # a folder that cannot be written: parsed in memory
+                    pass
             table = read_requests(self.requests_path, joined)
         except ValueError as e:  # UnreadableRecords too
             raise RunFolderError(str(e)) from None

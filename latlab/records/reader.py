@@ -5,24 +5,34 @@ are ignored), about 1.5× faster than pyarrow.json on this project's records and
 Python object per record or token (benchmarks/big_run.py). A torn last line (a crash
 mid-write) is left out; any other unreadable line is an error naming the file.
 Server timings joined from spans (`server_timings.jsonl`) fill the requests that carried
-none in-band, as `RunFolder.iter_records` does.
+none in-band, as `RunFolder.iter_records` does. A big file is parsed a batch of records at a
+time straight into the run's kept columns (`stream_requests`, `records.cache`), so that its
+parse never holds the whole run.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from latlab.records.cache import ColumnsWriter, load_columns
 from latlab.records.columns import Labels
 from latlab.records.table import SCHEMA, RequestTable
 from latlab.records.timeline import GATEWAY_DURATIONS, SERVER_DURATIONS
 
+if TYPE_CHECKING:
+    import duckdb
+
+BATCH = 50_000  # records a streamed parse takes at a time (`stream_requests`)
 JOINED = pa.schema([("id", pa.string()), ("server", SCHEMA.field("server").type),
                     ("cached_tokens", pa.int64())])
 
@@ -44,13 +54,54 @@ def read_requests(path: Path, joined: Path | None = None, schema: pa.Schema = SC
 
 def read_jsonl(path: Path, schema: pa.Schema) -> pa.Table:
     """Every complete line of `path` as a row of `schema`'s columns."""
+    with _parsed(path, schema) as result:
+        table = schema.empty_table() if result is None else result.to_arrow_table()
+    return table.cast(schema) if table.schema != schema else table
+
+
+def iter_jsonl(path: Path, schema: pa.Schema, rows: int) -> Iterator[pa.RecordBatch]:
+    """`read_jsonl` as batches of at most `rows` rows, in the file's order: DuckDB's buffers
+    are all a batch holds, whatever the file's size."""
+    with _parsed(path, schema) as result:
+        if result is None:
+            return
+        for batch in result.to_arrow_reader(rows):
+            yield batch.cast(schema) if batch.schema != schema else batch
+
+
+def stream_requests(path: Path, joined: Path | None, folder: Path, key: list[Any]
+                    ) -> RequestTable:
+    """`read_requests`, its columns written to `folder` (`records.cache`) a batch of records
+    at a time and mapped back: a big run's parse holds a batch, not the run."""
+    spans = read_jsonl(joined, JOINED) if joined is not None and joined.is_file() else None
+    with ColumnsWriter(folder, key) as writer:
+        for batch in iter_jsonl(path, SCHEMA, BATCH):
+            table = RequestTable.from_arrow(pa.Table.from_batches([batch]))
+            if spans is not None:
+                _join(table, spans)
+            writer.append(table)
+        if not writer.rows:
+            writer.append(RequestTable.from_arrow(SCHEMA.empty_table()))
+        writer.finish()
+    table = load_columns(folder, key)
+    if table is None:
+        raise OSError(f"{folder}: the columns just written do not read back")
+    return table
+
+
+@contextmanager
+def _parsed(path: Path, schema: pa.Schema) -> Iterator[duckdb.DuckDBPyRelation | None]:
+    """DuckDB's parse of the complete lines of `path` (None: an empty file), unread: the
+    caller takes its rows while the connection is open. An unreadable line is an error
+    naming the file and the line."""
     import duckdb
 
     with open(path, "rb") as f:
         size = f.seek(0, os.SEEK_END)
         torn = size > 0 and (f.seek(size - 1), f.read(1))[1] != b"\n"
     if size == 0:
-        return schema.empty_table()
+        yield None
+        return
     source, scratch = path, None
     if torn:  # read the complete lines only
         scratch = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False)
@@ -62,15 +113,14 @@ def read_jsonl(path: Path, schema: pa.Schema) -> pa.Table:
     try:
         with duckdb.connect() as db:
             db.execute("SET preserve_insertion_order = true")
-            table = db.sql(f"SELECT * FROM read_json(?, format = 'newline_delimited', "
-                           f"columns = {columns})", params=[str(source)]).to_arrow_table()
+            yield db.sql(f"SELECT * FROM read_json(?, format = 'newline_delimited', "
+                         f"columns = {columns})", params=[str(source)])
     except duckdb.Error as e:
         message = _not_json(source) or str(e).splitlines()[0].replace(str(source), str(path))
         raise UnreadableRecords(f"{path}: unreadable record: {message}") from None
     finally:
         if scratch is not None:
             os.unlink(scratch.name)
-    return table.cast(schema) if table.schema != schema else table
 
 
 def _not_json(path: Path) -> str | None:
@@ -144,6 +194,7 @@ def _join(table: RequestTable, joined: pa.Table) -> None:
         table.server[name][hop] = other.server[name][where[hop]]
     for name in other.application.keys() - table.application.keys():
         table.application[name] = np.full(len(table), np.nan)
+    table.application = dict(sorted(table.application.items()))  # as `columns.spans` gives them
     for name, values in table.application.items():
         values[fill] = other.application[name][at] if name in other.application else np.nan
     table.has_application[fill] = other.has_application[at]

@@ -97,7 +97,7 @@ class RequestTable:
     token_ns: np.ndarray
     token_counts: np.ndarray
     token_offsets: np.ndarray  # len(self) + 1
-    text: dict[str, pa.Array]  # TEXT
+    text: dict[str, pa.Array]  # TEXT (a big run's mapped: a ChunkedArray, a chunk a batch)
     has_session: np.ndarray
     session: Labels  # the session's id
     step: dict[str, np.ndarray]  # turn, turns (float, NaN) and STEP_TIMES (int64 ns)
@@ -159,6 +159,23 @@ class RequestTable:
         return RequestTable(**{f.name: take(getattr(self, f.name), rows) for f in fields(self)
                                if f.name not in TOKENS}, token_ns=tokens.values,
                             token_counts=counts.values, token_offsets=tokens.offsets)
+
+    def block(self, start: int, stop: int) -> RequestTable:
+        """The requests `start` to `stop` (exclusive) as views of these columns, not a copy
+        (their token events' offsets counted from the block's first)."""
+        def part(value: Any) -> Any:
+            if isinstance(value, dict):
+                return {k: part(v) for k, v in value.items()}
+            if isinstance(value, Labels):
+                return Labels(value.codes[start:stop], value.names)
+            return value[start:stop]  # an array's view, an Arrow array's zero-copy slice
+
+        first, last = self.token_offsets[start], self.token_offsets[stop]
+        return RequestTable(**{f.name: part(getattr(self, f.name)) for f in fields(self)
+                               if f.name not in TOKENS},
+                            token_ns=self.token_ns[first:last],
+                            token_counts=self.token_counts[first:last],
+                            token_offsets=self.token_offsets[start:stop + 1] - first)
 
     @classmethod
     def concat(cls, tables: Sequence[RequestTable]) -> RequestTable:

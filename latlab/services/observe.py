@@ -267,8 +267,11 @@ def _feed(s: _Session, spans: list[Span], watermark: int) -> int:
 
 def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
     """The folder completed: the clock and the fitted workload in config.json, summary.json,
-    trace.jsonl, observe.json, report.html, the run store."""
+    trace.jsonl, observe.json, report.html, the run store. Every call is read (a batch at a
+    time into the run's kept columns, mapped: `RunFolder.read_table`), and everything is
+    computed over all of them, exactly."""
     run, settings, o = s.run, s.settings, s.observer
+    release()  # what the intake freed, before the calls are read
     table = run.read_table()
     s.windows.check(table)
     starts, ends = table.origin_ns[present(table.origin_ns)], table.end_ns[present(table.end_ns)]
