@@ -110,7 +110,7 @@ def kill_engine_after_first_record(root) -> None:
     while time.monotonic() < deadline:
         if any(p.stat().st_size for p in root.glob("*/requests.jsonl")):
             for child in psutil.Process().children():
-                if "serve" in child.cmdline():
+                if any(part.endswith("serve") for part in child.cmdline()):
                     child.kill()
             return
         time.sleep(0.05)
