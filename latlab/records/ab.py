@@ -72,6 +72,8 @@ class ABConfig(VerdictConfig):
         if self.bench.launch is not None and urls:
             raise ValueError("--launch starts both sides: give --a and --b as its {args}, "
                              "not URLs")
+        if "goodput" in self.decide_on and not self.bench.slos:
+            raise ValueError("--decide-on goodput: give the SLOs it is judged by (--slo)")
         return self
 
     def sides(self) -> dict[str, BenchConfig]:
