@@ -75,6 +75,8 @@ def test_decide_on_takes_only_keys_a_comparison_has():
     assert ABConfig(a="A", b="B", decide_on=[KEY]).headline[-1] == KEY
     with pytest.raises(ValueError, match="--decide-on mean_stall: expected one of"):
         ABConfig(a="A", b="B", decide_on=["mean_stall"])
+    with pytest.raises(ValueError, match="--decide-on '': expected one of"):
+        ABConfig(a="A", b="B", decide_on=[""])
 
 
 def test_the_longest_pause_has_its_own_minimum_effect_unless_one_is_given():

@@ -48,7 +48,7 @@ class ABConfig(VerdictConfig):
     @field_validator("decide_on")
     @classmethod
     def _known_keys(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [k for k in keys if k not in KEYS]
+        unknown = [k or "''" for k in keys if k not in KEYS]
         if unknown or not keys:
             raise ValueError(f"--decide-on {', '.join(unknown) or '(none)'}: expected one of "
                              f"{', '.join(KEYS)}")
