@@ -75,9 +75,28 @@ def test_decide_on_takes_only_keys_a_comparison_has():
     assert ABConfig(a="A", b="B", decide_on=[KEY]).headline[-1] == KEY
     with pytest.raises(ValueError, match="--decide-on mean_stall: expected one of"):
         ABConfig(a="A", b="B", decide_on=["mean_stall"])
+    with pytest.raises(ValueError, match="--decide-on '': expected one of"):
+        ABConfig(a="A", b="B", decide_on=[""])
 
 
 def test_the_longest_pause_has_its_own_minimum_effect_unless_one_is_given():
     assert VerdictConfig().effect(KEY) == 0.2 and VerdictConfig().effect("p99_itl") == 0.05
     assert VerdictConfig(min_effect=["itl_max=10%"]).effect(KEY) == 0.1
     assert VerdictConfig(min_effect=["3%"]).effect(KEY) == 0.03
+
+
+def test_a_look_says_a_decide_on_key_not_measured_instead_of_decided(tmp_path):
+    a, b = rounds(tmp_path, "a", 600, 5, n=3), rounds(tmp_path, "b", 300, 6, n=3)
+    keys = ("goodput", KEY)  # these rounds were analysed without SLOs: no goodput
+    config = ABConfig(a="A", b="B", decide_on=keys, bench={"slos": ["ttft=200ms"]})
+    comparison = Sequential(config, config.most_rounds, config.headline).look(a, b)
+    assert comparison.change("goodput") is None
+    line = Sequential.look_line(comparison, keys)
+    assert "not measured on both sides" in line and "decided" not in line
+
+
+def test_decide_on_goodput_needs_the_slos_it_is_judged_by():
+    with pytest.raises(ValueError, match="--decide-on goodput: give the SLOs"):
+        ABConfig(a="A", b="B", decide_on=["goodput"])
+    assert ABConfig(a="A", b="B", decide_on=["goodput"],
+                    bench={"slos": ["ttft=200ms"]}).decide_on == ("goodput",)

@@ -23,16 +23,14 @@ from latlab.records.window import run_window
 from latlab.records.workload import WorkloadConfig
 from latlab.services.advice_effects import changed
 from latlab.services.predict import settings
+from latlab.services.predict_floor import WIDE, run_floors, too_short
 from latlab.services.predict_intervals import (
-    WIDE,
     DrawOutcome,
     Intervals,
     attach,
     reseeded,
     run_draws,
-    run_floors,
     runs_for,
-    too_short,
 )
 from latlab.services.replica_search import decided
 from latlab.sim import calibration as calibrations

@@ -14,7 +14,7 @@ from timelines import steady, timeline, write_run
 
 from latlab.metrics.request import metric_columns
 from latlab.metrics.stats import PERCENTILES, distribution, percentile, percentile_ci
-from latlab.records.cache import COLUMNS, drop_pages
+from latlab.records.cache import COLUMNS, drop_pages, load_columns, save_columns
 from latlab.records.columns import Labels
 from latlab.records.folder import RunFolder, RunFolderError
 from latlab.records.reader import read_requests
@@ -183,6 +183,21 @@ def test_a_big_file_parsed_a_batch_at_a_time_gives_the_columns_of_one_parse(tmp_
     both = RequestTable.concat([streamed.take(np.arange(3)), whole])  # its strings in chunks
     assert [both.record(i) for i in range(len(both))] == [
         whole.record(i) for i in (0, 1, 2, *range(len(whole)))]
+
+
+def test_a_kept_column_of_one_value_reads_back_that_value_infinite_or_nan(tmp_path):
+    table = as_table(mixed())
+    n = len(table)
+    table.counts["max_tokens"] = np.full(n, np.inf)
+    table.counts["priority"] = np.full(n, -np.inf)
+    table.phases["tls_ns"] = np.full(n, np.nan)
+    key = [["requests.jsonl", 1, 1]]
+    save_columns(table, tmp_path / COLUMNS, key)
+    kept = load_columns(tmp_path / COLUMNS, key)
+    assert kept.counts["max_tokens"].strides == (0,)  # held as its one value
+    assert kept.counts["max_tokens"].tolist() == [np.inf] * n
+    assert kept.counts["priority"].tolist() == [-np.inf] * n
+    assert np.isnan(kept.phases["tls_ns"]).all()
 
 
 def test_itl_spreads_an_event_of_k_tokens_over_k_samples():

@@ -163,3 +163,16 @@ class Sequential:
         sides)."""
         return [c for c in comparison.changes
                 if c.key in keys and not c.decided and c.delta is not None]
+
+    @staticmethod
+    def look_line(comparison: Comparison, keys: Sequence[str] = HEADLINE) -> str:
+        """What a look says of `keys`: those still "can't tell", those not measured on both
+        sides (more rounds do not measure them), else that they are decided."""
+        open_ = [f"{c.label} can't tell" for c in Sequential.undecided(comparison, keys)]
+        labels = {c.key: c.label for c in comparison.changes}
+        measured = {c.key for c in comparison.changes if c.delta is not None}
+        unmeasured = [f"{labels.get(k, k)} not measured on both sides" for k in keys
+                      if k not in measured]
+        decided = ("every headline metric decided" if tuple(keys) == HEADLINE
+                   else f"{', '.join(keys)} decided")
+        return ", ".join(open_ + unmeasured) or decided

@@ -48,7 +48,7 @@ class ABConfig(VerdictConfig):
     @field_validator("decide_on")
     @classmethod
     def _known_keys(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [k for k in keys if k not in KEYS]
+        unknown = [k or "''" for k in keys if k not in KEYS]
         if unknown or not keys:
             raise ValueError(f"--decide-on {', '.join(unknown) or '(none)'}: expected one of "
                              f"{', '.join(KEYS)}")
@@ -72,6 +72,8 @@ class ABConfig(VerdictConfig):
         if self.bench.launch is not None and urls:
             raise ValueError("--launch starts both sides: give --a and --b as its {args}, "
                              "not URLs")
+        if "goodput" in self.decide_on and not self.bench.slos:
+            raise ValueError("--decide-on goodput: give the SLOs it is judged by (--slo)")
         return self
 
     def sides(self) -> dict[str, BenchConfig]:

@@ -234,8 +234,8 @@ class _Column:
     def spec(self) -> dict[str, Any]:
         if self.file is None:
             value = None if self.value is None else self.value.item()
-            if isinstance(value, float) and np.isnan(value):
-                value = "NaN"
+            if isinstance(value, float) and not np.isfinite(value):
+                value = str(value)  # "nan", "inf", "-inf": JSON has no number for them
             return {"constant": value, "dtype": self.dtype.str, "length": self.length}
         return {"raw": self.path.name, "dtype": self.dtype.str, "length": self.length}
 
@@ -247,7 +247,8 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 def _load(folder: Path, spec: dict[str, Any]) -> Any:
     if "constant" in spec:  # one value throughout: a read-only view of it
-        value = float("nan") if spec["constant"] == "NaN" else spec["constant"]
+        value = spec["constant"]
+        value = float(value) if isinstance(value, str) else value  # "nan", "inf", "-inf"
         dtype = np.dtype(spec["dtype"])
         return np.broadcast_to(np.array(0 if value is None else value, dtype),
                                (spec["length"],))

@@ -26,7 +26,6 @@ from latlab.records.ab import AB_JSON, SIDES, ABChange, ABConfig, ABRecord, ABRo
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder, write_json
 from latlab.records.scrape import Scrape
-from latlab.records.verdict import HEADLINE
 from latlab.services.bench import run_bench
 from latlab.services.errors import ServiceFailed
 
@@ -91,10 +90,7 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
                     continue
                 done.comparison = done.sequential.look(done.analyses["A"], done.analyses["B"])
                 open_ = Sequential.undecided(done.comparison, config.decide_on)
-                look = (f"round {i}: " + (", ".join(f"{c.label} can't tell" for c in open_)
-                                          or ("every headline metric decided"
-                                              if config.decide_on == HEADLINE else
-                                              f"{', '.join(config.decide_on)} decided")))
+                look = f"round {i}: {Sequential.look_line(done.comparison, config.decide_on)}"
                 record.looks.append(look)
                 write_json(folder / AB_JSON, record)
                 if err is not None:

@@ -16,10 +16,7 @@ simulated again in each world, `runs_for`, until its runs hold `Intervals.world_
 requests together).
 
 So an interval is where the percentile of one run of the asked length will fall, that run's
-own luck included. How much of it is that luck — the percentile's spread between runs of one
-world, which no calibration can take away: its *floor* — the runs of each world say
-(`run_floors`); a run too short for an interval `WIDE` wide gets one line saying so, with
-the length that would give one (`too_short`).
+own luck included; how much of it is that luck, its floor, `predict_floor` says.
 
 Near saturation a draw's server may fall behind its offered rate: its queue grows for as long
 as the run lasts, and a latency that includes the queue has no bound. When more draws than
@@ -47,6 +44,7 @@ from latlab.records.config import RunConfig
 from latlab.records.simulation import Fleet
 from latlab.records.summary import Prediction, RunSummary
 from latlab.records.window import run_window
+from latlab.services.predict_floor import percentile_value, run_floors, too_short
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import on_clock
 from latlab.sim.spread import Draw, level_sd, spread_of
@@ -62,8 +60,6 @@ Judge = Callable[[RunColumns], Any]  # what a draw's columns are read for
 
 
 MAX_RUNS = 8  # runs of a short prediction simulated in each world, at most
-WIDE = 1.5  # hi/lo: an interval narrow enough to decide with
-DECIDING = tuple((m, q) for m in ("ttft", "tpot", "e2e") for q in ("p50", "p90", "p99"))
 
 
 @dataclass(frozen=True)
@@ -212,93 +208,6 @@ def queue_grows(outcomes: Sequence[DrawOutcome], intervals: Intervals) -> bool:
     return behind > intervals.tail * worlds
 
 
-@dataclass(frozen=True)
-class Floor:
-    """One percentile's width (hi/lo, at the intervals' level) split in two: how far it
-    moves between runs of one world (`run`: the run's own luck, its floor) and how far the
-    worlds differ (`level`), and the requests a run would need for the two together to be at
-    most `WIDE` (None: no length does — the worlds alone are wider)."""
-
-    metric: str
-    percentile: str
-    run: float
-    level: float
-    requests_needed: int | None
-
-
-def run_floors(outcomes: Sequence[DrawOutcome], intervals: Intervals, requests: int
-               ) -> list[Floor]:
-    """The `DECIDING` percentiles' floors, from worlds of several runs (of `requests` each):
-    the variance of log(percentile) within a world (pooled) and between the worlds beyond it,
-    each read as a normal's central `intervals.level`; a percentile's variance from run to
-    run falls as 1/requests, so the length for `WIDE` is where the two add up to it."""
-    from scipy.stats import norm
-
-    z2 = 2 * norm.ppf(1 - intervals.tail)  # a normal's central interval: ±z sd
-    goal = math.log(WIDE) / z2  # the sd that makes an interval WIDE wide
-    floors = []
-    for metric, pname in DECIDING:
-        worlds: dict[int, list[float]] = {}
-        for o in outcomes:
-            v = _value(o.summary, "latency", metric, pname)
-            if v is not None and v > 0 and math.isfinite(v):
-                worlds.setdefault(o.world, []).append(math.log(v))
-        runs = [np.asarray(v) for v in worlds.values() if len(v) >= 2]
-        if len(runs) < 2:
-            continue
-        within = float(sum(((v - v.mean()) ** 2).sum() for v in runs)
-                       / sum(len(v) - 1 for v in runs))
-        means = [float(v.mean()) for v in runs]
-        between = max(0.0, float(np.var(means, ddof=1))
-                      - within * float(np.mean([1 / len(v) for v in runs])))
-        needed = (math.ceil(requests * within / (goal ** 2 - between))
-                  if between < goal ** 2 else None)
-        floors.append(Floor(metric, pname, math.exp(z2 * math.sqrt(within)),
-                            math.exp(z2 * math.sqrt(between)), needed))
-    return floors
-
-
-def too_short(summary: RunSummary, floors: Sequence[Floor], requests: int,
-              rate: float | None = None) -> str | None:
-    """One line where a `DECIDING` percentile's interval (finite) is wider than `WIDE` and a
-    longer run would narrow it: the run's floor and the length for `WIDE` (its time at the
-    offered `rate`, req/s); or where no length would (the worlds alone are wider): what the
-    width comes from then."""
-    wide = []
-    for f in floors:
-        p = summary.latency[f.metric].percentiles.get(f.percentile)
-        if p is not None and p.lo and p.hi is not None and math.isfinite(p.hi) and (
-                p.hi / p.lo > WIDE):
-            wide.append(f)
-    if not wide:
-        return None
-    stuck = [f for f in wide if f.requests_needed is None]
-    if stuck:
-        worst = max(stuck, key=lambda f: f.level)
-        return (f"no run length gives intervals {WIDE:g}× wide: the drawn worlds alone (the "
-                f"calibration's level) span {worst.level:.2f}× at {worst.metric.upper()} "
-                f"{worst.percentile}; calibrate again with the machine as it will be")
-    worst = max(wide, key=lambda f: f.requests_needed or 0)
-    if worst.requests_needed is None or worst.requests_needed <= requests:
-        return None
-    seconds = (f" ({_duration(worst.requests_needed / rate)} at {rate:.2f} req/s)"
-               if rate else "")
-    return (f"a run of {requests:,} requests is too short for intervals {WIDE:g}× wide: its "
-            f"{worst.metric.upper()} {worst.percentile} alone moves {worst.run:.2f}× from one "
-            f"run to the next (its floor); from about {_rounded(worst.requests_needed):,} "
-            f"requests{seconds} every percentile's would be")
-
-
-def _rounded(n: int) -> int:
-    """`n` rounded up to two significant digits."""
-    step = 10 ** max(0, len(str(n)) - 2)
-    return -(-n // step) * step
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
-
-
 def attach(summary: RunSummary, outcomes: Sequence[DrawOutcome], intervals: Intervals,
            cal: Calibration, wall_s: float | None = None, rate: float | None = None
            ) -> RunSummary:
@@ -313,8 +222,8 @@ def attach(summary: RunSummary, outcomes: Sequence[DrawOutcome], intervals: Inte
     for group in ("latency", "failure_adjusted"):
         for name, dist in getattr(summary, group).items():
             for pname, p in dist.percentiles.items():
-                values = [v for o in outcomes if (v := _value(o.summary, group, name, pname))
-                          is not None]
+                values = [v for o in outcomes
+                          if (v := percentile_value(o.summary, group, name, pname)) is not None]
                 if p.value is None or not values:
                     continue
                 p.lo, p.hi = span(values, p.value, intervals,
@@ -339,14 +248,9 @@ def attach(summary: RunSummary, outcomes: Sequence[DrawOutcome], intervals: Inte
         spread=spread.describe(), wall_s=wall_s, notes=notes, run_requests=requests,
         floor=max((f.run for f in floors), default=None),
         requests_for_width=(max(f.requests_needed for f in floors)
-                            if floors and all(f.requests_needed for f in floors) else None))
+                            if floors and all(f.requests_needed is not None for f in floors)
+                            else None))
     return summary
-
-
-def _value(s: RunSummary, group: str, name: str, pname: str) -> float | None:
-    dist = getattr(s, group).get(name)
-    p = dist.percentiles.get(pname) if dist is not None else None
-    return p.value if p is not None else None
 
 
 def predicted_intervals(cal: Calibration, summary: RunSummary,
