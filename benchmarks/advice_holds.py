@@ -38,8 +38,8 @@ from latlab.load.target.launch import interrupt_on_sigterm
 from latlab.records.ab import ABConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.catalog import statistic_label
+from latlab.records.verdict import key_of
 from latlab.services.ab import compare_sides, run_ab
-from latlab.services.advice_effects import decision_key
 from latlab.services.bench import run_bench
 
 
@@ -96,7 +96,7 @@ def suggestions(findings: list[Finding]) -> list[Tried]:
 def measure(metric: tuple[str, str], start: str, b: str, bench: BenchConfig,
             args: argparse.Namespace) -> Measured:
     """ab of `start` against `b`, rounds until `metric` is decided (or --max-rounds)."""
-    key = decision_key(metric)
+    key = key_of(*metric)
     ab = ABConfig(a=start, b=b, rounds=args.rounds, max_rounds=args.max_rounds, bench=bench,
                   decide_on=(key,))
     done = run_ab(ab, console(stderr=True))
@@ -148,9 +148,9 @@ def main() -> None:
     parser.add_argument("--only", metavar="ARGS",
                         help="ab only the suggestion with these arguments (e.g. \"-b 512 "
                              "-ub 512\"): one left undecided, measured with more rounds")
-    parser.add_argument("--aa", nargs="?", const=decision_key(STALL_METRIC), metavar="KEY",
+    parser.add_argument("--aa", nargs="?", const=key_of(*STALL_METRIC), metavar="KEY",
                         help="no advice run: ab the start against itself, decided on KEY "
-                             f"(default {decision_key(STALL_METRIC)})")
+                             f"(default {key_of(*STALL_METRIC)})")
     parser.add_argument("--out", type=Path, default=Path("runs"))
     args = parser.parse_args()
     interrupt_on_sigterm()

@@ -14,10 +14,9 @@ from latlab.metrics.request import metric_columns, request_metrics
 from latlab.metrics.summary import summarize
 from latlab.records.ab import ABConfig
 from latlab.records.table import as_table
-from latlab.records.verdict import VerdictConfig
-from latlab.services.advice_effects import decision_key
+from latlab.records.verdict import VerdictConfig, key_of
 
-KEY = decision_key(STALL_METRIC)
+KEY = key_of(*STALL_METRIC)
 
 
 def test_each_streams_longest_pause_is_its_itl_max():

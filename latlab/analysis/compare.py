@@ -24,7 +24,13 @@ from latlab.analysis.verdicts import FAMILY_ALPHA, RatioInterval, alpha, judge, 
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
-from latlab.records.verdict import DEFAULT_MIN_EFFECT, HEADLINE, Verdict, VerdictConfig
+from latlab.records.verdict import (
+    DEFAULT_MIN_EFFECT,
+    HEADLINE,
+    Verdict,
+    VerdictConfig,
+    key_of,
+)
 
 LATENCY_METRICS = {name: CATALOG[name].label for name in metrics(compared=True, unit="ms")}
 STATS = ("mean", "p50", "p90", "p99")
@@ -146,7 +152,7 @@ def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None
         sa = statistics(va, STATS) if len(va) else {}
         sb = statistics(vb, STATS) if len(vb) else {}
         for stat in STATS:
-            change = Change(f"{stat}_{metric}", f"{label} {stat}", "ms",
+            change = Change(key_of(metric, stat), f"{label} {stat}", "ms",
                             float(sa[stat]) if sa else None, float(sb[stat]) if sb else None)
             if metric in ATTRIBUTED and len(va) and len(vb):
                 change.attribution = attribute(a, b, metric, stat)

@@ -23,6 +23,7 @@ from latlab.analysis.significance import statistics
 from latlab.metrics.slo import meets_slos
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.timeline import NS_PER_MS
+from latlab.records.verdict import key_of
 
 STATS = ("mean", "p50", "p90", "p99")
 BLOCKS = 4
@@ -58,7 +59,7 @@ def values(a: RunAnalysis, rows: np.ndarray | None = None) -> dict[str, float]:
                   else getattr(m, metric)[ok])
         sample = sample[~np.isnan(sample)][::len(sample) // MAX_SAMPLE + 1]
         if len(sample):
-            out |= {f"{s}_{metric}": float(v) for s, v in statistics(sample, STATS).items()}
+            out |= {key_of(metric, s): float(v) for s, v in statistics(sample, STATS).items()}
     origins = t.origin_ns[rows]
     span_s = float(origins.max() - origins.min()) / (1000 * NS_PER_MS) if len(origins) > 1 else 0
     if span_s > 0:

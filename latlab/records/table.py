@@ -224,7 +224,8 @@ class RequestTable:
         text = {}
         for name in by_size:  # the largest first, each one's parts let go before the next's
             text[name] = pa.concat_arrays(joined.pop(name)).take(order)
-        columns |= {"tool_error": text.pop("tool_error"), "text": {n: text[n] for n in TEXT}}
+        columns |= {"tool_error": text.pop("tool_error"),
+                    "text": {name: text[name] for name in TEXT}}
         return cls(**columns, token_ns=taken.values, token_offsets=taken.offsets,
                    token_counts=counts.take(order).values)
 

@@ -20,8 +20,16 @@ STATS = ("mean", "p50", "p90", "p99")  # the statistics compared
 Verdict = Literal["better", "worse", "same", "can't tell"]
 # What a comparison is mostly asked about; `ab` adds rounds until these are decided.
 HEADLINE = ("p50_ttft", "p99_ttft", "p50_tpot", "p99_e2e", "output_tokens_per_s")
+
+
+def key_of(metric: str, stat: str) -> str:
+    """The comparison key of a latency metric's statistic: ("itl_max", "mean") →
+    mean_itl_max."""
+    return f"{stat}_{metric}"
+
+
 # Every key a comparison judges: a latency metric's statistics, each rate.
-KEYS = (*(f"{s}_{m}" for m in metrics(compared=True, unit="ms") for s in STATS),
+KEYS = (*(key_of(m, s) for m in metrics(compared=True, unit="ms") for s in STATS),
         *(m for m in metrics(compared=True) if not CATALOG[m].latency))
 # The metrics that declare a minimum effect of their own (`records.catalog`).
 OWN_EFFECTS = ", ".join(f"{m.name} {100 * m.min_effect:g}%" for m in CATALOG.values()

@@ -31,6 +31,7 @@ from latlab.records.catalog import statistic_label
 from latlab.records.config import RunConfig
 from latlab.records.engine import SHAPE_FIELDS
 from latlab.records.simulation import Fleet
+from latlab.records.verdict import key_of
 from latlab.services.calibration_reach import unseen
 from latlab.services.predict_intervals import (
     Intervals,
@@ -246,13 +247,7 @@ def ab_command(analysis: RunAnalysis, change: Change, metric: tuple[str, str]) -
     launch = "" if target.launch is None and started else " --launch " + shlex.quote(
         target.launch or "SERVER-COMMAND --port {port} {args}")
     return (f"latlab ab --config {folder}{launch} --a {shlex.quote(a)} --b {shlex.quote(b)} "
-            f"--decide-on {decision_key(metric)}")
-
-
-def decision_key(metric: tuple[str, str]) -> str:
-    """The comparison key of a finding's `(metric, statistic)`: ("itl_max", "mean") →
-    mean_itl_max."""
-    return f"{metric[1]}_{metric[0]}"
+            f"--decide-on {key_of(*metric)}")
 
 
 def annotate(analysis: RunAnalysis, cal: Calibration | None = None, fleet: Fleet | None = None,

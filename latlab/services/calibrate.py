@@ -164,10 +164,10 @@ def _probe(cal: Calibration, engine: ServerProcess, steps: Path, err: Console) -
     with tempfile.TemporaryDirectory(prefix="latlab-calibrate-probes-") as tmp:
         runs = []
         for i, (arrivals, requests, workload, why) in enumerate(plan, 1):
-            load = (f"{requests} requests from {arrivals.users} user"
+            shape = (f"{requests} requests from {arrivals.users} user"
                     + ("s" if arrivals.users > 1 else "") if not arrivals.open_loop
                     else f"{requests} at {arrivals.rate:g}/s (Poisson)")
-            err.print(f"  probe {i}/{len(plan)}: {load}, {why}…", style="dim", highlight=False)
+            err.print(f"  probe {i}/{len(plan)}: {shape}, {why}…", style="dim", highlight=False)
             started = time.perf_counter()
             bench = BenchConfig(url=engine.url, workload=workload, arrivals=arrivals,
                                 duration_s=None, requests=requests, out=Path(tmp),

@@ -263,6 +263,6 @@ def predicted_intervals(cal: Calibration, summary: RunSummary,
     runs = runs_for(workload_for(0), intervals)
     outcomes = run_draws(cal, workload_for, fleet, config, intervals, runs=runs)
     arrivals = config.bench.arrivals if config.bench is not None else None
-    rate = (arrivals.rate if arrivals is not None and arrivals.process not in ("closed", "trace")
-            and arrivals.rate and math.isfinite(arrivals.rate) else None)
+    rate = (arrivals.rate if arrivals is not None and arrivals.rate  # an open loop's
+            and math.isfinite(arrivals.rate) else None)
     return attach(summary, outcomes, intervals, cal, time.perf_counter() - started, rate)
