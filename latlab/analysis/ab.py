@@ -125,24 +125,26 @@ def explain(deltas: dict[str, float]) -> dict[str, float]:
 
 class Sequential:
     """An A/B's looks at its rounds as they come: each look compares the rounds so far at
-    its share of every metric's α (`verdicts.look_share`; `headline`: the keys that share
-    the headline α), and a metric keeps the verdict of the first look that decided it, so
-    the error rates hold over all the looks (a union bound over the shares spent)."""
+    its share of every metric's α (`verdicts.look_share`; `decide_on`: the keys that share
+    one α), and a metric keeps the verdict of the first look that decided it, so the error
+    rates hold over all the looks (a union bound over the shares spent)."""
 
     def __init__(self, verdicts: VerdictConfig, most: int,
-                 headline: Sequence[str] = HEADLINE) -> None:
+                 decide_on: Sequence[str] = HEADLINE) -> None:
         self.verdicts = verdicts
         self.most = most
-        self.headline = tuple(headline)
+        self.decide_on = tuple(decide_on)
         self.previous = 0
         self.decided: dict[str, tuple[int, Change]] = {}
 
-    def look(self, a: Sequence[RunAnalysis], b: Sequence[RunAnalysis]) -> Comparison:
-        """B against A over the rounds both sides have finished."""
+    def look(self, a: Sequence[RunAnalysis], b: Sequence[RunAnalysis],
+             final: bool = False) -> Comparison:
+        """B against A over the rounds both sides have finished; a `final` look (no more
+        rounds will run, known before looking) spends the α left."""
         rounds = min(len(a), len(b))
-        share = look_share(rounds, self.previous, self.most)
+        share = look_share(rounds, self.previous, self.most, final)
         comparison = compare(pool(a[:rounds]), pool(b[:rounds]), from_rounds(a, b, rounds),
-                             self.verdicts, share, self.headline)
+                             self.verdicts, share, self.decide_on)
         self.previous = rounds
         for i, change in enumerate(comparison.changes):
             if change.key in self.decided:

@@ -20,7 +20,14 @@ from latlab.analysis.budget import Budget, budget
 from latlab.analysis.replicates import Replicates, from_blocks
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.significance import fisher_test, statistics
-from latlab.analysis.verdicts import FAMILY_ALPHA, RatioInterval, alpha, judge, ratio_interval
+from latlab.analysis.verdicts import (
+    FAMILY_ALPHA,
+    LookShare,
+    RatioInterval,
+    alpha,
+    judge,
+    ratio_interval,
+)
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
@@ -64,7 +71,7 @@ class Change:
     a: float | None
     b: float | None
     lower_is_better: bool = True
-    interval: RatioInterval | None = None  # of B / A − 1, from the replicates
+    interval: RatioInterval | None = None  # of B / A − 1, the verdict's (from the replicates)
     verdict: Verdict = "can't tell"
     why: str | None = None  # for same and can't tell
     attribution: dict[str, float] = field(default_factory=dict)
@@ -134,11 +141,11 @@ class CompareError(ValueError):
 
 
 def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None,
-            verdicts: VerdictConfig | None = None, share: float = 1.0,
-            headline: Sequence[str] = HEADLINE) -> Comparison:
+            verdicts: VerdictConfig | None = None, share: LookShare = LookShare(),
+            decide_on: Sequence[str] = HEADLINE) -> Comparison:
     """B against A: each statistic's values (A's and B's pooled requests), its interval and
     verdict from `replicates` (default: each run's time blocks), tested at `share` of its α
-    (a sequential A/B's look spends part); the `headline` keys share the headline α."""
+    (a sequential A/B's look spends part); the keys `decide_on` share one α (`alpha`)."""
     for analysis in (a, b):
         if not analysis.ok.any():
             raise CompareError(f"{analysis.run.path}: no successful request in its window "
@@ -164,11 +171,12 @@ def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None
         if change.delta is None:
             change.why = "not measured on both sides"
             continue
-        confidence = 1 - alpha(change.key, keys, headline) * share
-        change.interval = ratio_interval(*replicates.of(change.key), confidence)
-        judged = judge(change.interval, change.min_effect, change.lower_is_better,
-                       replicates.strict, replicates.unit_name)
-        change.verdict, change.why = judged.verdict, judged.why
+        level = alpha(change.key, keys, decide_on)
+        values = replicates.of(change.key)
+        judged = judge(ratio_interval(*values, 1 - level * share.change), change.min_effect,
+                       change.lower_is_better, replicates.strict, replicates.unit_name,
+                       same=ratio_interval(*values, 1 - 2 * level * share.same))
+        change.interval, change.verdict, change.why = judged.interval, judged.verdict, judged.why
     changes.append(_error_rate(a.summary, b.summary))
     budgets = {"mean": (a.mean, b.mean),
                "p99 tail": (_tail(a), _tail(b))}

@@ -29,7 +29,7 @@ class Metric:
     curve: bool = False  # drawn against the load (sweeps, predictions checked)
     chart: str | None = None  # the distribution chart that shows it (its SLO line too)
     # the smallest relative change a comparison calls better or worse, where it is not the
-    # default (`records.verdict`); a user's --min-effect overrides it
+    # default (`records.verdict`); kept under a --min-effect PCT%, changed by naming it
     min_effect: float | None = None
 
     @property
