@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from latlab.analysis.analyze import assemble, judge_requests
-from latlab.analysis.compare import Change, Comparison, compare
+from latlab.analysis.compare import NOT_MEASURED, Change, Comparison, compare
 from latlab.analysis.replicates import from_rounds
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.verdicts import look_share
@@ -172,9 +172,14 @@ class Sequential:
         sides (more rounds do not measure them), else that they are decided."""
         open_ = [f"{c.label} can't tell" for c in Sequential.undecided(comparison, keys)]
         labels = {c.key: c.label for c in comparison.changes}
-        measured = {c.key for c in comparison.changes if c.delta is not None}
-        unmeasured = [f"{labels.get(k, k)} not measured on both sides" for k in keys
-                      if k not in measured]
+        whys = {c.key: c.why or NOT_MEASURED for c in comparison.changes if c.delta is None}
+        unmeasured = []
+        for key in keys:
+            if key in labels and key not in whys:
+                continue
+            why = whys.get(key, NOT_MEASURED)
+            unmeasured.append(f"{labels.get(key, key)} "
+                              + (why if why == NOT_MEASURED else f"not judged: {why}"))
         decided = ("every headline metric decided" if tuple(keys) == HEADLINE
                    else f"{', '.join(keys)} decided")
         return ", ".join(open_ + unmeasured) or decided
