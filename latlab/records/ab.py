@@ -41,7 +41,8 @@ class ABConfig(VerdictConfig):
     decide_on: tuple[str, ...] = setting(
         HEADLINE, "A statistic whose verdict ends the rounds, as compare keys it (e.g. "
         "mean_itl_max, p99_ttft, goodput) (repeatable; default: the headline ones); they "
-        "share one α (5 %) among themselves, apart from the statistics shown beside them.", "--decide-on", group=AB, cli_type=list[str],
+        "share one α (5 %) among themselves, apart from the statistics shown beside them.",
+        "--decide-on", group=AB, cli_type=list[str],
         metavar="KEY", show_default=False)
     bench: BenchConfig = BenchConfig()
 
@@ -79,6 +80,8 @@ class ABConfig(VerdictConfig):
             out[side] = BenchConfig.model_validate(
                 self.bench.model_dump(exclude={"url", "serve_args", "name", "tags"},
                                       exclude_unset=True)
+                # a server ab starts is the engine itself: no engine behind it to scrape
+                | ({} if url else {"server_url": None})
                 | {"url": url, "serve_args": "" if url else setting_,
                    "api_key": self.bench.api_key,
                    "name": f"ab-{side}-{self.bench.name}",
