@@ -4,8 +4,13 @@ at most `--max-rounds`), deciding on `--decide-on`. Shows, for each look, the ke
 and verdict, and for the rounds themselves the per-round value of the key beside the host's
 other work — what the spread between rounds is made of. No server runs.
 
+With `--project`, for an A/A: how many rounds "same" would take at the spread these rounds
+had (the sd of the key's per-round logs, pooled over the sides): the whole sequential
+procedure simulated (looks from `--rounds` on, `ab`'s spending and families, one key
+decided on), the chance of "same" and the rounds used, for several `--max-rounds`.
+
     python benchmarks/ab_relook.py /tmp/stall/runs-aa2/20261128-144441-ab \
-        --decide-on mean_itl_max
+        --decide-on mean_itl_max --project
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 from latlab.analysis import analyze
 from latlab.analysis.ab import Sequential
 from latlab.analysis.replicates import values
+from latlab.analysis.verdicts import FAMILY_ALPHA, judge, look_share, ratio_interval
 from latlab.records.ab import AB_JSON, ABConfig
 from latlab.records.folder import RunFolder
 
@@ -31,6 +37,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-rounds", type=int, default=None,
                         help="default: the rounds the ab ran (its last look is final)")
+    parser.add_argument("--project", action="store_true",
+                        help="simulate the rounds an A/A at this spread needs for 'same'")
+    parser.add_argument("--min-effect", type=float, default=0.2)
     args = parser.parse_args()
     record = json.loads((args.ab / AB_JSON).read_text())
     runs: dict[str, list] = {"A": [], "B": []}
@@ -51,6 +60,13 @@ def main() -> None:
             print(f"  {side} {key} by round: " + ", ".join(f"{v:.1f}" for v in per_round)
                   + f" (sd of logs {logs.std(ddof=1):.3f}); other cores "
                   + ", ".join(f"{o:.2f}" for o in others[side][:n]))
+    spreads = []
+    for side in "AB":
+        logs = np.log([values(a).get(decide_on[0], math.nan) for a in runs[side][:n]])
+        spreads.append(logs.var(ddof=1))
+    spread = math.sqrt(sum(spreads) / 2)
+    if args.project:
+        project(spread, args.rounds, args.min_effect)
     sequential = Sequential(config, config.most_rounds, decide_on)
     for i in range(args.rounds, n + 1):
         comparison = sequential.look(runs["A"][:i], runs["B"][:i])
@@ -63,6 +79,34 @@ def main() -> None:
                   f"{c.verdict}" + (f" ({c.why})" if c.why else ""))
         if not Sequential.undecided(comparison, decide_on):
             break
+
+
+def project(spread: float, first: int, min_effect: float, tries: int = 400) -> None:
+    """The chance an A/A at `spread` (sd of the per-round logs) is called "same" within each
+    of several --max-rounds, and the rounds it ran, by simulation (fixed seed)."""
+    rng = np.random.default_rng(0)
+    print(f"  projected A/A at a spread of {spread:.3f} between rounds (sd of logs), "
+          f"minimum effect {100 * min_effect:g}%:")
+    for most in (10, 15, 20, 30, 40):
+        same, used = 0, []
+        for _ in range(tries):
+            a, b = rng.normal(0, spread, most), rng.normal(0, spread, most)
+            previous, verdict, ran = 0, "can't tell", most
+            for k in range(first, most + 1):
+                share = look_share(k, previous, most)
+                previous = k
+                found = judge(ratio_interval(np.exp(a[:k]), np.exp(b[:k]),
+                                             1 - FAMILY_ALPHA * share.change),
+                              min_effect, True, False,
+                              same=ratio_interval(np.exp(a[:k]), np.exp(b[:k]),
+                                                  1 - 2 * FAMILY_ALPHA * share.same))
+                if found.verdict != "can't tell":
+                    verdict, ran = found.verdict, k
+                    break
+            same += verdict == "same"
+            used.append(ran)
+        print(f"    --max-rounds {most}: same in {100 * same / tries:.0f}% of {tries}, "
+              f"{np.mean(used):.1f} rounds a side on average")
 
 
 if __name__ == "__main__":
