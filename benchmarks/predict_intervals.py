@@ -129,6 +129,7 @@ def measure(args, cal, err) -> Path:
             capacity = probe.summary.throughput.achieved_rate
         err.print(f"  capacity {capacity:.2f} req/s (simulated: "
                   f"{calibrations.capacity(cal, 2 * cal.engine.max_num_seqs):.2f})")
+        (folder / "measured.json").write_text(json.dumps({"capacity": capacity, "runs": runs}))
         for fraction in args.fractions:
             rate = round(fraction * capacity, 2)
             # long enough for `--requests` in the window at this rate, at least `--duration`
@@ -378,7 +379,8 @@ def verdict(name: str, checks: dict, runs: list[dict]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline-src", type=Path, help="an older latlab's source tree")
-    parser.add_argument("--fractions", default="0.3,0.5,0.7")
+    parser.add_argument("--fractions", default="0.3,0.5,0.7",
+                        help="shares of the capacity to run at ('': measure the capacity only)")
     parser.add_argument("--repeats", type=int, default=2, help="runs at each load")
     parser.add_argument("--duration", type=float, default=40.0, help="seconds a run")
     parser.add_argument("--requests", type=int,
@@ -409,7 +411,7 @@ def main() -> None:
                         help="also the width with each part of the spread turned off")
     args = parser.parse_args()
     interrupt_on_sigterm()  # SIGTERM stops the server this script started, as Ctrl-C does
-    args.fractions = [float(f) for f in args.fractions.split(",")]
+    args.fractions = [float(f) for f in args.fractions.split(",") if f]  # none: capacity
     err = console(stderr=True)
     print(f"load average {load_average()} at the start")
     if args.recalibrate:

@@ -36,8 +36,9 @@ from latlab.services.replica_search import decided
 from latlab.sim import calibration as calibrations
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import on_clock
-from latlab.sim.spread import Draw, level_dof, level_quantile
+from latlab.sim.spread import level_dof, level_quantile
 from latlab.sim.table import request_table
+from latlab.sim.world import Draw
 
 # A calibration on a quiet host: steps ±5% across step sizes, 4 probes whose
 # levels agree, the level drifting ±2% between 10 s windows.

@@ -47,9 +47,10 @@ from latlab.records.window import run_window
 from latlab.services.predict_floor import percentile_value, run_floors, too_short
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import on_clock
-from latlab.sim.spread import Draw, level_sd, spread_of
+from latlab.sim.spread import level_sd, spread_of
 from latlab.sim.table import request_table
 from latlab.sim.workload import SimWorkload, build
+from latlab.sim.world import Draw
 
 QUEUED = ("ttft", "ttft_sched", "e2e", "e2e_sched", "lateness")  # include the queue's wait
 DRAW_SEED = 25
