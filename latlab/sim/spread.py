@@ -186,22 +186,32 @@ def spread_of(cal: Calibration) -> tuple[Spread, str | None]:
             f"{100 * cal.fit.mape:.0f}% (mean), and nothing else")
 
 
+def level_parts(spread: Spread) -> list[tuple[float, float]]:
+    """The variances a new run's level adds up from, each with its degrees of freedom: the
+    factors by size's error (across step sizes: the factors' own, else `SHAPE_GROUPS`
+    groups) and between runs (from one run: as far as its windows drifted). Where the
+    calibration fitted the machine's slow stretches (served steps), they explain the probes'
+    short-term disagreement, and what the machine does beyond them — its level moving from
+    one 10 s window to the next — is a later run's level too: a run minutes after the
+    calibration sits as far off as the windows went (the drift, with its windows' dof)."""
+    shape_dof = spread.shape_dof if spread.shape_dof is not None else SHAPE_GROUPS - 1
+    parts = [(spread.shape ** 2, shape_dof)]
+    if spread.between is not None:
+        parts.append((spread.between ** 2, spread.runs - 1))
+    if spread.between is None or spread.stretches is not None:
+        parts.append((spread.drift ** 2, spread.windows - 1))
+    return parts
+
+
 def level_sd(spread: Spread) -> float:
-    """The standard deviation of a new run's level: the factors by size's error (across step
-    sizes) and between runs (from one run: as far as its windows drifted)."""
-    between = spread.between if spread.between is not None else spread.drift
-    return math.sqrt(spread.shape ** 2 + between ** 2)
+    """The standard deviation of a new run's level (`level_parts`)."""
+    return math.sqrt(sum(v for v, _ in level_parts(spread)))
 
 
 def level_dof(spread: Spread) -> float:
-    """The Student t's degrees of freedom for the level: its two variances' (across step
-    sizes: the factors' own, else `SHAPE_GROUPS` groups; between runs, else between
-    windows), combined as Welch–Satterthwaite does; normal when neither was measured more
-    than twice."""
-    between, units = ((spread.between, spread.runs) if spread.between is not None
-                      else (spread.drift, spread.windows))
-    shape_dof = spread.shape_dof if spread.shape_dof is not None else SHAPE_GROUPS - 1
-    parts = [(spread.shape ** 2, shape_dof), (between ** 2, units - 1)]
+    """The Student t's degrees of freedom for the level: its variances' (`level_parts`),
+    combined as Welch–Satterthwaite does; normal when none was measured more than twice."""
+    parts = level_parts(spread)
     total = sum(v for v, _ in parts)
     if total <= 0:
         return math.inf
