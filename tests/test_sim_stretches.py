@@ -113,10 +113,11 @@ def test_without_stretches_a_world_simulates_as_it_always_did():
     a = simulate(workload, cal, draw=draw).columns
     b = simulate(workload, cal, draw=Draw.make(SPREAD, [25, 1], 0.3)).columns
     assert np.array_equal(a.done, b.done)
-    zero = Stretches(parts=[Stretch(sd=0.0, tau_s=1.0)], jitter=0.0)
-    c = simulate(workload, cal, draw=Draw.make(SPREAD.model_copy(update={"stretches": zero}),
-                                               [25, 1], 0.3)).columns
-    assert np.allclose(a.done, c.done, rtol=1e-9, atol=1e-9)  # runs cut, the same times
+    # stretches of zero (their level aside: with stretches the drift is a run's level too)
+    zero = Draw.make(SPREAD.model_copy(update={"stretches": Stretches(
+        parts=[Stretch(sd=0.0, tau_s=1.0)], jitter=0.0)}), [25, 1], 0.3)
+    zero.level = draw.level
+    assert np.array_equal(a.done, simulate(workload, cal, draw=zero).columns.done)
 
 
 def test_both_sides_of_a_change_see_the_same_stretches_and_tails_widen():
@@ -140,3 +141,19 @@ def test_both_sides_of_a_change_see_the_same_stretches_and_tails_widen():
     spread_calm = np.percentile(tpot(calm), 99) / np.median(tpot(calm))
     spread_rough = np.percentile(tpot(rough), 99) / np.median(tpot(rough))
     assert spread_rough > spread_calm * 1.1
+
+
+def test_a_machine_slow_more_often_than_fast_keeps_its_skew_when_drawn():
+    """Misfits skewed right (slow steps reach further than fast ones): the fitted shape
+    holds it, and the drawn steps' upper and lower tails are the measured ones, not a
+    normal's mirror image."""
+    x, t = steps_of(KNOWN, 120.0, 5)
+    skewed = np.where(x > 0, 1.8 * x, 0.6 * x)
+    fitted = stretch.fit(skewed, t, np.zeros(len(x)))
+    assert fitted.shape[-1] > 2.5 > -fitted.shape[0]  # beyond a normal's on the slow side
+    world = stretch.StretchDraw(fitted, np.random.default_rng(1), np.random.default_rng(2))
+    drawn = np.log([world.factor(s) * world.step() for s in t])
+    for q in (1, 99):
+        assert np.percentile(drawn, q) - np.median(drawn) == pytest.approx(
+            np.percentile(skewed, q) - np.median(skewed), abs=0.15), q
+    assert np.mean(np.exp(drawn)) == pytest.approx(1.0, abs=0.05)  # centred: the mean cost

@@ -95,10 +95,13 @@ class Stretch(Record):
 class Stretches(Record):
     """How a step's misfit carries over to the steps after it (`latlab.sim.stretches`): the
     log of a step's cost factor is the sum of `parts` (stretches at their time scales, the
-    shortest first) plus each step's own, of standard deviation `jitter`."""
+    shortest first) plus each step's own, of standard deviation `jitter`; where the misfits
+    were not normal (a busy machine's steps are slow far more than they are fast), `shape`
+    holds their quantiles, in standard deviations, at the normal scores −2.5, −2 … 2.5."""
 
     parts: list[Stretch]
     jitter: float = Field(default=0.0, ge=0)
+    shape: list[float] = []
 
     def describe(self) -> str:
         parts = " and ".join(f"±{100 * p.sd:.0f}% over ~{p.tau_s:.2g} s" for p in self.parts

@@ -6,17 +6,19 @@ not the spread of single steps, makes the tails of TPOT and E2E. The log of a st
 factor (its misfit against the step cost, `spread.misfit`, after the factors by size) is
 modelled as
 
-    x(t) + e     x: an Ornstein–Uhlenbeck process, standard deviation `sd`, correlation
-                    exp(−Δt / `tau_s`) between steps Δt seconds apart (the stretches);
+    x(t) + e     x: Ornstein–Uhlenbeck processes (`parts`), standard deviation `sd`,
+                    correlation exp(−Δt / `tau_s`) between steps Δt seconds apart;
                  e: each step's own, standard deviation `jitter`, independent,
 
 fitted (`fit`) to how the variance of the misfits' mean over a window falls with the
 window's width, within each run (its own level taken out): white noise falls as 1 / steps,
-the stretches only once windows outgrow `tau_s`. A world's draw of it (`StretchDraw`) holds
-x on slices of `tau_s / SLICES_PER_TAU` seconds (the exact AR(1) of the process from slice
-to slice), drawn in slice order from its own stream whatever asks for them when, so both
-sides of a change see the same stretches at the same times; each factor is centred
-(× exp(−variance / 2)) so the step costs' mean stays the calibration's.
+a part only once windows outgrow its `tau_s`. A busy machine's steps are slow far more than
+they are fast, so each is drawn normal and mapped through the misfits' own shape
+(`Stretches.shape`: their quantiles at normal scores). A world's draw (`StretchDraw`) holds
+x on slices of the shortest `tau_s / SLICES_PER_TAU` seconds (the exact AR(1) of each part
+from slice to slice), drawn in slice order from its own stream whatever asks for them when,
+so both sides of a change see the same stretches at the same times; each factor is
+centred so the step costs' mean stays the calibration's.
 
     stretches = fit(r, times, runs)          # None: too few steps to tell
     draw = StretchDraw(stretches, slow_rng, step_rng)
@@ -39,6 +41,7 @@ FIRST_WIDTH_S = 0.1
 MIN_STEPS = 50  # steps in a run to count it
 MIN_WINDOW = 2  # steps a window needs
 PARTS = 2  # time scales fitted
+SCORES = np.arange(-2.5, 2.51, 0.5)  # the normal scores `Stretches.shape` holds quantiles at
 
 
 def mean_share(u: np.ndarray | float) -> np.ndarray | float:
@@ -79,15 +82,16 @@ def fit(r: np.ndarray, times: np.ndarray, runs: np.ndarray, parts: int = PARTS
     run (its mean taken out), the squared means over windows of 0 (single steps), 0.1, 0.2,
     0.4 … s up to a third of the run, summed over the runs width by width, against what the
     `parts` time scales and the steps' own jitter make of them (the run's mean taken out of
-    both: a window's mean minus the run's). Each part's correlation time is one of `TAUS` up to a third of the longest run
-    (a slower process is not in the runs: it is their drift and level), the variances non-
-    negative least squares on relative error (weighted by the windows), the times the best
-    such fit. None when no run
-    has `MIN_STEPS` steps."""
+    both: a window's mean minus the run's). Each part's correlation time is one of `TAUS`
+    up to a third of the longest run (a slower process is not in the runs: it is their
+    drift and level), the variances non-negative least squares on relative error (weighted
+    by the windows), the times the best such fit; and the misfits' shape (`shape_of`). None
+    when no run has `MIN_STEPS` steps."""
     from scipy.optimize import nnls
 
     r, times, runs = (np.asarray(a) for a in (r, times, runs))
     rows = []  # (observed Σ m², Σ 1/n, width, windows, run's steps, run's span)
+    deviations = []
     for run in np.unique(runs):
         mine = runs == run
         if mine.sum() < MIN_STEPS:
@@ -95,6 +99,7 @@ def fit(r: np.ndarray, times: np.ndarray, runs: np.ndarray, parts: int = PARTS
         order = np.argsort(times[mine])
         t, d = times[mine][order], r[mine][order].astype(float)
         d = d - d.mean()
+        deviations.append(d)
         span = float(t[-1] - t[0])
         widths = [0.0] + [FIRST_WIDTH_S * 2 ** k for k in range(20)
                           if FIRST_WIDTH_S * 2 ** k <= span / 3]
@@ -125,7 +130,48 @@ def fit(r: np.ndarray, times: np.ndarray, runs: np.ndarray, parts: int = PARTS
     _, chosen, coef = best
     return Stretches(parts=[Stretch(sd=math.sqrt(v), tau_s=float(tau))
                             for tau, v in zip(chosen, coef[:-1])],
-                     jitter=math.sqrt(coef[-1]))
+                     jitter=math.sqrt(coef[-1]), shape=shape_of(np.concatenate(deviations)))
+
+
+def shape_of(d: np.ndarray) -> list[float]:
+    """The quantiles of `d` (each run's mean taken out), in its standard deviations, at the
+    normal scores `SCORES`."""
+    from scipy.stats import norm
+
+    sd = float(np.std(d))
+    if sd <= 0:
+        return []
+    return [float(v) for v in np.quantile((d - np.mean(d)) / sd, norm.cdf(SCORES))]
+
+
+class Shape:
+    """A normal score mapped to the misfits' shape (`Stretches.shape`: linear between its
+    points, and beyond them along its last segments; none: the score itself), and the
+    constant that keeps exp(sd × it) at a mean of 1."""
+
+    def __init__(self, quantiles: list[float]) -> None:
+        self.points = list(quantiles)
+        from numpy.polynomial.hermite_e import hermegauss
+
+        self._z, weights = hermegauss(40)
+        self._w = weights / weights.sum()
+
+    def __call__(self, z: float) -> float:
+        q = self.points
+        if not q:
+            return z
+        if z <= SCORES[0]:
+            return q[0] + (z - SCORES[0]) * (q[1] - q[0]) / 0.5
+        if z >= SCORES[-1]:
+            return q[-1] + (z - SCORES[-1]) * (q[-1] - q[-2]) / 0.5
+        return float(np.interp(z, SCORES, q))
+
+    def centre(self, sd: float) -> float:
+        """−log E[exp(sd × shape(Z))], Z standard normal."""
+        if not self.points:
+            return -sd * sd / 2
+        values = np.array([self(z) for z in self._z])
+        return -math.log(float(np.sum(self._w * np.exp(sd * values))))
 
 
 def window_variance(stretches: Stretches | None, width_s: float, span_s: float) -> float:
@@ -149,7 +195,7 @@ class StretchDraw:
     """One world's stretches: the factor of the slow parts on a step starting at `t` (held
     on slices of the shortest part's `tau_s / SLICES_PER_TAU`), when it next changes, and a
     step's own factor (`step`: one draw a step, from `step_rng`, in the order the steps
-    ask)."""
+    ask); each normal, mapped through the misfits' shape, centred to a mean of 1."""
 
     def __init__(self, stretches: Stretches, slow_rng: np.random.Generator,
                  step_rng: np.random.Generator) -> None:
@@ -159,8 +205,11 @@ class StretchDraw:
         self._sd = np.array([p.sd for p in parts])
         self._rho = np.exp(-self.slice_s / np.array([p.tau_s for p in parts]))
         self._innovation = self._sd * np.sqrt(1 - self._rho ** 2)
-        self._centre = -float(np.sum(self._sd ** 2)) / 2
+        self._shape = Shape(stretches.shape)
+        self._slow_sd = float(np.sqrt(np.sum(self._sd ** 2)))
+        self._slow_centre = self._shape.centre(self._slow_sd)
         self._jitter = stretches.jitter
+        self._jitter_centre = self._shape.centre(self._jitter)
         self._slow_rng, self._step_rng = slow_rng, step_rng
         self._factors: list[float] = []
         self._x = np.zeros(len(parts))
@@ -173,7 +222,9 @@ class StretchDraw:
             z = self._slow_rng.standard_normal(len(self._sd))
             self._x = (self._sd * z if not self._factors
                        else self._rho * self._x + self._innovation * z)
-            self._factors.append(math.exp(float(self._x.sum()) + self._centre))
+            score = float(self._x.sum()) / self._slow_sd
+            self._factors.append(math.exp(self._slow_sd * self._shape(score)
+                                          + self._slow_centre))
         return self._factors[k]
 
     def until(self, t: float) -> float:
@@ -186,5 +237,5 @@ class StretchDraw:
         """One step's own factor (mean 1)."""
         if self._jitter <= 0:
             return 1.0
-        j = self._jitter
-        return math.exp(j * self._step_rng.standard_normal() - j * j / 2)
+        z = self._step_rng.standard_normal()
+        return math.exp(self._jitter * self._shape(z) + self._jitter_centre)
