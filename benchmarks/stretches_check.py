@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +45,7 @@ def stats(r: np.ndarray, t: np.ndarray) -> dict[str, float]:
         slot = np.floor((t - t[0]) / w).astype(int)
         n = np.bincount(slot)
         means = np.bincount(slot, weights=c)[n >= 2] / n[n >= 2]
-        out[f"sd {w:g} s"] = float(np.std(means)) if len(means) > 2 else float("nan")
+        out[f"sd {w:g} s"] = float(np.std(means)) if len(means) > 2 else math.nan
     return out
 
 
@@ -68,7 +70,9 @@ def compare(name: str, steps: list[StepRecord], cal, draws: int, seed: int) -> d
     cells = []
     for key, value in measured.items():
         v = np.array([s[key] for s in drawn])
-        lo, mid, hi = np.nanpercentile(v, [5, 50, 95])
+        with warnings.catch_warnings():  # a probe too short for 2 s windows: nan
+            warnings.simplefilter("ignore", RuntimeWarning)
+            lo, mid, hi = np.nanpercentile(v, [5, 50, 95])
         row[key] = {"measured": value, "drawn": [lo, mid, hi]}
         mark = "" if lo <= value <= hi else " !"
         cells.append(f"{key} {value:+.2f} ({lo:+.2f} {mid:+.2f} {hi:+.2f}){mark}")
@@ -94,9 +98,9 @@ def main() -> None:
     print("lag-1 autocorrelation, p90 / p99 of the log misfit over its median, sd of its "
           "0.5 s / 2 s means: measured (the draws' 5% 50% 95%)")
     rows = [compare(f"probe {i}", probes[i], cal, args.draws, 7) for i in sorted(probes)]
-    for path in args.steps:
-        for j, part in enumerate(segments(read_step_log(path))):
-            rows.append(compare(f"held-out {j}", part, cal, args.draws, 7))
+    held_out = [part for path in args.steps for part in segments(read_step_log(path))]
+    for j, part in enumerate(held_out):
+        rows.append(compare(f"held-out {j}", part, cal, args.draws, 7))
     if args.json:
         args.json.write_text(json.dumps({"spread": cal.spread.describe(), "rows": rows},
                                         indent=2))
