@@ -12,7 +12,6 @@ import orjson
 import typer
 from rich.console import Console
 
-
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PIPED_WIDTH = 200
 
