@@ -99,3 +99,27 @@ def test_the_probes_latlab_serve_starts_without_the_load_generator():
                "loaded = [m for m in sys.modules if m.startswith(('latlab.load', "
                "'latlab.commands.config_files', 'latlab.analysis', 'latlab.report'))]\n"
                "assert not loaded, loaded\n")
+
+
+def test_a_calibration_just_made_is_not_machine_checked_again(tmp_path, monkeypatch):
+    """First use calibrates and answers: its reference steps were timed moments ago, so the
+    machine check (a fresh engine timing them again) is left to the next use."""
+    import io
+
+    from rich.console import Console
+    from sim_helpers import calibration
+
+    from latlab.records.predict import CalibrationSource
+    from latlab.services import predict as service
+    from latlab.sim import calibration as calibrations
+
+    monkeypatch.setenv("LATLAB_CACHE", str(tmp_path))
+    made, checked = [], []
+    monkeypatch.setattr(service, "calibrate_engine",
+                        lambda *a, **k: made.append(1) or calibration())
+    monkeypatch.setattr(calibrations, "check_machine", lambda c, e: checked.append(1))
+    err = Console(file=io.StringIO())
+    _, where = service.resolve_calibration(CalibrationSource(), None, [], None, err, probe=True)
+    assert "calibrated now" in where and made == [1] and checked == []
+    _, where = service.resolve_calibration(CalibrationSource(), None, [], None, err, probe=True)
+    assert "calibrated now" not in where and made == [1] and checked == [1]
