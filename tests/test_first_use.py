@@ -111,13 +111,13 @@ def test_a_calibration_just_made_is_not_machine_checked_again(tmp_path, monkeypa
 
     from latlab.records.predict import CalibrationSource
     from latlab.services import predict as service
-    from latlab.sim import calibration as calibrations
+    from latlab.sim import machine
 
     monkeypatch.setenv("LATLAB_CACHE", str(tmp_path))
     made, checked = [], []
     monkeypatch.setattr(service, "calibrate_engine",
                         lambda *a, **k: made.append(1) or calibration())
-    monkeypatch.setattr(calibrations, "check_machine", lambda c, e: checked.append(1))
+    monkeypatch.setattr(machine, "check_machine", lambda c, e: checked.append(1))
     err = Console(file=io.StringIO())
     _, where = service.resolve_calibration(CalibrationSource(), None, [], None, err, probe=True)
     assert "calibrated now" in where and made == [1] and checked == []
