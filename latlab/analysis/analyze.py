@@ -43,6 +43,7 @@ from latlab.records.columns import present
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.scrape import Scrape
+from latlab.records.spill import Spill
 from latlab.records.summary import Goodput, RunSummary
 from latlab.records.table import OUTCOMES, RequestTable
 from latlab.records.timeline import NS_PER_MS, Outcome
@@ -53,14 +54,19 @@ TRANSIT_BASELINE = 10.0  # the percentile of the run's transits taken as the net
 
 
 def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
-            diagnosis: bool = True) -> RunAnalysis:
+            diagnosis: bool = True, spill: Spill | None = None) -> RunAnalysis:
     """Decompose, aggregate and diagnose one run folder (which may be a partial run);
     `slos` judges its goodput by other SLOs than its own; without `diagnosis` the rules are
-    not run (`findings` stays empty: what `compare` needs)."""
+    not run (`findings` stays empty: what `compare` needs). With a `spill`, every column is
+    a file's mapping (the run's read-only, the derived ones written to it a block at a
+    time) and its pages are given back after each step (`RunAnalysis.give_back`)."""
     config = run.read_config()
-    table = run.read_table()
+    table = run.read_table(read_only=spill is not None)
+    if spill is not None:
+        spill.adopt(table)
+        derived(table, spill)
     window = run_window(config, table)
-    metrics = metric_columns(table)
+    metrics = metric_columns(table, spill)
     summary = run.read_summary()
     recomputed = summary is None
     scrapes = run.read_scrapes()
@@ -71,13 +77,30 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
                                                server_kind=config.target.server_kind))
     if not diagnosis:  # a big run's token stamps go back to the file until compare reads them
         drop_pages(table.token_ns, table.token_counts)
-    parts = decompose_all(table, network_baseline(table, config.target.rtt_ms))
-    requests = Requests(table, metrics, parts, in_flight_at_send(table))
+    parts = decompose_all(table, network_baseline(table, config.target.rtt_ms), spill)
+    in_flight = in_flight_at_send(table)
+    requests = Requests(table, metrics, parts, in_flight if spill is None
+                        else spill.keep(in_flight), spill)
+    del in_flight
     chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)
+    if spill is not None:
+        chosen = spill.keep(chosen)
+        spill.give_back()
     if slos is not None:
         summary.goodput = judge_requests(requests, chosen, window, slos)
     return assemble(run, config, summary, requests, window, chosen, scrapes, recomputed,
                     diagnosis)
+
+
+DERIVED = ("ok", "origin_ns", "end_ns", "events", "output_tokens")  # `RequestTable`'s
+
+
+def derived(table: RequestTable, spill: Spill) -> None:
+    """The columns `table` derives from its own (`RequestTable`'s cached properties) made
+    now, one at a time, each written to `spill`: not held in memory when read later."""
+    for name in DERIVED:
+        setattr(table, name, spill.keep(getattr(table, name)))  # its cached value
+        spill.give_back()
 
 
 def assemble(run: RunFolder, config: RunConfig, summary: RunSummary, requests: Requests,

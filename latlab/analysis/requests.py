@@ -12,6 +12,7 @@ import numpy as np
 from latlab.analysis.decompose import Decomposition, Parts
 from latlab.metrics.request import MetricColumns, RequestMetrics
 from latlab.records.columns import present
+from latlab.records.spill import Spill
 from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
 
@@ -34,6 +35,12 @@ class Requests:
     metrics: MetricColumns
     parts: Parts
     in_flight: np.ndarray
+    spill: Spill | None = None  # where every column is mapped from (`records.spill`)
+
+    def give_back(self) -> None:
+        """The pages the columns read since the last call given back (with a spill)."""
+        if self.spill is not None:
+            self.spill.give_back()
 
     def __len__(self) -> int:
         return len(self.table)

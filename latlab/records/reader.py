@@ -69,8 +69,8 @@ def iter_jsonl(path: Path, schema: pa.Schema, rows: int) -> Iterator[pa.RecordBa
             yield batch.cast(schema) if batch.schema != schema else batch
 
 
-def stream_requests(path: Path, joined: Path | None, folder: Path, key: list[Any]
-                    ) -> RequestTable:
+def stream_requests(path: Path, joined: Path | None, folder: Path, key: list[Any],
+                    read_only: bool = False) -> RequestTable:
     """`read_requests`, its columns written to `folder` (`records.cache`) a batch of records
     at a time and mapped back: a big run's parse holds a batch, not the run."""
     spans = read_jsonl(joined, JOINED) if joined is not None and joined.is_file() else None
@@ -83,7 +83,7 @@ def stream_requests(path: Path, joined: Path | None, folder: Path, key: list[Any
         if not writer.rows:
             writer.append(RequestTable.from_arrow(SCHEMA.empty_table()))
         writer.finish()
-    table = load_columns(folder, key)
+    table = load_columns(folder, key, read_only)
     if table is None:
         raise OSError(f"{folder}: the columns just written do not read back")
     return table
