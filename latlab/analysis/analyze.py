@@ -16,6 +16,7 @@ Budgets, breakdowns and findings cover the requests scheduled inside the measure
 from __future__ import annotations
 
 from collections import Counter
+from typing import TypeVar
 
 import numpy as np
 
@@ -49,6 +50,7 @@ from latlab.records.table import OUTCOMES, RequestTable
 from latlab.records.timeline import NS_PER_MS, Outcome
 from latlab.records.window import Window, run_window
 
+T = TypeVar("T")
 UNATTRIBUTED_NOTE_SHARE = 0.05
 TRANSIT_BASELINE = 10.0  # the percentile of the run's transits taken as the network's own
 
@@ -77,7 +79,10 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
                                                server_kind=config.target.server_kind))
     if not diagnosis:  # a big run's token stamps go back to the file until compare reads them
         drop_pages(table.token_ns, table.token_counts)
-    parts = decompose_all(table, network_baseline(table, config.target.rtt_ms), spill)
+    baseline = network_baseline(table, config.target.rtt_ms)
+    if spill is not None:
+        spill.give_back()
+    parts = decompose_all(table, baseline, spill)
     in_flight = in_flight_at_send(table)
     requests = Requests(table, metrics, parts, in_flight if spill is None
                         else spill.keep(in_flight), spill)
@@ -109,6 +114,11 @@ def assemble(run: RunFolder, config: RunConfig, summary: RunSummary, requests: R
     """The analysis of decomposed `requests`: budgets and breakdowns over those `chosen`
     (the window's), findings, notes."""
     parts = requests.parts
+
+    def given_back(value: T) -> T:  # the pages of the columns it read (a spilled analysis)
+        requests.give_back()
+        return value
+
     analysis = RunAnalysis(
         run=run,
         config=config,
@@ -117,17 +127,17 @@ def assemble(run: RunFolder, config: RunConfig, summary: RunSummary, requests: R
         requests=requests,
         window=window,
         inside=chosen,
-        mean=budget(parts, chosen),
-        tail=tail_budget(parts, chosen),
-        by_prompt=by_prompt_length(requests, chosen),
-        by_tenant=by_tenant(requests, chosen),
-        by_priority=by_priority(requests, chosen),
-        over_time=over_time(requests),
+        mean=given_back(budget(parts, chosen)),
+        tail=given_back(tail_budget(parts, chosen)),
+        by_prompt=given_back(by_prompt_length(requests, chosen)),
+        by_tenant=given_back(by_tenant(requests, chosen)),
+        by_priority=given_back(by_priority(requests, chosen)),
+        over_time=given_back(over_time(requests)),
         scrapes=scrapes,
         server=server_view(scrapes, requests.table),
-        tasks=task_budget(requests, chosen),
-        hop=hop(requests.table, chosen & parts.decomposed, config.target.gateway,
-                summary.spans),
+        tasks=given_back(task_budget(requests, chosen)),
+        hop=given_back(hop(requests.table, chosen & parts.decomposed, config.target.gateway,
+                           summary.spans)),
     )
     if diagnosis:
         analysis.findings, analysis.unevaluated = diagnose(analysis)

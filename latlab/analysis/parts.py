@@ -5,7 +5,7 @@ makes them."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,6 +47,12 @@ class Parts:
     quality: dict[str, np.ndarray]
     has_server: np.ndarray
     decomposed: np.ndarray
+    _spill: Spill | None = field(default=None, repr=False, compare=False)  # mapped from
+
+    def give_back(self) -> None:
+        """The pages of the columns read since the last call given back (`records.spill`)."""
+        if self._spill is not None:
+            self._spill.give_back()
 
     def value(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """The component's time per request (of `rows` only, when given), 0 when unavailable
@@ -90,7 +96,7 @@ class Parts:
             del block, values
         mapped = {group: {name: spill.mapped(c) for name, c in written.items()}
                   for group, written in columns.items()}
-        return cls(ms=mapped.pop("ms"), quality=mapped.pop("quality"),
+        return cls(ms=mapped.pop("ms"), quality=mapped.pop("quality"), _spill=spill,
                    **{name: mapped[name][""] for name in ("total", "has_server", "decomposed")})
 
     def row(self, i: int) -> Decomposition | None:

@@ -93,7 +93,7 @@ def finish(run: RunFolder, settings: RunConfig, config: ObserveConfig, windows: 
         record.notes = notes_on(record)
         summary = summarize(table, run_window(settings, table), settings.slos or None,
                             context=RunContext(stop_reason=stop_reason, notes=record.notes),
-                            metrics=metric_columns(table, spill))
+                            metrics=metric_columns(table, spill), spill=spill)
         summary.spans = join.model_copy(update={"notes": record.notes})
         run.write_summary(summary)
         spill.give_back()
