@@ -98,8 +98,7 @@ def finish(run: RunFolder, settings: RunConfig, config: ObserveConfig, windows: 
         run.write_summary(summary)
         spill.give_back()
         step("summary")
-        _trace(run, table)
-        spill.give_back()
+        _trace(run, table, spill)
         step("trace.jsonl")
         write_json(run.path / OBSERVE_JSON, record)
         with RunStore(store or config.out) as runs:
@@ -141,8 +140,10 @@ def _clock(settings: RunConfig, config: ObserveConfig, record: ObserveRecord,
         settings.bench, record.workload_flags = fitted
 
 
-def _trace(run: RunFolder, table: RequestTable) -> None:
+def _trace(run: RunFolder, table: RequestTable, spill: Spill) -> None:
+    """trace.jsonl, `TRACE_ROWS` rows at a time, the pages they read given back after each."""
     rows = trace_rows(table)
     with open(run.path / TRACE_JSONL, "wb") as f:
         while chunk := list(islice(rows, TRACE_ROWS)):
             f.write(b"".join([json_line(row) for row in chunk]))
+            spill.give_back()
