@@ -94,6 +94,7 @@ class Parts:
                 values = getattr(block, name)
                 columns.setdefault(name, {"": spill.column(values.dtype)})[""].write(values)
             del block, values
+            spill.give_back()  # the block's pages of the run's columns
         mapped = {group: {name: spill.mapped(c) for name, c in written.items()}
                   for group, written in columns.items()}
         return cls(ms=mapped.pop("ms"), quality=mapped.pop("quality"), _spill=spill,

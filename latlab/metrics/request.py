@@ -109,6 +109,7 @@ def _spilled(t: RequestTable, spill: Spill) -> MetricColumns:
         itl.append(block.itl)
         gaps.append(block.chunk_gaps)
         del block
+        spill.give_back()  # the block's pages of the run's columns
     shared = all(i is g for i, g in zip(itl, gaps))  # one token an event: the gaps are the ITL
     chunk_gaps = _kept(Ragged.concat(gaps), spill)
     return MetricColumns(**{name: spill.mapped(column) for name, column in columns.items()},
