@@ -20,6 +20,7 @@ throughout stays a read-only view of that value (no file, no memory a request).
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import shutil
 from dataclasses import fields
@@ -27,9 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from latlab.records.cache import RawColumn, load_column
 from latlab.records.columns import Labels
+
+ARROW_SUFFIX = ".arrow"  # a kept copy's string columns (`records.cache`)
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class Spill:
@@ -39,6 +44,8 @@ class Spill:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self._mappings: list[mmap.mmap] = []
+        self._ranges: list[tuple[int, int]] = []  # Arrow files' mappings: address ranges
+        self._held: list[pa.Array | pa.ChunkedArray] = []  # ... kept mapped while given back
         self._files = 0
 
     def __enter__(self) -> Spill:
@@ -48,6 +55,8 @@ class Spill:
 
     def __exit__(self, *exc: object) -> None:
         self._mappings.clear()
+        self._ranges.clear()
+        self._held.clear()
         shutil.rmtree(self.folder, ignore_errors=True)  # a mapping outlives its file's name
 
     def adopt(self, value: Any) -> None:
@@ -59,6 +68,8 @@ class Spill:
                 self.adopt(v)
         elif isinstance(value, Labels):
             self.adopt(value.codes)
+        elif isinstance(value, (pa.Array, pa.ChunkedArray)):
+            self._adopt_arrow(value)
         elif isinstance(value, np.ndarray):
             mapping = _mapping(value)
             if mapping is not None and all(m is not mapping for m in self._mappings):
@@ -66,6 +77,20 @@ class Spill:
         elif hasattr(value, "__dataclass_fields__"):
             for f in fields(value):
                 self.adopt(getattr(value, f.name))
+
+    def _adopt_arrow(self, column: pa.Array | pa.ChunkedArray) -> None:
+        """An Arrow column's file mappings (a kept copy's strings, `records.cache`): each
+        one its buffers lie in, held (so that it stays mapped while given back) and given
+        back whole; a column in memory is left alone."""
+        files = _file_mappings()
+        for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
+            for buffer in chunk.buffers():
+                if buffer is None or not buffer.size:
+                    continue
+                found = next((m for m in files if m[0] <= buffer.address < m[1]), None)
+                if found is not None and found not in self._ranges:
+                    self._ranges.append(found)
+        self._held.append(column)
 
     def keep(self, column: np.ndarray) -> np.ndarray:
         """`column` (one request's value each) written to a file and mapped back read-only;
@@ -94,6 +119,21 @@ class Spill:
         for mapping in self._mappings:
             if not mapping.closed:
                 mapping.madvise(mmap.MADV_DONTNEED)
+        for start, end in self._ranges:
+            _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start),
+                          mmap.MADV_DONTNEED)
+
+
+def _file_mappings() -> list[tuple[int, int]]:
+    """The address ranges of this process's read-only mappings of Arrow IPC files."""
+    ranges = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields_ = line.split(maxsplit=5)
+        if len(fields_) == 6 and fields_[1].startswith("r-") \
+                and fields_[5].endswith(ARROW_SUFFIX):
+            start, end = fields_[0].split("-")
+            ranges.append((int(start, 16), int(end, 16)))
+    return ranges
 
 
 def _mapping(column: np.ndarray) -> mmap.mmap | None:
