@@ -103,7 +103,7 @@ def take(value: Any, rows: np.ndarray) -> Any:
     if isinstance(value, dict):
         return {k: take(v, rows) for k, v in value.items()}
     if isinstance(value, pa.ChunkedArray):
-        return _take_chunked(value, np.asarray(rows, np.int64))
+        return _take_chunked(value, np.asarray(rows))
     if hasattr(value, "take"):
         return value.take(rows)
     return replace(value, **{f.name: take(getattr(value, f.name), rows) for f in fields(value)
@@ -113,8 +113,7 @@ def take(value: Any, rows: np.ndarray) -> Any:
 def _take_chunked(column: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
     """`column.take(rows)` a chunk at a time: Arrow's own joins every chunk into one array
     first (a big run's mapped ids: a copy of the whole column for a few rows)."""
-    if rows.dtype == bool:
-        rows = np.flatnonzero(rows)
+    rows = np.flatnonzero(rows) if rows.dtype == bool else rows.astype(np.int64)
     rows = np.where(rows < 0, rows + len(column), rows)
     bounds = np.cumsum([0, *(len(c) for c in column.chunks)])
     order = np.argsort(rows, kind="stable")
