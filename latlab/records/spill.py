@@ -94,8 +94,10 @@ class Spill:
 
     def keep(self, column: np.ndarray) -> np.ndarray:
         """`column` (one request's value each) written to a file and mapped back read-only;
-        a view of one value, or an empty column, as it is."""
-        if column.ndim != 1 or not len(column) or column.strides == (0,):
+        a view of one value, an empty column, or one mapped read-only already, as it is."""
+        if column.ndim != 1 or not len(column) or column.strides == (0,) \
+                or _mapping(column) is not None:
+            self.adopt(column)
             return column
         writer = self.column(column.dtype)
         writer.write(column)
