@@ -8,7 +8,8 @@ becomes a record (`load.telemetry.observer`), appended to requests.jsonl as it c
 calls are analysed a window at a time (`observe_windows`), each window once the watermark
 (`load.telemetry.watermark`) says every call that started in it is in. At the end (the
 duration, the file's end, Ctrl-C) what is still waiting is explained with the spans it has,
-and the folder is finished like a bench run's: summary.json, report.html, the run store,
+and the folder is finished like a bench run's (`observe_end`, over every call, with the
+memory of one step's columns): summary.json, report.html, the run store,
 plus the traffic as a replayable trace (trace.jsonl, latlab's trace rows) and the synthetic
 workload fitted to it (config.json → `bench`, what `latlab bench --config FOLDER` reruns;
 `latlab predict --replay FOLDER` replays the calls themselves).
@@ -28,62 +29,32 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
 import orjson
 
 from latlab import __version__
-from latlab.analysis import RunAnalysis, analyze
-from latlab.analysis.findings import Finding
 from latlab.load.telemetry.observer import Observer
 from latlab.load.telemetry.otlp import SpanReceiver, iter_spans
 from latlab.load.telemetry.trace_wait import TraceWait
 from latlab.load.telemetry.watermark import EXPORT_DELAY_NS, Watermark
 from latlab.load.workers.collector import collector_paused, sweep_if_piled
 from latlab.metrics.stats import ci_ranks
-from latlab.metrics.summary import RunContext, summarize
-from latlab.metrics.workload_fit import fit_workload
-from latlab.records.columns import present
 from latlab.records.config import Clock, RunConfig, Target
-from latlab.records.files import write_json
 from latlab.records.folder import RecordWriter, RunFolder
-from latlab.records.observe import (
-    OBSERVE_JSON,
-    TRACE_JSONL,
-    ObserveConfig,
-    ObservedWindow,
-    ObserveRecord,
-    trace_rows,
-)
+from latlab.records.observe import ObserveConfig, ObservedWindow, ObserveRecord
 from latlab.records.spans import SPANS, Span, SpanJoin
-from latlab.records.summary import RunSummary
 from latlab.records.target import redact
-from latlab.records.window import run_window
-from latlab.report.html import write_html
 from latlab.services.errors import InputError
-from latlab.services.observe_memory import release
-from latlab.services.observe_notes import notes_on
+from latlab.services.observe_end import ObserveResult, finish, json_line
 from latlab.services.observe_scratch import clear_stale
 from latlab.services.observe_windows import Provisional, Rolling, Windows
-from latlab.store import RunStore, key_numbers
 
 REFRESH_S = 1.0
 FILE_BATCH = 5000  # spans read from a file between two looks at the complete traces
 TAKE_CALLS = 2000  # calls made into records, written and put in their windows at a time
-
-
-@dataclass
-class ObserveResult:
-    run: RunFolder
-    record: ObserveRecord
-    summary: RunSummary
-    analysis: RunAnalysis | None
-    windows: list[ObservedWindow]
-    peak: Finding | None = None  # latency against rate over the windows
-    unsupported_peak: Finding | None = None  # ... found over the windows, not over all calls
-    cleared: list[Path] = field(default_factory=list)  # run folders a killed observe left
 
 
 @dataclass
@@ -139,7 +110,7 @@ class _Session:
         watermark has passed."""
         complete = self.observer.remaining() if final else self.observer.complete(now_ns)
         while records := list(islice(complete, TAKE_CALLS)):
-            lines = [_line(r.to_json()) for r in records]
+            lines = [json_line(r.to_json()) for r in records]
             self.writer.write_lines(lines)
             self.windows.add(records, lines)
         self.windows.close(None if final else self.observer.watermark(now_ns))
@@ -203,7 +174,12 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
             receiver.__exit__(None, None, None)
     stopped = ("stopped" if stop.is_set() else
                "end of file" if config.from_file is not None else "duration")
-    result = _finish(session, stopped, store)
+    o = session.observer
+    join = SpanJoin(spans=o.spans, requests_joined=o.calls, requests_with_trace=o.calls,
+                    sources=dict(o.sources))
+    model = o.models.most_common(1)[0][0] if o.models else None
+    result = finish(session.run, session.settings, config, session.windows, session.record(),
+                    join, model, stopped, store)
     result.cleared = cleared
     return result
 
@@ -263,56 +239,6 @@ def _feed(s: _Session, spans: list[Span], watermark: int) -> int:
     s.take(watermark)
     sweep_if_piled()
     return watermark
-
-
-def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
-    """The folder completed: the clock and the fitted workload in config.json, summary.json,
-    trace.jsonl, observe.json, report.html, the run store. Every call is read (a batch at a
-    time into the run's kept columns, mapped: `RunFolder.read_table`), and everything is
-    computed over all of them, exactly."""
-    run, settings, o = s.run, s.settings, s.observer
-    release()  # what the intake freed, before the calls are read
-    table = run.read_table()
-    s.windows.check(table)
-    starts, ends = table.origin_ns[present(table.origin_ns)], table.end_ns[present(table.end_ns)]
-    record = s.record()
-    if len(starts):
-        t0, end = int(starts.min()), int(max(ends.max(initial=0), starts.max())) + 1
-        settings.clock = Clock(perf_counter_ns=t0, unix_time=t0 / 1e9, t0_ns=t0, end_ns=end)
-        settings.duration_s = (end - t0) / 1e9
-        fitted = fit_workload(table, max(1.0, round(settings.duration_s)), s.config.name)
-        if fitted is not None:
-            settings.bench, record.workload_flags = fitted
-    if o.models:
-        settings.target.model = o.models.most_common(1)[0][0]
-    run.write_config(settings)
-    record.notes = notes_on(record)
-    summary = summarize(table, run_window(settings, table), settings.slos or None,
-                        context=RunContext(stop_reason=stop_reason, notes=record.notes))
-    summary.spans = SpanJoin(spans=o.spans, requests_joined=o.calls, requests_with_trace=o.calls,
-                             sources=dict(o.sources), notes=record.notes)
-    run.write_summary(summary)
-    rows = trace_rows(table)
-    with open(run.path / TRACE_JSONL, "wb") as f:
-        while chunk := list(islice(rows, TAKE_CALLS)):
-            f.write(b"".join([_line(row) for row in chunk]))
-    write_json(run.path / OBSERVE_JSON, record)
-    with RunStore(store or s.config.out) as runs:
-        runs.register(run.path, "observed", settings, key_numbers(summary), summary)
-    analysis, calls = None, len(table)
-    del table, starts, ends, rows  # `analyze` reads the run again: not two copies at once
-    release()
-    if calls:
-        analysis = analyze(run)
-        write_html(run, analysis)
-    return ObserveResult(run, record, summary, analysis, s.windows.kept, s.windows.peak,
-                         s.windows.unsupported_peak)
-
-
-def _line(data: object) -> bytes:
-    """`data` as a JSON line of its own size: orjson's bytes keep its whole output buffer
-    (16 KB), so the 2,000 lines taken at a time held 32 MB instead of 2."""
-    return bytes(memoryview(orjson.dumps(data, option=orjson.OPT_APPEND_NEWLINE)))
 
 
 def _source(config: ObserveConfig) -> str:
