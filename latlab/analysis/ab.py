@@ -17,6 +17,7 @@ import numpy as np
 from latlab.analysis.analyze import assemble, judge_requests
 from latlab.analysis.compare import NOT_MEASURED, Change, Comparison, compare
 from latlab.analysis.replicates import from_rounds
+from latlab.analysis.requests import Requests
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.verdicts import look_share
 from latlab.metrics.summary import summarize
@@ -36,8 +37,10 @@ EXPLAINERS = {
 def pool(rounds: Sequence[RunAnalysis]) -> RunAnalysis:
     """One side's rounds as one analysis (window: none; rates from the rounds')."""
     first = rounds[0]
-    measured = [take(a.requests, np.flatnonzero(a.inside)) for a in rounds]
-    requests = concat(measured, [len(m) for m in measured])
+    measured = [_measured(a) for a in rounds]
+    lengths = [len(m) for m in measured]
+    requests = Requests(*(concat([getattr(m, name) for m in measured], lengths)
+                          for name in ("table", "metrics", "parts", "in_flight")))
     everything = np.ones(len(requests), bool)
     slos = first.config.slos or None
     summary = summarize(requests.table, None, slos, metrics=requests.metrics)
@@ -56,6 +59,14 @@ def pool(rounds: Sequence[RunAnalysis]) -> RunAnalysis:
     scrapes = [s for a in rounds for s in a.scrapes]
     return assemble(first.run, first.config, summary, requests, None, everything, scrapes,
                     diagnosis=False)
+
+
+def _measured(a: RunAnalysis) -> Requests:
+    """The round's requests inside its window, every column of them (`Requests.take` gives
+    the table alone; a pooled side has no spill of its own)."""
+    rows, r = np.flatnonzero(a.inside), a.requests
+    return Requests(r.table.take(rows), take(r.metrics, rows), take(r.parts, rows),
+                    r.in_flight[rows])
 
 
 def pooled_throughput(rates: Sequence[Throughput | None]) -> Throughput | None:
