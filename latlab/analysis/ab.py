@@ -19,7 +19,7 @@ from latlab.analysis.compare import NOT_MEASURED, Change, Comparison, compare
 from latlab.analysis.replicates import from_rounds
 from latlab.analysis.requests import Requests
 from latlab.analysis.run_analysis import RunAnalysis
-from latlab.analysis.verdicts import look_share
+from latlab.analysis.verdicts import PAIRED_FROM, look_share
 from latlab.metrics.summary import summarize
 from latlab.records.columns import concat, take
 from latlab.records.scrape import Scrape
@@ -137,8 +137,9 @@ def explain(deltas: dict[str, float]) -> dict[str, float]:
 class Sequential:
     """An A/B's looks at its rounds as they come: each look compares the rounds so far at
     its share of every metric's α (`verdicts.look_share`; `decide_on`: the keys that share
-    one α), and a metric keeps the verdict of the first look that decided it, so the error
-    rates hold over all the looks (a union bound over the shares spent)."""
+    one α), from PAIRED_FROM pairs on pair by pair, and a metric keeps the verdict of the
+    first look that decided it, so the error rates hold over all the looks (a union bound
+    over the shares spent)."""
 
     def __init__(self, verdicts: VerdictConfig, most: int,
                  decide_on: Sequence[str] = HEADLINE) -> None:
@@ -155,7 +156,8 @@ class Sequential:
         rounds = min(len(a), len(b))
         share = look_share(rounds, self.previous, self.most, final)
         comparison = compare(pool(a[:rounds]), pool(b[:rounds]), from_rounds(a, b, rounds),
-                             self.verdicts, share, self.decide_on)
+                             self.verdicts, share, self.decide_on,
+                             paired=rounds >= PAIRED_FROM)
         self.previous = rounds
         for i, change in enumerate(comparison.changes):
             if change.key in self.decided:
