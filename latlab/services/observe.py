@@ -32,23 +32,19 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
-import orjson
-
 from latlab import __version__
 from latlab.analysis import RunAnalysis, analyze
 from latlab.analysis.findings import Finding
 from latlab.load.telemetry.observer import Observer
-from latlab.load.telemetry.otlp import SpanReceiver, iter_spans
 from latlab.load.telemetry.trace_wait import TraceWait
 from latlab.load.telemetry.watermark import EXPORT_DELAY_NS, Watermark
-from latlab.load.workers.collector import collector_paused, sweep_if_piled
-from latlab.metrics.stats import ci_ranks
+from latlab.load.workers.collector import collector_paused
 from latlab.metrics.summary import RunContext, summarize
 from latlab.metrics.workload_fit import fit_workload
 from latlab.records.columns import present
 from latlab.records.config import Clock, RunConfig, Target
 from latlab.records.files import write_json
-from latlab.records.folder import RecordWriter, RunFolder
+from latlab.records.folder import RunFolder
 from latlab.records.observe import (
     OBSERVE_JSON,
     TRACE_JSONL,
@@ -57,21 +53,27 @@ from latlab.records.observe import (
     ObserveRecord,
     trace_rows,
 )
-from latlab.records.spans import SPANS, Span, SpanJoin
+from latlab.records.spans import SPANS, SpanJoin
 from latlab.records.summary import RunSummary
 from latlab.records.target import redact
 from latlab.records.window import run_window
 from latlab.report.html import write_html
 from latlab.services.errors import InputError
+from latlab.services.observe_intake import (
+    TAKE_CALLS,
+    Live,
+    Session,
+    Spans,
+    follow,
+    from_file,
+    json_line,
+    listen,
+)
 from latlab.services.observe_memory import release
 from latlab.services.observe_notes import notes_on
 from latlab.services.observe_scratch import clear_stale
-from latlab.services.observe_windows import Provisional, Rolling, Windows
+from latlab.services.observe_windows import Windows
 from latlab.store import RunStore, key_numbers
-
-REFRESH_S = 1.0
-FILE_BATCH = 5000  # spans read from a file between two looks at the complete traces
-TAKE_CALLS = 2000  # calls made into records, written and put in their windows at a time
 
 
 @dataclass
@@ -86,81 +88,6 @@ class ObserveResult:
     cleared: list[Path] = field(default_factory=list)  # run folders a killed observe left
 
 
-@dataclass
-class Live:
-    """What the live view shows: the receiver's counts, the rolling window, the last closed
-    window (its budget and findings), the one still waiting for late spans, and the
-    peak-hours finding so far."""
-
-    endpoint: str | None
-    elapsed_s: float
-    record: ObserveRecord
-    rolling: Rolling
-    last: ObservedWindow | None
-    provisional: Provisional | None  # the latest window ended but not yet written
-    peak: object | None
-    pending_spans: int
-
-
-class _Spans:
-    """Where the spans go as they come: the observer, and spans.jsonl with --keep-spans."""
-
-    def __init__(self, observer: Observer) -> None:
-        self.observer, self.file = observer, None
-        self.rejected, self.first_rejection, self.throttled = 0, None, 0
-
-    def add(self, spans: list[Span], now_ns: int) -> None:
-        if self.file is not None:
-            self.file.write(b"".join(orjson.dumps(x.to_json(), option=orjson.OPT_APPEND_NEWLINE)
-                                     for x in spans))
-        self.observer.add(spans, now_ns)
-
-    def reject(self, count: int, reason: str | None) -> None:
-        self.rejected += count
-        self.first_rejection = self.first_rejection or reason
-
-
-@dataclass
-class _Session:
-    run: RunFolder
-    settings: RunConfig
-    config: ObserveConfig
-    spans: _Spans
-    windows: Windows
-    writer: RecordWriter
-    stop: threading.Event
-
-    @property
-    def observer(self) -> Observer:
-        return self.spans.observer
-
-    def take(self, now_ns: int, final: bool = False) -> None:
-        """Write the calls complete by `now_ns` (all when `final`); close the windows the
-        watermark has passed."""
-        complete = self.observer.remaining() if final else self.observer.complete(now_ns)
-        while records := list(islice(complete, TAKE_CALLS)):
-            lines = [_line(r.to_json()) for r in records]
-            self.writer.write_lines(lines)
-            self.windows.add(records, lines)
-        self.windows.close(None if final else self.observer.watermark(now_ns))
-
-    def record(self) -> ObserveRecord:
-        o = self.observer
-        source = self.settings.target.otlp_endpoint or _source(self.config)
-        return ObserveRecord(source=source, spans=o.spans, traces=o.traces,
-                             calls=o.calls, traces_without_call=o.traces_without_call,
-                             forced=o.forced, late=self.windows.late,
-                             streamed=o.streamed[True], not_streamed=o.streamed[False],
-                             stream_unknown=o.streamed[None],
-                             unseen_model=o.unseen_model,
-                             malformed=o.malformed,
-                             rejected=self.spans.rejected, throttled=self.spans.throttled,
-                             first_rejection=self.spans.first_rejection,
-                             windows=len(self.windows.kept), lag_s=o.mark.lag_ns / 1e9,
-                             trace_wait_s=o.wait.ns / 1e9, split_traces=o.wait.splits,
-                             sources=dict(o.sources))
-
-
 def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
                 view: Callable[[Live], None] | None = None,
                 command: Sequence[str] | None = None, store: Path | None = None
@@ -173,8 +100,8 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
         raise InputError(f"--from {config.from_file}: no such file")
     mark = Watermark(EXPORT_DELAY_NS, int(config.max_lateness_s * 1e9))
     wait = TraceWait(None if config.trace_wait_s is None else int(config.trace_wait_s * 1e9))
-    spans = _Spans(Observer(wait, config.max_pending_spans, mark))
-    receiver = None if config.from_file is not None else _listen(config, spans)
+    spans = Spans(Observer(wait, config.max_pending_spans, mark))
+    receiver = None if config.from_file is not None else listen(config, spans)
     try:
         cleared = clear_stale(config.out)
         run = RunFolder.create(config.out, config.name)
@@ -190,11 +117,11 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
         with windows, run.record_writer() as writer, collector_paused(), \
                 (open(run.path / SPANS, "ab") if config.keep_spans else nullcontext()) as kept:
             spans.file = kept
-            session = _Session(run, settings, config, spans, windows, writer, stop)
+            session = Session(run, settings, config, spans, windows, writer, stop)
             if receiver is None:
-                _from_file(session)
+                from_file(session)
             else:
-                _live(session, receiver, view)
+                follow(session, receiver, view)
                 receiver.__exit__(None, None, None)
                 receiver = None
             session.take(0, final=True)
@@ -208,64 +135,7 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
     return result
 
 
-def _listen(config: ObserveConfig, spans: _Spans) -> SpanReceiver:
-    ci_ranks(100, 50.0)  # its scipy import costs seconds: paid now, not at the first window
-    receiver = SpanReceiver(None, config.host, config.otlp_port,
-                            on_spans=lambda batch: spans.add(batch, time.time_ns()),
-                            accepting=lambda: spans.observer.accepting(time.time_ns()),
-                            events=config.keep_spans)
-    try:
-        return receiver.__enter__()
-    except OSError as e:
-        raise InputError(f"--otlp-port {config.otlp_port}: cannot listen on {config.host} "
-                         f"({e.strerror or e})") from None
-
-
-def _live(s: _Session, receiver: SpanReceiver, view: Callable[[Live], None] | None) -> None:
-    duration, started = s.config.duration_s, time.monotonic()
-    while duration is None or time.monotonic() - started < duration:
-        left = REFRESH_S if duration is None else duration - (time.monotonic() - started)
-        if s.stop.wait(max(0.0, min(REFRESH_S, left))):
-            break
-        now = time.time_ns()
-        s.take(now)
-        sweep_if_piled()
-        s.spans.reject(receiver.rejected - s.spans.rejected, receiver.first_rejection)
-        s.spans.throttled = receiver.throttled
-        if view is not None:
-            w = s.windows
-            view(Live(receiver.endpoint, time.monotonic() - started, s.record(),
-                      w.rolling(s.observer.watermark(now)), w.kept[-1] if w.kept else None,
-                      w.provisional(now), w.peak, s.observer.pending_spans))
-    s.spans.reject(receiver.rejected - s.spans.rejected, receiver.first_rejection)
-    s.spans.throttled = receiver.throttled
-
-
-def _from_file(s: _Session) -> None:
-    """The file's spans in its order; traces are quiet by the spans' own end times."""
-    watermark, batch = 0, []
-    for span in iter_spans(s.config.from_file,
-                           lambda line, reason: s.spans.reject(1, f"line {line}: {reason}")):
-        batch.append(span)
-        if len(batch) >= FILE_BATCH:
-            watermark = _feed(s, batch, watermark)
-            batch = []
-            if s.stop.is_set():
-                break
-    _feed(s, batch, watermark)
-
-
-def _feed(s: _Session, spans: list[Span], watermark: int) -> int:
-    if not spans:
-        return watermark
-    watermark = max(watermark, max(x.end_ns for x in spans))
-    s.spans.add(spans, watermark)
-    s.take(watermark)
-    sweep_if_piled()
-    return watermark
-
-
-def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
+def _finish(s: Session, stop_reason: str, store: Path | None) -> ObserveResult:
     """The folder completed: the clock and the fitted workload in config.json, summary.json,
     trace.jsonl, observe.json, report.html, the run store. Every call is read (a batch at a
     time into the run's kept columns, mapped: `RunFolder.read_table`), and everything is
@@ -295,7 +165,7 @@ def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
     rows = trace_rows(table)
     with open(run.path / TRACE_JSONL, "wb") as f:
         while chunk := list(islice(rows, TAKE_CALLS)):
-            f.write(b"".join([_line(row) for row in chunk]))
+            f.write(b"".join([json_line(row) for row in chunk]))
     write_json(run.path / OBSERVE_JSON, record)
     with RunStore(store or s.config.out) as runs:
         runs.register(run.path, "observed", settings, key_numbers(summary), summary)
@@ -309,12 +179,3 @@ def _finish(s: _Session, stop_reason: str, store: Path | None) -> ObserveResult:
                          s.windows.unsupported_peak)
 
 
-def _line(data: object) -> bytes:
-    """`data` as a JSON line of its own size: orjson's bytes keep its whole output buffer
-    (16 KB), so the 2,000 lines taken at a time held 32 MB instead of 2."""
-    return bytes(memoryview(orjson.dumps(data, option=orjson.OPT_APPEND_NEWLINE)))
-
-
-def _source(config: ObserveConfig) -> str:
-    return (f"--from {config.from_file}" if config.from_file is not None
-            else f"OTLP/HTTP on {config.host}:{config.otlp_port}")
