@@ -1,7 +1,7 @@
 """The span attributes latlab reads to make a call's record: OpenTelemetry's GenAI and HTTP
 semantic conventions, vLLM's latencies (latlab serve's too), SGLang's request id. `KEPT`:
 every one `latlab observe` reads, all that a span keeps while its trace waits
-(`attributes.Kept`; `tests/test_observe_memory.py` checks that the calls made from spans so
+(`attributes.Kept`; `tests/test_waiting_spans.py` checks that the calls made from spans so
 cut are those made from the whole spans).
 """
 
