@@ -31,8 +31,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from latlab.load.telemetry.calls import Call, calls_of, joined, record_of, steps_of, streamed
 from latlab.load.telemetry.attributes import Attributes
+from latlab.load.telemetry.calls import Call, calls_of, joined, record_of, steps_of, streamed
 from latlab.load.telemetry.conventions import KEPT, MODEL
 from latlab.load.telemetry.trace_wait import TraceWait
 from latlab.load.telemetry.watermark import EXPORT_DELAY_NS, Watermark
