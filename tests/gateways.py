@@ -84,10 +84,13 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
 
 
 @contextmanager
-def nginx_proxy(engine_url: str, folder: Path) -> Iterator[tuple[str, str, Path]]:
+def nginx_proxy(engine_url: str, folder: Path, buffering: bool = False,
+                gzip: bool = False) -> Iterator[tuple[str, str, Path]]:
     """nginx on two free loopback ports in front of `engine_url`: plain HTTP, and HTTPS with
     a self-signed certificate; yields both URLs and the certificate. Responses stream through
-    unbuffered, upstream connections are kept alive."""
+    unbuffered (with `buffering`: nginx's default, and the server's `X-Accel-Buffering: no`
+    ignored, as for a server that does not send it; with `gzip`, event streams compressed,
+    which holds them in gzip's buffers), upstream connections are kept alive."""
     binary = nginx_binary()
     if binary is None:
         raise RuntimeError("nginx is not installed")
@@ -104,6 +107,7 @@ daemon off;
 events {{ worker_connections 512; }}
 http {{
     access_log off;
+    {'gzip on; gzip_types text/event-stream; gzip_min_length 0;' if gzip else ''}
     client_body_temp_path {temp['body']};
     proxy_temp_path {temp['proxy']};
     fastcgi_temp_path {temp['fastcgi']};
@@ -119,7 +123,8 @@ http {{
             proxy_pass http://engine;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
-            proxy_buffering off;
+            proxy_buffering {'on' if buffering else 'off'};
+            {'proxy_ignore_headers X-Accel-Buffering;' if buffering else ''}
             proxy_read_timeout 300s;
         }}
     }}

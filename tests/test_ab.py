@@ -105,6 +105,22 @@ def test_behind_a_gateway_ab_reads_the_engines_counters_not_the_gateways():
     assert scraped is not None and scraped.values["prefix_cache_queries"] == 0
 
 
+def test_a_server_ab_starts_has_no_engine_behind_it_from_a_gateway_run():
+    """The advice's ab of a run through a gateway (`--config RUN --launch ...`): each side's
+    server is started by ab and measured alone; the run's --server-url (the engine behind
+    the gateway) is not scraped for it. Two URLs keep it: the engine both go to."""
+    from latlab.records.ab import ABConfig
+    from latlab.records.bench import BenchConfig
+
+    bench = BenchConfig(url="http://127.0.0.1:4000", server_url="http://127.0.0.1:8000",
+                        launch="server --port {port} {args}")
+    launched = ABConfig(a="-np 4", b="-np 4 -b 512", bench=bench).sides()
+    assert all(side.url is None and side.server_url is None for side in launched.values())
+    through = BenchConfig(url="http://127.0.0.1:4000", server_url="http://127.0.0.1:8000")
+    urls = ABConfig(a="http://127.0.0.1:4000", b="http://127.0.0.1:4001", bench=through)
+    assert {s.server_url for s in urls.sides().values()} == {"http://127.0.0.1:8000"}
+
+
 def ab_json(tmp_path, url: str, *more: str) -> dict:
     result = CliRunner().invoke(app, [
         "ab", "--a", url, "--b", url, "--requests", "12", "--users", "2", "--rounds", "3",

@@ -52,7 +52,7 @@ def looks(a: list, b: list) -> tuple[str, int | None]:
     """The stall metric's verdict over the rounds, looked at as `latlab ab --decide-on` does
     (from the third round on, at most 10), and the rounds it took."""
     config = ABConfig(a="A", b="B", decide_on=(KEY,))
-    sequential = Sequential(config, config.most_rounds, config.headline)
+    sequential = Sequential(config, config.most_rounds, config.decide_on)
     for n in range(3, len(a) + 1):
         comparison = sequential.look(a[:n], b[:n])
     return comparison.change(KEY).verdict, sequential.decided_at(KEY)
@@ -71,24 +71,35 @@ def test_an_a_a_of_stalled_streams_is_not_called_a_change(tmp_path):
 
 
 def test_decide_on_takes_only_keys_a_comparison_has():
-    assert ABConfig(a="A", b="B", decide_on=[KEY]).headline[-1] == KEY
+    assert ABConfig(a="A", b="B", decide_on=[KEY]).decide_on == (KEY,)
     with pytest.raises(ValueError, match="--decide-on mean_stall: expected one of"):
         ABConfig(a="A", b="B", decide_on=["mean_stall"])
     with pytest.raises(ValueError, match="--decide-on '': expected one of"):
         ABConfig(a="A", b="B", decide_on=[""])
 
 
-def test_the_longest_pause_has_its_own_minimum_effect_unless_one_is_given():
+def test_the_longest_pause_keeps_its_own_minimum_effect_unless_it_is_named():
     assert VerdictConfig().effect(KEY) == 0.2 and VerdictConfig().effect("p99_itl") == 0.05
     assert VerdictConfig(min_effect=["itl_max=10%"]).effect(KEY) == 0.1
-    assert VerdictConfig(min_effect=["3%"]).effect(KEY) == 0.03
+    assert VerdictConfig(min_effect=[f"{KEY}=15%", "itl_max=10%"]).effect(KEY) == 0.15
+    every = VerdictConfig(min_effect=["3%"])  # for every metric without a minimum of its own
+    assert every.effect(KEY) == 0.2 and every.effect("p99_itl") == 0.03
+
+
+@pytest.mark.parametrize("given,says", [
+    (["5"], "expected PCT% or METRIC=PCT%"), (["itl_max=x%"], "expected PCT%"),
+    (["stall=5%"], "stall is not a compared metric or statistic"),
+    (["5%", "6%"], "every metric given twice"), ([f"{KEY}=5%", f"{KEY}=6%"], "given twice")])
+def test_a_bad_minimum_effect_is_named(given, says):
+    with pytest.raises(ValueError, match=says):
+        VerdictConfig(min_effect=given)
 
 
 def test_a_look_says_a_decide_on_key_not_measured_instead_of_decided(tmp_path):
     a, b = rounds(tmp_path, "a", 600, 5, n=3), rounds(tmp_path, "b", 300, 6, n=3)
     keys = ("goodput", KEY)  # these rounds were analysed without SLOs: no goodput
     config = ABConfig(a="A", b="B", decide_on=keys, bench={"slos": ["ttft=200ms"]})
-    comparison = Sequential(config, config.most_rounds, config.headline).look(a, b)
+    comparison = Sequential(config, config.most_rounds, config.decide_on).look(a, b)
     assert comparison.change("goodput") is None
     line = Sequential.look_line(comparison, keys)
     assert "not measured on both sides" in line and "decided" not in line

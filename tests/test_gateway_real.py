@@ -49,9 +49,10 @@ def engine(folder: Path) -> Iterator[tuple[str, int]]:
         yield url, otlp
 
 
-def bench(url: str, engine_url: str, otlp: int, out: Path, **options) -> object:
+def bench(url: str, engine_url: str, otlp: int, out: Path, workload: WorkloadConfig = SMALL,
+          **options) -> object:
     return run_bench(BenchConfig(url=url, server_url=engine_url, otlp_port=otlp,
-                                 requests=REQUESTS, workload=SMALL, span_wait_s=5,
+                                 requests=REQUESTS, workload=workload, span_wait_s=5,
                                  arrivals=ArrivalConfig(users=2), out=out, **options))
 
 
@@ -108,3 +109,30 @@ def test_through_nginx_over_tls_the_handshake_is_its_own_phase(tmp_path):
     assert a.mean.coverage["tls"] == pytest.approx(len(new) / len(records))
     assert any(line.startswith(f"connections {len(new)} new") and "TLS handshake" in line
                for line in target_lines(a))
+
+
+@pytest.mark.skipif(nginx_binary() is None or openssl_binary() is None,
+                    reason="nginx or openssl is not installed (apt-get install nginx openssl)")
+def test_through_a_buffering_nginx_the_stall_metric_is_not_judged(tmp_path):
+    """nginx's proxy_buffering on (its default) passes each event on as it comes; with event
+    streams gzipped it holds them: the streams arrive in bursts, the stall finding names the
+    buffer and advises no server setting, and a comparison leaves the gap metrics out."""
+    from latlab.analysis.compare import compare
+    from latlab.analysis.delivery import bursts
+
+    longer = SMALL.model_copy(update={"output_tokens": LengthDistribution(kind="fixed", a=48)})
+    results = {}
+    with engine(tmp_path) as (engine_url, otlp):
+        for name, gzip in (("buffered", False), ("gzipped", True)):
+            with nginx_proxy(engine_url, tmp_path / name, buffering=True, gzip=gzip) as (
+                    plain, _, _):
+                results[name] = bench(plain, engine_url, otlp, tmp_path / name,
+                                      workload=longer)
+    buffered, gzipped = (results[n].analysis for n in ("buffered", "gzipped"))
+    assert bursts(buffered) is None  # the gaps between tokens are still the server's
+    found = bursts(gzipped)
+    assert found is not None and found.through.startswith("nginx")
+    stalls = [f for f in gzipped.findings if f.rule == "decode_stalls"]
+    assert stalls and "bursts" in stalls[0].title and not stalls[0].changes
+    change = compare(buffered, gzipped).change("mean_itl_max")
+    assert change.delta is None and "bursts" in change.why

@@ -6,7 +6,15 @@ import math
 import numpy as np
 import pytest
 
-from latlab.analysis.verdicts import FAMILY_ALPHA, alpha, judge, look_share, ratio_interval, spent
+from latlab.analysis.verdicts import (
+    FAMILY_ALPHA,
+    alpha,
+    judge,
+    look_share,
+    ratio_interval,
+    same_spent,
+    spent,
+)
 from latlab.records.verdict import HEADLINE
 
 HEADLINE_ALPHA = FAMILY_ALPHA / len(HEADLINE)
@@ -85,8 +93,19 @@ def test_more_rounds_shrinks_the_interval_to_a_decision():
 def test_the_looks_spend_exactly_alpha():
     most, looks = 10, [3, 4, 5, 6, 7, 8, 9, 10]
     shares = [look_share(r, p, most) for r, p in zip(looks, [0, *looks[:-1]])]
-    assert sum(shares) == pytest.approx(1.0) and all(s > 0 for s in shares)
+    for kind in ("change", "same"):
+        spends = [getattr(s, kind) for s in shares]
+        assert sum(spends) == pytest.approx(1.0) and all(s > 0 for s in spends)
     assert spent(0) == 0 and spent(1) == pytest.approx(1) and spent(0.3) > 0.3  # front-loaded
+    assert same_spent(0.7) < 0.1 and same_spent(1) == 1  # "same": late
+    assert shares[0].change > shares[0].same and shares[-1].same > shares[-1].change
+
+
+def test_a_final_look_spends_what_is_left():
+    """Stopped by --max-time after 5 of 10 rounds: the fifth look is the last one."""
+    first, last = look_share(3, 0, 10), look_share(5, 3, 10, final=True)
+    assert first.change + last.change == pytest.approx(1.0)
+    assert first.same + last.same == pytest.approx(1.0)
 
 
 def test_headline_metrics_keep_their_alpha_however_many_rows():
@@ -94,6 +113,17 @@ def test_headline_metrics_keep_their_alpha_however_many_rows():
     assert alpha("p99_ttft", keys) == pytest.approx(FAMILY_ALPHA / 5)
     assert alpha("p90_x3", keys) == pytest.approx(FAMILY_ALPHA / 40)
     assert math.isclose(sum(alpha(k, keys) for k in keys), 2 * FAMILY_ALPHA)
+
+
+def test_the_keys_decided_on_share_an_alpha_of_their_own():
+    keys = [*HEADLINE, "mean_itl_max", *(f"p90_x{i}" for i in range(40))]
+    assert alpha("mean_itl_max", keys, ("mean_itl_max",)) == pytest.approx(FAMILY_ALPHA)
+    assert alpha("p99_ttft", keys, ("mean_itl_max",)) == pytest.approx(FAMILY_ALPHA / 5)
+    assert alpha("p90_x3", keys, ("mean_itl_max",)) == pytest.approx(FAMILY_ALPHA / 40)
+    both = ("mean_itl_max", "p99_ttft")  # one headline key decided on leaves four
+    assert alpha("p99_ttft", keys, both) == pytest.approx(FAMILY_ALPHA / 2)
+    assert alpha("p50_ttft", keys, both) == pytest.approx(FAMILY_ALPHA / 4)
+    assert math.isclose(sum(alpha(k, keys, both) for k in keys), 3 * FAMILY_ALPHA)
 
 
 def test_a_side_of_zeros_still_gets_a_verdict():
@@ -129,3 +159,50 @@ def test_an_ab_stops_on_the_metrics_it_decides_on():
     looked = SimpleNamespace(changes=[ttft, goodput])
     assert Sequential.undecided(looked) == [ttft]  # the headline metrics: one more round
     assert Sequential.undecided(looked, ("goodput",)) == []  # tune's: done
+
+
+def sequential(a, b, min_effect: float = 0.2, first: int = 3) -> tuple[str, int]:
+    """One key decided on (its family's whole α), looked at as `latlab ab` looks: from the
+    `first` round on, after each pair, up to len(a); the verdict and the rounds it took."""
+    previous = 0
+    for n in range(first, len(a) + 1):
+        share = look_share(n, previous, len(a))
+        previous = n
+        found = judge(ratio_interval(a[:n], b[:n], 1 - FAMILY_ALPHA * share.change),
+                      min_effect, True, False,
+                      same=ratio_interval(a[:n], b[:n], 1 - 2 * FAMILY_ALPHA * share.same))
+        if found.verdict != "can't tell":
+            return found.verdict, n
+    return "can't tell", len(a)
+
+
+@pytest.mark.parametrize("change,spread,wrong", [
+    (1.0, 0.15, {"better", "worse"}),  # A/A on a busy host: no change called
+    (1.25, 0.15, {"same", "better"}),  # past the 20 % minimum: never "same"
+    (1.2, 0.15, {"same", "better"}),  # at the minimum itself
+])
+def test_an_ab_errs_at_most_at_its_alpha_over_all_its_looks(change, spread, wrong):
+    """Ten rounds at most, looked at from the third: a wrong call in at most α (5 %) of
+    1,000 simulated A/Bs, whatever the looks."""
+    rng = np.random.default_rng(int(change * 100))
+    calls = [sequential(rounds(rng, 10, 100, spread), rounds(rng, 10, 100 * change, spread))[0]
+             for _ in range(1000)]
+    assert sum(v in wrong for v in calls) / len(calls) <= FAMILY_ALPHA
+
+
+def test_an_a_a_on_steady_rounds_is_the_same_within_ten_rounds():
+    """Rounds 8 % apart (a calm host) and the 20 % minimum effect of the longest pause."""
+    rng = np.random.default_rng(11)
+    calls = [sequential(rounds(rng, 10, 100, 0.08), rounds(rng, 10, 100, 0.08))[0]
+             for _ in range(300)]
+    assert calls.count("same") / len(calls) >= 0.8
+
+
+@pytest.mark.parametrize("spread,median_rounds", [(0.2, 3), (0.3, 5)])
+def test_a_twofold_change_is_decided_in_few_rounds_and_never_the_same(spread, median_rounds):
+    rng = np.random.default_rng(12)
+    found = [sequential(rounds(rng, 10, 100, spread), rounds(rng, 10, 200, spread))
+             for _ in range(300)]
+    assert not any(v in ("same", "better") for v, _ in found)
+    assert [v for v, _ in found].count("worse") >= 0.9 * len(found)
+    assert np.median([n for _, n in found]) <= median_rounds

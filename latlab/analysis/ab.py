@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from latlab.analysis.analyze import assemble, judge_requests
-from latlab.analysis.compare import Change, Comparison, compare
+from latlab.analysis.compare import NOT_MEASURED, Change, Comparison, compare
 from latlab.analysis.replicates import from_rounds
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.verdicts import look_share
@@ -125,24 +125,26 @@ def explain(deltas: dict[str, float]) -> dict[str, float]:
 
 class Sequential:
     """An A/B's looks at its rounds as they come: each look compares the rounds so far at
-    its share of every metric's α (`verdicts.look_share`; `headline`: the keys that share
-    the headline α), and a metric keeps the verdict of the first look that decided it, so
-    the error rates hold over all the looks (a union bound over the shares spent)."""
+    its share of every metric's α (`verdicts.look_share`; `decide_on`: the keys that share
+    one α), and a metric keeps the verdict of the first look that decided it, so the error
+    rates hold over all the looks (a union bound over the shares spent)."""
 
     def __init__(self, verdicts: VerdictConfig, most: int,
-                 headline: Sequence[str] = HEADLINE) -> None:
+                 decide_on: Sequence[str] = HEADLINE) -> None:
         self.verdicts = verdicts
         self.most = most
-        self.headline = tuple(headline)
+        self.decide_on = tuple(decide_on)
         self.previous = 0
         self.decided: dict[str, tuple[int, Change]] = {}
 
-    def look(self, a: Sequence[RunAnalysis], b: Sequence[RunAnalysis]) -> Comparison:
-        """B against A over the rounds both sides have finished."""
+    def look(self, a: Sequence[RunAnalysis], b: Sequence[RunAnalysis],
+             final: bool = False) -> Comparison:
+        """B against A over the rounds both sides have finished; a `final` look (no more
+        rounds will run, known before looking) spends the α left."""
         rounds = min(len(a), len(b))
-        share = look_share(rounds, self.previous, self.most)
+        share = look_share(rounds, self.previous, self.most, final)
         comparison = compare(pool(a[:rounds]), pool(b[:rounds]), from_rounds(a, b, rounds),
-                             self.verdicts, share, self.headline)
+                             self.verdicts, share, self.decide_on)
         self.previous = rounds
         for i, change in enumerate(comparison.changes):
             if change.key in self.decided:
@@ -170,9 +172,14 @@ class Sequential:
         sides (more rounds do not measure them), else that they are decided."""
         open_ = [f"{c.label} can't tell" for c in Sequential.undecided(comparison, keys)]
         labels = {c.key: c.label for c in comparison.changes}
-        measured = {c.key for c in comparison.changes if c.delta is not None}
-        unmeasured = [f"{labels.get(k, k)} not measured on both sides" for k in keys
-                      if k not in measured]
+        whys = {c.key: c.why or NOT_MEASURED for c in comparison.changes if c.delta is None}
+        unmeasured = []
+        for key in keys:
+            if key in labels and key not in whys:
+                continue
+            why = whys.get(key, NOT_MEASURED)
+            unmeasured.append(f"{labels.get(key, key)} "
+                              + (why if why == NOT_MEASURED else f"not judged: {why}"))
         decided = ("every headline metric decided" if tuple(keys) == HEADLINE
                    else f"{', '.join(keys)} decided")
         return ", ".join(open_ + unmeasured) or decided

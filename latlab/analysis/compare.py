@@ -17,10 +17,18 @@ from typing import Any
 import numpy as np
 
 from latlab.analysis.budget import Budget, budget
+from latlab.analysis.delivery import bursts
 from latlab.analysis.replicates import Replicates, from_blocks
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.significance import fisher_test, statistics
-from latlab.analysis.verdicts import FAMILY_ALPHA, RatioInterval, alpha, judge, ratio_interval
+from latlab.analysis.verdicts import (
+    FAMILY_ALPHA,
+    LookShare,
+    RatioInterval,
+    alpha,
+    judge,
+    ratio_interval,
+)
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
@@ -35,6 +43,7 @@ from latlab.records.verdict import (
 LATENCY_METRICS = {name: CATALOG[name].label for name in metrics(compared=True, unit="ms")}
 STATS = ("mean", "p50", "p90", "p99")
 PER_TOKEN = metrics(compared=True, unit="ms", per_request=False)
+NOT_MEASURED = "not measured on both sides"
 ERROR_RATE_SAME = 1.0  # percentage points: error rates this close, and not significant, match
 RATES = {name: (CATALOG[name].label, CATALOG[name].unit)
          for name in metrics(compared=True) if not CATALOG[name].latency}
@@ -64,7 +73,7 @@ class Change:
     a: float | None
     b: float | None
     lower_is_better: bool = True
-    interval: RatioInterval | None = None  # of B / A − 1, from the replicates
+    interval: RatioInterval | None = None  # of B / A − 1, the verdict's (from the replicates)
     verdict: Verdict = "can't tell"
     why: str | None = None  # for same and can't tell
     attribution: dict[str, float] = field(default_factory=dict)
@@ -134,11 +143,11 @@ class CompareError(ValueError):
 
 
 def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None,
-            verdicts: VerdictConfig | None = None, share: float = 1.0,
-            headline: Sequence[str] = HEADLINE) -> Comparison:
+            verdicts: VerdictConfig | None = None, share: LookShare = LookShare(),
+            decide_on: Sequence[str] = HEADLINE) -> Comparison:
     """B against A: each statistic's values (A's and B's pooled requests), its interval and
     verdict from `replicates` (default: each run's time blocks), tested at `share` of its α
-    (a sequential A/B's look spends part); the `headline` keys share the headline α."""
+    (a sequential A/B's look spends part); the keys `decide_on` share one α (`alpha`)."""
     for analysis in (a, b):
         if not analysis.ok.any():
             raise CompareError(f"{analysis.run.path}: no successful request in its window "
@@ -159,21 +168,35 @@ def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None
             changes.append(change)
     changes += _rate_changes(a.summary, b.summary)
     keys = [c.key for c in changes]
+    buffered = _buffered(a, b)
     for change in changes:
         change.min_effect = verdicts.effect(change.key)
+        metric = change.key.split("_", 1)[1] if change.unit == "ms" else change.key
+        if buffered and CATALOG[metric].gaps:
+            change.a = change.b = None
+            change.why = f"{buffered}: the gaps between tokens are the buffer's"
         if change.delta is None:
-            change.why = "not measured on both sides"
+            change.why = change.why or NOT_MEASURED
             continue
-        confidence = 1 - alpha(change.key, keys, headline) * share
-        change.interval = ratio_interval(*replicates.of(change.key), confidence)
-        judged = judge(change.interval, change.min_effect, change.lower_is_better,
-                       replicates.strict, replicates.unit_name)
-        change.verdict, change.why = judged.verdict, judged.why
+        level = alpha(change.key, keys, decide_on)
+        values = replicates.of(change.key)
+        judged = judge(ratio_interval(*values, 1 - level * share.change), change.min_effect,
+                       change.lower_is_better, replicates.strict, replicates.unit_name,
+                       same=ratio_interval(*values, 1 - 2 * level * share.same))
+        change.interval, change.verdict, change.why = judged.interval, judged.verdict, judged.why
     changes.append(_error_rate(a.summary, b.summary))
     budgets = {"mean": (a.mean, b.mean),
                "p99 tail": (_tail(a), _tail(b))}
     return Comparison(a, b, changes, budgets, workload_differences(a.config, b.config),
                       replicates.source, conditions(a, b))
+
+
+def _buffered(a: RunAnalysis, b: RunAnalysis) -> str | None:
+    """Which side's streams came in bursts (`delivery.bursts`), if either's did."""
+    found = [side for side, run in (("A", a), ("B", b)) if bursts(run) is not None]
+    if not found:
+        return None
+    return f"{' and '.join(found)}'s streams arrived in bursts (a buffering proxy?)"
 
 
 def _samples(a: RunAnalysis, metric: str) -> np.ndarray:
@@ -215,7 +238,7 @@ def _error_rate(a: RunSummary, b: RunSummary) -> Change:
     rates = [100 * (n - ok) / n if n else None for n, ok in counts]
     change = Change("error_rate", "error rate", "%", rates[0], rates[1])
     if not all(n for n, _ in counts):
-        change.why = "not measured on both sides"
+        change.why = NOT_MEASURED
         return change
     significant = fisher_test([[n - ok, ok] for n, ok in counts]) < FAMILY_ALPHA
     if significant:
@@ -267,4 +290,9 @@ def conditions(a: RunAnalysis, b: RunAnalysis) -> list[str]:
     if through[0] != through[1]:
         out.append(f"A went through {through[0]}, B through {through[1]}: the gateway's hop "
                    "is part of the change")
+    for side, run in (("A", a), ("B", b)):
+        burst = bursts(run)
+        if burst is not None:
+            out.append(f"{side}: {burst.line()}; the metrics timed by those gaps are not "
+                       "compared")
     return out

@@ -11,17 +11,20 @@ called that "the same".
 With δ the minimum effect:
 
 * same — the whole interval lies inside ±δ (an equivalence test: the change is too small to
-  matter, with confidence);
+  matter, with confidence; two one-sided tests at α each, so the 1 − 2α interval);
 * better / worse — the interval excludes no change and the estimate is at least δ; from two
   single runs (`strict`: their blocks cannot see the drift between runs) the whole interval
   must also lie past δ;
 * can't tell — anything else, with roughly how many more rounds would decide.
 
-Error rates: headline metrics (`HEADLINE`, with those an A/B decides on) share the family's
-α by Bonferroni (each at α/5), the other statistics share another α among themselves, so the
-headline intervals stay narrow however many rows are shown; a sequential A/B spends each α
-over its looks (`spent`, a Pocock-type spending function), each look tested at its
-increment.
+Error rates, each family of statistics at α by Bonferroni within it (`alpha`): the ones an
+A/B decides on (`--decide-on`; by default the headline ones, `HEADLINE`, each at α/5), the
+headline ones it does not decide on, and all the others; so the intervals that decide stay
+narrow however many rows are shown. A sequential A/B spends each α over its looks, each look
+tested at its increment (`look_share`), and spends the two kinds of error apart: a false
+better or worse early (a Pocock-type function: a 2× change shows at the first look), a
+false same late (a power function, t^8: an interval narrow enough for "same" takes most of
+the rounds, and α spent before them is wasted). The final look spends what is left.
 """
 
 from __future__ import annotations
@@ -36,26 +39,50 @@ from latlab.records.verdict import HEADLINE, Verdict
 
 FAMILY_ALPHA = 0.05
 MAX_MORE_ROUNDS = 50
+SAME_POWER = 8  # the α against a false "same" is spent as t^8 (`same_spent`)
 
 
-def alpha(key: str, keys: Sequence[str], headline: Sequence[str] = HEADLINE) -> float:
-    """The α of `key`'s test among the compared `keys` (Bonferroni within its family: the
-    `headline` keys, or the others)."""
-    if key in headline:
-        return FAMILY_ALPHA / len(headline)
-    return FAMILY_ALPHA / max(1, sum(k not in headline for k in keys))
+def alpha(key: str, keys: Sequence[str], decide_on: Sequence[str] = HEADLINE) -> float:
+    """The α of `key`'s test among the compared `keys`: Bonferroni within its family, the
+    keys decided on (`decide_on`), the headline keys not decided on, or the others."""
+    others = [k for k in keys if k not in decide_on and k not in HEADLINE]
+    for family in (tuple(decide_on), [k for k in HEADLINE if k not in decide_on], others):
+        if key in family:
+            return FAMILY_ALPHA / len(family)
+    return FAMILY_ALPHA
 
 
 def spent(fraction: float) -> float:
-    """The share of α spent once `fraction` of the most rounds have run: Lan and DeMets'
-    Pocock-type function ln(1 + (e − 1)·t), which spends early for effects that show early."""
+    """The share of the α against a false better or worse spent once `fraction` of the most
+    rounds have run: Lan and DeMets' Pocock-type function ln(1 + (e − 1)·t), which spends
+    early for effects that show early."""
     return math.log1p((math.e - 1) * min(max(fraction, 0.0), 1.0))
 
 
-def look_share(rounds: int, previous: int, most: int) -> float:
-    """The share of α a look after `rounds` rounds may spend, the previous look having been
-    after `previous` (0: none), of at most `most`."""
-    return spent(rounds / most) - spent(previous / most)
+def same_spent(fraction: float) -> float:
+    """The share of the α against a false "same" spent once `fraction` of the most rounds
+    have run: Kim and DeMets' power function t^ρ, ρ = 8. An interval inside ±δ takes most of
+    the rounds (a 15 % spread between rounds and a 20 % minimum effect: 8 or more a side),
+    so spending early would only narrow the looks that can say "same"."""
+    return min(max(fraction, 0.0), 1.0) ** SAME_POWER
+
+
+@dataclass(frozen=True, slots=True)
+class LookShare:
+    """The shares of α one look spends: against a false better or worse (`change`) and
+    against a false same (`same`)."""
+
+    change: float = 1.0
+    same: float = 1.0
+
+
+def look_share(rounds: int, previous: int, most: int, final: bool = False) -> LookShare:
+    """The shares of α a look after `rounds` rounds may spend, the previous look having been
+    after `previous` (0: none), of at most `most`; a `final` look (no more rounds will run:
+    known before looking) spends what is left."""
+    now = 1.0 if final else rounds / most
+    return LookShare(spent(now) - spent(previous / most),
+                     same_spent(now) - same_spent(previous / most))
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,22 +153,29 @@ def _t_difference(a: np.ndarray, b: np.ndarray, confidence: float) -> tuple[floa
 class Judgement:
     verdict: Verdict
     why: str | None = None  # for same and can't tell: the reason, and what would decide
+    interval: RatioInterval | None = None  # the one the verdict rests on
 
 
 def judge(interval: RatioInterval | None, min_effect: float, lower_is_better: bool,
-          strict: bool, unit_name: str = "rounds") -> Judgement:
-    """The verdict on one statistic's interval (module docstring)."""
+          strict: bool, unit_name: str = "rounds",
+          same: RatioInterval | None = None) -> Judgement:
+    """The verdict on one statistic's `interval`, tested against no change; `same`, the
+    interval the equivalence test takes (at its own confidence: two one-sided tests), by
+    default `interval` itself (module docstring)."""
     if interval is None:
         return Judgement("can't tell", f"too few {unit_name} with a value on both sides")
-    low, high, estimate = interval.low, interval.high, interval.estimate
-    if -min_effect < low and high < min_effect:
+    same = same if same is not None else interval
+    if -min_effect < same.low and same.high < min_effect:
         return Judgement("same", f"inside ±{100 * min_effect:g}% with "
-                                 f"{100 * interval.confidence:.3g}% confidence")
+                                 f"{100 * same.confidence:.3g}% confidence", same)
+    low, high, estimate = interval.low, interval.high, interval.estimate
     excludes_none = low > 0 or high < 0
     past = abs(estimate) >= min_effect and (not strict or min(abs(low), abs(high)) >= min_effect)
     if excludes_none and past:
-        return Judgement("better" if (estimate < 0) == lower_is_better else "worse")
-    more = interval.more_rounds(min_effect)
+        return Judgement("better" if (estimate < 0) == lower_is_better else "worse",
+                         interval=interval)
+    # the interval that has to narrow: to exclude no change, or to fit inside ±δ
+    more = (interval if abs(estimate) >= min_effect else same).more_rounds(min_effect)
     if strict:
         hint = "two single runs cannot see the drift between runs: use latlab ab"
     elif more is None:
@@ -150,5 +184,5 @@ def judge(interval: RatioInterval | None, min_effect: float, lower_is_better: bo
         hint = f"about {more} more {unit_name} a side would decide"
     if excludes_none:
         return Judgement("can't tell", f"a change, but perhaps under the "
-                                       f"{100 * min_effect:g}% minimum effect; {hint}")
-    return Judgement("can't tell", hint)
+                                       f"{100 * min_effect:g}% minimum effect; {hint}", interval)
+    return Judgement("can't tell", hint, interval)

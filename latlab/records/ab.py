@@ -40,8 +40,9 @@ class ABConfig(VerdictConfig):
                               group=AB, gt=0, metavar="SECONDS")
     decide_on: tuple[str, ...] = setting(
         HEADLINE, "A statistic whose verdict ends the rounds, as compare keys it (e.g. "
-        "mean_itl_max, p99_ttft, goodput) (repeatable; default: the headline ones); each is "
-        "tested at the headline α.", "--decide-on", group=AB, cli_type=list[str],
+        "mean_itl_max, p99_ttft, goodput) (repeatable; default: the headline ones); they "
+        "share one α (5 %) among themselves, apart from the statistics shown beside them.",
+        "--decide-on", group=AB, cli_type=list[str],
         metavar="KEY", show_default=False)
     bench: BenchConfig = BenchConfig()
 
@@ -53,11 +54,6 @@ class ABConfig(VerdictConfig):
             raise ValueError(f"--decide-on {', '.join(unknown) or '(none)'}: expected one of "
                              f"{', '.join(KEYS)}")
         return tuple(dict.fromkeys(keys))
-
-    @property
-    def headline(self) -> tuple[str, ...]:
-        """The keys that share the headline α: the headline ones and those decided on."""
-        return tuple(dict.fromkeys((*HEADLINE, *self.decide_on)))
 
     @property
     def most_rounds(self) -> int:
@@ -84,6 +80,8 @@ class ABConfig(VerdictConfig):
             out[side] = BenchConfig.model_validate(
                 self.bench.model_dump(exclude={"url", "serve_args", "name", "tags"},
                                       exclude_unset=True)
+                # a server ab starts is the engine itself: no engine behind it to scrape
+                | ({} if url else {"server_url": None})
                 | {"url": url, "serve_args": "" if url else setting_,
                    "api_key": self.bench.api_key,
                    "name": f"ab-{side}-{self.bench.name}",

@@ -28,8 +28,11 @@ class Metric:
     sizing: bool = False  # a goal `--replicas-for` sizes a fleet for
     curve: bool = False  # drawn against the load (sweeps, predictions checked)
     chart: str | None = None  # the distribution chart that shows it (its SLO line too)
+    # timed by the gaps between token events: a proxy that buffers the stream times them
+    # instead of the server (`analysis.delivery`)
+    gaps: bool = False
     # the smallest relative change a comparison calls better or worse, where it is not the
-    # default (`records.verdict`); a user's --min-effect overrides it
+    # default (`records.verdict`); kept under a --min-effect PCT%, changed by naming it
     min_effect: float | None = None
 
     @property
@@ -55,18 +58,19 @@ CATALOG: dict[str, Metric] = {m.name: m for m in (
     Metric("tpot", "TPOT", "(last_token − first_token) / (output_tokens − 1), output_tokens "
            "≥ 2 (usage count), not when one event carried them all (a non-streamed answer)",
            per_request=True, summary=True, slo=True, compared=True, sizing=True, curve=True,
-           chart="tpot"),
+           chart="tpot", gaps=True),
     Metric("itl", "ITL", "per token: the gap before an event carrying k tokens gives k samples "
-           "of gap/k; pooled", summary=True, slo=True, compared=True, chart="itl"),
+           "of gap/k; pooled", summary=True, slo=True, compared=True, chart="itl", gaps=True),
     Metric("itl_request_mean", "ITL per-request mean", "mean of one request's ITL samples, one "
-           "value per request", parent="itl", summary=True),
+           "value per request", parent="itl", summary=True, gaps=True),
     # one request's longest pause is the longest prefill that overlapped it: rounds of one
     # unchanged server differ by 10–30%, so a smaller change is not worth a verdict
     Metric("itl_max", "ITL per-request max", "largest of one request's ITL samples: the "
            "longest pause its reader saw between tokens, one value per request",
-           parent="itl", per_request=True, summary=True, compared=True, min_effect=0.2),
+           parent="itl", per_request=True, summary=True, compared=True, min_effect=0.2,
+           gaps=True),
     Metric("chunk_gap", "inter-chunk gap", "raw gap between consecutive token-carrying SSE "
-           "events (inter-chunk latency)", summary=True),
+           "events (inter-chunk latency)", summary=True, gaps=True),
     Metric("e2e", "E2E", "done − sent: stream closed after [DONE]", per_request=True,
            summary=True, slo=True, failure_adjusted=True, compared=True, sizing=True,
            curve=True, chart="e2e"),

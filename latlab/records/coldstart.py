@@ -11,10 +11,11 @@ from typing import Any, Literal
 from pydantic import field_serializer, field_validator, model_validator
 
 from latlab.records import SCHEMA_VERSION
-from latlab.records.bench import OutputConfig, RequestConfig, TargetConfig, engine_tokenizer
+from latlab.records.bench import OutputConfig, TargetConfig, engine_tokenizer
 from latlab.records.settings import COLDSTART, TARGET, derive, setting
 from latlab.records.summary import Record
 from latlab.records.target import redact
+from latlab.records.transport import RequestConfig
 from latlab.records.workload import WorkloadConfig
 
 COLDSTART_JSON = "coldstart.json"

@@ -34,7 +34,10 @@ KEYS = (*(key_of(m, s) for m in metrics(compared=True, unit="ms") for s in STATS
 # The metrics that declare a minimum effect of their own (`records.catalog`).
 OWN_EFFECTS = ", ".join(f"{m.name} {100 * m.min_effect:g}%" for m in CATALOG.values()
                         if m.min_effect is not None)
-_EFFECT = re.compile(r"^\s*(?:(?P<key>[a-z0-9_]+)\s*=\s*)?(?P<value>[0-9.]+)\s*%\s*$")
+_EFFECT = re.compile(r"^\s*(?:(?P<key>[a-z0-9_]+)\s*=\s*)?(?P<value>[0-9]+(?:\.[0-9]*)?|"
+                     r"\.[0-9]+)\s*%\s*$")
+# What a minimum effect may be given for: a compared metric, or one of its statistics.
+EFFECT_KEYS = (*metrics(compared=True), *KEYS)
 
 
 def effects(value: Any) -> Any:
@@ -46,29 +49,42 @@ def effects(value: Any) -> Any:
         m = _EFFECT.match(item)
         if not m:
             raise ValueError(f"{item!r}: expected PCT% or METRIC=PCT%, e.g. 2% or p99_ttft=5%")
-        out[m["key"] or "*"] = float(m["value"]) / 100
+        key = m["key"] or "*"
+        if key != "*" and key not in EFFECT_KEYS:
+            raise ValueError(f"{item!r}: {key} is not a compared metric or statistic "
+                             f"(e.g. tpot, p99_ttft, mean_itl_max)")
+        if key in out:
+            raise ValueError(f"{item!r}: a minimum effect for "
+                             f"{'every metric' if key == '*' else key} given twice")
+        out[key] = float(m["value"]) / 100
     return out
 
 
 class VerdictConfig(BaseModel):
     min_effect: dict[str, float] = setting(
-        {}, "The smallest change worth a verdict, relative: PCT% for every metric, or "
-        "METRIC=PCT% for one (a metric like tpot, or a statistic like p99_ttft) (repeatable; "
-        f"default 5%, or the metric's own: {OWN_EFFECTS}).", group=VERDICT,
+        {}, "The smallest change worth a verdict, relative: PCT% for every metric that has no "
+        "minimum of its own, or METRIC=PCT% for one (a metric like tpot, or a statistic like "
+        f"p99_ttft) (repeatable; default 5%; the metrics' own: {OWN_EFFECTS}, changed only "
+        "by naming them).", group=VERDICT,
         cli_type=list[str], metavar="[METRIC=]PCT%")
 
     _effects = field_validator("min_effect", mode="before")(lambda value: effects(value))
 
     def effect(self, key: str) -> float:
         """The minimum effect for the comparison key `key` (e.g. `p99_ttft`): the one given
-        for it, else its metric's (given, else the catalog's), else the default."""
+        for it or its metric, else the metric's own (the catalog's), else the one given for
+        every metric, else the default. A metric with its own minimum keeps it under a
+        `--min-effect PCT%`: it declares the noise it moves by unchanged, which a smaller
+        minimum would call a change."""
         metric = next((key.removeprefix(f"{s}_") for s in STATS if key.startswith(f"{s}_")),
                       key)
-        for name in (key, metric, "*"):
+        for name in (key, metric):
             if name in self.min_effect:
                 return self.min_effect[name]
         declared = CATALOG[metric].min_effect if metric in CATALOG else None
-        return declared if declared is not None else DEFAULT_MIN_EFFECT
+        if declared is not None:
+            return declared
+        return self.min_effect.get("*", DEFAULT_MIN_EFFECT)
 
 
 class CompareConfig(SloConfig, VerdictConfig):

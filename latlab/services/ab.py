@@ -56,7 +56,7 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
     out = config.bench.out
     folder = RunFolder.create(out, "ab").path
     done = ABRuns(folder, ABRecord(created=time.time(), a=config.a, b=config.b),
-                  Sequential(config, config.most_rounds, config.headline))
+                  Sequential(config, config.most_rounds, config.decide_on))
     record = done.record
     started = time.monotonic()
     with ExitStack() as stack:
@@ -88,7 +88,9 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
                         raise KeyboardInterrupt
                 if i < config.rounds:
                     continue
-                done.comparison = done.sequential.look(done.analyses["A"], done.analyses["B"])
+                out_of_time = time.monotonic() - started > config.max_time
+                done.comparison = done.sequential.look(done.analyses["A"], done.analyses["B"],
+                                                       final=out_of_time)
                 open_ = Sequential.undecided(done.comparison, config.decide_on)
                 look = f"round {i}: {Sequential.look_line(done.comparison, config.decide_on)}"
                 record.looks.append(look)
@@ -97,7 +99,7 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
                     err.print(look, style="dim", highlight=False)
                 if not open_:
                     break
-                if time.monotonic() - started > config.max_time and i < config.most_rounds:
+                if out_of_time and i < config.most_rounds:
                     record.looks.append(f"stopped after round {i}: --max-time "
                                         f"{config.max_time:g} s reached")
                     break

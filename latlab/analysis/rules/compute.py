@@ -9,6 +9,7 @@ import numpy as np
 
 from latlab.analysis.advice import chunked_prefill, joined, prefix_caching, smaller_batches
 from latlab.analysis.budget import PROMPT_BUCKETS, prompt_buckets
+from latlab.analysis.delivery import bursts
 from latlab.analysis.findings import Finding, Severity, Unevaluated, mean
 from latlab.analysis.host_bound import host_bound
 from latlab.analysis.rules.common import (
@@ -33,6 +34,10 @@ STALL_COINCIDE, STALL_LIFT = 0.5, 0.25
 # run's ITL p99 is its few longest gaps, the stalls themselves: a round of a dozen streams
 # moves it several-fold, where the mean of their longest pauses moves a tenth or two.
 STALL_METRIC = ("itl_max", "mean")
+UNBUFFER = ("let the stream through unbuffered (nginx: proxy_buffering off on the streaming "
+            "route, or pass on the server's X-Accel-Buffering: no; other proxies have their "
+            "own switch), then measure stalls again; the server's settings cannot be judged "
+            "through the buffer")
 
 
 def prefill_bound(a: RunAnalysis) -> Finding | Unevaluated | None:
@@ -85,6 +90,15 @@ def decode_stalls(a: RunAnalysis) -> Finding | Unevaluated | None:
     if len(itl) < STUTTER_MIN_SAMPLES:
         return Unevaluated("decode_stalls", f"needs ≥ {STUTTER_MIN_SAMPLES} inter-token samples "
                                       f"(streamed responses of ≥ 2 tokens; has {len(itl)})")
+    burst = bursts(a)
+    if burst is not None:
+        longest = float(np.nanmean(m.itl_max[rows]))
+        return Finding("decode_stalls", Severity.WARNING,
+                       "the stream arrives in bursts: a buffer on the way holds tokens back",
+                       [burst.line(), f"each stream's longest pause (ITL per-request max) "
+                        f"{ms(longest)} on average: the buffer's wait, whatever the server did"],
+                       where="between the server and the client: a proxy's buffer",
+                       fix=UNBUFFER, impact=burst.share)
     p50, p99 = percentiles(itl, (50, 99))
     del itl
     if p50 <= 0 or p99 < STUTTER_RATIO * p50:

@@ -95,9 +95,15 @@ def server_pause(a: RunAnalysis) -> Finding | Unevaluated | None:
     if busy:
         evidence.append("the server shares the load generator's host, which was busy with "
                         "other work (see busy_host)")
+    gateway = a.config.target.gateway
+    if gateway is not None and pauses:
+        evidence.append(f"every stream went through {gateway.name}: a stop they all share may "
+                        "be the gateway's own (its event loop relays every stream), not the "
+                        "server's")
+    who = "the server" if gateway is None else f"the server or {gateway.name} in front of it"
     longest = max([length for _, length, _ in pauses] + late.tolist())
     return Finding("server_pause", Severity.INFO if busy else Severity.WARNING,
-                   f"the server paused: {ms(longest)} with every stream stopped", evidence,
+                   f"{who} paused: {ms(longest)} with every stream stopped", evidence,
                    where="the server as a whole (not one request's prefill): frozen, a GC or "
                          "swap stall, a blocked event loop",
                    fix="look at the server's host: CPU steal, memory pressure, long GC pauses, "

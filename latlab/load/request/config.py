@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from latlab.records.bench import MAX_EVENT_MIB, MAX_RESPONSE_MIB, MIB, BenchConfig
+from latlab.records.bench import BenchConfig
 from latlab.records.coldstart import ColdstartConfig
 from latlab.records.target import ServerKind
+from latlab.records.transport import MAX_EVENT_MIB, MAX_RESPONSE_MIB, MIB
 from latlab.records.workload import Api
 
 

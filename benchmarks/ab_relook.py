@@ -1,0 +1,113 @@
+"""Look again at a recorded `latlab ab` with the verdict rules of this checkout: its rounds,
+re-analysed, looked at as `ab` would look at them now (from `--rounds` on, one look a pair,
+at most `--max-rounds`), deciding on `--decide-on`. Shows, for each look, the key's interval
+and verdict, and for the rounds themselves the per-round value of the key beside the host's
+other work — what the spread between rounds is made of. No server runs.
+
+With `--project`, for an A/A: how many rounds "same" would take at the spread these rounds
+had (the sd of the key's per-round logs, pooled over the sides): the whole sequential
+procedure simulated (looks from `--rounds` on, `ab`'s spending and families, one key
+decided on), the chance of "same" and the rounds used, for several `--max-rounds`.
+
+    python benchmarks/ab_relook.py /tmp/stall/runs-aa2/20261128-144441-ab \
+        --decide-on mean_itl_max --project
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from latlab.analysis import analyze
+from latlab.analysis.ab import Sequential
+from latlab.analysis.replicates import values
+from latlab.analysis.verdicts import FAMILY_ALPHA, judge, look_share, ratio_interval
+from latlab.records.ab import AB_JSON, ABConfig
+from latlab.records.folder import RunFolder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("ab", type=Path, help="an ab folder (holding ab.json)")
+    parser.add_argument("--decide-on", action="append", default=None, metavar="KEY")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-rounds", type=int, default=None,
+                        help="default: the rounds the ab ran (its last look is final)")
+    parser.add_argument("--project", action="store_true",
+                        help="simulate the rounds an A/A at this spread needs for 'same'")
+    parser.add_argument("--min-effect", type=float, default=0.2)
+    args = parser.parse_args()
+    record = json.loads((args.ab / AB_JSON).read_text())
+    runs: dict[str, list] = {"A": [], "B": []}
+    others: dict[str, list[float]] = {"A": [], "B": []}
+    for r in sorted(record["rounds"], key=lambda r: r["round"]):
+        if r["round"]:
+            runs[r["side"]].append(analyze(RunFolder.open(r["run"]), diagnosis=False))
+            others[r["side"]].append(r["host_other_cores"] or math.nan)
+    n = min(len(runs["A"]), len(runs["B"]))
+    decide_on = tuple(args.decide_on or ("mean_itl_max",))
+    config = ABConfig(a=record["a"] or "A", b=record["b"] or "B", rounds=args.rounds,
+                      max_rounds=args.max_rounds or n, decide_on=decide_on)
+    print(f"{args.ab}: {n} rounds a side; deciding on {', '.join(decide_on)}")
+    for side in "AB":
+        for key in decide_on:
+            per_round = [values(a).get(key, math.nan) for a in runs[side][:n]]
+            logs = np.log(per_round)
+            print(f"  {side} {key} by round: " + ", ".join(f"{v:.1f}" for v in per_round)
+                  + f" (sd of logs {logs.std(ddof=1):.3f}); other cores "
+                  + ", ".join(f"{o:.2f}" for o in others[side][:n]))
+    spreads = []
+    for side in "AB":
+        logs = np.log([values(a).get(decide_on[0], math.nan) for a in runs[side][:n]])
+        spreads.append(logs.var(ddof=1))
+    spread = math.sqrt(sum(spreads) / 2)
+    if args.project:
+        project(spread, args.rounds, args.min_effect)
+    sequential = Sequential(config, config.most_rounds, decide_on)
+    for i in range(args.rounds, n + 1):
+        comparison = sequential.look(runs["A"][:i], runs["B"][:i])
+        for key in decide_on:
+            c = comparison.change(key)
+            iv = c.interval
+            span = (f"[{100 * iv.low:+.0f}%, {100 * iv.high:+.0f}%] at "
+                    f"{100 * iv.confidence:.3g}%") if iv else "no interval"
+            print(f"  look at round {i}: {c.label} {c.a:.1f} → {c.b:.1f} ms {span}: "
+                  f"{c.verdict}" + (f" ({c.why})" if c.why else ""))
+        if not Sequential.undecided(comparison, decide_on):
+            break
+
+
+def project(spread: float, first: int, min_effect: float, tries: int = 400) -> None:
+    """The chance an A/A at `spread` (sd of the per-round logs) is called "same" within each
+    of several --max-rounds, and the rounds it ran, by simulation (fixed seed)."""
+    rng = np.random.default_rng(0)
+    print(f"  projected A/A at a spread of {spread:.3f} between rounds (sd of logs), "
+          f"minimum effect {100 * min_effect:g}%:")
+    for most in (10, 15, 20, 30, 40):
+        same, used = 0, []
+        for _ in range(tries):
+            a, b = rng.normal(0, spread, most), rng.normal(0, spread, most)
+            previous, verdict, ran = 0, "can't tell", most
+            for k in range(first, most + 1):
+                share = look_share(k, previous, most)
+                previous = k
+                found = judge(ratio_interval(np.exp(a[:k]), np.exp(b[:k]),
+                                             1 - FAMILY_ALPHA * share.change),
+                              min_effect, True, False,
+                              same=ratio_interval(np.exp(a[:k]), np.exp(b[:k]),
+                                                  1 - 2 * FAMILY_ALPHA * share.same))
+                if found.verdict != "can't tell":
+                    verdict, ran = found.verdict, k
+                    break
+            same += verdict == "same"
+            used.append(ran)
+        print(f"    --max-rounds {most}: same in {100 * same / tries:.0f}% of {tries}, "
+              f"{np.mean(used):.1f} rounds a side on average")
+
+
+if __name__ == "__main__":
+    main()

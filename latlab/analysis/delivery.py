@@ -1,0 +1,54 @@
+"""How the streams reached the client: token by token, or in bursts.
+
+The client stamps every socket read (`load/request/stamps.py`), so token events that came in
+one read share one time. A server streams each event as it has it; a proxy that buffers the
+stream (nginx with `proxy_buffering on` for a server that does not send `X-Accel-Buffering:
+no`) passes it on a buffer at a time: most events then come in the same read as the one
+before, the gaps between them are 0 and the buffer's wait is one long gap. The gaps between
+tokens (ITL, each stream's longest pause, TPOT) then measure the proxy's buffer, not the
+server: a pause the server made is hidden inside a burst, a pause it never made is the
+buffer filling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from latlab.analysis.run_analysis import RunAnalysis
+
+# Of the gaps between token events: this many in one read make a stream delivered in bursts
+# (a stream read token by token has next to none; a buffered one, most).
+BURST_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Bursts:
+    """Streams delivered in bursts: the share of the gaps between token events that were 0
+    (the event came in the same read as the one before), and through what."""
+
+    share: float
+    gaps: int
+    through: str | None  # the gateway named in front of the server, if one was
+
+    def line(self) -> str:
+        via = f" through {self.through}" if self.through else ""
+        return (f"{100 * self.share:.0f}% of the {self.gaps} gaps between token events were 0 "
+                f"(the event came in the same read as the one before): the streams arrived in "
+                f"bursts{via}, so their gaps are a buffer's, not the server's")
+
+
+def bursts(a: RunAnalysis) -> Bursts | None:
+    """The streams of the run's measured successful requests, if they came in bursts."""
+    rows = a.ok & (a.table.events >= 2)
+    gaps = a.requests.metrics.chunk_gaps.select(rows)
+    if not len(gaps):
+        return None
+    share = float(np.mean(gaps <= 0))
+    if share < BURST_SHARE:
+        return None
+    gateway = a.config.target.gateway
+    return Bursts(share, len(gaps), gateway.name if gateway is not None else None)
