@@ -5,9 +5,10 @@ and verdict, and for the rounds themselves the per-round value of the key beside
 other work — what the spread between rounds is made of. No server runs.
 
 With `--project`, for an A/A: how many rounds "same" would take at the spread these rounds
-had (the sd of the key's per-round logs, pooled over the sides): the whole sequential
-procedure simulated (looks from `--rounds` on, `ab`'s spending and families, one key
-decided on), the chance of "same" and the rounds used, for several `--max-rounds`.
+had (the sd of the key's per-round logs, pooled over the sides, and how much of it a pair
+shared): the whole sequential procedure simulated (looks from `--rounds` on, `ab`'s
+spending, families and pairs, one key decided on), the chance of "same" and the rounds
+used, for several `--max-rounds`.
 
     python benchmarks/ab_relook.py /tmp/stall/runs-aa2/20261128-144441-ab \
         --decide-on mean_itl_max --project
@@ -25,7 +26,14 @@ import numpy as np
 from latlab.analysis import analyze
 from latlab.analysis.ab import Sequential
 from latlab.analysis.replicates import values
-from latlab.analysis.verdicts import FAMILY_ALPHA, judge, look_share, ratio_interval
+from latlab.analysis.verdicts import (
+    FAMILY_ALPHA,
+    PAIRED_FROM,
+    judge,
+    look_share,
+    paired_interval,
+    ratio_interval,
+)
 from latlab.records.ab import AB_JSON, ABConfig
 from latlab.records.folder import RunFolder
 
@@ -60,13 +68,12 @@ def main() -> None:
             print(f"  {side} {key} by round: " + ", ".join(f"{v:.1f}" for v in per_round)
                   + f" (sd of logs {logs.std(ddof=1):.3f}); other cores "
                   + ", ".join(f"{o:.2f}" for o in others[side][:n]))
-    spreads = []
-    for side in "AB":
-        logs = np.log([values(a).get(decide_on[0], math.nan) for a in runs[side][:n]])
-        spreads.append(logs.var(ddof=1))
-    spread = math.sqrt(sum(spreads) / 2)
+    logs = {side: np.log([values(a).get(decide_on[0], math.nan) for a in runs[side][:n]])
+            for side in "AB"}
+    spread = math.sqrt((logs["A"].var(ddof=1) + logs["B"].var(ddof=1)) / 2)
+    own = float(np.std(logs["B"] - logs["A"], ddof=1)) / math.sqrt(2)  # a round's own part
     if args.project:
-        project(spread, args.rounds, args.min_effect)
+        project(spread, min(own, spread), args.rounds, args.min_effect)
     sequential = Sequential(config, config.most_rounds, decide_on)
     for i in range(args.rounds, n + 1):
         comparison = sequential.look(runs["A"][:i], runs["B"][:i])
@@ -81,25 +88,30 @@ def main() -> None:
             break
 
 
-def project(spread: float, first: int, min_effect: float, tries: int = 400) -> None:
-    """The chance an A/A at `spread` (sd of the per-round logs) is called "same" within each
-    of several --max-rounds, and the rounds it ran, by simulation (fixed seed)."""
+def project(spread: float, own: float, first: int, min_effect: float,
+            tries: int = 400) -> None:
+    """The chance an A/A is called "same" within each of several --max-rounds, and the
+    rounds it ran, by simulation (fixed seed): rounds `spread` apart (sd of their logs), of
+    which `own` their own and the rest a drift each pair shares; looked at as `ab` looks
+    (pair by pair from PAIRED_FROM pairs)."""
     rng = np.random.default_rng(0)
-    print(f"  projected A/A at a spread of {spread:.3f} between rounds (sd of logs), "
-          f"minimum effect {100 * min_effect:g}%:")
+    shared = math.sqrt(max(spread ** 2 - own ** 2, 0.0))
+    print(f"  projected A/A: rounds {spread:.3f} apart (sd of logs), {own:.3f} of it their "
+          f"own and {shared:.3f} shared by a pair; minimum effect {100 * min_effect:g}%:")
     for most in (10, 15, 20, 30, 40):
         same, used = 0, []
         for _ in range(tries):
-            a, b = rng.normal(0, spread, most), rng.normal(0, spread, most)
+            drift = rng.normal(0, shared, most)
+            a = np.exp(drift + rng.normal(0, own, most))
+            b = np.exp(drift + rng.normal(0, own, most))
             previous, verdict, ran = 0, "can't tell", most
             for k in range(first, most + 1):
                 share = look_share(k, previous, most)
                 previous = k
-                found = judge(ratio_interval(np.exp(a[:k]), np.exp(b[:k]),
-                                             1 - FAMILY_ALPHA * share.change),
+                interval = paired_interval if k >= PAIRED_FROM else ratio_interval
+                found = judge(interval(a[:k], b[:k], 1 - FAMILY_ALPHA * share.change),
                               min_effect, True, False,
-                              same=ratio_interval(np.exp(a[:k]), np.exp(b[:k]),
-                                                  1 - 2 * FAMILY_ALPHA * share.same))
+                              same=interval(a[:k], b[:k], 1 - 2 * FAMILY_ALPHA * share.same))
                 if found.verdict != "can't tell":
                     verdict, ran = found.verdict, k
                     break

@@ -76,13 +76,18 @@ class Run:
         out.append(("first answer", f"{self.wall_s:.1f} s"))
         out.append(("advice effects printed", str(self.advice_effects)))
         out.append(("CPU seconds (all its processes)", f"{self.cpu_s:.1f} s"))
-        bounds = [0.0, imports, probing, self.first(r"^calibration: "), self.wall_s]
-        names = ["imports", "build, grid, reference (serve starts)", "probes", "answer"]
-        for name, start, end in zip(names, bounds, bounds[1:]):
+        probes = [(m[1], t) for t, line in self.lines
+                  if (m := re.search(r"probe (\d+)/\d+: ", line))]
+        bounds = [("imports", 0.0), ("build, grid, reference (serve starts)", imports),
+                  *((f"probe {i}", t) for i, t in probes),
+                  ("answer", self.first(r"^calibration: ")), ("", self.wall_s)]
+        for (name, start), (_, end) in zip(bounds, bounds[1:]):
             if start is not None and end is not None and self.cpu:
                 (m0, s0), (m1, s1) = self.cpu_at(start), self.cpu_at(end)
                 out.append((f"  CPU s in {name} (predict + serve)",
                             f"{m1 - m0:.1f} + {s1 - s0:.1f}"))
+        if ready is not None and self.cpu:
+            out.append(("  serve's CPU s to ready", f"{self.cpu_at(ready)[1]:.1f}"))
         return out
 
     def cpu_at(self, t: float) -> tuple[float, float]:

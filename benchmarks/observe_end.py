@@ -1,14 +1,15 @@
 """The end of a `latlab observe` run on a run of N calls: its memory, step by step.
 
     .venv/bin/python benchmarks/observe_end.py --calls 1000000
-    .venv/bin/python benchmarks/observe_end.py --calls 1000000 --latlab /tmp/latlab-before
+    .venv/bin/python benchmarks/observe_end.py --calls 500000 1000000 --latlab /tmp/before
 
 Writes an observed run folder of `--calls` calls (the records `latlab observe` makes of a RAG
 application's spans: server timings and two application spans, ids and trace ids; lengths
 and stage times drawn afresh for each call, as a real service's vary, so that no column holds
 one value throughout; 3,333 calls a second, so a million calls are five minutes) and its
 windows (60 s), then runs, for each checkout (this one, and each `--latlab`), in a process of
-its own, the steps `services.observe._finish` takes once the last window has closed: read
+its own, the steps `services.observe_end.finish` takes once the last window has closed (or
+`services.observe._finish` in a checkout before it): read
 the calls; check the windows over every call; fit the workload; the summary; trace.jsonl;
 the run store; the report's analysis and report.html. Each step's peak resident memory (the
 kernel's high-water mark, reset before each step) and its resident memory after, split into
@@ -117,7 +118,34 @@ class Steps:
 
 
 def run_end(path: Path) -> None:
-    """`services.observe._finish`'s steps on the folder `path`, once its last window closed."""
+    """The end's steps on the folder `path`, once its last window closed: this checkout's
+    `services.observe_end.finish` itself, told each step's end; a checkout from before it,
+    the same steps as its `services.observe._finish` took them."""
+    try:
+        from latlab.services.observe_end import finish
+    except ImportError:
+        return run_end_before(path)
+    from latlab.records.folder import RunFolder
+    from latlab.records.observe import WINDOWS, ObservedWindow, ObserveRecord
+    from latlab.records.spans import SpanJoin
+    from latlab.services.observe_windows import Windows
+
+    steps = Steps()
+    steps.done("imports")
+    run = RunFolder(path)
+    settings = run.read_config()
+    windows = Windows(run, settings, WINDOW_NS, 0)
+    windows.kept = [ObservedWindow.model_validate_json(line)
+                    for line in (path / WINDOWS).read_bytes().splitlines()]
+    record = ObserveRecord.model_validate_json((path / "observe.json").read_bytes())
+    join = SpanJoin(spans=record.spans, requests_joined=record.calls,
+                    requests_with_trace=record.calls)
+    finish(run, settings, settings.observe, windows, record, join, None, "duration",
+           path.parent, step=steps.done)
+
+
+def run_end_before(path: Path) -> None:
+    """`services.observe._finish`'s steps, as a checkout before `observe_end` took them."""
     from itertools import islice
 
     from latlab.analysis import analyze
@@ -177,29 +205,41 @@ def main() -> None:
         run_end(Path(sys.argv[2]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=1_000_000)
+    parser.add_argument("--calls", type=int, nargs="+", default=[1_000_000],
+                        help="the run's calls; several: a run of each, the peaks side by side")
     parser.add_argument("--latlab", type=Path, action="append", default=[],
                         help="another checkout to run the end of (e.g. the commit before)")
     args = parser.parse_args()
     here = Path(__file__).resolve().parents[1]
-    scratch = Path(tempfile.mkdtemp(prefix="latlab-observe-end-"))
-    try:
-        source = scratch / "source" / "observed"
-        started = time.monotonic()
-        write_folder(source, args.calls)
-        print(f"{args.calls:,} calls, {(source / 'requests.jsonl').stat().st_size / 1e6:,.0f} "
-              f"MB of requests.jsonl, written in {time.monotonic() - started:.0f} s")
-        for checkout in [here, *args.latlab]:
-            print(f"{os.cpu_count()} CPUs; load average {os.getloadavg()}; observe's end from "
-                  f"{checkout}", flush=True)
-            run = scratch / "runs" / "observed"
-            shutil.rmtree(run.parent, ignore_errors=True)
-            shutil.copytree(source, run)
-            subprocess.run([sys.executable, __file__, STEP, str(run)], cwd=checkout, check=True,
-                           env={**os.environ, "PYTHONPATH": str(checkout)})
-        print(f"load average at the end {os.getloadavg()}")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    checkouts = [here, *args.latlab]
+    peaks: dict[tuple[int, Path], float] = {}
+    for calls in args.calls:
+        scratch = Path(tempfile.mkdtemp(prefix="latlab-observe-end-"))
+        try:
+            source = scratch / "source" / "observed"
+            started = time.monotonic()
+            write_folder(source, calls)
+            print(f"{calls:,} calls, {(source / 'requests.jsonl').stat().st_size / 1e6:,.0f} "
+                  f"MB of requests.jsonl, written in {time.monotonic() - started:.0f} s")
+            for checkout in checkouts:
+                print(f"{os.cpu_count()} CPUs; load average {os.getloadavg()}; observe's end "
+                      f"from {checkout}", flush=True)
+                run = scratch / "runs" / "observed"
+                shutil.rmtree(run.parent, ignore_errors=True)
+                shutil.copytree(source, run)
+                out = subprocess.run([sys.executable, __file__, STEP, str(run)], cwd=checkout,
+                                     check=True, capture_output=True, text=True,
+                                     env={**os.environ, "PYTHONPATH": str(checkout)}).stdout
+                print(out, end="", flush=True)
+                peaks[calls, checkout] = max(float(line.split("peak")[1].split()[0])
+                                             for line in out.splitlines() if " peak " in line)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    print(f"load average at the end {os.getloadavg()}")
+    print("the end's peak resident memory (MiB), the most of its steps':")
+    print(f"  {'calls':>10s}  " + "  ".join(f"{str(c)[-28:]:>28s}" for c in checkouts))
+    for calls in args.calls:
+        print(f"  {calls:10,d}  " + "  ".join(f"{peaks[calls, c]:28,.0f}" for c in checkouts))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ archive` of main before the change).
 Per run, metric and percentile (TTFT, TPOT, E2E at p50, p90, p99): measured, each version's
 interval, its width (hi/lo) and whether the measurement falls inside. Then per version: the
 coverage (goal ≥ 85%), the intervals that end at ∞, and those at most 1.5× wide below 70% of
-capacity. The runs are held out: the calibration (made first, or given) never saw them.
+capacity. The runs are held out: the calibration (made first, or given) never saw them. Runs
+of the same rate and seed (several invocations with `--repeats 1 --first-seed S`) are
+identical but for the machine: how far they differ is the bar no interval narrower than it
+can cover (`identical`). `--fractions ''` measures the capacity alone.
 """
 
 from __future__ import annotations
@@ -129,6 +132,7 @@ def measure(args, cal, err) -> Path:
             capacity = probe.summary.throughput.achieved_rate
         err.print(f"  capacity {capacity:.2f} req/s (simulated: "
                   f"{calibrations.capacity(cal, 2 * cal.engine.max_num_seqs):.2f})")
+        (folder / "measured.json").write_text(json.dumps({"capacity": capacity, "runs": runs}))
         for fraction in args.fractions:
             rate = round(fraction * capacity, 2)
             # long enough for `--requests` in the window at this rate, at least `--duration`
@@ -352,6 +356,38 @@ def cell(c: dict | None) -> str:
             f"{'in ' if c['inside'] else 'OUT'}")
 
 
+def identical(runs: list[dict]) -> dict:
+    """How far runs of the same rate and seed (identical but for the machine) differ: per
+    TTFT, TPOT and E2E p50/p90/p99, max/min over the runs and the 90% range (hi/lo) a normal
+    of their log's standard deviation spans — what no predictor narrower than it can cover
+    90% of (from 3 runs: a standard deviation of 2 degrees of freedom, itself ±50%)."""
+    from scipy.stats import norm
+
+    groups: dict[str, list[dict]] = {}
+    for r in runs:
+        groups.setdefault(Path(r["run"]).name.split("-", 2)[-1], []).append(r)
+    out = {}
+    for key, same in groups.items():
+        if len(same) < 2:
+            continue
+        summaries = [RunFolder(Path(r["run"])).read_summary() for r in same]
+        print(f"\n{len(same)} identical runs ({key}, {same[0]['fraction']:.0%} of capacity; "
+              f"requests {', '.join(str(s.in_window) for s in summaries)}): max/min, and the "
+              "90% range of a normal of their log sd")
+        rows = {}
+        for metric in ("ttft", "tpot", "e2e"):
+            cells = []
+            for q in ("p50", "p90", "p99"):
+                v = np.array([s.percentile(metric, q) for s in summaries], dtype=float)
+                spread = float(np.exp(2 * norm.ppf(0.95) * np.std(np.log(v), ddof=1)))
+                rows[f"{metric} {q}"] = {"values": v.tolist(), "max_min": float(v.max() / v.min()),
+                                         "range90": spread}
+                cells.append(f"{q} {v.max() / v.min():.2f}× ({spread:.2f}×)")
+            print(f"  {metric.upper():<5} " + "  ".join(cells))
+        out[key] = rows
+    return out
+
+
 def verdict(name: str, checks: dict, runs: list[dict]) -> dict:
     fraction = {r["run"]: r["fraction"] for r in runs}
     values = list(checks.values())
@@ -378,7 +414,8 @@ def verdict(name: str, checks: dict, runs: list[dict]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline-src", type=Path, help="an older latlab's source tree")
-    parser.add_argument("--fractions", default="0.3,0.5,0.7")
+    parser.add_argument("--fractions", default="0.3,0.5,0.7",
+                        help="shares of the capacity to run at ('': measure the capacity only)")
     parser.add_argument("--repeats", type=int, default=2, help="runs at each load")
     parser.add_argument("--duration", type=float, default=40.0, help="seconds a run")
     parser.add_argument("--requests", type=int,
@@ -409,7 +446,7 @@ def main() -> None:
                         help="also the width with each part of the spread turned off")
     args = parser.parse_args()
     interrupt_on_sigterm()  # SIGTERM stops the server this script started, as Ctrl-C does
-    args.fractions = [float(f) for f in args.fractions.split(",")]
+    args.fractions = [float(f) for f in args.fractions.split(",") if f]  # none: capacity
     err = console(stderr=True)
     print(f"load average {load_average()} at the start")
     if args.recalibrate:
@@ -478,6 +515,7 @@ def main() -> None:
                   + "  ".join(f"{cell(checks[n].get(key)):<28}" for n in names))
     print()
     result = {name: verdict(name, checks[name], runs) for name in names}
+    same = identical(runs)
     split = parts(runs, args.calibration, args.draws, Path(args.out)) if args.parts else None
     levels = None
     if args.levels:
@@ -488,7 +526,7 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({"calibration": cal.headline(), "measured": measured,
                                          "verdict": result, "seconds": took, "parts": split,
-                                         "levels": levels},
+                                         "levels": levels, "identical": same},
                                         indent=2))
 
 

@@ -50,8 +50,9 @@ def one(fractions: list[float], truths: int, draws: int, duration: float) -> dic
     from latlab.sim import calibration as calibrations
     from latlab.sim.fleet import simulate
     from latlab.sim.folder import on_clock
-    from latlab.sim.spread import Draw, level_sd
+    from latlab.sim.spread import level_sd
     from latlab.sim.table import request_table
+    from latlab.sim.world import Draw
 
     calm = Spread(step=0.1, shape=0.05, drift=0.02, between=0.0, windows=20, runs=4,
                   request=RequestSpread(preprocess=0.5, network=0.2, postprocess=0.3))

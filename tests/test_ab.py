@@ -113,9 +113,10 @@ def test_a_server_ab_starts_has_no_engine_behind_it_from_a_gateway_run():
     from latlab.records.bench import BenchConfig
 
     bench = BenchConfig(url="http://127.0.0.1:4000", server_url="http://127.0.0.1:8000",
-                        launch="server --port {port} {args}")
+                        launch="server --port {port} {args}", model="gateway-alias")
     launched = ABConfig(a="-np 4", b="-np 4 -b 512", bench=bench).sides()
     assert all(side.url is None and side.server_url is None for side in launched.values())
+    assert all(side.model is None for side in launched.values())  # the server's own, asked
     through = BenchConfig(url="http://127.0.0.1:4000", server_url="http://127.0.0.1:8000")
     urls = ABConfig(a="http://127.0.0.1:4000", b="http://127.0.0.1:4001", bench=through)
     assert {s.server_url for s in urls.sides().values()} == {"http://127.0.0.1:8000"}

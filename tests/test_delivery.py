@@ -2,6 +2,9 @@
 instead of advising server settings, and a comparison does not judge the gaps between
 tokens, which are the buffer's (synthetic runs; tests/test_gateway_real.py has real nginx)."""
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 from timelines import timeline, write_run
 
@@ -10,6 +13,7 @@ from latlab.analysis.ab import Sequential
 from latlab.analysis.compare import compare
 from latlab.analysis.delivery import bursts
 from latlab.records.ab import ABConfig
+from latlab.records.folder import RunFolder
 
 KEY = "mean_itl_max"
 
@@ -62,3 +66,14 @@ def test_an_ab_deciding_on_the_longest_pause_through_a_buffer_says_why_it_cannot
     assert Sequential.undecided(comparison, (KEY,)) == []  # more rounds would not help
     line = Sequential.look_line(comparison, (KEY,))
     assert "bursts" in line and "decided" not in line
+
+
+def test_a_recorded_run_through_a_gzipping_nginx_is_in_bursts(tmp_path):
+    """tests/fixtures/gateways/nginx-gzip: a real nginx held every stream in gzip's buffers."""
+    recorded = Path(__file__).parent / "fixtures" / "gateways" / "nginx-gzip"
+    shutil.copytree(recorded, tmp_path / "run")
+    a = analyze(RunFolder.open(tmp_path / "run"))
+    found = bursts(a)
+    assert found is not None and found.share > 0.9 and found.through.startswith("nginx")
+    stalls = [f for f in a.findings if f.rule == "decode_stalls"]
+    assert stalls and "bursts" in stalls[0].title and not stalls[0].changes

@@ -132,6 +132,30 @@ def test_throughput_counts_only_the_window():
     assert s.throughput.offered_rate == pytest.approx(1.0)
 
 
+def test_throughput_counted_a_block_at_a_time_is_the_whole_runs(monkeypatch):
+    """Blocks of 4 requests against one block: the same rates to the last bit, with token
+    events scaled to a disagreeing usage count, calls without events (observed from spans),
+    failures, and requests sent after the window."""
+    rng = np.random.default_rng(7)
+    records = []
+    for i in range(23):
+        at = i * 350 + float(rng.uniform(0, 300))
+        tokens = sorted(at + 50 + rng.uniform(0, 900, size=int(rng.integers(1, 7))))
+        r = streamed(i, at, at + float(rng.uniform(0, 20)), [float(t) for t in tokens],
+                     counts=rng.integers(1, 4, size=len(tokens)).tolist(),
+                     usage=int(rng.integers(1, 30)))
+        if i % 5 == 0:  # observed from spans: no token events
+            r = replace(r, token_ns=[], token_counts=[], first_token_ns=r.first_token_ns)
+        if i % 7 == 0:
+            r = replace(r, outcome=Outcome.HTTP_5XX)
+        records.append(r)
+    window = Window(start_ns=1000 * MS, end_ns=6000 * MS)
+    whole = summarize(records, window).throughput
+    monkeypatch.setattr("latlab.metrics.throughput.BLOCK_ROWS", 4)
+    assert summarize(records, window).throughput == whole
+    assert whole.output_tokens_per_s > 0 and whole.sent_rate is not None
+
+
 def test_server_timing_round_trips():
     timing = ServerTiming(preprocess=1.5, queue=0.25, prefill=31.0, decode=400.0,
                           postprocess=0.1, total=433.0)

@@ -310,7 +310,7 @@ def test_a_window_finding_not_supported_by_all_calls_is_left_out(tmp_path, monke
     ordered = sorted((s for c in calls for s in c), key=lambda s: s.end_ns)
     ordered += [s for c in stalled for s in c]
     spans.write_bytes(b"".join(orjson.dumps(s.to_json()) + b"\n" for s in ordered))
-    monkeypatch.setattr("latlab.services.observe_intake.FILE_BATCH", 6)  # a second's spans a batch
+    monkeypatch.setattr("latlab.services.observe.FILE_BATCH", 6)  # a second's spans a batch
     result = run_observe(ObserveConfig(from_file=spans, out=tmp_path, max_lateness_s=30))
     assert result.record.late == len(stalled) == 60
     assert [(w.calls, w.late) for w in result.windows] == \

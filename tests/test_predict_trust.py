@@ -21,6 +21,7 @@ from latlab.records.predict import CalibrationSource
 from latlab.services.errors import InputError
 from latlab.services.predict import resolve_calibration
 from latlab.sim import calibration as calibrations
+from latlab.sim import machine
 from latlab.sim.calibrate_engine import reference_ms
 
 
@@ -169,7 +170,7 @@ def test_the_machine_probe_flags_a_calibration_the_machine_has_outgrown():
     cal = calibration().model_copy(update={
         "target": {"host": __import__("platform").node()},
         "reference": Reference(ms=[m / 100 for m in now], load_average=0.5)})
-    check = calibrations.check_machine(cal, engine)
+    check = machine.check_machine(cal, engine)
     assert check.beyond and check.ratio > 5 and "beyond the spread" in check.line()
     lines = Console(record=True, width=300)
     from latlab.services import predict as service
@@ -181,7 +182,7 @@ def test_the_machine_probe_flags_a_calibration_the_machine_has_outgrown():
     ratio = rescaled.step.coefficients["step"] / cal.step.coefficients["step"]
     assert ratio > 5 and "the machine probe" in rescaled.notes[-1]
     elsewhere = cal.model_copy(update={"target": {"host": "another-machine"}})
-    assert calibrations.check_machine(elsewhere, engine) is None
+    assert machine.check_machine(elsewhere, engine) is None
 
 
 def test_on_drift_rescale_follows_the_machine_within_the_spread_too(monkeypatch):
@@ -191,8 +192,8 @@ def test_on_drift_rescale_follows_the_machine_within_the_spread_too(monkeypatch)
     from latlab.services import predict as service
 
     cal = calibration()
-    within = calibrations.MachineCheck(ratio=0.8, limit=1.5, load_then=4.0, load_now=1.0)
-    monkeypatch.setattr(calibrations, "check_machine", lambda c, e: within)
+    within = machine.MachineCheck(ratio=0.8, limit=1.5, load_then=4.0, load_now=1.0)
+    monkeypatch.setattr(machine, "check_machine", lambda c, e: within)
     lines = Console(record=True, width=300)
     engine = EngineConfig(model="tiny")
     for kept in ("recalibrate", "warn"):

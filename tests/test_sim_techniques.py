@@ -15,10 +15,11 @@ from latlab.records.simulation import Fleet
 from latlab.records.workload import SessionConfig, WorkloadConfig
 from latlab.sim.fleet import simulate
 from latlab.sim.results import OK, QUEUE_TIMEOUT
-from latlab.sim.spread import Draw, estimate, level_sd
+from latlab.sim.spread import estimate, level_sd
 from latlab.sim.stepcost import StepCostModel
 from latlab.sim.table import request_table
 from latlab.sim.workload import build
+from latlab.sim.world import Draw
 
 FIXED = {"prompt_tokens": LengthDistribution(kind="fixed", a=40),
          "output_tokens": LengthDistribution(kind="fixed", a=12)}

@@ -221,3 +221,20 @@ def test_a_distribution_reads_the_order_statistics_a_full_sort_would(n):
         assert p.value == percentile(ordered, q)
         assert (p.ci_low, p.ci_high) == percentile_ci(ordered, q)
     assert d.min == ordered[0] and d.max == ordered[-1] and d.n == n
+
+
+def test_a_chunked_string_column_is_taken_a_chunk_at_a_time_as_arrow_takes_it():
+    """`columns.take` of a chunked Arrow column (a big run's mapped ids) gives what Arrow's
+    own `take` gives (which joins every chunk first): any order, repeats, negative indices,
+    masks, none."""
+    import pyarrow as pa
+
+    from latlab.records.columns import take
+
+    column = pa.chunked_array([["a", "b", None], [], ["c"], ["d", "e", "f", "g"]])
+    rows = np.array([6, 0, 3, 3, 2, -1, 4])
+    assert take(column, rows).to_pylist() == column.take(pa.array([6, 0, 3, 3, 2, 7, 4])
+                                                         ).to_pylist()
+    mask = np.array([True, False, False, True, False, False, True, True])
+    assert take(column, mask).to_pylist() == ["a", "c", "f", "g"]
+    assert take(column, np.array([], np.int64)).to_pylist() == []

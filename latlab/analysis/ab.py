@@ -17,8 +17,9 @@ import numpy as np
 from latlab.analysis.analyze import assemble, judge_requests
 from latlab.analysis.compare import NOT_MEASURED, Change, Comparison, compare
 from latlab.analysis.replicates import from_rounds
+from latlab.analysis.requests import Requests
 from latlab.analysis.run_analysis import RunAnalysis
-from latlab.analysis.verdicts import look_share
+from latlab.analysis.verdicts import PAIRED_FROM, look_share
 from latlab.metrics.summary import summarize
 from latlab.records.columns import concat, take
 from latlab.records.scrape import Scrape
@@ -36,8 +37,10 @@ EXPLAINERS = {
 def pool(rounds: Sequence[RunAnalysis]) -> RunAnalysis:
     """One side's rounds as one analysis (window: none; rates from the rounds')."""
     first = rounds[0]
-    measured = [take(a.requests, np.flatnonzero(a.inside)) for a in rounds]
-    requests = concat(measured, [len(m) for m in measured])
+    measured = [_measured(a) for a in rounds]
+    lengths = [len(m) for m in measured]
+    requests = Requests(*(concat([getattr(m, name) for m in measured], lengths)
+                          for name in ("table", "metrics", "parts", "in_flight")))
     everything = np.ones(len(requests), bool)
     slos = first.config.slos or None
     summary = summarize(requests.table, None, slos, metrics=requests.metrics)
@@ -56,6 +59,14 @@ def pool(rounds: Sequence[RunAnalysis]) -> RunAnalysis:
     scrapes = [s for a in rounds for s in a.scrapes]
     return assemble(first.run, first.config, summary, requests, None, everything, scrapes,
                     diagnosis=False)
+
+
+def _measured(a: RunAnalysis) -> Requests:
+    """The round's requests inside its window, every column of them (`Requests.take` gives
+    the table alone; a pooled side has no spill of its own)."""
+    rows, r = np.flatnonzero(a.inside), a.requests
+    return Requests(r.table.take(rows), take(r.metrics, rows), take(r.parts, rows),
+                    r.in_flight[rows])
 
 
 def pooled_throughput(rates: Sequence[Throughput | None]) -> Throughput | None:
@@ -126,8 +137,9 @@ def explain(deltas: dict[str, float]) -> dict[str, float]:
 class Sequential:
     """An A/B's looks at its rounds as they come: each look compares the rounds so far at
     its share of every metric's α (`verdicts.look_share`; `decide_on`: the keys that share
-    one α), and a metric keeps the verdict of the first look that decided it, so the error
-    rates hold over all the looks (a union bound over the shares spent)."""
+    one α), from PAIRED_FROM pairs on pair by pair, and a metric keeps the verdict of the
+    first look that decided it, so the error rates hold over all the looks (a union bound
+    over the shares spent)."""
 
     def __init__(self, verdicts: VerdictConfig, most: int,
                  decide_on: Sequence[str] = HEADLINE) -> None:
@@ -144,7 +156,8 @@ class Sequential:
         rounds = min(len(a), len(b))
         share = look_share(rounds, self.previous, self.most, final)
         comparison = compare(pool(a[:rounds]), pool(b[:rounds]), from_rounds(a, b, rounds),
-                             self.verdicts, share, self.decide_on)
+                             self.verdicts, share, self.decide_on,
+                             paired=rounds >= PAIRED_FROM)
         self.previous = rounds
         for i, change in enumerate(comparison.changes):
             if change.key in self.decided:

@@ -16,6 +16,7 @@ Budgets, breakdowns and findings cover the requests scheduled inside the measure
 from __future__ import annotations
 
 from collections import Counter
+from typing import TypeVar
 
 import numpy as np
 
@@ -43,24 +44,31 @@ from latlab.records.columns import present
 from latlab.records.config import RunConfig
 from latlab.records.folder import RunFolder
 from latlab.records.scrape import Scrape
+from latlab.records.spill import Spill
 from latlab.records.summary import Goodput, RunSummary
 from latlab.records.table import OUTCOMES, RequestTable
 from latlab.records.timeline import NS_PER_MS, Outcome
 from latlab.records.window import Window, run_window
 
+T = TypeVar("T")
 UNATTRIBUTED_NOTE_SHARE = 0.05
 TRANSIT_BASELINE = 10.0  # the percentile of the run's transits taken as the network's own
 
 
 def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
-            diagnosis: bool = True) -> RunAnalysis:
+            diagnosis: bool = True, spill: Spill | None = None) -> RunAnalysis:
     """Decompose, aggregate and diagnose one run folder (which may be a partial run);
     `slos` judges its goodput by other SLOs than its own; without `diagnosis` the rules are
-    not run (`findings` stays empty: what `compare` needs)."""
+    not run (`findings` stays empty: what `compare` needs). With a `spill`, every column is
+    a file's mapping (the run's read-only, the derived ones written to it a block at a
+    time) and its pages are given back after each step (`RunAnalysis.give_back`)."""
     config = run.read_config()
-    table = run.read_table()
+    table = run.read_table(read_only=spill is not None)
+    if spill is not None:
+        spill.adopt(table)
+        derived(table, spill)
     window = run_window(config, table)
-    metrics = metric_columns(table)
+    metrics = metric_columns(table, spill)
     summary = run.read_summary()
     recomputed = summary is None
     scrapes = run.read_scrapes()
@@ -71,13 +79,33 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
                                                server_kind=config.target.server_kind))
     if not diagnosis:  # a big run's token stamps go back to the file until compare reads them
         drop_pages(table.token_ns, table.token_counts)
-    parts = decompose_all(table, network_baseline(table, config.target.rtt_ms))
-    requests = Requests(table, metrics, parts, in_flight_at_send(table))
+    baseline = network_baseline(table, config.target.rtt_ms)
+    if spill is not None:
+        spill.give_back()
+    parts = decompose_all(table, baseline, spill)
+    in_flight = in_flight_at_send(table)
+    requests = Requests(table, metrics, parts, in_flight if spill is None
+                        else spill.keep(in_flight), spill)
+    del in_flight
     chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)
+    if spill is not None:
+        chosen = spill.keep(chosen)
+        spill.give_back()
     if slos is not None:
         summary.goodput = judge_requests(requests, chosen, window, slos)
     return assemble(run, config, summary, requests, window, chosen, scrapes, recomputed,
                     diagnosis)
+
+
+DERIVED = ("ok", "origin_ns", "end_ns", "events", "output_tokens")  # `RequestTable`'s
+
+
+def derived(table: RequestTable, spill: Spill) -> None:
+    """The columns `table` derives from its own (`RequestTable`'s cached properties) made
+    now, one at a time, each written to `spill`: not held in memory when read later."""
+    for name in DERIVED:
+        setattr(table, name, spill.keep(getattr(table, name)))  # its cached value
+        spill.give_back()
 
 
 def assemble(run: RunFolder, config: RunConfig, summary: RunSummary, requests: Requests,
@@ -86,6 +114,11 @@ def assemble(run: RunFolder, config: RunConfig, summary: RunSummary, requests: R
     """The analysis of decomposed `requests`: budgets and breakdowns over those `chosen`
     (the window's), findings, notes."""
     parts = requests.parts
+
+    def given_back(value: T) -> T:  # the pages of the columns it read (a spilled analysis)
+        requests.give_back()
+        return value
+
     analysis = RunAnalysis(
         run=run,
         config=config,
@@ -94,17 +127,17 @@ def assemble(run: RunFolder, config: RunConfig, summary: RunSummary, requests: R
         requests=requests,
         window=window,
         inside=chosen,
-        mean=budget(parts, chosen),
-        tail=tail_budget(parts, chosen),
-        by_prompt=by_prompt_length(requests, chosen),
-        by_tenant=by_tenant(requests, chosen),
-        by_priority=by_priority(requests, chosen),
-        over_time=over_time(requests),
+        mean=given_back(budget(parts, chosen)),
+        tail=given_back(tail_budget(parts, chosen)),
+        by_prompt=given_back(by_prompt_length(requests, chosen)),
+        by_tenant=given_back(by_tenant(requests, chosen)),
+        by_priority=given_back(by_priority(requests, chosen)),
+        over_time=given_back(over_time(requests)),
         scrapes=scrapes,
         server=server_view(scrapes, requests.table),
-        tasks=task_budget(requests, chosen),
-        hop=hop(requests.table, chosen & parts.decomposed, config.target.gateway,
-                summary.spans),
+        tasks=given_back(task_budget(requests, chosen)),
+        hop=given_back(hop(requests.table, chosen & parts.decomposed, config.target.gateway,
+                           summary.spans)),
     )
     if diagnosis:
         analysis.findings, analysis.unevaluated = diagnose(analysis)

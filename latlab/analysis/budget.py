@@ -80,16 +80,21 @@ def budget(parts: Parts, which: np.ndarray | None = None) -> Budget | None:
     n = len(chosen)
     if not n:
         return None
-    codes = {c: q[chosen] for c, q in parts.quality.items()}
-    # each quality's count (−1, not applicable, left out)
-    counts = {c: np.bincount(q + 1, minlength=len(QUALITIES) + 1)[1:] for c, q in codes.items()}
+    counts, most_common, ms = {}, {}, {}
+    for c, q in parts.quality.items():  # a component at a time: a spilled run's pages given back
+        codes = q[chosen]
+        # each quality's count (−1, not applicable, left out)
+        counts[c] = np.bincount(codes + 1, minlength=len(QUALITIES) + 1)[1:]
+        most_common[c] = _most_common(counts[c], codes)
+        ms[c] = float(parts.value(c, chosen).sum()) / n
+        parts.give_back()
     names = [*COMPONENTS, *(c for c in sorted(parts.ms) if c.startswith(APP) and counts[c].any())]
     return Budget(
         n=n,
         total=float(parts.total[chosen].sum()) / n,
-        components={c: float(parts.value(c, chosen).sum()) / n for c in names},
+        components={c: ms[c] for c in names},
         coverage={c: int(counts[c].sum() - counts[c][UNAVAILABLE]) / n for c in names},
-        quality={c: _most_common(counts[c], codes[c]) for c in names},
+        quality={c: most_common[c] for c in names},
     )
 
 

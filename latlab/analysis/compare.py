@@ -27,7 +27,6 @@ from latlab.analysis.verdicts import (
     RatioInterval,
     alpha,
     judge,
-    ratio_interval,
 )
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.config import RunConfig
@@ -144,10 +143,11 @@ class CompareError(ValueError):
 
 def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None,
             verdicts: VerdictConfig | None = None, share: LookShare = LookShare(),
-            decide_on: Sequence[str] = HEADLINE) -> Comparison:
+            decide_on: Sequence[str] = HEADLINE, paired: bool = False) -> Comparison:
     """B against A: each statistic's values (A's and B's pooled requests), its interval and
-    verdict from `replicates` (default: each run's time blocks), tested at `share` of its α
-    (a sequential A/B's look spends part); the keys `decide_on` share one α (`alpha`)."""
+    verdict from `replicates` (default: each run's time blocks; `paired`: an A/B's rounds,
+    pair by pair), tested at `share` of its α (a sequential A/B's look spends part); the keys
+    `decide_on` share one α (`alpha`)."""
     for analysis in (a, b):
         if not analysis.ok.any():
             raise CompareError(f"{analysis.run.path}: no successful request in its window "
@@ -179,10 +179,10 @@ def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None
             change.why = change.why or NOT_MEASURED
             continue
         level = alpha(change.key, keys, decide_on)
-        values = replicates.of(change.key)
-        judged = judge(ratio_interval(*values, 1 - level * share.change), change.min_effect,
-                       change.lower_is_better, replicates.strict, replicates.unit_name,
-                       same=ratio_interval(*values, 1 - 2 * level * share.same))
+        judged = judge(replicates.interval(change.key, 1 - level * share.change, paired),
+                       change.min_effect, change.lower_is_better, replicates.strict,
+                       replicates.unit_name,
+                       same=replicates.interval(change.key, 1 - 2 * level * share.same, paired))
         change.interval, change.verdict, change.why = judged.interval, judged.verdict, judged.why
     changes.append(_error_rate(a.summary, b.summary))
     budgets = {"mean": (a.mean, b.mean),

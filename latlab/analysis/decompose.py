@@ -71,7 +71,9 @@ from latlab.analysis.components import (  # noqa: F401
     label,
     members,
 )
+from latlab.analysis.parts import Decomposition, Parts  # noqa: F401 (read from here too)
 from latlab.records.columns import ms_between, one_value, present
+from latlab.records.spill import Spill
 from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import NS_PER_MS, RequestTimeline
 
@@ -87,27 +89,6 @@ class NetworkBaseline:
     connect_ms: float | None = None  # the median TCP connect (the kernel answers it)
 
 
-@dataclass(slots=True)
-class Decomposition:
-    """One request's E2E-from-schedule (ms) and its components, which add up to it."""
-
-    total: float
-    components: dict[str, Component]
-    has_server: bool
-
-    def ms(self, name: str) -> float:
-        """The component's time, 0 when unavailable or not applicable."""
-        c = self.components.get(name)
-        return c.ms if c is not None and c.ms is not None else 0.0
-
-    def quality(self, name: str) -> Quality | None:
-        c = self.components.get(name)
-        return c.quality if c is not None else None
-
-    def bucket(self, name: str) -> float:
-        return sum(self.ms(c) for c in members(name, self.components))
-
-
 BLOCK_ROWS = 1 << 16  # requests decomposed at a time
 # The order a request's components are summed in (its residual is unattributed).
 SERVER_ORDER = ("client_wait", "connect", "tls", "preprocess", "queue", "model_load", "prefill",
@@ -117,73 +98,25 @@ CLIENT_ORDER = ("client_wait", "connect", "tls", "network", "preprocess", "queue
                 "ttft_unsplit", "decode", "postprocess")
 
 
-@dataclass(eq=False)
-class Parts:
-    """Every request's decomposition as columns: `ms` NaN where unavailable or not
-    applicable, `quality` codes into QUALITIES (−1: not applicable), `total` NaN and
-    `decomposed` False for a request without one."""
-
-    total: np.ndarray
-    ms: dict[str, np.ndarray]
-    quality: dict[str, np.ndarray]
-    has_server: np.ndarray
-    decomposed: np.ndarray
-
-    def value(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
-        """The component's time per request (of `rows` only, when given), 0 when unavailable
-        or not applicable (made at each call, not kept: a second copy of every column; a
-        caller that wants a few rows many times gives them, not the whole column each)."""
-        column = self.ms[name] if rows is None else self.ms[name][rows]
-        return np.nan_to_num(column)
-
-    def bucket(self, name: str) -> np.ndarray:
-        return sum(self.value(c) for c in members(name, self.ms))
-
-    @classmethod
-    def concat(cls, blocks: list[Parts]) -> Parts:
-        """Blocks of requests one after the other, a column at a time (each block's let go
-        of as it is copied: `blocks` are emptied); a column of one value throughout stays
-        one value."""
-        def joined(columns: list[np.ndarray]) -> np.ndarray:
-            return one_value(np.concatenate(columns)) if all(
-                c.strides == (0,) and len(c) for c in columns) else np.concatenate(columns)
-
-        parts = {}
-        for group in ("ms", "quality"):
-            columns = [getattr(b, group) for b in blocks]
-            parts[group] = {name: joined([c.pop(name) for c in columns])
-                            for name in list(columns[0])}
-        return cls(**parts, **{name: np.concatenate([getattr(b, name) for b in blocks])
-                               for name in ("total", "has_server", "decomposed")})
-
-    def row(self, i: int) -> Decomposition | None:
-        if not self.decomposed[i]:
-            return None
-        components = {}
-        for name in self.ms:
-            code = self.quality[name][i]
-            if code >= 0:
-                value = self.ms[name][i]
-                components[name] = Component(None if np.isnan(value) else float(value),
-                                             QUALITIES[code])
-        return Decomposition(total=float(self.total[i]), components=components,
-                             has_server=bool(self.has_server[i]))
-
-
 def decompose(r: RequestTimeline, base: NetworkBaseline = NetworkBaseline()
               ) -> Decomposition | None:
     """The request's components, or None when it has no E2E (failed, or never sent or done)."""
     return decompose_all(as_table([r]), base).row(0)
 
 
-def decompose_all(t: RequestTable, base: NetworkBaseline = NetworkBaseline()) -> Parts:
+def decompose_all(t: RequestTable, base: NetworkBaseline = NetworkBaseline(),
+                  spill: Spill | None = None) -> Parts:
     """Every request's components (see the module's docstring for each formula), a block of
     `BLOCK_ROWS` requests at a time: the formulas' intermediate columns are a block's, not
-    the run's (a million requests' were 0.4 GB)."""
+    the run's (a million requests' were 0.4 GB); with a `spill`, each block's columns are
+    written to it as they are made (`records.spill`), so no column is held in memory."""
+    blocks = (_decompose(t.block(lo, min(lo + BLOCK_ROWS, len(t))), base)
+              for lo in range(0, len(t), BLOCK_ROWS))
+    if spill is not None and len(t):
+        return Parts.spilled(blocks, spill)
     if len(t) <= BLOCK_ROWS:
         return _decompose(t, base)
-    return Parts.concat([_decompose(t.block(lo, min(lo + BLOCK_ROWS, len(t))), base)
-                         for lo in range(0, len(t), BLOCK_ROWS)])
+    return Parts.concat(list(blocks))
 
 
 def _decompose(t: RequestTable, base: NetworkBaseline) -> Parts:

@@ -77,6 +77,7 @@ def diagnose(analysis: RunAnalysis) -> tuple[list[Finding], list[Unevaluated]]:
             unevaluated.append(Unevaluated(rule.__name__, OBSERVED_STREAMS))
             continue
         result = rule(analysis)
+        analysis.requests.give_back()  # the pages its columns read (a spilled analysis)
         if isinstance(result, Finding):
             findings.append(result)
         elif isinstance(result, Unevaluated):

@@ -20,6 +20,7 @@ import numpy as np
 
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.significance import statistics
+from latlab.analysis.verdicts import RatioInterval, paired_interval, ratio_interval
 from latlab.metrics.slo import meets_slos
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.timeline import NS_PER_MS
@@ -45,6 +46,22 @@ class Replicates:
     def of(self, key: str) -> tuple[list[float], list[float]]:
         """`key`'s values on each side, where a replicate has one."""
         return ([r[key] for r in self.a if key in r], [r[key] for r in self.b if key in r])
+
+    def interval(self, key: str, confidence: float,
+                 paired: bool = False) -> RatioInterval | None:
+        """`key`'s interval of B / A − 1 at `confidence`: pair by pair (`paired`: an A/B's
+        rounds) where every pair has a positive value, else side against side."""
+        if paired:
+            found = paired_interval(*self.pairs(key), confidence)
+            if found is not None:
+                return found
+        return ratio_interval(*self.of(key), confidence)
+
+    def pairs(self, key: str) -> tuple[list[float], list[float]]:
+        """`key`'s values in the rounds both sides have it, A's i-th beside B's i-th (an
+        A/B's pair ran back to back)."""
+        both = [(a[key], b[key]) for a, b in zip(self.a, self.b) if key in a and key in b]
+        return [a for a, _ in both], [b for _, b in both]
 
 
 def values(a: RunAnalysis, rows: np.ndarray | None = None) -> dict[str, float]:

@@ -4,15 +4,16 @@ request at a time where a report or a test wants one (`Row`, `Rows`)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import overload
+from dataclasses import dataclass, fields
+from typing import Any, overload
 
 import numpy as np
 
 from latlab.analysis.decompose import Decomposition, Parts
 from latlab.metrics.request import MetricColumns, RequestMetrics
-from latlab.records.columns import present
-from latlab.records.table import RequestTable, as_table
+from latlab.records.columns import Ragged, present, take
+from latlab.records.spill import Spill
+from latlab.records.table import TOKENS, RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
 
 
@@ -34,9 +35,38 @@ class Requests:
     metrics: MetricColumns
     parts: Parts
     in_flight: np.ndarray
+    spill: Spill | None = None  # where every column is mapped from (`records.spill`)
+
+    def give_back(self) -> None:
+        """The pages the columns read since the last call given back (with a spill)."""
+        if self.spill is not None:
+            self.spill.give_back()
 
     def __len__(self) -> int:
         return len(self.table)
+
+    def take(self, rows: np.ndarray) -> RequestTable:
+        """The requests `rows` (indices) as a table of their own. With a spill, a column at a
+        time, each one's pages given back before the next: rows spread over a run touch
+        nearly every page of a mapped column (the kernel maps the pages around each one
+        read), so the whole table's would be resident at once."""
+        if self.spill is None:
+            return self.table.take(rows)
+        t, columns = self.table, {}
+        for f in fields(t):
+            if f.name not in TOKENS:
+                columns[f.name] = {k: self._taken(v, rows) for k, v in getattr(t, f.name).items()
+                                   } if isinstance(getattr(t, f.name), dict) \
+                    else self._taken(getattr(t, f.name), rows)
+        tokens = self._taken(Ragged(t.token_ns, t.token_offsets), rows)
+        counts = self._taken(Ragged(t.token_counts, t.token_offsets), rows)
+        return RequestTable(**columns, token_ns=tokens.values, token_counts=counts.values,
+                            token_offsets=tokens.offsets)
+
+    def _taken(self, column: Any, rows: np.ndarray) -> Any:
+        taken = take(column, rows)
+        self.give_back()
+        return taken
 
     def row(self, i: int) -> Row:
         return Row(record=self.table.record(i), metrics=self.metrics.row(i),

@@ -12,12 +12,6 @@ import orjson
 import typer
 from rich.console import Console
 
-from latlab.load import BenchError
-from latlab.load.workload.arrivals import ArrivalError
-from latlab.load.workload.datasets import DatasetError
-from latlab.records.lengths import WorkloadError
-from latlab.services.errors import InputError, ServiceFailed
-
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PIPED_WIDTH = 200
 
@@ -75,10 +69,13 @@ def run_command(name: str, body: Callable[[], None]) -> None:
     try:
         try:
             body()
-        except (WorkloadError, ArrivalError, DatasetError, InputError) as e:
-            raise UsageError(str(e)) from None
-        except (BenchError, ServiceFailed) as e:
-            raise RunFailed(str(e)) from None
+        except Exception as e:
+            usage, failed = _named_errors()
+            if isinstance(e, usage):
+                raise UsageError(str(e)) from None
+            if isinstance(e, failed):
+                raise RunFailed(str(e)) from None
+            raise
     except CommandError as e:
         if str(e):
             console(stderr=True).print(f"latlab {name}: {e.prefix}{e}", markup=False,
@@ -88,3 +85,16 @@ def run_command(name: str, body: Callable[[], None]) -> None:
     except KeyboardInterrupt:
         console(stderr=True).print(f"latlab {name}: interrupted", style="yellow")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def _named_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], ...]]:
+    """The services' and the load generator's errors that `run_command` names: (bad input,
+    failed work). Imported once one is raised, so that a command that never loads the load
+    generator (`latlab serve`) does not import it to start."""
+    from latlab.load import BenchError
+    from latlab.load.workload.arrivals import ArrivalError
+    from latlab.load.workload.datasets import DatasetError
+    from latlab.records.lengths import WorkloadError
+    from latlab.services.errors import InputError, ServiceFailed
+
+    return (WorkloadError, ArrivalError, DatasetError, InputError), (BenchError, ServiceFailed)

@@ -21,7 +21,6 @@ import typer.core
 from pydantic import BaseModel, ValidationError
 
 from latlab.commands.common import UsageError, run_command
-from latlab.commands.config_files import read_config_file, read_workload
 from latlab.records.settings import (
     GROUPS,
     OUTPUT,
@@ -157,6 +156,9 @@ def build(model: type[BaseModel], config_specs: list[Spec], values: dict[str, An
           given: set[str], display: Options | None = None,
           settings: dict[str, Any] | None = None) -> Any:
     """`model` from the options given, over the named workload and the config file."""
+    # here, not at the top: `latlab serve` reads neither, and starts without their imports
+    from latlab.commands.config_files import read_config_file, read_workload
+
     base: dict[str, Any] = {}
     if isinstance(display, NamedWorkload) and display.workload is not None:
         base = overlay(model, base, read_workload(display.workload, model))

@@ -4,16 +4,19 @@ request's as a `RequestMetrics`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from latlab.records.catalog import metrics
 from latlab.records.columns import BLOCK, Ragged, ms_between, one_value, per_request
+from latlab.records.spill import Spill
 from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
 
 METRICS = metrics(per_request=True)
+BLOCK_ROWS = 1 << 16  # requests whose metrics a spilled pass makes at a time
+RAGGED = ("itl", "chunk_gaps")
 
 
 @dataclass(slots=True)
@@ -73,8 +76,12 @@ class MetricColumns:
                               output_tokens=None if tokens is None else int(tokens))
 
 
-def metric_columns(t: RequestTable) -> MetricColumns:
-    """The metrics of every request of `t`."""
+def metric_columns(t: RequestTable, spill: Spill | None = None) -> MetricColumns:
+    """The metrics of every request of `t`; with a `spill`, made a block of requests at a
+    time, each column written to it (`records.spill`): a block's intermediate columns, not
+    the run's, and no column in memory."""
+    if spill is not None:
+        return _spilled(t, spill)
     ok = t.ok
     tokens = t.output_tokens
     # one event carrying every token (a non-streamed answer) times no token after the first
@@ -92,6 +99,29 @@ def metric_columns(t: RequestTable) -> MetricColumns:
         np.where(ok, ms_between(t.done_ns, t.scheduled_ns), np.nan),
         tpot=tpot, lateness=one_value(ms_between(t.sent_ns, t.scheduled_ns)),
         output_tokens=tokens, itl=itl, chunk_gaps=gaps)
+
+
+def _spilled(t: RequestTable, spill: Spill) -> MetricColumns:
+    names = [f.name for f in fields(MetricColumns) if f.name not in RAGGED]
+    columns = {name: spill.column(np.float64) for name in names}
+    itl, gaps = [], []
+    for lo in range(0, max(len(t), 1), BLOCK_ROWS):
+        block = metric_columns(t.block(lo, min(lo + BLOCK_ROWS, len(t))))
+        for name in names:
+            columns[name].write(getattr(block, name))
+        itl.append(block.itl)
+        gaps.append(block.chunk_gaps)
+        del block
+        spill.give_back()  # the block's pages of the run's columns
+    shared = all(i is g for i, g in zip(itl, gaps))  # one token an event: the gaps are the ITL
+    chunk_gaps = _kept(Ragged.concat(gaps), spill)
+    return MetricColumns(**{name: spill.mapped(column) for name, column in columns.items()},
+                         chunk_gaps=chunk_gaps,
+                         itl=chunk_gaps if shared else _kept(Ragged.concat(itl), spill))
+
+
+def _kept(column: Ragged, spill: Spill) -> Ragged:
+    return Ragged(spill.keep(column.values), spill.keep(column.offsets))
 
 
 def _gaps(t: RequestTable) -> tuple[Ragged, Ragged]:

@@ -11,11 +11,12 @@ from latlab.metrics.cache import cache_use
 from latlab.metrics.request import MetricColumns, metric_columns
 from latlab.metrics.sessions import reasoning_summary, session_summary
 from latlab.metrics.slo import meets_slos
-from latlab.metrics.stats import distribution
+from latlab.metrics.stats import distribution as _distribution
 from latlab.metrics.throughput import SHORTFALL, inside, throughput
 from latlab.records.catalog import formulas, metrics
 from latlab.records.scrape import Scrape
-from latlab.records.summary import ClientCheck, Goodput, RunSummary, WindowSpan
+from latlab.records.spill import Spill
+from latlab.records.summary import ClientCheck, Distribution, Goodput, RunSummary, WindowSpan
 from latlab.records.table import OUTCOMES, RequestTable, as_table
 from latlab.records.target import ServerKind
 from latlab.records.timeline import Outcome, RequestTimeline
@@ -68,12 +69,20 @@ def judge(t: RequestTable, m: MetricColumns, ok: np.ndarray, failed: int,
 
 def summarize(records: Sequence[RequestTimeline] | RequestTable, window: Window | None = None,
               slos: dict[str, float] | None = None, *, context: RunContext = NO_CONTEXT,
-              metrics: MetricColumns | None = None) -> RunSummary:
+              metrics: MetricColumns | None = None, spill: Spill | None = None) -> RunSummary:
     """The summary over the requests scheduled inside `window` (all when None), judged
     against `slos`, with what its `context` says; `metrics` are the records' metric columns
-    when the caller has them already."""
+    when the caller has them already; `spill`: the one they and the table are mapped from,
+    whose pages are given back after each distribution (`records.spill`)."""
     t = as_table(records)
     m = metrics if metrics is not None else metric_columns(t)
+
+    def distribution(values: np.ndarray, scratch: bool = False) -> Distribution:
+        made = _distribution(values, scratch=scratch)
+        if spill is not None:
+            spill.give_back()
+        return made
+
     chosen = np.ones(len(t), bool) if window is None else inside(t.origin_ns, window)
     ok = chosen & t.ok
     failed = chosen & ~t.ok & (t.outcome != OUTCOMES.index(Outcome.CANCELLED))

@@ -80,8 +80,10 @@ class ABConfig(VerdictConfig):
             out[side] = BenchConfig.model_validate(
                 self.bench.model_dump(exclude={"url", "serve_args", "name", "tags"},
                                       exclude_unset=True)
-                # a server ab starts is the engine itself: no engine behind it to scrape
-                | ({} if url else {"server_url": None})
+                # a server ab starts is the engine itself: no engine behind it to scrape, and
+                # a gateway's name for the model (the run went through one) is not its own
+                | ({} if url else {"server_url": None}
+                   | ({"model": None} if self.bench.server_url else {}))
                 | {"url": url, "serve_args": "" if url else setting_,
                    "api_key": self.bench.api_key,
                    "name": f"ab-{side}-{self.bench.name}",

@@ -48,13 +48,15 @@ def source_key(*paths: Path) -> list[Any]:
     return key
 
 
-def load_columns(folder: Path, key: list[Any]) -> RequestTable | None:
-    """The copy in `folder` if it was made from `key`'s files as they are now, else None."""
+def load_columns(folder: Path, key: list[Any], read_only: bool = False) -> RequestTable | None:
+    """The copy in `folder` if it was made from `key`'s files as they are now, else None.
+    `read_only`: its columns mapped shared and read-only (a write is an error), so that their
+    pages can be given back (`records.spill`); else copy-on-write."""
     try:
         manifest = orjson.loads((folder / MANIFEST).read_bytes())
         if manifest.get("version") != VERSION or manifest.get("key") != key:
             return None
-        return RequestTable(**{name: _load(folder, spec)
+        return RequestTable(**{name: load_column(folder, spec, read_only)
                                for name, spec in manifest["fields"].items()})
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None  # no copy, or a broken one: the records are parsed again
@@ -96,7 +98,7 @@ class ColumnsWriter:
         self.rows = 0  # requests so far
         self._tokens = 0  # token events so far
         self._spec: dict[str, Any] = {}  # the manifest's fields, its leaves the writers below
-        self._files: list[_Column | _Text] = []
+        self._files: list[RawColumn | _Text] = []
 
     def __enter__(self) -> ColumnsWriter:
         shutil.rmtree(self.scratch, ignore_errors=True)
@@ -151,7 +153,7 @@ class ColumnsWriter:
         elif isinstance(value, np.ndarray):
             column = node.get(name)
             if column is None:
-                column = node[name] = _Column(self.scratch / f"{len(self._files)}.raw",
+                column = node[name] = RawColumn(self.scratch / f"{len(self._files)}.raw",
                                               value.dtype)
                 self._files.append(column)
                 if rows is not None and self.rows:  # a span name first seen now
@@ -172,7 +174,7 @@ def _specs(node: dict[str, Any]) -> dict[str, Any]:
     """The manifest's fields of the writers in `node`."""
     specs: dict[str, Any] = {}
     for name, value in node.items():
-        if isinstance(value, (_Column, _Text)):
+        if isinstance(value, (RawColumn, _Text)):
             specs[name] = value.spec()
         elif "dict" in value:
             specs[name] = {"dict": _specs(value["dict"])}
@@ -202,9 +204,10 @@ class _Text:
         return {"arrow": self.path.name}
 
 
-class _Column:
-    """One numpy column of a copy being written: held as its one value while every value
-    written is that value; written out to its raw file from the first that is not."""
+class RawColumn:
+    """One numpy column being written a part at a time (`write` each, `close`, then its
+    `spec` for `load_column`): held as its one value while every value written is that
+    value; written out to its raw file from the first that is not."""
 
     def __init__(self, path: Path, dtype: np.dtype) -> None:
         self.path, self.dtype = path, np.dtype(dtype)
@@ -245,7 +248,8 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
 
 
-def _load(folder: Path, spec: dict[str, Any]) -> Any:
+def load_column(folder: Path, spec: dict[str, Any], read_only: bool = False) -> Any:
+    """The column of a manifest's `spec` (see `load_columns` for `read_only`)."""
     if "constant" in spec:  # one value throughout: a read-only view of it
         value = spec["constant"]
         value = float(value) if isinstance(value, str) else value  # "nan", "inf", "-inf"
@@ -255,11 +259,12 @@ def _load(folder: Path, spec: dict[str, Any]) -> Any:
     if "raw" in spec:  # a plain array over the mapping: np.memmap's indexing costs per call
         if not spec["length"]:
             return np.empty(0, np.dtype(spec["dtype"]))
-        return np.memmap(folder / spec["raw"], np.dtype(spec["dtype"]), mode="c",
+        return np.memmap(folder / spec["raw"], np.dtype(spec["dtype"]),
+                         mode="r" if read_only else "c",
                          shape=(spec["length"],)).view(np.ndarray)
     if "labels" in spec:
-        return Labels(_load(folder, spec["labels"]), tuple(spec["names"]))
+        return Labels(load_column(folder, spec["labels"], read_only), tuple(spec["names"]))
     if "dict" in spec:
-        return {k: _load(folder, v) for k, v in spec["dict"].items()}
+        return {k: load_column(folder, v, read_only) for k, v in spec["dict"].items()}
     column = pa.ipc.open_file(pa.memory_map(str(folder / spec["arrow"]))).read_all()["values"]
     return column.chunk(0) if column.num_chunks == 1 else column

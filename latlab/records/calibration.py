@@ -83,6 +83,32 @@ class RequestSpread(Record):
     network: float = Field(default=0.0, ge=0)
 
 
+class Stretch(Record):
+    """One time scale of the machine's slow stretches: an Ornstein–Uhlenbeck process in the
+    log of the step costs' factor, of standard deviation `sd`, whose correlation falls by e
+    every `tau_s` seconds."""
+
+    sd: float = Field(ge=0)
+    tau_s: float = Field(gt=0)
+
+
+class Stretches(Record):
+    """How a step's misfit carries over to the steps after it (`latlab.sim.stretches`): the
+    log of a step's cost factor is the sum of `parts` (stretches at their time scales, the
+    shortest first) plus each step's own, of standard deviation `jitter`; where the misfits
+    were not normal (a busy machine's steps are slow far more than they are fast), `shape`
+    holds their quantiles, in standard deviations, at the normal scores −2.5, −2 … 2.5."""
+
+    parts: list[Stretch]
+    jitter: float = Field(default=0.0, ge=0)
+    shape: list[float] = []
+
+    def describe(self) -> str:
+        parts = " and ".join(f"±{100 * p.sd:.0f}% over ~{p.tau_s:.2g} s" for p in self.parts
+                             if p.sd > 0)
+        return f"slow stretches {parts or 'none'}, ±{100 * self.jitter:.0f}% a step beside them"
+
+
 class Spread(Record):
     """How far the step costs strayed from the fit while they were timed: what `latlab
     predict` draws its intervals from (`latlab.sim.spread`). All but `request` are standard
@@ -95,8 +121,10 @@ class Spread(Record):
     misfit across the sizes of step itself. `drift`: of the level (a window's mean misfit)
     between windows of `window_s` seconds, the noise of single steps taken out: how much the
     machine's speed moves within a run. `between`: of the level between the `runs` timed
-    apart (probes, run folders), beyond the windows' drift; unknown (None) from one run. The
-    drift and `between` are of the misfits left after the factors by size."""
+    apart (probes, run folders), beyond the windows' drift; unknown (None) from one run.
+    `stretches`: how the misfit of one step carries over to the next (None: not fitted, each
+    window's steps cost alike). The drift and `between` are of the misfits left after the
+    factors by size and beyond what the stretches explain."""
 
     step: float = Field(ge=0)
     shape: float = Field(default=0.0, ge=0)
@@ -107,6 +135,7 @@ class Spread(Record):
     runs: int = Field(default=1, ge=0)
     window_s: float = Field(default=10.0, gt=0)
     request: RequestSpread = RequestSpread()
+    stretches: Stretches | None = None
 
     def describe(self) -> str:
         between = (f", {100 * self.between:.1f}% between its {self.runs} runs"
@@ -115,7 +144,8 @@ class Spread(Record):
         return (f"step costs ±{100 * self.step:.1f}% a sample, ±{100 * self.shape:.1f}% across "
                 f"step sizes{sizes}, the level ±{100 * self.drift:.1f}% from one "
                 f"{self.window_s:g} s "
-                f"window to the next ({self.windows} windows){between}")
+                f"window to the next ({self.windows} windows){between}"
+                + (f"; {self.stretches.describe()}" if self.stretches else ""))
 
 
 class Reference(Record):

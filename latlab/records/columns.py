@@ -102,10 +102,29 @@ def take(value: Any, rows: np.ndarray) -> Any:
         return value[rows]
     if isinstance(value, dict):
         return {k: take(v, rows) for k, v in value.items()}
+    if isinstance(value, pa.ChunkedArray):
+        return _take_chunked(value, np.asarray(rows))
     if hasattr(value, "take"):
         return value.take(rows)
     return replace(value, **{f.name: take(getattr(value, f.name), rows) for f in fields(value)
                              if f.init and not f.name.startswith("_")})
+
+
+def _take_chunked(column: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
+    """`column.take(rows)` a chunk at a time: Arrow's own joins every chunk into one array
+    first (a big run's mapped ids: a copy of the whole column for a few rows)."""
+    rows = np.flatnonzero(rows) if rows.dtype == bool else rows.astype(np.int64)
+    rows = np.where(rows < 0, rows + len(column), rows)
+    bounds = np.cumsum([0, *(len(c) for c in column.chunks)])
+    order = np.argsort(rows, kind="stable")
+    ordered = rows[order]
+    which = np.searchsorted(bounds, ordered, side="right") - 1
+    pieces = [column.chunk(k).take(pa.array(ordered[which == k] - bounds[k]))
+              for k in np.unique(which).tolist()]
+    joined = pa.concat_arrays(pieces) if pieces else pa.array([], column.type)
+    back = np.empty_like(order)
+    back[order] = np.arange(len(order))
+    return joined.take(pa.array(back))
 
 
 def concat(values: Sequence[Any], lengths: Sequence[int]) -> Any:

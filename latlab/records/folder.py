@@ -146,20 +146,21 @@ class RunFolder:
     def read_records(self, raw: bool = False) -> list[RequestTimeline]:
         return list(self.iter_records(raw))
 
-    def read_table(self) -> RequestTable:
+    def read_table(self, read_only: bool = False) -> RequestTable:
         """Every complete record as columns (`records.table`), with the server timings its
         spans gave: what the analysis reads, whatever the size of the run. A big run's
-        columns are kept in the folder (`records.cache`) and mapped on the next read; a
+        columns are kept in the folder (`records.cache`) and mapped on the next read
+        (`read_only`: shared and read-only, their pages given back by `records.spill`); a
         file of `STREAMED_FROM` bytes or more is parsed into them a batch at a time."""
         joined, copy = self.path / SERVER_TIMINGS, self.path / COLUMNS
         key = source_key(self.requests_path, joined)  # before the parse: lines may follow
-        table = load_columns(copy, key)
+        table = load_columns(copy, key, read_only)
         if table is not None:
             return table
         try:
             if (key[0][1] or 0) >= STREAMED_FROM:
                 try:
-                    return stream_requests(self.requests_path, joined, copy, key)
+                    return stream_requests(self.requests_path, joined, copy, key, read_only)
                 except OSError:  # a folder that cannot be written: parsed in memory
                     pass
             table = read_requests(self.requests_path, joined)
@@ -168,7 +169,7 @@ class RunFolder:
         if len(table) >= CACHED_FROM:
             save_columns(table, copy, key)
             # the mapped copy instead: the parse's memory goes back, a page is read when needed
-            table = load_columns(copy, key) or table
+            table = load_columns(copy, key, read_only) or table
             pa.default_memory_pool().release_unused()
         return table
 

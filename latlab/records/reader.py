@@ -32,7 +32,10 @@ from latlab.records.timeline import GATEWAY_DURATIONS, SERVER_DURATIONS
 if TYPE_CHECKING:
     import duckdb
 
-BATCH = 50_000  # records a streamed parse takes at a time (`stream_requests`)
+BATCH = 10_000  # records a streamed parse takes at a time (`stream_requests`)
+# DuckDB's threads for a streamed parse: each holds buffers of its own, and one keeps up with
+# the conversion of the batches it gives (benchmarks/observe_end.py: the read's peak)
+STREAM_THREADS = 1
 JOINED = pa.schema([("id", pa.string()), ("server", SCHEMA.field("server").type),
                     ("cached_tokens", pa.int64())])
 
@@ -62,15 +65,15 @@ def read_jsonl(path: Path, schema: pa.Schema) -> pa.Table:
 def iter_jsonl(path: Path, schema: pa.Schema, rows: int) -> Iterator[pa.RecordBatch]:
     """`read_jsonl` as batches of at most `rows` rows, in the file's order: DuckDB's buffers
     are all a batch holds, whatever the file's size."""
-    with _parsed(path, schema) as result:
+    with _parsed(path, schema, STREAM_THREADS) as result:
         if result is None:
             return
         for batch in result.to_arrow_reader(rows):
             yield batch.cast(schema) if batch.schema != schema else batch
 
 
-def stream_requests(path: Path, joined: Path | None, folder: Path, key: list[Any]
-                    ) -> RequestTable:
+def stream_requests(path: Path, joined: Path | None, folder: Path, key: list[Any],
+                    read_only: bool = False) -> RequestTable:
     """`read_requests`, its columns written to `folder` (`records.cache`) a batch of records
     at a time and mapped back: a big run's parse holds a batch, not the run."""
     spans = read_jsonl(joined, JOINED) if joined is not None and joined.is_file() else None
@@ -83,17 +86,18 @@ def stream_requests(path: Path, joined: Path | None, folder: Path, key: list[Any
         if not writer.rows:
             writer.append(RequestTable.from_arrow(SCHEMA.empty_table()))
         writer.finish()
-    table = load_columns(folder, key)
+    table = load_columns(folder, key, read_only)
     if table is None:
         raise OSError(f"{folder}: the columns just written do not read back")
     return table
 
 
 @contextmanager
-def _parsed(path: Path, schema: pa.Schema) -> Iterator[duckdb.DuckDBPyRelation | None]:
-    """DuckDB's parse of the complete lines of `path` (None: an empty file), unread: the
-    caller takes its rows while the connection is open. An unreadable line is an error
-    naming the file and the line."""
+def _parsed(path: Path, schema: pa.Schema, threads: int | None = None
+            ) -> Iterator[duckdb.DuckDBPyRelation | None]:
+    """DuckDB's parse of the complete lines of `path` (None: an empty file), unread, with
+    `threads` (None: DuckDB's default, one a core): the caller takes its rows while the
+    connection is open. An unreadable line is an error naming the file and the line."""
     import duckdb
 
     with open(path, "rb") as f:
@@ -113,6 +117,8 @@ def _parsed(path: Path, schema: pa.Schema) -> Iterator[duckdb.DuckDBPyRelation |
     try:
         with duckdb.connect() as db:
             db.execute("SET preserve_insertion_order = true")
+            if threads is not None:
+                db.execute(f"SET threads = {int(threads)}")
             yield db.sql(f"SELECT * FROM read_json(?, format = 'newline_delimited', "
                          f"columns = {columns})", params=[str(source)])
     except duckdb.Error as e:

@@ -227,9 +227,10 @@ class Prediction(Record):
     requests (in its window) will measure it. `fell_behind` draws (and the point estimate,
     when `point_fell_behind`) had a queue that grew: where those reach the interval's upper
     end, `hi` is infinite. `floor`: the widest (hi/lo) a TTFT, TPOT or E2E p50/p90/p99 moves
-    between runs of one world (the run's own luck, which no calibration narrows);
-    `requests_for_width`: from how many requests a run's every such interval would be 1.5×
-    wide at most (None: not known, or no length gives it)."""
+    between runs of one world (the run's own luck, which no calibration narrows), at the
+    percentile `floor_at` ("TPOT p99"); `requests_for_width`: from how many requests a
+    run's every such interval would be 1.5× wide at most (None: not known, or no length
+    gives it)."""
 
     level: float
     draws: int
@@ -242,6 +243,7 @@ class Prediction(Record):
     notes: list[str] = []
     run_requests: int | None = None
     floor: float | None = None
+    floor_at: str | None = None
     requests_for_width: int | None = None
 
 

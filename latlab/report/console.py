@@ -148,7 +148,8 @@ def prediction_lines(p: Prediction) -> list[Text]:
     took = f" in {p.wall_s:.1f} s" if p.wall_s is not None else ""
     runs = f" ({p.runs} runs in each)" if p.runs > 1 else ""
     run = (f"a run of {p.run_requests:,} requests" if p.run_requests else "a run like this")
-    floor = (f"; from run to run alone up to {p.floor:.2f}× (hi/lo)" if p.floor else "")
+    at = f", {p.floor_at}" if p.floor_at else ""
+    floor = (f"; from run to run alone up to {p.floor:.2f}× (hi/lo{at})" if p.floor else "")
     lines = [Text(f"intervals   {100 * p.level:g}%: where {run} will measure each percentile, "
                   f"its own luck included{floor}", style="dim"),
              Text(f"            {p.draws} draws of {p.requests:,} requests"

@@ -4,6 +4,7 @@ network)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,8 @@ from latlab.report.palette import SEVERITY_COLORS
 from latlab.units import ms, number, pct
 
 if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
     from latlab.analysis.run_analysis import RunAnalysis
     from latlab.records.folder import RunFolder
 
@@ -56,20 +59,22 @@ def _charts(a: RunAnalysis) -> list[str]:
         out = _budget_charts(a)
     shaded = "Shaded: warmup and cooldown, outside the measurement window."
     out += ["<h2>Over time</h2>",
-            chart(gantt.gantt_figure(a), "Each bar is a request on the run's clock, from "
+            chart(_drawn(gantt.gantt_figure, a), "Each bar is a request on the run's clock, from "
                   "its scheduled time to its end, coloured by outcome; ticks: the token events "
                   f"of the slowest. {shaded}"),
-            chart(timeseries.over_time_figure(a), f"Bins of the run's span. {shaded}"),
-            chart(timeseries.outcomes_figure(a), "Requests by the bin they ended in: failures "
+            chart(_drawn(timeseries.over_time_figure, a), f"Bins of the run's span. {shaded}"),
+            chart(_drawn(timeseries.outcomes_figure, a),
+                  "Requests by the bin they ended in: failures "
                   "by class, and those that succeeded, meeting the run's SLOs or not. "
                   f"{shaded}")]
     if a.summary.sessions is not None:
         out += ["<h2>Sessions</h2>",
-                chart(sessions_html.turns_figure(a), "Successful requests of the window by "
+                chart(_drawn(sessions_html.turns_figure, a), "Successful requests of the window by "
                       "their place in the session: each turn resends the history."),
-                chart(sessions_html.steps_figure(a), "The mean of each step over the complete "
+                chart(_drawn(sessions_html.steps_figure, a),
+                      "The mean of each step over the complete "
                       "agent tasks: the tool step and orchestration before its model call.")]
-    tenants = figures.tenants_figure(a) if a.mean is not None else None
+    tenants = _drawn(figures.tenants_figure, a) if a.mean is not None else None
     if tenants is not None:
         out += ["<h2>Tenants and priorities</h2>",
                 chart(tenants, "Latency percentiles per label."),
@@ -78,23 +83,34 @@ def _charts(a: RunAnalysis) -> list[str]:
     return out
 
 
+def _drawn(figure: Callable[[RunAnalysis], go.Figure | None], a: RunAnalysis
+           ) -> go.Figure | None:
+    """`figure(a)`, then the pages of the columns it read given back (a spilled analysis)."""
+    made = figure(a)
+    a.requests.give_back()
+    return made
+
+
 def _budget_charts(a: RunAnalysis) -> list[str]:
     return ["<h2>Latency budget</h2>",
-            chart(figures.budget_figure(a), "The mean request and the p99 tail (requests at or "
+            chart(_drawn(figures.budget_figure, a),
+                  "The mean request and the p99 tail (requests at or "
                   "above the p99 of E2E from schedule), in the four buckets."),
-            chart(figures.components_figure(a), "Every component, with its quality flag."),
+            chart(_drawn(figures.components_figure, a), "Every component, with its quality flag."),
             _components_table(a),
             chart(figures.groups_figure(a.by_prompt, "Budget by prompt length", "prompt tokens"),
                   "Share of the mean E2E per bucket: prefill's share should grow with length."),
             chart(figures.groups_figure(a.over_time, "Budget over the run", "window"),
                   "Share of the mean E2E per bucket in consecutive windows of the run."),
             "<h2>Distributions</h2>",
-            chart(figures.cdf_figure(a), "Successful requests in the measurement window, on a "
+            chart(_drawn(figures.cdf_figure, a),
+                  "Successful requests in the measurement window, on a "
                   "log axis; ITL pooled over tokens. Markers: p50 and p99 with their 95% "
                   "confidence intervals (the summary's); dashed lines: the run's SLOs."),
-            chart(figures.ttft_prompt_figure(a), "Each dot is a request."),
+            chart(_drawn(figures.ttft_prompt_figure, a), "Each dot is a request."),
             "<h2>The slowest requests</h2>",
-            chart(figures.waterfall_figure(a), "Stages laid end to end from the scheduled time; "
+            chart(_drawn(figures.waterfall_figure, a),
+                  "Stages laid end to end from the scheduled time; "
                   "network is upload and download together.")]
 
 

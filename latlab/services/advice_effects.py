@@ -15,14 +15,13 @@ calibration never timed (`calibration_reach`) is not predicted: it carries the `
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from latlab.analysis.advice import joined, with_args
+from latlab.analysis.advice import joined
 from latlab.analysis.capacity import RunColumns
 from latlab.analysis.findings import Advice, Change, Finding
 from latlab.analysis.run_analysis import RunAnalysis
@@ -31,7 +30,7 @@ from latlab.records.catalog import statistic_label
 from latlab.records.config import RunConfig
 from latlab.records.engine import SHAPE_FIELDS
 from latlab.records.simulation import Fleet
-from latlab.records.verdict import key_of
+from latlab.services.advice_ab import ab_command
 from latlab.services.calibration_reach import unseen
 from latlab.services.predict_intervals import (
     Intervals,
@@ -231,23 +230,6 @@ def _point_effect(a: tuple[float, float, float], b: tuple[float, float, float],
     return Effect(change, metric, before=a[0], after=b[0], lo=d, hi=d,
                   output_change=relative(1), output_lo=relative(1), draws=0,
                   ttft_change=relative(2), interval=False, difference=d)
-
-
-def ab_command(analysis: RunAnalysis, change: Change, metric: tuple[str, str]) -> str:
-    """The `latlab ab` that measures `change` on the run's own workload and runs rounds
-    until the finding's `metric` is decided: the server's arguments as they were and with the
-    change — latlab serve's, or those of the run's `--launch` template; a server latlab did
-    not start, through a template to fill in (its command with `{port}` and `{args}`)."""
-    config, target, bench = analysis.config, analysis.config.target, analysis.config.bench
-    folder = shlex.quote(str(analysis.run.path))
-    started = target.embedded or target.launch is not None or (
-        config.kind == "predict" and target.server_kind == "latlab")
-    a = shlex.join(bench.serve_args) if started and bench is not None else ""
-    b = with_args(a, change.args)
-    launch = "" if target.launch is None and started else " --launch " + shlex.quote(
-        target.launch or "SERVER-COMMAND --port {port} {args}")
-    return (f"latlab ab --config {folder}{launch} --a {shlex.quote(a)} --b {shlex.quote(b)} "
-            f"--decide-on {key_of(*metric)}")
 
 
 def annotate(analysis: RunAnalysis, cal: Calibration | None = None, fleet: Fleet | None = None,

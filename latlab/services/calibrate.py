@@ -14,6 +14,7 @@ import math
 import tempfile
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -142,6 +143,37 @@ def probe_prompts(context: int | None) -> LengthDistribution:
     return LengthDistribution(kind=default.kind, a=mean, b=mean * default.b / default.a)
 
 
+@dataclass(frozen=True)
+class Probe:
+    """One short bench through the probes' latlab serve, and what it is for."""
+
+    arrivals: ArrivalConfig
+    requests: int
+    workload: WorkloadConfig
+    why: str
+
+    def line(self) -> str:
+        a = self.arrivals
+        shape = (f"{self.requests} at {a.rate:g}/s (Poisson)" if a.open_loop else
+                 f"{self.requests} requests from {a.users} user" + ("s" if a.users > 1 else ""))
+        return f"{shape}, {self.why}"
+
+
+def probe_plan(batch: int, context: int | None, capacity: float) -> list[Probe]:
+    """The probes of an engine that batches `batch` sequences of `context` tokens at most
+    and completes `capacity` req/s (as calibrated in process): one request at a time, a
+    full batch, and Poisson arrivals at half the capacity (`open_probe`)."""
+    rate, opened = open_probe(capacity)
+    return [Probe(ArrivalConfig(process="closed", users=1), PROBE_REQUESTS,
+                  WorkloadConfig(output_tokens=f"fixed:{PROBE_OUTPUT}"),
+                  "one at a time (the per-request costs)"),
+            Probe(ArrivalConfig(process="closed", users=batch), batch,
+                  WorkloadConfig(output_tokens=f"fixed:{BATCH_OUTPUT}"), "a full batch"),
+            Probe(ArrivalConfig(process="poisson", rate=rate), opened,
+                  WorkloadConfig(prompt_tokens=probe_prompts(context)),
+                  "the step costs as served")]
+
+
 def _probe(cal: Calibration, engine: ServerProcess, steps: Path, err: Console) -> Calibration:
     """Short benches through `engine`, a latlab serve writing its steps to `steps`, each a
     line on `err` as it starts and ends: one request at a time (the per-request costs), a
@@ -150,28 +182,18 @@ def _probe(cal: Calibration, engine: ServerProcess, steps: Path, err: Console) -
     to the steps served under those arrivals (`calibration.as_served`): the engine's steps
     cost more while its HTTP server takes in and streams requests as they come than in a
     closed loop or in process. How well the result replays each probe is noted."""
-    batch = cal.engine.max_num_seqs
-    rate, opened = open_probe(calibrations.capacity(cal, 2 * batch))
-    short = WorkloadConfig(output_tokens=f"fixed:{PROBE_OUTPUT}")
-    plan = [(ArrivalConfig(process="closed", users=1), PROBE_REQUESTS, short,
-             "one at a time (the per-request costs)"),
-            (ArrivalConfig(process="closed", users=batch), batch,
-             WorkloadConfig(output_tokens=f"fixed:{BATCH_OUTPUT}"), "a full batch"),
-            (ArrivalConfig(process="poisson", rate=rate), opened,
-             WorkloadConfig(prompt_tokens=probe_prompts(cal.engine.max_model_len)),
-             "the step costs as served")]
+    plan = probe_plan(cal.engine.max_num_seqs, cal.engine.max_model_len,
+                      calibrations.capacity(cal, 2 * cal.engine.max_num_seqs))
     err.print("probing latlab serve…", style="dim", highlight=False)
     with tempfile.TemporaryDirectory(prefix="latlab-calibrate-probes-") as tmp:
         runs = []
-        for i, (arrivals, requests, workload, why) in enumerate(plan, 1):
-            shape = (f"{requests} requests from {arrivals.users} user"
-                    + ("s" if arrivals.users > 1 else "") if not arrivals.open_loop
-                    else f"{requests} at {arrivals.rate:g}/s (Poisson)")
-            err.print(f"  probe {i}/{len(plan)}: {shape}, {why}…", style="dim", highlight=False)
+        for i, probe in enumerate(plan, 1):
+            err.print(f"  probe {i}/{len(plan)}: {probe.line()}…", style="dim",
+                      highlight=False)
             started = time.perf_counter()
-            bench = BenchConfig(url=engine.url, workload=workload, arrivals=arrivals,
-                                duration_s=None, requests=requests, out=Path(tmp),
-                                name="calibrate-probe")
+            bench = BenchConfig(url=engine.url, workload=probe.workload,
+                                arrivals=probe.arrivals, duration_s=None,
+                                requests=probe.requests, out=Path(tmp), name="calibrate-probe")
             load = run_load(bench)  # the records only: no summary, analysis or report
             if load.failed:
                 raise ServiceFailed(f"probe {i}/{len(plan)} through latlab serve failed: "

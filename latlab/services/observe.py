@@ -8,7 +8,8 @@ becomes a record (`load.telemetry.observer`), appended to requests.jsonl as it c
 calls are analysed a window at a time (`observe_windows`), each window once the watermark
 (`load.telemetry.watermark`) says every call that started in it is in. At the end (the
 duration, the file's end, Ctrl-C) what is still waiting is explained with the spans it has,
-and the folder is finished like a bench run's: summary.json, report.html, the run store,
+and the folder is finished like a bench run's (`observe_end`, over every call, with the
+memory of one step's columns): summary.json, report.html, the run store,
 plus the traffic as a replayable trace (trace.jsonl, latlab's trace rows) and the synthetic
 workload fitted to it (config.json → `bench`, what `latlab bench --config FOLDER` reruns;
 `latlab predict --replay FOLDER` replays the calls themselves).
@@ -28,64 +29,108 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
+import orjson
+
 from latlab import __version__
-from latlab.analysis import RunAnalysis, analyze
-from latlab.analysis.findings import Finding
+from latlab.load.telemetry.conventions import KEPT
 from latlab.load.telemetry.observer import Observer
+from latlab.load.telemetry.otlp import SpanReceiver, iter_spans
 from latlab.load.telemetry.trace_wait import TraceWait
 from latlab.load.telemetry.watermark import EXPORT_DELAY_NS, Watermark
-from latlab.load.workers.collector import collector_paused
-from latlab.metrics.summary import RunContext, summarize
-from latlab.metrics.workload_fit import fit_workload
-from latlab.records.columns import present
+from latlab.load.workers.collector import collector_paused, sweep_if_piled
+from latlab.metrics.stats import ci_ranks
 from latlab.records.config import Clock, RunConfig, Target
-from latlab.records.files import write_json
-from latlab.records.folder import RunFolder
-from latlab.records.observe import (
-    OBSERVE_JSON,
-    TRACE_JSONL,
-    ObserveConfig,
-    ObservedWindow,
-    ObserveRecord,
-    trace_rows,
-)
-from latlab.records.spans import SPANS, SpanJoin
-from latlab.records.summary import RunSummary
+from latlab.records.folder import RecordWriter, RunFolder
+from latlab.records.observe import ObserveConfig, ObservedWindow, ObserveRecord
+from latlab.records.spans import SPANS, Span, SpanJoin
 from latlab.records.target import redact
-from latlab.records.window import run_window
-from latlab.report.html import write_html
 from latlab.services.errors import InputError
-from latlab.services.observe_intake import (
-    TAKE_CALLS,
-    Live,
-    Session,
-    Spans,
-    follow,
-    from_file,
-    json_line,
-    listen,
-)
-from latlab.services.observe_memory import release
-from latlab.services.observe_notes import notes_on
+from latlab.services.observe_end import ObserveResult, finish, json_line
 from latlab.services.observe_scratch import clear_stale
-from latlab.services.observe_windows import Windows
-from latlab.store import RunStore, key_numbers
+from latlab.services.observe_windows import Provisional, Rolling, Windows
+
+REFRESH_S = 1.0
+FILE_BATCH = 5000  # spans read from a file between two looks at the complete traces
+TAKE_CALLS = 2000  # calls made into records, written and put in their windows at a time
 
 
 @dataclass
-class ObserveResult:
-    run: RunFolder
+class Live:
+    """What the live view shows: the receiver's counts, the rolling window, the last closed
+    window (its budget and findings), the one still waiting for late spans, and the
+    peak-hours finding so far."""
+
+    endpoint: str | None
+    elapsed_s: float
     record: ObserveRecord
-    summary: RunSummary
-    analysis: RunAnalysis | None
-    windows: list[ObservedWindow]
-    peak: Finding | None = None  # latency against rate over the windows
-    unsupported_peak: Finding | None = None  # ... found over the windows, not over all calls
-    cleared: list[Path] = field(default_factory=list)  # run folders a killed observe left
+    rolling: Rolling
+    last: ObservedWindow | None
+    provisional: Provisional | None  # the latest window ended but not yet written
+    peak: object | None
+    pending_spans: int
+
+
+class _Spans:
+    """Where the spans go as they come: the observer, and spans.jsonl with --keep-spans."""
+
+    def __init__(self, observer: Observer) -> None:
+        self.observer, self.file = observer, None
+        self.rejected, self.first_rejection, self.throttled = 0, None, 0
+
+    def add(self, spans: list[Span], now_ns: int) -> None:
+        if self.file is not None:
+            self.file.write(b"".join(orjson.dumps(x.to_json(), option=orjson.OPT_APPEND_NEWLINE)
+                                     for x in spans))
+        self.observer.add(spans, now_ns)
+
+    def reject(self, count: int, reason: str | None) -> None:
+        self.rejected += count
+        self.first_rejection = self.first_rejection or reason
+
+
+@dataclass
+class _Session:
+    run: RunFolder
+    settings: RunConfig
+    config: ObserveConfig
+    spans: _Spans
+    windows: Windows
+    writer: RecordWriter
+    stop: threading.Event
+
+    @property
+    def observer(self) -> Observer:
+        return self.spans.observer
+
+    def take(self, now_ns: int, final: bool = False) -> None:
+        """Write the calls complete by `now_ns` (all when `final`); close the windows the
+        watermark has passed."""
+        complete = self.observer.remaining() if final else self.observer.complete(now_ns)
+        while records := list(islice(complete, TAKE_CALLS)):
+            lines = [json_line(r.to_json()) for r in records]
+            self.writer.write_lines(lines)
+            self.windows.add(records, lines)
+        self.windows.close(None if final else self.observer.watermark(now_ns))
+
+    def record(self) -> ObserveRecord:
+        o = self.observer
+        source = self.settings.target.otlp_endpoint or _source(self.config)
+        return ObserveRecord(source=source, spans=o.spans, traces=o.traces,
+                             calls=o.calls, traces_without_call=o.traces_without_call,
+                             forced=o.forced, late=self.windows.late,
+                             streamed=o.streamed[True], not_streamed=o.streamed[False],
+                             stream_unknown=o.streamed[None],
+                             unseen_model=o.unseen_model,
+                             malformed=o.malformed,
+                             rejected=self.spans.rejected, throttled=self.spans.throttled,
+                             first_rejection=self.spans.first_rejection,
+                             windows=len(self.windows.kept), lag_s=o.mark.lag_ns / 1e9,
+                             trace_wait_s=o.wait.ns / 1e9, split_traces=o.wait.splits,
+                             sources=dict(o.sources))
 
 
 def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
@@ -100,8 +145,8 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
         raise InputError(f"--from {config.from_file}: no such file")
     mark = Watermark(EXPORT_DELAY_NS, int(config.max_lateness_s * 1e9))
     wait = TraceWait(None if config.trace_wait_s is None else int(config.trace_wait_s * 1e9))
-    spans = Spans(Observer(wait, config.max_pending_spans, mark))
-    receiver = None if config.from_file is not None else listen(config, spans)
+    spans = _Spans(Observer(wait, config.max_pending_spans, mark))
+    receiver = None if config.from_file is not None else _listen(config, spans)
     try:
         cleared = clear_stale(config.out)
         run = RunFolder.create(config.out, config.name)
@@ -117,11 +162,11 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
         with windows, run.record_writer() as writer, collector_paused(), \
                 (open(run.path / SPANS, "ab") if config.keep_spans else nullcontext()) as kept:
             spans.file = kept
-            session = Session(run, settings, config, spans, windows, writer, stop)
+            session = _Session(run, settings, config, spans, windows, writer, stop)
             if receiver is None:
-                from_file(session)
+                _from_file(session)
             else:
-                follow(session, receiver, view)
+                _live(session, receiver, view)
                 receiver.__exit__(None, None, None)
                 receiver = None
             session.take(0, final=True)
@@ -130,52 +175,74 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
             receiver.__exit__(None, None, None)
     stopped = ("stopped" if stop.is_set() else
                "end of file" if config.from_file is not None else "duration")
-    result = _finish(session, stopped, store)
+    o = session.observer
+    join = SpanJoin(spans=o.spans, requests_joined=o.calls, requests_with_trace=o.calls,
+                    sources=dict(o.sources))
+    model = o.models.most_common(1)[0][0] if o.models else None
+    result = finish(session.run, session.settings, config, session.windows, session.record(),
+                    join, model, stopped, store)
     result.cleared = cleared
     return result
 
 
-def _finish(s: Session, stop_reason: str, store: Path | None) -> ObserveResult:
-    """The folder completed: the clock and the fitted workload in config.json, summary.json,
-    trace.jsonl, observe.json, report.html, the run store. Every call is read (a batch at a
-    time into the run's kept columns, mapped: `RunFolder.read_table`), and everything is
-    computed over all of them, exactly."""
-    run, settings, o = s.run, s.settings, s.observer
-    release()  # what the intake freed, before the calls are read
-    table = run.read_table()
-    s.windows.check(table)
-    starts, ends = table.origin_ns[present(table.origin_ns)], table.end_ns[present(table.end_ns)]
-    record = s.record()
-    if len(starts):
-        t0, end = int(starts.min()), int(max(ends.max(initial=0), starts.max())) + 1
-        settings.clock = Clock(perf_counter_ns=t0, unix_time=t0 / 1e9, t0_ns=t0, end_ns=end)
-        settings.duration_s = (end - t0) / 1e9
-        fitted = fit_workload(table, max(1.0, round(settings.duration_s)), s.config.name)
-        if fitted is not None:
-            settings.bench, record.workload_flags = fitted
-    if o.models:
-        settings.target.model = o.models.most_common(1)[0][0]
-    run.write_config(settings)
-    record.notes = notes_on(record)
-    summary = summarize(table, run_window(settings, table), settings.slos or None,
-                        context=RunContext(stop_reason=stop_reason, notes=record.notes))
-    summary.spans = SpanJoin(spans=o.spans, requests_joined=o.calls, requests_with_trace=o.calls,
-                             sources=dict(o.sources), notes=record.notes)
-    run.write_summary(summary)
-    rows = trace_rows(table)
-    with open(run.path / TRACE_JSONL, "wb") as f:
-        while chunk := list(islice(rows, TAKE_CALLS)):
-            f.write(b"".join([json_line(row) for row in chunk]))
-    write_json(run.path / OBSERVE_JSON, record)
-    with RunStore(store or s.config.out) as runs:
-        runs.register(run.path, "observed", settings, key_numbers(summary), summary)
-    analysis, calls = None, len(table)
-    del table, starts, ends, rows  # `analyze` reads the run again: not two copies at once
-    release()
-    if calls:
-        analysis = analyze(run)
-        write_html(run, analysis)
-    return ObserveResult(run, record, summary, analysis, s.windows.kept, s.windows.peak,
-                         s.windows.unsupported_peak)
+def _listen(config: ObserveConfig, spans: _Spans) -> SpanReceiver:
+    ci_ranks(100, 50.0)  # its scipy import costs seconds: paid now, not at the first window
+    receiver = SpanReceiver(None, config.host, config.otlp_port,
+                            on_spans=lambda batch: spans.add(batch, time.time_ns()),
+                            accepting=lambda: spans.observer.accepting(time.time_ns()),
+                            events=config.keep_spans,
+                            kept=None if config.keep_spans else KEPT)
+    try:
+        return receiver.__enter__()
+    except OSError as e:
+        raise InputError(f"--otlp-port {config.otlp_port}: cannot listen on {config.host} "
+                         f"({e.strerror or e})") from None
 
 
+def _live(s: _Session, receiver: SpanReceiver, view: Callable[[Live], None] | None) -> None:
+    duration, started = s.config.duration_s, time.monotonic()
+    while duration is None or time.monotonic() - started < duration:
+        left = REFRESH_S if duration is None else duration - (time.monotonic() - started)
+        if s.stop.wait(max(0.0, min(REFRESH_S, left))):
+            break
+        now = time.time_ns()
+        s.take(now)
+        sweep_if_piled()
+        s.spans.reject(receiver.rejected - s.spans.rejected, receiver.first_rejection)
+        s.spans.throttled = receiver.throttled
+        if view is not None:
+            w = s.windows
+            view(Live(receiver.endpoint, time.monotonic() - started, s.record(),
+                      w.rolling(s.observer.watermark(now)), w.kept[-1] if w.kept else None,
+                      w.provisional(now), w.peak, s.observer.pending_spans))
+    s.spans.reject(receiver.rejected - s.spans.rejected, receiver.first_rejection)
+    s.spans.throttled = receiver.throttled
+
+
+def _from_file(s: _Session) -> None:
+    """The file's spans in its order; traces are quiet by the spans' own end times."""
+    watermark, batch = 0, []
+    for span in iter_spans(s.config.from_file,
+                           lambda line, reason: s.spans.reject(1, f"line {line}: {reason}")):
+        batch.append(span)
+        if len(batch) >= FILE_BATCH:
+            watermark = _feed(s, batch, watermark)
+            batch = []
+            if s.stop.is_set():
+                break
+    _feed(s, batch, watermark)
+
+
+def _feed(s: _Session, spans: list[Span], watermark: int) -> int:
+    if not spans:
+        return watermark
+    watermark = max(watermark, max(x.end_ns for x in spans))
+    s.spans.add(spans, watermark)
+    s.take(watermark)
+    sweep_if_piled()
+    return watermark
+
+
+def _source(config: ObserveConfig) -> str:
+    return (f"--from {config.from_file}" if config.from_file is not None
+            else f"OTLP/HTTP on {config.host}:{config.otlp_port}")

@@ -35,6 +35,7 @@ from latlab.services.calibrate import calibrate_engine, calibrated_engine, calib
 from latlab.services.errors import InputError
 from latlab.services.predict_intervals import Intervals, predicted_intervals
 from latlab.sim import calibration as calibrations
+from latlab.sim import machine
 from latlab.sim.calibrate_run import CalibrationError
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import RECORDS, write_run
@@ -93,7 +94,7 @@ def _machine(cal: Calibration, engine: EngineConfig, err: Console, on_drift: str
     """The probe, printed: `cal` as it is (the machine within its spread, or nothing to
     compare), rescaled to the machine now, or None — a cached one to be made again."""
     try:
-        check = calibrations.check_machine(cal, engine)
+        check = machine.check_machine(cal, engine)
     except ImportError:
         return cal  # no torch here: nothing to time the reference steps with
     if check is None:

@@ -55,6 +55,10 @@ class Floor:
     level: float
     requests_needed: int | None
 
+    @property
+    def named(self) -> str:
+        return f"{self.metric.upper()} {self.percentile}"
+
 
 def run_floors(outcomes: Sequence[WorldRun], intervals: Level, requests: int
                ) -> list[Floor]:
@@ -106,17 +110,23 @@ def too_short(summary: RunSummary, floors: Sequence[Floor], requests: int,
     if stuck:
         worst = max(stuck, key=lambda f: f.level)
         return (f"no run length gives intervals {WIDE:g}× wide: the drawn worlds alone (the "
-                f"calibration's level) span {worst.level:.2f}× at {worst.metric.upper()} "
-                f"{worst.percentile}; calibrate again with the machine as it will be")
+                f"calibration's level: how far the machine's speed moved while it was "
+                f"calibrated) span {worst.level:.2f}× at {worst.named}; calibrate again with "
+                f"the machine as it will be")
     worst = max(wide, key=lambda f: f.requests_needed or 0)
     if worst.requests_needed is None or worst.requests_needed <= requests:
         return None
     seconds = (f" ({_duration(worst.requests_needed / rate)} at {rate:.2f} req/s)"
                if rate else "")
-    return (f"a run of {requests:,} requests is too short for intervals {WIDE:g}× wide: its "
-            f"{worst.metric.upper()} {worst.percentile} alone moves {worst.run:.2f}× from one "
-            f"run to the next (its floor); from about {_rounded(worst.requests_needed):,} "
-            f"requests{seconds} every percentile's would be")
+    return (f"a run of {requests:,} requests is too short for intervals {WIDE:g}× wide: the "
+            f"slowest to narrow, {worst.named}, alone moves {worst.run:.2f}× from one run to "
+            f"the next (its floor); from about {_rounded(worst.requests_needed):,} "
+            f"requests{seconds} every TTFT, TPOT and E2E p50–p99 interval would be")
+
+
+def widest(floors: Sequence[Floor]) -> Floor | None:
+    """The percentile that moves most from run to run (the intervals' line names it)."""
+    return max(floors, key=lambda f: f.run, default=None)
 
 
 def _rounded(n: int) -> int:

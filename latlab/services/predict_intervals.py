@@ -44,12 +44,13 @@ from latlab.records.config import RunConfig
 from latlab.records.simulation import Fleet
 from latlab.records.summary import Prediction, RunSummary
 from latlab.records.window import run_window
-from latlab.services.predict_floor import percentile_value, run_floors, too_short
+from latlab.services.predict_floor import percentile_value, run_floors, too_short, widest
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import on_clock
-from latlab.sim.spread import Draw, level_sd, spread_of
+from latlab.sim.spread import level_sd, spread_of
 from latlab.sim.table import request_table
 from latlab.sim.workload import SimWorkload, build
+from latlab.sim.world import Draw
 
 QUEUED = ("ttft", "ttft_sched", "e2e", "e2e_sched", "lateness")  # include the queue's wait
 DRAW_SEED = 25
@@ -232,6 +233,7 @@ def attach(summary: RunSummary, outcomes: Sequence[DrawOutcome], intervals: Inte
     notes = [note] if note else []
     requests = summary.in_window
     floors = run_floors(outcomes, intervals, requests)
+    widest_floor = widest(floors)
     short = too_short(summary, floors, requests, rate)
     if short:
         notes.append(short)
@@ -246,7 +248,8 @@ def attach(summary: RunSummary, outcomes: Sequence[DrawOutcome], intervals: Inte
         requests=max(o.summary.requests for o in outcomes),
         fell_behind=sum(o.fell_behind for o in outcomes), point_fell_behind=point_behind,
         spread=spread.describe(), wall_s=wall_s, notes=notes, run_requests=requests,
-        floor=max((f.run for f in floors), default=None),
+        floor=widest_floor.run if widest_floor else None,
+        floor_at=widest_floor.named if widest_floor else None,
         requests_for_width=(max(f.requests_needed for f in floors)
                             if floors and all(f.requests_needed is not None for f in floors)
                             else None))

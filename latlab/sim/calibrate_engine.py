@@ -1,9 +1,12 @@
 """Calibrate the step-cost model on latlab's own engine: time `LLMEngine.step()` in process
 over a grid of batch shapes and fit (as `benchmarks/engine_step.py` times steps).
 
-For each context length the decode batch grows through `BATCHES`: the new requests' prompts
-are prefilled beside the batch's decodes (those steps are samples too: several prefill chunks
-at once, chunked continuations), a few pure decode steps are timed, then prompts join the
+For each context length the decode batch grows through `BATCHES` (at the longest context to
+`LONG_CONTEXT_BATCH`, in the pass of spread prompts to `SPREAD_BATCH`: their prefills are the
+grid's costliest steps, and batch 31's decodes are timed at the shortest context): the new
+requests' prompts are prefilled beside the batch's decodes (those steps are samples too:
+several prefill chunks at once, chunked continuations), a few pure decode steps are timed
+(`DECODE_STEPS`: 4 fitted as well as 8, refitted from recorded grids), then prompts join the
 decoding batch one at a time (a step of decodes plus one prefill chunk): half of `PREFILLS`'
 lengths at a batch size, the other half at the next, so each pass joins every length (a full
 set at every size cost a third of the grid's time and fitted no better; all of them where
@@ -23,6 +26,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,13 +37,48 @@ from latlab.sim.stepcost import features
 CONTEXTS = (64, 320, 960)
 BATCHES = (1, 2, 4, 8, 16, 31)
 LONG_CONTEXT_BATCH = 4  # at the longest context, batches up to this (the prefills are slow)
+SPREAD_BATCH = 16  # in the pass of spread prompts, batches up to this
 PREFILLS = (16, 64, 192, 448)
-DECODE_STEPS = 8
+DECODE_STEPS = 4
 REPEATS = 1
 REFERENCE = ((1, 20), (16, 10), (0, 256))  # (decode batch, steps), then one prefill of 256
 REFERENCE_REPEATS = 3
 
 Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass of the grid: a batch grown through `sizes` at `context` (`spread`: prompts
+    from a quarter to 2.5 times it), the prompts joining it split in `halves` between sizes;
+    its longest sequence reaches `longest` tokens."""
+
+    context: int
+    spread: bool
+    sizes: tuple[int, ...]
+    halves: bool
+    longest: int
+
+
+def grid(max_num_seqs: int, max_model_len: int, kv_tokens: int) -> list[Pass]:
+    """The passes timed for an engine of these limits (`kv_tokens`: its KV pool's tokens).
+    Each pass grows one batch through `BATCHES`: the requests of the batch before keep
+    decoding (their contexts a few steps longer), so each prompt is prefilled once a pass.
+    The middle context's pass spreads its prompts (more decode groups, mixed contexts)."""
+    passes = []
+    for i, context in enumerate(CONTEXTS):
+        spread = i == len(CONTEXTS) // 2
+        largest = (LONG_CONTEXT_BATCH if context == CONTEXTS[-1] else
+                   SPREAD_BATCH if spread else max_num_seqs)
+        sizes = [b for b in BATCHES if b <= min(largest, max_num_seqs)]
+        halves = sum(b < max_num_seqs for b in sizes) > 1  # else all lengths at the one
+        joins = (len(PREFILLS) + 1) // 2 if halves else len(PREFILLS)
+        steps = len(sizes) * (DECODE_STEPS + joins * REPEATS + 2)
+        longest = int(context * (2.5 if spread else 1)) + steps
+        if longest < max_model_len:
+            sizes = [b for b in sizes if b * longest <= kv_tokens]
+            passes.append(Pass(context, spread, tuple(sizes), halves, longest))
+    return passes
 
 
 def time_engine(config, progress: Progress | None = None,
@@ -89,28 +128,19 @@ def time_engine(config, progress: Progress | None = None,
             started.append((start - t0) / 1e9)
 
     gc.collect()
-    # Each pass grows one batch through BATCHES: the requests of the batch before keep
-    # decoding (their contexts a few steps longer), so each prompt is prefilled once a pass.
-    # The middle context's pass draws its prompts from a quarter to twice and a half of it
-    # (more decode groups, mixed contexts).
-    passes = [(context, i == len(CONTEXTS) // 2) for i, context in enumerate(CONTEXTS)]
     one = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
-    for context, spread in passes:
-        sizes = [b for b in BATCHES if b <= c.max_num_seqs
-                 and not (context == CONTEXTS[-1] and b > LONG_CONTEXT_BATCH)]
-        halves = sum(b < c.max_num_seqs for b in sizes) > 1  # else all lengths at the one
-        joins = (len(PREFILLS) + 1) // 2 if halves else len(PREFILLS)
-        steps = len(sizes) * (DECODE_STEPS + joins * REPEATS + 2)
-        longest = int(context * (2.5 if spread else 1)) + steps
-        if longest >= c.max_model_len:
-            continue
-        sizes = [b for b in sizes if b * longest <= shape.num_kv_blocks * c.block_size]
-        params = SamplingParams(max_tokens=c.max_model_len - longest, temperature=0.0,
+    passes = grid(c.max_num_seqs, c.max_model_len, shape.num_kv_blocks * c.block_size)
+    shapes, done = sum(len(p.sizes) for p in passes), 0
+    for p in passes:
+        context, spread, halves = p.context, p.spread, p.halves
+        params = SamplingParams(max_tokens=c.max_model_len - p.longest, temperature=0.0,
                                 ignore_eos=True)
         running: list[str] = []
-        for size, batch in enumerate(sizes):
+        for size, batch in enumerate(p.sizes):
+            done += 1
             if progress:
-                progress(f"batch {batch} at context {context}" + (" (spread)" if spread else ""))
+                progress(f"batch {batch} at context {context}" + (" (spread)" if spread else "")
+                         + f" ({done}/{shapes})")
             new = batch - len(running)
             contexts = (np.geomspace(context / 4, context * 2.5, new).astype(int)
                         if spread and new > 1 else np.full(new, context))
@@ -133,6 +163,8 @@ def time_engine(config, progress: Progress | None = None,
         for rid in running:
             engine.abort(rid)
     engine.scheduler.schedule = schedule
+    if progress:
+        progress("the reference steps (what a machine check times again later)")
     reference = time_reference(engine, warm=True)
     return features(rows), np.asarray(ms), np.asarray(started), shape, reference
 

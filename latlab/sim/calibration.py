@@ -17,7 +17,6 @@ import os
 import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +45,9 @@ from latlab.sim.calibrate_run import (
     shape_from,
 )
 from latlab.sim.fleet import simulate
-from latlab.sim.spread import drift_limit, estimate, misfit, spread_of
+from latlab.sim.spread import estimate, misfit
 from latlab.sim.stepcost import StepCostModel, features, fit
+from latlab.sim.stretches import window_variance
 from latlab.sim.workload import build
 
 RUN_FEATURES = ("step", "tokens", "decodes", "decode_context", "prefill_attention")
@@ -55,7 +55,7 @@ RUN_FEATURES = ("step", "tokens", "decodes", "decode_context", "prefill_attentio
 # through the others: the hinges at 1 and 2 tokens let the fit step there.
 ENGINE_KNOTS = (1.0, 2.0)
 MIN_ROWS = 8
-METHOD = "served-steps-by-size"  # how the engine is calibrated: a change makes cached ones stale
+METHOD = "served-steps-stretches"  # how the engine is calibrated: a change makes cached ones stale
 NOISY_FIT = 0.10  # a mean step-time error above this: the steps were not steady
 
 
@@ -120,45 +120,6 @@ def fit_warning(calibration: Calibration) -> str | None:
             "check the predictions against measured runs (latlab predict --check RUN)")
 
 
-@dataclass
-class MachineCheck:
-    """The calibration's reference steps timed again: `ratio` times as long as then, against
-    the `limit` the calibration's spread allows either way."""
-
-    ratio: float
-    limit: float
-    load_then: float | None
-    load_now: float
-
-    @property
-    def beyond(self) -> bool:
-        return not 1 / self.limit <= self.ratio <= self.limit
-
-    def line(self) -> str:
-        then = f"{self.load_then:.1f} then, " if self.load_then is not None else ""
-        where = "beyond" if self.beyond else "within"
-        return (f"the machine runs the calibration's reference steps in {self.ratio:.2f}× the "
-                f"time it took then (load average {then}{self.load_now:.1f} now): {where} the "
-                f"spread the calibration allows (×{1 / self.limit:.2f}–{self.limit:.2f})")
-
-
-def check_machine(calibration: Calibration, config) -> MachineCheck | None:
-    """Time the reference steps of an engine calibration made on this machine again, on an
-    engine of `config` (an `EngineConfig`; a few seconds); None when there is nothing to
-    compare (another machine, no reference, other engine settings)."""
-    from latlab.sim.calibrate_engine import reference_ms
-
-    reference = calibration.reference
-    if reference is None or calibration.target.get("host") != platform.node():
-        return None
-    now = reference_ms(config)
-    if len(now) != len(reference.ms):
-        return None
-    spread, _ = spread_of(calibration)
-    return MachineCheck(sum(now) / sum(reference.ms), drift_limit(spread),
-                        reference.load_average, os.getloadavg()[0])
-
-
 def with_request_costs(calibration: Calibration, costs: RequestCosts, where: str,
                        spread: RequestSpread | None = None) -> Calibration:
     notes = [n for n in calibration.notes if "per-request costs" not in n]
@@ -204,18 +165,22 @@ def as_served(calibration: Calibration, steps: Sequence[StepRecord],
 def served_spread(step: StepCost, probes: Sequence[Sequence[StepRecord]],
                   timed: Spread | None) -> tuple[Spread, list[SizeFactor]]:
     """The spread of each probe's served steps around `step`'s linear model (each probe a
-    run), its drift pooled with the drift of the steps `timed` in process (over their
-    windows), and the factors by size of the served steps."""
+    run; single steps in time order: their slow stretches too), its drift pooled with the
+    drift of the steps `timed` in process (over their windows, beyond what the stretches
+    make of a window), and the factors by size of the served steps."""
     chosen = [(i, s) for i, probe in enumerate(probes) for s in probe]
     x = features([s.features() for _, s in chosen])
     ms = np.array([s.ms for _, s in chosen])
     when = np.array([s.start_ns / 1e9 for _, s in chosen])
     spread, by_size = estimate(*misfit(step, x, ms), when, np.array([i for i, _ in chosen]),
-                               request=timed.request if timed else RequestSpread())
+                               request=timed.request if timed else RequestSpread(),
+                               with_stretches=True)
     if timed is None or not timed.windows:
         return spread, by_size
     windows = spread.windows + timed.windows
-    drift = math.sqrt((spread.windows * spread.drift ** 2 + timed.windows * timed.drift ** 2)
+    timed_drift = timed.drift ** 2 - window_variance(
+        spread.stretches, timed.window_s, timed.window_s * timed.windows)
+    drift = math.sqrt((spread.windows * spread.drift ** 2 + timed.windows * max(0.0, timed_drift))
                       / windows)
     return spread.model_copy(update={"drift": drift, "windows": windows}), by_size
 

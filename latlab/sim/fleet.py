@@ -20,16 +20,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from latlab.records.calibration import Calibration
-from latlab.records.simulation import Fleet, FleetOutcome
-from latlab.sim.policies import Autoscaler, Router
+from latlab.records.simulation import Fleet
+from latlab.sim.policies import Autoscaler, Router, fleet_outcome
 from latlab.sim.replica import SimReplica
 from latlab.sim.results import OK, QUEUE_TIMEOUT, REJECTED, TOO_LONG, Columns, SimResult
 from latlab.sim.sequence import SimSequence, new_sequence, shared_prefix
 from latlab.sim.sessions import SEND, TURN, SessionDriver, SessionPlans
-from latlab.sim.spread import Draw
 from latlab.sim.stepcost import StepCostModel
 from latlab.sim.techniques import Techniques
 from latlab.sim.workload import SimWorkload
+from latlab.sim.world import Draw
 
 INF = math.inf
 READY, TICK = 0, 1  # and SEND, TURN (`sessions.py`)
@@ -251,7 +251,7 @@ class Simulation:
         r = SimReplica(self.shape, self.cost, self._finished, name=len(self.replicas),
                        techniques=self.techniques, on_refused=self._refused,
                        seed=self.workload.config.seed * 1000 + len(self.replicas))
-        r.speed = self.draw.speed if self.draw is not None else None
+        r.speed = self.draw
         r.started = ready_at
         r.stopped = None
         self.replicas.append(r)
@@ -279,16 +279,8 @@ class Simulation:
     def _result(self) -> SimResult:
         sent = self.state.sent
         end = max([float(np.nanmax(self.cols.done[:sent]))] if sent else [0.0])
-        paid = 0.0
-        for r in self.replicas:
-            stop = r.stopped if r.stopped is not None else end
-            paid += max(0.0, max(stop, r.last_end) - r.started)  # a drained one finishes
-        counts = [n for _, n in self.ready_timeline] or [len(self.ready)]
-        outcome = FleetOutcome(replica_seconds=paid, mean_replicas=paid / end if end > 0 else 0,
-                               peak_replicas=max(counts), scale_ups=self.scale_ups,
-                               scale_downs=self.scale_downs,
-                               reloads=sum(r.reloads for r in self.replicas),
-                               timeline=[(round(t, 3), n) for t, n in self.ready_timeline])
+        outcome = fleet_outcome(self.replicas, self.ready_timeline, len(self.ready), end,
+                                self.scale_ups, self.scale_downs)
         return SimResult(self.cols.trim(sent), self.replicas, self.net, outcome)
 
 

@@ -16,6 +16,7 @@ import heapq
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from latlab.engine.batching import decode_groups
 from latlab.engine.block_manager import BlockManager
@@ -24,7 +25,17 @@ from latlab.engine.sequence import SequenceStatus
 from latlab.sim.sequence import SimSequence, block_limit, steps_to
 from latlab.sim.stepcost import StepCostModel
 
-Speed = Callable[[float], float]  # a drawn world's cost factor at t
+
+class Speed(Protocol):
+    """A drawn world's step costs (`world.Draw`): the factor on a step starting at `t`, with
+    that step's own jitter (`step_speed`: a step the scheduler decides, or an admission),
+    and until when the factor holds (a decode run is charged one factor: it ends there)."""
+
+    def speed(self, t: float) -> float: ...
+
+    def step_speed(self, t: float) -> float: ...
+
+    def steady_until(self, t: float) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +101,7 @@ class LazySteps:
                 return None
         a, b = self.cost.decode_run(batch, self.context + batch, min(self.groups, batch))
         if speed is not None:
-            f = speed(now)
+            f = speed.speed(now)
             a, b = a * f, b * f
         span = horizon - now
         if span <= a:
@@ -129,7 +140,7 @@ class LazySteps:
         dt = self.cost.seconds(batch + n, batch, 1, batch + 1, groups, self.context + batch,
                                n * (head.num_computed_tokens + n))
         if speed is not None:
-            dt *= speed(now)
+            dt *= speed.step_speed(now)
         self.decode_steps += 1
         self.context += batch
         self.owed += batch

@@ -1,5 +1,5 @@
 """Fleet policies: where a request goes (the router) and how many replicas serve (the
-autoscaler).
+autoscaler), and what the fleet paid for them (`fleet_outcome`).
 
 Routers, as in production gateways (vLLM's router, llm-d, Envoy): `round_robin`; `random`
 (each request to a replica drawn uniformly: Poisson arrivals split into independent Poisson
@@ -20,9 +20,34 @@ import random
 from collections.abc import Sequence
 from typing import Protocol
 
-from latlab.records.simulation import Autoscale
+from latlab.records.simulation import Autoscale, FleetOutcome
 
 BOUND = 1.25
+
+
+class Paid(Protocol):
+    """A simulated replica as the fleet pays for it (`replica.SimReplica`)."""
+
+    started: float
+    stopped: float | None
+    last_end: float
+    reloads: int
+
+
+def fleet_outcome(replicas: Sequence[Paid], ready_timeline: Sequence[tuple[float, int]],
+                  ready_now: int, end: float, scale_ups: int, scale_downs: int
+                  ) -> FleetOutcome:
+    """The replica-seconds paid up to `end` (a replica scaled down still finishes what it
+    holds), and how many served when (`ready_timeline`: (t, replicas ready))."""
+    paid = 0.0
+    for r in replicas:
+        stop = r.stopped if r.stopped is not None else end
+        paid += max(0.0, max(stop, r.last_end) - r.started)
+    counts = [n for _, n in ready_timeline] or [ready_now]
+    return FleetOutcome(replica_seconds=paid, mean_replicas=paid / end if end > 0 else 0,
+                        peak_replicas=max(counts), scale_ups=scale_ups, scale_downs=scale_downs,
+                        reloads=sum(r.reloads for r in replicas),
+                        timeline=[(round(t, 3), n) for t, n in ready_timeline])
 
 
 class Routable(Protocol):

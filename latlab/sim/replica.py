@@ -101,7 +101,7 @@ class SimReplica:
         self.outstanding = 0  # submitted, not finished
         self.segments = Segments()
         self.trace: list | None = None  # when a list: every step's [(request id, tokens)]
-        self.speed: Speed | None = None  # a drawn world's cost factor at t
+        self.speed: Speed | None = None  # a drawn world's step costs
         self.started = 0.0  # when the fleet started paying for it (`fleet.py`)
         self.stopped: float | None = None  # when the fleet scaled it down
 
@@ -196,7 +196,7 @@ class SimReplica:
         if speculative and any(s.spec_token_ids for s in sched.running):
             dt += self.techniques.draft_ms / 1e3
         if self.speed is not None:
-            dt *= self.speed(now)
+            dt *= self.speed.step_speed(now)
         if self.trace is not None:
             self.trace.append([(seq.request_id, n) for seq, n in out.scheduled])
         self.segments.add(self.steps, now, dt, 0.0)
@@ -206,6 +206,8 @@ class SimReplica:
 
     def _decode_run(self, now: float, horizon: float) -> int:
         """Start up to the next event's worth of decode-only steps; 0 if none can be taken."""
+        if self.speed is not None:  # one factor a run: it ends where the factor changes
+            horizon = min(horizon, self.speed.steady_until(now))
         run = self.lazy.decode_run(now, horizon, self.steps, self.speed)
         if run is None:
             return 0

@@ -1,9 +1,8 @@
-"""How far a calibration's timings strayed from its fit (`Spread`), and the possible worlds a
-prediction draws from it (`Draw`).
+"""How far a calibration's timings strayed from its fit (`Spread`), and the distribution of
+levels a prediction's worlds draw from it (`level_quantile`; a world itself: `world.Draw`).
 
     spread, by_size = estimate(*misfit(cost, x, ms), times, runs)  # the fit's samples
-    draw = Draw.make(spread, rng)   # one world: the step costs' level, its drift
-    dt *= draw.speed(now)           # a step starting at `now` (s) costs this many times more
+    level_quantile(spread, 0.95)   # the level (log factor) 95% of the worlds stay below
 
 Where the linear model is off by the size of step the same way in every run, that is no
 uncertainty: the step cost charges it (`by_size`, `size_factors`). What is left varies: a
@@ -11,14 +10,15 @@ world's step costs sit at a *level* off the fit (the machine faster or slower th
 was timed; a workload of other steps, as far as the factors by size are themselves
 uncertain), drawn from a Student t over the level's spread between runs and the factors'
 error (few runs: wide tails), and drift around it from one window of `window_s` seconds to
-the next (the machine's speed moving within a run). Each request's costs outside the engine
-vary by their own spread.
+the next (the machine's speed moving within a run); within a window, the machine's slow
+stretches (`stretches`: served steps only). Each request's costs outside the engine vary by
+their own spread.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from latlab.records.calibration import (
     Spread,
     StepCost,
 )
+from latlab.sim import stretches as stretch
 from latlab.sim.stepcost import FEATURES, design
 
 WINDOW_S = 10.0
@@ -128,37 +129,47 @@ def size_factors(r: np.ndarray, fitted: np.ndarray, runs: np.ndarray) -> BySize:
 
 
 def estimate(r: np.ndarray, fitted: np.ndarray, times: np.ndarray, runs: np.ndarray,
-             window_s: float = WINDOW_S, request: RequestSpread | None = None
-             ) -> tuple[Spread, list[SizeFactor]]:
+             window_s: float = WINDOW_S, request: RequestSpread | None = None,
+             with_stretches: bool = False) -> tuple[Spread, list[SizeFactor]]:
     """The spread of the misfits `r` (`misfit`; the linear model charged `fitted`) of
     samples timed at `times` (seconds) in the `runs` they belong to, and the factors by size
     that take the systematic part of it (`size_factors`: the step cost's `by_size`); the
-    drift and the level between runs are those of what the factors leave."""
+    drift and the level between runs are those of what the factors leave. `with_stretches`
+    (samples that are single steps in time order, as served): how each step's misfit
+    carries over to the next (`stretches.fit`), and the drift and the level between runs
+    beyond what those stretches make of a window's and a run's mean."""
     r, fitted = np.asarray(r, dtype=float), np.asarray(fitted, dtype=float)
     times, runs = np.asarray(times, dtype=float), np.asarray(runs)
     step = robust_sd(r)
     by_size = size_factors(r, fitted, runs)
     r = by_size.left
     noise = robust_sd(r) ** 2
-    per_run = []  # each run's windows: (mean misfit, samples)
+    stretches = stretch.fit(r, times, runs) if with_stretches else None
+    if stretches is not None:  # the steps' own noise: what the stretches leave
+        noise = stretches.jitter ** 2
+    per_run = []  # each run's windows: (mean misfit, samples), and its span (s)
     for run in np.unique(runs):
         rr, tt = r[runs == run], times[runs == run]
         slot = np.floor((tt - tt.min()) / window_s)
         windows = [(float(rr[slot == s].mean()), int((slot == s).sum()))
                    for s in np.unique(slot) if (slot == s).sum() >= MIN_WINDOW]
         if windows:
-            per_run.append(windows)
-    deviations = [m - np.mean([w[0] for w in run]) for run in per_run for m, _ in run]
-    sizes = [n for run in per_run for _, n in run]
+            per_run.append((windows, float(tt.max() - tt.min())))
+    deviations = [m - np.mean([w[0] for w in run]) for run, _ in per_run for m, _ in run]
+    sizes = [n for run, _ in per_run for _, n in run]
     dof = len(deviations) - len(per_run)
+    slow = (float(np.mean([stretch.window_variance(stretches, window_s, span)
+                           for _, span in per_run])) if per_run else 0.0)
     drift = (math.sqrt(max(0.0, float(np.sum(np.square(deviations))) / dof
-                           - noise / float(np.mean(sizes)))) if dof > 0 else 0.0)
-    levels = [float(np.mean([w[0] for w in run])) for run in per_run]
-    between = (_beyond_noise(levels, [drift ** 2 / len(run) for run in per_run])
+                           - noise / float(np.mean(sizes)) - slow)) if dof > 0 else 0.0)
+    levels = [float(np.mean([w[0] for w in run])) for run, _ in per_run]
+    between = (_beyond_noise(levels, [drift ** 2 / len(run)
+                                      + stretch.run_variance(stretches, span)
+                                      for run, span in per_run])
                if len(levels) >= 2 else None)
     spread = Spread(step=step, shape=by_size.sd, shape_dof=by_size.dof, drift=drift,
                     between=between, windows=len(deviations), runs=len(per_run),
-                    window_s=window_s,
+                    window_s=window_s, stretches=stretches,
                     request=request if request is not None else RequestSpread())
     return spread, by_size.factors
 
@@ -175,22 +186,32 @@ def spread_of(cal: Calibration) -> tuple[Spread, str | None]:
             f"{100 * cal.fit.mape:.0f}% (mean), and nothing else")
 
 
+def level_parts(spread: Spread) -> list[tuple[float, float]]:
+    """The variances a new run's level adds up from, each with its degrees of freedom: the
+    factors by size's error (across step sizes: the factors' own, else `SHAPE_GROUPS`
+    groups) and between runs (from one run: as far as its windows drifted). Where the
+    calibration fitted the machine's slow stretches (served steps), they explain the probes'
+    short-term disagreement, and what the machine does beyond them — its level moving from
+    one 10 s window to the next — is a later run's level too: a run minutes after the
+    calibration sits as far off as the windows went (the drift, with its windows' dof)."""
+    shape_dof = spread.shape_dof if spread.shape_dof is not None else SHAPE_GROUPS - 1
+    parts = [(spread.shape ** 2, shape_dof)]
+    if spread.between is not None:
+        parts.append((spread.between ** 2, spread.runs - 1))
+    if spread.between is None or spread.stretches is not None:
+        parts.append((spread.drift ** 2, spread.windows - 1))
+    return parts
+
+
 def level_sd(spread: Spread) -> float:
-    """The standard deviation of a new run's level: the factors by size's error (across step
-    sizes) and between runs (from one run: as far as its windows drifted)."""
-    between = spread.between if spread.between is not None else spread.drift
-    return math.sqrt(spread.shape ** 2 + between ** 2)
+    """The standard deviation of a new run's level (`level_parts`)."""
+    return math.sqrt(sum(v for v, _ in level_parts(spread)))
 
 
 def level_dof(spread: Spread) -> float:
-    """The Student t's degrees of freedom for the level: its two variances' (across step
-    sizes: the factors' own, else `SHAPE_GROUPS` groups; between runs, else between
-    windows), combined as Welch–Satterthwaite does; normal when neither was measured more
-    than twice."""
-    between, units = ((spread.between, spread.runs) if spread.between is not None
-                      else (spread.drift, spread.windows))
-    shape_dof = spread.shape_dof if spread.shape_dof is not None else SHAPE_GROUPS - 1
-    parts = [(spread.shape ** 2, shape_dof), (between ** 2, units - 1)]
+    """The Student t's degrees of freedom for the level: its variances' (`level_parts`),
+    combined as Welch–Satterthwaite does; normal when none was measured more than twice."""
+    parts = level_parts(spread)
     total = sum(v for v, _ in parts)
     if total <= 0:
         return math.inf
@@ -216,58 +237,3 @@ def drift_limit(spread: Spread, level: float = 0.9) -> float:
     dof, q = level_dof(spread), 0.5 + level / 2
     z = t.ppf(q, dof) if math.isfinite(dof) else norm.ppf(q)
     return math.exp(z * math.hypot(level_sd(spread), spread.drift))
-
-
-@dataclass
-class Draw:
-    """One possible world for a simulation: step costs × `exp(level + drift of the window)`,
-    each request's costs outside the engine off the calibration's by its own draw.
-
-    The windows' drift comes from `rng`, the requests' costs from `requests_rng` (`rng` when
-    not given): two simulations of the same world (a setting and its change) see the same
-    drift and the same requests' costs whatever order they ask for them in."""
-
-    level: float
-    drift: float
-    window_s: float
-    request_sd: tuple[float, float]  # preprocess (with the network's), postprocess (s)
-    rng: np.random.Generator
-    requests_rng: np.random.Generator | None = None
-    _windows: list[float] = field(default_factory=list)
-    _overheads: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
-
-    @classmethod
-    def make(cls, spread: Spread, seed: int | list[int], quantile: float | None = None) -> Draw:
-        """A world from `seed`: its level at the `quantile` of the levels the spread allows
-        (drawn at random when None), its drift and requests' costs from the seed's
-        streams."""
-        windows, requests = (np.random.default_rng(s)
-                             for s in np.random.SeedSequence(seed).spawn(2))
-        if quantile is None:
-            dof = level_dof(spread)
-            z = windows.standard_t(dof) if math.isfinite(dof) else windows.standard_normal()
-            level = float(z * level_sd(spread))
-        else:
-            level = level_quantile(spread, quantile)
-        r = spread.request
-        return cls(level=level, drift=spread.drift, window_s=spread.window_s,
-                   request_sd=(math.hypot(r.preprocess, r.network) / 1e3, r.postprocess / 1e3),
-                   rng=windows, requests_rng=requests)
-
-    def speed(self, t: float) -> float:
-        """How many times the calibrated cost a step starting at `t` (s) takes."""
-        w = int(t / self.window_s) if t > 0 else 0
-        while len(self._windows) <= w:
-            self._windows.append(math.exp(self.level + self.drift * self.rng.standard_normal()))
-        return self._windows[w]
-
-    def overheads(self, n: int) -> np.ndarray:
-        """`[n, 2]` seconds added to the preprocess (the network's spread with it, on the
-        way in) and postprocess of the first `n` requests; the simulator keeps each cost at
-        zero or more."""
-        if len(self._overheads) < n:
-            rng = self.requests_rng if self.requests_rng is not None else self.rng
-            more = rng.standard_normal((n - len(self._overheads), 2)) * np.asarray(
-                self.request_sd)
-            self._overheads = np.vstack([self._overheads, more])
-        return self._overheads[:n]
