@@ -10,7 +10,8 @@ other, each with an empty `$LATLAB_CACHE`:
 host's load is made, not hoped for; the load average is sampled through each run. Per run:
 the seconds to the first progress line (imports), to the probes (the in-process grid and
 its reference steps), latlab serve's start and each probe (from the progress lines), the
-first answer, and the calibration's fit error, held-out error and probe replays.
+first answer, the CPU seconds of predict and of its latlab serve in each stage (each probe
+its own), and the calibration's fit error, held-out error and probe replays.
 
 `--calibration FILE` times the answer alone instead: the same `predict` given that
 calibration (`--no-probe`: no machine check), so what follows a calibration — the

@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from latlab.records.catalog import metrics
-from latlab.records.columns import BLOCK, Ragged, ms_between, per_request
+from latlab.records.columns import BLOCK, Ragged, ms_between, one_value, per_request
 from latlab.records.spill import Spill
 from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
@@ -89,13 +89,16 @@ def metric_columns(t: RequestTable, spill: Spill | None = None) -> MetricColumns
                     ms_between(t.last_token_ns, t.first_token_ns)
                     / np.maximum(tokens - 1, 1), np.nan)
     gaps, itl = _gaps(t)
+    ttft = ms_between(t.first_token_ns, t.sent_ns)
+    e2e = np.where(ok, ms_between(t.done_ns, t.sent_ns), np.nan)
+    # sent when scheduled (an observed call, whose start is both): from schedule is from send
+    on_time = np.array_equal(t.sent_ns, t.scheduled_ns)
     return MetricColumns(
-        ttft=ms_between(t.first_token_ns, t.sent_ns),
-        ttft_sched=ms_between(t.first_token_ns, t.scheduled_ns),
-        e2e=np.where(ok, ms_between(t.done_ns, t.sent_ns), np.nan),
-        e2e_sched=np.where(ok, ms_between(t.done_ns, t.scheduled_ns), np.nan),
-        tpot=tpot, lateness=ms_between(t.sent_ns, t.scheduled_ns), output_tokens=tokens,
-        itl=itl, chunk_gaps=gaps)
+        ttft=ttft, ttft_sched=ttft if on_time else ms_between(t.first_token_ns, t.scheduled_ns),
+        e2e=e2e, e2e_sched=e2e if on_time else
+        np.where(ok, ms_between(t.done_ns, t.scheduled_ns), np.nan),
+        tpot=tpot, lateness=one_value(ms_between(t.sent_ns, t.scheduled_ns)),
+        output_tokens=tokens, itl=itl, chunk_gaps=gaps)
 
 
 def _spilled(t: RequestTable, spill: Spill) -> MetricColumns:

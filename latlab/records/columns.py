@@ -196,13 +196,30 @@ def one_value(column: np.ndarray) -> np.ndarray:
     return column
 
 
+def one_valued(value: Any) -> Any:
+    """`value` (an array, a dict of them, `Labels`) with each array of one value throughout
+    a read-only view of it (`one_value`)."""
+    if isinstance(value, np.ndarray):
+        return one_value(value)
+    if isinstance(value, dict):
+        return {k: one_valued(v) for k, v in value.items()}
+    if isinstance(value, Labels):
+        return Labels(one_value(value.codes), value.names)
+    return value
+
+
 def present(values: np.ndarray) -> np.ndarray:
     """Where an int64 timestamp column holds a time."""
     return values != MISSING
 
 
 def first_present(*columns: np.ndarray) -> np.ndarray:
-    """Per row, the first of `columns` that holds a time (MISSING when none does)."""
+    """Per row, the first of `columns` that holds a time (MISSING when none does): where the
+    first holds one in every row, a read-only view of it (no copy)."""
+    if present(columns[0]).all():
+        view = columns[0].view()
+        view.flags.writeable = False
+        return view
     out = columns[-1].copy()
     for column in reversed(columns[:-1]):
         out = np.where(present(column), column, out)

@@ -58,7 +58,7 @@ class ObserveConfig(SloConfig, OutputConfig):
                                     "in requests.jsonl but in no window.", "--max-lateness",
                                     group=TELEMETRY, gt=0)
     max_pending_spans: int = setting(100_000, "Spans held for traces not yet complete (about "
-                                     "1 KB each); at it, exporters are asked to retry later "
+                                     "0.5 KB each); at it, exporters are asked to retry later "
                                      "(503), and a file's oldest traces are explained with the "
                                      "spans they have (counted).", group=TELEMETRY, ge=1)
     keep_spans: bool = setting(False, "Also keep every span in the folder (spans.jsonl; it "

@@ -9,13 +9,15 @@ server's clock, attributes as plain values.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 SPANS = "spans.jsonl"
 SERVER_TIMINGS = "server_timings.jsonl"
+NO_EVENTS: tuple[SpanEvent, ...] = ()  # one empty sequence for every span read without them
 
 
 @dataclass(slots=True)
@@ -37,8 +39,9 @@ class Span:
     end_ns: int
     parent_span_id: str | None = None
     kind: str | None = None
-    attributes: dict[str, object] = field(default_factory=dict)
-    events: list[SpanEvent] = field(default_factory=list)
+    # A dict, or while `latlab observe` holds it the compact mapping of the attributes it reads
+    attributes: Mapping[str, object] = field(default_factory=dict)
+    events: Sequence[SpanEvent] = field(default_factory=list)  # NO_EVENTS: not decoded
     service: str | None = None
     status: str | None = None  # "ok" or "error" when the span set one
 
@@ -47,7 +50,9 @@ class Span:
         return (self.end_ns - self.start_ns) / 1e6
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        if isinstance(self.attributes, dict):
+            return asdict(self)
+        return asdict(replace(self, attributes=dict(self.attributes)))
 
     @classmethod
     def from_json(cls, data: Any) -> Span:

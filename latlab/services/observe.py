@@ -36,6 +36,7 @@ from pathlib import Path
 import orjson
 
 from latlab import __version__
+from latlab.load.telemetry.conventions import KEPT
 from latlab.load.telemetry.observer import Observer
 from latlab.load.telemetry.otlp import SpanReceiver, iter_spans
 from latlab.load.telemetry.trace_wait import TraceWait
@@ -189,7 +190,8 @@ def _listen(config: ObserveConfig, spans: _Spans) -> SpanReceiver:
     receiver = SpanReceiver(None, config.host, config.otlp_port,
                             on_spans=lambda batch: spans.add(batch, time.time_ns()),
                             accepting=lambda: spans.observer.accepting(time.time_ns()),
-                            events=config.keep_spans)
+                            events=config.keep_spans,
+                            kept=None if config.keep_spans else KEPT)
     try:
         return receiver.__enter__()
     except OSError as e:

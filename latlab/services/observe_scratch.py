@@ -22,12 +22,13 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from latlab.records.columns import one_valued
 from latlab.records.reader import read_requests
 from latlab.records.table import SCHEMA, RequestTable
 
@@ -86,15 +87,18 @@ class Scratch:
 
     def take(self, key: int) -> RequestTable:
         """Window `key`'s calls as columns (but `UNREAD`), in start order (the window is the
-        same whatever order its calls arrived in); its files removed."""
+        same whatever order its calls arrived in), a column of one value throughout (a field
+        every call shares: its worker, outcome, API, ...) a view of it; its files removed."""
         segments = self._windows.pop(key)
         order = np.argsort(np.concatenate(segments.starts), kind="stable")
         try:
-            return RequestTable.merge((read_requests(path, schema=READ)
-                                       for path in segments.files), order)
+            table = RequestTable.merge((read_requests(path, schema=READ)
+                                        for path in segments.files), order)
         finally:
             for path in segments.files:
                 path.unlink(missing_ok=True)
+        return replace(table, **{f.name: one_valued(getattr(table, f.name))
+                                 for f in fields(table)})
 
 
 def clear_stale(out: Path) -> list[Path]:

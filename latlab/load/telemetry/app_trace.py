@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+from latlab.load.telemetry.conventions import ASGI_EVENT
 from latlab.records.spans import Span
 
 GENERIC_SUFFIXES = ("http receive", "http send")
@@ -37,7 +38,7 @@ def generic(s: Span) -> bool:
     """HTTP plumbing (an ASGI receive or send, a middleware), never an application's work."""
     name = s.name.strip().lower()
     return (name.endswith(GENERIC_SUFFIXES) or "middleware" in name
-            or "asgi.event.type" in s.attributes)
+            or ASGI_EVENT in s.attributes)
 
 
 def root_of(spans: Sequence[Span]) -> Span | None:

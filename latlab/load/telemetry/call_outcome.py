@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from latlab.load.telemetry.conventions import ERROR_TYPE, STATUS
 from latlab.records.spans import Span
 from latlab.records.timeline import Outcome
 
@@ -20,15 +21,14 @@ def outcome_of(spans: Sequence[Span]) -> tuple[Outcome, str | None]:
     """How the call ended, from the HTTP status and errors its spans recorded (its own
     span first)."""
     for s in spans:
-        status = s.attributes.get("http.response.status_code", s.attributes.get(
-            "http.status_code"))
+        status = next((s.attributes[k] for k in STATUS if k in s.attributes), None)
         if isinstance(status, int) and status >= 400:
             kind = (Outcome.HTTP_429 if status == 429 else
                     Outcome.HTTP_5XX if status >= 500 else Outcome.HTTP_4XX)
             return kind, f"{s.name}: HTTP {status}"
     for s in spans:
         if s.status == "error":
-            error = str(s.attributes.get("error.type") or "error")
+            error = str(s.attributes.get(ERROR_TYPE) or "error")
             kind = next((o for name, o in ERROR_TYPES if name in error.lower()),
                         Outcome.CLIENT_ERROR)
             return kind, f"{s.name}: {error}"

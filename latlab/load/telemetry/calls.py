@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from latlab.load.telemetry import conventions as semconv
 from latlab.load.telemetry.app_trace import application_of
 from latlab.load.telemetry.call_outcome import outcome_of
 from latlab.load.telemetry.spans import STAGE_NAMES, is_model_span, model_timing
@@ -38,9 +39,7 @@ from latlab.records.timeline import RequestTimeline, ServerTiming, SessionStep
 CHAT_OPERATIONS = {"chat": "chat", "text_completion": "completions",
                    "generate_content": "chat"}
 TOOL_OPERATION = "execute_tool"
-TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
 NS_PER_S = 1e9
-
 
 
 @dataclass(slots=True)
@@ -62,17 +61,18 @@ class Call:
     def id(self) -> str | None:
         """The id both sides know: the server's request id, the client's response id."""
         for s in self.server_spans:  # SGLang's `rid` is on the request's span, under the top
-            rid = s.attributes.get("gen_ai.request.id") or s.attributes.get("rid")
+            rid = s.attributes.get(semconv.REQUEST_IDS[0]) or s.attributes.get(
+                semconv.REQUEST_IDS[1])
             if isinstance(rid, str):
                 return rid
         if self.client is not None:
-            rid = self.client.attributes.get("gen_ai.response.id")
+            rid = self.client.attributes.get(semconv.RESPONSE_ID)
             return rid if isinstance(rid, str) else None
         return None
 
 
 def is_client_call(s: Span) -> bool:
-    return s.kind == "client" and s.attributes.get("gen_ai.operation.name") in CHAT_OPERATIONS
+    return s.kind == "client" and s.attributes.get(semconv.OPERATION) in CHAT_OPERATIONS
 
 
 def calls_of(trace: Sequence[Span]) -> list[Call]:
@@ -89,7 +89,7 @@ def calls_of(trace: Sequence[Span]) -> list[Call]:
     by_response = {c.id: c for c in calls if c.client is None and c.id is not None}
     for s in trace:
         if is_client_call(s) and s.span_id not in paired:
-            server_call = by_response.pop(s.attributes.get("gen_ai.response.id"), None)
+            server_call = by_response.pop(s.attributes.get(semconv.RESPONSE_ID), None)
             if server_call is not None:  # the server's span a sibling: the context was the parent's
                 server_call.client = s
             else:
@@ -103,10 +103,10 @@ def streamed(call: Call) -> bool | None:
     instrumentation's default spans, a model server's, do not record it)."""
     if call.client is None:
         return None
-    stream = call.client.attributes.get("gen_ai.request.stream")
+    stream = call.client.attributes.get(semconv.STREAM)
     if isinstance(stream, bool):
         return stream
-    return True if TIME_TO_FIRST_CHUNK in call.client.attributes else None
+    return True if semconv.TIME_TO_FIRST_CHUNK in call.client.attributes else None
 
 
 def joined(client: Call, server: Call) -> Call:
@@ -150,7 +150,7 @@ def steps_of(calls: list[Call]) -> list[SessionStep | None]:
         return [None] * len(calls)
     trace_id = calls[0].trace[0].trace_id
     tools = sorted((s for s in calls[0].trace
-                    if s.attributes.get("gen_ai.operation.name") == TOOL_OPERATION),
+                    if s.attributes.get(semconv.OPERATION) == TOOL_OPERATION),
                    key=lambda s: s.start_ns)
     steps, after = [], None
     for turn, call in enumerate(calls, 1):
@@ -204,16 +204,16 @@ def _tokens(r: RequestTimeline, call: Call) -> None:
         return next((a[k] for a in attrs for k in keys
                      if isinstance(a.get(k), int) and not isinstance(a.get(k), bool)), None)
 
-    r.prompt_tokens = first("gen_ai.usage.prompt_tokens", "gen_ai.usage.input_tokens")
-    r.completion_tokens = first("gen_ai.usage.completion_tokens", "gen_ai.usage.output_tokens")
-    r.max_tokens = first("gen_ai.request.max_tokens")
+    r.prompt_tokens = first(*semconv.PROMPT)
+    r.completion_tokens = first(*semconv.OUTPUT)
+    r.max_tokens = first(semconv.MAX_TOKENS)
     r.tokens_from_usage = r.completion_tokens is not None
 
 
 def _token_times(r: RequestTimeline, call: Call, model: ServerTiming) -> None:
     """The first and last token, from the server's span, on the record's clock."""
     s = call.server
-    ttft = s.attributes.get("gen_ai.latency.time_to_first_token")
+    ttft = s.attributes.get(semconv.TTFT)
     if isinstance(ttft, (int, float)):
         first = s.start_ns + int(ttft * NS_PER_S)
     elif model.prefill is not None:
@@ -232,7 +232,7 @@ def _token_times(r: RequestTimeline, call: Call, model: ServerTiming) -> None:
 def _client_first_token(r: RequestTimeline, client: Span) -> None:
     """The client's own first chunk, where its GenAI span records it (the instrumentation's
     `gen_ai.response.time_to_first_chunk`, a streamed call's, in seconds)."""
-    ttfc = client.attributes.get(TIME_TO_FIRST_CHUNK)
+    ttfc = client.attributes.get(semconv.TIME_TO_FIRST_CHUNK)
     if isinstance(ttfc, (int, float)) and not isinstance(ttfc, bool) and ttfc >= 0:
         r.first_token_ns = min(client.start_ns + int(ttfc * NS_PER_S), client.end_ns)
 
@@ -253,7 +253,7 @@ def _shift(call: Call) -> int:
 
 def _api(call: Call) -> str:
     if call.client is not None:
-        return CHAT_OPERATIONS[call.client.attributes["gen_ai.operation.name"]]
+        return CHAT_OPERATIONS[call.client.attributes[semconv.OPERATION]]
     return "chat" if (call.id or "").startswith("chatcmpl") else "completions"
 
 

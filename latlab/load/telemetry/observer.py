@@ -4,7 +4,8 @@ Spans come in batches, a trace's spans in several (each service exports its own,
 apart), so they are grouped per trace until the trace has been quiet for a while (`trace_wait`:
 learnt from the gaps seen between a trace's spans, or --trace-wait), as an OpenTelemetry
 Collector's group-by-trace processor does; then its LLM calls become records
-(`calls`). Memory stays bounded: at most `max_spans` spans wait, past it the trace quiet the
+(`calls`). Memory stays bounded: at most `max_spans` spans wait, each with only the
+attributes its calls are made from (`held`: about 0.4 KB a span), past it the trace quiet the
 longest is explained with the spans it has (`forced`). A call seen by one side only that names
 the other's id (a client that did not propagate its trace context, so its model server's span
 is in another trace) waits as long again for its other half, then goes alone.
@@ -28,12 +29,14 @@ from __future__ import annotations
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from latlab.load.telemetry.attributes import Attributes
 from latlab.load.telemetry.calls import Call, calls_of, joined, record_of, steps_of, streamed
+from latlab.load.telemetry.conventions import KEPT, MODEL
 from latlab.load.telemetry.trace_wait import TraceWait
 from latlab.load.telemetry.watermark import EXPORT_DELAY_NS, Watermark
-from latlab.records.spans import Span
+from latlab.records.spans import NO_EVENTS, Span
 from latlab.records.timeline import RequestTimeline
 
 DEFAULT_BOUND_NS = 120 * 10**9  # --max-lateness's default
@@ -42,8 +45,10 @@ EXPLAINED_KEPT = 50_000  # trace ids explained lately, to tell a split trace's l
 
 @dataclass(slots=True)
 class _Waiting:
-    """A trace's spans so far: when its first and last arrived, its earliest start."""
+    """A trace's spans so far: when its first and last arrived, its earliest start; its id
+    (the one string its spans share)."""
 
+    trace_id: str
     spans: list[Span]
     first_ns: int
     last_ns: int
@@ -59,6 +64,13 @@ class _Half:
     due_ns: int
     first_ns: int
     start_ns: int
+
+
+def held(s: Span) -> Span:
+    """`s` as it waits for its trace: only the attributes its calls are made from (`KEPT`),
+    compact, and no events (what the receiver decodes for observe; a file's spans and those
+    kept whole for --keep-spans are cut to it here)."""
+    return replace(s, attributes=KEPT.of(s.attributes.items()), events=NO_EVENTS)
 
 
 class Observer:
@@ -90,14 +102,17 @@ class Observer:
         """Spans that arrived at `now_ns`."""
         with self._lock:
             for s in spans:
+                if not isinstance(s.attributes, Attributes):
+                    s = held(s)
                 entry = self._pending.pop(s.trace_id, None)
                 if entry is None:
-                    entry = _Waiting([], now_ns, now_ns, s.start_ns)
+                    entry = _Waiting(s.trace_id, [], now_ns, now_ns, s.start_ns)
                     explained = self._explained.pop(hash(s.trace_id), None)
                     if explained is not None:
                         self.wait.split(now_ns - explained)
                 else:
                     self.wait.gap(now_ns - entry.last_ns)
+                    s.trace_id = entry.trace_id
                 entry.spans.append(s)
                 entry.last_ns = now_ns
                 entry.start_ns = min(entry.start_ns, s.start_ns)
@@ -208,7 +223,7 @@ class Observer:
         if r.server is not None and r.server.source:
             self.sources[r.server.source] += 1
         model = next((s.attributes.get(k) for s in (call.server, call.client) if s is not None
-                      for k in ("gen_ai.response.model", "gen_ai.request.model")
+                      for k in MODEL
                       if isinstance(s.attributes.get(k), str)), None)
         if model is not None:
             self.models[model] += 1

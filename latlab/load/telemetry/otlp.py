@@ -5,10 +5,11 @@ and read spans from files afterwards, all into `records.spans.Span`.
         ... the load ...; receiver.count
 
 or hands each request's spans to `on_spans` (in the receiver's thread) as they arrive
-(`latlab observe`), refusing them while `accepting()` says no (503 and Retry-After, which
-OTLP exporters retry: memory stays bounded when the spans come faster than they are
-explained). A body that is not an OTLP trace export is answered 400 and counted (`rejected`,
-`first_rejection`); gzip bodies (a Collector's default) are decompressed.
+(`latlab observe`, with only the attributes it reads: `kept`), refusing them while
+`accepting()` says no (503 and Retry-After, which OTLP exporters retry: memory stays bounded
+when the spans come faster than they are explained). A body that is not an OTLP trace export
+is answered 400 and counted (`rejected`, `first_rejection`); gzip bodies (a Collector's
+default) are decompressed.
 
 Protobuf bodies are decoded with `opentelemetry-proto`'s messages; OTLP/JSON is read from the
 JSON itself (`json_spans`: protobuf's JSON parser is pure Python, and OTLP/JSON writes ids in
@@ -38,9 +39,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from latlab.load.telemetry.attributes import Kept
 from latlab.load.telemetry.otlp_json import KINDS, STATUS, json_spans
 from latlab.records.folder import RunFolder
-from latlab.records.spans import Span, SpanEvent
+from latlab.records.spans import NO_EVENTS, Span, SpanEvent
 
 SPAN_POLL_S = 0.1
 SPAN_QUIET_S = 1.0  # longer than an exporter's batch delay (latlab serve: 0.5 s)
@@ -56,9 +58,10 @@ class SpanReceiver:
 
     def __init__(self, path: Path | None = None, host: str = "127.0.0.1", port: int = 0,
                  on_spans: Callable[[list[Span]], None] | None = None,
-                 accepting: Callable[[], bool] | None = None, events: bool = True) -> None:
+                 accepting: Callable[[], bool] | None = None, events: bool = True,
+                 kept: Kept | None = None) -> None:
         self.path, self.host, self.port, self.on_spans = path, host, port, on_spans
-        self.accepting, self.events = accepting, events
+        self.accepting, self.events, self.kept = accepting, events, kept
         self.count = 0
         self.throttled = 0
         self.rejected = 0
@@ -117,7 +120,8 @@ class SpanReceiver:
         protobuf = request.content_type == "application/x-protobuf"
         try:
             body = await request.read()
-            spans = (list(spans_of(ExportTraceServiceRequest.FromString(body), self.events))
+            spans = (list(spans_of(ExportTraceServiceRequest.FromString(body), self.events,
+                                   self.kept))
                      if protobuf
                      else json_spans(orjson.loads(body)))
         except Exception as e:  # noqa: BLE001 - a sender's bad body is its 400, not our crash
@@ -139,29 +143,42 @@ class SpanReceiver:
         return web.json_response(json_format.MessageToDict(reply))
 
 
-def spans_of(message: ExportTraceServiceRequest, events: bool = True) -> Iterator[Span]:
-    """The message's spans; without their events unless `events` (observe reads none)."""
+def spans_of(message: ExportTraceServiceRequest, events: bool = True,
+             kept: Kept | None = None) -> Iterator[Span]:
+    """The message's spans; without their events unless `events` (observe reads none); with
+    only the `kept` attributes where given (`attributes.Kept`: what observe holds). An id
+    the message repeats (a trace's, a parent's) is one string."""
+    ids: dict[bytes, str] = {}
+
+    def hex_id(raw: bytes) -> str:
+        text = ids.get(raw)
+        if text is None:
+            text = ids[raw] = raw.hex()
+        return text
+
     for resource_spans in message.resource_spans:
         service = _attributes(resource_spans.resource.attributes).get("service.name")
         service = str(service) if service is not None else None
         for scope_spans in resource_spans.scope_spans:
             for s in scope_spans.spans:
-                yield Span(s.trace_id.hex(), s.span_id.hex(), _shared(s.name),
+                yield Span(hex_id(s.trace_id), hex_id(s.span_id), _shared(s.name),
                            s.start_time_unix_nano, s.end_time_unix_nano,
-                           s.parent_span_id.hex() or None,
-                           KINDS.get(s.kind), _attributes(s.attributes),
+                           hex_id(s.parent_span_id) or None, KINDS.get(s.kind),
+                           _attributes(s.attributes) if kept is None else
+                           kept.of((kv.key, _decoded(kv.value)) for kv in s.attributes
+                                   if kv.key in kept.keys),
                            [SpanEvent(e.name, e.time_unix_nano, _attributes(e.attributes))
-                            for e in s.events] if events else [], service,
+                            for e in s.events] if events else NO_EVENTS, service,
                            STATUS.get(s.status.code))
 
 
 def _attributes(pairs: Any) -> dict[str, Any]:
-    out = {}
-    for kv in pairs:
-        v = kv.value
-        which = v.WhichOneof("value")
-        out[_shared(kv.key)] = getattr(v, which) if which in _SCALARS else _value(v)
-    return out
+    return {_shared(kv.key): _decoded(kv.value) for kv in pairs}
+
+
+def _decoded(v: AnyValue) -> Any:
+    which = v.WhichOneof("value")
+    return getattr(v, which) if which in _SCALARS else _value(v)
 
 
 _SCALARS = frozenset({"string_value", "int_value", "double_value", "bool_value"})

@@ -33,17 +33,13 @@ import orjson
 
 from latlab.load.telemetry import upstream
 from latlab.load.telemetry.app_trace import application_of
+from latlab.load.telemetry.conventions import CACHED, GENAI, GENAI_CALL
 from latlab.load.telemetry.otlp import read_spans
 from latlab.records.config import Clock
 from latlab.records.folder import RunFolder
 from latlab.records.spans import SERVER_TIMINGS, SPANS, Span, SpanJoin
 from latlab.records.timeline import RequestTimeline, ServerTiming
 
-GENAI = {"queue": "gen_ai.latency.time_in_queue", "prefill": "gen_ai.latency.time_in_model_prefill",
-         "decode": "gen_ai.latency.time_in_model_decode", "total": "gen_ai.latency.e2e",
-         "preprocess": "latlab.latency.preprocess", "postprocess": "latlab.latency.postprocess"}
-GENAI_CALL = ("gen_ai.operation.name", "gen_ai.system", "gen_ai.provider.name",
-              "llm.request.type")
 STAGE_NAMES = {"tokenize": "preprocess", "preprocess": "preprocess", "validate": "preprocess",
                "queue": "queue", "wait": "queue", "waiting": "queue", "prefill": "prefill",
                "prefill forward": "prefill", "decode": "decode", "decode loop": "decode",
@@ -84,7 +80,7 @@ def model_timing(spans: Sequence[Span]) -> tuple[ServerTiming | None, int | None
     for s in spans:
         if is_model_span(s):
             values = {stage: _seconds_ms(s.attributes.get(key)) for stage, key in GENAI.items()}
-            cached = s.attributes.get("gen_ai.usage.cached_tokens")
+            cached = s.attributes.get(CACHED)
             return (ServerTiming.from_json(values, f"otlp:{s.service or 'unknown'}"),
                     cached if isinstance(cached, int) else None)
     stages: dict[str, float] = defaultdict(float)
