@@ -77,3 +77,11 @@ def test_a_recorded_run_through_a_gzipping_nginx_is_in_bursts(tmp_path):
     assert found is not None and found.share > 0.9 and found.through.startswith("nginx")
     stalls = [f for f in a.findings if f.rule == "decode_stalls"]
     assert stalls and "bursts" in stalls[0].title and not stalls[0].changes
+
+
+def test_a_server_that_sends_each_answer_at_once_is_not_called_buffered(tmp_path):
+    """Every event of a stream in one read, no gateway named: a fast server, not a buffer."""
+    records = [timeline(i, i * 300, tokens=8, itl=0.0) for i in range(12)]
+    a = analyze(write_run(tmp_path / "fast", records))
+    assert bursts(a) is None
+    assert not any("bursts" in f.title for f in a.findings)

@@ -43,6 +43,7 @@ LATENCY_METRICS = {name: CATALOG[name].label for name in metrics(compared=True, 
 STATS = ("mean", "p50", "p90", "p99")
 PER_TOKEN = metrics(compared=True, unit="ms", per_request=False)
 NOT_MEASURED = "not measured on both sides"
+WHOLE = LookShare()  # a comparison looked at once: its whole α
 ERROR_RATE_SAME = 1.0  # percentage points: error rates this close, and not significant, match
 RATES = {name: (CATALOG[name].label, CATALOG[name].unit)
          for name in metrics(compared=True) if not CATALOG[name].latency}
@@ -142,7 +143,7 @@ class CompareError(ValueError):
 
 
 def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None,
-            verdicts: VerdictConfig | None = None, share: LookShare = LookShare(),
+            verdicts: VerdictConfig | None = None, share: LookShare = WHOLE,
             decide_on: Sequence[str] = HEADLINE, paired: bool = False) -> Comparison:
     """B against A: each statistic's values (A's and B's pooled requests), its interval and
     verdict from `replicates` (default: each run's time blocks; `paired`: an A/B's rounds,

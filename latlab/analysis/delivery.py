@@ -8,6 +8,10 @@ before, the gaps between them are 0 and the buffer's wait is one long gap. The g
 tokens (ITL, each stream's longest pause, TPOT) then measure the proxy's buffer, not the
 server: a pause the server made is hidden inside a burst, a pause it never made is the
 buffer filling.
+
+Without a gateway named in front, events sharing reads are not enough to call a buffer: a
+server with its whole answer at once sends it in one read (no stream then waits between
+reads), and a busy client's reads fall late and take whatever came. Neither is called one.
 """
 
 from __future__ import annotations
@@ -51,4 +55,12 @@ def bursts(a: RunAnalysis) -> Bursts | None:
     if share < BURST_SHARE:
         return None
     gateway = a.config.target.gateway
+    if gateway is None and (not np.any(gaps > 0) or _client_busy(a)):
+        return None
     return Bursts(share, len(gaps), gateway.name if gateway is not None else None)
+
+
+def _client_busy(a: RunAnalysis) -> bool:
+    """The load generator's host busy with other work: its reads fall late and take several
+    events at once, with no buffer on the way (`busy_host` says so)."""
+    return a.client is not None and a.client.host is not None and bool(a.client.host_busy)
