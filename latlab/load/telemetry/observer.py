@@ -5,7 +5,7 @@ apart), so they are grouped per trace until the trace has been quiet for a while
 learnt from the gaps seen between a trace's spans, or --trace-wait), as an OpenTelemetry
 Collector's group-by-trace processor does; then its LLM calls become records
 (`calls`). Memory stays bounded: at most `max_spans` spans wait, each with only the
-attributes its calls are made from (`held`: about 0.4 KB a span), past it the trace quiet the
+attributes its calls are made from (`held`: about 0.5 KB a span), past it the trace quiet the
 longest is explained with the spans it has (`forced`). A call seen by one side only that names
 the other's id (a client that did not propagate its trace context, so its model server's span
 is in another trace) waits as long again for its other half, then goes alone.
