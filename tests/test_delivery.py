@@ -85,3 +85,14 @@ def test_a_server_that_sends_each_answer_at_once_is_not_called_buffered(tmp_path
     a = analyze(write_run(tmp_path / "fast", records))
     assert bursts(a) is None
     assert not any("bursts" in f.title for f in a.findings)
+
+
+def test_a_client_that_was_its_own_bottleneck_read_late_and_is_not_called_buffered(tmp_path):
+    """Events in bursts with waits between them, no gateway named, the host calm but the
+    load generator behind (its own event loop late): its late reads, not a proxy's buffer."""
+    records = [buffered(timeline(i, i * 300, tokens=64, itl=30.0)) for i in range(12)]
+    calm = analyze(write_run(tmp_path / "calm", records))
+    assert bursts(calm) is not None  # the same streams from a client keeping up
+    late = analyze(write_run(tmp_path / "late", records, client={
+        "workers": 1, "bottleneck": True, "reasons": ["event-loop lag p99 80 ms"]}))
+    assert bursts(late) is None

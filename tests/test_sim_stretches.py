@@ -157,3 +157,12 @@ def test_a_machine_slow_more_often_than_fast_keeps_its_skew_when_drawn():
         assert np.percentile(drawn, q) - np.median(drawn) == pytest.approx(
             np.percentile(skewed, q) - np.median(skewed), abs=0.15), q
     assert np.mean(np.exp(drawn)) == pytest.approx(1.0, abs=0.05)  # centred: the mean cost
+
+
+def test_a_shape_not_at_every_score_or_not_rising_is_refused_with_its_reason():
+    fitted = stretch.shape_of(np.random.default_rng(3).gamma(2.0, size=2000))
+    assert len(fitted) == len(stretch.SCORES)  # what the fit writes is read back
+    assert Stretches(parts=[], shape=fitted).shape == fitted
+    for shape in ([0.1, 0.2], fitted[::-1]):
+        with pytest.raises(ValueError, match="11 quantiles in rising order"):
+            Stretches(parts=[], shape=shape)

@@ -238,3 +238,18 @@ def test_a_chunked_string_column_is_taken_a_chunk_at_a_time_as_arrow_takes_it():
     mask = np.array([True, False, False, True, False, False, True, True])
     assert take(column, mask).to_pylist() == ["a", "c", "f", "g"]
     assert take(column, np.array([], np.int64)).to_pylist() == []
+
+
+def test_a_runs_requests_taken_column_by_column_are_requests_of_every_column(tmp_path):
+    """`columns.take` of a `Requests` (what ab pooled a side's rounds with) gives a
+    `Requests` again, every column taken, not the table alone."""
+    from latlab.analysis import analyze
+    from latlab.analysis.requests import Requests
+    from latlab.records.columns import take
+
+    a = analyze(write_run(tmp_path, steady(6)))
+    rows = np.array([4, 1])
+    taken = take(a.requests, rows)
+    assert isinstance(taken, Requests) and len(taken) == 2
+    assert taken.metrics.ttft.tolist() == a.requests.metrics.ttft[rows].tolist()
+    assert taken.table.index.tolist() == a.requests.table.index[rows].tolist()

@@ -62,8 +62,8 @@ def pool(rounds: Sequence[RunAnalysis]) -> RunAnalysis:
 
 
 def _measured(a: RunAnalysis) -> Requests:
-    """The round's requests inside its window, every column of them (`Requests.take` gives
-    the table alone; a pooled side has no spill of its own)."""
+    """The round's requests inside its window, every column of them (`Requests.table_of`
+    gives the table alone; a pooled side has no spill of its own)."""
     rows, r = np.flatnonzero(a.inside), a.requests
     return Requests(r.table.take(rows), take(r.metrics, rows), take(r.parts, rows),
                     r.in_flight[rows])

@@ -61,6 +61,7 @@ def bursts(a: RunAnalysis) -> Bursts | None:
 
 
 def _client_busy(a: RunAnalysis) -> bool:
-    """The load generator's host busy with other work: its reads fall late and take several
-    events at once, with no buffer on the way (`busy_host` says so)."""
-    return a.client is not None and a.client.host is not None and bool(a.client.host_busy)
+    """The load generator busy, itself (`client_bottleneck`) or its host with other work
+    (`busy_host`): its reads fall late and take several events at once, with no buffer on
+    the way."""
+    return a.client is not None and (a.client.bottleneck or a.client.host_busy)

@@ -45,11 +45,12 @@ class Requests:
     def __len__(self) -> int:
         return len(self.table)
 
-    def take(self, rows: np.ndarray) -> RequestTable:
-        """The requests `rows` (indices) as a table of their own. With a spill, a column at a
-        time, each one's pages given back before the next: rows spread over a run touch
-        nearly every page of a mapped column (the kernel maps the pages around each one
-        read), so the whole table's would be resident at once."""
+    def table_of(self, rows: np.ndarray) -> RequestTable:
+        """The requests `rows` (indices) as a table of their own (not named `take`:
+        `columns.take` would call it on a `Requests` and get a table back). With a spill, a
+        column at a time, each one's pages given back before the next: rows spread over a run
+        touch nearly every page of a mapped column (the kernel maps the pages around each
+        one read), so the whole table's would be resident at once."""
         if self.spill is None:
             return self.table.take(rows)
         t, columns = self.table, {}

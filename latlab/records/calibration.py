@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from latlab.records import SCHEMA_VERSION
 from latlab.records.engine import EngineShape
@@ -92,6 +92,10 @@ class Stretch(Record):
     tau_s: float = Field(gt=0)
 
 
+# The normal scores `Stretches.shape` holds the misfits' quantiles at.
+SHAPE_SCORES = tuple(-2.5 + 0.5 * k for k in range(11))
+
+
 class Stretches(Record):
     """How a step's misfit carries over to the steps after it (`latlab.sim.stretches`): the
     log of a step's cost factor is the sum of `parts` (stretches at their time scales, the
@@ -102,6 +106,15 @@ class Stretches(Record):
     parts: list[Stretch]
     jitter: float = Field(default=0.0, ge=0)
     shape: list[float] = []
+
+    @field_validator("shape")
+    @classmethod
+    def _quantiles(cls, shape: list[float]) -> list[float]:
+        if shape and (len(shape) != len(SHAPE_SCORES)
+                      or any(b < a for a, b in zip(shape, shape[1:]))):
+            raise ValueError(f"expected none or {len(SHAPE_SCORES)} quantiles in rising order "
+                             f"(at the normal scores -2.5, -2 … 2.5), got {len(shape)}")
+        return shape
 
     def describe(self) -> str:
         parts = " and ".join(f"±{100 * p.sd:.0f}% over ~{p.tau_s:.2g} s" for p in self.parts

@@ -97,7 +97,9 @@ class Ragged:
 def take(value: Any, rows: np.ndarray) -> Any:
     """The requests `rows` (indices) of a column: an array, a dict of columns, anything with
     its own `take` (`Labels`, `Ragged`, an Arrow array, a table), or a dataclass of columns
-    (field by field)."""
+    (field by field; one that is None stays None)."""
+    if value is None:
+        return None
     if isinstance(value, np.ndarray):
         return value[rows]
     if isinstance(value, dict):

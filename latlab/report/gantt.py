@@ -36,7 +36,7 @@ def gantt_figure(a: RunAnalysis) -> go.Figure | None:
     slowest = timed[streamed][np.argsort(-span[streamed], kind="stable")][:TICKED]
     chosen, sampled = sample(timed, slowest, ~t.ok[timed])
     rows = np.array(sorted({*chosen.tolist(), *slowest.tolist()}), np.int64)
-    taken = a.requests.take(rows)  # the few rows, not a read of every column of the run
+    taken = a.requests.table_of(rows)  # the few rows, not a read of every column of the run
     record = dict(zip(rows.tolist(), (taken.record(k) for k in range(len(rows)))))
     ticked = [record[i] for i in slowest.tolist()]
     others = set(chosen.tolist()) - set(slowest.tolist())

@@ -142,7 +142,8 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
     cannot listen on (before any folder is made)."""
     stop = stop or threading.Event()
     if config.from_file is not None and not config.from_file.is_file():
-        raise InputError(f"--from {config.from_file}: no such file")
+        raise InputError(f"--from {config.from_file}: "
+                         + ("not a file" if config.from_file.exists() else "no such file"))
     mark = Watermark(EXPORT_DELAY_NS, int(config.max_lateness_s * 1e9))
     wait = TraceWait(None if config.trace_wait_s is None else int(config.trace_wait_s * 1e9))
     spans = _Spans(Observer(wait, config.max_pending_spans, mark))

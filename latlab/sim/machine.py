@@ -12,6 +12,7 @@ import platform
 from dataclasses import dataclass
 
 from latlab.records.calibration import Calibration
+from latlab.records.engine import EngineConfig
 from latlab.sim.spread import drift_limit, spread_of
 
 
@@ -37,9 +38,9 @@ class MachineCheck:
                 f"spread the calibration allows (×{1 / self.limit:.2f}–{self.limit:.2f})")
 
 
-def check_machine(calibration: Calibration, config) -> MachineCheck | None:
+def check_machine(calibration: Calibration, config: EngineConfig) -> MachineCheck | None:
     """Time the reference steps of an engine calibration made on this machine again, on an
-    engine of `config` (an `EngineConfig`; a few seconds); None when there is nothing to
+    engine of `config` (a few seconds); None when there is nothing to
     compare (another machine, no reference, other engine settings)."""
     from latlab.sim.calibrate_engine import reference_ms
 

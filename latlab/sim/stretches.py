@@ -32,7 +32,7 @@ import math
 
 import numpy as np
 
-from latlab.records.calibration import Stretch, Stretches
+from latlab.records.calibration import SHAPE_SCORES, Stretch, Stretches
 
 SLICES_PER_TAU = 4
 MIN_SLICE_S = 0.05  # the stretches are held at least this long (the simulator's decode runs)
@@ -41,7 +41,7 @@ FIRST_WIDTH_S = 0.1
 MIN_STEPS = 50  # steps in a run to count it
 MIN_WINDOW = 2  # steps a window needs
 PARTS = 2  # time scales fitted
-SCORES = np.arange(-2.5, 2.51, 0.5)  # the normal scores `Stretches.shape` holds quantiles at
+SCORES = np.array(SHAPE_SCORES)
 
 
 def mean_share(u: np.ndarray | float) -> np.ndarray | float:
