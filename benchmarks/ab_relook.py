@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ from latlab.analysis.replicates import values
 from latlab.analysis.verdicts import (
     FAMILY_ALPHA,
     PAIRED_FROM,
-    judge,
+    judge_look,
     look_share,
     paired_interval,
     ratio_interval,
@@ -109,9 +110,8 @@ def project(spread: float, own: float, first: int, min_effect: float,
                 share = look_share(k, previous, most)
                 previous = k
                 interval = paired_interval if k >= PAIRED_FROM else ratio_interval
-                found = judge(interval(a[:k], b[:k], 1 - FAMILY_ALPHA * share.change),
-                              min_effect, True, False,
-                              same=interval(a[:k], b[:k], 1 - 2 * FAMILY_ALPHA * share.same))
+                found = judge_look(partial(interval, a[:k], b[:k]), FAMILY_ALPHA, share,
+                                   min_effect, True)
                 if found.verdict != "can't tell":
                     verdict, ran = found.verdict, k
                     break

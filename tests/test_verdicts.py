@@ -2,6 +2,7 @@
 rounds, equivalence, the sequential looks' α."""
 
 import math
+from functools import partial
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from latlab.analysis.verdicts import (
     PAIRED_FROM,
     alpha,
     judge,
+    judge_look,
     look_share,
     paired_interval,
     ratio_interval,
@@ -172,9 +174,8 @@ def sequential(a, b, min_effect: float = 0.2, first: int = 3) -> tuple[str, int]
         share = look_share(n, previous, len(a))
         previous = n
         interval = paired_interval if n >= PAIRED_FROM else ratio_interval
-        found = judge(interval(a[:n], b[:n], 1 - FAMILY_ALPHA * share.change),
-                      min_effect, True, False,
-                      same=interval(a[:n], b[:n], 1 - 2 * FAMILY_ALPHA * share.same))
+        found = judge_look(partial(interval, a[:n], b[:n]), FAMILY_ALPHA, share, min_effect,
+                           True)
         if found.verdict != "can't tell":
             return found.verdict, n
     return "can't tell", len(a)
@@ -240,3 +241,17 @@ def test_a_paired_interval_needs_three_positive_pairs():
     assert paired_interval([1.0, 0.0, 2.0], [1.0, 2.0, 2.0], 0.95) is None
     both = paired_interval([100.0, 200.0, 50.0], [110.0, 220.0, 55.0], 0.95)
     assert both.estimate == pytest.approx(0.1) and both.low == pytest.approx(0.1)
+
+
+def test_a_look_tests_no_change_at_its_share_and_same_by_two_one_sided_tests():
+    asked = []
+
+    def interval(confidence):
+        asked.append(confidence)
+        return ratio_interval([100.0, 101.0, 99.0, 100.0], [100.0, 100.5, 99.5, 100.0],
+                              confidence)
+
+    found = judge_look(interval, 0.01, look_share(5, 3, 10), 0.2, True)
+    share = look_share(5, 3, 10)
+    assert asked == pytest.approx([1 - 0.01 * share.change, 1 - 2 * 0.01 * share.same])
+    assert found.verdict == "same" and found.interval.confidence == asked[1]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from latlab.analysis.verdicts import (
     LookShare,
     RatioInterval,
     alpha,
-    judge,
+    judge_look,
 )
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.config import RunConfig
@@ -179,11 +180,9 @@ def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None
         if change.delta is None:
             change.why = change.why or NOT_MEASURED
             continue
-        level = alpha(change.key, keys, decide_on)
-        judged = judge(replicates.interval(change.key, 1 - level * share.change, paired),
-                       change.min_effect, change.lower_is_better, replicates.strict,
-                       replicates.unit_name,
-                       same=replicates.interval(change.key, 1 - 2 * level * share.same, paired))
+        judged = judge_look(partial(replicates.interval, change.key, paired=paired),
+                            alpha(change.key, keys, decide_on), share, change.min_effect,
+                            change.lower_is_better, replicates.strict, replicates.unit_name)
         change.interval, change.verdict, change.why = judged.interval, judged.verdict, judged.why
     changes.append(_error_rate(a.summary, b.summary))
     budgets = {"mean": (a.mean, b.mean),

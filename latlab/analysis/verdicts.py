@@ -30,7 +30,7 @@ the rounds, and α spent before them is wasted). The final look spends what is l
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -211,3 +211,14 @@ def judge(interval: RatioInterval | None, min_effect: float, lower_is_better: bo
         return Judgement("can't tell", f"a change, but perhaps under the "
                                        f"{100 * min_effect:g}% minimum effect; {hint}", interval)
     return Judgement("can't tell", hint, interval)
+
+
+def judge_look(interval: Callable[[float], RatioInterval | None], level: float,
+               share: LookShare, min_effect: float, lower_is_better: bool,
+               strict: bool = False, unit_name: str = "rounds") -> Judgement:
+    """The verdict of one look at a statistic tested at α = `level`, the look spending
+    `share` of it: `interval(confidence)` against no change at 1 − level·share.change, and
+    for the equivalence test at 1 − 2·level·share.same (two one-sided tests, each at
+    level·share.same)."""
+    return judge(interval(1 - level * share.change), min_effect, lower_is_better, strict,
+                 unit_name, same=interval(1 - 2 * level * share.same))
