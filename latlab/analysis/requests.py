@@ -12,8 +12,9 @@ import numpy as np
 from latlab.analysis.decompose import Decomposition, Parts
 from latlab.metrics.request import MetricColumns, RequestMetrics
 from latlab.records.columns import Ragged, present, take
+from latlab.records.request_columns import TOKENS
 from latlab.records.spill import Spill
-from latlab.records.table import TOKENS, RequestTable, as_table
+from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
 
 

@@ -28,7 +28,8 @@ import orjson
 import pyarrow as pa
 
 from latlab.records.columns import Labels, missing_value
-from latlab.records.table import TOKENS, RequestTable
+from latlab.records.request_columns import TOKENS
+from latlab.records.table import RequestTable
 
 COLUMNS = "requests.columns"
 CACHED_FROM = 10_000  # records: a smaller run parses in a fraction of a second

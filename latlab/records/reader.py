@@ -1,9 +1,9 @@
 """Read a run folder's `requests.jsonl` into a `RequestTable`, columnar from the start.
 
-DuckDB parses the JSON lines straight into Arrow columns (of `table.SCHEMA`; unknown fields
-are ignored), about 1.5× faster than pyarrow.json on this project's records and never one
-Python object per record or token (benchmarks/big_run.py). A torn last line (a crash
-mid-write) is left out; any other unreadable line is an error naming the file.
+DuckDB parses the JSON lines straight into Arrow columns (of `request_columns.SCHEMA`;
+unknown fields are ignored), about 1.5× faster than pyarrow.json on this project's records
+and never one Python object per record or token (benchmarks/big_run.py). A torn last line (a
+crash mid-write) is left out; any other unreadable line is an error naming the file.
 Server timings joined from spans (`server_timings.jsonl`) fill the requests that carried
 none in-band, as `RunFolder.iter_records` does. A big file is parsed a batch of records at a
 time straight into the run's kept columns (`stream_requests`, `records.cache`), so that its
@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 
 from latlab.records.cache import ColumnsWriter, load_columns
 from latlab.records.columns import Labels
-from latlab.records.table import SCHEMA, RequestTable
+from latlab.records.request_columns import SCHEMA
+from latlab.records.table import RequestTable
 from latlab.records.timeline import GATEWAY_DURATIONS, SERVER_DURATIONS
 
 if TYPE_CHECKING:

@@ -23,52 +23,31 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from latlab.records import arrow
 from latlab.records.columns import (
     MISSING,
     Labels,
     Ragged,
     concat,
-    fields_of,
     first_present,
-    flags,
-    floats,
-    ints,
-    lists,
     per_request,
     put,
-    spans,
     take,
     value_of,
 )
+from latlab.records.request_columns import (
+    COUNTS,
+    JOINED,
+    PHASES,
+    SCHEMA,
+    STEP_TIMES,
+    TEXT,
+    TIMES,
+    TOKENS,
+)
 from latlab.records.timeline import GATEWAY_DURATIONS, SERVER_DURATIONS, Outcome, RequestTimeline
 
-TIMES = ("scheduled_ns", "sent_ns", "headers_ns", "first_token_ns", "last_token_ns", "usage_ns",
-         "done_ns", "first_reasoning_ns", "first_answer_ns")
-COUNTS = ("prompt_tokens_planned", "max_tokens", "priority", "status", "prompt_tokens",
-          "cached_tokens", "completion_tokens")
-PHASES = ("pool_wait_ns", "dns_ns", "connect_ns", "tls_ns")
-TEXT = ("id", "error", "server_request_id", "trace_id")
-STEP_TIMES = ("after_ns", "tool_start_ns", "tool_end_ns")  # a session step's
-TOKENS = ("token_ns", "token_counts", "token_offsets")  # flat: all requests' events
-JOINED = ("text", "tool_error")  # Arrow columns: joined, never written in place
 OUTCOMES = tuple(str(o) for o in Outcome)  # outcome codes index this; 0 is "ok"
-
-_i64, _f64, _str, _bool = pa.int64(), pa.float64(), pa.string(), pa.bool_()
-SCHEMA = pa.schema(
-    [("id", _str), ("index", _i64), ("worker", _i64), ("node", _str), ("api", _str),
-     ("prompt_tokens_planned", _i64), ("max_tokens", _i64), ("fitted", _bool),
-     ("tenant", _str), ("priority", _i64), *((t, _i64) for t in TIMES),
-     ("connection", pa.struct([("new", _bool), *((p, _i64) for p in PHASES)])),
-     ("token_ns", pa.list_(_i64)), ("token_counts", pa.list_(pa.int32())), ("outcome", _str),
-     ("status", _i64), ("error", _str), ("prompt_tokens", _i64), ("cached_tokens", _i64),
-     ("completion_tokens", _i64), ("tokens_from_usage", _bool),
-     ("server", pa.struct([*((d, _f64) for d in (*SERVER_DURATIONS, *GATEWAY_DURATIONS)),
-                           ("source", _str),
-                           ("application", pa.map_(_str, _f64))])),
-     ("server_request_id", _str), ("trace_id", _str), ("retries", _i64),
-     ("session", pa.struct([("id", _str), ("turn", _i64), ("turns", _i64), ("kind", _str),
-                            *((t, _i64) for t in STEP_TIMES), ("tool_error", _str)]))])
-
 
 @dataclass(eq=False)
 class RequestTable:
@@ -266,9 +245,10 @@ class RequestTable:
             return (table.column(name) if name in table.column_names
                     else pa.nulls(n, SCHEMA.field(name).type))
 
-        connection, server = fields_of(col("connection")), fields_of(col("server"))
-        session = fields_of(col("session"))
-        durations = {d: floats(server[d]) for d in (*SERVER_DURATIONS, *GATEWAY_DURATIONS)}
+        connection, server = arrow.fields_of(col("connection")), arrow.fields_of(col("server"))
+        session = arrow.fields_of(col("session"))
+        durations = {d: arrow.floats(server[d])
+                     for d in (*SERVER_DURATIONS, *GATEWAY_DURATIONS)}
         for values in durations.values():
             values[values < 0] = np.nan  # as ServerTiming.from_json: not a duration
         has_application = server["application"].is_valid().to_numpy(zero_copy_only=False)
@@ -280,30 +260,32 @@ class RequestTable:
         if unknown:
             raise ValueError(f"unknown outcome {sorted(unknown)[0]!r}")
         remap = np.array([OUTCOMES.index(name) for name in outcome.names] or [0])
-        token_ns, offsets = lists(col("token_ns"))
-        token_counts, _ = lists(col("token_counts"), np.int32)
+        token_ns, offsets = arrow.lists(col("token_ns"))
+        token_counts, _ = arrow.lists(col("token_counts"), np.int32)
         source = Labels.of(server["source"])
         source.codes[~has_server] = -1
         return cls(
-            index=ints(col("index"), 0), worker=ints(col("worker"), 0),
+            index=arrow.ints(col("index"), 0), worker=arrow.ints(col("worker"), 0),
             node=Labels.of(col("node")), api=Labels.of(pc.fill_null(col("api"), "completions")),
             tenant=Labels.of(col("tenant")),
-            outcome=remap[outcome.codes], fitted=flags(col("fitted")),
-            tokens_from_usage=flags(col("tokens_from_usage")), retries=ints(col("retries"), 0),
-            times={t: ints(col(t), MISSING) for t in TIMES},
-            counts={c: floats(col(c)) for c in COUNTS},
+            outcome=remap[outcome.codes], fitted=arrow.flags(col("fitted")),
+            tokens_from_usage=arrow.flags(col("tokens_from_usage")),
+            retries=arrow.ints(col("retries"), 0),
+            times={t: arrow.ints(col(t), MISSING) for t in TIMES},
+            counts={c: arrow.floats(col(c)) for c in COUNTS},
             has_connection=col("connection").is_valid().to_numpy(zero_copy_only=False),
-            new_connection=flags(connection["new"]),
-            phases={p: floats(connection[p]) for p in PHASES},
+            new_connection=arrow.flags(connection["new"]),
+            phases={p: arrow.floats(connection[p]) for p in PHASES},
             has_server=has_server, server=durations, source=source,
             token_ns=token_ns, token_counts=token_counts, token_offsets=offsets,
             text={t: col(t).combine_chunks() if isinstance(col(t), pa.ChunkedArray) else col(t)
                   for t in TEXT},
-            has_application=has_application, application=spans(server["application"]),
+            has_application=has_application, application=arrow.spans(server["application"]),
             has_session=col("session").is_valid().to_numpy(zero_copy_only=False),
             session=Labels.of(session["id"]), step_kind=Labels.of(session["kind"]),
-            step={"turn": floats(session["turn"]), "turns": floats(session["turns"])}
-            | {t: ints(session[t], MISSING) for t in STEP_TIMES},
+            step={"turn": arrow.floats(session["turn"]),
+                  "turns": arrow.floats(session["turns"])}
+            | {t: arrow.ints(session[t], MISSING) for t in STEP_TIMES},
             tool_error=session["tool_error"])
 
 

@@ -30,7 +30,8 @@ import pyarrow as pa
 
 from latlab.records.columns import one_valued
 from latlab.records.reader import read_requests
-from latlab.records.table import SCHEMA, RequestTable
+from latlab.records.request_columns import SCHEMA
+from latlab.records.table import RequestTable
 
 DIRECTORY = ".open-windows"
 LOCK = "lock"
