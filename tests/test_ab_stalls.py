@@ -89,7 +89,8 @@ def test_the_longest_pause_keeps_its_own_minimum_effect_unless_it_is_named():
 @pytest.mark.parametrize("given,says", [
     (["5"], "expected PCT% or METRIC=PCT%"), (["itl_max=x%"], "expected PCT%"),
     (["stall=5%"], "stall is not a compared metric or statistic"),
-    (["5%", "6%"], "every metric given twice"), ([f"{KEY}=5%", f"{KEY}=6%"], "given twice")])
+    (["5%", "6%"], "every metric given twice"), ([f"{KEY}=5%", f"{KEY}=6%"], "given twice"),
+    (["100%"], "cannot fall by 100% or more")])
 def test_a_bad_minimum_effect_is_named(given, says):
     with pytest.raises(ValueError, match=says):
         VerdictConfig(min_effect=given)

@@ -194,3 +194,18 @@ def test_a_bucket_no_request_measured_prints_as_unknown_not_zero(tmp_path):
     print_budget(console, run)
     prefill = next(line for line in console.export_text().splitlines() if "prefill" in line)
     assert "not measured" in prefill and "0.0 ms" not in prefill
+
+
+def test_an_error_rate_is_tested_at_the_looks_share_of_alpha():
+    """A sequential A/B's look spends part of α: an error-rate difference significant at
+    5 % (Fisher p ≈ 0.02) is a change when the look spends it all, not when it spends 10 %."""
+    from types import SimpleNamespace
+
+    from latlab.analysis.compare import _error_rate
+    from latlab.analysis.significance import fisher_test
+
+    a, b = SimpleNamespace(in_window=200, ok=198), SimpleNamespace(in_window=200, ok=188)
+    p = fisher_test([[2, 198], [12, 188]])
+    assert 0.005 < p < 0.05
+    assert _error_rate(a, b, 0.05).verdict == "worse"
+    assert _error_rate(a, b, 0.005).verdict != "worse"

@@ -184,7 +184,7 @@ def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None
                             alpha(change.key, keys, decide_on), share, change.min_effect,
                             change.lower_is_better, replicates.strict, replicates.unit_name)
         change.interval, change.verdict, change.why = judged.interval, judged.verdict, judged.why
-    changes.append(_error_rate(a.summary, b.summary))
+    changes.append(_error_rate(a.summary, b.summary, FAMILY_ALPHA * share.change))
     budgets = {"mean": (a.mean, b.mean),
                "p99 tail": (_tail(a), _tail(b))}
     return Comparison(a, b, changes, budgets, workload_differences(a.config, b.config),
@@ -230,8 +230,9 @@ def _rate_changes(a: RunSummary, b: RunSummary) -> list[Change]:
     return changes
 
 
-def _error_rate(a: RunSummary, b: RunSummary) -> Change:
-    """Failed share of the window's requests (%), judged by Fisher's exact test: a
+def _error_rate(a: RunSummary, b: RunSummary, level: float) -> Change:
+    """Failed share of the window's requests (%), judged by Fisher's exact test at `level`
+    (a sequential A/B's look spends its share of α, as the other keys' looks do): a
     significant difference is a change; rates within `ERROR_RATE_SAME` points and not
     significant are the same."""
     counts = [(s.in_window, s.ok) for s in (a, b)]
@@ -240,7 +241,7 @@ def _error_rate(a: RunSummary, b: RunSummary) -> Change:
     if not all(n for n, _ in counts):
         change.why = NOT_MEASURED
         return change
-    significant = fisher_test([[n - ok, ok] for n, ok in counts]) < FAMILY_ALPHA
+    significant = fisher_test([[n - ok, ok] for n, ok in counts]) < level
     if significant:
         change.verdict = "worse" if rates[1] > rates[0] else "better"
     elif abs(rates[1] - rates[0]) <= ERROR_RATE_SAME:

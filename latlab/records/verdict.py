@@ -56,6 +56,9 @@ def effects(value: Any) -> Any:
         if key in out:
             raise ValueError(f"{item!r}: a minimum effect for "
                              f"{'every metric' if key == '*' else key} given twice")
+        if float(m["value"]) >= 100:
+            raise ValueError(f"{item!r}: a latency cannot fall by 100% or more, so nothing "
+                             "could be called better: give less than 100%")
         out[key] = float(m["value"]) / 100
     return out
 
