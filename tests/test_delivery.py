@@ -96,3 +96,13 @@ def test_a_client_that_was_its_own_bottleneck_read_late_and_is_not_called_buffer
     late = analyze(write_run(tmp_path / "late", records, client={
         "workers": 1, "bottleneck": True, "reasons": ["event-loop lag p99 80 ms"]}))
     assert bursts(late) is None
+
+
+def test_events_merged_now_and_then_are_not_a_buffer(tmp_path):
+    """Two events in three sharing a read (a client reading late, a gateway merging some):
+    the gaps are still the server's pace, not a buffer's."""
+    records = [buffered(timeline(i, i * 300, tokens=64, itl=30.0), every=3) for i in range(12)]
+    a = analyze(write_run(tmp_path / "merged", records))
+    gaps = a.requests.metrics.chunk_gaps.select(a.ok)
+    assert 0.6 < np.mean(gaps <= 0) < 0.7
+    assert bursts(a) is None

@@ -24,9 +24,11 @@ import numpy as np
 if TYPE_CHECKING:
     from latlab.analysis.run_analysis import RunAnalysis
 
-# Of the gaps between token events: this many in one read make a stream delivered in bursts
-# (a stream read token by token has next to none; a buffered one, most).
-BURST_SHARE = 0.5
+# Of the gaps between token events: this many in one read make a stream delivered in bursts.
+# A buffer of a few KiB holds tens of events, gzip the whole stream (1.0 through nginx:
+# tests/fixtures/gateways/nginx-gzip); a client reading late on a loaded host through an
+# unbuffered nginx reached 0.66, LiteLLM merging some events 0.50-0.74.
+BURST_SHARE = 0.9
 
 
 @dataclass(frozen=True, slots=True)
