@@ -117,17 +117,11 @@ class Steps:
         self.started = time.monotonic()
 
 
-def run_end(path: Path) -> None:
-    """The end's steps on the folder `path`, once its last window closed: this checkout's
-    `services.observe_end.finish` itself, told each step's end; a checkout from before it,
-    the same steps as its `services.observe._finish` took them."""
-    try:
-        from latlab.services.observe_end import finish
-    except ImportError:
-        return run_end_before(path)
+def opened(path: Path):
+    """The folder `path` as the end finds it: its run, settings and closed windows (the
+    imports' step timed first)."""
     from latlab.records.folder import RunFolder
-    from latlab.records.observe import WINDOWS, ObservedWindow, ObserveRecord
-    from latlab.records.spans import SpanJoin
+    from latlab.records.observe import WINDOWS, ObservedWindow
     from latlab.services.observe_windows import Windows
 
     steps = Steps()
@@ -137,6 +131,21 @@ def run_end(path: Path) -> None:
     windows = Windows(run, settings, WINDOW_NS, 0)
     windows.kept = [ObservedWindow.model_validate_json(line)
                     for line in (path / WINDOWS).read_bytes().splitlines()]
+    return steps, run, settings, windows
+
+
+def run_end(path: Path) -> None:
+    """The end's steps on the folder `path`, once its last window closed: this checkout's
+    `services.observe_end.finish` itself, told each step's end; a checkout from before it,
+    the same steps as its `services.observe._finish` took them."""
+    try:
+        from latlab.services.observe_end import finish
+    except ImportError:
+        return run_end_before(path)
+    from latlab.records.observe import ObserveRecord
+    from latlab.records.spans import SpanJoin
+
+    steps, run, settings, windows = opened(path)
     record = ObserveRecord.model_validate_json((path / "observe.json").read_bytes())
     join = SpanJoin(spans=record.spans, requests_joined=record.calls,
                     requests_with_trace=record.calls)
@@ -153,22 +162,14 @@ def run_end_before(path: Path) -> None:
     from latlab.metrics.workload_fit import fit_workload
     from latlab.records.columns import present
     from latlab.records.config import Clock
-    from latlab.records.folder import RunFolder
-    from latlab.records.observe import WINDOWS, ObservedWindow, trace_rows
+    from latlab.records.observe import trace_rows
     from latlab.records.window import run_window
     from latlab.report.html import write_html
     from latlab.services.observe import _line
     from latlab.services.observe_memory import release
-    from latlab.services.observe_windows import Windows
     from latlab.store import RunStore, key_numbers
 
-    steps = Steps()
-    steps.done("imports")
-    run = RunFolder(path)
-    settings = run.read_config()
-    windows = Windows(run, settings, WINDOW_NS, 0)
-    windows.kept = [ObservedWindow.model_validate_json(line)
-                    for line in (path / WINDOWS).read_bytes().splitlines()]
+    steps, run, settings, windows = opened(path)
     release()
     table = run.read_table()
     steps.done("read the calls")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from latlab.analysis.budget import Budget, budget
-from latlab.analysis.delivery import bursts
+from latlab.analysis.delivery import Bursts, bursts
 from latlab.analysis.replicates import Replicates, from_blocks
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.significance import fisher_test, statistics
@@ -170,7 +170,8 @@ def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None
             changes.append(change)
     changes += _rate_changes(a.summary, b.summary)
     keys = [c.key for c in changes]
-    buffered = _buffered(a, b)
+    burst = (bursts(a), bursts(b))  # each side's streams, if they came in bursts
+    buffered = _buffered(burst)
     for change in changes:
         change.min_effect = verdicts.effect(change.key)
         metric = change.key.split("_", 1)[1] if change.unit == "ms" else change.key
@@ -188,12 +189,12 @@ def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None
     budgets = {"mean": (a.mean, b.mean),
                "p99 tail": (_tail(a), _tail(b))}
     return Comparison(a, b, changes, budgets, workload_differences(a.config, b.config),
-                      replicates.source, conditions(a, b))
+                      replicates.source, conditions(a, b, burst))
 
 
-def _buffered(a: RunAnalysis, b: RunAnalysis) -> str | None:
+def _buffered(burst: tuple[Bursts | None, Bursts | None]) -> str | None:
     """Which side's streams came in bursts (`delivery.bursts`), if either's did."""
-    found = [side for side, run in (("A", a), ("B", b)) if bursts(run) is not None]
+    found = [side for side, came in zip("AB", burst) if came is not None]
     if not found:
         return None
     return f"{' and '.join(found)}'s streams arrived in bursts (a buffering proxy?)"
@@ -277,10 +278,11 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 CACHE_DIFFERENCE = 0.05  # of prompt tokens: sides whose caches served more differently
 
 
-def conditions(a: RunAnalysis, b: RunAnalysis) -> list[str]:
+def conditions(a: RunAnalysis, b: RunAnalysis,
+               burst: tuple[Bursts | None, Bursts | None]) -> list[str]:
     """How the two sides ran unlike each other beyond their settings: the server's prefix
     cache serving different shares of their prompts; one side through a gateway the other
-    went without (or through another)."""
+    went without (or through another); a side's streams in bursts (`burst`)."""
     out = []
     ca, cb = a.summary.cache, b.summary.cache
     if ca is not None and cb is not None and abs(ca.share - cb.share) >= CACHE_DIFFERENCE:
@@ -291,9 +293,8 @@ def conditions(a: RunAnalysis, b: RunAnalysis) -> list[str]:
     if through[0] != through[1]:
         out.append(f"A went through {through[0]}, B through {through[1]}: the gateway's hop "
                    "is part of the change")
-    for side, run in (("A", a), ("B", b)):
-        burst = bursts(run)
-        if burst is not None:
-            out.append(f"{side}: {burst.line()}; the metrics timed by those gaps are not "
+    for side, came in zip("AB", burst):
+        if came is not None:
+            out.append(f"{side}: {came.line()}; the metrics timed by those gaps are not "
                        "compared")
     return out
