@@ -34,7 +34,7 @@ from latlab.analysis.compare import Change
 from latlab.analysis.findings import Finding
 from latlab.analysis.rules.compute import STALL_METRIC
 from latlab.commands.common import console
-from latlab.load.target.launch import interrupt_on_sigterm
+from latlab.load.target.interrupts import interrupt_on_sigterm
 from latlab.records.ab import ABConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.catalog import statistic_label

@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from latlab.commands.common import console
-from latlab.load.target.launch import ServerLaunch, interrupt_on_sigterm, start_server
+from latlab.load.target.interrupts import interrupt_on_sigterm
+from latlab.load.target.launch import ServerLaunch, start_server
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.calibration import RequestSpread

@@ -28,7 +28,8 @@ from pathlib import Path
 from predict_trust import Background, evaluate, load_average, middle_slo, print_verdict
 
 from latlab.commands.common import console
-from latlab.load.target.launch import ServerLaunch, free_port, interrupt_on_sigterm, start_server
+from latlab.load.target.interrupts import interrupt_on_sigterm
+from latlab.load.target.launch import ServerLaunch, free_port, start_server
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder

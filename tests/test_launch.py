@@ -135,18 +135,19 @@ def test_a_log_in_a_folder_not_made_yet_is_made_and_a_missing_binary_named(tmp_p
 def test_a_swallowed_ctrl_c_ends_the_wait_for_readiness(tmp_path):
     """A Ctrl-C Python swallowed (remembered, not raised) still ends a wait on a server that
     never gets ready, well before its ready timeout, and the server is stopped."""
+    from latlab.load.target import interrupts
     from latlab.load.target import launch as launching
 
     never = ServerLaunch.templated(f"{shlex.quote(sys.executable)} -c "
                                    "'import time; time.sleep(60)' {port}", [])
     started = time.monotonic()
-    with launching.remembered_interrupts() as pressed:
-        launching._PRESSED.append(2)  # as the handler records one whose raise was swallowed
+    with interrupts.remembered_interrupts() as pressed:
+        interrupts.PRESSED.append(2)  # as the handler records one whose raise was swallowed
         assert pressed()
         with pytest.raises(KeyboardInterrupt):
             with launching.launched(never, log_path=tmp_path / "s.log", ready_timeout_s=60):
                 pass
-    assert time.monotonic() - started < 30 and not launching._PRESSED  # the outermost forgets
+    assert time.monotonic() - started < 30 and not interrupts.PRESSED  # the outermost forgets
 
 
 def test_sigterm_during_a_first_calibration_stops_the_probes_server(tmp_path):

@@ -8,10 +8,12 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 from latlab.load.telemetry.host import HostSampler
 from latlab.load.workers.selfcheck import HealthSampler
 from latlab.metrics.client import client_check
-from latlab.metrics.throughput import zero_gap_share
+from latlab.metrics.throughput import ZeroGaps, zero_gap_share, zero_gaps
 from latlab.records.health import WorkerHealth
 from latlab.records.summary import HostLoad, Usage
 from latlab.records.timeline import RequestTimeline
@@ -27,9 +29,9 @@ def health(worker=0, lag=0.1, late=0.2, cpu=20.0, load=0.5) -> WorkerHealth:
                         cpu_mean=cpu, cpu_max=cpu + 5, load_average=load)
 
 
-def stream(gaps_ms: list[float]) -> RequestTimeline:
+def stream(gaps_ms: list[float], start_ms: float = 0) -> RequestTimeline:
     r = RequestTimeline(id="r", index=0)
-    t = 0
+    t = int(start_ms * MS)
     r.add_token_event(t)
     for gap in gaps_ms:
         t += int(gap * MS)
@@ -108,6 +110,17 @@ def test_zero_gap_bursts_count_only_while_the_client_is_busy():
     busy = client_check([health(lag=2.0)], bursty).model_dump()
     assert busy["bottleneck"]
     assert "60% of token events arrived in zero-gap bursts" in busy["reasons"][0]
+
+
+def test_zero_gaps_count_within_each_chosen_request_only():
+    """The one count of zero gaps (the self-check's share, analysis's bursts): a request's
+    first event shares no read with the request before it, and unchosen rows are left out."""
+    # the second starts at the first's last stamp
+    first, second, third = stream([0, 10]), stream([0, 0], start_ms=10), stream([10])
+    records = [first, second, third]
+    assert zero_gaps(records) == ZeroGaps(zero=3, gaps=5)
+    assert zero_gaps(records, np.array([False, True, True])) == ZeroGaps(zero=2, gaps=3)
+    assert zero_gaps(records, np.array([False, False, False])).share is None
 
 
 async def test_the_sampler_sees_a_blocked_loop():

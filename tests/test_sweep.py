@@ -155,7 +155,7 @@ def test_bad_sweep_options_are_named(tmp_path, args, message):
 
 
 def test_a_point_hands_back_the_signal_handlers_it_borrowed(tmp_path):
-    from latlab.load.target.launch import interrupt_on_sigterm
+    from latlab.load.target.interrupts import interrupt_on_sigterm
 
     before = signal.getsignal(signal.SIGTERM)
     try:

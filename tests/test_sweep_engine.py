@@ -63,7 +63,7 @@ def test_a_ctrl_c_python_swallowed_is_still_remembered():
     the sweep and ab loops ask `pressed()` after each point or round, so it still stops them."""
     import signal
 
-    from latlab.load.target.launch import remembered_interrupts
+    from latlab.load.target.interrupts import remembered_interrupts
 
     class Collected:
         def __del__(self):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
+from latlab.metrics.throughput import zero_gaps
 
 if TYPE_CHECKING:
     from latlab.analysis.run_analysis import RunAnalysis
@@ -49,17 +49,13 @@ class Bursts:
 
 def bursts(a: RunAnalysis) -> Bursts | None:
     """The streams of the run's measured successful requests, if they came in bursts."""
-    rows = a.ok & (a.table.events >= 2)
-    gaps = a.requests.metrics.chunk_gaps.select(rows)
-    if not len(gaps):
-        return None
-    share = float(np.mean(gaps <= 0))
-    if share < BURST_SHARE:
+    counted = zero_gaps(a.table, a.ok)
+    if counted.share is None or counted.share < BURST_SHARE:
         return None
     gateway = a.config.target.gateway
-    if gateway is None and (not np.any(gaps > 0) or _client_busy(a)):
+    if gateway is None and (counted.zero == counted.gaps or _client_busy(a)):
         return None
-    return Bursts(share, len(gaps), gateway.name if gateway is not None else None)
+    return Bursts(counted.share, counted.gaps, gateway.name if gateway is not None else None)
 
 
 def _client_busy(a: RunAnalysis) -> bool:

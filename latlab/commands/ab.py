@@ -9,7 +9,7 @@ from __future__ import annotations
 from latlab.analysis.compare import CompareError
 from latlab.commands.common import Interrupted, RunFailed, console, print_json
 from latlab.commands.options import NamedWorkload
-from latlab.load.target.launch import interrupt_on_sigterm
+from latlab.load.target.interrupts import interrupt_on_sigterm
 from latlab.records.ab import SIDES, ABConfig, ABRound
 from latlab.report.comparison import print_comparison
 from latlab.services.ab import compare_sides, run_ab

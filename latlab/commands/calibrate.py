@@ -9,7 +9,7 @@ from rich.console import Console
 
 from latlab.commands.common import UsageError, console, print_json
 from latlab.commands.options import JsonOutput, parse_args
-from latlab.load.target.launch import interrupt_on_sigterm
+from latlab.load.target.interrupts import interrupt_on_sigterm
 from latlab.records.calibration import CALIBRATION_JSON, Calibration
 from latlab.records.engine import ServeConfig
 from latlab.records.predict import CalibrateConfig

@@ -6,7 +6,7 @@ import sys
 
 from latlab.commands.common import EXIT_INTERRUPTED, RunFailed, console, print_json
 from latlab.commands.options import ConfigFile
-from latlab.load.target.launch import interrupt_on_sigterm
+from latlab.load.target.interrupts import interrupt_on_sigterm
 from latlab.records.coldstart import ColdstartConfig
 from latlab.report.coldstart import print_coldstart
 from latlab.services.coldstart import run_coldstart

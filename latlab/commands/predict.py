@@ -20,7 +20,7 @@ from rich.console import Console
 from latlab.commands.common import EXIT_INTERRUPTED, RunFailed, UsageError, console, print_json
 from latlab.commands.options import NamedWorkload, TestedAdvice, parse_args
 from latlab.commands.predict_output import print_checks, print_sizing, sizing_json
-from latlab.load.target.launch import interrupt_on_sigterm
+from latlab.load.target.interrupts import interrupt_on_sigterm
 from latlab.records.bench import BenchConfig
 from latlab.records.engine import ServeConfig
 from latlab.records.folder import RunFolder, RunFolderError

@@ -6,7 +6,7 @@ import sys
 
 from latlab.commands.bench import Display
 from latlab.commands.common import EXIT_INTERRUPTED, RunFailed, UsageError, console, print_json
-from latlab.load.target.launch import interrupt_on_sigterm
+from latlab.load.target.interrupts import interrupt_on_sigterm
 from latlab.records.sweep import SweepConfig
 from latlab.report.sweep import print_sweep
 from latlab.services.sweep import run_sweep

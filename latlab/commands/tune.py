@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from latlab.commands.common import Interrupted, UsageError, console, print_json
 from latlab.commands.options import NamedWorkload
-from latlab.load.target.launch import interrupt_on_sigterm
+from latlab.load.target.interrupts import interrupt_on_sigterm
 from latlab.records.tune import TuneConfig
 from latlab.report.tune import print_tune
 from latlab.services.tune import run_tune

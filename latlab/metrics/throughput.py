@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -124,14 +125,35 @@ def _sent_rate(sends: int, last_send: int | None, arrivals: Window) -> float:
     return sends / ((end - arrivals.start_ns) / 1e9)
 
 
+@dataclass(frozen=True, slots=True)
+class ZeroGaps:
+    """The gaps between the token events of some requests: how many, and how many were 0 (the
+    event came in the same socket read as the one before)."""
+
+    zero: int
+    gaps: int
+
+    @property
+    def share(self) -> float | None:
+        return self.zero / self.gaps if self.gaps else None
+
+
+def zero_gaps(records: Sequence[RequestTimeline] | RequestTable,
+              rows: np.ndarray | None = None) -> ZeroGaps:
+    """The gaps between each request's token events, and the zero ones, over the requests
+    where `rows` is true (all without it)."""
+    t = as_table(records)
+    chosen = np.ones(len(t), bool) if rows is None else rows
+    same = np.zeros(len(t.token_ns), bool)  # at j: event j came in event j − 1's read
+    same[1:] = t.token_ns[1:] == t.token_ns[:-1]
+    same[t.token_offsets[:-1][t.events > 0]] = False  # a request's first event has no gap
+    return ZeroGaps(int(per_request(same, t.token_offsets)[chosen].sum()),
+                    int(np.maximum(t.events - 1, 0)[chosen].sum()))
+
+
 def zero_gap_share(records: Sequence[RequestTimeline] | RequestTable,
                    window: Window | None = None) -> float | None:
     """Share of gaps between a request's token events that are exactly zero (same read),
     over the requests scheduled in `window` (all without one)."""
     t = as_table(records)
-    chosen = np.ones(len(t), bool) if window is None else inside(t.origin_ns, window)
-    zero = np.zeros(len(t.token_ns), np.int64)  # at j: the gap from event j − 1 is zero
-    zero[1:] = np.diff(t.token_ns) == 0
-    zero[t.token_offsets[:-1][t.events > 0]] = 0  # a request's first event has no gap
-    gaps = int(np.maximum(t.events - 1, 0)[chosen].sum())
-    return int(per_request(zero, t.token_offsets)[chosen].sum()) / gaps if gaps else None
+    return zero_gaps(t, None if window is None else inside(t.origin_ns, window)).share

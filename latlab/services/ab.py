@@ -20,7 +20,8 @@ from latlab.analysis.ab import Sequential, counter_deltas, explain
 from latlab.analysis.compare import Comparison
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.load.request.tls import ssl_context
-from latlab.load.target.launch import remembered_interrupts, target_server
+from latlab.load.target.interrupts import remembered_interrupts
+from latlab.load.target.launch import target_server
 from latlab.load.telemetry.scrape import scrape_once
 from latlab.records.ab import AB_JSON, SIDES, ABChange, ABConfig, ABRecord, ABRound
 from latlab.records.bench import BenchConfig

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from latlab import __version__
 from latlab.analysis.coldstart import coldstart_record, summarize_start
-from latlab.load.target.launch import remembered_interrupts
+from latlab.load.target.interrupts import remembered_interrupts
 from latlab.load.target.probe import start_and_probe
 from latlab.load.workload.prompts import with_salt
 from latlab.load.workload.requests import Workload

@@ -32,7 +32,8 @@ from latlab.analysis.capacity import PointLoad
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.slo_max import slo_max
 from latlab.load import BenchError
-from latlab.load.target.launch import remembered_interrupts, target_server
+from latlab.load.target.interrupts import remembered_interrupts
+from latlab.load.target.launch import target_server
 from latlab.load.workload.traces import survey
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig

@@ -32,7 +32,7 @@ from rich.console import Console
 from latlab.analysis import analyze
 from latlab.analysis.advice import server_of
 from latlab.load import BenchError
-from latlab.load.target.launch import remembered_interrupts
+from latlab.load.target.interrupts import remembered_interrupts
 from latlab.records.ab import SIDES, ABConfig
 from latlab.records.folder import RunFolder, write_json
 from latlab.records.tune import TUNE_JSON, Candidate, TuneConfig, TuneRecord

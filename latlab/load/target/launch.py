@@ -7,8 +7,9 @@ any server command (`ServerLaunch` and `launched`).
 A `ServerLaunch` says what to run and where it answers; `launched` starts it, waits until it is
 ready and stops it on every way out. The server runs in its own session (a new process group),
 so a Ctrl-C in the terminal reaches latlab, which stops the whole group by its leader's PID
-(SIGTERM, then SIGKILL), children too. Every failure to start raises `EngineError`, a
-`BenchError`, whose message names the server and ends with its log's tail.
+(SIGTERM, then SIGKILL), children too; the group is tethered to latlab (`tether`), so it dies
+with latlab even when latlab is killed before it can stop it. Every failure to start raises
+`EngineError`, a `BenchError`, whose message names the server and ends with its log's tail.
 """
 
 from __future__ import annotations
@@ -23,16 +24,17 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from latlab.load import BenchError
+from latlab.load.target.interrupts import PRESSED
+from latlab.load.target.tether import Tether, spawn_tethered
 from latlab.records.bench import TargetConfig
 
 READY_POLL_S = 0.2
-_PRESSED: list[int] = []  # Ctrl-Cs seen under `remembered_interrupts`
 LOG_TAIL_LINES = 20
 
 
@@ -90,13 +92,14 @@ class ServerLaunch:
 
 @dataclass
 class ServerProcess:
-    """A started server in its own process group; `ready_s` is from just before its start to
-    the first 200 of its ready URL."""
+    """A started server in its own process group, tethered to latlab; `ready_s` is from just
+    before its start to the first 200 of its ready URL."""
 
     launch: ServerLaunch
     process: subprocess.Popen[bytes]
     log_path: Path
     started_s: float
+    tether: Tether
     ready_s: float | None = None
 
     @property
@@ -140,7 +143,7 @@ class ServerProcess:
             if responds_ok(ready_url):
                 self.ready_s = time.monotonic() - self.started_s
                 return
-            if _PRESSED:  # a Ctrl-C that Python swallowed: waiting on would outlast it
+            if PRESSED:  # a Ctrl-C that Python swallowed: waiting on would outlast it
                 raise KeyboardInterrupt
             time.sleep(poll_s)
         raise EngineError(f"{self.name} was not ready after {timeout_s:g} s ({ready_url} "
@@ -148,7 +151,8 @@ class ServerProcess:
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
         """SIGTERM to the process group, SIGKILL after `timeout_s`, then SIGKILL to whatever
-        of the group outlived its leader; returns the leader's exit code."""
+        of the group outlived its leader (the tether's watchdog too); returns the leader's exit
+        code."""
         if self.alive:
             self._signal_group(signal.SIGTERM)
             try:
@@ -157,6 +161,7 @@ class ServerProcess:
                 self._signal_group(signal.SIGKILL)
                 self.process.wait(timeout_s)
         self._signal_group(signal.SIGKILL)
+        self.tether.cut()
         return self.process.returncode
 
     def _signal_group(self, sig: signal.Signals) -> None:
@@ -170,45 +175,6 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def interrupt_on_sigterm() -> None:
-    """Make SIGTERM raise KeyboardInterrupt like Ctrl-C, so the cleanup that stops the servers
-    latlab started runs for it too (main thread only; an event loop's own handlers replace it
-    while they are installed)."""
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread
-        pass
-
-
-@contextmanager
-def remembered_interrupts() -> Iterator[Callable[[], bool]]:
-    """Ctrl-C raises KeyboardInterrupt as always, and is remembered: one that Python swallowed
-    (raised inside a weakref callback or a `__del__`, which can only print it) is found by
-    `pressed()` at the next point where stopping is safe, and ends a server's wait for
-    readiness. Main thread only."""
-    pressed = _PRESSED
-
-    def interrupt(signum: int, frame: object) -> None:
-        pressed.append(signum)
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGINT, interrupt)
-    except ValueError:  # not the main thread
-        yield lambda: False
-        return
-    interrupt.remembers = True  # type: ignore[attr-defined]
-    try:
-        yield lambda: bool(pressed)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if not getattr(previous, "remembers", False):  # the outermost forgets them
-            pressed.clear()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -274,9 +240,9 @@ def start_server(launch: ServerLaunch, *, log_path: Path | None = None,
 
 
 def spawn_server(launch: ServerLaunch, *, log_path: Path | None = None) -> ServerProcess:
-    """Start `launch` in a new process group (output to `log_path`, a temporary file if None)
-    without waiting for it: the caller does other work meanwhile, then `wait_ready()`, and
-    stops it on every way out (`with`)."""
+    """Start `launch` in a new process group tethered to latlab (output to `log_path`, a
+    temporary file if None) without waiting for it: the caller does other work meanwhile,
+    then `wait_ready()`, and stops it on every way out (`with`)."""
     if log_path is None:
         fd, temp = tempfile.mkstemp(prefix="latlab-server-", suffix=".log")
         os.close(fd)
@@ -290,10 +256,8 @@ def spawn_server(launch: ServerLaunch, *, log_path: Path | None = None) -> Serve
                           f"{e.strerror or e}") from None
     try:
         with log:
-            process = subprocess.Popen(list(launch.command), stdin=subprocess.DEVNULL,
-                                       stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
+            tethered = spawn_tethered(launch.command, stdout=log)
     except OSError as e:
         raise EngineError(f"{launch.name}: cannot start {launch.command[0]!r}: "
                           f"{e.strerror or e}") from None
-    return ServerProcess(launch, process, log_path, started)
+    return ServerProcess(launch, tethered.process, log_path, started, tethered.tether)
