@@ -64,8 +64,10 @@ class Run:
         ready = self.first(r"latlab serve (for the probes )?ready")
         waited = next((float(m[1]) for _, line in self.lines
                        if (m := re.search(r"waited ([\d.]+) s for it", line))), None)
+        reference = self.first(r"the reference steps")
         out = [("imports (first progress line)", _s(imports)),
                ("engine build, grid, reference steps", _s(_minus(probing, imports))),
+               ("  of which the reference steps", _s(_minus(probing, reference))),
                ("  of which waiting for latlab serve", _s(waited)),
                ("latlab serve's start after the grid",
                 _s(_minus(ready, probing) if ready and probing and ready > probing else 0.0))]
@@ -79,11 +81,12 @@ class Run:
         out.append(("CPU seconds (all its processes)", f"{self.cpu_s:.1f} s"))
         probes = [(m[1], t) for t, line in self.lines
                   if (m := re.search(r"probe (\d+)/\d+: ", line))]
-        bounds = [("imports", 0.0), ("build, grid, reference (serve starts)", imports),
-                  *((f"probe {i}", t) for i, t in probes),
+        bounds = [("imports", 0.0), ("build, grid (serve starts)", imports),
+                  ("reference steps", reference), *((f"probe {i}", t) for i, t in probes),
                   ("answer", self.first(r"^calibration: ")), ("", self.wall_s)]
+        bounds = [(name, t) for name, t in bounds if t is not None]  # a stage not printed
         for (name, start), (_, end) in zip(bounds, bounds[1:]):
-            if start is not None and end is not None and self.cpu:
+            if self.cpu:
                 (m0, s0), (m1, s1) = self.cpu_at(start), self.cpu_at(end)
                 out.append((f"  CPU s in {name} (predict + serve)",
                             f"{m1 - m0:.1f} + {s1 - s0:.1f}"))

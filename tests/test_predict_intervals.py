@@ -6,6 +6,8 @@ fall behind, and a change's effect is a paired difference narrower than either s
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -36,7 +38,7 @@ from latlab.services.replica_search import decided
 from latlab.sim import calibration as calibrations
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import on_clock
-from latlab.sim.spread import level_dof, level_quantile
+from latlab.sim.spread import level_dof, level_quantile, score
 from latlab.sim.table import request_table
 from latlab.sim.world import Draw
 
@@ -88,6 +90,23 @@ def test_the_worlds_cover_the_levels_evenly_with_the_dof_of_both_variances():
     assert levels == sorted(levels) and levels[0] == pytest.approx(-levels[-1])
     assert levels[-1] == pytest.approx(student_t.ppf(0.95, 9) * 0.05)
     assert levels[-1] == pytest.approx(level_quantile(CALM, 0.95))
+
+
+def test_the_levels_quantiles_are_scipy_stats_own_without_importing_it():
+    for q, dof in [(0.95, 9.0), (0.975, 3.7), (0.6, 250.5)]:
+        assert score(q, dof) == pytest.approx(student_t.ppf(q, dof), rel=1e-9)
+    assert score(0.975, math.inf) == pytest.approx(1.959964, abs=1e-6)
+    # scipy.stats costs half a CPU second to import: the spread's quantiles, the machine
+    # check's limit and the slow stretches' shape leave it out
+    code = ("import sys, numpy as np\n"
+            "from latlab.records.calibration import Spread\n"
+            "from latlab.sim.spread import drift_limit, level_quantile\n"
+            "from latlab.sim.stretches import shape_of\n"
+            "s = Spread(step=0.1, shape=0.05, drift=0.02, windows=20, runs=4)\n"
+            "drift_limit(s), level_quantile(s, 0.9), shape_of(np.arange(50.0))\n"
+            "assert 'scipy.stats' not in sys.modules, 'scipy.stats imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_world_gives_both_sides_of_a_change_the_same_drift_and_requests_costs():

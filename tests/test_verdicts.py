@@ -75,6 +75,18 @@ def test_strict_verdicts_need_the_interval_past_the_minimum_effect():
     assert verdict(a, b) == "worse"
     strict = judge(ratio_interval(a, b, 0.99), 0.05, True, strict=True)
     assert strict.verdict == "can't tell" and "latlab ab" in strict.why
+    far = [200.0, 201.0, 199.0, 200.5]  # twice as slow: past the minimum effect throughout
+    assert verdict(a, far, strict=True) == "worse"
+
+
+def test_two_single_runs_are_never_the_same():
+    """Blocks inside ±5 % of each other: "same" from an A/B's rounds, but from two single runs
+    "can't tell" (a drift between the runs would not show in their blocks)."""
+    tight_a, tight_b = [100.0, 100.5, 99.8, 100.1], [100.2, 100.1, 99.9, 100.3]
+    assert verdict(tight_a, tight_b) == "same"
+    strict = judge(ratio_interval(tight_a, tight_b, 0.99), 0.05, True, strict=True)
+    assert strict.verdict == "can't tell" and "latlab ab" in strict.why
+    assert -0.05 < strict.interval.low < strict.interval.high < 0.05
 
 
 def test_too_few_replicates_cannot_tell():

@@ -14,7 +14,8 @@ With δ the minimum effect:
   matter, with confidence; two one-sided tests at α each, so the 1 − 2α interval);
 * better / worse — the interval excludes no change and the estimate is at least δ; from two
   single runs (`strict`: their blocks cannot see the drift between runs) the whole interval
-  must also lie past δ;
+  must also lie past δ, and they are never "same" (a drift between the runs as large as
+  δ would not show in their blocks);
 * can't tell — anything else, with roughly how many more rounds would decide.
 
 Error rates, each family of statistics at α by Bonferroni within it (`alpha`): the ones an
@@ -45,6 +46,7 @@ SAME_POWER = 8  # the α against a false "same" is spent as t^8 (`same_spent`)
 # drift saves in the first looks (3 pairs: t with 2 degrees of freedom, not 4) and less
 # from here (5, not 10).
 PAIRED_FROM = 6
+STRICT_HINT = "two single runs cannot see the drift between runs: use latlab ab"
 
 
 def alpha(key: str, keys: Sequence[str], decide_on: Sequence[str] = HEADLINE) -> float:
@@ -191,6 +193,9 @@ def judge(interval: RatioInterval | None, min_effect: float, lower_is_better: bo
         return Judgement("can't tell", f"too few {unit_name} with a value on both sides")
     same = same if same is not None else interval
     if -min_effect < same.low and same.high < min_effect:
+        if strict:  # inside ±δ within each run says nothing of the drift between runs
+            return Judgement("can't tell", f"inside ±{100 * min_effect:g}% within each "
+                                           f"run, but {STRICT_HINT}", same)
         return Judgement("same", f"inside ±{100 * min_effect:g}% with "
                                  f"{100 * same.confidence:.3g}% confidence", same)
     low, high, estimate = interval.low, interval.high, interval.estimate
@@ -202,7 +207,7 @@ def judge(interval: RatioInterval | None, min_effect: float, lower_is_better: bo
     # the interval that has to narrow: to exclude no change, or to fit inside ±δ
     more = (interval if abs(estimate) >= min_effect else same).more_rounds(min_effect)
     if strict:
-        hint = "two single runs cannot see the drift between runs: use latlab ab"
+        hint = STRICT_HINT
     elif more is None:
         hint = f"more {unit_name} would hardly decide"
     else:

@@ -66,9 +66,9 @@ def run_floors(outcomes: Sequence[WorldRun], intervals: Level, requests: int
     the variance of log(percentile) within a world (pooled) and between the worlds beyond it,
     each read as a normal's central `intervals.level`; a percentile's variance from run to
     run falls as 1/requests, so the length for `WIDE` is where the two add up to it."""
-    from scipy.stats import norm
+    from scipy.special import ndtri  # the normal's quantile, without scipy.stats' import
 
-    z2 = 2 * norm.ppf(1 - intervals.tail)  # a normal's central interval: ±z sd
+    z2 = 2 * float(ndtri(1 - intervals.tail))  # a normal's central interval: ±z sd
     goal = math.log(WIDE) / z2  # the sd that makes an interval WIDE wide
     floors = []
     for metric, pname in DECIDING:

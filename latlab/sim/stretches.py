@@ -137,12 +137,12 @@ def fit(r: np.ndarray, times: np.ndarray, runs: np.ndarray, parts: int = PARTS
 def shape_of(d: np.ndarray) -> list[float]:
     """The quantiles of `d` (each run's mean taken out), in its standard deviations, at the
     normal scores `SCORES`."""
-    from scipy.stats import norm
+    from scipy.special import ndtr  # the normal's CDF, without scipy.stats' import
 
     sd = float(np.std(d))
     if sd <= 0:
         return []
-    return [float(v) for v in np.quantile((d - np.mean(d)) / sd, norm.cdf(SCORES))]
+    return [float(v) for v in np.quantile((d - np.mean(d)) / sd, ndtr(np.asarray(SCORES)))]
 
 
 class Shape:
