@@ -30,7 +30,7 @@ from latlab.sim import calibration as calibrations
 from latlab.sim.world import Draw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from predict_intervals import recalibrated  # noqa: E402
+from intervals_calibration import recalibrated  # noqa: E402
 
 GAP_S = 3.0
 MIN_STEPS = 100

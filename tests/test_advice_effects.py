@@ -3,6 +3,7 @@ calibration, on paired draws; one predicted to hurt is left out of the fix, and 
 carries its predicted effect and a `latlab ab` that measures it."""
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -239,6 +240,8 @@ def test_on_llama_server_a_batch_its_run_never_timed_is_measured_not_predicted(t
     a = analyze(result.run)
     cal = run_calibration(a)
     assert cal.source == "run" and cal.engine.max_num_seqs == 2  # its /props: 2 slots
+    # one prompt and output length at one load: the fit says what it could not tell apart
+    assert any(re.match(r"the run tells apart [0-4] of the 5 step costs", n) for n in cal.notes)
 
     def change(knob, value, args):
         return Change(knob, value, "llamacpp", args)

@@ -195,3 +195,20 @@ def test_a_run_decomposed_a_block_at_a_time_is_decomposed_as_a_whole(monkeypatch
         np.testing.assert_array_equal(getattr(blocks, name), getattr(whole, name))
     assert whole.ms["tls"].strides == (0,) == blocks.ms["tls"].strides  # no request has one
     assert [blocks.row(i) for i in range(23)] == [whole.row(i) for i in range(23)]
+
+
+def test_a_loaded_clients_slow_connects_leave_the_gateway_its_hop():
+    """Behind a gateway, the network is one round trip: the quickest TCP connect. A loaded
+    client's connects carry its own delays (a recorded LiteLLM run's ranged 0.36-73 ms), and
+    their median, more than a local gateway's whole hop, left the gateway 0."""
+    from latlab.analysis.analyze import network_baseline
+
+    records = [timeline(i, 100 * i, connect=c) for i, c in enumerate([0.2, 9.0, 12.0, 15.0])]
+    for r in records:
+        r.server.gateway_intake, r.server.gateway_tail = 2.0, 1.0
+    t = as_table(records)
+    base = network_baseline(t)
+    assert base.quickest_connect_ms == pytest.approx(0.2) and base.rtt_ms == pytest.approx(10.5)
+    parts = decompose_all(t, base)
+    assert parts.value("network") == pytest.approx([0.2] * 4)
+    assert parts.value("gateway_intake") + parts.value("gateway_tail") == pytest.approx([2.8] * 4)

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from sim_helpers import STEP, calibration, fixed, open_loop
+from sim_helpers import calibration, fixed, open_loop
 
 from latlab.load.workload.arrivals import arrival_times
 from latlab.records.arrivals import ArrivalConfig
@@ -18,7 +18,7 @@ from latlab.records.workload import WorkloadConfig
 from latlab.sim import replica as replica_module
 from latlab.sim.fleet import Simulation, simulate
 from latlab.sim.results import OK, REJECTED, TOO_LONG
-from latlab.sim.stepcost import FEATURES, StepCostModel, design, features, fit
+from latlab.sim.stepcost import StepCostModel
 from latlab.sim.workload import build
 
 
@@ -66,28 +66,6 @@ def test_a_short_kv_pool_preempts_and_still_matches_single_steps(monkeypatch):
     assert preempted and all(len(fast.token_steps(i)) > 1 for i in preempted)
     r = fast.timeline(preempted[0])
     assert len(r.token_ns) == r.completion_tokens  # every token once, across its runs
-
-
-def test_the_step_cost_fit_recovers_a_known_model_and_leaves_out_outliers():
-    rng = np.random.default_rng(1)
-    rows = np.column_stack([rng.integers(1, 512, 300), rng.integers(0, 32, 300),
-                            rng.integers(0, 3, 300), rng.integers(0, 33, 300),
-                            rng.integers(0, 6, 300), rng.integers(0, 20_000, 300),
-                            rng.integers(0, 200_000, 300)])
-    x = features(rows)
-    truth = np.array([STEP.coefficients[k] for k in FEATURES])
-    ms = x @ truth
-    ms[::25] *= 3  # a noisy neighbour
-    cost, error = fit(x, ms)
-    assert error.outliers == 12 and error.mape < 1e-6 and error.holdout_mape < 1e-6
-    for name in FEATURES:
-        assert cost.coefficients[name] == pytest.approx(STEP.coefficients[name], rel=1e-4,
-                                                        abs=1e-6)
-    model = StepCostModel(cost)
-    assert model.seconds(*rows[1]) * 1e3 == pytest.approx(float(x[1] @ truth), rel=1e-6)
-    a, b = model.decode_run(8, 800, 2)
-    assert (a + 3 * b) * 1e3 == pytest.approx(
-        float((design(features([[8, 8, 0, 8, 2, 800 + 3 * 8, 0]]), []) @ truth)[0]), rel=1e-6)
 
 
 def test_round_robin_spreads_evenly_and_least_outstanding_balances():

@@ -166,3 +166,19 @@ def test_a_shape_not_at_every_score_or_not_rising_is_refused_with_its_reason():
     for shape in ([0.1, 0.2], fitted[::-1]):
         with pytest.raises(ValueError, match="11 quantiles in rising order"):
             Stretches(parts=[], shape=shape)
+
+
+def test_the_steps_own_factors_drawn_in_blocks_are_the_ones_drawn_one_by_one():
+    """`StretchDraw.step` draws its normals a block at a time: the same numbers, in the same
+    order, as a normal a step from the same seed (so a seed's predictions stay the same),
+    across blocks, each through the misfits' (skewed) shape, tails beyond its points too."""
+    shape = stretch.shape_of(np.random.default_rng(0).lognormal(0.0, 0.6, 5000))
+    found = Stretches(parts=[Stretch(sd=0.1, tau_s=1.0)], jitter=0.3, shape=shape)
+    draw = stretch.StretchDraw(found, np.random.default_rng(1), np.random.default_rng(2))
+    steps = 2 * stretch.STEP_BLOCK + 7
+    blocked = [draw.step() for _ in range(steps)]
+    rng, mapped = np.random.default_rng(2), stretch.Shape(shape)
+    z = [rng.standard_normal() for _ in range(steps)]
+    centre = mapped.centre(found.jitter)
+    assert blocked == [math.exp(found.jitter * mapped(v) + centre) for v in z]
+    assert min(z) < stretch.SCORES[0] and max(z) > stretch.SCORES[-1]  # the tails were met

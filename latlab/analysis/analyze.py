@@ -157,9 +157,9 @@ def judge_requests(requests: Requests, chosen: np.ndarray, window: Window | None
 
 def network_baseline(t: RequestTable, rtt_ms: float | None = None) -> NetworkBaseline:
     """The run's network: the 10th percentile of the transit (what the client waited beyond
-    the server's total) over its successful requests, and the round trip: the null request's
+    the server's total) over its successful requests, the round trip: the null request's
     measured before the run (`rtt_ms`), else the median TCP connect time of its new
-    connections."""
+    connections, and the quickest of those connects."""
     arrived = arrival_ns(t)
     timed = t.ok & t.has_server & ~np.isnan(t.server["total"]) & present(t.sent_ns) \
         & present(t.done_ns) & np.isnan(t.server["gateway_intake"])  # a gateway's hop is no transit
@@ -167,10 +167,9 @@ def network_baseline(t: RequestTable, rtt_ms: float | None = None) -> NetworkBas
                       - t.server["total"][timed])
     connect = t.phases["connect_ns"]
     connects = np.sort(connect[t.new_connection & ~np.isnan(connect)] / NS_PER_MS)
-    connect_ms = percentile(connects, 50) if len(connects) else None
-    if rtt_ms is None:
-        rtt_ms = connect_ms
-    return NetworkBaseline(connect_ms=connect_ms,
+    if rtt_ms is None and len(connects):
+        rtt_ms = percentile(connects, 50)
+    return NetworkBaseline(quickest_connect_ms=float(connects[0]) if len(connects) else None,
                            transit_ms=percentile(transit, TRANSIT_BASELINE) if len(transit)
                            else None, rtt_ms=rtt_ms)
 

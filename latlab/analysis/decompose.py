@@ -33,8 +33,10 @@ Behind a gateway whose hop the engine's spans gave (`server.gateway_*`, on the c
 `load/telemetry/upstream.py`) the engine's stages are as above and the time around them is the
 gateway's:
 
-    network         = one round trip to the gateway: the median TCP connect estimated
-                      (a null request's would hold the gateway's own routing)
+    network         = one round trip to the gateway, at most the hop: the run's quickest
+                      TCP connect (a null request's would hold the gateway's own routing;
+                      a loaded client's connects carry its own delays, often more than a
+                      local gateway's whole hop)                          estimated
     gateway_intake  = (engine received − sent) − network / 2              derived
     gateway_tail    = (done − engine finished) − network / 2              derived
     postprocess     = server.postprocess (the engine's own)               exact
@@ -82,11 +84,12 @@ from latlab.records.timeline import NS_PER_MS, RequestTimeline
 class NetworkBaseline:
     """What the run says about its network: the baseline of the transit (observed − server
     total) over its requests, a null request's round trip (else the median TCP connect), and
-    the median TCP connect time of its new connections."""
+    the quickest TCP connect of its new connections: the kernel answers a connect, so what
+    the slower ones add is the client's own delay (a loaded client's reach tens of ms)."""
 
     transit_ms: float | None = None
     rtt_ms: float | None = None
-    connect_ms: float | None = None  # the median TCP connect (the kernel answers it)
+    quickest_connect_ms: float | None = None
 
 
 BLOCK_ROWS = 1 << 16  # requests decomposed at a time
@@ -211,11 +214,11 @@ def _with_server(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put, 
 
 def _gateway(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put) -> None:
     """The gateway's hop around the engine: its intake before the engine saw the request and
-    its tail after the engine finished, less one round trip to it (a TCP connect's: a null
-    request's holds the gateway's routing)."""
+    its tail after the engine finished, less one round trip to it (the quickest TCP
+    connect's: a null request's holds the gateway's routing)."""
     s = t.server
     intake, tail = s["gateway_intake"], s["gateway_tail"]
-    rtt = base.connect_ms
+    rtt = base.quickest_connect_ms
     trip = np.minimum(rtt, intake + tail) if rtt is not None else np.nan
     put("network", rows, trip, UNAVAILABLE if rtt is None else ESTIMATED)
     half = np.nan_to_num(trip) / 2

@@ -46,7 +46,7 @@ from latlab.sim.calibrate_run import (
 )
 from latlab.sim.fleet import simulate
 from latlab.sim.spread import estimate, misfit
-from latlab.sim.stepcost import StepCostModel, features, fit
+from latlab.sim.stepcost import StepCostModel, features, fit, told_apart
 from latlab.sim.stretches import window_variance
 from latlab.sim.workload import build
 
@@ -147,7 +147,8 @@ def as_served(calibration: Calibration, steps: Sequence[StepRecord],
     charged = charged_ms(linear, steps)
     served = np.array([s.ms for s in steps])
     a = np.column_stack([charged / served, 1 / served])
-    scale, extra = lsq_linear(a, np.ones(len(served)), bounds=(0.0, np.inf)).x
+    scale, extra = lsq_linear(a, np.ones(len(served)), bounds=(0.0, np.inf),
+                              method="bvls").x  # exact (`stepcost.fit` says why)
     before = float(np.mean(np.abs(charged / served - 1)))
     after = float(np.mean(np.abs((scale * charged + extra) / served - 1)))
     step = scaled_step(linear, float(scale), float(extra))  # in-process factors: replaced
@@ -250,6 +251,11 @@ def run_calibration(paths: Sequence[Path], shape: dict | None = None) -> Calibra
     target = configs[0].target
     server = " ".join(str(v) for v in (target.server_kind, target.url, target.model) if v)
     timed = sum(1 for r in records if r.ok and r.server is not None)
+    told = told_apart(x, y, RUN_FEATURES)
+    unsure = [] if told == len(RUN_FEATURES) else [
+        f"the run tells apart {told} of the {len(RUN_FEATURES)} step costs (its requests' "
+        "lengths and concurrency varied too little): the fit keeps the fewest costs that "
+        "explain it, and a prediction for other lengths is an extrapolation"]
     return Calibration(
         latlab_version=__version__, source="run", server=server or "the server measured",
         target=target.model_dump(mode="json"), engine=engine,
@@ -258,4 +264,5 @@ def run_calibration(paths: Sequence[Path], shape: dict | None = None) -> Calibra
         notes=[f"fitted from {decodes} decodes and {prefills} prefills of {len(records)} "
                f"requests in {len(runs)} run folders ({timed} with server timings)",
                "engine limits (max_num_seqs, max_num_batched_tokens, KV blocks) are "
-               + ("as given" if shape else "defaults, not measured: pass the server's own")])
+               + ("as given" if shape else "defaults, not measured: pass the server's own"),
+               *unsure])

@@ -106,6 +106,15 @@ def design(x: np.ndarray, knots: Sequence[float]) -> np.ndarray:
     return np.hstack([x, *hinges]) if hinges else x
 
 
+def told_apart(x: np.ndarray, ms: np.ndarray, use: Sequence[str] = FEATURES) -> int:
+    """How many of the costs in `use` the samples tell apart: the rank of their columns, as
+    `fit` weighs them (each sample relative to its time). Fewer than `len(use)`: the samples
+    never varied what would separate the rest (a run of one prompt length, say), and many
+    fits explain them equally well."""
+    mask = [name in use for name in FEATURES]
+    return int(np.linalg.matrix_rank(x[:, mask] / np.asarray(ms, dtype=float)[:, None]))
+
+
 def fit(x: np.ndarray, ms: np.ndarray, knots: Sequence[float] = (),
         use: Sequence[str] = FEATURES, what: str = "engine step time",
         trim: float | None = TRIM) -> tuple[StepCost, FitError]:
@@ -122,7 +131,10 @@ def fit(x: np.ndarray, ms: np.ndarray, knots: Sequence[float] = (),
         a = design(x[rows], knots)[:, mask] / ms[rows, None]
         lower = np.r_[np.zeros(int(mask[: len(FEATURES)].sum())), np.full(len(knots), -np.inf)]
         coef = np.zeros(mask.size)
-        coef[mask] = lsq_linear(a, np.ones(len(a)), bounds=(lower, np.inf)).x
+        # BVLS, exact for a handful of columns: TRF, iterating, wanders along a design the
+        # samples do not pin down (lengths that never varied) and steps to infinite bounds
+        # (scipy's "invalid value encountered in multiply")
+        coef[mask] = lsq_linear(a, np.ones(len(a)), bounds=(lower, np.inf), method="bvls").x
         return coef
 
     everything = np.arange(len(ms))

@@ -35,6 +35,7 @@ import numpy as np
 from latlab.records.calibration import SHAPE_SCORES, Stretch, Stretches
 
 SLICES_PER_TAU = 4
+STEP_BLOCK = 1024  # steps' own factors drawn at a time
 MIN_SLICE_S = 0.05  # the stretches are held at least this long (the simulator's decode runs)
 TAUS = np.geomspace(0.05, 60.0, 49)  # correlation times tried (s)
 FIRST_WIDTH_S = 0.1
@@ -157,21 +158,24 @@ class Shape:
         self._w = weights / weights.sum()
 
     def __call__(self, z: float) -> float:
+        return float(self.many(np.array([z]))[0])
+
+    def many(self, z: np.ndarray) -> np.ndarray:
+        """`self(z)` of each score of `z`."""
         q = self.points
         if not q:
             return z
-        if z <= SCORES[0]:
-            return q[0] + (z - SCORES[0]) * (q[1] - q[0]) / 0.5
-        if z >= SCORES[-1]:
-            return q[-1] + (z - SCORES[-1]) * (q[-1] - q[-2]) / 0.5
-        return float(np.interp(z, SCORES, q))
+        out = np.interp(z, SCORES, q)
+        low, high = z <= SCORES[0], z >= SCORES[-1]
+        out[low] = q[0] + (z[low] - SCORES[0]) * (q[1] - q[0]) / 0.5
+        out[high] = q[-1] + (z[high] - SCORES[-1]) * (q[-1] - q[-2]) / 0.5
+        return out
 
     def centre(self, sd: float) -> float:
         """−log E[exp(sd × shape(Z))], Z standard normal."""
         if not self.points:
             return -sd * sd / 2
-        values = np.array([self(z) for z in self._z])
-        return -math.log(float(np.sum(self._w * np.exp(sd * values))))
+        return -math.log(float(np.sum(self._w * np.exp(sd * self.many(self._z)))))
 
 
 def window_variance(stretches: Stretches | None, width_s: float, span_s: float) -> float:
@@ -195,7 +199,8 @@ class StretchDraw:
     """One world's stretches: the factor of the slow parts on a step starting at `t` (held
     on slices of the shortest part's `tau_s / SLICES_PER_TAU`), when it next changes, and a
     step's own factor (`step`: one draw a step, from `step_rng`, in the order the steps
-    ask); each normal, mapped through the misfits' shape, centred to a mean of 1."""
+    ask, drawn `STEP_BLOCK` at a time: the same numbers as one by one); each normal, mapped
+    through the misfits' shape, centred to a mean of 1."""
 
     def __init__(self, stretches: Stretches, slow_rng: np.random.Generator,
                  step_rng: np.random.Generator) -> None:
@@ -213,6 +218,8 @@ class StretchDraw:
         self._slow_rng, self._step_rng = slow_rng, step_rng
         self._factors: list[float] = []
         self._x = np.zeros(len(parts))
+        self._step_logs: list[float] = []  # the next steps' log factors, drawn ahead
+        self._next_step = 0
 
     def factor(self, t: float) -> float:
         if not len(self._sd):
@@ -237,5 +244,12 @@ class StretchDraw:
         """One step's own factor (mean 1)."""
         if self._jitter <= 0:
             return 1.0
-        z = self._step_rng.standard_normal()
-        return math.exp(self._jitter * self._shape(z) + self._jitter_centre)
+        if self._next_step == len(self._step_logs):
+            z = self._step_rng.standard_normal(STEP_BLOCK)
+            self._step_logs = (self._jitter * self._shape.many(z)
+                               + self._jitter_centre).tolist()
+            self._next_step = 0
+        self._next_step += 1
+        # math.exp, not numpy's over the block: numpy's differs in the last bit for a few
+        # values, and a seed's predictions stay what they were
+        return math.exp(self._step_logs[self._next_step - 1])
