@@ -6,8 +6,9 @@ from timelines import timeline, write_run
 from typer.testing import CliRunner
 
 from latlab.analysis import analyze
-from latlab.analysis.compare import CompareError, compare, workload_differences
+from latlab.analysis.compare import CompareError, compare
 from latlab.analysis.gate import Gate, GateError
+from latlab.analysis.unlike import workload_differences
 from latlab.cli import app
 from latlab.records.config import RunConfig
 from latlab.report.comparison import attribution_line
@@ -37,6 +38,8 @@ def test_a_queue_regression_is_worse_and_attributed_to_queue(tmp_path):
     line = attribution_line(ttft)
     assert "queue +" in line and "prefill" in line and "unchanged" in line
     assert c.change("p50_tpot").verdict == "can't tell"  # two single runs: never "same"
+    tail = c.change("p99_ttft")  # blocks of 20 requests: a p99 is a block's largest
+    assert not tail.judged and "too few samples a block for a p99" in tail.why, tail.why
     assert c.budgets["mean"][1].bucket("queue & overhead") > c.budgets["mean"][0].bucket(
         "queue & overhead")
 
@@ -72,6 +75,27 @@ def test_a_change_inside_the_minimum_effect_is_the_same(tmp_path):
     assert repeated.verdict == "same" and "inside ±5%" in repeated.why
     finer = compare(a, b, verdicts=VerdictConfig(min_effect=["1%"])).change("p50_ttft")
     assert finer.verdict == "can't tell", finer.interval
+
+
+def test_a_percentile_is_judged_only_with_enough_samples_above_it():
+    """A p99 of 12 requests a round is the round's largest: whether it caught a stall. Rounds
+    17 ms against 8 ms (a caching A/A under load) are not judged; a p50 of the same is."""
+    from latlab.analysis.replicates import MIN_TAIL, Replicates, sample_count
+
+    def side(n: int, values: list[float]) -> list[dict[str, float]]:
+        return [{"p99_ttft": v, "p90_ttft": v, "p50_ttft": v, sample_count("ttft"): n}
+                for v in values]
+
+    few = Replicates(side(12, [17.0, 18.0, 16.0]), side(12, [8.0, 8.2, 7.9]), "", "rounds",
+                     strict=False)
+    assert "too few samples a round for a p99 (as few as 12; 500 a round" in few.thin("p99_ttft")
+    assert few.thin("p90_ttft") is not None  # 1.2 above it
+    assert few.thin("p50_ttft") is None and few.thin("output_tokens_per_s") is None
+    enough = Replicates(side(100 * MIN_TAIL, [17.0] * 3), side(50 * MIN_TAIL, [8.0] * 3), "",
+                        "rounds", strict=False)
+    assert enough.thin("p99_ttft") is not None  # one side's rounds are too small
+    assert Replicates(side(100 * MIN_TAIL, [1.0]), side(100 * MIN_TAIL, [1.0]), "", "rounds",
+                      strict=False).thin("p99_ttft") is None
 
 
 def test_a_change_within_the_drift_between_runs_cannot_be_told(tmp_path):

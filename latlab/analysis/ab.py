@@ -174,18 +174,19 @@ class Sequential:
 
     @staticmethod
     def undecided(comparison: Comparison, keys: Sequence[str] = HEADLINE) -> list[Change]:
-        """The metrics of `keys` (the headline ones) still "can't tell" (and measured on both
-        sides)."""
+        """The metrics of `keys` (the headline ones) still "can't tell" that more rounds could
+        decide (measured on both sides, and judged)."""
         return [c for c in comparison.changes
-                if c.key in keys and not c.decided and c.delta is not None]
+                if c.key in keys and not c.decided and c.delta is not None and c.judged]
 
     @staticmethod
     def look_line(comparison: Comparison, keys: Sequence[str] = HEADLINE) -> str:
         """What a look says of `keys`: those still "can't tell", those not measured on both
-        sides (more rounds do not measure them), else that they are decided."""
+        sides or not judged (more rounds do not change that), else that they are decided."""
         open_ = [f"{c.label} can't tell" for c in Sequential.undecided(comparison, keys)]
         labels = {c.key: c.label for c in comparison.changes}
-        whys = {c.key: c.why or NOT_MEASURED for c in comparison.changes if c.delta is None}
+        whys = {c.key: c.why or NOT_MEASURED for c in comparison.changes
+                if c.delta is None or not c.judged}
         unmeasured = []
         for key in keys:
             if key in labels and key not in whys:

@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 import numpy as np
 
 from latlab.analysis.budget import Budget, budget
-from latlab.analysis.delivery import Bursts, bursts
+from latlab.analysis.delivery import bursts
 from latlab.analysis.replicates import Replicates, from_blocks
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.analysis.significance import fisher_test, statistics
+from latlab.analysis.unlike import buffered, conditions, workload_differences
 from latlab.analysis.verdicts import (
     FAMILY_ALPHA,
     LookShare,
@@ -30,7 +30,6 @@ from latlab.analysis.verdicts import (
     judge_look,
 )
 from latlab.records.catalog import CATALOG, metrics
-from latlab.records.config import RunConfig
 from latlab.records.summary import RunSummary
 from latlab.records.verdict import (
     DEFAULT_MIN_EFFECT,
@@ -58,12 +57,7 @@ ATTRIBUTED = {
                   "queue", "prefill", "ttft_unsplit", "decode", "postprocess", "gateway_tail",
                   "unattributed"),
 }
-# Workload settings that may differ between comparable runs: where the load goes, not what.
-NOT_WORKLOAD = {"url", "model", "api_key", "serve_args", "out", "name", "tags", "workers",
-                "timeout_s", "drain_s", "slos", "seed", "tokenizer", "keepalive", "server_kind",
-                "otlp_port", "span_wait_s", "scrape_interval_s", "prompt_salt",
-                "context_tokens", "api_key_file", "headers", "ca_cert", "insecure",
-                "server_url"}
+
 
 
 @dataclass
@@ -77,6 +71,7 @@ class Change:
     interval: RatioInterval | None = None  # of B / A − 1, the verdict's (from the replicates)
     verdict: Verdict = "can't tell"
     why: str | None = None  # for same and can't tell
+    judged: bool = True  # False: not judged, whatever more rounds show (`Replicates.thin`)
     attribution: dict[str, float] = field(default_factory=dict)
     min_effect: float = DEFAULT_MIN_EFFECT  # the smallest relative change worth a verdict
 
@@ -171,15 +166,19 @@ def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None
     changes += _rate_changes(a.summary, b.summary)
     keys = [c.key for c in changes]
     burst = (bursts(a), bursts(b))  # each side's streams, if they came in bursts
-    buffered = _buffered(burst)
+    in_bursts = buffered(burst)
     for change in changes:
         change.min_effect = verdicts.effect(change.key)
         metric = change.key.split("_", 1)[1] if change.unit == "ms" else change.key
-        if buffered and CATALOG[metric].gaps:
+        if in_bursts and CATALOG[metric].gaps:
             change.a = change.b = None
-            change.why = f"{buffered}: the gaps between tokens are the buffer's"
+            change.why = f"{in_bursts}: the gaps between tokens are the buffer's"
         if change.delta is None:
             change.why = change.why or NOT_MEASURED
+            continue
+        change.why = replicates.thin(change.key)
+        if change.why is not None:  # more replicates of the same size would not judge it
+            change.judged = False
             continue
         judged = judge_look(partial(replicates.interval, change.key, paired=paired),
                             alpha(change.key, keys, decide_on), share, change.min_effect,
@@ -190,14 +189,6 @@ def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None
                "p99 tail": (_tail(a), _tail(b))}
     return Comparison(a, b, changes, budgets, workload_differences(a.config, b.config),
                       replicates.source, conditions(a, b, burst))
-
-
-def _buffered(burst: tuple[Bursts | None, Bursts | None]) -> str | None:
-    """Which side's streams came in bursts (`delivery.bursts`), if either's did."""
-    found = [side for side, came in zip("AB", burst) if came is not None]
-    if not found:
-        return None
-    return f"{' and '.join(found)}'s streams arrived in bursts (a buffering proxy?)"
 
 
 def _samples(a: RunAnalysis, metric: str) -> np.ndarray:
@@ -250,51 +241,3 @@ def _error_rate(a: RunSummary, b: RunSummary, level: float) -> Change:
     else:
         change.why = "not significant, but too few requests to call it the same"
     return change
-
-
-def workload_differences(a: RunConfig, b: RunConfig) -> list[str]:
-    """The workload settings (what was sent, how, for how long) that differ between runs."""
-    flat_a, flat_b = (_flatten(c.bench.model_dump(mode="json") if c.bench else {})
-                      for c in (a, b))
-    differences = []
-    for key in sorted(flat_a.keys() | flat_b.keys()):
-        if NOT_WORKLOAD.intersection(key.split(".")):
-            continue
-        if flat_a.get(key) != flat_b.get(key):
-            differences.append(f"{key}: {flat_a.get(key)!r} vs {flat_b.get(key)!r}")
-    return differences
-
-
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            flat |= _flatten(value, f"{prefix}{key}.")
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-CACHE_DIFFERENCE = 0.05  # of prompt tokens: sides whose caches served more differently
-
-
-def conditions(a: RunAnalysis, b: RunAnalysis,
-               burst: tuple[Bursts | None, Bursts | None]) -> list[str]:
-    """How the two sides ran unlike each other beyond their settings: the server's prefix
-    cache serving different shares of their prompts; one side through a gateway the other
-    went without (or through another); a side's streams in bursts (`burst`)."""
-    out = []
-    ca, cb = a.summary.cache, b.summary.cache
-    if ca is not None and cb is not None and abs(ca.share - cb.share) >= CACHE_DIFFERENCE:
-        out.append(f"the prefix cache served {100 * ca.share:.0f}% of A's prompt tokens and "
-                   f"{100 * cb.share:.0f}% of B's: a TTFT change may be the cache's")
-    through = [g.name if g is not None else "no gateway"
-               for g in (a.config.target.gateway, b.config.target.gateway)]
-    if through[0] != through[1]:
-        out.append(f"A went through {through[0]}, B through {through[1]}: the gateway's hop "
-                   "is part of the change")
-    for side, came in zip("AB", burst):
-        if came is not None:
-            out.append(f"{side}: {came.line()}; the metrics timed by those gaps are not "
-                       "compared")
-    return out

@@ -13,6 +13,7 @@ From the best evidence at hand:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,12 @@ from latlab.records.verdict import key_of
 
 STATS = ("mean", "p50", "p90", "p99")
 BLOCKS = 4
+# A percentile is judged only where every replicate has this many samples above it. With
+# fewer, a round's p99 is its largest sample or two: it jumps with whether the round caught
+# one of the host's stalls, and three rounds that did against three that did not look like a
+# change far beyond the t interval's α (a caching server's A/A, 12 requests a round: p99
+# TPOT 17 against 8 ms, t = 14). Five: the rule of thumb for counts to be near normal.
+MIN_TAIL = 5
 MAX_SAMPLE = 500_000  # pooled per-token samples beyond this are thinned evenly (big runs)
 LATENCY = metrics(compared=True, unit="ms")
 
@@ -57,6 +64,20 @@ class Replicates:
                 return found
         return ratio_interval(*self.of(key), confidence)
 
+    def thin(self, key: str) -> str | None:
+        """Why `key`, a percentile, is not judged: a replicate has fewer than `MIN_TAIL`
+        samples above it; None where every one has enough, or `key` is no percentile."""
+        stat, _, metric = key.partition("_")
+        if not (stat.startswith("p") and stat[1:].isdigit()):
+            return None
+        share = (100 - int(stat[1:])) / 100  # of the samples above the percentile
+        counts = [r[sample_count(metric)] for r in self.a + self.b if sample_count(metric) in r]
+        if not counts or min(counts) * share >= MIN_TAIL:
+            return None
+        unit = self.unit_name.removesuffix("s")
+        return (f"too few samples a {unit} for a {stat} (as few as {min(counts)}; "
+                f"{math.ceil(MIN_TAIL / share)} a {unit} would put {MIN_TAIL} above it)")
+
     def pairs(self, key: str) -> tuple[list[float], list[float]]:
         """`key`'s values in the rounds both sides have it, A's i-th beside B's i-th (an
         A/B's pair ran back to back)."""
@@ -74,9 +95,11 @@ def values(a: RunAnalysis, rows: np.ndarray | None = None) -> dict[str, float]:
     for metric in LATENCY:
         sample = (m.itl.select(ok) if not CATALOG[metric].per_request
                   else getattr(m, metric)[ok])
-        sample = sample[~np.isnan(sample)][::len(sample) // MAX_SAMPLE + 1]
-        if len(sample):
+        sample = sample[~np.isnan(sample)]
+        count, sample = len(sample), sample[::len(sample) // MAX_SAMPLE + 1]
+        if count:
             out |= {key_of(metric, s): float(v) for s, v in statistics(sample, STATS).items()}
+            out[sample_count(metric)] = count
     origins = t.origin_ns[rows]
     span_s = float(origins.max() - origins.min()) / (1000 * NS_PER_MS) if len(origins) > 1 else 0
     if span_s > 0:
@@ -86,6 +109,11 @@ def values(a: RunAnalysis, rows: np.ndarray | None = None) -> dict[str, float]:
             met = ok & meets_slos(m, a.summary.goodput.slos)
             out["goodput"] = float(met.sum()) / span_s
     return out
+
+
+def sample_count(metric: str) -> str:
+    """The key under which a replicate keeps how many samples of `metric` it holds."""
+    return f"samples_{metric}"
 
 
 def from_rounds(a: Sequence[RunAnalysis], b: Sequence[RunAnalysis],
