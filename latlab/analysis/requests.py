@@ -81,8 +81,13 @@ class Requests:
     @property
     def prompt_tokens(self) -> np.ndarray:
         """The server's prompt token count, else the workload's plan (NaN: neither)."""
+        return self.prompt_tokens_of(slice(None))
+
+    def prompt_tokens_of(self, rows: np.ndarray | slice) -> np.ndarray:
+        """`prompt_tokens` of the requests `rows` only."""
         t = self.table
-        return np.where(np.isnan(t.prompt_tokens), t.prompt_tokens_planned, t.prompt_tokens)
+        counted = t.prompt_tokens[rows]
+        return np.where(np.isnan(counted), t.prompt_tokens_planned[rows], counted)
 
 
 class Rows(Sequence[Row]):
