@@ -218,3 +218,21 @@ def test_a_loaded_clients_slow_connects_leave_the_gateway_its_hop():
     assert parts.value("network") == pytest.approx([0.05] * 4)
     assert parts.value("gateway_intake") + parts.value("gateway_tail") == pytest.approx(
         [2.95] * 4)
+
+
+def test_in_flight_at_send_a_block_at_a_time_into_a_spill(tmp_path, monkeypatch):
+    """The counts written a few requests at a time to a spill (mapped back) equal those made
+    in one piece, never-sent requests (0) among them."""
+    from dataclasses import replace
+
+    from latlab.records.spill import Spill
+    from latlab.records.table import as_table
+
+    records = [timeline(i, 7.0 * (i % 9) + i, tokens=3 + i % 11) for i in range(40)]
+    records[3] = replace(records[3], sent_ns=None, scheduled_ns=None)  # never sent
+    whole = in_flight_at_send(records)
+    monkeypatch.setattr("latlab.analysis.requests.IN_FLIGHT_BLOCK", 6)
+    with Spill(tmp_path / "spill") as spill:
+        spilled = in_flight_at_send(as_table(records), spill)
+        assert spilled.tolist() == whole.tolist() and whole[3] == 0 and whole.max() > 3
+        assert not spilled.flags.writeable  # a read-only mapping of its file

@@ -83,10 +83,7 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
     if spill is not None:
         spill.give_back()
     parts = decompose_all(table, baseline, spill)
-    in_flight = in_flight_at_send(table)
-    requests = Requests(table, metrics, parts, in_flight if spill is None
-                        else spill.keep(in_flight), spill)
-    del in_flight
+    requests = Requests(table, metrics, parts, in_flight_at_send(table, spill), spill)
     chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)
     if spill is not None:
         chosen = spill.keep(chosen)
