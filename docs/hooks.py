@@ -237,7 +237,7 @@ def _constants(module: types.ModuleType) -> dict[str, str]:
 def server_timing() -> str:
     """The protocol's stages (records), the interval each measures (the server's code), the
     fields every adapter fills, and an example of both encodings made by the code itself."""
-    from latlab.records.timeline import SERVER_TIMING_STAGES, ServerTiming
+    from latlab.records.server_timing import SERVER_TIMING_STAGES, ServerTiming
     from latlab.server import timing
 
     intervals = _intervals(inspect.getsource(timing.server_timing))

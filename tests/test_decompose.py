@@ -198,17 +198,41 @@ def test_a_run_decomposed_a_block_at_a_time_is_decomposed_as_a_whole(monkeypatch
 
 
 def test_a_loaded_clients_slow_connects_leave_the_gateway_its_hop():
-    """Behind a gateway, the network is one round trip: the quickest TCP connect. A loaded
-    client's connects carry its own delays (a recorded LiteLLM run's ranged 0.36-73 ms), and
-    their median, more than a local gateway's whole hop, left the gateway 0."""
+    """Behind a gateway, the network is one TCP round trip: the kernel's of the handshakes,
+    else the quickest connect. A loaded client's connects carry its own delays (a recorded
+    LiteLLM run's ranged 0.36-73 ms), and their median, more than a local gateway's whole
+    hop, left the gateway 0."""
     from latlab.analysis.analyze import network_baseline
 
     records = [timeline(i, 100 * i, connect=c) for i, c in enumerate([0.2, 9.0, 12.0, 15.0])]
     for r in records:
         r.server.gateway_intake, r.server.gateway_tail = 2.0, 1.0
+    base = network_baseline(as_table(records))  # no kernel round trip: the quickest connect
+    assert base.tcp_rtt_ms == pytest.approx(0.2) and base.rtt_ms == pytest.approx(10.5)
+    for r in records:
+        r.connection.rtt_ns = 50_000  # the kernel's: 0.05 ms
     t = as_table(records)
     base = network_baseline(t)
-    assert base.quickest_connect_ms == pytest.approx(0.2) and base.rtt_ms == pytest.approx(10.5)
+    assert base.tcp_rtt_ms == pytest.approx(0.05)
     parts = decompose_all(t, base)
-    assert parts.value("network") == pytest.approx([0.2] * 4)
-    assert parts.value("gateway_intake") + parts.value("gateway_tail") == pytest.approx([2.8] * 4)
+    assert parts.value("network") == pytest.approx([0.05] * 4)
+    assert parts.value("gateway_intake") + parts.value("gateway_tail") == pytest.approx(
+        [2.95] * 4)
+
+
+def test_in_flight_at_send_a_block_at_a_time_into_a_spill(tmp_path, monkeypatch):
+    """The counts written a few requests at a time to a spill (mapped back) equal those made
+    in one piece, never-sent requests (0) among them."""
+    from dataclasses import replace
+
+    from latlab.records.spill import Spill
+    from latlab.records.table import as_table
+
+    records = [timeline(i, 7.0 * (i % 9) + i, tokens=3 + i % 11) for i in range(40)]
+    records[3] = replace(records[3], sent_ns=None, scheduled_ns=None)  # never sent
+    whole = in_flight_at_send(records)
+    monkeypatch.setattr("latlab.analysis.requests.IN_FLIGHT_BLOCK", 6)
+    with Spill(tmp_path / "spill") as spill:
+        spilled = in_flight_at_send(as_table(records), spill)
+        assert spilled.tolist() == whole.tolist() and whole[3] == 0 and whole.max() > 3
+        assert not spilled.flags.writeable  # a read-only mapping of its file

@@ -1,6 +1,7 @@
 """The client against in-test servers with known timings: what each metric definition gives."""
 
 import asyncio
+import sys
 
 import pytest
 from aiohttp import web
@@ -263,6 +264,9 @@ async def test_connection_phases_new_then_reused():
     assert first.ok and second.ok
     assert first.connection.new and first.connection.connect_ns > 0
     assert not second.connection.new and second.connection.setup_ns == 0
+    if sys.platform == "linux":  # the kernel's round trip of the handshake, within its connect
+        assert 0 < first.connection.rtt_ns <= first.connection.connect_ns
+        assert second.connection.rtt_ns is None
 
 
 async def test_cancel_records_cancelled():

@@ -116,3 +116,33 @@ def test_the_spilled_end_equals_the_analysis_in_memory(tmp_path, monkeypatch):
     assert a.mean == b.mean and a.tail == b.tail and a.over_time == b.over_time
     assert a.by_prompt == b.by_prompt and a.by_tenant == b.by_tenant
     assert a.findings == b.findings and a.unevaluated == b.unevaluated and a.notes == b.notes
+
+
+def test_the_trace_rows_made_a_block_at_a_time_are_those_of_each_call_in_start_order(tmp_path):
+    """trace.jsonl's rows taken a few calls at a time (across blocks, calls out of start
+    order and calls without lengths among them) equal those made a call at a time from the
+    calls sorted by start."""
+    import numpy as np
+
+    from latlab.records.columns import present
+    from latlab.records.observe import trace_rows
+
+    result = run_observe(ObserveConfig(out=tmp_path, from_file=FIXTURE, window_s=2))
+    t = result.run.read_table()
+    t.prompt_tokens[::5] = np.nan  # some calls without a prompt length: left out
+    expected = []
+    usable = [i for i in np.argsort(t.origin_ns, kind="stable").tolist()
+              if present(t.origin_ns[i]) and t.prompt_tokens[i] > 0
+              and (t.completion_tokens[i] if t.ok[i] else t.max_tokens[i]) > 0]
+    for i in usable:
+        row = {"timestamp": round((int(t.origin_ns[i]) - int(t.origin_ns[usable[0]])) / 1e9, 6),
+               "prompt_tokens": int(t.prompt_tokens[i]),
+               "output_tokens": int(t.completion_tokens[i] if t.ok[i] else t.max_tokens[i])}
+        if t.api[i] is not None:
+            row["api"] = t.api[i]
+        if t.tenant[i] is not None:
+            row["tenant"] = t.tenant[i]
+        expected.append(row)
+    assert np.any(np.diff(t.origin_ns) < 0)  # the records are not in start order
+    assert 20 < len(expected) < len(t)
+    assert list(trace_rows(t, block=7)) == expected == list(trace_rows(t))

@@ -4,20 +4,29 @@ next observe with the same --out, never while the observe that made it runs. A w
 back from its segments is analysed as the calls themselves would be."""
 
 import signal
+import subprocess
+import sys
 import time
 
 import httpx
 import orjson
 from otlp_export import export
-from processes import interrupted
+from processes import interrupted, wait_until
 from test_observe_windows import T0, genai_call, run_folder, take
 
 from latlab.analysis.windows import analyze_window
 from latlab.load.target.launch import free_port
 from latlab.load.telemetry.observer import Observer
+from latlab.records.folder import REPORT
 from latlab.records.observe import WINDOWS, ObserveConfig
 from latlab.services.observe import run_observe
-from latlab.services.observe_scratch import DIRECTORY, SEGMENT_CALLS, Scratch, clear_stale
+from latlab.services.observe_scratch import (
+    DIRECTORY,
+    END_SCRATCH,
+    SEGMENT_CALLS,
+    Scratch,
+    clear_stale,
+)
 from latlab.services.observe_windows import Windows
 
 S = 10**9
@@ -102,3 +111,52 @@ def test_a_window_of_many_segments_reads_back_whole_in_start_order(tmp_path, mon
                               T0 + 10 * S)
     whole.partial = kept[4].partial
     assert kept[4] == whole
+
+
+def test_a_killed_ends_scratch_is_removed_by_the_next_observe(tmp_path):
+    """The end's `end.scratch/` of an observe killed outright (here: a process holding it,
+    SIGKILLed) is removed by the next observe with the same --out; a live one's stays."""
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+         "from latlab.records.spill import Spill\n"
+         "with Spill(Path(sys.argv[1])):\n    print('held', flush=True)\n    time.sleep(60)",
+         str(killed / END_SCRATCH)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        spans = tmp_path / "spans.json"
+        spans.write_bytes(export(["a" * 32], 1_790_000_000 * S) + b"\n")
+        assert run_observe(ObserveConfig(from_file=spans, out=tmp_path)).cleared == []
+        assert (killed / END_SCRATCH).is_dir()  # its process lives
+    finally:
+        holder.kill()
+        holder.wait()
+    result = run_observe(ObserveConfig(from_file=spans, out=tmp_path))
+    assert result.cleared == [killed] and not (killed / END_SCRATCH).exists()
+
+
+def test_sigterm_during_the_end_leaves_no_end_scratch(tmp_path):
+    """A second SIGTERM while the end works (its `end.scratch/` there) does not stop it
+    halfway: the folder is finished and its scratch removed."""
+    port = free_port()
+    send = Sender(port, tmp_path)
+    observe_ = subprocess.Popen([sys.executable, "-m", "latlab", "observe", "--otlp-port",
+                                 str(port), "--out", str(tmp_path), "--window", "3600",
+                                 "--trace-wait", "1"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: observe_.poll() is not None or send(), 60, "an open window")
+        observe_.send_signal(signal.SIGTERM)
+        wait_until(lambda: observe_.poll() is not None
+                   or list(tmp_path.glob(f"*/{END_SCRATCH}")), 60, "the end")
+        if observe_.poll() is None:
+            observe_.send_signal(signal.SIGTERM)
+        code = observe_.wait(60)
+    finally:
+        if observe_.poll() is None:
+            observe_.kill()
+            observe_.wait()
+    assert code == 0, observe_.stderr.read().decode()
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert (folder / REPORT).is_file() and not (folder / END_SCRATCH).exists()

@@ -137,3 +137,12 @@ def test_the_instrumented_rag_example_observed_from_its_spans(tmp_path):
     assert len(a.decomposed) == 6
     assert a.mean.quality["prefill"] == Quality.EXACT and a.mean.quality["decode"] == Quality.EXACT
     assert a.mean.application()[0] == "app:fetch documents"
+
+
+def test_the_examples_driver_imports_what_latlab_has():
+    import importlib.util
+    path = APP.with_name("bench.py")
+    spec = importlib.util.spec_from_file_location("rag_app_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # raises ImportError when latlab renamed what it uses
+    assert callable(module.main)

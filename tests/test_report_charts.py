@@ -200,3 +200,34 @@ def test_no_text_of_the_report_is_a_dict(tmp_path):
             texts += [t.get("name") or ""] + list(t.get("text") or [])
             texts.append(re.sub(r"%\{[^}]*\}", "", t.get("hovertemplate") or ""))
     assert [t for t in texts if re.search(r"[{}]", str(t))] == []
+
+
+def test_the_gantt_charts_slowest_taken_a_block_at_a_time_are_those_a_sort_finds(monkeypatch):
+    """The slowest streamed requests found a few at a time (equally long ones across blocks)
+    are those a stable sort of every request's time finds, the earlier of equal ones first;
+    the sample's other requests are those `np.isin` leaves."""
+    import numpy as np
+
+    from latlab.records.columns import MISSING
+
+    rng = np.random.default_rng(7)
+    n = 500
+    origin = rng.integers(0, 10**9, n)
+    origin[::37] = MISSING
+    end = origin + rng.integers(1, 6, n) * 10**6  # few lengths: many ties
+
+    class Table:
+        origin_ns, end_ns, events = origin, end, rng.integers(0, 3, n)
+
+    timed = np.flatnonzero(origin != MISSING)
+    span, streamed = end[timed] - origin[timed], Table.events[timed] > 0
+    expected = timed[streamed][np.argsort(-span[streamed], kind="stable")][:gantt.TICKED]
+    monkeypatch.setattr(figures, "BLOCK", 16)
+    assert gantt._slowest(Table, timed).tolist() == expected.tolist()
+    failed = rng.random(len(timed)) < 0.3
+    chosen, sampled = gantt.sample(timed, expected, failed)
+    kept = list(dict.fromkeys([*expected.tolist(), *timed[failed][:gantt.MAX_REQUESTS // 4]]))
+    assert not sampled or chosen[len(kept):].tolist() == \
+        timed[~np.isin(timed, kept)][(np.arange(gantt.MAX_REQUESTS - len(kept))
+                                      * (len(timed) - len(kept))
+                                      / (gantt.MAX_REQUESTS - len(kept))).astype(int)].tolist()

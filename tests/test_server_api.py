@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from latlab.engine.engine import LLMEngine
 from latlab.engine.loader import load_model, save_checkpoint
-from latlab.records.timeline import SERVER_TIMING_STAGES, ServerTiming
+from latlab.records.server_timing import SERVER_TIMING_STAGES, ServerTiming
 
 
 @pytest.fixture(scope="module")

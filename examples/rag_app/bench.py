@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from latlab.load.target.launch import free_port, start_engine, start_server
+from latlab.load.target.launch import ServerLaunch, embedded_engine, free_port, start_server
 
 APP = Path(__file__).with_name("app.py")
 BENCH = ["--api", "chat", "--duration", "30", "--users", "4", "--prompt-tokens", "fixed:64",
@@ -35,14 +35,15 @@ def main() -> int:
     endpoint = f"http://127.0.0.1:{otlp}/v1/traces"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with start_engine(["--model", args.model, "--otlp-endpoint", endpoint]) as engine, \
-            start_server([sys.executable, str(APP), "--llm-url", engine.url, "--port",
-                          str(port), "--docs", str(args.docs), "--lookup-ms",
-                          str(args.lookup_ms), "--otlp-endpoint", endpoint],
-                         url, url + "/health", ready_timeout_s=60, name="rag_app"):
-        command = [sys.executable, "-m", "latlab", "bench", "--url", url, "--otlp-port",
-                   str(otlp), *(args.bench or BENCH)]
-        return subprocess.call(command)
+    with embedded_engine(["--model", args.model, "--otlp-endpoint", endpoint]) as engine:
+        app = ServerLaunch((sys.executable, str(APP), "--llm-url", engine.url, "--port",
+                            str(port), "--docs", str(args.docs), "--lookup-ms",
+                            str(args.lookup_ms), "--otlp-endpoint", endpoint),
+                           url, url + "/health", "rag_app")
+        with start_server(app, ready_timeout_s=60):
+            command = [sys.executable, "-m", "latlab", "bench", "--url", url, "--otlp-port",
+                       str(otlp), *(args.bench or BENCH)]
+            return subprocess.call(command)
 
 
 if __name__ == "__main__":

@@ -83,10 +83,7 @@ def analyze(run: RunFolder, slos: dict[str, float] | None = None, *,
     if spill is not None:
         spill.give_back()
     parts = decompose_all(table, baseline, spill)
-    in_flight = in_flight_at_send(table)
-    requests = Requests(table, metrics, parts, in_flight if spill is None
-                        else spill.keep(in_flight), spill)
-    del in_flight
+    requests = Requests(table, metrics, parts, in_flight_at_send(table, spill), spill)
     chosen = np.ones(len(table), bool) if window is None else inside(table.origin_ns, window)
     if spill is not None:
         chosen = spill.keep(chosen)
@@ -159,7 +156,8 @@ def network_baseline(t: RequestTable, rtt_ms: float | None = None) -> NetworkBas
     """The run's network: the 10th percentile of the transit (what the client waited beyond
     the server's total) over its successful requests, the round trip: the null request's
     measured before the run (`rtt_ms`), else the median TCP connect time of its new
-    connections, and the quickest of those connects."""
+    connections, and one TCP round trip: the kernel's of their handshakes (median), else
+    the quickest of those connects."""
     arrived = arrival_ns(t)
     timed = t.ok & t.has_server & ~np.isnan(t.server["total"]) & present(t.sent_ns) \
         & present(t.done_ns) & np.isnan(t.server["gateway_intake"])  # a gateway's hop is no transit
@@ -169,7 +167,11 @@ def network_baseline(t: RequestTable, rtt_ms: float | None = None) -> NetworkBas
     connects = np.sort(connect[t.new_connection & ~np.isnan(connect)] / NS_PER_MS)
     if rtt_ms is None and len(connects):
         rtt_ms = percentile(connects, 50)
-    return NetworkBaseline(quickest_connect_ms=float(connects[0]) if len(connects) else None,
+    kernel = t.phases["rtt_ns"]
+    kernel = np.sort(kernel[t.new_connection & ~np.isnan(kernel)] / NS_PER_MS)
+    tcp_rtt_ms = (percentile(kernel, 50) if len(kernel)
+                  else float(connects[0]) if len(connects) else None)
+    return NetworkBaseline(tcp_rtt_ms=tcp_rtt_ms,
                            transit_ms=percentile(transit, TRANSIT_BASELINE) if len(transit)
                            else None, rtt_ms=rtt_ms)
 

@@ -34,6 +34,7 @@ TAIL_PERCENTILE = 99.0
 PROMPT_EDGES = (64, 256, 1024, 4096, 16384)
 MAX_TIME_WINDOWS = 10
 MIN_REQUESTS_PER_WINDOW = 10
+TIME_BLOCK = 65_536  # requests put in their time window at a time
 
 
 @dataclass(slots=True)
@@ -171,15 +172,19 @@ PROMPT_BUCKETS = [prompt_bucket(e - 1) for e in PROMPT_EDGES] + [prompt_bucket(P
 
 
 def prompt_buckets(tokens: np.ndarray) -> np.ndarray:
-    """Each request's prompt-length bucket: an index into PROMPT_BUCKETS, −1 without a count."""
-    return np.where(np.isnan(tokens), -1, np.searchsorted(PROMPT_EDGES, tokens, side="right"))
+    """Each request's prompt-length bucket: an index into PROMPT_BUCKETS, −1 without a count
+    (a byte a request)."""
+    buckets = np.searchsorted(PROMPT_EDGES, tokens, side="right").astype(np.int8)
+    buckets[np.isnan(tokens)] = -1
+    return buckets
 
 
 def by_prompt_length(requests: Requests, which: np.ndarray) -> list[Group]:
-    tokens = requests.prompt_tokens
-    order = np.flatnonzero(which & ~np.isnan(tokens))
-    order = order[np.argsort(tokens[order], kind="stable")]
-    return group_by(requests, prompt_buckets(tokens), PROMPT_BUCKETS, order)
+    """A group per prompt-length bucket, shortest first (the buckets do not overlap)."""
+    keys = prompt_buckets(requests.prompt_tokens)
+    considered = which & (keys >= 0)
+    return [group(PROMPT_BUCKETS[k], requests, considered & (keys == k))
+            for k in np.unique(keys[considered]).tolist()]
 
 
 def by_tenant(requests: Requests, which: np.ndarray) -> list[Group]:
@@ -200,19 +205,22 @@ def over_time(requests: Requests) -> list[Group]:
     """Consecutive windows of the run by schedule time, each with enough requests to mean
     something."""
     origin = requests.table.origin_ns
-    timed = np.flatnonzero(present(origin))
-    if not len(timed):
+    timed = present(origin)
+    n = int(timed.sum())
+    if not n:
         return []
-    timed = timed[np.argsort(origin[timed], kind="stable")]
-    start = int(origin[timed[0]])
-    span = int(origin[timed[-1]]) - start + 1
-    count = max(1, min(MAX_TIME_WINDOWS, len(timed) // MIN_REQUESTS_PER_WINDOW))
-    width = span / count
-    keys = np.full(len(origin), -1)
-    keys[timed] = np.floor((origin[timed] - start) / width).astype(int)
+    start, last = int(origin[timed].min()), int(origin[timed].max())
+    count = max(1, min(MAX_TIME_WINDOWS, n // MIN_REQUESTS_PER_WINDOW))
+    width = (last - start + 1) / count
+    keys = np.full(len(origin), -1, np.int16)  # each request's window, a block at a time
+    for at in range(0, len(origin), TIME_BLOCK):
+        block, shown = origin[at:at + TIME_BLOCK], timed[at:at + TIME_BLOCK]
+        keys[at:at + TIME_BLOCK][shown] = np.floor((block[shown] - start) / width)
     labels = [f"{i * width / 1e9:.1f}–{(i + 1) * width / 1e9:.1f} s"
               for i in range(keys.max() + 1)]
-    groups = group_by(requests, keys, labels, timed)
+    # the windows follow the schedule: first appearance in time is their order
+    groups = [group(labels[k], requests, timed & (keys == k))
+              for k in np.unique(keys[timed]).tolist()]
     for g in groups:
         g.seconds = width / 1e9
     return groups

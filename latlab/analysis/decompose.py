@@ -33,10 +33,10 @@ Behind a gateway whose hop the engine's spans gave (`server.gateway_*`, on the c
 `load/telemetry/upstream.py`) the engine's stages are as above and the time around them is the
 gateway's:
 
-    network         = one round trip to the gateway, at most the hop: the run's quickest
-                      TCP connect (a null request's would hold the gateway's own routing;
-                      a loaded client's connects carry its own delays, often more than a
-                      local gateway's whole hop)                          estimated
+    network         = one round trip to the gateway, at most the hop: the kernel's of the
+                      run's TCP handshakes, else its quickest TCP connect (a null
+                      request's would hold the gateway's own routing; a loaded client's
+                      connects carry its own delays)                      estimated
     gateway_intake  = (engine received − sent) − network / 2              derived
     gateway_tail    = (done − engine finished) − network / 2              derived
     postprocess     = server.postprocess (the engine's own)               exact
@@ -84,12 +84,13 @@ from latlab.records.timeline import NS_PER_MS, RequestTimeline
 class NetworkBaseline:
     """What the run says about its network: the baseline of the transit (observed − server
     total) over its requests, a null request's round trip (else the median TCP connect), and
-    the quickest TCP connect of its new connections: the kernel answers a connect, so what
-    the slower ones add is the client's own delay (a loaded client's reach tens of ms)."""
+    one TCP round trip: the kernel's of the new connections' handshakes (median), else (older
+    runs, other systems) their quickest connect. A connect's duration holds the client's own
+    delays too: a loaded client's reach tens of ms, more than a local gateway's whole hop."""
 
     transit_ms: float | None = None
     rtt_ms: float | None = None
-    quickest_connect_ms: float | None = None
+    tcp_rtt_ms: float | None = None
 
 
 BLOCK_ROWS = 1 << 16  # requests decomposed at a time
@@ -214,11 +215,11 @@ def _with_server(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put, 
 
 def _gateway(t: RequestTable, base: NetworkBaseline, rows: np.ndarray, put) -> None:
     """The gateway's hop around the engine: its intake before the engine saw the request and
-    its tail after the engine finished, less one round trip to it (the quickest TCP
-    connect's: a null request's holds the gateway's routing)."""
+    its tail after the engine finished, less one TCP round trip to it (a null request's
+    holds the gateway's routing)."""
     s = t.server
     intake, tail = s["gateway_intake"], s["gateway_tail"]
-    rtt = base.quickest_connect_ms
+    rtt = base.tcp_rtt_ms
     trip = np.minimum(rtt, intake + tail) if rtt is not None else np.nan
     put("network", rows, trip, UNAVAILABLE if rtt is None else ESTIMATED)
     half = np.nan_to_num(trip) / 2

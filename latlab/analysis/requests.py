@@ -17,6 +17,8 @@ from latlab.records.spill import Spill
 from latlab.records.table import RequestTable, as_table
 from latlab.records.timeline import RequestTimeline
 
+IN_FLIGHT_BLOCK = 65_536  # requests whose in-flight count is taken at a time
+
 
 @dataclass(slots=True)
 class Row:
@@ -81,8 +83,13 @@ class Requests:
     @property
     def prompt_tokens(self) -> np.ndarray:
         """The server's prompt token count, else the workload's plan (NaN: neither)."""
+        return self.prompt_tokens_of(slice(None))
+
+    def prompt_tokens_of(self, rows: np.ndarray | slice) -> np.ndarray:
+        """`prompt_tokens` of the requests `rows` only."""
         t = self.table
-        return np.where(np.isnan(t.prompt_tokens), t.prompt_tokens_planned, t.prompt_tokens)
+        counted = t.prompt_tokens[rows]
+        return np.where(np.isnan(counted), t.prompt_tokens_planned[rows], counted)
 
 
 class Rows(Sequence[Row]):
@@ -117,12 +124,28 @@ def in_flight_at(starts: Sequence[int] | np.ndarray, ends: Sequence[int] | np.nd
             - np.searchsorted(np.sort(np.asarray(ends, dtype=np.int64)), times, side="right"))
 
 
-def in_flight_at_send(records: Sequence[RequestTimeline] | RequestTable) -> np.ndarray:
+def in_flight_at_send(records: Sequence[RequestTimeline] | RequestTable,
+                      spill: Spill | None = None) -> np.ndarray:
     """For each request, how many other requests had been sent and were not finished when it
-    was sent (0 for one never sent)."""
+    was sent (0 for one never sent). With a `spill`, written to it a block of requests at a
+    time and mapped back: what is held at once is the sorted send and end times (16 bytes a
+    request) and one block."""
     t = as_table(records)
     sent = present(t.sent_ns)
-    counts = np.zeros(len(t), np.int64)
-    at = t.sent_ns[sent]
-    counts[sent] = np.maximum(in_flight_at(at, t.end_ns[sent], at) - 1, 0)
-    return counts
+    starts, ends = np.sort(t.sent_ns[sent]), np.sort(t.end_ns[sent])
+    del sent
+    blocks = []
+    column = None if spill is None else spill.column(np.dtype(np.int64))
+    for at in range(0, len(t), IN_FLIGHT_BLOCK):
+        times = t.sent_ns[at:at + IN_FLIGHT_BLOCK]
+        counts = np.searchsorted(starts, times, side="right") \
+            - np.searchsorted(ends, times, side="right")
+        counts = np.where(present(times), np.maximum(counts - 1, 0), 0)
+        if column is None:
+            blocks.append(counts)
+        else:
+            column.write(counts)
+            spill.give_back()
+    if column is None:
+        return np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
+    return spill.mapped(column)

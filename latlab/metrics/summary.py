@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from latlab.records.target import ServerKind
 from latlab.records.timeline import Outcome, RequestTimeline
 from latlab.records.window import Window
 
+T = TypeVar("T")
 FAILURE_ADJUSTED = metrics(failure_adjusted=True)
 CACHED_SHARE_WARNING = 0.5
 # When a stream's token events do not add up to its usage count: what that server can do.
@@ -77,11 +79,13 @@ def summarize(records: Sequence[RequestTimeline] | RequestTable, window: Window 
     t = as_table(records)
     m = metrics if metrics is not None else metric_columns(t)
 
-    def distribution(values: np.ndarray, scratch: bool = False) -> Distribution:
-        made = _distribution(values, scratch=scratch)
+    def given_back(value: T) -> T:  # the pages of the columns it read (with a spill)
         if spill is not None:
             spill.give_back()
-        return made
+        return value
+
+    def distribution(values: np.ndarray, scratch: bool = False) -> Distribution:
+        return given_back(_distribution(values, scratch=scratch))
 
     chosen = np.ones(len(t), bool) if window is None else inside(t.origin_ns, window)
     ok = chosen & t.ok
@@ -112,15 +116,26 @@ def summarize(records: Sequence[RequestTimeline] | RequestTable, window: Window 
         for name in FAILURE_ADJUSTED
     }
 
-    goodput = judge(t, m, ok, n_failed, window, slos) if slos else None
-
+    goodput = given_back(judge(t, m, ok, n_failed, window, slos) if slos else None)
     prompts = t.prompt_tokens[ok]
     prompts = prompts[~np.isnan(prompts)]
+    mean_prompt = given_back(float(np.mean(prompts)) if len(prompts) else None)
     outputs = m.output_tokens[ok]
     outputs = outputs[~np.isnan(outputs)]
+    mean_output = given_back(float(np.mean(outputs)) if len(outputs) else None)
+    del prompts, outputs
     cached = ok & ~np.isnan(t.cached_tokens) & (np.nan_to_num(t.prompt_tokens) != 0)
+    cached_share = given_back(float(t.cached_tokens[cached].sum()
+                                    / t.prompt_tokens[cached].sum()) if cached.any() else None)
+    del cached
     disagree = ok & t.tokens_from_usage & (t.events > 0) & (t.event_tokens != t.completion_tokens)
-    short = ok & (m.output_tokens < t.max_tokens)  # NaN on either side compares False
+    events_disagree = given_back(int(disagree.sum()))
+    del disagree
+    stopped_short = given_back(int((ok & (m.output_tokens < t.max_tokens)).sum()))  # NaN: False
+    counts = given_back(throughput(t, chosen, window, context.users) if window else None)
+    cache = given_back(cache_use(t, ok, context.scrapes))
+    sessions = given_back(session_summary(t, chosen, m.ttft))
+    reasoning = given_back(reasoning_summary(t, chosen))
     summary = RunSummary(
         requests=len(t),
         in_window=int(chosen.sum()),
@@ -129,24 +144,23 @@ def summarize(records: Sequence[RequestTimeline] | RequestTable, window: Window 
         failures=failures,
         latency=latency,
         failure_adjusted=failure_adjusted,
-        throughput=throughput(t, chosen, window, context.users) if window else None,
+        throughput=counts,
         goodput=goodput,
-        mean_prompt_tokens=float(np.mean(prompts)) if len(prompts) else None,
-        mean_output_tokens=float(np.mean(outputs)) if len(outputs) else None,
+        mean_prompt_tokens=mean_prompt,
+        mean_output_tokens=mean_output,
         tokens_from_usage=int((ok & t.tokens_from_usage).sum()) / n_ok if n_ok else 0.0,
-        cached_share=(float(t.cached_tokens[cached].sum() / t.prompt_tokens[cached].sum())
-                      if cached.any() else None),
-        cache=cache_use(t, ok, context.scrapes),
-        events_disagree=int(disagree.sum()),
-        stopped_short=int(short.sum()),
+        cached_share=cached_share,
+        cache=cache,
+        events_disagree=events_disagree,
+        stopped_short=stopped_short,
         retries=int(t.retries[chosen].sum()),
         formulas=formulas(),
         client=context.client,
         window=(WindowSpan(start_ns=window.start_ns, end_ns=window.end_ns,
                            seconds=window.duration_s) if window else None),
         stop_reason=context.stop_reason,
-        sessions=session_summary(t, chosen, m.ttft),
-        reasoning=reasoning_summary(t, chosen),
+        sessions=sessions,
+        reasoning=reasoning,
     )
     summary.warnings = [*dict.fromkeys(context.notes),
                         *_warnings(summary, context.concurrency_cap, context.server_kind)]

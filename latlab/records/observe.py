@@ -24,6 +24,7 @@ WINDOWS = "windows.jsonl"
 MIN_WINDOW_CALLS = 20  # a window with fewer calls is summed up, but no rule judges it
 OBSERVE_JSON = "observe.json"
 TRACE_JSONL = "trace.jsonl"
+TRACE_BLOCK = 65_536  # calls made into trace rows at a time
 
 
 class ObserveConfig(SloConfig, OutputConfig):
@@ -148,24 +149,36 @@ class ObserveRecord(Record):
     notes: list[str] = []
 
 
-def trace_rows(t: RequestTable) -> Iterator[dict[str, Any]]:
+def trace_rows(t: RequestTable, block: int = TRACE_BLOCK) -> Iterator[dict[str, Any]]:
     """The calls as latlab's trace rows, in start order: `timestamp` (s from the first call),
     `prompt_tokens` (the server's count: a chat call's includes its chat template),
     `output_tokens` (generated; a failed call's max_tokens), `api` (the count is the server's:
     a replay through a chat API does not add its template to it again), and `session`,
-    `turn`, `tenant` where known. Calls without both lengths are left out."""
-    output = np.where(t.ok, t.completion_tokens, t.max_tokens)
-    usable = present(t.origin_ns) & (np.nan_to_num(t.prompt_tokens) > 0) \
-        & (np.nan_to_num(output) > 0)
-    rows = np.flatnonzero(usable)
-    rows = rows[np.argsort(t.origin_ns[rows], kind="stable")]
-    for i in rows.tolist():
-        row = {"timestamp": round((int(t.origin_ns[i]) - int(t.origin_ns[rows[0]])) / 1e9, 6),
-               "prompt_tokens": int(t.prompt_tokens[i]), "output_tokens": int(output[i])}
-        if t.api[i] is not None:
-            row["api"] = t.api[i]
-        if t.session.codes[i] >= 0:
-            row.update(session=t.session.names[t.session.codes[i]], turn=int(t.step["turn"][i]))
-        if t.tenant.codes[i] >= 0:
-            row["tenant"] = t.tenant.names[t.tenant.codes[i]]
-        yield row
+    `turn`, `tenant` where known. Calls without both lengths are left out.
+
+    What it holds at once besides the start order (8 bytes a call) is one `block` of calls:
+    their values are taken, and made Python numbers, a block at a time."""
+    order = np.argsort(t.origin_ns, kind="stable")
+    first: int | None = None
+    for at in range(0, len(order), block):
+        rows = order[at:at + block]
+        origin, prompt = t.origin_ns[rows], t.prompt_tokens[rows]
+        output = np.where(t.ok[rows], t.completion_tokens[rows], t.max_tokens[rows])
+        usable = present(origin) & (np.nan_to_num(prompt) > 0) & (np.nan_to_num(output) > 0)
+        rows = rows[usable]
+        if not len(rows):
+            continue
+        first = int(origin[usable][0]) if first is None else first
+        for start, p, o, a, s, n, k in zip(
+                origin[usable].tolist(), prompt[usable].tolist(), output[usable].tolist(),
+                t.api.codes[rows].tolist(), t.session.codes[rows].tolist(),
+                t.step["turn"][rows].tolist(), t.tenant.codes[rows].tolist()):
+            row = {"timestamp": round((start - first) / 1e9, 6), "prompt_tokens": int(p),
+                   "output_tokens": int(o)}
+            if a >= 0:
+                row["api"] = t.api.names[a]
+            if s >= 0:
+                row.update(session=t.session.names[s], turn=int(n))
+            if k >= 0:
+                row["tenant"] = t.tenant.names[k]
+            yield row

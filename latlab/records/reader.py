@@ -27,8 +27,8 @@ import pyarrow.compute as pc
 from latlab.records.cache import ColumnsWriter, load_columns
 from latlab.records.columns import Labels
 from latlab.records.request_columns import SCHEMA
+from latlab.records.server_timing import GATEWAY_DURATIONS, SERVER_DURATIONS
 from latlab.records.table import RequestTable
-from latlab.records.timeline import GATEWAY_DURATIONS, SERVER_DURATIONS
 
 if TYPE_CHECKING:
     import duckdb

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from latlab.records.timeline import GATEWAY_DURATIONS, SERVER_DURATIONS
+from latlab.records.server_timing import GATEWAY_DURATIONS, SERVER_DURATIONS
 
 TIMES = ("scheduled_ns", "sent_ns", "headers_ns", "first_token_ns", "last_token_ns", "usage_ns",
          "done_ns", "first_reasoning_ns", "first_answer_ns")
 COUNTS = ("prompt_tokens_planned", "max_tokens", "priority", "status", "prompt_tokens",
           "cached_tokens", "completion_tokens")
-PHASES = ("pool_wait_ns", "dns_ns", "connect_ns", "tls_ns")
+# a connection's phases, and the round trip the kernel measured on its handshake (`rtt_ns`)
+PHASES = ("pool_wait_ns", "dns_ns", "connect_ns", "tls_ns", "rtt_ns")
 TEXT = ("id", "error", "server_request_id", "trace_id")
 STEP_TIMES = ("after_ns", "tool_start_ns", "tool_end_ns")  # a session step's
 TOKENS = ("token_ns", "token_counts", "token_offsets")  # flat: all requests' events

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-import shutil
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -32,32 +31,34 @@ import pyarrow as pa
 
 from latlab.records.cache import RawColumn, load_column
 from latlab.records.columns import Labels
+from latlab.records.scratch import OwnedFolder
 
 ARROW_SUFFIX = ".arrow"  # a kept copy's string columns (`records.cache`)
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
 class Spill:
-    """Columns in files of `folder` (made on entry, removed on exit), and the mappings of
-    every column to give back (see the module's docstring)."""
+    """Columns in files of `folder` (made on entry, removed on exit; one a killed process
+    left is removed by the next that clears its stale folders: `records.scratch`), and the
+    mappings of every column to give back (see the module's docstring)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        self._owned = OwnedFolder(folder)
         self._mappings: list[mmap.mmap] = []
         self._ranges: list[tuple[int, int]] = []  # Arrow files' mappings: address ranges
         self._held: list[pa.Array | pa.ChunkedArray] = []  # ... kept mapped while given back
         self._files = 0
 
     def __enter__(self) -> Spill:
-        shutil.rmtree(self.folder, ignore_errors=True)
-        self.folder.mkdir(parents=True)
+        self._owned.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._mappings.clear()
         self._ranges.clear()
         self._held.clear()
-        shutil.rmtree(self.folder, ignore_errors=True)  # a mapping outlives its file's name
+        self._owned.__exit__(*exc)  # removed: a mapping outlives its file's name
 
     def adopt(self, value: Any) -> None:
         """Give back, with the spill's own, the pages of every column of `value` (a table, a

@@ -45,7 +45,8 @@ from latlab.records.request_columns import (
     TIMES,
     TOKENS,
 )
-from latlab.records.timeline import GATEWAY_DURATIONS, SERVER_DURATIONS, Outcome, RequestTimeline
+from latlab.records.server_timing import GATEWAY_DURATIONS, SERVER_DURATIONS
+from latlab.records.timeline import Outcome, RequestTimeline
 
 OUTCOMES = tuple(str(o) for o in Outcome)  # outcome codes index this; 0 is "ok"
 

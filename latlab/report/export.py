@@ -15,8 +15,9 @@ import pyarrow as pa
 from latlab.analysis.decompose import QUALITIES
 from latlab.metrics.sessions import tool_ms
 from latlab.records.columns import Labels, present
+from latlab.records.server_timing import SERVER_TIMING_STAGES
 from latlab.records.table import OUTCOMES
-from latlab.records.timeline import NS_PER_MS, SERVER_TIMING_STAGES
+from latlab.records.timeline import NS_PER_MS
 
 if TYPE_CHECKING:
     from latlab.analysis.run_analysis import RunAnalysis

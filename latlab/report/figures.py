@@ -4,7 +4,7 @@ per-tenant comparison. The figures over time live in `timeseries`."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,6 +25,7 @@ MAX_POINTS = 4000
 CDF_POINTS = 800
 MAX_CDF_SAMPLES = 1_000_000
 WATERFALL_REQUESTS = 20
+BLOCK = 65_536  # requests looked at a time for the longest
 CDF_PANELS = tuple((chart, CATALOG[chart].label) for chart in charts())
 CDF_COLORS = {"ttft": "#4c9be8", "tpot": "#4cb86b", "itl": "#c355c9", "e2e": "#e0901a"}
 CDF_MARKERS = {"p50": "circle", "p99": "diamond"}
@@ -197,16 +198,16 @@ def waterfall_figure(a: RunAnalysis) -> go.Figure:
     """The slowest requests' stages laid end to end from their scheduled time (network is
     upload and download together, drawn before the server's stages)."""
     parts = a.requests.parts
-    rows = np.flatnonzero(a.ok)
-    slowest = rows[np.argsort(-parts.total[rows], kind="stable")[:WATERFALL_REQUESTS]][::-1]
-    prompt = a.requests.prompt_tokens[slowest]
+    slowest = longest(np.flatnonzero(a.ok), lambda rows: parts.total[rows],
+                      WATERFALL_REQUESTS)[::-1]
+    prompt = a.requests.prompt_tokens_of(slowest)
     labels = [f"#{i} ({int(p) if p else '?'} tok)" for i, p in
               zip(a.table.index[slowest], np.nan_to_num(prompt))]
     fig = _figure(f"The {len(slowest)} slowest requests, stage by stage (ms from schedule)",
                   barmode="overlay", height=max(300, 26 * len(slowest) + 120))
     start = np.zeros(len(slowest))
     for c in COMPONENTS:
-        widths = parts.value(c)[slowest]
+        widths = parts.value(c, slowest)  # their rows only: not a copy of the column
         if not widths.any():
             continue
         fig.add_bar(name=LABELS[c], orientation="h", y=labels, x=widths, base=start.copy(),
@@ -214,6 +215,22 @@ def waterfall_figure(a: RunAnalysis) -> go.Figure:
                     hovertemplate="%{x:.1f} ms<extra>" + LABELS[c] + "</extra>")
         start += np.maximum(widths, 0)
     return fig
+
+
+def longest(rows: np.ndarray, took: Callable[[np.ndarray], np.ndarray], k: int
+            ) -> np.ndarray:
+    """The `k` of `rows` (indices, in order) whose `took(rows)` is largest, the earlier first
+    of equal ones, longest first: a block of rows at a time (a big run's every request's
+    time would be sorted else)."""
+    kept, times = rows[:0], None
+    for at in range(0, len(rows), BLOCK):
+        block = rows[at:at + BLOCK]
+        time = took(block)
+        if times is not None:  # the earlier blocks' longest come first
+            block, time = np.concatenate([kept, block]), np.concatenate([times, time])
+        best = np.argsort(-time, kind="stable")[:k]
+        kept, times = block[best], time[best]
+    return kept
 
 
 def tenants_figure(a: RunAnalysis) -> go.Figure | None:

@@ -10,18 +10,20 @@ import numpy as np
 import plotly.graph_objects as go
 
 from latlab.records.columns import present
-from latlab.report.figures import LAYOUT
+from latlab.report.figures import LAYOUT, longest
 from latlab.report.palette import OUTCOME_COLORS
 from latlab.report.timeseries import run_clock, shade_outside_window
 from latlab.units import ms, number
 
 if TYPE_CHECKING:
     from latlab.analysis.run_analysis import RunAnalysis
+    from latlab.records.table import RequestTable
     from latlab.records.timeline import RequestTimeline
 
 MAX_REQUESTS = 400
 TICKED = 10  # the slowest requests that get their token ticks
 MAX_TICKS = 4000
+NOT_STREAMED = np.iinfo(np.int64).min + 1  # below any request's time (negated: the most)
 TICK_COLOR = "rgba(0,0,0,.55)"
 
 
@@ -31,9 +33,7 @@ def gantt_figure(a: RunAnalysis) -> go.Figure | None:
     timed = np.flatnonzero(present(t.origin_ns) & present(t.end_ns))
     if clock is None or not len(timed):
         return None
-    span = t.end_ns[timed] - t.origin_ns[timed]
-    streamed = t.events[timed] > 0
-    slowest = timed[streamed][np.argsort(-span[streamed], kind="stable")][:TICKED]
+    slowest = _slowest(t, timed)
     chosen, sampled = sample(timed, slowest, ~t.ok[timed])
     rows = np.array(sorted({*chosen.tolist(), *slowest.tolist()}), np.int64)
     taken = a.requests.table_of(rows)  # the few rows, not a read of every column of the run
@@ -79,10 +79,22 @@ def sample(timed: np.ndarray, ticked: np.ndarray, failed: np.ndarray) -> tuple[n
     if len(timed) <= MAX_REQUESTS:
         return timed, False
     kept = list(dict.fromkeys([*ticked.tolist(), *timed[failed][: MAX_REQUESTS // 4].tolist()]))
-    rest = timed[~np.isin(timed, kept)]
+    others = np.ones(len(timed), bool)
+    others[np.searchsorted(timed, kept)] = False  # `timed` is in order: no sort of it
+    rest = timed[others]
     places = MAX_REQUESTS - len(kept)
     step = len(rest) / places
     return np.array(kept + rest[(np.arange(places) * step).astype(int)].tolist()), True
+
+
+def _slowest(t: RequestTable, timed: np.ndarray) -> np.ndarray:
+    """The `TICKED` streamed requests of `timed` (indices, in order) that took longest, the
+    earlier first of equally long ones."""
+    def took(rows: np.ndarray) -> np.ndarray:
+        return np.where(t.events[rows] > 0, t.end_ns[rows] - t.origin_ns[rows], NOT_STREAMED)
+
+    slowest = longest(timed, took, TICKED)
+    return slowest[t.events[slowest] > 0]
 
 
 def _span(r: RequestTimeline) -> int:

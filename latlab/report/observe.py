@@ -96,8 +96,9 @@ def print_observed(console: Console, result: Any) -> None:
     for note in r.notes:
         console.print(f"note: {note}", style="yellow", highlight=False)
     for folder in result.cleared:
-        console.print(f"note: removed the open windows' scratch files an observe killed before "
-                      f"its end left in {folder} (its calls are all in its requests.jsonl)",
+        console.print(f"note: removed the scratch files (open windows, the end's columns) an "
+                      f"observe killed before it finished left in {folder} (its calls are all "
+                      "in its requests.jsonl)",
                       style="yellow", highlight=False)
     if result.analysis is None:
         return

@@ -23,6 +23,7 @@ at most once a refresh (`sweep_if_piled`).
 
 from __future__ import annotations
 
+import gc
 import shlex
 import sys
 import threading
@@ -180,8 +181,13 @@ def run_observe(config: ObserveConfig, *, stop: threading.Event | None = None,
     join = SpanJoin(spans=o.spans, requests_joined=o.calls, requests_with_trace=o.calls,
                     sources=dict(o.sources))
     model = o.models.most_common(1)[0][0] if o.models else None
-    result = finish(session.run, session.settings, config, session.windows, session.record(),
-                    join, model, stopped, store)
+    run, settings, windows, record = session.run, session.settings, session.windows, \
+        session.record()
+    # The intake let go of before the end: the observer (its traces' tables, the ids it
+    # remembers), the receiver's spans; what the paused collector left, collected.
+    del session, spans, o
+    gc.collect()
+    result = finish(run, settings, config, windows, record, join, model, stopped, store)
     result.cleared = cleared
     return result
 

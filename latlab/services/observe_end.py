@@ -49,10 +49,10 @@ from latlab.records.window import run_window
 from latlab.report.html import write_html
 from latlab.services.observe_memory import release
 from latlab.services.observe_notes import notes_on
+from latlab.services.observe_scratch import END_SCRATCH
 from latlab.services.observe_windows import Windows
 from latlab.store import RunStore, key_numbers
 
-SPILL = "end.scratch"  # the run folder's scratch for the end's derived columns
 TRACE_ROWS = 2000  # trace.jsonl's rows written at a time
 
 
@@ -76,7 +76,7 @@ def finish(run: RunFolder, settings: RunConfig, config: ObserveConfig, windows: 
     `record` (observe.json), how its spans joined, the model most called; `step` is told
     each step's name as it ends (the benchmark's measure)."""
     release()  # what the intake freed, before the calls are read
-    with Spill(run.path / SPILL) as spill:
+    with Spill(run.path / END_SCRATCH) as spill:
         table = run.read_table(read_only=True)
         spill.adopt(table)
         derived(table, spill)

@@ -7,10 +7,11 @@ back a segment at a time (by the run's own reader, DuckDB), each segment's calls
 straight to their rows of the window's columns in start order (`RequestTable.merge`), so that
 a close holds the window's columns and one segment; its files are removed. The directory goes
 when observe ends (the duration, Ctrl-C, SIGTERM, an error). A process killed outright
-(SIGKILL, out of memory) leaves it: the next observe with the same --out removes what a dead
-observe left (`clear_stale`; it holds no call that is not in its run's requests.jsonl). A
-live observe holds a lock on its directory's `lock` file, which the system releases when its
-process dies, so only a dead one's is removed.
+(SIGKILL, out of memory) leaves it, and the end's `end.scratch/` (`observe_end`): the next
+observe with the same --out removes what a dead observe left (`clear_stale`; neither holds a
+call that is not in its run's requests.jsonl). A live observe holds a lock on each
+(`records.scratch`), which the system releases when its process dies, so only a dead one's
+is removed.
 
     with Scratch(run.path) as scratch:
         scratch.append(key, lines, starts)  # the calls of window `key`, as they come
@@ -19,9 +20,6 @@ process dies, so only a dead one's is removed.
 
 from __future__ import annotations
 
-import fcntl
-import os
-import shutil
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -31,10 +29,12 @@ import pyarrow as pa
 from latlab.records.columns import one_valued
 from latlab.records.reader import read_requests
 from latlab.records.request_columns import SCHEMA
+from latlab.records.scratch import OwnedFolder
+from latlab.records.scratch import clear_stale as clear_folders
 from latlab.records.table import RequestTable
 
 DIRECTORY = ".open-windows"
-LOCK = "lock"
+END_SCRATCH = "end.scratch"  # the end's derived columns (`observe_end`)
 SEGMENT_CALLS = 10_000  # calls per file: what one parse holds (about 9 MB of JSON lines)
 # What a window's analysis never reads (a report's rows do: the end reads the whole run),
 # left out of its columns (missing): the bulk of their strings.
@@ -53,22 +53,14 @@ class Scratch:
     def __init__(self, run_path: Path) -> None:
         self.path = run_path / DIRECTORY
         self._windows: dict[int, _Segments] = {}
-        self._lock: int | None = None
+        self._folder = OwnedFolder(self.path)
 
     def __enter__(self) -> Scratch:
-        # Locked before it has its name: `clear_stale` never sees it unlocked.
-        making = self.path.with_name(f"{DIRECTORY}.{os.getpid()}")
-        making.mkdir()
-        self._lock = os.open(making / LOCK, os.O_CREAT | os.O_RDWR, 0o644)
-        fcntl.flock(self._lock, fcntl.LOCK_EX)
-        making.rename(self.path)
+        self._folder.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-        if self._lock is not None:
-            os.close(self._lock)  # releases the lock
-            self._lock = None
+        self._folder.__exit__(*exc)
         self._windows.clear()
 
     def append(self, key: int, lines: list[bytes], starts: list[int]) -> None:
@@ -103,20 +95,7 @@ class Scratch:
 
 
 def clear_stale(out: Path) -> list[Path]:
-    """Remove the open-window directories that observes no longer running left in the run
-    folders of `out`; the run folders they were in."""
-    cleared = []
-    for directory in sorted(out.glob(f"*/{DIRECTORY}")):
-        try:
-            lock = os.open(directory / LOCK, os.O_RDWR)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # its observe is running
-            continue
-        finally:
-            os.close(lock)
-        shutil.rmtree(directory, ignore_errors=True)
-        cleared.append(directory.parent)
-    return cleared
+    """Remove the open windows' and the end's scratch folders that observes no longer running
+    left in the run folders of `out`; the run folders they were in."""
+    left = sorted([*out.glob(f"*/{DIRECTORY}"), *out.glob(f"*/{END_SCRATCH}")])
+    return sorted({folder.parent for folder in clear_folders(left)})

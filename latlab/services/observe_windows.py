@@ -114,6 +114,7 @@ class Windows:
 
     def __exit__(self, *exc: object) -> None:
         self._scratch.__exit__(*exc)
+        self._recent.clear()  # the rolling window's, shown live only
 
     def add(self, records: list[RequestTimeline], lines: list[bytes]) -> None:
         """The calls complete now, and each one's JSON line (requests.jsonl's)."""

@@ -23,7 +23,7 @@ def client_bottleneck(a: RunAnalysis) -> Finding | Unevaluated | None:
     when the client's wait before sending reaches CLIENT_LATE_SHARE of the mean E2E."""
     parts = a.requests.parts
     rows = a.ok & (parts.quality["client_wait"] != UNAVAILABLE)
-    waits = np.sort(parts.value("client_wait")[rows])
+    waits = np.sort(parts.value("client_wait", rows))
     p99 = percentile(waits, 99) if len(waits) else 0.0
     share = p99 / a.mean.total if a.mean.total > 0 else 0.0
     late = [f"client wait (sent − scheduled − connection setup): p50 "

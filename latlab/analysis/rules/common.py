@@ -17,11 +17,12 @@ def server_rows(a: RunAnalysis) -> np.ndarray:
     return a.ok & a.requests.parts.has_server
 
 
-def before_first_token(a: RunAnalysis) -> np.ndarray:
-    """The time each request spent before its first token was computed (ms)."""
+def before_first_token(a: RunAnalysis, rows: np.ndarray | None = None) -> np.ndarray:
+    """The time each request (of `rows` only, when given) spent before its first token was
+    computed (ms)."""
     p = a.requests.parts
-    return sum(p.value(c) for c in ("client_wait", "connect", "network", "gateway_intake",
-                                    "preprocess", "queue", "prefill"))
+    return sum(p.value(c, rows) for c in ("client_wait", "connect", "network",
+                                          "gateway_intake", "preprocess", "queue", "prefill"))
 
 
 

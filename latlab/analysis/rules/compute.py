@@ -47,14 +47,14 @@ def prefill_bound(a: RunAnalysis) -> Finding | Unevaluated | None:
     if rows.sum() < 5:
         return Unevaluated("prefill_bound", NEEDS_SERVER + " and prompt token counts "
                                                                "of ≥ 5 successful requests")
-    tokens, prefill = prompt[rows], parts.value("prefill")[rows]
+    tokens, prefill = prompt[rows], parts.value("prefill", rows)
     buckets = prompt_buckets(prompt)
     counts = np.bincount(buckets[rows], minlength=len(PROMPT_BUCKETS))
     filled = np.flatnonzero(counts >= LONG_MIN_REQUESTS)
     longest = int(filled.max()) if len(filled) else None  # the buckets do not overlap
     long = rows if longest is None else rows & (buckets == longest)
-    long_prefill = mean(parts.value("prefill")[long])
-    share = long_prefill / max(mean(before_first_token(a)[long]), 1e-9)
+    long_prefill = mean(parts.value("prefill", long))
+    share = long_prefill / max(mean(before_first_token(a, long)), 1e-9)
     e2e_share = long_prefill / mean(parts.total[long])
     if share < PREFILL_TTFT_SHARE or e2e_share < PREFILL_E2E_SHARE:
         return None

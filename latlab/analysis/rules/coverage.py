@@ -33,9 +33,9 @@ def unattributed(a: RunAnalysis) -> Finding | None:
     if abs(share) < UNATTRIBUTED_SHARE:
         return None
     server = a.table.server
-    timed = a.ok & a.table.has_server & ~np.isnan(server["total"])
-    gaps = (server["total"] - sum(np.nan_to_num(server[st])
-                                  for st in (*SERVER_STAGES, "postprocess")))[timed]
+    timed = np.flatnonzero(a.ok & a.table.has_server & ~np.isnan(server["total"]))
+    gaps = server["total"][timed] - sum(np.nan_to_num(server[st][timed])
+                                        for st in (*SERVER_STAGES, "postprocess"))
     evidence = [f"unattributed: {ms(a.mean.components['unattributed'])} of a mean "
                 f"{ms(a.mean.total)} ({pct(share)}); "
                 f"{pct(a.tail.share('unattributed'))} of the tail"]

@@ -83,7 +83,7 @@ def queueing_under_load(a: RunAnalysis) -> Finding | Unevaluated | None:
     parts, in_flight = a.requests.parts, a.requests.in_flight
 
     def waiting(group: np.ndarray) -> tuple[float, float]:
-        w = mean((parts.value("queue") + parts.value("client_wait"))[group])
+        w = mean(parts.value("queue", group) + parts.value("client_wait", group))
         return w, w / mean(parts.total[group])
 
     evidence, fired, impact, evaluated = [], False, 0.0, False
@@ -131,11 +131,11 @@ def slow_small_requests(a: RunAnalysis) -> Finding | Unevaluated | None:
                                                 f"requests of ≤ {TINY_TOKENS} prompt tokens")
     p = a.requests.parts
     waits = {
-        "network": mean((p.value("connect") + p.value("network"))[tiny]),
-        "queue": mean((p.value("client_wait") + p.value("queue"))[tiny]),
-        "preprocess": mean(p.value("preprocess")[tiny]),
+        "network": mean(p.value("connect", tiny) + p.value("network", tiny)),
+        "queue": mean(p.value("client_wait", tiny) + p.value("queue", tiny)),
+        "preprocess": mean(p.value("preprocess", tiny)),
     }
-    wait, prefill = sum(waits.values()), mean(p.value("prefill")[tiny])
+    wait, prefill = sum(waits.values()), mean(p.value("prefill", tiny))
     if wait < TINY_WAIT_MS or wait < TINY_WAIT_SHARE * (wait + prefill):
         return None
     worst = max(waits, key=waits.get)

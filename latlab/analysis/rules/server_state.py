@@ -161,7 +161,7 @@ def _a_prefill(pause: tuple[int, float, int], a: RunAnalysis) -> bool:
     end = start + int(length_ms * 1e6)
     rows = a.table.ok & present(a.table.first_token_ns)
     first = a.table.first_token_ns[rows]
-    prefill = a.requests.parts.value("prefill")[rows] * 1e6
+    prefill = a.requests.parts.value("prefill", rows) * 1e6
     covered = np.minimum(end, first) - np.maximum(start, first - prefill)
     return bool(((prefill != 0) & (covered >= PREFILL_COVER * (end - start))).any()
                 or ((prefill == 0) & (first - end >= 0)

@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from latlab.load.request.stamps import HANDSHAKE_NS
+from latlab.load.request.stamps import HANDSHAKE_NS, HANDSHAKE_RTT_NS
 from latlab.records.timeline import ConnectionTiming
 
 
@@ -42,11 +42,12 @@ def connection_trace() -> aiohttp.TraceConfig:
     async def create_end(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
         r = ctx.trace_request_ctx
         r.sent_ns = perf_counter_ns()
-        dns, tls = getattr(ctx, "dns_ns", None), HANDSHAKE_NS.get()
+        dns, tls, rtt = getattr(ctx, "dns_ns", None), HANDSHAKE_NS.get(), HANDSHAKE_RTT_NS.get()
         HANDSHAKE_NS.set(None)
+        HANDSHAKE_RTT_NS.set(None)
         connect = r.sent_ns - ctx.create_ns - (dns or 0) - (tls or 0)
         r.connection = ConnectionTiming(new=True, pool_wait_ns=getattr(ctx, "pool_wait_ns", None),
-                                        dns_ns=dns, connect_ns=connect, tls_ns=tls)
+                                        dns_ns=dns, connect_ns=connect, tls_ns=tls, rtt_ns=rtt)
         ctx.body_sent = False
 
     async def reuse(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:

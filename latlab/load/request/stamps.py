@@ -12,6 +12,8 @@ sockets later in one loop turn wait only for the reads before them, not for thei
 from __future__ import annotations
 
 import functools
+import socket
+import struct
 from collections import deque
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -51,8 +53,32 @@ class StampedHandler(ResponseHandler):
 HANDSHAKE_NS: ContextVar[int | None] = ContextVar("latlab_handshake_ns", default=None)
 
 
+# The round trip the kernel measured on the handshake of the connection the current request
+# just opened (ns), for its connection trace; None where the kernel does not say.
+HANDSHAKE_RTT_NS: ContextVar[int | None] = ContextVar("latlab_handshake_rtt_ns", default=None)
+TCPI_RTT_AT = 68  # tcpi_rtt (µs) in Linux's struct tcp_info
+
+
+def kernel_rtt_ns(transport: Any) -> int | None:
+    """The smoothed round trip the kernel keeps for `transport`'s TCP socket (TCP_INFO's
+    tcpi_rtt: right after the handshake, the handshake's), free of the event loop's delays
+    that a connect's duration carries; None off Linux or off TCP."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or not hasattr(socket, "TCP_INFO"):
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    except OSError:
+        return None
+    if len(info) < TCPI_RTT_AT + 4:
+        return None
+    rtt_us = struct.unpack_from("=I", info, TCPI_RTT_AT)[0]
+    return rtt_us * 1000 if rtt_us > 0 else None
+
+
 class StampingConnector(aiohttp.TCPConnector):
-    """A TCPConnector whose connections are `StampedHandler`s, timing each TLS handshake."""
+    """A TCPConnector whose connections are `StampedHandler`s, timing each TLS handshake and
+    reading the kernel's round trip of each new connection."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -62,6 +88,7 @@ class StampingConnector(aiohttp.TCPConnector):
         proto = await super()._create_connection(req, traces, timeout)
         secure = req.is_ssl() and isinstance(proto, StampedHandler)
         HANDSHAKE_NS.set(perf_counter_ns() - proto.made_ns if secure else None)
+        HANDSHAKE_RTT_NS.set(kernel_rtt_ns(getattr(proto, "transport", None)))
         return proto
 
 
