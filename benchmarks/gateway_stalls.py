@@ -100,7 +100,8 @@ def main() -> None:
         done = run_ab(config, console(stderr=True))
         comparison = compare_sides(done)
     print(f"{args.case} through {args.gateway}: A {a}, B {b}; {done.folder}")
-    for key in (KEY, "p99_itl", "p50_ttft", "output_tokens_per_s"):
+    for key in (KEY, "p99_itl", "p50_ttft", "p99_ttft", "p50_tpot", "p99_e2e",
+                "output_tokens_per_s"):
         c = comparison.change(key)
         if c is None:
             continue

@@ -16,7 +16,9 @@ Cases (latlab serve, embedded, one thread):
 * `gateway`: `latlab serve` directly against the same server through LiteLLM's proxy (its
   own venv, tests/gateways.py): the proxy's hop must not be "same";
 * `llama-aa`, `llama-np1` (with `--llama-server`): one llama-server against itself, and
-  `-np 4` against `-np 1` with 4 users.
+  `-np 4` against `-np 1` with 4 users;
+* `llama-launch` (with `--llama-server`): `-np 4` against `-np 1` again, each side's server
+  started by `ab` itself from a `--launch` template (`{args}`: the side's flags).
 
 Prints, per case, each headline metric's A and B, interval and verdict, the rounds `ab` ran
 and the load average through the case; `--out` keeps the ab folders.
@@ -154,13 +156,24 @@ def main() -> None:
                             "--model", "default", "--gguf"], check=True,
                            stdout=subprocess.DEVNULL)
             gguf = model / "model.gguf"
-            one = stack.enter_context(llama_server(args.llama_server, gguf, 1, out / "np1.log"))
-            four = stack.enter_context(llama_server(args.llama_server, gguf, 4, out / "np4.log"))
+            if not any(c.startswith("llama") for c in args.cases):
+                args.cases += ["llama-aa", "llama-np1"]
+            one = four = ""  # the servers the URL cases measure, started for them alone
+            if {"llama-aa", "llama-np1"} & set(args.cases):
+                four = stack.enter_context(llama_server(args.llama_server, gguf, 4,
+                                                        out / "np4.log"))
+            if "llama-np1" in args.cases:
+                one = stack.enter_context(llama_server(args.llama_server, gguf, 1,
+                                                       out / "np1.log"))
             cases["llama-aa"] = Case("A/A (llama-server -np 4)", four, four, WORK,
                                      "no better/worse")
             cases["llama-np1"] = Case("llama-server -np 4 → -np 1, 4 users", four, one, WORK,
                                       "TTFT worse")
-            args.cases += [c for c in ("llama-aa", "llama-np1") if c not in args.cases]
+            template = (f"{args.llama_server} -m {gguf} --host 127.0.0.1 --port {{port}} -t 1 "
+                        "-c 8192 --metrics {args}")
+            cases["llama-launch"] = Case("llama-server -np 4 → -np 1 by --launch, 4 users",
+                                         "-np 4", "-np 1", [*WORK, "--launch", template],
+                                         "TTFT worse")
         if "gateway" in args.cases:
             sys.path.insert(0, str(ROOT / "tests"))
             from gateways import LITELLM_KEY, litellm_binary, litellm_proxy

@@ -187,13 +187,14 @@ class Sequential:
         labels = {c.key: c.label for c in comparison.changes}
         whys = {c.key: c.why or NOT_MEASURED for c in comparison.changes
                 if c.delta is None or not c.judged}
-        unmeasured = []
+        unmeasured: dict[str, list[str]] = {}  # why → the metrics it holds for
         for key in keys:
             if key in labels and key not in whys:
                 continue
             why = whys.get(key, NOT_MEASURED)
-            unmeasured.append(f"{labels.get(key, key)} "
-                              + (why if why == NOT_MEASURED else f"not judged: {why}"))
+            unmeasured.setdefault(why if why == NOT_MEASURED else f"not judged: {why}",
+                                  []).append(labels.get(key, key))
         decided = ("every headline metric decided" if tuple(keys) == HEADLINE
                    else f"{', '.join(keys)} decided")
-        return ", ".join(open_ + unmeasured) or decided
+        return ", ".join(open_ + [f"{' and '.join(names)} {why}"
+                                  for why, names in unmeasured.items()]) or decided
