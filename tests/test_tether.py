@@ -75,6 +75,15 @@ def wait_gone(pids: list[int]) -> list[int]:
     return [p for p in pids if not gone(p)]
 
 
+def wait_for(found, within_s: float = GONE_WITHIN_S):
+    """`found()` once it is not empty (the watchdog execs itself a moment after the fork)."""
+    deadline = time.monotonic() + within_s
+    while not (result := found()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert result
+    return result
+
+
 def start_driver(how: str, command: object, log: Path) -> tuple[subprocess.Popen, int]:
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps([how, command,
                                                                           str(log)])],
@@ -131,7 +140,8 @@ def test_sigterm_or_ctrl_c_of_latlab_stops_its_server(sig, tmp_path):
 
 def test_the_started_pid_is_the_commands_own_and_it_gets_default_signals(tmp_path):
     """No wrapper between latlab and the server: its PID runs the command (exit code and
-    signals reach it), and it does not inherit Python's ignored SIGPIPE."""
+    signals reach it), and it does not inherit Python's ignored SIGPIPE; the watchdog does
+    not show as a second copy of the command."""
     launch = ServerLaunch(("sleep", "60"), "http://127.0.0.1:9", "http://127.0.0.1:9/", "srv")
     server = spawn_server(launch, log_path=tmp_path / "s.log")
     try:
@@ -141,6 +151,10 @@ def test_the_started_pid_is_the_commands_own_and_it_gets_default_signals(tmp_pat
         ignored = int(next(x for x in status.splitlines() if x.startswith("SigIgn:")).split()[1],
                       16)
         assert not ignored & (1 << (signal.SIGPIPE - 1))
+        group = group_of(server.process.pid)
+        watchdog = wait_for(lambda: [p for p in group_of(server.process.pid)
+                                     if b"--watch" in Path(f"/proc/{p}/cmdline").read_bytes()])
+        assert b"sleep" not in Path(f"/proc/{watchdog[0]}/cmdline").read_bytes()
         group = group_of(server.process.pid)
     finally:
         assert server.stop() == -signal.SIGTERM

@@ -29,6 +29,7 @@ from typing import IO
 
 # signals Python ignores at start-up, which an exec'd command would inherit ignored
 _RESTORED = ("SIGPIPE", "SIGXFSZ", "SIGXFZ")
+_SCRIPT = os.path.abspath(__file__)
 
 
 @dataclass
@@ -60,7 +61,7 @@ def spawn_tethered(command: Sequence[str], *, stdout: IO[bytes] | int | None = N
     cannot be executed, after its group is gone."""
     tether_read, tether_write = os.pipe()
     report_read, report_write = os.pipe()
-    shim = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(tether_read),
+    shim = [sys.executable, "-I", "-S", _SCRIPT, str(tether_read),
             str(report_write), "--", *command]
     try:
         process = subprocess.Popen(shim, stdin=subprocess.DEVNULL, stdout=stdout,
@@ -104,13 +105,22 @@ def _end(process: subprocess.Popen[bytes], tether: Tether) -> None:
 
 
 def _watch(tether: int) -> None:
-    """The watchdog: wait for the tether's end of file, then kill the group (itself too)."""
+    """The watchdog: detached from the server's output, it execs itself afresh (so `ps` shows
+    `tether.py --watch`, not a second copy of the server's command line), then waits for the
+    tether's end of file and kills the group (itself too)."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
+        signal.signal(sig, signal.SIG_IGN)  # kept across the exec
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # holds no pipe or log of the server's open
         os.dup2(devnull, fd)
     os.chdir("/")
+    try:
+        os.execv(sys.executable, [sys.executable, "-I", "-S", _SCRIPT, "--watch", str(tether)])
+    except OSError:
+        _wait_and_kill(tether)  # the same watch, under the server's name
+
+
+def _wait_and_kill(tether: int) -> None:
     while os.read(tether, 64):
         pass
     os.killpg(0, signal.SIGKILL)
@@ -141,4 +151,7 @@ def _shim(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    _shim(sys.argv[1:])
+    if sys.argv[1] == "--watch":
+        _wait_and_kill(int(sys.argv[2]))
+    else:
+        _shim(sys.argv[1:])
