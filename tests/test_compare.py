@@ -185,6 +185,9 @@ def test_cli_exit_codes(tmp_path):
     noisy = cli.invoke(app, ["compare", str(a), str(b), "--noise", str(repeat),
                              "--fail-if", "p50_ttft>+10%"])
     assert noisy.exit_code == 3 and "too noisy to gate" in noisy.output
+    # blocks of 20 requests: a p99 is not judged, so a gate on it cannot pass or trip
+    thin = cli.invoke(app, ["compare", str(a), str(b), "--fail-if", "p99_ttft>+1000%"])
+    assert thin.exit_code == 3 and "not judged: too few samples a block" in thin.output
     passed = cli.invoke(app, ["compare", str(a), str(b), "--fail-if", "p50_tpot>+50%"])
     assert passed.exit_code == 0 and "gates passed" in passed.output
     refused = cli.invoke(app, ["compare", str(a), str(d)])

@@ -74,6 +74,9 @@ class Gate:
         moved = (f"{change.label} changed by {observed:+.1f}{unit} ({number(change.a, '{:.4g}')}"
                  f" → {number(change.b, '{:.4g}')} {change.unit})")
         beyond = observed > self.value if self.above else observed < self.value
+        if not change.judged:  # a percentile of too few requests a block: no interval at all
+            return GateResult(self, "inconclusive", f"{self.text}: {moved}, but not judged: "
+                              f"{change.why}")
         if beyond:
             if change.decided and change.verdict != "same":
                 return GateResult(self, "tripped", f"{self.text}: {moved}")
