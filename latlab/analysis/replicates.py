@@ -75,8 +75,8 @@ class Replicates:
         if not counts or min(counts) * share >= MIN_TAIL:
             return None
         unit = self.unit_name.removesuffix("s")
-        return (f"too few samples a {unit} for a {stat} (as few as {min(counts)}; "
-                f"{math.ceil(MIN_TAIL / share)} a {unit} would put {MIN_TAIL} above it)")
+        return (f"too few samples a {unit} for a {stat}: as few as {min(counts)}, and "
+                f"{math.ceil(MIN_TAIL / share)} a {unit} would put {MIN_TAIL} above it")
 
     def pairs(self, key: str) -> tuple[list[float], list[float]]:
         """`key`'s values in the rounds both sides have it, A's i-th beside B's i-th (an
