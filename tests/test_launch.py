@@ -76,7 +76,7 @@ def test_ab_compares_two_settings_of_one_launched_command(tmp_path):
     assert r.exit_code in (0, 1), r.output
     record = orjson.loads(r.stdout[r.stdout.index("{"):])
     folder = Path(record["folder"])
-    assert (folder / "server-A.log").is_file() and (folder / "server-B.log").is_file()
+    assert (folder / "server-A-1.log").is_file() and (folder / "server-B-1.log").is_file()
     ttft = next(c for c in record["changes"] if c["key"] == "p50_ttft")
     assert ttft["b"] - ttft["a"] >= 60  # B's 80 ms on every request, measured
 
@@ -115,8 +115,8 @@ def test_ab_of_two_llama_server_settings(tmp_path):
     record = orjson.loads(r.stdout[r.stdout.index("{"):])
     assert {c["key"] for c in record["changes"]} >= {"p50_ttft", "p99_itl"}
     folder = Path(record["folder"])
-    assert "-b 64" in (folder / "server-B.log").read_text(errors="replace") or \
-        (folder / "server-B.log").stat().st_size > 0
+    assert "-b 64" in (folder / "server-B-1.log").read_text(errors="replace") or \
+        (folder / "server-B-1.log").stat().st_size > 0
 
 
 def test_a_log_in_a_folder_not_made_yet_is_made_and_a_missing_binary_named(tmp_path):

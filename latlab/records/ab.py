@@ -36,6 +36,14 @@ class ABConfig(VerdictConfig):
                                  "comparison: what a cold server does (kernels compiled, "
                                  "caches filled, graphs captured) in its first minutes.",
                                  group=AB, ge=0, le=5)
+    fresh_servers: Literal["every", "never"] = setting(
+        "every", "every: the servers ab starts (latlab serve, or --launch) are started afresh "
+        "for every A/B pair, both sides at once, each warmed up with a few requests, so what "
+        "one process builds up and keeps (caches, allocator state, a thread choice, its "
+        "cores) varies between pairs, where the comparison sees it as noise; never: one "
+        "process a side for every round (faster, but a lasting difference between the two "
+        "processes is taken for the setting's, as with URLs, which ab cannot restart).",
+        group=AB, cli_type=str, metavar="every|never")
     max_time: float = setting(900.0, "Seconds after which no further pair is started.",
                               group=AB, gt=0, metavar="SECONDS")
     decide_on: tuple[str, ...] = setting(
@@ -94,6 +102,7 @@ class ABConfig(VerdictConfig):
 class ABRound(Record):
     side: Literal["A", "B"]
     round: int  # 0: a warm-up round, not compared
+    server_start: int | None = None  # the start of its side's server it ran on; None: a URL
     run: str  # the round's run folder
     cached_share: float | None = None  # of prompt tokens, from the server's prefix cache
     host_other_cores: float | None = None  # other work on the load generator's host

@@ -21,14 +21,17 @@ from latlab.analysis.compare import Comparison
 from latlab.analysis.run_analysis import RunAnalysis
 from latlab.load.request.tls import ssl_context
 from latlab.load.target.interrupts import remembered_interrupts
-from latlab.load.target.launch import target_server
 from latlab.load.telemetry.scrape import scrape_once
 from latlab.records.ab import AB_JSON, SIDES, ABChange, ABConfig, ABRecord, ABRound
 from latlab.records.bench import BenchConfig
 from latlab.records.folder import RunFolder, write_json
 from latlab.records.scrape import Scrape
+from latlab.services.ab_servers import SideServers
 from latlab.services.bench import run_bench
 from latlab.services.errors import ServiceFailed
+
+KEPT = ("each side ran every round on one server process: a lasting difference between the "
+        "two processes counts as the setting's")
 
 
 @dataclass
@@ -51,8 +54,9 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
     run cancels out) and write ab.json as they go; from `--rounds` on, look after each pair
     and stop once every headline metric is decided, or at `--max-rounds` / `--max-time`;
     first each side's `--warmup-rounds`, left out.
-    Embedded engines are started once per side and kept for every round. Ctrl-C keeps what
-    ran."""
+    Servers ab starts run each pair on fresh processes (`--fresh-servers every`), or every
+    round on one a side (`never`): the first look says that then a lasting difference
+    between the two processes counts as the setting's. Ctrl-C keeps what ran."""
     configs = config.sides()
     out = config.bench.out
     folder = RunFolder.create(out, "ab").path
@@ -61,30 +65,25 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
     record = done.record
     started = time.monotonic()
     with ExitStack() as stack:
-        for side, bench in configs.items():
-            if bench.url is None:
-                if err is not None:
-                    err.print(f"starting the server for {side}…", style="dim")
-                launched = "server" if bench.launch else "engine"
-                engine = stack.enter_context(target_server(
-                    bench, folder / f"{launched}-{side}.log",
-                    name=f"{side}'s {'server' if bench.launch else 'latlab serve'}"))
-                bench.url = engine.url
+        servers = stack.enter_context(SideServers(
+            configs, folder, fresh=config.fresh_servers == "every", err=err))
         pressed = stack.enter_context(remembered_interrupts())
         try:
+            start = servers.ready_for(1)
             for _ in range(config.warmup_rounds):
                 for side in SIDES:
                     if err is not None:
                         err.print(f"warm-up round (not compared): {side}", style="dim")
-                    _round(done, configs[side], side, 0, config)
+                    _round(done, configs[side], side, 0, config, start)
                     if pressed():
                         raise KeyboardInterrupt
             for i in range(1, config.most_rounds + 1):
+                start = servers.ready_for(i)
                 for side in SIDES if i % 2 else SIDES[::-1]:  # ABBA: order effects cancel
                     if err is not None:
                         err.print(f"round {i} (of {config.rounds}, at most "
                                   f"{config.most_rounds}): {side}", style="dim")
-                    _round(done, configs[side], side, i, config)
+                    _round(done, configs[side], side, i, config, start)
                     if pressed():  # a Ctrl-C Python swallowed during the round: stop now
                         raise KeyboardInterrupt
                 if i < config.rounds:
@@ -94,6 +93,8 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
                                                        final=out_of_time)
                 open_ = Sequential.undecided(done.comparison, config.decide_on)
                 look = f"round {i}: {Sequential.look_line(done.comparison, config.decide_on)}"
+                if servers.kept and not record.looks:
+                    look += f" ({KEPT})"
                 record.looks.append(look)
                 write_json(folder / AB_JSON, record)
                 if err is not None:
@@ -109,8 +110,10 @@ def run_ab(config: ABConfig, err: Console | None = None) -> ABRuns:
     return done
 
 
-def _round(done: ABRuns, bench: BenchConfig, side: str, i: int, config: ABConfig) -> None:
-    """One side's run of round `i`, its scrapes and its analysis, written to ab.json."""
+def _round(done: ABRuns, bench: BenchConfig, side: str, i: int, config: ABConfig,
+           start: int | None) -> None:
+    """One side's run of round `i` on its server's start `start` (None: a URL), its scrapes
+    and its analysis, written to ab.json."""
     before = _scrape(bench)
     result = run_bench(bench, store=config.bench.out)
     after = _scrape(bench)
@@ -118,7 +121,7 @@ def _round(done: ABRuns, bench: BenchConfig, side: str, i: int, config: ABConfig
         done.scrapes[side].append((before, after))
     s = result.summary
     done.record.rounds.append(ABRound(
-        side=side, round=i, run=str(result.run.path),
+        side=side, round=i, run=str(result.run.path), server_start=start,
         cached_share=s.cache.share if s.cache else None,
         host_other_cores=(s.client.host.other.mean if s.client and s.client.host else None)))
     write_json(done.folder / AB_JSON, done.record)

@@ -217,12 +217,23 @@ def target_server(target: TargetConfig, log_path: Path, *, name: str | None = No
     """The server a bench config without a URL measures, started for the block: its
     `--launch` command with `--serve-args` as its `{args}`, else latlab serve with them (and
     `engine_args`)."""
+    return launched(target_launch(target, name=name, engine_args=engine_args),
+                    log_path=log_path, ready_timeout_s=ready_timeout(target))
+
+
+def target_launch(target: TargetConfig, *, name: str | None = None,
+                  engine_args: Sequence[str] = ()) -> ServerLaunch:
+    """How to start the server a bench config without a URL measures (`target_server`'s)."""
     if target.launch is not None:
-        return launched(ServerLaunch.templated(target.launch, target.serve_args,
-                                               ready_path=target.launch_ready, name=name),
-                        log_path=log_path, ready_timeout_s=target.launch_timeout_s)
-    return embedded_engine([*target.serve_args, *engine_args], log_path=log_path,
-                           name=name or "latlab serve")
+        return ServerLaunch.templated(target.launch, target.serve_args,
+                                      ready_path=target.launch_ready, name=name)
+    return ServerLaunch.embedded([*target.serve_args, *engine_args],
+                                 name=name or "latlab serve")
+
+
+def ready_timeout(target: TargetConfig) -> float:
+    """Seconds the server of `target_launch` may take to be ready."""
+    return target.launch_timeout_s if target.launch is not None else 120.0
 
 
 def start_server(launch: ServerLaunch, *, log_path: Path | None = None,
