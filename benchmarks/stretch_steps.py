@@ -18,6 +18,7 @@ import argparse
 import math
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,12 @@ def stretches_of(path: Path | None) -> Stretches:
                      jitter=0.1, shape=skewed_shape())
 
 
+def all_equal(results: Iterable[object]) -> bool:
+    """Whether every way gave what the first did."""
+    first, *others = results
+    return all(other == first for other in others)
+
+
 def time_steps(stretches: Stretches, steps: int, rounds: int) -> None:
     best = dict.fromkeys(WAYS, math.inf)
     factors: dict[str, list[float]] = {}
@@ -78,8 +85,7 @@ def time_steps(stretches: Stretches, steps: int, rounds: int) -> None:
             got = [step(draw) for _ in range(steps)]
             best[name] = min(best[name], time.perf_counter() - started)
             factors.setdefault(name, got)
-    first, *others = factors.values()
-    same = all(other == first for other in others)
+    same = all_equal(factors.values())
     print(f"{steps:,} steps' own factors (jitter {stretches.jitter:.3f}, "
           f"{len(stretches.shape)} shape points), best of {rounds} rounds:")
     for name, seconds in best.items():
@@ -115,8 +121,7 @@ def time_draws(path: Path, stretches: Stretches, draws: int, requests: int,
             finally:
                 StretchDraw.step = BLOCKED
             summaries.setdefault(name, [o.summary.model_dump_json() for o in outcomes])
-    first, *others = summaries.values()
-    same = all(other == first for other in others)
+    same = all_equal(summaries.values())
     print(f"predict's intervals: {draws} draws of {requests:,} requests at 2 req/s, CPU "
           f"seconds (the process's own), best of {rounds} interleaved rounds:")
     for name, seconds in cpu.items():

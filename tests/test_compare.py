@@ -88,7 +88,8 @@ def test_a_percentile_is_judged_only_with_enough_samples_above_it():
 
     few = Replicates(side(12, [17.0, 18.0, 16.0]), side(12, [8.0, 8.2, 7.9]), "", "rounds",
                      strict=False)
-    assert "too few samples a round for a p99: as few as 12, and 500 a round" in few.thin("p99_ttft")
+    assert ("too few samples a round for a p99: as few as 12, and 500 a round"
+            in few.thin("p99_ttft"))
     assert few.thin("p90_ttft") is not None  # 1.2 above it
     assert few.thin("p50_ttft") is None and few.thin("output_tokens_per_s") is None
     enough = Replicates(side(100 * MIN_TAIL, [17.0] * 3), side(50 * MIN_TAIL, [8.0] * 3), "",

@@ -253,3 +253,17 @@ def test_a_runs_requests_taken_column_by_column_are_requests_of_every_column(tmp
     assert isinstance(taken, Requests) and len(taken) == 2
     assert taken.metrics.ttft.tolist() == a.requests.metrics.ttft[rows].tolist()
     assert taken.table.index.tolist() == a.requests.table.index[rows].tolist()
+
+
+def test_a_copy_made_before_a_new_column_is_parsed_again(tmp_path, monkeypatch):
+    """A copy an older latlab kept, before `connection.rtt_ns` was a column (its manifest
+    as that version wrote it), is not read as this one's: the run is parsed again."""
+    monkeypatch.setattr("latlab.records.folder.CACHED_FROM", 1)
+    run = write_run(tmp_path, mixed())
+    run.read_table()
+    manifest_path = run.path / COLUMNS / "manifest.json"
+    manifest = orjson.loads(manifest_path.read_bytes())
+    older = {"version": 3, "key": manifest["key"], "fields": manifest["fields"]}
+    del older["fields"]["phases"]["dict"]["rtt_ns"]
+    manifest_path.write_bytes(orjson.dumps(older))
+    assert "rtt_ns" in RunFolder.open(run.path).read_table().phases

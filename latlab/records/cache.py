@@ -16,6 +16,7 @@ that cannot be written keeps no copy.
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import shutil
@@ -28,12 +29,15 @@ import orjson
 import pyarrow as pa
 
 from latlab.records.columns import Labels, missing_value
-from latlab.records.request_columns import TOKENS
+from latlab.records.request_columns import SCHEMA, TOKENS
 from latlab.records.table import RequestTable
 
 COLUMNS = "requests.columns"
 CACHED_FROM = 10_000  # records: a smaller run parses in a fraction of a second
 VERSION = 3  # of the layout below and of `RequestTable`'s fields: a change makes a new copy
+# A copy's layout: `VERSION` and the records' schema, whose new fields (`connection.rtt_ns`)
+# add columns to the table without a change here (an older copy would lack them).
+LAYOUT = hashlib.sha256(f"{VERSION}\n{SCHEMA}".encode()).hexdigest()[:16]
 MANIFEST = "manifest.json"
 
 
@@ -55,7 +59,7 @@ def load_columns(folder: Path, key: list[Any], read_only: bool = False) -> Reque
     pages can be given back (`records.spill`); else copy-on-write."""
     try:
         manifest = orjson.loads((folder / MANIFEST).read_bytes())
-        if manifest.get("version") != VERSION or manifest.get("key") != key:
+        if manifest.get("layout") != LAYOUT or manifest.get("key") != key:
             return None
         return RequestTable(**{name: load_column(folder, spec, read_only)
                                for name, spec in manifest["fields"].items()})
@@ -130,7 +134,7 @@ class ColumnsWriter:
         self._close()
         application = self._spec["application"]["dict"]  # span names, as `columns.spans` sorts
         self._spec["application"]["dict"] = {k: application[k] for k in sorted(application)}
-        manifest = {"version": VERSION, "key": self.key, "fields": _specs(self._spec)}
+        manifest = {"layout": LAYOUT, "key": self.key, "fields": _specs(self._spec)}
         (self.scratch / MANIFEST).write_bytes(orjson.dumps(manifest))
         shutil.rmtree(self.folder, ignore_errors=True)
         self.scratch.rename(self.folder)

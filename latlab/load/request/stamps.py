@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import socket
 import struct
+import sys
 from collections import deque
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -64,7 +65,7 @@ def kernel_rtt_ns(transport: Any) -> int | None:
     tcpi_rtt: right after the handshake, the handshake's), free of the event loop's delays
     that a connect's duration carries; None off Linux or off TCP."""
     sock = transport.get_extra_info("socket") if transport is not None else None
-    if sock is None or not hasattr(socket, "TCP_INFO"):
+    if sock is None or sys.platform != "linux" or not hasattr(socket, "TCP_INFO"):
         return None
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)

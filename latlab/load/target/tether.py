@@ -1,5 +1,6 @@
 """A child process tied to latlab's life: when latlab dies in any way (SIGKILL, its terminal
-closed), the child's whole process group is killed, whatever the command is.
+closed), the child's whole process group is killed, whatever the command is (what leaves
+the group, a daemon calling `setsid`, is out of its reach, as of `ServerProcess.stop`'s).
 
     tethered = spawn_tethered(["llama-server", "--port", "8080"], stdout=log)
     ...
