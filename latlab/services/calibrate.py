@@ -20,7 +20,7 @@ from pathlib import Path
 from rich.console import Console
 
 from latlab.load.generator import run_load
-from latlab.load.target.launch import ServerLaunch, ServerProcess, spawn_server
+from latlab.load.target.launch import READY_TIMEOUT_S, ServerLaunch, ServerProcess, spawn_server
 from latlab.records.arrivals import ArrivalConfig
 from latlab.records.bench import BenchConfig
 from latlab.records.calibration import Calibration
@@ -42,7 +42,6 @@ PROBE_LOAD = 0.5  # the open-loop probe's rate, as a share of the predicted capa
 PROBE_OPEN_S = 10.0  # and about how long it runs (what the served step costs are fitted to),
 PROBE_OPEN_MIN = 8  # with this many requests at least if they fit in
 PROBE_OPEN_LONGEST_S = 18.0  # this long (a busy host's lower rate: a longer probe)
-READY_TIMEOUT_S = 120.0
 
 # latlab serve options that change when requests run, not what a step costs: a calibration
 # is made without them (`calibration_args`), the simulator applies them (`records.simulation.

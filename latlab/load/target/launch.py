@@ -35,6 +35,7 @@ from latlab.load.target.tether import Tether, spawn_tethered
 from latlab.records.bench import TargetConfig
 
 READY_POLL_S = 0.2
+READY_TIMEOUT_S = 120.0  # a started server's, unless its config says (--launch-timeout)
 LOG_TAIL_LINES = 20
 
 
@@ -194,7 +195,7 @@ def responds_ok(url: str, timeout_s: float = 2.0) -> bool:
 
 @contextmanager
 def launched(launch: ServerLaunch, *, log_path: Path | None = None,
-             ready_timeout_s: float = 120.0, poll_s: float = READY_POLL_S
+             ready_timeout_s: float = READY_TIMEOUT_S, poll_s: float = READY_POLL_S
              ) -> Iterator[ServerProcess]:
     """The server of `launch`, started and ready, stopped when the block ends."""
     with start_server(launch, log_path=log_path, ready_timeout_s=ready_timeout_s,
@@ -203,7 +204,7 @@ def launched(launch: ServerLaunch, *, log_path: Path | None = None,
 
 
 def embedded_engine(serve_args: Sequence[str] = (), *, log_path: Path | None = None,
-                    ready_timeout_s: float = 120.0, poll_s: float = READY_POLL_S,
+                    ready_timeout_s: float = READY_TIMEOUT_S, poll_s: float = READY_POLL_S,
                     host: str = "127.0.0.1", name: str = "latlab serve"
                     ) -> AbstractContextManager[ServerProcess]:
     """`latlab serve serve_args` on a free port of `host`, ready, stopped when the block ends;
@@ -233,11 +234,12 @@ def target_launch(target: TargetConfig, *, name: str | None = None,
 
 def ready_timeout(target: TargetConfig) -> float:
     """Seconds the server of `target_launch` may take to be ready."""
-    return target.launch_timeout_s if target.launch is not None else 120.0
+    return target.launch_timeout_s if target.launch is not None else READY_TIMEOUT_S
 
 
 def start_server(launch: ServerLaunch, *, log_path: Path | None = None,
-                 ready_timeout_s: float = 120.0, poll_s: float = READY_POLL_S) -> ServerProcess:
+                 ready_timeout_s: float = READY_TIMEOUT_S, poll_s: float = READY_POLL_S
+                 ) -> ServerProcess:
     """Start `launch` in a new process group (output to `log_path`, a temporary file if None)
     and wait until it is ready; on any failure (Ctrl-C too) the group is stopped. The caller
     stops it (`stop()`, or `with`); `launched` is the block that does."""
