@@ -1,0 +1,29 @@
+"""Hostile input a user types: each is refused with a one-line error naming the option (exit
+code 2), before any work, and the help says each option's one default."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from latlab.cli import app
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.mark.parametrize("flag", ["--max-num-seqs", "--num-kv-blocks", "--block-size",
+                                  "--max-model-len", "--max-num-batched-tokens"])
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_calibrate_refuses_a_server_limit_below_one(tmp_path, flag, value):
+    r = invoke("calibrate", "--from", tmp_path, flag, value, "--out", tmp_path / "cal.json")
+    assert r.exit_code == 2, r.output
+    assert f"{flag} {value}" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "cal.json").exists()
+
+
+def test_calibrate_help_gives_each_server_limit_one_default():
+    out = " ".join(invoke("calibrate", "--help").output.split())
+    assert "[default: as many" not in out and "[default: the model's" not in out
+    assert "the server's KV-cache blocks (default 100000)" in out
