@@ -27,3 +27,12 @@ def test_calibrate_help_gives_each_server_limit_one_default():
     out = " ".join(invoke("calibrate", "--help").output.split())
     assert "[default: as many" not in out and "[default: the model's" not in out
     assert "the server's KV-cache blocks (default 100000)" in out
+
+
+@pytest.mark.parametrize("option", [["--launch", "false --port {port}"],
+                                    ["--server-url", "http://127.0.0.1:9"]])
+def test_coldstart_refuses_options_it_would_ignore(option):
+    """coldstart starts its own server (--command or the engine): bench's --launch and
+    --server-url are not its options, rather than silently measuring the engine."""
+    r = invoke("coldstart", *option, "--runs", "1")
+    assert r.exit_code == 2 and "No such option" in r.output, r.output
