@@ -36,3 +36,24 @@ def test_coldstart_refuses_options_it_would_ignore(option):
     --server-url are not its options, rather than silently measuring the engine."""
     r = invoke("coldstart", *option, "--runs", "1")
     assert r.exit_code == 2 and "No such option" in r.output, r.output
+
+
+@pytest.mark.parametrize(("text", "named"), [
+    ('{"duraton_s": 5}', "duraton_s"),
+    ('{"bench": {"rate": 2}}', "rate"),
+    ("workload:\n  outputtokens: 5\n", "workload.outputtokens"),
+])
+def test_a_config_file_with_a_misspelt_setting_is_refused(tmp_path, text, named):
+    """Left at its default without a word, a typo would measure another workload."""
+    path = tmp_path / "load.yaml"
+    path.write_text(text)
+    r = invoke("bench", "--config", path, "--url", "http://127.0.0.1:9")
+    assert r.exit_code == 2, r.output
+    assert f"unknown setting {named}" in r.output and "Traceback" not in r.output
+
+
+def test_a_config_file_of_known_settings_is_taken(tmp_path):
+    path = tmp_path / "load.yaml"
+    path.write_text("duration_s: 3\narrivals:\n  users: 2\nworkload:\n  output_tokens: '5'\n")
+    r = invoke("bench", "--config", path, "--url", "http://127.0.0.1:9", "--users", "0")
+    assert r.exit_code == 2 and "--users 0" in r.output, r.output  # read, then the flag checked
