@@ -57,3 +57,10 @@ def test_a_config_file_of_known_settings_is_taken(tmp_path):
     path.write_text("duration_s: 3\narrivals:\n  users: 2\nworkload:\n  output_tokens: '5'\n")
     r = invoke("bench", "--config", path, "--url", "http://127.0.0.1:9", "--users", "0")
     assert r.exit_code == 2 and "--users 0" in r.output, r.output  # read, then the flag checked
+
+
+def test_an_out_that_is_a_file_is_a_one_line_error(tmp_path):
+    (tmp_path / "afile").write_text("")
+    r = invoke("bench", "--out", tmp_path / "afile", "--url", "http://127.0.0.1:9")
+    assert r.exit_code == 2, r.output
+    assert "--out" in r.output and "cannot create a run folder there" in r.output
