@@ -11,8 +11,10 @@ from latlab.records.coldstart import ColdstartConfig
 from latlab.report.coldstart import print_coldstart
 from latlab.services.coldstart import run_coldstart
 
-# The probes are single requests, one at a time.
-NOT_TAKEN = frozenset({"workload.sessions"})
+# The probes are single requests, one at a time; coldstart starts its own server (--command
+# or the embedded engine), so bench's --launch and gateway options would go unused.
+NOT_TAKEN = frozenset({"workload.sessions", "launch", "launch_ready", "launch_timeout_s",
+                       "server_url"})
 
 
 def coldstart(config: ColdstartConfig, options: ConfigFile) -> None:

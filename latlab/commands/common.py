@@ -94,7 +94,9 @@ def _named_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Exception],
     from latlab.load import BenchError
     from latlab.load.workload.arrivals import ArrivalError
     from latlab.load.workload.datasets import DatasetError
+    from latlab.records.folder import UnwritableOut
     from latlab.records.lengths import WorkloadError
     from latlab.services.errors import InputError, ServiceFailed
 
-    return (WorkloadError, ArrivalError, DatasetError, InputError), (BenchError, ServiceFailed)
+    return ((WorkloadError, ArrivalError, DatasetError, InputError, UnwritableOut),
+            (BenchError, ServiceFailed))

@@ -16,7 +16,7 @@ from latlab.commands.common import UsageError, console
 from latlab.records.bench import BenchConfig
 from latlab.records.coldstart import ColdstartConfig
 from latlab.records.folder import CONFIG
-from latlab.records.settings import settings_of
+from latlab.records.settings import settings_of, sub_config
 from latlab.records.sweep import SWEEP_JSON
 
 WORKLOADS = resources.files("latlab") / "workloads"
@@ -35,7 +35,27 @@ def read_config_file(path: Path, model: type[BaseModel]) -> dict[str, Any]:
                          ) from None
     if not isinstance(data, dict):
         raise UsageError(f"--config {path}: expected a mapping of settings")
-    return settings_of(model, placed(_settings(data), model, f"--config {path}"))
+    settings = _settings(data)
+    written_by_hand = settings is data  # a record's unknown fields are an older version's
+    data = placed(settings, model, f"--config {path}")
+    if written_by_hand and (unknown := unknown_settings(model, data)):
+        raise UsageError(f"--config {path}: unknown setting {', '.join(unknown)} (the "
+                         "names are config.json's, e.g. duration_s)")
+    return settings_of(model, data)
+
+
+def unknown_settings(model: type[BaseModel], data: dict[str, Any], prefix: str = ""
+                     ) -> list[str]:
+    """The keys of `data`, nested ones dotted, that are no field of `model`: a misspelt
+    setting would otherwise be left at its default without a word."""
+    unknown = []
+    for key, value in data.items():
+        info = model.model_fields.get(key)
+        if info is None:
+            unknown.append(f"{prefix}{key}")
+        elif (child := sub_config(info.annotation)) is not None and isinstance(value, dict):
+            unknown += unknown_settings(child, value, f"{prefix}{key}.")
+    return unknown
 
 
 def _settings(data: dict[str, Any]) -> dict[str, Any]:

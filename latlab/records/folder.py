@@ -40,6 +40,10 @@ REPORT = "report.html"
 STREAMED_FROM = 16 << 20  # bytes of requests.jsonl: about 10,000 records (`CACHED_FROM`) or more
 
 
+class UnwritableOut(ValueError):
+    """`--out` names a place no run folder can be created in (a file, a read-only disk)."""
+
+
 @dataclass(frozen=True)
 class RunFolder:
     path: Path
@@ -57,6 +61,9 @@ class RunFolder:
             except FileExistsError:
                 n += 1
                 path = base.with_name(f"{base.name}-{n}")
+            except OSError as e:
+                raise UnwritableOut(f"--out {root}: cannot create a run folder there "
+                                    f"({e.strerror or e})") from None
 
     @classmethod
     def open(cls, path: Path | str) -> RunFolder:

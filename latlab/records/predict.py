@@ -19,7 +19,10 @@ from latlab.records.sweep import SweepPlan
 
 
 def _lower(text: str) -> str:
-    return text[:1].lower() + text[1:].rstrip(".")
+    """An engine option's help as a phrase: lower-case unless it opens with an acronym, and
+    without the engine's own default, which `OTHER_SERVER` replaces."""
+    text = re.sub(r"\s*\[default:[^]]*\]", "", text).rstrip(".")
+    return text if text[1:2].isupper() else text[:1].lower() + text[1:]
 
 
 # Another server's scheduling limits where `--from` is not told them (vLLM's defaults).
@@ -32,7 +35,7 @@ ServerShape = create_model("ServerShape", __module__=__name__, **{
     name: (EngineConfig.model_fields[name].annotation | None,
            setting(None, f"--from: the server's "
                    f"{_lower(EngineConfig.model_fields[name].description or name)} "
-                   f"(default {default}).", group=CALIBRATION))
+                   f"(default {default}).", group=CALIBRATION, ge=1))
     for name, default in OTHER_SERVER.items()})
 
 

@@ -1,0 +1,66 @@
+"""Hostile input a user types: each is refused with a one-line error naming the option (exit
+code 2), before any work, and the help says each option's one default."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from latlab.cli import app
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.mark.parametrize("flag", ["--max-num-seqs", "--num-kv-blocks", "--block-size",
+                                  "--max-model-len", "--max-num-batched-tokens"])
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_calibrate_refuses_a_server_limit_below_one(tmp_path, flag, value):
+    r = invoke("calibrate", "--from", tmp_path, flag, value, "--out", tmp_path / "cal.json")
+    assert r.exit_code == 2, r.output
+    assert f"{flag} {value}" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "cal.json").exists()
+
+
+def test_calibrate_help_gives_each_server_limit_one_default():
+    out = " ".join(invoke("calibrate", "--help").output.split())
+    assert "[default: as many" not in out and "[default: the model's" not in out
+    assert "the server's KV-cache blocks (default 100000)" in out
+
+
+@pytest.mark.parametrize("option", [["--launch", "false --port {port}"],
+                                    ["--server-url", "http://127.0.0.1:9"]])
+def test_coldstart_refuses_options_it_would_ignore(option):
+    """coldstart starts its own server (--command or the engine): bench's --launch and
+    --server-url are not its options, rather than silently measuring the engine."""
+    r = invoke("coldstart", *option, "--runs", "1")
+    assert r.exit_code == 2 and "No such option" in r.output, r.output
+
+
+@pytest.mark.parametrize(("text", "named"), [
+    ('{"duraton_s": 5}', "duraton_s"),
+    ('{"bench": {"rate": 2}}', "rate"),
+    ("workload:\n  outputtokens: 5\n", "workload.outputtokens"),
+])
+def test_a_config_file_with_a_misspelt_setting_is_refused(tmp_path, text, named):
+    """Left at its default without a word, a typo would measure another workload."""
+    path = tmp_path / "load.yaml"
+    path.write_text(text)
+    r = invoke("bench", "--config", path, "--url", "http://127.0.0.1:9")
+    assert r.exit_code == 2, r.output
+    assert f"unknown setting {named}" in r.output and "Traceback" not in r.output
+
+
+def test_a_config_file_of_known_settings_is_taken(tmp_path):
+    path = tmp_path / "load.yaml"
+    path.write_text("duration_s: 3\narrivals:\n  users: 2\nworkload:\n  output_tokens: '5'\n")
+    r = invoke("bench", "--config", path, "--url", "http://127.0.0.1:9", "--users", "0")
+    assert r.exit_code == 2 and "--users 0" in r.output, r.output  # read, then the flag checked
+
+
+def test_an_out_that_is_a_file_is_a_one_line_error(tmp_path):
+    (tmp_path / "afile").write_text("")
+    r = invoke("bench", "--out", tmp_path / "afile", "--url", "http://127.0.0.1:9")
+    assert r.exit_code == 2, r.output
+    assert "--out" in r.output and "cannot create a run folder there" in r.output
