@@ -172,3 +172,16 @@ def test_a_server_that_exits_by_itself_leaves_nothing_after_its_stop(tmp_path):
     assert len(watchdog) == 1 and not gone(watchdog[0])
     server.stop()
     assert wait_gone(watchdog) == []
+
+
+def test_a_second_stop_signals_no_group(tmp_path, monkeypatch):
+    """Once stopped (its group killed, the tether cut), a server's PID may be another
+    process group's: a second stop (a `with` after an explicit one) signals nothing."""
+    launch = ServerLaunch(("sleep", "60"), "http://127.0.0.1:9", "http://127.0.0.1:9/", "srv")
+    server = spawn_server(launch, log_path=tmp_path / "s.log")
+    assert server.stop() == -signal.SIGTERM
+    sent = []
+    monkeypatch.setattr(os, "killpg", lambda pgid, sig: sent.append((pgid, sig)))
+    with server:
+        pass
+    assert server.stop() == -signal.SIGTERM and sent == []

@@ -154,6 +154,8 @@ class ServerProcess:
         """SIGTERM to the process group, SIGKILL after `timeout_s`, then SIGKILL to whatever
         of the group outlived its leader (the tether's watchdog too); returns the leader's exit
         code."""
+        if self.tether.fd is None:  # stopped before: its PID may lead another group by now
+            return self.process.returncode
         if self.alive:
             self._signal_group(signal.SIGTERM)
             try:
