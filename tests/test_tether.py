@@ -21,6 +21,8 @@ from latlab.load.target.launch import ServerLaunch, launched, spawn_server
 SERVER = Path(__file__).with_name("coldstart_server.py")
 TEMPLATE = f"{shlex.quote(sys.executable)} {SERVER} --port {{port}} {{args}}"
 GONE_WITHIN_S = 15.0
+# the tests read processes, their groups and signal masks from /proc (Linux's)
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="no /proc")
 
 # latlab, as far as a server can tell: it starts one and waits, printing the server's PID
 DRIVER = """
