@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import alive
 
 from latlab.load.target.launch import ServerLaunch, launched, spawn_server
 
@@ -48,11 +49,7 @@ else:
 
 def gone(pid: int) -> bool:
     """No such process, or only its zombie (waiting for whoever adopted it to reap it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+    return not alive(pid)
 
 
 def group_of(pgid: int) -> list[int]:
