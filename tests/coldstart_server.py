@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from aiohttp import web
+from processes import alive
 from sse_server import DONE, completion, usage_only
 
 TOKENS = 3
@@ -92,14 +93,6 @@ def slow_ms(speeds: Path, slow: float) -> float:
         before = [int(line.split()[0]) for line in f.read().splitlines()]
         f.write(f"{os.getpid()} {1 + sum(map(alive, before))}\n")
     return slow if len(before) % 4 in (0, 3) else 0.0
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Waiting for a condition, and latlab run as a subprocess that is interrupted."""
+"""Waiting for a condition, whether a process lives, and latlab run as a subprocess that is
+interrupted."""
 
 from __future__ import annotations
 
@@ -10,6 +11,16 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs: not gone, nor only its zombie (Linux's /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return state[0] != "Z"
 
 
 def wait_until(condition, timeout_s: float = 20.0, what: str = "condition") -> None:

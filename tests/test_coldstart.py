@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from processes import interrupted
+from processes import alive, interrupted
 from sse_server import DONE, Server, Step, completion, stream
 from typer.testing import CliRunner
 
@@ -27,14 +27,6 @@ SERVER = Path(__file__).with_name("coldstart_server.py")
 def fake(port: int, pidfile: Path, *options: str) -> str:
     return shlex.join([sys.executable, str(SERVER), "--port", str(port), "--pidfile",
                        str(pidfile), *options])
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return False
-    return state[0] != "Z"
 
 
 def all_gone(pidfile: Path, timeout_s: float = 10.0) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from processes import alive
 from typer.testing import CliRunner
 
 from latlab.cli import app
@@ -30,14 +31,6 @@ LLAMA_SERVER = Path(os.environ.get("LATLAB_LLAMA_SERVER", "/work/build/llama-ser
 
 def invoke(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_a_template_gets_a_free_port_and_the_sides_arguments():
