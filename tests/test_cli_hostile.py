@@ -64,3 +64,13 @@ def test_an_out_that_is_a_file_is_a_one_line_error(tmp_path):
     r = invoke("bench", "--out", tmp_path / "afile", "--url", "http://127.0.0.1:9")
     assert r.exit_code == 2, r.output
     assert "--out" in r.output and "cannot create a run folder there" in r.output
+
+
+def test_the_workload_differences_show_settings_as_written():
+    from latlab.analysis.unlike import workload_differences
+    from latlab.records.bench import BenchConfig
+    from latlab.records.config import RunConfig
+
+    a, b = (RunConfig(bench=BenchConfig(url="http://127.0.0.1:9", duration_s=d)) for d in (5, 3))
+    shown = workload_differences(a, b)
+    assert "duration_s: 5.0 vs 3.0" in shown and "warmup_s: 0.5 vs 0.3" in shown, shown
