@@ -74,3 +74,13 @@ def test_the_workload_differences_show_settings_as_written():
     a, b = (RunConfig(bench=BenchConfig(url="http://127.0.0.1:9", duration_s=d)) for d in (5, 3))
     shown = workload_differences(a, b)
     assert "duration_s: 5.0 vs 3.0" in shown and "warmup_s: 0.5 vs 0.3" in shown, shown
+
+
+@pytest.mark.parametrize("where", ["afile/report.html", "missing/report.html"])
+def test_report_out_in_no_folder_is_a_one_line_error(tmp_path, where):
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text("{}")
+    r = invoke("report", tmp_path / "run", "--out", tmp_path / where)
+    assert r.exit_code == 2, r.output
+    assert "--out" in r.output and "is no folder" in r.output
