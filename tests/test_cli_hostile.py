@@ -84,3 +84,25 @@ def test_report_out_in_no_folder_is_a_one_line_error(tmp_path, where):
     r = invoke("report", tmp_path / "run", "--out", tmp_path / where)
     assert r.exit_code == 2, r.output
     assert "--out" in r.output and "is no folder" in r.output
+
+
+def test_runs_lists_a_missing_runs_folder_without_creating_it(tmp_path):
+    r = invoke("runs", "--runs-dir", tmp_path / "nowhere" / "runs")
+    assert r.exit_code == 0 and "no runs stored yet" in r.output, r.output
+    assert not (tmp_path / "nowhere").exists()
+    (tmp_path / "afile").write_text("")
+    r = invoke("runs", "--runs-dir", tmp_path / "afile")
+    assert r.exit_code == 2 and "not a folder" in r.output, r.output
+
+
+def test_calibrate_out_under_a_file_is_a_one_line_error(tmp_path, monkeypatch):
+    from sim_helpers import calibration
+
+    from latlab.sim import calibration as calibrations
+
+    # the fit is test_predict's; here only where it is written
+    monkeypatch.setattr(calibrations, "run_calibration", lambda *_: calibration())
+    (tmp_path / "afile").write_text("")
+    r = invoke("calibrate", "--from", tmp_path, "--out", tmp_path / "afile" / "cal.json")
+    assert r.exit_code == 2, r.output
+    assert "--out" in r.output and "cannot write it" in r.output
