@@ -64,3 +64,45 @@ def test_an_out_that_is_a_file_is_a_one_line_error(tmp_path):
     r = invoke("bench", "--out", tmp_path / "afile", "--url", "http://127.0.0.1:9")
     assert r.exit_code == 2, r.output
     assert "--out" in r.output and "cannot create a run folder there" in r.output
+
+
+def test_the_workload_differences_show_settings_as_written():
+    from latlab.analysis.unlike import workload_differences
+    from latlab.records.bench import BenchConfig
+    from latlab.records.config import RunConfig
+
+    a, b = (RunConfig(bench=BenchConfig(url="http://127.0.0.1:9", duration_s=d)) for d in (5, 3))
+    shown = workload_differences(a, b)
+    assert "duration_s: 5.0 vs 3.0" in shown and "warmup_s: 0.5 vs 0.3" in shown, shown
+
+
+@pytest.mark.parametrize("where", ["afile/report.html", "missing/report.html"])
+def test_report_out_in_no_folder_is_a_one_line_error(tmp_path, where):
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text("{}")
+    r = invoke("report", tmp_path / "run", "--out", tmp_path / where)
+    assert r.exit_code == 2, r.output
+    assert "--out" in r.output and "is no folder" in r.output
+
+
+def test_runs_lists_a_missing_runs_folder_without_creating_it(tmp_path):
+    r = invoke("runs", "--runs-dir", tmp_path / "nowhere" / "runs")
+    assert r.exit_code == 0 and "no runs stored yet" in r.output, r.output
+    assert not (tmp_path / "nowhere").exists()
+    (tmp_path / "afile").write_text("")
+    r = invoke("runs", "--runs-dir", tmp_path / "afile")
+    assert r.exit_code == 2 and "not a folder" in r.output, r.output
+
+
+def test_calibrate_out_under_a_file_is_a_one_line_error(tmp_path, monkeypatch):
+    from sim_helpers import calibration
+
+    from latlab.sim import calibration as calibrations
+
+    # the fit is test_predict's; here only where it is written
+    monkeypatch.setattr(calibrations, "run_calibration", lambda *_: calibration())
+    (tmp_path / "afile").write_text("")
+    r = invoke("calibrate", "--from", tmp_path, "--out", tmp_path / "afile" / "cal.json")
+    assert r.exit_code == 2, r.output
+    assert "--out" in r.output and "cannot write it" in r.output

@@ -36,8 +36,14 @@ def workload_differences(a: RunConfig, b: RunConfig) -> list[str]:
         if NOT_WORKLOAD.intersection(key.split(".")):
             continue
         if flat_a.get(key) != flat_b.get(key):
-            differences.append(f"{key}: {flat_a.get(key)!r} vs {flat_b.get(key)!r}")
+            differences.append(f"{key}: {_shown(flat_a.get(key))} vs {_shown(flat_b.get(key))}")
     return differences
+
+
+def _shown(value: Any) -> str:
+    """A setting as a user wrote it: a derived float's binary noise (0.15000000000000002)
+    rounded away."""
+    return repr(round(value, 9) if isinstance(value, float) else value)
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

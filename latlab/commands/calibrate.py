@@ -34,7 +34,11 @@ def calibrate(config: CalibrateConfig, options: JsonOutput) -> None:
         engine = parse_args(ServeConfig, config.serve_args, "--serve-args").engine
         cal = calibrate_engine(engine, config.serve_args, err, probe=config.probe)
         path = config.out or calibrations.cache_path(calibration_args(config.serve_args))
-    calibrations.save(cal, path)
+    try:
+        calibrations.save(cal, path)
+    except OSError as e:
+        raise UsageError(f"--out {path}: cannot write it ({e.strerror or e}: {e.filename})"
+                         ) from None
     if options.json_output:
         print_json(cal.model_dump(mode="json") | {"path": str(path)})
         if warning := calibrations.fit_warning(cal):

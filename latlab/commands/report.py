@@ -34,6 +34,9 @@ def report(run_dir: str, options: ReportOptions) -> None:
     """Explain a run: where the time goes, the findings, and one self-contained HTML report.
 
     Works on a partial run (no summary.json: it is recomputed from the records)."""
+    html = Path(options.out) if options.out else None
+    if html is not None and not html.parent.is_dir():
+        raise UsageError(f"--out {html}: {html.parent} is no folder")
     try:
         run = RunFolder.open(run_dir)
         failed = run.read_config().failed
@@ -51,7 +54,10 @@ def report(run_dir: str, options: ReportOptions) -> None:
     print_server_view(out, analysis)
     out.print()
     print_findings(out, analysis)
-    written = [write_html(analysis.run, analysis, Path(options.out) if options.out else None)]
+    try:
+        written = [write_html(analysis.run, analysis, html)]
+    except OSError as e:
+        raise UsageError(f"--out {html}: cannot write it ({e.strerror or e})") from None
     if options.csv:
         written.append(write_csv(analysis))
     if options.parquet:

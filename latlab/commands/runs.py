@@ -27,6 +27,11 @@ def runs(options: RunsOptions) -> None:
         raise UsageError(f"--kind {options.kind!r}: expected one of {', '.join(KINDS)}")
     if options.limit < 1:
         raise UsageError(f"--limit {options.limit}: show at least one run")
+    if options.runs_dir.exists() and not options.runs_dir.is_dir():
+        raise UsageError(f"--runs-dir {options.runs_dir}: not a folder")
+    if not options.runs_dir.exists():  # nothing stored, and listing creates nothing
+        print_runs(console(), [], filtered=False)
+        return
     with RunStore(options.runs_dir) as store:
         if options.rescan:
             store.rescan()
