@@ -247,3 +247,14 @@ def test_an_error_rate_is_tested_at_the_looks_share_of_alpha():
     assert 0.005 < p < 0.05
     assert _error_rate(a, b, 0.05).verdict == "worse"
     assert _error_rate(a, b, 0.005).verdict != "worse"
+
+
+def test_settings_that_differ_only_in_a_floats_last_bits_are_one_workload():
+    """A warm-up derived from the duration (0.1 × 1.5 s = 0.15000000000000002) and one written
+    as 0.15 are the same setting: not "0.15 vs 0.15", which would refuse the comparison."""
+    from latlab.records.bench import BenchConfig
+
+    derived, written = (RunConfig(bench=BenchConfig(url="http://127.0.0.1:9", duration_s=1.5,
+                                                    warmup_s=w)) for w in (None, 0.15))
+    assert derived.bench.warmup_s != written.bench.warmup_s  # the last bits differ
+    assert workload_differences(derived, written) == []
