@@ -1,9 +1,7 @@
 """The client against in-test servers with known timings: what each metric definition gives."""
 
 import asyncio
-import socket
 import sys
-from types import SimpleNamespace
 
 import pytest
 from aiohttp import web
@@ -12,7 +10,6 @@ from sse_server import DONE, Server, Step, chat, completion, sse, status, stream
 from latlab.load.request.client import Client
 from latlab.load.request.config import ClientConfig
 from latlab.load.request.errors import error_message
-from latlab.load.request.stamps import kernel_rtt_ns
 from latlab.load.target.discovery import discover
 from latlab.load.workload.requests import RequestSpec
 from latlab.metrics.request import request_metrics
@@ -270,18 +267,6 @@ async def test_connection_phases_new_then_reused():
     if sys.platform == "linux":  # the kernel's round trip of the handshake, within its connect
         assert 0 < first.connection.rtt_ns <= first.connection.connect_ns
         assert second.connection.rtt_ns is None
-
-
-def test_the_kernels_round_trip_is_read_on_linux_only(monkeypatch):
-    """The offset read is Linux's struct tcp_info's: elsewhere (macOS's is another struct)
-    the round trip is unknown, never another field read as one."""
-    with socket.create_server(("::1", 0), family=socket.AF_INET6) as server, \
-            socket.create_connection(server.getsockname()[:2]) as sock:
-        transport = SimpleNamespace(get_extra_info=lambda name: sock)
-        if sys.platform == "linux":
-            assert kernel_rtt_ns(transport) > 0  # IPv6 too
-        monkeypatch.setattr(sys, "platform", "darwin")
-        assert kernel_rtt_ns(transport) is None
 
 
 async def test_cancel_records_cancelled():

@@ -2,16 +2,19 @@
 coroutine gets the event loop back."""
 
 import asyncio
+import socket
+import sys
 import time
 from collections import deque
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 from sse_server import DONE, Server, Step, completion, stream
 from test_load_client import send, spec
 
 from latlab.load.request import stamps
 from latlab.load.request.sse import StreamParser
-from latlab.load.request.stamps import split_at_reads
+from latlab.load.request.stamps import kernel_rtt_ns, split_at_reads
 
 MS = 1_000_000
 
@@ -92,3 +95,15 @@ async def test_sent_is_when_the_body_is_written_not_when_the_connection_was_read
     assert r.ok, r.error
     assert r.sent_ns <= arrived[0]
     assert not [h for h in held if r.sent_ns <= h[0] and h[1] <= arrived[0]]
+
+
+def test_the_kernels_round_trip_is_read_on_linux_only(monkeypatch):
+    """The offset read is Linux's struct tcp_info's: elsewhere (macOS's is another struct)
+    the round trip is unknown, never another field read as one."""
+    with socket.create_server(("::1", 0), family=socket.AF_INET6) as server, \
+            socket.create_connection(server.getsockname()[:2]) as sock:
+        transport = SimpleNamespace(get_extra_info=lambda name: sock)
+        if sys.platform == "linux":
+            assert kernel_rtt_ns(transport) > 0  # IPv6 too
+        monkeypatch.setattr(sys, "platform", "darwin")
+        assert kernel_rtt_ns(transport) is None
