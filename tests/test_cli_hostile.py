@@ -106,3 +106,26 @@ def test_calibrate_out_under_a_file_is_a_one_line_error(tmp_path, monkeypatch):
     r = invoke("calibrate", "--from", tmp_path, "--out", tmp_path / "afile" / "cal.json")
     assert r.exit_code == 2, r.output
     assert "--out" in r.output and "cannot write it" in r.output
+
+
+def test_ctrl_c_in_an_ab_round_stops_ab_as_interrupted(tmp_path, monkeypatch):
+    """The bench of a round catches Ctrl-C itself and ends as an interrupted run: ab must
+    stop there as interrupted (the finished rounds compared and kept), not fail as if the
+    round's server had, nor go on to the next round with a partial one."""
+    from types import SimpleNamespace
+
+    from latlab.analysis.ab import Sequential
+    from latlab.records.ab import ABConfig, ABRecord
+    from latlab.services import ab
+
+    run = SimpleNamespace(path=tmp_path / "round")
+    summary = SimpleNamespace(stop_reason="interrupted", cache=None, client=None)
+    monkeypatch.setattr(ab, "run_bench", lambda *a, **k: SimpleNamespace(
+        run=run, summary=summary, failed=True, message="interrupted (Ctrl-C)"))
+    monkeypatch.setattr(ab, "_scrape", lambda config: None)
+    config = ABConfig(a="http://127.0.0.1:9", b="http://127.0.0.1:10")
+    done = ab.ABRuns(tmp_path, ABRecord(created=0.0, a=config.a, b=config.b),
+                     Sequential(config, config.most_rounds, config.decide_on))
+    with pytest.raises(KeyboardInterrupt):
+        ab._round(done, config.sides()["A"], "A", 2, config, None)
+    assert [r.round for r in done.record.rounds] == [2] and not done.analyses["A"]

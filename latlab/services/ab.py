@@ -125,6 +125,8 @@ def _round(done: ABRuns, bench: BenchConfig, side: str, i: int, config: ABConfig
         cached_share=s.cache.share if s.cache else None,
         host_other_cores=(s.client.host.other.mean if s.client and s.client.host else None)))
     write_json(done.folder / AB_JSON, done.record)
+    if s.stop_reason == "interrupted":  # Ctrl-C the bench caught: its round is kept, not
+        raise KeyboardInterrupt         # compared, and the finished rounds are
     if result.failed and i:  # a cold server's warm-up may fail: that is what it is for
         raise ServiceFailed(f"{side}, round {i}: {result.message}")
     if i:
