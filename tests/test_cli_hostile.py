@@ -129,3 +129,11 @@ def test_ctrl_c_in_an_ab_round_stops_ab_as_interrupted(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         ab._round(done, config.sides()["A"], "A", 2, config, None)
     assert [r.round for r in done.record.rounds] == [2] and not done.analyses["A"]
+
+
+def test_ab_refuses_a_sides_unknown_engine_option_before_starting_anything():
+    r = invoke("ab", "--a", "", "--b", "--max-num-seqs many", "--duration", "2")
+    assert r.exit_code == 2, r.output
+    assert "--b" in r.output and "--max-num-seqs" in r.output
+    r = invoke("ab", "--a", "--nosuchflag", "--b", "", "--duration", "2")
+    assert r.exit_code == 2 and "--a" in r.output and "--nosuchflag" in r.output, r.output

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from latlab.analysis.compare import CompareError
 from latlab.commands.common import Interrupted, RunFailed, console, print_json
-from latlab.commands.options import NamedWorkload
+from latlab.commands.options import NamedWorkload, parse_args
 from latlab.load.target.interrupts import interrupt_on_sigterm
 from latlab.records.ab import SIDES, ABConfig, ABRound
+from latlab.records.engine import ServeConfig
 from latlab.report.comparison import print_comparison
 from latlab.services.ab import compare_sides, run_ab
 
@@ -23,6 +24,10 @@ def ab(config: ABConfig, options: NamedWorkload) -> None:
     over rounds; prints each metric's change, whether it is real, where it came from, and the
     server counters that explain it."""
     interrupt_on_sigterm()
+    if config.bench.launch is None:  # a side's latlab serve options, checked before any start
+        for side, bench in config.sides().items():
+            if bench.url is None:
+                parse_args(ServeConfig, bench.serve_args, f"--{side.lower()}")
     err = console(stderr=True)
     done = run_ab(config, err)
     record, folder = done.record, done.folder
