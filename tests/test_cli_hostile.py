@@ -137,3 +137,12 @@ def test_ab_refuses_a_sides_unknown_engine_option_before_starting_anything():
     assert "--b" in r.output and "--max-num-seqs" in r.output
     r = invoke("ab", "--a", "--nosuchflag", "--b", "", "--duration", "2")
     assert r.exit_code == 2 and "--a" in r.output and "--nosuchflag" in r.output, r.output
+
+
+@pytest.mark.parametrize("text", ["", "not a span\n", '{"timestamp": 0}\n'])
+def test_observe_from_a_file_without_spans_is_bad_input(tmp_path, text):
+    spans = tmp_path / "spans.jsonl"
+    spans.write_text(text)
+    r = invoke("observe", "--from", spans, "--out", tmp_path / "runs")
+    assert r.exit_code == 2, r.output
+    assert f"--from {spans}: no span latlab could read" in " ".join(r.output.split())

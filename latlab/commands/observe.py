@@ -6,7 +6,7 @@ import signal
 import sys
 import threading
 
-from latlab.commands.common import console, print_json
+from latlab.commands.common import UsageError, console, print_json
 from latlab.commands.options import JsonOutput
 from latlab.records.observe import ObserveConfig
 from latlab.report.observe import LiveView, print_observed
@@ -37,3 +37,6 @@ def observe(config: ObserveConfig, options: JsonOutput) -> None:
         print_observed(console(), result)
     err.print(f"run folder: {result.run.path} (requests.jsonl, windows.jsonl, trace.jsonl, "
               "observe.json)", highlight=False)
+    if config.from_file is not None and not result.record.spans:  # live, none may come
+        raise UsageError(f"--from {config.from_file}: no span latlab could read in it "
+                         "(OTLP/JSON lines, or a span file of latlab's)")
