@@ -146,3 +146,19 @@ def test_observe_from_a_file_without_spans_is_bad_input(tmp_path, text):
     r = invoke("observe", "--from", spans, "--out", tmp_path / "runs")
     assert r.exit_code == 2, r.output
     assert f"--from {spans}: no span latlab could read" in " ".join(r.output.split())
+
+
+@pytest.mark.parametrize(("reason", "message", "said"), [
+    ("interrupted", "interrupted (Ctrl-C): the points finished so far are kept",
+     "interrupted (Ctrl-C): the points finished so far are kept"),
+    ("all_points", "every load given was run", "all_points: every load given was run"),
+])
+def test_a_sweeps_stop_line_says_its_reason_once(reason, message, said):
+    from types import SimpleNamespace
+
+    from latlab.report.sweep import sweep_answers
+
+    sweep = SimpleNamespace(knee=None, slo_max=None, slo_max_cost=None, definitions={},
+                            stop=SimpleNamespace(reason=reason, message=message))
+    lines = [t.plain for t in sweep_answers(sweep)]
+    assert f"stopped   {said}" in lines, lines

@@ -152,6 +152,9 @@ def sweep_answers(sweep: SweepRecord) -> list[Text]:
                                  f"{money(c.per_million_output_tokens)} per million output "
                                  f"tokens, {money(c.per_thousand_requests)} per thousand "
                                  "requests"))
-    out.append(Text.assemble(("stopped   ", "bold"), f"{sweep.stop.reason}: {sweep.stop.message}"))
+    stop = sweep.stop  # a message that opens with its reason says it once
+    said = stop.message if stop.message.startswith(stop.reason) else \
+        f"{stop.reason}: {stop.message}"
+    out.append(Text.assemble(("stopped   ", "bold"), said))
     out.append(Text(f"          rule: {sweep.definitions.get('stop_rule', '')}", style="dim"))
     return out
