@@ -22,6 +22,7 @@ from latlab.records.simulation import Simulation
 from latlab.sim import calibration as calibrations
 from latlab.sim.fleet import simulate
 from latlab.sim.folder import write_run
+from latlab.sim.stepcost import StepCostModel
 from latlab.store import RunStore
 
 
@@ -274,7 +275,13 @@ def test_calibrating_the_engine_times_a_grid_and_fits(monkeypatch):
                                                        max_num_seqs=4, warmup=False))
     assert cal.source == "engine" and cal.engine.max_num_seqs == 4
     assert cal.fit.samples > 20 and math.isfinite(cal.fit.mape)
-    assert cal.step.coefficients["step"] > 0 and "fit error" in cal.headline()
+    assert cal.step.coefficients["step"] >= 0 and "fit error" in cal.headline()
+    # the fixed cost may fit to 0 on a noisy host (BVLS lands on the bound; the per-sequence
+    # terms then carry it), but a one-sequence decode step is never charged nothing
+    one_decode = StepCostModel(cal.step).linear(tokens=1, decodes=1, prefills=0, sampled=1,
+                                                groups=1, decode_context=16,
+                                                prefill_attention=0)
+    assert one_decode > 1e-6
 
 
 @pytest.mark.parametrize("max_num_seqs", [2, 4])
