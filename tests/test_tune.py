@@ -219,3 +219,32 @@ def test_the_setting_to_use_is_the_largest_gain_ab_measured_beside_its_own_start
     doubled, more = verified("-np 8", 1.0, 2.0), verified("-np 16", 3.0, 3.5)
     assert max([more, doubled], key=_measured_gain) is doubled
     assert _measured_gain(verified("-np 2", None, None)) == float("-inf")
+
+
+def test_a_larger_gain_that_adds_knobs_to_a_verified_one_is_not_chosen_unmeasured():
+    """-np 8 -b 512 measured +134 % in its ab, -np 8 alone +108 % in another, their intervals
+    overlapping: what -b 512 adds is not shown, so tune says to use -np 8 and gives the ab
+    that would measure it; a gain whose interval lies above the simpler one's still wins."""
+    from latlab.records.bench import BenchConfig
+    from latlab.records.tune import Candidate, TuneConfig
+    from latlab.services.tune import _choose
+
+    def verified(args, knobs, start, measured, low, high):
+        return Candidate(args=args, knobs=knobs, predicted=2.0, predicted_lo=1.0,
+                         predicted_hi=3.0, change=1.0, change_lo=0.5, change_hi=1.5,
+                         measured_start=start, measured=measured, measured_low=low,
+                         measured_high=high, verdict="better")
+
+    slots = verified("-np 8", {"max_num_seqs": 8}, 1.13, 2.35, 0.6, 1.6)
+    both = verified("-np 8 -b 512 -ub 512", {"max_num_seqs": 8, "step_tokens": 512}, 1.11,
+                    2.60, 0.9, 1.8)
+    other = verified("-b 512 -ub 512", {"step_tokens": 512}, 1.0, 1.5, 0.1, 0.8)
+    config = TuneConfig(bench=BenchConfig(launch="srv --port {port} {args}",
+                                          slos={"ttft": 2000.0}))
+    record = TuneRecord(created=0.0, start="", baseline_run="runs/start")
+    assert _choose([both, slots, other], record, config) == "-np 8"
+    (note,) = record.notes
+    assert "not shown" in note and "--a '-np 8' --b '-np 8 -b 512 -ub 512'" in note
+    assert "--launch 'srv --port {port} {args}'" in note
+    record = TuneRecord(created=0.0, start="", baseline_run="runs/start")
+    assert _choose([both, other], record, config) == both.args and not record.notes

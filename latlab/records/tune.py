@@ -83,6 +83,8 @@ class Candidate(Record):
     screen_run: str | None = None  # the run folder that screened it (or why it failed)
     measured_start: float | None = None  # goodput (req/s) ab measured, the start's side
     measured: float | None = None
+    measured_low: float | None = None  # ab's interval of measured / measured_start - 1
+    measured_high: float | None = None
     ab_folder: str | None = None
     agrees: bool | None = None  # the measured change inside the predicted interval
     verdict: str | None = None  # ab's on goodput ("better", "worse", ...), or "failed"

@@ -94,11 +94,36 @@ def run_tune(config: TuneConfig, err: Console) -> TuneResult:
         if pressed():
             record.interrupted = True
     better = [c for c in record.candidates if c.verdict == "better"]
-    if better:  # each measured against the start in its own ab: by that gain, paired
-        record.best = max(better, key=_measured_gain).args
+    if better:
+        record.best = _choose(better, record, config)
     record.wall_s = time.monotonic() - started
     write_json(folder / TUNE_JSON, record)
     return TuneResult(folder, record)
+
+
+def _choose(better: list[Candidate], record: TuneRecord, config: TuneConfig) -> str:
+    """The largest measured gain (each against the start in its own ab, paired), unless a
+    candidate that changes only some of the same knobs was measured better too and its
+    gain's interval reaches the largest one's: what the other knobs add is then not shown,
+    so the simpler one, with the ab that would measure the rest."""
+    best = max(better, key=_measured_gain)
+    simpler = [c for c in better if c.knobs.items() < best.knobs.items()
+               and not (best.measured_low is not None and c.measured_high is not None
+                        and best.measured_low > c.measured_high)]
+    if not simpler:
+        return best.args
+    plain = max(simpler, key=_measured_gain)
+    launch = config.bench.launch
+    measure = (f"latlab ab --config {shlex.quote(record.baseline_run)}"
+               + (f" --launch {shlex.quote(launch)}" if launch else "")
+               + f" --a {shlex.quote(plain.args)} --b {shlex.quote(best.args)} "
+               "--decide-on goodput")
+    record.notes.append(
+        f"use {plain.args}, not {best.args}: each measured better than the start in its own "
+        f"ab ({_measured_gain(plain):+.0%} and {_measured_gain(best):+.0%}, their intervals "
+        f"overlapping), so what {best.args} adds to {plain.args} is not shown; to measure it: "
+        f"{measure}")
+    return plain.args
 
 
 def _measured_gain(c: Candidate) -> float:
@@ -159,6 +184,8 @@ def _verify(record: TuneRecord, config: TuneConfig, err: Console, base_wall: flo
         change = next((ch for ch in comparison.changes if ch.key == "goodput"), None)
         if change is not None and change.a is not None and change.b is not None:
             c.measured_start, c.measured, c.verdict = change.a, change.b, change.verdict
+            if change.interval is not None:
+                c.measured_low, c.measured_high = change.interval.low, change.interval.high
             gain = change.b - change.a
             if c.screened == "simulation" and c.change_lo is not None \
                     and c.change_hi is not None:  # a run is a measurement, not a claim
