@@ -173,11 +173,12 @@ def test_the_same_bench_twice_against_a_caching_server_agrees(tmp_path):
 def test_a_real_prefix_cache_effect_is_found_and_attributed(tmp_path):
     """latlab serve without and with prefix caching, a shared 448-token system prompt in a
     run (fresh prompts keep it shared within a run, new across runs): B's TTFT is better,
-    and B's cache share and counters say why."""
+    and B's cache share and counters say why. One server a side for every round (the suite's
+    time: fresh servers a pair are test_ab_servers')."""
     engine = "--model default --max-model-len 512 --num-kv-blocks 256 --no-warmup"
     result = CliRunner().invoke(app, [
         "ab", "--a", engine, "--b", f"{engine} --enable-prefix-caching", "--rounds", "3",
-        "--max-rounds", "3", "--requests", "12", "--users", "1", "--prefix-tokens", "448",
+        "--max-rounds", "3", "--fresh-servers", "never", "--requests", "12", "--users", "1", "--prefix-tokens", "448",
         "--prompt-tokens", "16", "--output-tokens", "4", "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
