@@ -178,8 +178,9 @@ def test_a_real_prefix_cache_effect_is_found_and_attributed(tmp_path):
     engine = "--model default --max-model-len 512 --num-kv-blocks 256 --no-warmup"
     result = CliRunner().invoke(app, [
         "ab", "--a", engine, "--b", f"{engine} --enable-prefix-caching", "--rounds", "3",
-        "--max-rounds", "3", "--fresh-servers", "never", "--requests", "12", "--users", "1", "--prefix-tokens", "448",
-        "--prompt-tokens", "16", "--output-tokens", "4", "--out", str(tmp_path), "--json"])
+        "--max-rounds", "3", "--fresh-servers", "never", "--requests", "12", "--users", "1",
+        "--prefix-tokens", "448", "--prompt-tokens", "16", "--output-tokens", "4", "--out",
+        str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
     ttft = next(c for c in record["changes"] if c["key"] == "p50_ttft")
