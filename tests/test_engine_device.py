@@ -231,7 +231,8 @@ def test_steps_learn_their_threads_from_their_own_times_in_the_engine(monkeypatc
         torch.set_num_threads(1)
     assert seen[0] == (23, 2)  # the prefill: big enough for both threads
     assert seen[1:7] == [(2, 1), (2, 2)] * 3  # decodes: each choice timed in turn
-    assert engine.runner.threads.choices[2].samples == {1: 4, 2: 3}
+    # the 7th decode runs on whichever was faster in these real timings (either, on a busy host)
+    assert sorted(engine.runner.threads.choices[2].samples.values()) == [3, 4]
 
 
 @cuda
