@@ -108,6 +108,20 @@ def test_a_killed_run_with_a_torn_last_line_is_read_back_and_the_tear_noted(tmp_
     assert "torn line (40 bytes" in output
 
 
+def test_records_cut_short_beside_their_summary_are_noted(tmp_path):
+    """The stored summary counts what the run measured; records lost since (a copy cut
+    short, an edit) would make the findings disagree with it without a word."""
+    fast = [Step(0, completion("a")), Step(0, usage_only(8, 1)), Step(0, DONE)]
+    with Server(stream(fast)) as server:
+        result = run_bench(BenchConfig(url=server.url, workload=SMALL, requests=6,
+                                       out=tmp_path))
+    assert "requests.jsonl holds" not in report(result.run.path)
+    records = result.run.path / "requests.jsonl"
+    records.write_bytes(records.read_bytes().splitlines(keepends=True)[0])
+    output = " ".join(report(result.run.path).split())  # however the console wrapped it
+    assert "summary.json counts 6 requests but requests.jsonl holds 1" in output
+
+
 def test_a_malformed_record_names_its_own_line(tmp_path):
     run = RunFolder.create(tmp_path, "bad")
     good = orjson.dumps({"id": "a", "index": 0}) + b"\n"

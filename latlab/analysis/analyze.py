@@ -181,6 +181,10 @@ def _notes(a: RunAnalysis) -> list[str]:
     if a.summary_recomputed:
         notes.append("no summary.json (a partial run?): the summary was recomputed from the "
                      "records")
+    elif a.summary.requests != len(a.table.ok):
+        notes.append(f"summary.json counts {a.summary.requests} requests but requests.jsonl "
+                     f"holds {len(a.table.ok)}: the summary is the stored one, the budget and "
+                     "findings are the records' (requests.jsonl cut short or edited?)")
     torn = a.run.torn_bytes()
     if torn:
         notes.append(f"requests.jsonl ends in a torn line ({torn} bytes: a record cut off when "
