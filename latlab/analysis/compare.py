@@ -37,6 +37,7 @@ from latlab.records.verdict import (
     Verdict,
     VerdictConfig,
     key_of,
+    metric_of,
 )
 
 LATENCY_METRICS = {name: CATALOG[name].label for name in metrics(compared=True, unit="ms")}
@@ -169,8 +170,7 @@ def compare(a: RunAnalysis, b: RunAnalysis, replicates: Replicates | None = None
     in_bursts = buffered(burst)
     for change in changes:
         change.min_effect = verdicts.effect(change.key)
-        metric = change.key.split("_", 1)[1] if change.unit == "ms" else change.key
-        if in_bursts and CATALOG[metric].gaps:
+        if in_bursts and CATALOG[metric_of(change.key)].gaps:
             change.a = change.b = None
             change.why = f"{in_bursts}: the gaps between tokens are the buffer's"
         if change.delta is None:

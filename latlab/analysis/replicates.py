@@ -25,7 +25,7 @@ from latlab.analysis.verdicts import RatioInterval, paired_interval, ratio_inter
 from latlab.metrics.slo import meets_slos
 from latlab.records.catalog import CATALOG, metrics
 from latlab.records.timeline import NS_PER_MS
-from latlab.records.verdict import key_of
+from latlab.records.verdict import key_of, metric_of, stat_of
 
 STATS = ("mean", "p50", "p90", "p99")
 BLOCKS = 4
@@ -67,8 +67,8 @@ class Replicates:
     def thin(self, key: str) -> str | None:
         """Why `key`, a percentile, is not judged: a replicate has fewer than `MIN_TAIL`
         samples above it; None where every one has enough, or `key` is no percentile."""
-        stat, _, metric = key.partition("_")
-        if not (stat.startswith("p") and stat[1:].isdigit()):
+        stat, metric = stat_of(key), metric_of(key)
+        if stat is None or not stat.startswith("p"):
             return None
         share = (100 - int(stat[1:])) / 100  # of the samples above the percentile
         counts = [r[sample_count(metric)] for r in self.a + self.b if sample_count(metric) in r]

@@ -28,6 +28,19 @@ def key_of(metric: str, stat: str) -> str:
     return f"{stat}_{metric}"
 
 
+def metric_of(key: str) -> str:
+    """The metric a comparison key is of (`key_of`'s inverse; a rate's key is its own):
+    mean_itl_max → itl_max, output_tokens_per_s → output_tokens_per_s."""
+    stat, _, metric = key.partition("_")
+    return metric if stat in STATS and metric in CATALOG else key
+
+
+def stat_of(key: str) -> str | None:
+    """The statistic of a latency key (p99_ttft → p99); None for a rate."""
+    stat = key.partition("_")[0]
+    return stat if metric_of(key) != key else None
+
+
 # Every key a comparison judges: a latency metric's statistics, each rate.
 KEYS = (*(key_of(m, s) for m in metrics(compared=True, unit="ms") for s in STATS),
         *(m for m in metrics(compared=True) if not CATALOG[m].latency))
