@@ -137,8 +137,9 @@ def test_a_killed_ends_scratch_is_removed_by_the_next_observe(tmp_path):
 
 
 def test_sigterm_during_the_end_leaves_no_end_scratch(tmp_path):
-    """A second SIGTERM while the end works (its `end.scratch/` there) does not stop it
-    halfway: the folder is finished and its scratch removed."""
+    """More SIGTERMs while observe shuts down (one at once, one more while the end works when
+    its `end.scratch/` is caught) do not stop it halfway: the folder is finished and its
+    scratch removed."""
     port = free_port()
     send = Sender(port, tmp_path)
     observe_ = subprocess.Popen([sys.executable, "-m", "latlab", "observe", "--otlp-port",
@@ -148,6 +149,7 @@ def test_sigterm_during_the_end_leaves_no_end_scratch(tmp_path):
     try:
         wait_until(lambda: observe_.poll() is not None or send(), 60, "an open window")
         observe_.send_signal(signal.SIGTERM)
+        observe_.send_signal(signal.SIGTERM)  # always one more while it shuts down
         wait_until(lambda: observe_.poll() is not None
                    or list(tmp_path.glob(f"*/{END_SCRATCH}")), 60, "the end")
         if observe_.poll() is None:
